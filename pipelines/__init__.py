@@ -1,0 +1,1 @@
+"""Batch stages that compose the geodbk library; each reads and writes a run directory."""

@@ -1,0 +1,86 @@
+"""The ``geodbk`` command line: one sub-command per pipeline stage.
+
+Each stage lives in its own module ``pipelines/<stage>.py`` exposing
+``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the
+parsed arguments and returning an exit code). Run as ``geodbk STAGE ...`` or
+``python -m pipelines.cli STAGE ...``.
+
+Exit codes: 0 success, 1 unexpected geodbk error, 2 usage error, 3 bad input data,
+4 bad model file, 5 missing or partial run directory, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from geodbk import __version__
+from geodbk.errors import GeodbkError
+
+#: Stage modules in the order ``--help`` lists them.
+STAGES: tuple[str, ...] = (
+    "download",
+    "ingest",
+    "train",
+    "predict",
+    "export",
+    "report",
+    "benchmark",
+    "demo",
+)
+
+log = logging.getLogger("geodbk")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the top-level parser with one sub-parser per available stage."""
+    parser = argparse.ArgumentParser(
+        prog="geodbk",
+        description=(
+            "Internet-quality maps with calibrated uncertainty. Stages read and write a run "
+            "directory: ingest -> train -> predict -> export / report. "
+            "`geodbk demo` runs them all on the embedded synthetic region."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"geodbk {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="stage", metavar="STAGE")
+    for name in STAGES:
+        try:
+            module = importlib.import_module(f"pipelines.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"pipelines.{name}":
+                continue  # stage not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``geodbk`` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except GeodbkError as exc:
+        print(f"geodbk {args.stage}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"geodbk {args.stage}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Shared pytest configuration: thread limits, marker-based skips, shared data paths."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# The reference machine has 2 cores; keep torch to them (set before torch is imported anywhere).
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+HAWAII = SHARED_DATA / "hawaii"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip marked tests whose requirement is absent, with the reason in the report."""
+    skip_real = pytest.mark.skip(reason=f"real data not found at {HAWAII}")
+    skip_gpu = pytest.mark.skip(reason="CUDA is not available")
+    skip_browser = pytest.mark.skip(reason="headless Chromium (Debian 'chromium') not installed")
+    have_browser = shutil.which("chromium") is not None or shutil.which("chromium-browser")
+    for item in items:
+        if "realdata" in item.keywords and not HAWAII.is_dir():
+            item.add_marker(skip_real)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)
+        if "browser" in item.keywords and not have_browser:
+            item.add_marker(skip_browser)
+
+
+@pytest.fixture(scope="session")
+def hawaii_dir() -> Path:
+    """Path to ``../shared/data/hawaii`` (tests using it carry the ``realdata`` marker)."""
+    return HAWAII
