@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,9 @@ def atomic_path(path: str | os.PathLike[str], *, suffix: str | None = None) -> I
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{dest.name}.", suffix=(dest.suffix if suffix is None else suffix) + ".tmp",
-        dir=dest.parent,
-    )
-    os.close(fd)
-    tmp = Path(tmp_name)
-    # Some writers refuse to overwrite; give them a fresh name with the right extension.
-    tmp.unlink()
-    tmp = tmp.with_name(tmp.name[: -len(".tmp")])
+    ext = dest.suffix if suffix is None else suffix
+    # Hidden, unique, same folder (so os.replace is atomic), with the destination's extension.
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part{ext}")
     try:
         yield tmp
         if tmp.is_file():

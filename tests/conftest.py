@@ -11,7 +11,7 @@ import pytest
 # The reference machine has 2 cores; keep torch to them (set before torch is imported anywhere).
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
