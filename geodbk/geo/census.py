@@ -1,0 +1,281 @@
+"""Urban/rural labelling from US Census layers.
+
+Three sources, whichever the user has; each reduces to a set of *urban polygons* and a tile is
+urban when its centroid lies in (or on the edge of) one of them (a vectorised spatial-index join):
+
+- Census urban areas (TIGER ``tl_2020_us_uac20``: ``UACE20``/``NAME20``; 2010: ``UACE10``):
+  inside an urban area = urban;
+- census tracts plus a list of rural tract GEOIDs (the FCC list, prose preamble then ``FIPS``):
+  tracts not on the list are urban;
+- counties plus USDA rural-urban continuum codes (RUCC 1-3, metro = urban).
+
+Every layer is reprojected to EPSG:4326 whatever its CRS.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import geopandas as gpd
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import shapely
+
+from geodbk.errors import DataError
+from geodbk.geo.regions import WGS84, read_vector
+
+_UA_CODE_FIELDS = ("UACE20", "UACE10", "UACE", "GEOID20", "GEOID10", "GEOID")
+_UA_NAME_FIELDS = ("NAME20", "NAME10", "NAME", "NAMELSAD20", "NAMELSAD10")
+_TRACT_FIELDS = ("GEOID", "GEOID20", "GEOID10", "GEOID00", "CTIDFP00")
+_COUNTY_FIELDS = ("GEOID", "GEOID20", "GEOID10", "CNTYIDFP", "FIPS")
+
+
+@dataclass
+class UrbanLayer:
+    """Urban polygons (EPSG:4326) and how they were derived.
+
+    Attributes
+    ----------
+    kind
+        ``urban_areas``, ``tracts`` or ``counties``.
+    polygons
+        The urban polygons (one row per urban area / tract / county), with ``code``/``name``.
+    sources
+        Files read.
+    info
+        Counts (units read, urban units, ...) for the report.
+    """
+
+    kind: str
+    polygons: gpd.GeoDataFrame
+    sources: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def label(self, lon: npt.ArrayLike, lat: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Urban (True) or rural (False) for each point (vectorised spatial-index join)."""
+        lon_a = np.asarray(lon, dtype=float)
+        lat_a = np.asarray(lat, dtype=float)
+        out = np.zeros(lon_a.shape[0], dtype=bool)
+        if len(self.polygons) == 0 or lon_a.size == 0:
+            return out
+        points = shapely.points(lon_a, lat_a)
+        hits = self.polygons.sindex.query(points, predicate="intersects")
+        out[hits[0]] = True
+        return out
+
+    def outlines(self) -> gpd.GeoDataFrame:
+        """Urban polygons for display: urban areas as they are, tracts/counties dissolved."""
+        if self.kind == "urban_areas" or len(self.polygons) == 0:
+            return self.polygons
+        geom = shapely.union_all(self.polygons.geometry.to_numpy())
+        return gpd.GeoDataFrame(
+            {"name": [f"urban {self.kind}"], "kind": [self.kind]}, geometry=[geom], crs=WGS84
+        )
+
+    def clip_to(self, bounds: tuple[float, float, float, float]) -> UrbanLayer:
+        """Keep only polygons intersecting a bounding box (labels inside it are unchanged)."""
+        idx = self.polygons.sindex.query(shapely.box(*bounds), predicate="intersects")
+        polys = self.polygons.iloc[np.sort(idx)].reset_index(drop=True)
+        return UrbanLayer(self.kind, polys, self.sources, dict(self.info))
+
+
+def _pick(gdf: pd.DataFrame, fields: Iterable[str]) -> str | None:
+    return next((f for f in fields if f in gdf.columns), None)
+
+
+def read_urban_areas(
+    path: str | Path, *, bbox: tuple[float, float, float, float] | None = None
+) -> UrbanLayer:
+    """Census urban areas (``tl_2020_us_uac20`` or the 2010 ``UACE10`` layer): inside = urban."""
+    gdf = read_vector(path, bbox=bbox, what="urban-area")
+    code_f = _pick(gdf, _UA_CODE_FIELDS)
+    if code_f is None:
+        raise DataError(
+            f"{path}: not a Census urban-area layer (no UACE20, UACE10 or GEOID field); use "
+            "tl_2020_us_uac20.zip, or --tracts/--rural-tracts or --counties/--rucc"
+        )
+    name_f = _pick(gdf, _UA_NAME_FIELDS)
+    polys = gpd.GeoDataFrame(
+        {
+            "code": gdf[code_f].astype(str).to_numpy(),
+            "name": (gdf[name_f].astype(str) if name_f else gdf[code_f].astype(str)).to_numpy(),
+        },
+        geometry=gdf.geometry.to_numpy(),
+        crs=WGS84,
+    )
+    info = {"units": len(polys), "urban_units": len(polys), "code_field": code_f}
+    return UrbanLayer("urban_areas", polys, [str(path)], info)
+
+
+def read_rural_tract_list(path: str | Path) -> set[str]:
+    """Read a list of rural tract GEOIDs (11 digits).
+
+    Accepts the FCC file (prose preamble, then a line ``FIPS``, then one GEOID per line) or any
+    CSV with a ``FIPS``/``GEOID``/``GEOID10`` column. GEOIDs that lost their leading zero are
+    re-padded.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError as exc:
+        raise DataError(f"{p}: cannot read the rural-tract list ({exc})") from exc
+    lines = text.splitlines()
+    header = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if re.split(r"[,;\t]", line.strip().strip('"').upper())[0].strip('" ')
+            in ("FIPS", "GEOID", "GEOID10", "GEOID20", "TRACT", "TRACT_FIPS")
+        ),
+        None,
+    )
+    if header is None:
+        raise DataError(
+            f"{p}: no FIPS/GEOID header line in the rural-tract list; expected the FCC file "
+            "(a line 'FIPS' followed by one 11-digit tract GEOID per line)"
+        )
+    df = pd.read_csv(io.StringIO("\n".join(lines[header:])), dtype=str, sep=None, engine="python")
+    col = df.columns[0]
+    ids = df[col].dropna().astype(str).str.strip().str.strip('"')
+    ids = ids[ids.str.fullmatch(r"\d{10,11}")].str.zfill(11)
+    if ids.empty:
+        raise DataError(f"{p}: the rural-tract list has no 11-digit tract GEOIDs after its header")
+    return set(ids)
+
+
+def read_tract_urban(
+    tracts: str | Path,
+    rural_tracts: str | Path,
+    *,
+    bbox: tuple[float, float, float, float] | None = None,
+) -> UrbanLayer:
+    """Tract polygons + rural-tract list: a tract not on the list is urban."""
+    rural = read_rural_tract_list(rural_tracts)
+    gdf = read_vector(tracts, bbox=bbox, what="census-tract")
+    f = _pick(gdf, _TRACT_FIELDS)
+    if f is None:
+        raise DataError(f"{tracts}: not a census-tract layer (no GEOID or GEOID10 field)")
+    geoid = gdf[f].astype(str).str.strip().str.zfill(11)
+    is_urban = ~geoid.isin(rural).to_numpy()
+    polys = gpd.GeoDataFrame(
+        {"code": geoid.to_numpy()[is_urban], "name": geoid.to_numpy()[is_urban]},
+        geometry=gdf.geometry.to_numpy()[is_urban],
+        crs=WGS84,
+    )
+    info = {
+        "units": len(gdf),
+        "urban_units": int(is_urban.sum()),
+        "rural_units": int((~is_urban).sum()),
+        "rural_list_size": len(rural),
+        "code_field": f,
+    }
+    return UrbanLayer("tracts", polys, [str(tracts), str(rural_tracts)], info)
+
+
+def read_rucc(path: str | Path) -> dict[str, int]:
+    """Read USDA rural-urban continuum codes: county FIPS (5 digits) -> RUCC (1-9).
+
+    Accepts the wide files (``FIPS``, ``RUCC_2013``/``RUCC_2003``/``RUCC_2023``, ...) and the
+    long 2023 file (``FIPS``, ``Attribute`` = ``RUCC_2023``, ``Value``); CSV or Excel.
+    """
+    p = Path(path)
+    try:
+        if p.suffix.lower() in (".xls", ".xlsx"):
+            df = pd.read_excel(p, dtype=str)
+        else:
+            df = pd.read_csv(p, dtype=str, encoding_errors="replace")
+    except Exception as exc:
+        raise DataError(f"{p}: cannot read the RUCC file ({type(exc).__name__}: {exc})") from exc
+    cols = {c.strip().upper(): c for c in df.columns}
+    fips_c = cols.get("FIPS") or cols.get("GEOID") or cols.get("FIPS_CODE")
+    if fips_c is None:
+        raise DataError(f"{p}: no FIPS column in the RUCC file")
+    if "ATTRIBUTE" in cols and "VALUE" in cols:
+        sub = df[df[cols["ATTRIBUTE"]].astype(str).str.upper().str.startswith("RUCC")]
+        codes, fips = sub[cols["VALUE"]], sub[fips_c]
+    else:
+        rucc_c = next((cols[c] for c in sorted(cols, reverse=True) if c.startswith("RUCC")), None)
+        if rucc_c is None:
+            raise DataError(f"{p}: no RUCC_2013/RUCC_2023 column in the RUCC file")
+        codes, fips = df[rucc_c], df[fips_c]
+    num = pd.to_numeric(codes, errors="coerce")
+    ok = num.between(1, 9)
+    if not ok.any():
+        raise DataError(f"{p}: no valid RUCC codes (1-9) in the file")
+    return dict(
+        zip(fips[ok].astype(str).str.strip().str.zfill(5), num[ok].astype(int), strict=True)
+    )
+
+
+def read_county_urban(
+    counties: str | Path,
+    rucc: str | Path,
+    *,
+    bbox: tuple[float, float, float, float] | None = None,
+    urban_codes: tuple[int, ...] = (1, 2, 3),
+) -> UrbanLayer:
+    """County polygons + USDA RUCC codes: codes 1-3 (metro) are urban."""
+    codes = read_rucc(rucc)
+    gdf = read_vector(counties, bbox=bbox, what="county")
+    f = _pick(gdf, _COUNTY_FIELDS)
+    if f is not None:
+        fips = gdf[f].astype(str).str.strip().str.zfill(5)
+    elif "STATEFP" in gdf.columns and "COUNTYFP" in gdf.columns:
+        fips = gdf["STATEFP"].astype(str).str.zfill(2) + gdf["COUNTYFP"].astype(str).str.zfill(3)
+    else:
+        raise DataError(f"{counties}: not a county layer (no GEOID or STATEFP+COUNTYFP fields)")
+    rucc_of = fips.map(codes)
+    missing = int(rucc_of.isna().sum())
+    is_urban = rucc_of.isin(urban_codes).to_numpy()
+    polys = gpd.GeoDataFrame(
+        {"code": fips.to_numpy()[is_urban], "name": fips.to_numpy()[is_urban]},
+        geometry=gdf.geometry.to_numpy()[is_urban],
+        crs=WGS84,
+    )
+    info = {
+        "units": len(gdf),
+        "urban_units": int(is_urban.sum()),
+        "counties_without_rucc": missing,
+        "urban_codes": list(urban_codes),
+    }
+    return UrbanLayer("counties", polys, [str(counties), str(rucc)], info)
+
+
+def resolve_urban(
+    *,
+    urban_areas: str | Path | None = None,
+    tracts: str | Path | None = None,
+    rural_tracts: str | Path | None = None,
+    counties: str | Path | None = None,
+    rucc: str | Path | None = None,
+    bbox: tuple[float, float, float, float] | None = None,
+) -> UrbanLayer | None:
+    """Build the urban layer from exactly one source; ``None`` when none is given."""
+    kinds = [
+        k
+        for k, v in (
+            ("--urban-areas", urban_areas),
+            ("--tracts/--rural-tracts", tracts or rural_tracts),
+            ("--counties/--rucc", counties or rucc),
+        )
+        if v
+    ]
+    if len(kinds) > 1:
+        raise DataError(f"give only one urban/rural source (got {', '.join(kinds)})")
+    if urban_areas:
+        return read_urban_areas(urban_areas, bbox=bbox)
+    if tracts or rural_tracts:
+        if not (tracts and rural_tracts):
+            raise DataError("--tracts and --rural-tracts go together (tract polygons + rural list)")
+        return read_tract_urban(tracts, rural_tracts, bbox=bbox)
+    if counties or rucc:
+        if not (counties and rucc):
+            raise DataError("--counties and --rucc go together (county polygons + RUCC codes)")
+        return read_county_urban(counties, rucc, bbox=bbox)
+    return None

@@ -1,0 +1,426 @@
+"""Readers for Ookla open-data speed-test tiles, in every form users have them.
+
+Supported inputs (files or folders, many at once):
+
+- the official parquet distribution (``quadkey``, ``tile`` WKT, speeds, ``tests``, ``devices``),
+  in its hive layout ``type=mobile/year=2023/quarter=4/2023-10-01_performance_mobile_tiles.parquet``
+  or as single files;
+- shapefile zips (``*.zip``; 10-character field names are mapped back);
+- GeoJSON (features with ``"geometry": null`` are kept: the tile is rebuilt from the quadkey);
+- CSV with a ``quadkey`` column.
+
+All of them become one normalised table (:func:`read_tiles`): the tile geometry and centroid are
+always derived from the quadkey (the authoritative key; the stored geometry is redundant and
+sometimes missing), the quarter comes from a ``quarter`` column, the hive path or the file name.
+Rows that cannot be used are counted by reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+
+from geodbk.errors import DataError
+from geodbk.geo import quadkey as qk
+
+log = logging.getLogger(__name__)
+
+#: Columns every Ookla tile source must have.
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "quadkey",
+    "avg_d_kbps",
+    "avg_u_kbps",
+    "avg_lat_ms",
+    "tests",
+    "devices",
+)
+#: Newer columns kept when a source has them.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("avg_lat_down_ms", "avg_lat_up_ms", "tile_x", "tile_y")
+TYPES: tuple[str, ...] = ("mobile", "fixed")
+TILE_EXTENSIONS: tuple[str, ...] = (".parquet", ".geojson", ".json", ".zip", ".csv", ".gpkg")
+
+# Shapefile (dBASE) field names are cut at 10 characters.
+_ALIASES = {"avg_lat_do": "avg_lat_down_ms", "avg_lat_up": "avg_lat_up_ms"}
+_QUARTER_RE = re.compile(r"^(\d{4})\s*-?\s*Q([1-4])$", re.IGNORECASE)
+
+
+@dataclass
+class TileFile:
+    """One input file of tiles, with what its path says about it."""
+
+    path: Path
+    kind: str
+    type: str | None
+    quarter: str | None
+
+
+@dataclass
+class TileRead:
+    """Result of :func:`read_tiles`.
+
+    Attributes
+    ----------
+    frame
+        Normalised tiles, EPSG:4326: ``quadkey``, ``quarter``, ``lon``, ``lat``, the Ookla
+        measures (int64), optional columns, ``geometry`` (tile polygon).
+    read
+        Number of rows read from the files (before any drop).
+    dropped
+        Rows dropped, by reason.
+    sources
+        One dict per file read: path, kind, type, quarter(s), rows read, rows kept.
+    type
+        The network type (``mobile``/``fixed``) or ``None`` when unknown.
+    """
+
+    frame: gpd.GeoDataFrame
+    read: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    type: str | None = None
+
+
+def parse_quarter(text: str) -> str:
+    """Normalise a quarter like ``2023Q4``, ``2023-q4`` or ``2023 Q4`` to ``2023Q4``."""
+    m = _QUARTER_RE.match(str(text).strip())
+    if not m:
+        raise DataError(f"bad quarter {text!r}: write it like 2023Q4")
+    return f"{m.group(1)}Q{m.group(2)}"
+
+
+def parse_quarters(spec: str | Sequence[str] | None) -> list[str] | None:
+    """Parse a quarter selection: ``2019Q1:2023Q4`` (inclusive range), ``2023Q4`` or a list.
+
+    Returns the sorted list of quarters, or ``None`` for no selection.
+    """
+    if spec is None:
+        return None
+    items = [spec] if isinstance(spec, str) else list(spec)
+    out: set[str] = set()
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if ":" in part:
+                lo_s, hi_s = (parse_quarter(p) for p in part.split(":", 1))
+                lo = int(lo_s[:4]) * 4 + int(lo_s[5]) - 1
+                hi = int(hi_s[:4]) * 4 + int(hi_s[5]) - 1
+                if hi < lo:
+                    raise DataError(f"empty quarter range {part!r}: the first must not be later")
+                out.update(f"{k // 4}Q{k % 4 + 1}" for k in range(lo, hi + 1))
+            else:
+                out.add(parse_quarter(part))
+    return sorted(out)
+
+
+def quarter_from_path(path: str | Path) -> str | None:
+    """The quarter a file holds, from its hive path, Ookla file name or a ``2023Q4`` in its name."""
+    text = str(path).replace("\\", "/")
+    m = re.search(r"year=(\d{4})/quarter=([1-4])(?:/|$)", text)
+    if m:
+        return f"{m.group(1)}Q{m.group(2)}"
+    name = Path(text).name
+    m = re.search(r"(\d{4})-(\d{2})-\d{2}_performance", name)
+    if m and 1 <= int(m.group(2)) <= 12:
+        return f"{m.group(1)}Q{(int(m.group(2)) - 1) // 3 + 1}"
+    m = re.search(r"(?<!\d)(\d{4})[-_ ]?[Qq]([1-4])(?!\d)", name)
+    if m:
+        return f"{m.group(1)}Q{m.group(2)}"
+    return None
+
+
+def type_from_path(path: str | Path) -> str | None:
+    """The network type (``mobile``/``fixed``) from a hive ``type=`` folder or the file name."""
+    text = str(path).replace("\\", "/").lower()
+    m = re.search(r"type=(mobile|fixed)(?:/|$)", text)
+    if m:
+        return m.group(1)
+    name = Path(text).name
+    found = [t for t in TYPES if re.search(rf"(^|[^a-z]){t}([^a-z]|$)", name)]
+    return found[0] if len(found) == 1 else None
+
+
+def _kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    return {
+        ".parquet": "parquet",
+        ".geojson": "geojson",
+        ".json": "geojson",
+        ".zip": "shapefile",
+        ".csv": "csv",
+        ".gpkg": "gpkg",
+    }.get(suffix, "unknown")
+
+
+def discover_tile_files(paths: Iterable[str | Path]) -> list[TileFile]:
+    """Expand files and folders (searched recursively) into tile files, sorted by path.
+
+    Raises
+    ------
+    DataError
+        If a path does not exist, a file has an unsupported extension, or nothing is found.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            # In folders, plain .json files are sidecars (e.g. from `geodbk download`), not tiles.
+            found = sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file()
+                and f.suffix.lower() in TILE_EXTENSIONS
+                and f.suffix.lower() != ".json"
+                and not f.name.startswith(".")
+            )
+            if not found:
+                raise DataError(
+                    f"{p}: no tile files (*.parquet, *.geojson, *.zip, *.csv) in this folder"
+                )
+            files.extend(found)
+        elif p.is_file():
+            if p.suffix.lower() not in TILE_EXTENSIONS:
+                raise DataError(
+                    f"{p}: unsupported tile file type {p.suffix!r}; use Ookla parquet, a "
+                    "shapefile zip, GeoJSON or CSV with a quadkey column"
+                )
+            files.append(p)
+        else:
+            raise DataError(f"{p}: no such file or folder (check the --tiles path)")
+    unique = sorted(set(files))
+    return [TileFile(f, _kind(f), type_from_path(f), quarter_from_path(f)) for f in unique]
+
+
+def _null_count(pf: Any, column: str) -> int:
+    """Nulls in a parquet column, from the row-group statistics (reading it when they lack it)."""
+    meta = pf.metadata
+    idx = pf.schema_arrow.get_field_index(column)
+    total = 0
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(idx).statistics
+        if stats is None or not stats.has_null_count:
+            return int(pf.read(columns=[column]).column(column).null_count)
+        total += stats.null_count
+    return int(total)
+
+
+def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
+    """Read one file's attribute table; returns the frame and its number of null geometries."""
+    path = tf.path
+    null_geoms = 0
+    try:
+        if tf.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+            wanted = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, "quarter") if c in names]
+            df = pq.read_table(path, columns=wanted).to_pandas()
+            if "tile" in names and len(df):
+                null_geoms = _null_count(pq.ParquetFile(path), "tile")
+        elif tf.kind == "csv":
+            df = pd.read_csv(path, dtype={"quadkey": str, "quarter": str})
+            df = df.drop(columns=[c for c in ("tile", "geometry", "WKT") if c in df.columns])
+        else:
+            import pyogrio
+
+            gdf = pyogrio.read_dataframe(path)
+            null_geoms = int(gdf.geometry.isna().sum()) if "geometry" in gdf else 0
+            df = pd.DataFrame(gdf.drop(columns="geometry", errors="ignore"))
+    except DataError:
+        raise
+    except Exception as exc:  # pyarrow / GDAL / pandas raise many types
+        raise DataError(
+            f"{path}: cannot read this {tf.kind} file ({type(exc).__name__}: {exc}); check that "
+            "it is complete and in one of the supported formats"
+        ) from exc
+    df = df.rename(columns={c: _ALIASES.get(c, c) for c in df.columns})
+    df.columns = [str(c) for c in df.columns]
+    lower = {c.lower(): c for c in df.columns}
+    df = df.rename(columns={lower[c]: c for c in (*REQUIRED_COLUMNS, "quarter") if c in lower})
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(
+            f"{path}: missing column(s) {', '.join(missing)} (found: {', '.join(df.columns)}); "
+            "Ookla tiles need quadkey, avg_d_kbps, avg_u_kbps, avg_lat_ms, tests, devices"
+        )
+    return df, null_geoms
+
+
+def _count(dropped: dict[str, int], reason: str, n: int) -> None:
+    if n:
+        dropped[reason] = dropped.get(reason, 0) + int(n)
+
+
+def _clean(
+    df: pd.DataFrame, quarter: str | None, tf: TileFile, dropped: dict[str, int]
+) -> pd.DataFrame:
+    """Validate rows of one file: normalise dtypes, drop unusable rows counting the reasons."""
+    out = pd.DataFrame(index=pd.RangeIndex(len(df)))
+    keys = df["quadkey"]
+    out["quadkey"] = np.where(keys.isna(), "", keys.astype(str).str.strip()).astype(str)
+    if "quarter" in df.columns:
+        q = df["quarter"].astype(str).str.strip().str.upper().str.replace(r"[-_ ]", "", regex=True)
+        ok_q = q.str.fullmatch(r"\d{4}Q[1-4]")
+        if quarter is not None:
+            q = q.where(ok_q, quarter)
+        else:
+            _count(dropped, "bad_quarter", int((~ok_q).sum()))
+        out["quarter"] = q.where(q.str.fullmatch(r"\d{4}Q[1-4]"), "")
+    elif quarter is not None:
+        out["quarter"] = quarter
+    else:
+        raise DataError(
+            f"{tf.path}: cannot tell which quarter this file holds; name it like "
+            "2023-10-01_performance_mobile_tiles.parquet, put it under year=2023/quarter=4/, "
+            "include 2023Q4 in its name, or add a 'quarter' column"
+        )
+    keep = np.ones(len(df), dtype=bool)
+    if "quarter" in df.columns and quarter is None:
+        keep &= (out["quarter"] != "").to_numpy()
+    for col in REQUIRED_COLUMNS[1:]:
+        out[col] = pd.to_numeric(df[col], errors="coerce").astype("float64").to_numpy()
+    for col in OPTIONAL_COLUMNS:
+        if col in df.columns:
+            out[col] = pd.to_numeric(df[col], errors="coerce").astype("float64").to_numpy()
+    measures = out[list(REQUIRED_COLUMNS[1:])].to_numpy()
+    checks: list[tuple[str, np.ndarray]] = [
+        ("bad_quadkey", ~qk.valid_quadkeys(out["quadkey"].to_numpy())),
+        ("missing_value", ~np.isfinite(measures).all(axis=1)),
+        ("non_positive_download", ~(out["avg_d_kbps"].to_numpy() > 0)),
+        ("non_positive_upload", ~(out["avg_u_kbps"].to_numpy() > 0)),
+        ("non_positive_latency", ~(out["avg_lat_ms"].to_numpy() > 0)),
+        ("tests_below_1", ~(out["tests"].to_numpy() >= 1)),
+        ("devices_below_1", ~(out["devices"].to_numpy() >= 1)),
+    ]
+    for reason, bad in checks:
+        hit = bad & keep
+        _count(dropped, reason, int(hit.sum()))
+        keep &= ~bad
+    out = out.loc[keep].reset_index(drop=True)
+    for col in REQUIRED_COLUMNS[1:]:
+        if col in ("tests", "devices"):
+            out[col] = np.round(out[col].to_numpy()).astype(np.int64)
+        else:
+            out[col] = out[col].to_numpy()
+    return out
+
+
+def read_tiles(
+    paths: Iterable[str | Path],
+    *,
+    type: str | None = None,
+    quarters: str | Sequence[str] | None = None,
+) -> TileRead:
+    """Read Ookla tiles from files and folders into one normalised GeoDataFrame.
+
+    Parameters
+    ----------
+    paths
+        Files or folders (searched recursively; hive layouts included).
+    type
+        ``mobile`` or ``fixed``: files whose path says the other type are skipped. When ``None``
+        and the files hold both types, a :class:`DataError` asks for one.
+    quarters
+        Quarter selection (``2019Q1:2023Q4``, ``2023Q4`` or a list); rows of other quarters are
+        counted as ``outside_quarters``.
+
+    Returns
+    -------
+    TileRead
+        The tiles, counts by drop reason and per-file provenance.
+    """
+    if type is not None and type not in TYPES:
+        raise DataError(f"unknown tile type {type!r}: use mobile or fixed")
+    wanted = parse_quarters(quarters)
+    files = discover_tile_files(paths)
+    if type is not None:
+        files = [f for f in files if f.type in (None, type)]
+        if not files:
+            raise DataError(f"no {type} tile files among the given --tiles paths")
+    else:
+        types = {f.type for f in files if f.type}
+        if len(types) > 1:
+            raise DataError(
+                "the --tiles paths hold both mobile and fixed tiles; pass --type mobile or "
+                "--type fixed"
+            )
+        type = next(iter(types)) if types else None
+    if wanted is not None:
+        files = [f for f in files if f.quarter is None or f.quarter in wanted]
+        if not files:
+            raise DataError(
+                f"no tile files for quarters {wanted[0]}..{wanted[-1]} among the --tiles paths"
+            )
+    dropped: dict[str, int] = {}
+    frames: list[pd.DataFrame] = []
+    sources: list[dict[str, Any]] = []
+    total = 0
+    for tf in files:
+        raw, null_geoms = _read_raw(tf)
+        total += len(raw)
+        before = dict(dropped)
+        clean = _clean(raw, tf.quarter, tf, dropped)
+        if wanted is not None and len(clean):
+            inside = clean["quarter"].isin(wanted).to_numpy()
+            _count(dropped, "outside_quarters", int((~inside).sum()))
+            clean = clean.loc[inside].reset_index(drop=True)
+        frames.append(clean)
+        file_dropped = {
+            k: v - before.get(k, 0) for k, v in dropped.items() if v != before.get(k, 0)
+        }
+        sources.append(
+            {
+                "path": str(tf.path),
+                "kind": tf.kind,
+                "type": tf.type,
+                "quarter": tf.quarter,
+                "rows": len(raw),
+                "kept": len(clean),
+                "dropped": file_dropped,
+                "null_geometries_rebuilt": int(null_geoms),
+            }
+        )
+        log.debug("read %s: %d rows, %d kept", tf.path, len(raw), len(clean))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(df):
+        dup = df.duplicated(subset=["quadkey", "quarter"], keep="first").to_numpy()
+        _count(dropped, "duplicate_tile_quarter", int(dup.sum()))
+        if dup.any():
+            df = df.loc[~dup].reset_index(drop=True)
+    return TileRead(
+        frame=tiles_to_geodataframe(df), read=total, dropped=dropped, sources=sources, type=type
+    )
+
+
+def tiles_to_geodataframe(df: pd.DataFrame) -> gpd.GeoDataFrame:
+    """Add ``lon``/``lat`` centroids and tile polygons (from the quadkeys) to a tile frame.
+
+    Tiles shared by several quarters are computed once.
+    """
+    if len(df) == 0:
+        empty = pd.DataFrame(
+            {c: pd.Series(dtype="float64") for c in (*REQUIRED_COLUMNS, "lon", "lat")}
+        )
+        empty["quadkey"] = empty["quadkey"].astype(str)
+        empty["quarter"] = pd.Series(dtype=str)
+        return gpd.GeoDataFrame(empty, geometry=gpd.GeoSeries([], crs="EPSG:4326"), crs="EPSG:4326")
+    codes, uniques = pd.factorize(df["quadkey"], sort=False)
+    west, south, east, north = qk.quadkey_bounds(np.asarray(uniques, dtype=str))
+    polys = qk.tile_polygons(west, south, east, north)
+    out = df.copy()
+    out["lon"] = ((west + east) / 2.0)[codes]
+    out["lat"] = ((south + north) / 2.0)[codes]
+    # Ookla's tile_x / tile_y are the tile centroid's lon / lat: fill rows of older quarters.
+    for col, centre in (("tile_x", "lon"), ("tile_y", "lat")):
+        if col in out.columns:
+            out[col] = out[col].astype("float64").fillna(out[centre])
+    return gpd.GeoDataFrame(out, geometry=polys[codes], crs="EPSG:4326")

@@ -1,0 +1,173 @@
+"""Vectorised Bing-maps quadkeys: quadkey <-> tile x/y/zoom <-> bounds / centroid (numpy).
+
+Everything works on whole arrays at once: the only Python loops run over the (at most 23)
+digit positions or not at all, never over rows. Conventions follow the web-mercator XYZ scheme
+(``mercantile``): ``x`` grows eastwards, ``y`` southwards, zoom ``z`` = number of digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import shapely
+
+#: Deepest zoom a quadkey may have here (tile indices fit in int64; Bing maps stop at 23).
+MAX_ZOOM = 23
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def _as_codes(quadkeys: Sequence[str] | npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], IntArray]:
+    """Quadkeys as an ``(n, w)`` array of ASCII codes (0-padded) and their lengths."""
+    arr = np.asarray(quadkeys)
+    if arr.size == 0:
+        arr = arr.astype("U1").reshape(0)
+    if arr.dtype.kind == "O":
+        arr = arr.astype(str)
+    if arr.dtype.kind == "U":
+        width = max(arr.dtype.itemsize // 4, 1)
+        codes32 = np.ascontiguousarray(arr).view(np.uint32).reshape(arr.shape[0], width)
+        codes = np.where(codes32 > 255, 255, codes32).astype(np.uint8)
+    elif arr.dtype.kind == "S":
+        width = max(arr.dtype.itemsize, 1)
+        codes = np.ascontiguousarray(arr).view(np.uint8).reshape(arr.shape[0], width)
+    else:
+        raise TypeError(f"quadkeys must be strings, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError("quadkeys must be a 1-D array")
+    lengths = (codes != 0).sum(axis=1).astype(np.int64)
+    return codes, lengths
+
+
+def valid_quadkeys(quadkeys: Sequence[str] | npt.ArrayLike) -> BoolArray:
+    """Return a boolean mask: which entries are well-formed quadkeys (digits 0-3, zoom 1-23)."""
+    codes, lengths = _as_codes(quadkeys)
+    width = codes.shape[1]
+    pos = np.arange(width)
+    inside = pos[None, :] < lengths[:, None]
+    # Embedded NULs (non-contiguous) would give lengths that disagree with the first NUL.
+    contiguous = ((codes != 0) == inside).all(axis=1)
+    digits_ok = np.where(inside, (codes >= 48) & (codes <= 51), True).all(axis=1)
+    return contiguous & digits_ok & (lengths >= 1) & (lengths <= MAX_ZOOM)
+
+
+def quadkey_to_tile(
+    quadkeys: Sequence[str] | npt.ArrayLike,
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Convert quadkeys to tile indices.
+
+    Parameters
+    ----------
+    quadkeys
+        1-D array-like of quadkey strings (zoom 1-23).
+
+    Returns
+    -------
+    x, y, z
+        int64 arrays: tile column, tile row and zoom.
+
+    Raises
+    ------
+    ValueError
+        If any quadkey is malformed (use :func:`valid_quadkeys` to filter first).
+    """
+    codes, lengths = _as_codes(quadkeys)
+    n, width = codes.shape
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
+    ok = valid_quadkeys(quadkeys)
+    if not ok.all():
+        bad = np.asarray(quadkeys)[~ok][:3]
+        raise ValueError(f"malformed quadkeys (digits 0-3, 1-{MAX_ZOOM} of them): {list(bad)}")
+    digits = codes.astype(np.int64) - 48
+    pos = np.arange(width, dtype=np.int64)
+    inside = pos[None, :] < lengths[:, None]
+    digits = np.where(inside, digits, 0)
+    shift = np.where(inside, lengths[:, None] - 1 - pos[None, :], 0)
+    x = ((digits & 1) << shift).sum(axis=1)
+    y = (((digits >> 1) & 1) << shift).sum(axis=1)
+    return x.astype(np.int64), y.astype(np.int64), lengths
+
+
+def tile_to_quadkey(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> npt.NDArray[np.str_]:
+    """Convert tile indices to quadkey strings (numpy unicode array).
+
+    Parameters
+    ----------
+    x, y, z
+        Tile column, row and zoom (broadcastable integer arrays; zoom 1-23).
+    """
+    xa, ya, za = np.broadcast_arrays(
+        np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64), np.asarray(z, dtype=np.int64)
+    )
+    xa, ya, za = xa.ravel(), ya.ravel(), za.ravel()
+    if xa.size == 0:
+        return np.zeros(0, dtype="U1")
+    if za.min() < 1 or za.max() > MAX_ZOOM:
+        raise ValueError(f"zoom must be in 1..{MAX_ZOOM}")
+    if (xa < 0).any() or (ya < 0).any() or (xa >> za).any() or (ya >> za).any():
+        raise ValueError("tile x/y out of range for their zoom")
+    width = int(za.max())
+    pos = np.arange(width, dtype=np.int64)
+    inside = pos[None, :] < za[:, None]
+    shift = np.where(inside, za[:, None] - 1 - pos[None, :], 0)
+    digit = ((xa[:, None] >> shift) & 1) | (((ya[:, None] >> shift) & 1) << 1)
+    codes = np.where(inside, digit + 48, 0).astype(np.uint8)
+    as_bytes = np.ascontiguousarray(codes).view(f"S{width}").ravel()
+    return as_bytes.astype(f"U{width}")
+
+
+def tile_bounds(
+    x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Return ``(west, south, east, north)`` in degrees (EPSG:4326) of XYZ tiles."""
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    n = np.exp2(np.asarray(z, dtype=np.float64))
+    west = xa / n * 360.0 - 180.0
+    east = (xa + 1.0) / n * 360.0 - 180.0
+    north = np.degrees(np.arctan(np.sinh(np.pi * (1.0 - 2.0 * ya / n))))
+    south = np.degrees(np.arctan(np.sinh(np.pi * (1.0 - 2.0 * (ya + 1.0) / n))))
+    return west, south, east, north
+
+
+def quadkey_bounds(
+    quadkeys: Sequence[str] | npt.ArrayLike,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Return ``(west, south, east, north)`` of quadkeys' tiles."""
+    return tile_bounds(*quadkey_to_tile(quadkeys))
+
+
+def quadkey_centroid(quadkeys: Sequence[str] | npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Return ``(lon, lat)`` of the tiles' centroids (centre of the lon/lat rectangle)."""
+    west, south, east, north = quadkey_bounds(quadkeys)
+    return (west + east) / 2.0, (south + north) / 2.0
+
+
+def tile_polygons(
+    west: npt.ArrayLike, south: npt.ArrayLike, east: npt.ArrayLike, north: npt.ArrayLike
+) -> npt.NDArray[np.object_]:
+    """Rectangular shapely polygons (counter-clockwise) from bounds arrays."""
+    return np.asarray(shapely.box(west, south, east, north, ccw=True), dtype=object)
+
+
+def quadkey_polygons(quadkeys: Sequence[str] | npt.ArrayLike) -> npt.NDArray[np.object_]:
+    """Tile polygons of quadkeys (EPSG:4326)."""
+    return tile_polygons(*quadkey_bounds(quadkeys))
+
+
+def lonlat_to_tile(lon: npt.ArrayLike, lat: npt.ArrayLike, zoom: int) -> tuple[IntArray, IntArray]:
+    """Return the XYZ tile ``(x, y)`` at ``zoom`` containing each lon/lat point."""
+    lon_a = np.asarray(lon, dtype=np.float64)
+    lat_a = np.clip(np.asarray(lat, dtype=np.float64), -85.05112877980659, 85.05112877980659)
+    n = 2.0**zoom
+    x = np.floor((lon_a + 180.0) / 360.0 * n)
+    s = np.sin(np.radians(lat_a))
+    y = np.floor((0.5 - np.log((1.0 + s) / (1.0 - s)) / (4.0 * np.pi)) * n)
+    top = int(n) - 1
+    return np.clip(x, 0, top).astype(np.int64), np.clip(y, 0, top).astype(np.int64)

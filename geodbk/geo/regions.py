@@ -1,0 +1,332 @@
+"""Regions (a state from a Census state-boundary file, any polygon file, a bounding box) and the
+affine scaling of lon/lat to [-1, 1]² by the region's bounding box.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import geopandas as gpd
+import numpy as np
+import numpy.typing as npt
+import shapely
+from shapely.geometry.base import BaseGeometry
+
+from geodbk.errors import DataError
+
+WGS84 = "EPSG:4326"
+
+_STATE_CODE_FIELDS = ("STUSPS", "STUSPS20", "STUSPS10", "STUSAB", "POSTAL")
+_STATE_NAME_FIELDS = ("NAME", "NAME20", "NAME10")
+_STATE_FIPS_FIELDS = ("GEOID", "STATEFP", "GEOID20", "STATEFP20", "GEOID10", "STATEFP10")
+
+
+def read_vector(
+    path: str | Path,
+    *,
+    bbox: tuple[float, float, float, float] | None = None,
+    what: str = "vector",
+) -> gpd.GeoDataFrame:
+    """Read a vector file (shapefile zip, GeoJSON, GeoPackage, ...) and reproject it to EPSG:4326.
+
+    Parameters
+    ----------
+    path
+        The file.
+    bbox
+        Optional ``(west, south, east, north)`` in EPSG:4326: only features intersecting it are
+        read (the box is transformed to the file's CRS first).
+    what
+        What the file is, for error messages (e.g. ``"urban-area"``).
+
+    Raises
+    ------
+    DataError
+        If the file is missing, unreadable or has no CRS-compatible geometry.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such {what} file")
+    try:
+        import pyogrio
+
+        file_bbox = None
+        if bbox is not None:
+            info = pyogrio.read_info(p)
+            crs = info.get("crs")
+            file_bbox = bbox
+            if crs and gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).crs != crs:
+                file_bbox = tuple(
+                    gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).to_crs(crs).total_bounds
+                )
+        gdf = gpd.read_file(p, bbox=file_bbox) if file_bbox is not None else gpd.read_file(p)
+    except Exception as exc:
+        raise DataError(
+            f"{p}: cannot read this {what} file ({type(exc).__name__}: {exc}); use a shapefile "
+            "zip, GeoJSON or GeoPackage"
+        ) from exc
+    if "geometry" not in gdf or not isinstance(gdf, gpd.GeoDataFrame):
+        raise DataError(f"{p}: the {what} file has no geometry")
+    if gdf.crs is None:
+        gdf = gdf.set_crs(WGS84)
+    elif gdf.crs != WGS84:
+        gdf = gdf.to_crs(WGS84)
+    gdf = gdf[gdf.geometry.notna() & ~gdf.geometry.is_empty].reset_index(drop=True)
+    return gdf
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Affine map of lon/lat to [-1, 1]²: ``x1 = 2 (lon - lon_min) / (lon_max - lon_min) - 1``."""
+
+    lon_min: float
+    lon_max: float
+    lat_min: float
+    lat_max: float
+
+    @classmethod
+    def from_bounds(cls, bounds: tuple[float, float, float, float] | npt.ArrayLike) -> Scaling:
+        """Scaling from ``(west, south, east, north)``; a degenerate side is widened by 1e-6°."""
+        w, s, e, n = (float(v) for v in np.asarray(bounds, dtype=float))
+        if not e > w:
+            w, e = w - 1e-6, e + 1e-6
+        if not n > s:
+            s, n = s - 1e-6, n + 1e-6
+        return cls(lon_min=w, lon_max=e, lat_min=s, lat_max=n)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Scaling:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            float(d["lon_min"]), float(d["lon_max"]), float(d["lat_min"]), float(d["lat_max"])
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready dict (the ``scaling`` entry of the table metadata)."""
+        return {
+            "lon_min": self.lon_min,
+            "lon_max": self.lon_max,
+            "lat_min": self.lat_min,
+            "lat_max": self.lat_max,
+        }
+
+    def scale(
+        self, lon: npt.ArrayLike, lat: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Map lon/lat to ``(x1, x2)``."""
+        x1 = (
+            2.0 * (np.asarray(lon, dtype=float) - self.lon_min) / (self.lon_max - self.lon_min)
+            - 1.0
+        )
+        x2 = (
+            2.0 * (np.asarray(lat, dtype=float) - self.lat_min) / (self.lat_max - self.lat_min)
+            - 1.0
+        )
+        return x1, x2
+
+    def unscale(
+        self, x1: npt.ArrayLike, x2: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Map ``(x1, x2)`` back to lon/lat."""
+        lon = (np.asarray(x1, dtype=float) + 1.0) / 2.0 * (
+            self.lon_max - self.lon_min
+        ) + self.lon_min
+        lat = (np.asarray(x2, dtype=float) + 1.0) / 2.0 * (
+            self.lat_max - self.lat_min
+        ) + self.lat_min
+        return lon, lat
+
+
+@dataclass(frozen=True)
+class Region:
+    """A study region: its boundary (EPSG:4326) and where it came from.
+
+    Attributes
+    ----------
+    name
+        Display name (``Hawaii``, a file stem, ``bbox``).
+    geometry
+        (Multi)polygon, EPSG:4326.
+    kind
+        ``state``, ``polygon``, ``bbox`` or ``tiles`` (extent of the data, no filter given).
+    source
+        The file it was read from (``None`` for a bbox).
+    attrs
+        Extra identifiers (``STUSPS``, ``GEOID``, ...).
+    """
+
+    name: str
+    geometry: BaseGeometry
+    kind: str
+    source: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """``(west, south, east, north)``."""
+        w, s, e, n = self.geometry.bounds
+        return (float(w), float(s), float(e), float(n))
+
+    def contains(self, lon: npt.ArrayLike, lat: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Vectorised test of which points lie inside (or on the boundary of) the region."""
+        lon_a = np.asarray(lon, dtype=float)
+        lat_a = np.asarray(lat, dtype=float)
+        if self.kind == "bbox":
+            w, s, e, n = self.bounds
+            return (lon_a >= w) & (lon_a <= e) & (lat_a >= s) & (lat_a <= n)
+        geom = self.geometry
+        shapely.prepare(geom)
+        return np.asarray(shapely.intersects_xy(geom, lon_a, lat_a), dtype=bool)
+
+    def scaling(self) -> Scaling:
+        """The [-1, 1]² scaling by the region's bounding box."""
+        return Scaling.from_bounds(self.bounds)
+
+    def to_geodataframe(self) -> gpd.GeoDataFrame:
+        """One-row GeoDataFrame (EPSG:4326) with name, kind and attrs, for ``region.geojson``."""
+        props = {"name": self.name, "kind": self.kind, "source": self.source or ""}
+        props.update({k: str(v) for k, v in self.attrs.items()})
+        return gpd.GeoDataFrame(
+            {k: [v] for k, v in props.items()}, geometry=[self.geometry], crs=WGS84
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (the ``region`` entry of the table metadata)."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "source": self.source,
+            "bounds": list(self.bounds),
+            "attrs": {k: str(v) for k, v in self.attrs.items()},
+        }
+
+
+def _dissolve(gdf: gpd.GeoDataFrame) -> BaseGeometry:
+    geom = shapely.union_all(shapely.make_valid(gdf.geometry.to_numpy()))
+    polys = [g for g in shapely.get_parts(geom) if g.geom_type in ("Polygon", "MultiPolygon")]
+    if not polys:
+        raise DataError("the region file has no polygons")
+    return shapely.union_all(polys) if len(polys) > 1 else polys[0]
+
+
+def state_region(states_file: str | Path, state: str) -> Region:
+    """A state's region from a Census state-boundary file (e.g. ``cb_2018_us_state_500k.zip``).
+
+    Parameters
+    ----------
+    states_file
+        Any vector file with ``STUSPS``/``NAME``/``GEOID`` (or ``STATEFP``) fields.
+    state
+        Postal code (``HI``), name (``Hawaii``) or FIPS code (``15``), case-insensitive.
+    """
+    gdf = read_vector(states_file, what="state-boundary")
+    key = str(state).strip()
+    match = np.zeros(len(gdf), dtype=bool)
+    fields = [f for f in (*_STATE_CODE_FIELDS, *_STATE_NAME_FIELDS) if f in gdf.columns]
+    for f in fields:
+        match |= gdf[f].astype(str).str.strip().str.casefold().to_numpy() == key.casefold()
+    if key.isdigit():
+        for f in (f for f in _STATE_FIPS_FIELDS if f in gdf.columns):
+            match |= gdf[f].astype(str).str.strip().str.zfill(2).to_numpy() == key.zfill(2)
+    if not fields and not any(f in gdf.columns for f in _STATE_FIPS_FIELDS):
+        raise DataError(
+            f"{states_file}: not a state-boundary file (no STUSPS, NAME or GEOID field); "
+            "use cb_2018_us_state_500k.zip or pass the boundary with --region"
+        )
+    if not match.any():
+        code_f = next(
+            (f for f in _STATE_CODE_FIELDS if f in gdf.columns), fields[0] if fields else None
+        )
+        known = sorted(gdf[code_f].astype(str))[:60] if code_f else []
+        raise DataError(
+            f"{states_file}: no state {state!r} (give a postal code, name or FIPS code; "
+            f"the file has: {', '.join(known)})"
+        )
+    rows = gdf[match]
+    first = rows.iloc[0]
+    attrs = {f: first[f] for f in ("STUSPS", "NAME", "GEOID", "STATEFP") if f in rows.columns}
+    name_f = next((f for f in _STATE_NAME_FIELDS if f in rows.columns), None)
+    name = str(first[name_f]) if name_f else key
+    return Region(
+        name=name, geometry=_dissolve(rows), kind="state", source=str(states_file), attrs=attrs
+    )
+
+
+def polygon_region(path: str | Path) -> Region:
+    """The union of all polygons of a vector file as the region."""
+    gdf = read_vector(path, what="region")
+    if gdf.empty:
+        raise DataError(f"{path}: the region file has no features")
+    try:
+        geom = _dissolve(gdf)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    name_f = next((f for f in ("NAME", "name", *_STATE_NAME_FIELDS) if f in gdf.columns), None)
+    name = str(gdf.iloc[0][name_f]) if name_f and len(gdf) == 1 else Path(path).stem
+    return Region(name=name, geometry=geom, kind="polygon", source=str(path))
+
+
+def bbox_region(west: float, south: float, east: float, north: float) -> Region:
+    """A bounding-box region (degrees, EPSG:4326)."""
+    w, s, e, n = (float(v) for v in (west, south, east, north))
+    if not (-180 <= w < e <= 180 and -90 <= s < n <= 90):
+        raise DataError(
+            f"bad --bbox {w} {s} {e} {n}: give WEST SOUTH EAST NORTH in degrees with west < east "
+            "and south < north"
+        )
+    return Region(name="bbox", geometry=shapely.box(w, s, e, n), kind="bbox")
+
+
+def resolve_region(
+    *,
+    state: str | None = None,
+    states_file: str | Path | None = None,
+    region: str | Path | None = None,
+    bbox: tuple[float, float, float, float] | None = None,
+) -> Region | None:
+    """Build the region from exactly one of: ``state`` + ``states_file``, ``region``, ``bbox``.
+
+    Returns ``None`` when none is given.
+    """
+    given = [
+        n for n, v in (("--state", state), ("--region", region), ("--bbox", bbox)) if v is not None
+    ]
+    if len(given) > 1:
+        raise DataError(f"give only one of --state, --region, --bbox (got {', '.join(given)})")
+    if state is not None:
+        if states_file is None:
+            raise DataError(
+                "--state needs --states-file (a Census state-boundary file such as "
+                "cb_2018_us_state_500k.zip; `geodbk download` fetches it)"
+            )
+        return state_region(states_file, state)
+    if region is not None:
+        return polygon_region(region)
+    if bbox is not None:
+        if len(bbox) != 4:
+            raise DataError("--bbox needs 4 numbers: WEST SOUTH EAST NORTH")
+        return bbox_region(*bbox)
+    return None
+
+
+def write_region_geojson(region: Region, path: str | Path) -> None:
+    """Write the region boundary to a GeoJSON file atomically."""
+    from geodbk.atomic import atomic_write_text
+
+    atomic_write_text(path, region.to_geodataframe().to_json(drop_id=True))
+
+
+def region_from_geojson(path: str | Path) -> Region:
+    """Read back a ``region.geojson`` written by :func:`write_region_geojson`."""
+    data = json.loads(Path(path).read_text())
+    props = data["features"][0]["properties"]
+    gdf = gpd.read_file(path)
+    return Region(
+        name=str(props.get("name", "")),
+        geometry=_dissolve(gdf),
+        kind=str(props.get("kind", "polygon")),
+        source=props.get("source") or None,
+    )

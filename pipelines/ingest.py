@@ -1,0 +1,394 @@
+"""``geodbk ingest``: Ookla tiles + Census urban/rural layer + region -> ``RUN/tiles.parquet``.
+
+Writes (each atomically) ``RUN/region.geojson``, ``RUN/urban_areas.geojson`` (when the urban
+source has polygons), ``RUN/ingest_report.json`` and, last, ``RUN/tiles.parquet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from geodbk import __version__
+from geodbk.atomic import atomic_write_json, atomic_write_text
+from geodbk.errors import DataError
+from geodbk.geo.census import UrbanLayer, resolve_urban
+from geodbk.geo.ookla import read_tiles
+from geodbk.geo.regions import Region, Scaling, resolve_region, write_region_geojson
+from geodbk.geo.table import prepare_tile_table, write_tile_table
+
+log = logging.getLogger("geodbk.ingest")
+
+PathLike = str | Path
+
+
+def _label_unique(
+    layer: UrbanLayer, lon: np.ndarray, lat: np.ndarray, keys: pd.Series
+) -> np.ndarray:
+    """Label each distinct tile once, then broadcast to its rows."""
+    codes, uniques = pd.factorize(keys, sort=False)
+    first = np.zeros(len(uniques), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    labels = layer.label(lon[first], lat[first])
+    return labels[codes]
+
+
+def run_ingest(
+    *,
+    tiles: Sequence[PathLike],
+    run: PathLike,
+    state: str | None = None,
+    states_file: PathLike | None = None,
+    region: PathLike | None = None,
+    bbox: Sequence[float] | None = None,
+    urban_areas: PathLike | None = None,
+    tracts: PathLike | None = None,
+    rural_tracts: PathLike | None = None,
+    counties: PathLike | None = None,
+    rucc: PathLike | None = None,
+    type: str | None = None,
+    quarters: str | Sequence[str] | None = None,
+    split: str = "random",
+    seed: int = 0,
+    block_size: float = 0.1,
+    scale_by: str = "region",
+) -> dict[str, Any]:
+    """Run the ingest stage; returns the report written to ``RUN/ingest_report.json``.
+
+    Parameters
+    ----------
+    tiles
+        Tile files or folders (Ookla parquet, hive folders, shapefile zips, GeoJSON, CSV).
+    run
+        Run directory (created if needed).
+    state, states_file
+        A state (postal code, name or FIPS) and the Census state-boundary file holding it.
+    region
+        Any polygon file as the region (instead of ``state``).
+    bbox
+        ``(west, south, east, north)`` degrees as the region (instead of ``state``).
+    urban_areas
+        Census urban-area polygons (UAC20/UAC10): inside = urban.
+    tracts, rural_tracts
+        Tract polygons and the list of rural tract GEOIDs (FCC).
+    counties, rucc
+        County polygons and USDA RUCC codes (1-3 urban).
+    type
+        ``mobile`` or ``fixed`` (inferred from the paths when ``None``).
+    quarters
+        Quarter selection, e.g. ``2019Q1:2023Q4``.
+    split
+        ``random`` (seeded 8:1:1) or ``block`` (held-out spatial blocks of ``block_size`` deg).
+    seed
+        Split seed.
+    block_size
+        Block side in degrees for the block split.
+    scale_by
+        ``region`` (the region's bounding box, default) or ``tiles`` (the kept tiles' extent).
+
+    Returns
+    -------
+    dict
+        The ingest report (counts, sources, outputs).
+
+    Raises
+    ------
+    DataError
+        On unusable input, with the file and the fix in the message.
+    """
+    t0 = time.perf_counter()
+    run_dir = Path(run)
+    if scale_by not in ("region", "tiles"):
+        raise DataError(f"unknown --scale-by {scale_by!r}: use region or tiles")
+    if not tiles:
+        raise DataError("no --tiles given: pass Ookla tile files or folders")
+    the_region: Region | None = resolve_region(
+        state=state,
+        states_file=states_file,
+        region=region,
+        bbox=tuple(bbox) if bbox is not None else None,  # type: ignore[arg-type]
+    )
+    read = read_tiles(tiles, type=type, quarters=quarters)
+    frame = read.frame
+    dropped = dict(read.dropped)
+    if len(frame) and the_region is not None:
+        codes, uniques = pd.factorize(frame["quadkey"], sort=False)
+        first = np.zeros(len(uniques), dtype=np.int64)
+        first[codes[::-1]] = np.arange(len(codes))[::-1]
+        inside_u = the_region.contains(
+            frame["lon"].to_numpy()[first], frame["lat"].to_numpy()[first]
+        )
+        inside = inside_u[codes]
+        if (~inside).any():
+            dropped["outside_region"] = dropped.get("outside_region", 0) + int((~inside).sum())
+            frame = frame.loc[inside].reset_index(drop=True)
+    if len(frame) == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items())) or "none"
+        names = ", ".join(str(t) for t in tiles)
+        raise DataError(
+            f"no usable tiles left from {names}: {read.read} rows read, dropped by reason: "
+            f"{reasons}; check --state/--region/--bbox, --quarters and --type"
+        )
+    if the_region is None:
+        w, s, e, n = (float(v) for v in frame.total_bounds)
+        import shapely
+
+        the_region = Region(name="tiles extent", geometry=shapely.box(w, s, e, n), kind="tiles")
+    region_bounds = the_region.bounds
+    layer = resolve_urban(
+        urban_areas=urban_areas,
+        tracts=tracts,
+        rural_tracts=rural_tracts,
+        counties=counties,
+        rucc=rucc,
+        bbox=region_bounds,
+    )
+    if layer is None:
+        log.warning("no urban/rural source given: every tile is labelled rural (urban=False)")
+        urban = np.zeros(len(frame), dtype=bool)
+    else:
+        layer = layer.clip_to(region_bounds)
+        urban = _label_unique(
+            layer, frame["lon"].to_numpy(), frame["lat"].to_numpy(), frame["quadkey"]
+        )
+    scaling = (
+        the_region.scaling()
+        if scale_by == "region"
+        else Scaling.from_bounds(
+            (frame["lon"].min(), frame["lat"].min(), frame["lon"].max(), frame["lat"].max())
+        )
+    )
+    table, split_info = prepare_tile_table(
+        frame, scaling=scaling, urban=urban, split=split, seed=seed, block_size=block_size
+    )
+    n_urban = int(table["urban"].sum())
+    counts = {
+        "read": int(read.read),
+        "kept": len(table),
+        "dropped": {k: int(v) for k, v in sorted(dropped.items())},
+        "urban": n_urban,
+        "rural": len(table) - n_urban,
+        "tiles": int(table["quadkey"].nunique()),
+    }
+    quarters_kept = sorted(table["quarter"].unique().tolist())
+    per_quarter = (
+        table.groupby("quarter", sort=True)
+        .agg(rows=("quadkey", "size"), urban=("urban", "sum"))
+        .astype(int)
+        .to_dict(orient="index")
+    )
+    urban_meta: dict[str, Any] | None = (
+        None
+        if layer is None
+        else {
+            "kind": layer.kind,
+            "sources": layer.sources,
+            **layer.info,
+            "polygons_in_region": len(layer.polygons),
+        }
+    )
+    metadata: dict[str, Any] = {
+        "schema_version": 1,
+        "scaling": {**scaling.to_dict(), "by": scale_by},
+        "split": split_info,
+        "sources": [s["path"] for s in read.sources],
+        "type": read.type or type or "unknown",
+        "quarters": quarters_kept,
+        "region": the_region.to_dict(),
+        "urban_source": urban_meta,
+        "counts": counts,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "geodbk_version": __version__,
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_region_geojson(the_region, run_dir / "region.geojson")
+    urban_path = run_dir / "urban_areas.geojson"
+    if layer is not None and len(layer.polygons):
+        atomic_write_text(urban_path, layer.outlines().to_json(drop_id=True))
+        outputs_urban: str | None = str(urban_path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            urban_path.unlink()  # a stale layer from an earlier run would mislead the dashboard
+        outputs_urban = None
+    report = {
+        **{k: v for k, v in metadata.items() if k != "schema_version"},
+        "sources": read.sources,
+        "per_quarter": per_quarter,
+        "outputs": {
+            "tiles": str(run_dir / "tiles.parquet"),
+            "region": str(run_dir / "region.geojson"),
+            "urban_areas": outputs_urban,
+        },
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    atomic_write_json(run_dir / "ingest_report.json", report)
+    write_tile_table(table, run_dir / "tiles.parquet", metadata)
+    log.info(
+        "ingest: %d rows read, %d kept (%d urban, %d rural), dropped %s -> %s",
+        counts["read"],
+        counts["kept"],
+        counts["urban"],
+        counts["rural"],
+        counts["dropped"] or "none",
+        run_dir / "tiles.parquet",
+    )
+    return report
+
+
+#: The ingest call ``geodbk demo`` makes on the embedded synthetic region (paths relative to the
+#: repository root).
+DEMO_INGEST: dict[str, Any] = {
+    "tiles": ["data/ookla/parquet"],
+    "type": "mobile",
+    "state": "SY",
+    "states_file": "data/census/synthetic_state_boundaries.geojson",
+    "urban_areas": "data/census/synthetic_uac20.geojson",
+    "quarters": "2023Q1:2023Q4",
+    "split": "random",
+    "seed": 0,
+}
+
+
+def demo_ingest_kwargs(data_dir: PathLike | None = None) -> dict[str, Any]:
+    """Keyword arguments of the demo's :func:`run_ingest` call, with absolute paths.
+
+    Parameters
+    ----------
+    data_dir
+        The embedded data folder (default: ``data/`` next to the ``pipelines`` package).
+
+    Examples
+    --------
+    >>> report = run_ingest(run="runs/demo", **demo_ingest_kwargs())  # doctest: +SKIP
+    """
+    root = Path(data_dir) if data_dir is not None else Path(__file__).resolve().parents[1] / "data"
+    if not (root / "ookla").is_dir():
+        raise DataError(
+            f"{root}: the embedded synthetic data is missing; regenerate it with "
+            f"`python -m geodbk.geo.synthetic --out {root}`"
+        )
+    kw = dict(DEMO_INGEST)
+    kw["tiles"] = [root / Path(t).relative_to("data") for t in DEMO_INGEST["tiles"]]
+    for key in ("states_file", "urban_areas"):
+        kw[key] = root / Path(DEMO_INGEST[key]).relative_to("data")
+    return kw
+
+
+def _main(args: argparse.Namespace) -> int:
+    run_ingest(
+        tiles=args.tiles,
+        run=args.run,
+        state=args.state,
+        states_file=args.states_file,
+        region=args.region,
+        bbox=args.bbox,
+        urban_areas=args.urban_areas,
+        tracts=args.tracts,
+        rural_tracts=args.rural_tracts,
+        counties=args.counties,
+        rucc=args.rucc,
+        type=args.type,
+        quarters=args.quarters,
+        split=args.split,
+        seed=args.seed,
+        block_size=args.block_size,
+        scale_by=args.scale_by,
+    )
+    return 0
+
+
+_EPILOG = """\
+examples:
+  # the embedded synthetic region (what `geodbk demo` runs)
+  geodbk ingest --tiles data/ookla/parquet --type mobile --run runs/demo \\
+      --state SY --states-file data/census/synthetic_state_boundaries.geojson \\
+      --urban-areas data/census/synthetic_uac20.geojson --quarters 2023Q1:2023Q4
+
+  # Hawaii, 20 quarters of mobile tiles, FCC rural tracts
+  geodbk ingest --tiles ookla/parquet/performance --type mobile --run runs/hi \\
+      --state HI --states-file cb_2018_us_state_500k.zip \\
+      --tracts tl_2010_15_tract10.zip --rural-tracts fcc_rural_census_tracts_2010.csv \\
+      --quarters 2019Q1:2023Q4
+
+  # a bounding box, Census 2020 urban areas, a spatial-block split
+  geodbk ingest --tiles tiles.geojson --run runs/box --bbox -158.3 21.2 -157.6 21.8 \\
+      --urban-areas tl_2020_us_uac20.zip --split block --block-size 0.05
+
+Writes RUN/tiles.parquet, RUN/region.geojson, RUN/urban_areas.geojson, RUN/ingest_report.json.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``ingest`` sub-command to the CLI."""
+    p = subparsers.add_parser(
+        "ingest",
+        help="Ookla tiles + urban/rural layer -> RUN/tiles.parquet",
+        description=(
+            "Read Ookla speed-test tiles (official parquet, hive folders, shapefile zips, "
+            "GeoJSON, CSV), keep those in the region, label them urban or rural, scale lon/lat "
+            "to [-1,1]², split train/val/test and write the run's tile table."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--tiles", nargs="+", required=True, metavar="PATH", help="tile files or folders"
+    )
+    p.add_argument("--run", required=True, metavar="RUN", help="run directory to write")
+    g = p.add_argument_group("region (one of)")
+    g.add_argument("--state", help="state postal code, name or FIPS (with --states-file)")
+    g.add_argument(
+        "--states-file",
+        metavar="FILE",
+        help="Census state-boundary file (cb_2018_us_state_500k.zip)",
+    )
+    g.add_argument("--region", metavar="FILE", help="any polygon file as the region")
+    g.add_argument(
+        "--bbox", nargs=4, type=float, metavar=("W", "S", "E", "N"), help="bounding box in degrees"
+    )
+    u = p.add_argument_group("urban/rural source (one of)")
+    u.add_argument(
+        "--urban-areas", metavar="FILE", help="Census urban areas (tl_2020_us_uac20, UACE10)"
+    )
+    u.add_argument("--tracts", metavar="FILE", help="census tract polygons (with --rural-tracts)")
+    u.add_argument("--rural-tracts", metavar="FILE", help="rural tract GEOID list (FCC CSV)")
+    u.add_argument("--counties", metavar="FILE", help="county polygons (with --rucc)")
+    u.add_argument(
+        "--rucc", metavar="FILE", help="USDA rural-urban continuum codes CSV (1-3 = urban)"
+    )
+    p.add_argument(
+        "--type", choices=("mobile", "fixed"), help="network type (default: from the paths)"
+    )
+    p.add_argument(
+        "--quarters", metavar="Q1:Q2", help="quarters to keep, e.g. 2019Q1:2023Q4 or 2023Q4"
+    )
+    p.add_argument(
+        "--split",
+        choices=("random", "block"),
+        default="random",
+        help="random 8:1:1 or spatial blocks",
+    )
+    p.add_argument("--seed", type=int, default=0, help="split seed (default 0)")
+    p.add_argument(
+        "--block-size",
+        type=float,
+        default=0.1,
+        metavar="DEG",
+        help="block side for --split block (default 0.1°)",
+    )
+    p.add_argument(
+        "--scale-by",
+        choices=("region", "tiles"),
+        default="region",
+        help="bounding box used for the [-1,1]² scaling (default: the region's)",
+    )
+    p.set_defaults(func=_main)

@@ -1,0 +1,110 @@
+"""Urban/rural labelling from urban areas, tracts + FCC list, counties + RUCC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pytest
+import shapely
+
+from geodbk.errors import DataError
+from geodbk.geo import census
+
+FCC_PREAMBLE = '''Paragraph 212 of the 3.5 GHz Report and Order states:
+"""...rural area will be defined as any census tract which is not located within, or overlapping: "
+""
+The list below contains census tracts that meet this definition.
+""
+FIPS
+15001021300
+1001020100
+15003980600
+'''
+
+
+def _squares(crs: str = "EPSG:4326", **cols: list[str]) -> gpd.GeoDataFrame:
+    """Two unit squares: [0,1]x[0,1] and [2,3]x[0,1] (lon/lat), in ``crs``."""
+    geoms = [shapely.box(0, 0, 1, 1), shapely.box(2, 0, 3, 1)]
+    return gpd.GeoDataFrame(cols, geometry=geoms, crs="EPSG:4326").to_crs(crs)
+
+
+LON = np.array([0.5, 2.5, 1.5, 5.0])
+LAT = np.array([0.5, 0.5, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("code", ["UACE20", "UACE10"])
+def test_urban_areas_any_crs(tmp_path: Path, code: str) -> None:
+    path = tmp_path / "uac.gpkg"
+    _squares("EPSG:3857", **{code: ["00001", "00002"], "NAME20": ["A", "B"]}).to_file(path)
+    layer = census.read_urban_areas(path)
+    assert layer.kind == "urban_areas"
+    assert layer.label(LON, LAT).tolist() == [True, True, False, False]
+    assert layer.polygons.crs == "EPSG:4326"
+    assert len(layer.outlines()) == 2
+
+
+def test_urban_areas_bbox_read_and_bad_schema(tmp_path: Path) -> None:
+    path = tmp_path / "uac.geojson"
+    _squares(UACE20=["1", "2"]).to_file(path)
+    layer = census.read_urban_areas(path, bbox=(-0.5, -0.5, 1.5, 1.5))
+    assert len(layer.polygons) == 1
+    other = tmp_path / "other.geojson"
+    _squares(FOO=["1", "2"]).to_file(other)
+    with pytest.raises(DataError, match="not a Census urban-area layer"):
+        census.read_urban_areas(other)
+
+
+def test_fcc_rural_list_with_preamble(tmp_path: Path) -> None:
+    path = tmp_path / "fcc.csv"
+    path.write_text(FCC_PREAMBLE)
+    ids = census.read_rural_tract_list(path)
+    assert ids == {"15001021300", "01001020100", "15003980600"}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("hello\nworld\n")
+    with pytest.raises(DataError, match="FIPS"):
+        census.read_rural_tract_list(bad)
+
+
+def test_tracts_plus_rural_list(tmp_path: Path) -> None:
+    tracts = tmp_path / "tracts.geojson"
+    _squares("EPSG:4269", GEOID10=["15001021300", "15001021400"]).to_file(tracts)
+    rural = tmp_path / "fcc.csv"
+    rural.write_text(FCC_PREAMBLE)
+    layer = census.read_tract_urban(tracts, rural)
+    # first square is rural (on the list), second urban
+    assert layer.label(LON, LAT).tolist() == [False, True, False, False]
+    assert layer.info["urban_units"] == 1 and layer.info["rural_units"] == 1
+    assert len(layer.outlines()) == 1
+
+
+def test_counties_plus_rucc_wide_and_long(tmp_path: Path) -> None:
+    counties = tmp_path / "counties.geojson"
+    _squares(STATEFP=["15", "15"], COUNTYFP=["001", "003"]).to_file(counties)
+    wide = tmp_path / "rucc.csv"
+    wide.write_text(
+        '"FIPS","State","County_Name","RUCC_2013"\n"15001","HI","Hawaii","4"\n"15003","HI","Honolulu","1"\n'
+    )
+    layer = census.read_county_urban(counties, wide)
+    assert layer.label(LON, LAT).tolist() == [False, True, False, False]
+    long = tmp_path / "rucc2023.csv"
+    long.write_text(
+        "FIPS,State,County_Name,Attribute,Value\n15001,HI,Hawaii,Population_2020,1\n15001,HI,Hawaii,RUCC_2023,2\n15003,HI,Honolulu,RUCC_2023,7\n"
+    )
+    assert census.read_county_urban(counties, long).label(LON, LAT).tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_resolve_urban_requires_pairs_and_one_source(tmp_path: Path) -> None:
+    assert census.resolve_urban() is None
+    with pytest.raises(DataError, match="go together"):
+        census.resolve_urban(tracts="t.zip")
+    with pytest.raises(DataError, match="only one"):
+        census.resolve_urban(urban_areas="u.zip", counties="c.zip", rucc="r.csv")
+    with pytest.raises(DataError, match="no such urban-area file"):
+        census.resolve_urban(urban_areas=tmp_path / "missing.zip")

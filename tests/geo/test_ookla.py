@@ -1,0 +1,177 @@
+"""Ookla tile readers: every format, quarters, types, drop reasons and clear errors."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from geo_helpers import make_tiles, write_geo, write_hive
+
+from geodbk.errors import DataError
+from geodbk.geo import ookla
+from geodbk.geo import quadkey as qk
+
+
+def test_quarter_and_type_from_path() -> None:
+    assert ookla.quarter_from_path("a/type=mobile/year=2021/quarter=3/x.parquet") == "2021Q3"
+    assert ookla.quarter_from_path("2023-10-01_performance_mobile_tiles.parquet") == "2023Q4"
+    assert ookla.quarter_from_path("hawaii-state_mobile_2020Q4.geojson") == "2020Q4"
+    assert ookla.quarter_from_path("tiles.csv") is None
+    assert ookla.type_from_path("p/type=fixed/year=2020/quarter=1/f.parquet") == "fixed"
+    assert ookla.type_from_path("hawaii-state_mobile_2020Q4.geojson") == "mobile"
+    assert ookla.type_from_path("tiles.csv") is None
+
+
+def test_parse_quarters() -> None:
+    assert ookla.parse_quarters("2019Q3:2020Q2") == ["2019Q3", "2019Q4", "2020Q1", "2020Q2"]
+    assert ookla.parse_quarters(["2023q4", "2023-Q1"]) == ["2023Q1", "2023Q4"]
+    assert ookla.parse_quarters(None) is None
+    with pytest.raises(DataError, match="2023Q4"):
+        ookla.parse_quarters("2023Q5")
+    with pytest.raises(DataError, match="empty"):
+        ookla.parse_quarters("2023Q4:2023Q1")
+
+
+def test_hive_many_quarters_and_type_filter(tmp_path: Path) -> None:
+    root = tmp_path / "parquet"
+    for q in (1, 2, 3):
+        write_hive(root, make_tiles(30, seed=q), kind="mobile", year=2022, q=q)
+    write_hive(root, make_tiles(20, seed=9), kind="fixed", year=2022, q=1)
+    with pytest.raises(DataError, match="--type"):
+        ookla.read_tiles([root])
+    res = ookla.read_tiles([root], type="mobile", quarters="2022Q2:2022Q3")
+    assert res.type == "mobile"
+    assert sorted(res.frame["quarter"].unique()) == ["2022Q2", "2022Q3"]
+    assert len(res.frame) == 60 and res.read == 60
+    assert res.frame.crs == "EPSG:4326"
+    fixed = ookla.read_tiles([root], type="fixed")
+    assert len(fixed.frame) == 20 and fixed.type == "fixed"
+
+
+def test_geometry_and_centroid_from_quadkey(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    path = tmp_path / "2023-10-01_performance_mobile_tiles.parquet"
+    tiles_df.to_parquet(path)
+    res = ookla.read_tiles([path])
+    f = res.frame
+    assert f["quarter"].unique().tolist() == ["2023Q4"]
+    lon, _ = qk.quadkey_centroid(f["quadkey"].to_numpy())
+    np.testing.assert_allclose(f["lon"], lon)
+    np.testing.assert_allclose((f.bounds.minx + f.bounds.maxx) / 2, lon, atol=1e-9)
+    assert f["tests"].dtype == np.int64
+
+
+def test_geojson_null_geometries_rebuilt(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    path = write_geo(tmp_path / "state_mobile_2020Q4.geojson", tiles_df, null_every=2)
+    res = ookla.read_tiles([path])
+    assert len(res.frame) == len(tiles_df)
+    assert res.sources[0]["null_geometries_rebuilt"] == 30
+    assert res.frame.geometry.notna().all()
+
+
+def test_shapefile_zip_any_crs(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    shp_dir = tmp_path / "shp"
+    shp_dir.mkdir()
+    df = tiles_df.copy()
+    df["avg_lat_down_ms"] = 30
+    write_geo(shp_dir / "gps_mobile_tiles.shp", df, crs="EPSG:3857")
+    zpath = tmp_path / "2021-04-01_performance_mobile_tiles.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for f in shp_dir.iterdir():
+            zf.write(f, f.name)
+    res = ookla.read_tiles([zpath])
+    assert len(res.frame) == len(df)
+    assert res.frame["quarter"].iloc[0] == "2021Q2"
+    assert "avg_lat_down_ms" in res.frame.columns  # 10-character dBASE name mapped back
+
+
+def test_csv_with_quarter_column(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    df = tiles_df.drop(columns="tile")
+    df["quarter"] = ["2020Q1", "2020-Q2"] * 30
+    path = tmp_path / "tiles.csv"
+    df.to_csv(path, index=False)
+    res = ookla.read_tiles([path])
+    assert res.frame["quadkey"].str.len().eq(16).all()  # leading zeros kept
+    assert sorted(res.frame["quarter"].unique()) == ["2020Q1", "2020Q2"]
+
+
+def test_optional_columns_kept_and_filled(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    old = make_tiles(10, seed=1)
+    new = make_tiles(10, seed=2)
+    new["tile_x"] = qk.quadkey_centroid(new["quadkey"].to_numpy())[0]
+    new["tile_y"] = qk.quadkey_centroid(new["quadkey"].to_numpy())[1]
+    new["avg_lat_down_ms"] = 40
+    write_hive(root, old, kind="mobile", year=2023, q=2)
+    write_hive(root, new, kind="mobile", year=2023, q=3)
+    f = ookla.read_tiles([root]).frame
+    assert f["tile_x"].notna().all()
+    np.testing.assert_allclose(f["tile_x"], f["lon"])
+    assert f["avg_lat_down_ms"].isna().sum() == 10
+
+
+def test_bad_rows_counted_by_reason(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    df = tiles_df.copy()
+    df.loc[0, "quadkey"] = "01234"
+    df.loc[1, "avg_d_kbps"] = 0
+    df.loc[2, "avg_u_kbps"] = -5
+    df.loc[3, "avg_lat_ms"] = 0
+    df.loc[4, "tests"] = 0
+    df.loc[5, "devices"] = 0
+    df["avg_d_kbps"] = df["avg_d_kbps"].astype(float)
+    df.loc[6, "avg_d_kbps"] = np.nan
+    df = pd.concat([df, df.iloc[[10]]], ignore_index=True)  # a duplicate tile-quarter
+    path = tmp_path / "2023-01-01_performance_fixed_tiles.parquet"
+    df.to_parquet(path)
+    res = ookla.read_tiles([path])
+    assert res.dropped == {
+        "bad_quadkey": 1,
+        "non_positive_download": 1,
+        "non_positive_upload": 1,
+        "non_positive_latency": 1,
+        "tests_below_1": 1,
+        "devices_below_1": 1,
+        "missing_value": 1,
+        "duplicate_tile_quarter": 1,
+    }
+    assert res.read == 61 and len(res.frame) == 61 - 8
+    assert res.type == "fixed"
+
+
+def test_missing_column_names_file_and_fix(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    path = tmp_path / "2023-01-01_performance_mobile_tiles.parquet"
+    tiles_df.drop(columns=["tests"]).to_parquet(path)
+    with pytest.raises(
+        DataError, match=r"performance_mobile_tiles.parquet: missing column\(s\) tests"
+    ):
+        ookla.read_tiles([path])
+
+
+def test_unreadable_and_missing_files(tmp_path: Path) -> None:
+    bad = tmp_path / "2023-01-01_performance_mobile_tiles.parquet"
+    bad.write_bytes(b"not a parquet file")
+    with pytest.raises(DataError, match="cannot read this parquet file"):
+        ookla.read_tiles([bad])
+    with pytest.raises(DataError, match="no such file"):
+        ookla.read_tiles([tmp_path / "nope.parquet"])
+    odd = tmp_path / "x.txt"
+    odd.write_text("x")
+    with pytest.raises(DataError, match="unsupported"):
+        ookla.read_tiles([odd])
+    with pytest.raises(DataError, match="no tile files"):
+        ookla.read_tiles([_empty(tmp_path)])
+
+
+def _empty(tmp_path: Path) -> Path:
+    d = tmp_path / "empty"
+    d.mkdir()
+    return d
+
+
+def test_unknown_quarter_is_an_error(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    path = tmp_path / "tiles.csv"
+    tiles_df.to_csv(path, index=False)
+    with pytest.raises(DataError, match="which quarter"):
+        ookla.read_tiles([path])

@@ -1,0 +1,72 @@
+"""Vectorised quadkeys against mercantile."""
+
+from __future__ import annotations
+
+import mercantile
+import numpy as np
+import pytest
+
+from geodbk.geo import quadkey as qk
+
+
+def _random_quadkeys(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    zooms = rng.integers(1, 24, n)
+    return ["".join(map(str, rng.integers(0, 4, z))) for z in zooms]
+
+
+def test_quadkey_to_tile_matches_mercantile() -> None:
+    keys = _random_quadkeys(3000)
+    x, y, z = qk.quadkey_to_tile(keys)
+    expected = np.array([tuple(mercantile.quadkey_to_tile(k)) for k in keys])
+    np.testing.assert_array_equal(np.column_stack([x, y, z]), expected)
+    assert set(z.tolist()) == set(range(1, 24))
+
+
+def test_tile_to_quadkey_round_trip_and_mercantile() -> None:
+    keys = _random_quadkeys(3000, seed=1)
+    x, y, z = qk.quadkey_to_tile(keys)
+    back = qk.tile_to_quadkey(x, y, z)
+    assert back.tolist() == keys
+    assert [mercantile.quadkey(mercantile.Tile(a, b, c)) for a, b, c in zip(x, y, z, strict=True)][
+        :50
+    ] == keys[:50]
+
+
+def test_bounds_and_centroid_match_mercantile() -> None:
+    keys = _random_quadkeys(2000, seed=2)
+    w, s, e, n = qk.quadkey_bounds(keys)
+    ref = np.array([tuple(mercantile.bounds(mercantile.quadkey_to_tile(k))) for k in keys])
+    np.testing.assert_allclose(np.column_stack([w, s, e, n]), ref, rtol=0, atol=1e-9)
+    lon, lat = qk.quadkey_centroid(keys)
+    np.testing.assert_allclose(lon, (ref[:, 0] + ref[:, 2]) / 2, atol=1e-9)
+    np.testing.assert_allclose(lat, (ref[:, 1] + ref[:, 3]) / 2, atol=1e-9)
+    polys = qk.quadkey_polygons(keys[:5])
+    np.testing.assert_allclose(np.array([p.bounds for p in polys]), ref[:5], atol=1e-9)
+
+
+def test_lonlat_to_tile_matches_mercantile() -> None:
+    rng = np.random.default_rng(3)
+    lon = rng.uniform(-179.9, 179.9, 500)
+    lat = rng.uniform(-80, 80, 500)
+    x, y = qk.lonlat_to_tile(lon, lat, 16)
+    ref = np.array([tuple(mercantile.tile(a, b, 16))[:2] for a, b in zip(lon, lat, strict=True)])
+    np.testing.assert_array_equal(np.column_stack([x, y]), ref)
+
+
+def test_valid_quadkeys_flags_bad_ones() -> None:
+    keys = ["0123", "", "0124", "01a3", "0" * 24, "3" * 23, " 012", "0231100032001121"]
+    assert qk.valid_quadkeys(np.array(keys, dtype=object)).tolist() == [
+        True, False, False, False, False, True, False, True,
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="malformed"):
+        qk.quadkey_to_tile(["0124"])
+
+
+def test_bytes_input_and_empty() -> None:
+    _, _, z = qk.quadkey_to_tile(np.array([b"0231", b"1"]))
+    assert z.tolist() == [4, 1]
+    assert qk.quadkey_to_tile([])[0].shape == (0,)
+    assert qk.tile_to_quadkey([], [], []).shape == (0,)
+    with pytest.raises(ValueError):
+        qk.tile_to_quadkey([4], [0], [2])

@@ -1,0 +1,78 @@
+"""Regions and the [-1, 1]² scaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pytest
+import shapely
+
+from geodbk.errors import DataError
+from geodbk.geo import regions
+
+
+@pytest.fixture
+def states(tmp_path: Path) -> Path:
+    gdf = gpd.GeoDataFrame(
+        {
+            "STATEFP": ["15", "06"],
+            "GEOID": ["15", "06"],
+            "STUSPS": ["HI", "CA"],
+            "NAME": ["Hawaii", "California"],
+        },
+        geometry=[shapely.box(-160, 18, -154, 23), shapely.box(-124, 32, -114, 42)],
+        crs="EPSG:4326",
+    ).to_crs("EPSG:4269")
+    path = tmp_path / "states.geojson"
+    gdf.to_file(path)
+    return path
+
+
+@pytest.mark.parametrize("key", ["HI", "hi", "Hawaii", "15"])
+def test_state_by_code_name_or_fips(states: Path, key: str) -> None:
+    r = regions.state_region(states, key)
+    assert r.name == "Hawaii" and r.kind == "state"
+    np.testing.assert_allclose(r.bounds, (-160, 18, -154, 23), atol=1e-6)
+    assert r.contains([-157.0, -120.0], [21.0, 35.0]).tolist() == [True, False]
+
+
+def test_unknown_state_lists_choices(states: Path) -> None:
+    with pytest.raises(DataError, match=r"no state 'ZZ'.*CA, HI"):
+        regions.state_region(states, "ZZ")
+
+
+def test_resolve_region_variants(states: Path, tmp_path: Path) -> None:
+    assert regions.resolve_region() is None
+    with pytest.raises(DataError, match="--states-file"):
+        regions.resolve_region(state="HI")
+    with pytest.raises(DataError, match="only one"):
+        regions.resolve_region(state="HI", states_file=states, bbox=(0, 0, 1, 1))
+    b = regions.resolve_region(bbox=(-158, 21, -157, 22))
+    assert b is not None and b.kind == "bbox"
+    assert b.contains([-157.5, -156.0], [21.5, 21.5]).tolist() == [True, False]
+    with pytest.raises(DataError, match="WEST SOUTH EAST NORTH"):
+        regions.bbox_region(1, 0, 0, 1)
+    poly = regions.resolve_region(region=states)
+    assert poly is not None and poly.kind == "polygon"
+
+
+def test_scaling_round_trip() -> None:
+    s = regions.Scaling.from_bounds((-160, 18, -154, 23))
+    x1, x2 = s.scale([-160, -154, -157], [18, 23, 20.5])
+    np.testing.assert_allclose(x1, [-1, 1, 0])
+    np.testing.assert_allclose(x2, [-1, 1, 0])
+    lon, lat = s.unscale(x1, x2)
+    np.testing.assert_allclose(lon, [-160, -154, -157])
+    np.testing.assert_allclose(lat, [18, 23, 20.5])
+    assert regions.Scaling.from_dict(s.to_dict()) == s
+
+
+def test_region_geojson_round_trip(states: Path, tmp_path: Path) -> None:
+    r = regions.state_region(states, "CA")
+    out = tmp_path / "run" / "region.geojson"
+    regions.write_region_geojson(r, out)
+    back = regions.region_from_geojson(out)
+    assert back.name == "California"
+    assert back.geometry.equals_exact(r.geometry, 1e-9) or back.geometry.equals(r.geometry)

@@ -1,0 +1,119 @@
+"""The ingest stage on the embedded synthetic region, its CLI and its failure modes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from geodbk.errors import DataError
+from geodbk.geo.table import read_tile_table
+from pipelines import cli
+from pipelines.ingest import DEMO_INGEST, demo_ingest_kwargs, run_ingest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _demo_kwargs() -> dict:
+    kw = demo_ingest_kwargs()
+    assert kw["tiles"] == [REPO / t for t in DEMO_INGEST["tiles"]]
+    assert kw["states_file"] == REPO / DEMO_INGEST["states_file"]
+    return kw
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    run = tmp_path_factory.mktemp("demo")
+    report = run_ingest(run=run, **_demo_kwargs())
+    return run, report
+
+
+def test_demo_ingest_outputs_and_counts(demo_run: tuple[Path, dict]) -> None:
+    run, _ = demo_run
+    for name in ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_report.json"):
+        assert (run / name).is_file(), name
+    t, meta = read_tile_table(run / "tiles.parquet")
+    assert meta["counts"] == {
+        "read": 11969,
+        "kept": 10748,
+        "dropped": {"outside_region": 1221},
+        "urban": 4060,
+        "rural": 6688,
+        "tiles": 8050,
+    }
+    assert meta["quarters"] == ["2023Q1", "2023Q2", "2023Q3", "2023Q4"]
+    assert meta["type"] == "mobile"
+    assert meta["split"]["kind"] == "random" and meta["split"]["seed"] == 0
+    assert meta["split"]["counts"] == {"train": 8598, "val": 1075, "test": 1075}
+    assert meta["region"]["attrs"]["STUSPS"] == "SY"
+    assert len(meta["sources"]) == 4
+    assert t["x1"].between(-1, 1).all() and t["x2"].between(-1, 1).all()
+    assert {"tile_x", "tile_y", "avg_lat_down_ms"} <= set(t.columns)
+    on_disk = json.loads((run / "ingest_report.json").read_text())
+    assert on_disk["counts"] == meta["counts"]
+    assert on_disk["per_quarter"]["2023Q4"]["rows"] == 2703
+    # urban tiles are faster than rural ones in the synthetic model
+    med = t.groupby("urban")["log10_download"].median()
+    assert med[True] > med[False] + 0.3
+
+
+def test_rerun_is_reproducible(demo_run: tuple[Path, dict], tmp_path: Path) -> None:
+    run, _ = demo_run
+    run_ingest(run=tmp_path, **_demo_kwargs())
+    a, _ = read_tile_table(run)
+    b, _ = read_tile_table(tmp_path)
+    assert a.drop(columns="geometry").equals(b.drop(columns="geometry"))
+
+
+def test_block_split_and_bbox(tmp_path: Path) -> None:
+    kw = _demo_kwargs()
+    kw.update(state=None, states_file=None, bbox=(-100.2, 39.3, -99.4, 39.9), split="block", seed=4)
+    kw["block_size"] = 0.05
+    report = run_ingest(run=tmp_path, **kw)
+    t, meta = read_tile_table(tmp_path)
+    assert meta["split"]["kind"] == "block" and meta["split"]["block_size_deg"] == 0.05
+    assert meta["region"]["kind"] == "bbox"
+    assert report["counts"]["dropped"]["outside_region"] > 0
+    assert 0.07 < (t["split"] == "test").mean() < 0.2
+
+
+def test_empty_result_is_clear_and_leaves_old_table(
+    demo_run: tuple[Path, dict], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    run_ingest(run=run, **_demo_kwargs())
+    before = (run / "tiles.parquet").read_bytes()
+    kw = _demo_kwargs()
+    kw.update(state=None, states_file=None, bbox=(10, 10, 11, 11))
+    with pytest.raises(DataError, match=r"no usable tiles left.*outside_region: 11969"):
+        run_ingest(run=run, **kw)
+    assert (run / "tiles.parquet").read_bytes() == before
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_cli_ingest_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kw = _demo_kwargs()
+    argv = [
+        "ingest", "--tiles", str(kw["tiles"][0]), "--run", str(tmp_path / "r"), "--type", "mobile",
+        "--state", "Synthetica", "--states-file", str(kw["states_file"]),
+        "--urban-areas", str(kw["urban_areas"]), "--quarters", "2023Q4",
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    _, meta = read_tile_table(tmp_path / "r")
+    assert meta["quarters"] == ["2023Q4"] and meta["counts"]["kept"] == 2703
+    bad = ["ingest", "--tiles", str(tmp_path / "missing"), "--run", str(tmp_path / "x")]
+    assert cli.main(bad) == 3
+    assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_demo_kwargs_missing_data(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"python -m geodbk\.geo\.synthetic"):
+        demo_ingest_kwargs(tmp_path)
+
+
+def test_cli_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["ingest", "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and "--rural-tracts" in out and "--split" in out
