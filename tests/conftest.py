@@ -39,3 +39,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def hawaii_dir() -> Path:
     """Path to ``../shared/data/hawaii`` (tests using it carry the ``realdata`` marker)."""
     return HAWAII
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete quick demo run directory (every stage, all targets), built once per session.
+
+    Built by ``pipelines.demo.run_demo(..., quick=True)`` on the synthetic region in ``data/``:
+    ``tiles.parquet``, ``region.geojson``, ``models/*``, ``grids/*.nc``, ``exports/*.tif``,
+    ``report/*``. Treat it as read-only (copy it before modifying).
+    """
+    from pipelines.demo import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("tiny_run") / "run", quick=True, progress=False)

@@ -1,0 +1,196 @@
+"""The typed training configuration: defaults, YAML loading with validation, CLI overrides.
+
+Precedence: built-in defaults (the seed's Ookla settings) < the YAML file (``--config``) < CLI
+flags (``--epochs``, ``--device``). The resolved configuration is saved next to the model as
+``config.yaml`` and its hash goes into every provenance record.
+
+Example file (every key optional)::
+
+    rank: 512
+    hidden: 128
+    epochs: 100
+    patience: 20
+    device: cpu
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from geodbk.errors import DataError
+
+_EXPANSIONS = ("rbf", "silu")
+_OBJECTIVES = ("dppgp", "ppgp", "elbo", "exact")
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyperparameters of ``geodbk train`` (passed to :class:`geodbk.DBKRegressor`).
+
+    Defaults are the seed's settings for Ookla data: DBK-RBF trained with dPPGP, h=256, r=1024,
+    α=0.1, β=0.01, batch 1024, AdamW lr 1e-3 with weight decay 1e-2 on the backbone only,
+    400 epochs, best epoch by validation NLL, early stopping after ``patience`` epochs.
+
+    Attributes
+    ----------
+    expansion, objective
+        Basis (``rbf``/``silu``) and training objective (``dppgp``/``ppgp``/``elbo``/``exact``).
+    rank, hidden
+        Basis rank r and backbone width h.
+    alpha, beta
+        dPPGP trace and KL weights.
+    batch_size, epochs, lr, weight_decay, patience
+        Optimiser settings.
+    device
+        ``auto``, ``cpu`` or ``cuda``.
+    seed
+        Random seed (initialisation and batch order).
+    predict_chunk_size
+        Rows per prediction chunk (bounds memory in predict and report).
+    """
+
+    expansion: str = "rbf"
+    objective: str = "dppgp"
+    rank: int = 1024
+    hidden: int = 256
+    alpha: float = 0.1
+    beta: float = 0.01
+    batch_size: int = 1024
+    epochs: int = 400
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    patience: int = 50
+    device: str = "auto"
+    seed: int = 0
+    predict_chunk_size: int = 65536
+
+    def __post_init__(self) -> None:
+        self.validate(source="config")
+
+    def validate(self, *, source: str) -> None:
+        """Check types and ranges; raise :class:`DataError` naming ``source`` and the key."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            want = _FIELD_TYPES[f.name]
+            ok = isinstance(value, want) and not isinstance(value, bool)
+            if want is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok:
+                raise DataError(
+                    f"{source}: key {f.name!r} must be {want.__name__}, "
+                    f"got {type(value).__name__} {value!r}"
+                )
+        checks: list[tuple[str, bool, str]] = [
+            ("expansion", self.expansion in _EXPANSIONS, f"one of {_EXPANSIONS}"),
+            ("objective", self.objective in _OBJECTIVES, f"one of {_OBJECTIVES}"),
+            ("device", self.device in _DEVICES, f"one of {_DEVICES}"),
+            ("rank", self.rank >= 1, ">= 1"),
+            ("hidden", self.hidden >= 1, ">= 1"),
+            ("alpha", self.alpha >= 0, ">= 0"),
+            ("beta", self.beta >= 0, ">= 0"),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("epochs", self.epochs >= 1, ">= 1"),
+            ("lr", self.lr > 0, "> 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("patience", self.patience >= 1, ">= 1"),
+            ("predict_chunk_size", self.predict_chunk_size >= 1, ">= 1"),
+        ]
+        for key, ok, rule in checks:
+            if not ok:
+                raise DataError(f"{source}: key {key!r} must be {rule}, got {getattr(self, key)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of all fields (for YAML, JSON and hashing)."""
+        return dataclasses.asdict(self)
+
+    def estimator_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`geodbk.DBKRegressor` (everything but pipeline keys)."""
+        d = self.to_dict()
+        d.pop("predict_chunk_size")
+        return d
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """Return a copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+_FIELD_TYPES: dict[str, type] = {
+    "expansion": str,
+    "objective": str,
+    "rank": int,
+    "hidden": int,
+    "alpha": float,
+    "beta": float,
+    "batch_size": int,
+    "epochs": int,
+    "lr": float,
+    "weight_decay": float,
+    "patience": int,
+    "device": str,
+    "seed": int,
+    "predict_chunk_size": int,
+}
+
+
+def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> TrainConfig:
+    """Load a YAML config file on top of ``base`` (default: :class:`TrainConfig` defaults).
+
+    Parameters
+    ----------
+    path
+        YAML file with a mapping of :class:`TrainConfig` keys; ``None`` returns ``base``.
+    base
+        Values that keys absent from the file keep.
+
+    Raises
+    ------
+    DataError
+        The file is missing, not YAML, not a mapping, has an unknown key or a value of the
+        wrong type or range; the message names the file and the key.
+    """
+    base = base or TrainConfig()
+    if path is None:
+        return base
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise DataError(f"config file {path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise DataError(f"config file {path} must hold a mapping of keys, got {type(raw).__name__}")
+    known = {f.name for f in fields(TrainConfig)}
+    for key in raw:
+        if key not in known:
+            raise DataError(
+                f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+            )
+    values = {**base.to_dict(), **raw}
+    try:
+        return TrainConfig(**values)
+    except DataError as exc:
+        raise DataError(str(exc).replace("config:", f"config file {path}:", 1)) from None
+
+
+def dump_config(config: TrainConfig) -> str:
+    """YAML text of the resolved config (sorted keys)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=True)
+
+
+def demo_config(*, quick: bool = False) -> TrainConfig:
+    """Small-but-real settings used by ``geodbk demo`` (``quick``: tiny variant for tests).
+
+    Demo: r=256, h=64, 40 epochs, patience 10, batch 512. Quick: r=32, h=16, 3 epochs.
+    """
+    if quick:
+        return TrainConfig(rank=32, hidden=16, epochs=3, patience=3, batch_size=256, device="cpu")
+    return TrainConfig(rank=256, hidden=64, epochs=40, patience=10, batch_size=512, device="cpu")

@@ -1,0 +1,169 @@
+"""Report figures (matplotlib, Agg backend), each written atomically as a PNG.
+
+- ``pi_width_violin.png``: 95% PI widths (log10) of the test tiles, urban vs rural.
+- ``reliability.png``: empirical vs nominal coverage at 50–99%, urban / rural / all.
+- ``sd_maps.png`` (the seed's Figure 10): empirical vs predicted sd on a coarse lon/lat raster.
+  Empirical sd of a cell = root-mean-square residual ``sqrt(mean((y - mean)²))`` of the held-out
+  (val + test) tile-quarters whose centroid falls in the cell; predicted sd = ``sqrt(mean(std²))``
+  of the same rows; cells with fewer than ``min_count`` rows are blank. The raster has about 40
+  cells along the region's longer side.
+- ``service_coverage.png``: share of tiles, of region area and of urban / rural tiles where the
+  target is on the good side of each threshold with probability ≥ 0.9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from geodbk.atomic import atomic_path
+
+COLORS = {"urban": "#d95f02", "rural": "#1b9e77", "all": "#444444"}
+
+
+def _save(fig: Any, path: Path) -> Path:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    plt.close(fig)
+    return path
+
+
+def pi_width_violin(width: np.ndarray, urban: np.ndarray, path: Path, *, label: str) -> Path:
+    """Violin plot of 95% PI widths by urban/rural."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    data, names = [], []
+    for name, m in (("urban", urban), ("rural", ~urban)):
+        if m.sum() >= 2:
+            data.append(width[m])
+            names.append(f"{name}\n(n={int(m.sum())})")
+    if data:
+        parts = ax.violinplot(data, showmedians=True)
+        bodies: Any = parts["bodies"]
+        for body, name in zip(bodies, names, strict=True):
+            body.set_facecolor(COLORS[name.split()[0]])
+            body.set_alpha(0.6)
+        ax.set_xticks(range(1, len(names) + 1), names)
+    ax.set_ylabel(f"95% PI width ({label})")
+    ax.set_title("95% prediction-interval width, test tiles")
+    return _save(fig, path)
+
+
+def reliability_diagram(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path) -> Path:
+    """Empirical vs nominal coverage, one line per group."""
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0.5, 1.0], [0.5, 1.0], color="grey", lw=1, ls="--", label="ideal")
+    for name, (lv, cov) in curves.items():
+        ax.plot(lv, cov, color=COLORS.get(name, None), lw=1.8, label=name)
+    ax.set_xlim(0.5, 1.0)
+    ax.set_ylim(min(0.3, float(np.nanmin([c.min() for _, c in curves.values()] or [0.5]))), 1.0)
+    ax.set_xlabel("nominal coverage")
+    ax.set_ylabel("empirical coverage (test)")
+    ax.set_title("Reliability of central prediction intervals")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def binned_sd(
+    lon: np.ndarray,
+    lat: np.ndarray,
+    resid: np.ndarray,
+    sd: np.ndarray,
+    bounds: tuple[float, float, float, float],
+    *,
+    cells: int = 40,
+    min_count: int = 3,
+) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float, float]]:
+    """Empirical (RMS residual) and predicted (RMS sd) sd on a coarse raster.
+
+    Returns ``(empirical, predicted, extent)`` with arrays of shape (ny, nx), north up, NaN
+    where fewer than ``min_count`` rows fall in a cell; ``extent`` for ``imshow``.
+    """
+    lon_min, lat_min, lon_max, lat_max = bounds
+    step = max(lon_max - lon_min, lat_max - lat_min) / cells
+    nx = max(1, int(np.ceil((lon_max - lon_min) / step)))
+    ny = max(1, int(np.ceil((lat_max - lat_min) / step)))
+    ix = np.clip(((lon - lon_min) / step).astype(int), 0, nx - 1)
+    iy = np.clip(((lat_max - lat) / step).astype(int), 0, ny - 1)
+    flat = iy * nx + ix
+    count = np.bincount(flat, minlength=nx * ny)
+    ss_res = np.bincount(flat, weights=resid**2, minlength=nx * ny)
+    ss_sd = np.bincount(flat, weights=sd**2, minlength=nx * ny)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        emp = np.sqrt(ss_res / count)
+        pred = np.sqrt(ss_sd / count)
+    emp[count < min_count] = np.nan
+    pred[count < min_count] = np.nan
+    extent = (lon_min, lon_min + nx * step, lat_max - ny * step, lat_max)
+    return emp.reshape(ny, nx), pred.reshape(ny, nx), extent
+
+
+def sd_maps(
+    emp: np.ndarray,
+    pred: np.ndarray,
+    extent: tuple[float, float, float, float],
+    path: Path,
+    *,
+    region: Any = None,
+    label: str,
+) -> Path:
+    """Side-by-side maps of empirical and predicted sd with a shared colour scale."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True, sharey=True)
+    finite = np.concatenate([emp[np.isfinite(emp)], pred[np.isfinite(pred)]])
+    vmax = float(np.nanpercentile(finite, 98)) if finite.size else 1.0
+    im = None
+    for ax, arr, title in ((axes[0], emp, "empirical sd"), (axes[1], pred, "predicted sd")):
+        im = ax.imshow(
+            arr,
+            extent=extent,
+            origin="upper",
+            cmap="viridis",
+            vmin=0,
+            vmax=vmax,
+            interpolation="nearest",
+        )
+        if region is not None:
+            for geom in getattr(region, "geoms", [region]):
+                xs, ys = geom.exterior.xy
+                ax.plot(xs, ys, color="black", lw=0.5)
+        ax.set_xlim(extent[0], extent[1])
+        ax.set_ylim(extent[2], extent[3])
+        ax.set_title(title)
+        ax.set_xlabel("lon")
+        ax.locator_params(axis="x", nbins=4)
+    axes[0].set_ylabel("lat")
+    if im is not None:
+        fig.colorbar(im, ax=list(axes), label=f"sd ({label})", shrink=0.85)
+    return _save(fig, path)
+
+
+def service_coverage_figure(table: Sequence[dict[str, Any]], path: Path, *, target: str) -> Path:
+    """Grouped bars: for each threshold, share of tiles / area / urban / rural tiles served."""
+    keys = [
+        ("tiles", "all tiles"),
+        ("area", "area"),
+        ("urban", "urban tiles"),
+        ("rural", "rural tiles"),
+    ]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    n = len(table)
+    width = 0.8 / len(keys)
+    colors = ["#444444", "#7570b3", COLORS["urban"], COLORS["rural"]]
+    for j, ((key, name), color) in enumerate(zip(keys, colors, strict=True)):
+        vals = [row.get(key) for row in table]
+        xs = np.arange(n) + (j - (len(keys) - 1) / 2) * width
+        ax.bar(xs, [np.nan if v is None else 100 * v for v in vals], width, label=name, color=color)
+    ax.set_xticks(np.arange(n), [row["label"] for row in table])
+    ax.set_ylabel("share (%) with P ≥ 0.9")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Service coverage, {target}")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)

@@ -1,0 +1,226 @@
+"""Run-directory layout, target definitions and the checks every stage makes before it starts.
+
+A run directory ``RUN/`` is produced by ``geodbk ingest`` and extended by the later stages (see
+``docs/architecture.md``). This module knows where each file lives, what each target is called
+in ``tiles.parquet`` and in natural units, and raises :class:`~geodbk.errors.RunDirectoryError`
+(exit code 5) or :class:`~geodbk.errors.ModelFileError` (exit code 4) with the command to run
+first when something is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geodbk.errors import DataError, ModelFileError, RunDirectoryError
+
+log = logging.getLogger("geodbk")
+
+#: Target name -> (source column, natural unit, kbps-to-natural divisor).
+TARGETS: dict[str, tuple[str, str, float]] = {
+    "download": ("avg_d_kbps", "Mbps", 1000.0),
+    "upload": ("avg_u_kbps", "Mbps", 1000.0),
+    "latency": ("avg_lat_ms", "ms", 1.0),
+}
+
+#: Default thresholds in natural units (FCC speed benchmarks 25/3 and 100/20 Mbps; 100 ms).
+DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
+    "download": (25.0, 100.0),
+    "upload": (3.0, 20.0),
+    "latency": (100.0,),
+}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """How a target is stored, modelled and shown.
+
+    Attributes
+    ----------
+    name
+        ``download``, ``upload`` or ``latency``.
+    column
+        Raw column in ``tiles.parquet`` (kbps or ms).
+    log_column
+        Modelled column, ``log10_<name>`` = log10 of ``column``.
+    unit
+        Natural unit shown to users (``Mbps`` or ``ms``).
+    divisor
+        ``natural = 10**log10_value / divisor``.
+    higher_is_better
+        True for speeds, False for latency.
+    """
+
+    name: str
+    column: str
+    log_column: str
+    unit: str
+    divisor: float
+    higher_is_better: bool
+
+    def to_natural(self, log10_value: np.ndarray) -> np.ndarray:
+        """Convert log10 values of the raw column to natural units."""
+        return np.power(10.0, log10_value) / self.divisor
+
+    def natural_to_log10(self, value: float) -> float:
+        """Convert a natural-unit value (e.g. 25 Mbps) to the modelled log10 scale."""
+        return float(np.log10(value * self.divisor))
+
+    def threshold_name(self, value: float) -> str:
+        """Variable name of the exceedance probability for ``value`` (natural units).
+
+        Speeds: ``p_below_25mbps`` = P(speed < 25 Mbps); latency: ``p_above_100ms``.
+        """
+        text = f"{value:g}".replace(".", "p").replace("-", "m")
+        unit = self.unit.lower()
+        return f"p_below_{text}{unit}" if self.higher_is_better else f"p_above_{text}{unit}"
+
+
+def target_spec(name: str) -> TargetSpec:
+    """Return the :class:`TargetSpec` of ``name`` or raise a :class:`DataError` listing choices."""
+    if name not in TARGETS:
+        raise DataError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
+    column, unit, divisor = TARGETS[name]
+    return TargetSpec(name, column, f"log10_{name}", unit, divisor, name != "latency")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory.
+
+    Parameters
+    ----------
+    root
+        The run directory.
+    """
+
+    root: Path
+
+    @property
+    def tiles(self) -> Path:
+        return self.root / "tiles.parquet"
+
+    @property
+    def region(self) -> Path:
+        return self.root / "region.geojson"
+
+    @property
+    def urban_areas(self) -> Path:
+        return self.root / "urban_areas.geojson"
+
+    def model_dir(self, target: str) -> Path:
+        return self.root / "models" / target
+
+    def checkpoint_dir(self, target: str) -> Path:
+        return self.model_dir(target) / "checkpoints"
+
+    def grid(self, target: str) -> Path:
+        return self.root / "grids" / f"{target}.nc"
+
+    def export_tif(self, target: str) -> Path:
+        return self.root / "exports" / f"{target}.tif"
+
+    def export_sidecar(self, target: str) -> Path:
+        return self.root / "exports" / f"{target}.json"
+
+    def report_dir(self, target: str) -> Path:
+        return self.root / "report" / target
+
+    def trained_targets(self) -> list[str]:
+        """Targets with a saved model bundle (``models/TARGET/model.json``), in canonical order."""
+        return [t for t in TARGETS if (self.model_dir(t) / "model.json").is_file()]
+
+
+def require_run(run: str | Path) -> RunDir:
+    """Check that ``run`` is an ingested run directory and return its :class:`RunDir`.
+
+    Raises
+    ------
+    RunDirectoryError
+        When the folder or its ``tiles.parquet`` / ``region.geojson`` is missing.
+    """
+    rd = RunDir(Path(run))
+    if not rd.root.is_dir():
+        raise RunDirectoryError(
+            f"run directory {rd.root} does not exist; create it with "
+            f"`geodbk ingest --run {rd.root} ...` (or `geodbk demo --run {rd.root}`)"
+        )
+    for path in (rd.tiles, rd.region):
+        if not path.is_file():
+            raise RunDirectoryError(
+                f"{path} is missing: {rd.root} is not a complete ingested run; "
+                f"run `geodbk ingest --run {rd.root} ...` first"
+            )
+    return rd
+
+
+def require_model(rd: RunDir, target: str) -> Path:
+    """Return the model bundle folder of ``target`` or raise with the train command to run."""
+    target_spec(target)
+    path = rd.model_dir(target)
+    if not (path / "model.json").is_file():
+        raise ModelFileError(
+            f"no trained {target} model in {path} (model.json missing); "
+            f"run `geodbk train --run {rd.root} --target {target}` first"
+        )
+    return path
+
+
+def require_grid(rd: RunDir, target: str) -> Path:
+    """Return ``grids/TARGET.nc`` or raise with the predict command to run."""
+    path = rd.grid(target)
+    if not path.is_file():
+        raise RunDirectoryError(
+            f"{path} is missing; run `geodbk predict --run {rd.root} --target {target}` first"
+        )
+    return path
+
+
+def load_tiles(rd: RunDir) -> tuple[Any, dict[str, Any]]:
+    """Read ``tiles.parquet`` with :func:`geodbk.geo.table.read_tile_table` and log it."""
+    from geodbk.geo.table import read_tile_table
+
+    gdf, meta = read_tile_table(rd.tiles)
+    log.info("read %s (%d rows)", rd.tiles, len(gdf))
+    if "split" not in gdf.columns:
+        raise DataError(f"{rd.tiles} has no 'split' column; re-run `geodbk ingest`")
+    return gdf, meta
+
+
+def scaling_of(meta: dict[str, Any], *, source: Path) -> dict[str, float]:
+    """Return the lon/lat scaling ``{"lon_min", "lon_max", "lat_min", "lat_max"}`` from metadata."""
+    try:
+        sc = meta["scaling"]
+        return {k: float(sc[k]) for k in ("lon_min", "lon_max", "lat_min", "lat_max")}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{source}: geodbk metadata lacks a valid 'scaling' entry") from exc
+
+
+def scale_lonlat(lon: np.ndarray, lat: np.ndarray, scaling: dict[str, float]) -> np.ndarray:
+    """Scale lon/lat to the model's inputs ``[x1, x2]`` in [-1, 1]² (float64, shape (n, 2))."""
+    x1 = 2.0 * (lon - scaling["lon_min"]) / (scaling["lon_max"] - scaling["lon_min"]) - 1.0
+    x2 = 2.0 * (lat - scaling["lat_min"]) / (scaling["lat_max"] - scaling["lat_min"]) - 1.0
+    return np.column_stack([x1, x2]).astype(np.float64)
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """Short SHA-256 of a JSON-serialisable config (sorted keys), for provenance."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object, raising :class:`RunDirectoryError` naming the file when it is bad."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunDirectoryError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise RunDirectoryError(f"{path} does not hold a JSON object")
+    return obj

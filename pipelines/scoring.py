@@ -1,0 +1,78 @@
+"""Scores of Gaussian predictions by urban/rural group, as written to ``metrics.json``.
+
+Formulas (``docs/methods.md``, Metrics; computed by :mod:`geodbk.metrics`): MAE; Gaussian NLL =
+mean(0.5 log(2π var) + (y-mu)²/(2 var)); closed-form Gaussian CRPS; 95% PI coverage = share
+with |y-mu| ≤ 1.96 sd; mean 95% PI width = 3.92 sd. Each group is scored on the log10 scale (plain keys) and on the
+standardised scale (keys with ``_std``: y, mu and sd divided by the training sd, so
+``nll_std = nll − ln sd_train``; coverage is scale-free).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from geodbk import metrics
+
+
+def gaussian_scores(y: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> dict[str, float]:
+    """MAE, NLL, CRPS, 95% coverage and mean 95% PI width of N(mu, sd²) predictions of ``y``.
+
+    Uses :mod:`geodbk.metrics`; an empty group gives NaN (written as ``null``).
+    """
+    y, mu, sd = (np.asarray(a, dtype=np.float64) for a in (y, mu, sd))
+    if len(y) == 0:
+        return {k: math.nan for k in ("mae", "nll", "crps", "coverage", "pi_width")}
+    var = sd**2
+    return {
+        "mae": metrics.mae(y, mu),
+        "nll": metrics.gaussian_nll(y, mu, var),
+        "crps": metrics.crps_gaussian(y, mu, sd),
+        "coverage": metrics.coverage(y, mu, var, level=0.95),
+        "pi_width": metrics.interval_width(var, level=0.95),
+    }
+
+
+def group_scores(
+    y: np.ndarray, mu: np.ndarray, sd: np.ndarray, *, sd_train: float
+) -> dict[str, Any]:
+    """Scores on the log10 scale plus ``*_std`` keys on the standardised scale, and ``n``."""
+    out: dict[str, Any] = {"n": len(y)}
+    out.update(gaussian_scores(y, mu, sd))
+    std = gaussian_scores(y / sd_train, mu / sd_train, sd / sd_train)
+    out.update({f"{k}_std": v for k, v in std.items()})
+    return out
+
+
+def urban_rural_scores(
+    y: np.ndarray, mu: np.ndarray, sd: np.ndarray, urban: np.ndarray, *, sd_train: float
+) -> dict[str, dict[str, Any]]:
+    """``{"urban": ..., "rural": ..., "all": ...}`` of :func:`group_scores`."""
+    urban = np.asarray(urban, dtype=bool)
+    groups = {"urban": urban, "rural": ~urban, "all": np.ones_like(urban)}
+    return {g: group_scores(y[m], mu[m], sd[m], sd_train=sd_train) for g, m in groups.items()}
+
+
+def reliability(
+    y: np.ndarray, mu: np.ndarray, sd: np.ndarray, levels: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical coverage of central Gaussian intervals at nominal ``levels`` (default 0.50–0.99)."""
+    if levels is None:
+        levels = np.round(np.arange(0.50, 0.991, 0.01), 2)
+    sd = np.asarray(sd, dtype=np.float64)
+    return metrics.reliability_curve(y, mu, sd**2, levels=[float(v) for v in levels])
+
+
+def clean_json(obj: Any) -> Any:
+    """Replace NaN/inf floats by ``None`` recursively (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean_json(v) for v in obj]
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

@@ -1,0 +1,82 @@
+"""Build small run directories for pipeline tests without the ingest stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import shapely
+
+from geodbk.geo.table import write_tile_table
+
+#: A triangle-ish island used as the test region (lon/lat degrees).
+REGION = shapely.Polygon([(-158.3, 21.2), (-157.6, 21.2), (-157.7, 21.75), (-158.2, 21.7)])
+
+
+def make_run(path: Path, *, n: int = 600, seed: int = 0) -> Path:
+    """Write ``tiles.parquet`` and ``region.geojson`` of a synthetic region into ``path``.
+
+    Tiles are random points in :data:`REGION` (one quarter), urban near the south-east
+    corner, with smooth log10 download/upload/latency fields and heteroscedastic noise.
+    """
+    rng = np.random.default_rng(seed)
+    lon_min, lat_min, lon_max, lat_max = REGION.bounds
+    pts: list[tuple[float, float]] = []
+    while len(pts) < n:
+        x, y = rng.uniform(lon_min, lon_max), rng.uniform(lat_min, lat_max)
+        if REGION.contains(shapely.Point(x, y)):
+            pts.append((x, y))
+    lon, lat = np.array(pts).T
+    x1 = 2 * (lon - lon_min) / (lon_max - lon_min) - 1
+    x2 = 2 * (lat - lat_min) / (lat_max - lat_min) - 1
+    urban = (x1 + x2) > 0.4
+    noise = np.where(urban, 0.15, 0.35)
+    ld = 4.4 + 0.4 * np.sin(2 * x1) + 0.3 * urban + noise * rng.standard_normal(n)
+    lu = 3.7 + 0.3 * np.cos(2 * x2) + 0.2 * urban + noise * rng.standard_normal(n)
+    ll = 1.6 - 0.1 * urban + 0.5 * noise * rng.standard_normal(n)
+    split = rng.choice(["train", "val", "test"], size=n, p=[0.7, 0.15, 0.15])
+    d = 0.003
+    gdf = gpd.GeoDataFrame(
+        {
+            "quadkey": [f"{i:016d}" for i in range(n)],
+            "quarter": "2023Q4",
+            "lon": lon,
+            "lat": lat,
+            "x1": x1,
+            "x2": x2,
+            "avg_d_kbps": 10**ld,
+            "avg_u_kbps": 10**lu,
+            "avg_lat_ms": 10**ll,
+            "tests": rng.integers(1, 50, n).astype("int64"),
+            "devices": rng.integers(1, 20, n).astype("int64"),
+            "log10_download": ld,
+            "log10_upload": lu,
+            "log10_latency": ll,
+            "urban": urban,
+            "split": split,
+        },
+        geometry=[shapely.box(a - d, b - d, a + d, b + d) for a, b in zip(lon, lat, strict=True)],
+        crs="EPSG:4326",
+    )
+    meta = {
+        "scaling": {"lon_min": lon_min, "lon_max": lon_max, "lat_min": lat_min, "lat_max": lat_max},
+        "split": {"kind": "random", "seed": seed, "fractions": [0.7, 0.15, 0.15]},
+        "sources": ["tests"],
+        "type": "mobile",
+        "quarters": ["2023Q4"],
+        "region": {"kind": "test"},
+        "counts": {
+            "read": n,
+            "kept": n,
+            "dropped": {},
+            "urban": int(urban.sum()),
+            "rural": int((~urban).sum()),
+        },
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    write_tile_table(gdf, path / "tiles.parquet", meta)
+    gpd.GeoDataFrame({"name": ["test"]}, geometry=[REGION], crs="EPSG:4326").to_file(
+        path / "region.geojson", driver="GeoJSON"
+    )
+    return path

@@ -1,0 +1,106 @@
+"""The CLI of the batch stages: help, exit codes, errors naming paths and commands."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import make_run
+
+from pipelines import cli
+
+STAGES = ("train", "predict", "export", "report", "demo")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_help_has_examples(stage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([stage, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"geodbk {stage}" in out and "exit codes" in out
+
+
+def test_missing_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        ["train", "--target", "download"],
+        ["predict", "--target", "download"],
+        ["export", "--all"],
+        ["report", "--target", "download"],
+    ):
+        code = cli.main([argv[0], "--run", str(tmp_path / "absent"), *argv[1:]])
+        assert code == 5, argv
+        err = capsys.readouterr().err
+        assert str(tmp_path / "absent") in err and "geodbk ingest" in err
+
+
+def test_untrained_model_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path / "run", n=80)
+    assert cli.main(["predict", "--run", str(run), "--target", "latency"]) == 4
+    assert "geodbk train --run" in capsys.readouterr().err
+    assert cli.main(["export", "--run", str(run), "--all"]) == 4
+    assert cli.main(["report", "--run", str(run)]) == 4
+
+
+def test_bad_config_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path / "run", n=80)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rank: 8\nlearning_rate: 1\n")
+    code = cli.main(["train", "--run", str(run), "--target", "download", "--config", str(bad)])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert str(bad) in err and "learning_rate" in err
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for argv in (
+        ["train", "--run", str(tmp_path), "--target", "speed"],
+        [
+            "predict",
+            "--run",
+            str(tmp_path),
+            "--target",
+            "upload",
+            "--resolution",
+            "0.1",
+            "--tile-zoom",
+            "12",
+        ],
+        ["export", "--run", str(tmp_path), "--all", "--target", "upload"],
+    ):
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 2
+
+
+def test_export_all_on_many_runs_in_one_call(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = []
+    for name in ("a", "b"):
+        shutil.copytree(tiny_run, tmp_path / name)
+        runs.append(tmp_path / name)
+        for f in (tmp_path / name / "exports").glob("*"):
+            f.unlink()
+    caplog.set_level("INFO", logger="geodbk")
+    argv = ["export", "--run", str(runs[0]), "--all", "--format", "gtiff", str(runs[1])]
+    assert cli.main(argv) == 0
+    expected = [f"{t}.{ext}" for t in ("download", "latency", "upload") for ext in ("json", "tif")]
+    for r in runs:
+        assert sorted(p.name for p in (r / "exports").iterdir()) == expected
+    assert sum("wrote" in rec.message for rec in caplog.records) == 6
+
+
+def test_module_entry_point_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "report", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "geodbk report --run" in proc.stdout

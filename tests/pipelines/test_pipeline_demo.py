@@ -1,0 +1,62 @@
+"""The quick demo run (``tiny_run`` fixture) holds every file the dashboard reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from geodbk import DBKRegressor
+from geodbk.geo.table import read_tile_table
+from pipelines.rundir import TARGETS
+
+
+def test_run_directory_is_complete(tiny_run: Path) -> None:
+    for name in ("tiles.parquet", "region.geojson", "ingest_report.json", "demo_timings.json"):
+        assert (tiny_run / name).is_file(), name
+    for t in TARGETS:
+        for rel in (
+            f"models/{t}/model.json",
+            f"models/{t}/weights.safetensors",
+            f"models/{t}/config.yaml",
+            f"models/{t}/history.csv",
+            f"grids/{t}.nc",
+            f"exports/{t}.tif",
+            f"exports/{t}.json",
+            f"report/{t}/predictions.parquet",
+            f"report/{t}/metrics.json",
+            f"report/{t}/summary.json",
+            f"report/{t}/report.md",
+            f"report/{t}/report.html",
+            f"report/{t}/figures/reliability.png",
+        ):
+            assert (tiny_run / rel).is_file(), rel
+
+
+@pytest.mark.parametrize(
+    ("target", "names"),
+    [
+        ("download", ["p_below_25mbps", "p_below_100mbps"]),
+        ("upload", ["p_below_3mbps", "p_below_20mbps"]),
+        ("latency", ["p_above_100ms"]),
+    ],
+)
+def test_grids_have_thresholds_and_units(tiny_run: Path, target: str, names: list[str]) -> None:
+    with xr.open_dataset(tiny_run / "grids" / f"{target}.nc") as ds:
+        for n in names:
+            assert n in ds
+            v = ds[n].values
+            assert (v[~ds["in_region"].values] != v[~ds["in_region"].values]).all()
+        assert ds.attrs["natural_units"] == ("ms" if target == "latency" else "Mbps")
+        assert 0 < ds.sizes["x"] * ds.sizes["y"] <= 2_600
+
+
+def test_models_load_and_predict_tiles(tiny_run: Path) -> None:
+    table, _ = read_tile_table(tiny_run / "tiles.parquet")
+    model = DBKRegressor.load(tiny_run / "models" / "download")
+    pred = model.predict(table[["x1", "x2"]].to_numpy()[:10])
+    assert pred.mean.shape == (10,)
+    metrics = json.loads((tiny_run / "report" / "download" / "metrics.json").read_text())
+    assert metrics["all"]["n"] == int((table["split"] == "test").sum())

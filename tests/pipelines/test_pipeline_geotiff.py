@@ -1,0 +1,62 @@
+"""GeoTIFF / COG writing: bands, descriptions, nodata, overviews, read back with rioxarray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+import rioxarray
+import xarray as xr
+
+from geodbk.geo.geotiff import DEFAULT_NODATA, read_band_descriptions, write_geotiff
+
+
+def _dataset(ny: int, nx: int) -> xr.Dataset:
+    rng = np.random.default_rng(0)
+    a = rng.random((ny, nx)).astype(np.float32)
+    a[: ny // 3] = np.nan
+    ds = xr.Dataset(
+        {"mean": (("y", "x"), a), "std": (("y", "x"), 2 * a)},
+        coords={"y": 21.0 - 0.01 * (np.arange(ny) + 0.5), "x": -158 + 0.01 * (np.arange(nx) + 0.5)},
+    )
+    return ds.rio.write_crs("EPSG:4326")
+
+
+@pytest.mark.parametrize("fmt", ["gtiff", "cog"])
+def test_bands_nodata_roundtrip(tmp_path: Path, fmt: str) -> None:
+    ds = _dataset(40, 30)
+    path = write_geotiff(
+        ds,
+        tmp_path / "t.tif",
+        variables=["mean", "std"],
+        fmt=fmt,
+        tags={"geodbk_target": "download"},
+    )
+    assert read_band_descriptions(path) == ("mean", "std")
+    back = rioxarray.open_rasterio(path, masked=True)
+    assert isinstance(back, xr.DataArray)
+    assert back.rio.crs.to_epsg() == 4326
+    assert back.rio.nodata is None or np.isnan(back.rio.nodata)
+    assert back.rio.encoded_nodata == DEFAULT_NODATA
+    assert np.array_equal(np.isnan(back.values[0]), np.isnan(ds["mean"].values))
+    assert np.allclose(back.values[1], ds["std"].values, equal_nan=True)
+    with rasterio.open(path) as src:
+        assert src.tags()["geodbk_target"] == "download"
+        assert src.profile["compress"] == "deflate"
+
+
+def test_cog_has_overviews(tmp_path: Path) -> None:
+    path = write_geotiff(_dataset(1200, 900), tmp_path / "big.tif", variables=["mean"], fmt="cog")
+    with rasterio.open(path) as src:
+        assert src.overviews(1)
+        assert src.tags(ns="IMAGE_STRUCTURE").get("LAYOUT") == "COG"
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    ds = _dataset(4, 4)
+    with pytest.raises(ValueError, match="format"):
+        write_geotiff(ds, tmp_path / "x.tif", variables=["mean"], fmt="png")
+    with pytest.raises(ValueError, match="not in dataset"):
+        write_geotiff(ds, tmp_path / "x.tif", variables=["nope"])

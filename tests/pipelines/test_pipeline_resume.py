@@ -1,0 +1,87 @@
+"""A killed training run resumed with --resume ends where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pipeline_helpers import make_run
+from safetensors.numpy import load_file
+
+import geodbk.training
+from geodbk.errors import RunDirectoryError
+from pipelines import cli
+from pipelines.config import demo_config, dump_config
+from pipelines.train import run_train
+
+CFG = demo_config(quick=True).replace(epochs=6, patience=6)
+
+
+def _weights(run: Path) -> dict[str, np.ndarray]:
+    return load_file(str(run / "models" / "download" / "weights.safetensors"))
+
+
+def _strip(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+def test_killed_run_resumes_to_the_same_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "quick.yaml"
+    config.write_text(dump_config(CFG))
+
+    full = make_run(tmp_path / "full")
+    run_train(full, target="download", config_path=config, progress=False)
+
+    killed = make_run(tmp_path / "killed")
+    real_save = geodbk.training._save_checkpoint
+    calls = {"n": 0}
+
+    def save_then_die(directory: Path, state: dict[str, Any]) -> None:
+        real_save(directory, state)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the process is killed right after epoch 3's checkpoint
+
+    monkeypatch.setattr(geodbk.training, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(killed, target="download", config_path=config, progress=False)
+    monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)
+    model_dir = killed / "models" / "download"
+    assert (model_dir / "checkpoints" / "last.pt").is_file()
+    assert not (model_dir / "model.json").exists()
+
+    code = cli.main(
+        [
+            "train",
+            "--run",
+            str(killed),
+            "--target",
+            "download",
+            "--config",
+            str(config),
+            "--resume",
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    a, b = _weights(full), _weights(killed)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+    from geodbk import DBKRegressor
+
+    ha = DBKRegressor.load(full / "models" / "download").history_
+    hb = DBKRegressor.load(model_dir).history_
+    assert _strip(ha) == _strip(hb) and len(hb) == 6
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    run_train(run, target="download", config=CFG.replace(epochs=1), progress=False)
+    with pytest.raises(RunDirectoryError, match="different config"):
+        run_train(run, target="download", config=CFG.replace(rank=8), resume=True, progress=False)

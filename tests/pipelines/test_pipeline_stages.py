@@ -1,0 +1,156 @@
+"""Train -> predict -> export -> report on a small synthetic run, checking every output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import rioxarray
+import xarray as xr
+import yaml
+from pipeline_helpers import REGION, make_run
+
+from geodbk import DBKRegressor
+from geodbk.errors import ModelFileError, RunDirectoryError
+from geodbk.geo.grids import make_grid, region_mask
+from pipelines.config import demo_config
+from pipelines.export import run_export
+from pipelines.predict import run_predict
+from pipelines.report import run_report
+from pipelines.train import run_train
+
+CFG = demo_config(quick=True).replace(epochs=4)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    r = make_run(tmp_path_factory.mktemp("stages") / "run")
+    run_train(r, target="download", config=CFG, progress=False)
+    run_predict(r, target="download", resolution=0.02, max_block_cells=200, extent="region")
+    run_export(r, target="download", fmt="gtiff")
+    run_report(r, target="download")
+    return r
+
+
+def test_model_bundle(run: Path) -> None:
+    d = run / "models" / "download"
+    for name in ("weights.safetensors", "model.json", "config.yaml", "history.csv"):
+        assert (d / name).is_file(), name
+    model = DBKRegressor.load(d)
+    md = model.metadata_
+    assert md["target"] == "download" and md["log_column"] == "log10_download"
+    assert set(md["input_scaling"]) == {"lon_min", "lon_max", "lat_min", "lat_max"}
+    assert md["config"] == CFG.to_dict() and md["geodbk_version"]
+    assert md["timings"]["fit_seconds"] > 0 and len(md["history"]) == 4
+    assert yaml.safe_load((d / "config.yaml").read_text()) == CFG.to_dict()
+    hist = pd.read_csv(d / "history.csv")
+    assert list(hist["epoch"]) == [1, 2, 3, 4] and {"train_loss", "val_nll"} <= set(hist)
+
+
+def test_grid_contents_and_mask(run: Path) -> None:
+    with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        assert ds.rio.crs.to_epsg() == 4326
+        for v in (
+            "mean",
+            "std",
+            "pi_lower",
+            "pi_upper",
+            "pi_width",
+            "mean_natural",
+            "pi_lower_natural",
+            "pi_upper_natural",
+            "pi_width_natural",
+            "p_below_25mbps",
+            "p_below_100mbps",
+            "in_region",
+        ):
+            assert v in ds, v
+        grid = make_grid(REGION.bounds, resolution=0.02)
+        mask = region_mask(REGION, grid)
+        assert np.array_equal(ds["in_region"].values, mask)
+        mean = ds["mean"].values
+        assert np.isnan(mean[~mask]).all() and np.isfinite(mean[mask]).all()
+        assert np.all(np.diff(ds["y"].values) < 0)
+        m = mask
+        assert np.allclose(ds["pi_width"].values[m], 3.92 * ds["std"].values[m], rtol=1e-4)
+        assert np.allclose(ds["mean_natural"].values[m], 10 ** mean[m] / 1000, rtol=1e-4)
+        assert np.all(ds["p_below_100mbps"].values[m] >= ds["p_below_25mbps"].values[m])
+        assert ds.attrs["target"] == "download" and ds.attrs["created"]
+
+
+def test_grid_extent_cut_to_tiles(run: Path, tmp_path: Path) -> None:
+    from pipelines.predict import grid_bounds
+    from pipelines.rundir import RunDir
+
+    wide = (-170.0, 10.0, -150.0, 30.0)  # a region box much larger than the tiles
+    box = grid_bounds(RunDir(run), wide, extent="tiles")
+    lon0, lat0, lon1, lat1 = REGION.bounds
+    assert box[0] >= lon0 - 0.051 and box[2] <= lon1 + 0.051
+    assert box[1] >= lat0 - 0.051 and box[3] <= lat1 + 0.051
+    assert grid_bounds(RunDir(run), wide, extent="region") == wide
+
+
+def test_export_bands_and_sidecar(run: Path) -> None:
+    tif = run / "exports" / "download.tif"
+    side = json.loads((run / "exports" / "download.json").read_text())
+    arr = rioxarray.open_rasterio(tif, masked=True)
+    assert isinstance(arr, xr.DataArray)
+    assert arr.attrs["long_name"][0] == "mean" and list(arr.attrs["long_name"]) == side["bands"]
+    assert arr.rio.encoded_nodata == -9999.0
+    with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        assert np.allclose(arr.values[0], ds["mean"].values, equal_nan=True)
+    for key in ("run", "model", "config_hash", "created", "geodbk_version"):
+        assert side[key], key
+
+
+def test_report_outputs(run: Path) -> None:
+    d = run / "report" / "download"
+    preds = pd.read_parquet(d / "predictions.parquet")
+    assert {"quadkey", "quarter", "urban", "y", "mean", "std"} <= set(preds.columns)
+    tiles = pd.read_parquet(run / "tiles.parquet", columns=["split"])
+    assert len(preds) == int((tiles["split"] == "test").sum())
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert set(metrics) == {"urban", "rural", "all"}
+    for g in metrics.values():
+        for k in (
+            "n",
+            "mae",
+            "nll",
+            "crps",
+            "coverage",
+            "pi_width",
+            "mae_std",
+            "nll_std",
+            "crps_std",
+            "pi_width_std",
+        ):
+            assert k in g, k
+    assert metrics["urban"]["n"] + metrics["rural"]["n"] == metrics["all"]["n"] == len(preds)
+    summary = json.loads((d / "summary.json").read_text())
+    sd = summary["y_train_sd"]
+    assert metrics["all"]["nll_std"] == pytest.approx(metrics["all"]["nll"] - np.log(sd))
+    assert [r["threshold"] for r in summary["service_coverage"]] == [25.0, 100.0]
+    for name in ("pi_width_violin", "reliability", "sd_maps", "service_coverage"):
+        png = d / "figures" / f"{name}.png"
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    md = (d / "report.md").read_text()
+    assert "urban NLL" in md and "figures/sd_maps.png" in md
+    assert (d / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_missing_pieces_raise_clear_errors(run: Path, tmp_path: Path) -> None:
+    with pytest.raises(RunDirectoryError, match="geodbk ingest"):
+        run_train(tmp_path / "nope", target="download", config=CFG)
+    with pytest.raises(ModelFileError, match="geodbk train --run"):
+        run_predict(run, target="upload")
+    with pytest.raises(ModelFileError, match="geodbk train --run"):
+        run_export(run, target="upload")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    (copy / "grids" / "download.nc").unlink()
+    with pytest.raises(RunDirectoryError, match="geodbk predict"):
+        run_export(copy)
