@@ -1,0 +1,190 @@
+"""pydeck layer builders: raster BitmapLayer, outlines, observed tiles, click targets, markers.
+
+No base-map tiles are needed (there may be no network): the region boundary and urban outlines
+give orientation, and the deck uses the Streamlit theme's style, which degrades to a plain
+background when the tile server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pydeck as pdk
+
+#: Layer ids that carry clickable points (their objects have ``lon``/``lat``).
+PICK_LAYER_ID = "click-grid"
+TILES_LAYER_ID = "tiles"
+MARKERS_LAYER_ID = "markers"
+CLICKABLE_LAYERS = (TILES_LAYER_ID, PICK_LAYER_ID)
+
+Bounds = tuple[float, float, float, float]  # west, south, east, north
+
+
+def bitmap_layer(image_url: str, bounds: Bounds, layer_id: str = "raster") -> pdk.Layer:
+    """A raster drawn as one image between lon/lat bounds (west, south, east, north)."""
+    return pdk.Layer(
+        "BitmapLayer",
+        id=layer_id,
+        # Quoted so pydeck passes the data URL through as a string, not as an accessor.
+        image=f"'{image_url}'",
+        bounds=list(bounds),
+        opacity=1.0,
+        pickable=False,
+        # Crisp cells when zoomed in (no blur at the region edge), smooth when zoomed out.
+        texture_parameters={"minFilter": "linear", "magFilter": "nearest"},
+    )
+
+
+def outline_layer(
+    geojson: Mapping[str, Any],
+    layer_id: str,
+    color: Sequence[int],
+    width_px: float = 1.5,
+    fill: Sequence[int] | None = None,
+) -> pdk.Layer:
+    """Polygon outlines from a GeoJSON FeatureCollection (optionally with a faint fill)."""
+    return pdk.Layer(
+        "GeoJsonLayer",
+        id=layer_id,
+        data=dict(geojson),
+        stroked=True,
+        filled=fill is not None,
+        get_fill_color=list(fill) if fill is not None else [0, 0, 0, 0],
+        get_line_color=list(color),
+        line_width_min_pixels=width_px,
+        get_line_width=0,
+        pickable=False,
+    )
+
+
+def tiles_layer(frame: pd.DataFrame, colors: np.ndarray) -> pdk.Layer:
+    """Observed tiles as squares; a minimum outline width keeps them visible when zoomed out.
+
+    Parameters
+    ----------
+    frame
+        Rows with ``west``, ``south``, ``east``, ``north``, ``lon``, ``lat`` and ``label``.
+    colors
+        ``(n, 4)`` uint8 fill colours.
+    """
+    data = pd.DataFrame(
+        {
+            "polygon": [
+                [[w, s], [e, s], [e, n], [w, n]]
+                for w, s, e, n in zip(
+                    frame["west"], frame["south"], frame["east"], frame["north"], strict=True
+                )
+            ],
+            "color": [list(map(int, c)) for c in colors],
+            "lon": frame["lon"].to_numpy(),
+            "lat": frame["lat"].to_numpy(),
+            "label": frame["label"].to_numpy(),
+        }
+    )
+    return pdk.Layer(
+        "PolygonLayer",
+        id=TILES_LAYER_ID,
+        data=data,
+        get_polygon="polygon",
+        get_fill_color="color",
+        get_line_color="color",
+        stroked=True,
+        line_width_min_pixels=2,
+        pickable=True,
+        auto_highlight=True,
+    )
+
+
+def click_grid_layer(points: pd.DataFrame, radius_m: float) -> pdk.Layer:
+    """Nearly invisible points covering the region so a click on a raster returns a location.
+
+    Parameters
+    ----------
+    points
+        Rows with ``lon``, ``lat`` and ``label`` (shown as the tooltip).
+    radius_m
+        Point radius in metres (about half the spacing, so the points tile the region).
+    """
+    return pdk.Layer(
+        "ScatterplotLayer",
+        id=PICK_LAYER_ID,
+        data=points[["lon", "lat", "label"]],
+        get_position=["lon", "lat"],
+        get_radius=radius_m,
+        get_fill_color=[255, 255, 255, 1],
+        pickable=True,
+        auto_highlight=True,
+        highlight_color=[255, 255, 255, 90],
+    )
+
+
+def markers_layer(points: pd.DataFrame) -> list[pdk.Layer]:
+    """Reference/inspected points: white dots with a dark ring and a text label."""
+    data = points[["lon", "lat", "label", "name"]]
+    return [
+        pdk.Layer(
+            "ScatterplotLayer",
+            id=MARKERS_LAYER_ID,
+            data=data,
+            get_position=["lon", "lat"],
+            get_radius=1,
+            radius_min_pixels=6,
+            get_fill_color=[255, 255, 255, 255],
+            get_line_color=[20, 20, 20, 255],
+            line_width_min_pixels=2,
+            stroked=True,
+            pickable=False,  # not selectable: Streamlit would dim unselected markers
+        ),
+        pdk.Layer(
+            "TextLayer",
+            id="marker-labels",
+            data=data,
+            get_position=["lon", "lat"],
+            get_text="name",
+            get_size=13,
+            get_color=[20, 20, 20, 255],
+            get_pixel_offset=[0, -16],
+            background=True,
+            get_background_color=[255, 255, 255, 210],
+            pickable=False,
+        ),
+    ]
+
+
+def fit_view(bounds: Bounds, width_px: int = 900, height_px: int = 520) -> pdk.ViewState:
+    """A view state centred on the bounds, zoomed so they fit the given canvas size."""
+    west, south, east, north = bounds
+    lon = (west + east) / 2
+    lat = (south + north) / 2
+
+    def merc_y(la: float) -> float:
+        la = max(min(la, 85.0), -85.0)
+        return math.log(math.tan(math.pi / 4 + math.radians(la) / 2))
+
+    dx = max(east - west, 1e-6) / 360.0
+    dy = max(merc_y(north) - merc_y(south), 1e-9) / (2 * math.pi)
+    zoom_x = math.log2(width_px / 512.0 / dx)
+    zoom_y = math.log2(height_px / 512.0 / dy)
+    zoom = max(min(zoom_x, zoom_y) - 0.15, 0.0)
+    return pdk.ViewState(longitude=lon, latitude=lat, zoom=round(zoom, 2), pitch=0, bearing=0)
+
+
+def deck(
+    layers: Sequence[pdk.Layer],
+    bounds: Bounds,
+    *,
+    tooltip: bool = True,
+    width_px: int = 900,
+    height_px: int = 520,
+) -> pdk.Deck:
+    """Assemble a deck with no base-map dependency and an ``{label}`` HTML tooltip."""
+    return pdk.Deck(
+        layers=list(layers),
+        initial_view_state=fit_view(bounds, width_px, height_px),
+        map_style=None,
+        tooltip={"html": "{label}", "style": {"fontSize": "12px"}} if tooltip else False,
+    )

@@ -1,0 +1,411 @@
+"""Cached readers of run-directory files.
+
+Every reader takes the file path as a string plus a ``stamp`` (modification time and size) so a
+rebuilt run is re-read, and raises :class:`LoadError` with a readable message for a missing or
+corrupt file. Large objects (grids, models, grid features) use ``st.cache_resource`` and are
+treated as read-only; small ones use ``st.cache_data``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+from numpy.typing import NDArray
+
+from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, UNITS, to_natural
+
+Z95 = 1.959963984540054
+
+Stamp = tuple[int, int]
+
+
+class LoadError(Exception):
+    """A run file that is missing or cannot be read; the message says which and why."""
+
+
+def stamp(path: Path) -> Stamp:
+    """``(mtime_ns, size)`` of a file, the cache key that notices a rebuilt run."""
+    try:
+        st_ = path.stat()
+    except OSError as exc:
+        raise LoadError(f"{path} is missing ({exc.strerror}).") from exc
+    return (st_.st_mtime_ns, st_.st_size)
+
+
+def _fail(path: str, exc: BaseException) -> LoadError:
+    return LoadError(f"Could not read {path}: {type(exc).__name__}: {exc}")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def load_json(path: str, _stamp: Stamp) -> Any:
+    """Read a JSON file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_geojson(path: str, stamp_: Stamp) -> dict[str, Any]:
+    """Read a GeoJSON file as a FeatureCollection dict (a bare geometry or feature is wrapped)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, exc) from exc
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "FeatureCollection" and isinstance(data.get("features"), list):
+        return data
+    if kind == "Feature":
+        return {"type": "FeatureCollection", "features": [data]}
+    if (isinstance(kind, str) and "coordinates" in data) or kind == "GeometryCollection":
+        return {
+            "type": "FeatureCollection",
+            "features": [{"type": "Feature", "properties": {}, "geometry": data}],
+        }
+    raise LoadError(f"{path} is not GeoJSON (expected a FeatureCollection).")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_text(path: str, stamp_: Stamp) -> str:
+    """Read a small text file (YAML config, Markdown report)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_yaml(path: str, stamp_: Stamp) -> Any:
+    """Read a YAML file safely (``yaml.safe_load``)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_csv(path: str, stamp_: Stamp) -> pd.DataFrame:
+    """Read a CSV file (training history)."""
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_parquet(path: str, stamp_: Stamp) -> pd.DataFrame:
+    """Read a plain Parquet table (``predictions.parquet``)."""
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many types for corrupt files
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_bytes(path: str, stamp_: Stamp) -> bytes:
+    """Read a file's bytes (for download buttons)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise _fail(path, exc) from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Tile table
+
+
+TILE_COLUMNS = ("quadkey", "quarter", "lon", "lat", "x1", "x2", "tests", "urban")
+
+
+def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFrame:
+    """West/south/east/north of each tile from its geometry, else from its quadkey zoom."""
+    if geometry is not None:
+        try:
+            import shapely
+
+            geoms = shapely.from_wkb(geometry.to_numpy())
+            b = shapely.bounds(geoms)
+            if np.isfinite(b).all():
+                return pd.DataFrame(
+                    b, columns=["west", "south", "east", "north"], index=frame.index
+                )
+        except Exception:  # fall back to the quadkey below
+            pass
+    zoom = frame["quadkey"].astype(str).str.len().to_numpy()
+    n = 2.0**zoom
+    half_lon = 180.0 / n
+    lat_r = np.radians(frame["lat"].to_numpy())
+    y = (1 - np.log(np.tan(lat_r) + 1 / np.cos(lat_r)) / math.pi) / 2 * n
+    north = np.degrees(np.arctan(np.sinh(math.pi * (1 - 2 * (y - 0.5) / n))))
+    south = np.degrees(np.arctan(np.sinh(math.pi * (1 - 2 * (y + 0.5) / n))))
+    lon = frame["lon"].to_numpy()
+    return pd.DataFrame(
+        {"west": lon - half_lon, "south": south, "east": lon + half_lon, "north": north},
+        index=frame.index,
+    )
+
+
+@dataclass(frozen=True)
+class TileTable:
+    """The observed tiles (plain pandas, geometry reduced to bounds) and the table metadata."""
+
+    frame: pd.DataFrame
+    metadata: dict[str, Any]
+
+    @property
+    def quarters(self) -> list[str]:
+        """Quarters present, sorted."""
+        return sorted(self.frame["quarter"].astype(str).unique().tolist())
+
+    def scaling(self) -> dict[str, float] | None:
+        """The lon/lat -> [-1, 1] scaling from the metadata, if recorded."""
+        sc = self.metadata.get("scaling") if isinstance(self.metadata, dict) else None
+        keys = ("lon_min", "lon_max", "lat_min", "lat_max")
+        if isinstance(sc, dict) and all(k in sc for k in keys):
+            return {k: float(sc[k]) for k in keys}
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def load_tiles(path: str, stamp_: Stamp) -> TileTable:
+    """Read ``tiles.parquet`` without geopandas: columns, tile bounds and ``geodbk`` metadata.
+
+    Adds ``value_<target>`` columns in natural units (Mbps / ms) for the targets present.
+    """
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        meta_raw = (table.schema.metadata or {}).get(b"geodbk")
+        metadata = json.loads(meta_raw) if meta_raw else {}
+        frame = table.to_pandas()
+    except Exception as exc:
+        raise _fail(path, exc) from exc
+    missing = [c for c in TILE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise LoadError(f"{path} lacks the columns {', '.join(missing)}.")
+    geometry = frame.pop("geometry") if "geometry" in frame.columns else None
+    frame["quarter"] = frame["quarter"].astype(str)
+    frame["quadkey"] = frame["quadkey"].astype(str)
+    frame["urban"] = frame["urban"].astype(bool)
+    frame = pd.concat([frame, _tile_bounds(frame, geometry)], axis=1)
+    for target in TARGETS:
+        col = RAW_COLUMNS[target]
+        if col in frame.columns:
+            frame[f"value_{target}"] = frame[col].astype(float) / RAW_TO_NATURAL[target]
+    return TileTable(frame=frame, metadata=metadata if isinstance(metadata, dict) else {})
+
+
+# --------------------------------------------------------------------------------------------
+# Predictive grid
+
+GRID_VARIABLES = ("mean", "std")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A loaded predictive grid with north-up arrays and lon/lat cell centres."""
+
+    target: str
+    lon: NDArray[np.float64]  # (nx,) ascending
+    lat: NDArray[np.float64]  # (ny,) descending (row 0 = north)
+    arrays: dict[str, NDArray[np.float64]]
+    attrs: dict[str, Any]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(ny, nx)``."""
+        return (self.lat.size, self.lon.size)
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """Outer edges (west, south, east, north) of the grid cells."""
+        dx = float(abs(self.lon[1] - self.lon[0])) if self.lon.size > 1 else 0.01
+        dy = float(abs(self.lat[0] - self.lat[1])) if self.lat.size > 1 else 0.01
+        return (
+            float(self.lon[0] - dx / 2),
+            float(self.lat[-1] - dy / 2),
+            float(self.lon[-1] + dx / 2),
+            float(self.lat[0] + dy / 2),
+        )
+
+    @property
+    def in_region(self) -> NDArray[np.bool_]:
+        """Cells inside the region (``in_region`` variable, else where ``mean`` is finite)."""
+        if "in_region" in self.arrays:
+            return self.arrays["in_region"].astype(bool) & np.isfinite(self.arrays["mean"])
+        return np.isfinite(self.arrays["mean"])
+
+    def natural(self, name: str) -> NDArray[np.float64]:
+        """A variable in natural units: ``<name>_natural`` if stored, else derived from log10."""
+        if f"{name}_natural" in self.arrays:
+            return self.arrays[f"{name}_natural"]
+        if name == "pi_width":
+            out: NDArray[np.float64] = self.natural("pi_upper") - self.natural("pi_lower")
+            return out
+        if name in ("pi_lower", "pi_upper") and name not in self.arrays:
+            sign = -1.0 if name == "pi_lower" else 1.0
+            return to_natural(self.arrays["mean"] + sign * Z95 * self.arrays["std"], self.target)
+        return to_natural(self.arrays[name], self.target)
+
+    def cell_of(self, lon: float, lat: float) -> tuple[int, int] | None:
+        """``(row, col)`` of the cell containing a point, or None outside the grid."""
+        w, s, e, n = self.bounds
+        if not (w <= lon <= e and s <= lat <= n):
+            return None
+        col = int(np.argmin(np.abs(self.lon - lon)))
+        row = int(np.argmin(np.abs(self.lat - lat)))
+        return row, col
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def load_grid(path: str, stamp_: Stamp, target: str) -> Grid:
+    """Read ``grids/TARGET.nc`` into memory (north-up); raises :class:`LoadError` if unusable."""
+    try:
+        import xarray as xr
+
+        with xr.open_dataset(path) as ds:
+            ds = ds.load()
+    except Exception as exc:
+        raise _fail(path, exc) from exc
+    missing = [v for v in GRID_VARIABLES if v not in ds.data_vars]
+    if missing:
+        raise LoadError(f"{path} lacks the variables {', '.join(missing)}.")
+    xname = "x" if "x" in ds.coords else ("lon" if "lon" in ds.coords else None)
+    yname = "y" if "y" in ds.coords else ("lat" if "lat" in ds.coords else None)
+    if xname is None or yname is None:
+        raise LoadError(f"{path} has no x/y (lon/lat) coordinates.")
+    if ds[yname].size > 1 and float(ds[yname][0]) < float(ds[yname][-1]):
+        ds = ds.isel({yname: slice(None, None, -1)})
+    if ds[xname].size > 1 and float(ds[xname][0]) > float(ds[xname][-1]):
+        ds = ds.isel({xname: slice(None, None, -1)})
+    arrays: dict[str, NDArray[np.float64]] = {}
+    for name, var in ds.data_vars.items():
+        if var.dims == (yname, xname):
+            arrays[str(name)] = np.asarray(var.values, dtype=np.float64)
+        elif set(var.dims) == {yname, xname}:
+            arrays[str(name)] = np.asarray(var.transpose(yname, xname).values, dtype=np.float64)
+    attrs = {str(k): v for k, v in ds.attrs.items()}
+    return Grid(
+        target=target,
+        lon=np.asarray(ds[xname].values, dtype=np.float64),
+        lat=np.asarray(ds[yname].values, dtype=np.float64),
+        arrays=arrays,
+        attrs=attrs,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Model and features
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def load_model(model_dir: str, stamp_: Stamp) -> Any:
+    """Load a model bundle with ``DBKRegressor.load`` (safetensors + JSON, no pickle)."""
+    try:
+        from geodbk.estimator import DBKRegressor
+    except ImportError as exc:
+        raise LoadError(f"The geodbk model code is not available ({exc}).") from exc
+    try:
+        return DBKRegressor.load(model_dir)
+    except Exception as exc:
+        raise LoadError(f"Could not load the model in {model_dir}: {exc}") from exc
+
+
+def scale_lonlat(
+    lon: NDArray[np.floating], lat: NDArray[np.floating], scaling: dict[str, float]
+) -> NDArray[np.float64]:
+    """Scale lon/lat to the model's ``[-1, 1]^2`` inputs (the tile table's scaling)."""
+    x1 = (
+        2
+        * (np.asarray(lon, float) - scaling["lon_min"])
+        / (scaling["lon_max"] - scaling["lon_min"])
+        - 1
+    )
+    x2 = (
+        2
+        * (np.asarray(lat, float) - scaling["lat_min"])
+        / (scaling["lat_max"] - scaling["lat_min"])
+        - 1
+    )
+    return np.column_stack([x1, x2])
+
+
+@dataclass(frozen=True)
+class GridFeatures:
+    """``phi`` of the in-region grid cells (possibly subsampled), float32."""
+
+    phi: NDArray[np.float32]  # (n, r)
+    rows: NDArray[np.intp]
+    cols: NDArray[np.intp]
+    shape: tuple[int, int]  # (ny, nx) of the (subsampled) slice image
+    lon: NDArray[np.float64]
+    lat: NDArray[np.float64]
+    seconds: float
+
+
+#: Budget of float32 values for the cached phi(grid): 64 M values = 256 MB.
+FEATURE_BUDGET = 64_000_000
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def grid_features(
+    model_dir: str,
+    model_stamp: Stamp,
+    grid_path: str,
+    grid_stamp: Stamp,
+    target: str,
+    scaling: tuple[tuple[str, float], ...],
+) -> GridFeatures:
+    """Compute and cache ``phi(grid)`` once per model and grid.
+
+    The grid is subsampled by a stride when needed so the float32 features fit
+    :data:`FEATURE_BUDGET` values (about 250k cells at rank 256, 62k at rank 1024).
+    """
+    import time
+
+    model = load_model(model_dir, model_stamp)
+    grid = load_grid(grid_path, grid_stamp, target)
+    n_in = int(grid.in_region.sum())
+    probe = scale_lonlat(grid.lon[:1], grid.lat[:1], dict(scaling))
+    try:
+        rank = int(np.asarray(model.features(probe)).shape[1])
+    except Exception as exc:
+        raise LoadError(f"The model could not compute features: {exc}") from exc
+    max_cells = max(10_000, FEATURE_BUDGET // max(rank, 1))
+    stride = max(1, math.ceil(math.sqrt(n_in / max_cells)))
+    lat = grid.lat[::stride]
+    lon = grid.lon[::stride]
+    mask = grid.in_region[::stride, ::stride]
+    rows, cols = np.nonzero(mask)
+    X = scale_lonlat(lon[cols], lat[rows], dict(scaling))
+    t0 = time.perf_counter()
+    try:
+        phi = np.asarray(model.features(X), dtype=np.float32)
+    except Exception as exc:
+        raise LoadError(f"The model could not compute features on the grid: {exc}") from exc
+    return GridFeatures(
+        phi=phi,
+        rows=rows.astype(np.intp),
+        cols=cols.astype(np.intp),
+        shape=(lat.size, lon.size),
+        lon=lon,
+        lat=lat,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def target_unit(target: str) -> str:
+    """Natural unit of a target (Mbps or ms)."""
+    return UNITS.get(target, "")

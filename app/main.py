@@ -1,0 +1,65 @@
+"""The page: sidebar, then five tabs; only the open tab runs (lazy tabs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+from app import warmup
+from app.context import RunContext, sidebar
+from app.tabs import inspect_tab, kernel_tab, map_tab, model_tab, report_tab
+from app.ui import guard
+
+#: Tab label -> (renderer, stage whose command rebuilds its inputs).
+TABS: dict[str, tuple[Callable[[RunContext], None], str]] = {
+    "Map": (map_tab.render, "predict"),
+    "Kernel slices": (kernel_tab.render, "train"),
+    "Inspect a point": (inspect_tab.render, "predict"),
+    "Coverage report": (report_tab.render, "report"),
+    "Model": (model_tab.render, "train"),
+}
+
+
+def main() -> None:
+    """Render the whole page."""
+    st.set_page_config(
+        page_title="geodbk · internet speed with honest error bars",
+        layout="wide",
+        initial_sidebar_state="expanded",
+    )
+    ctx: RunContext | None = None
+    with guard("The run selector"):
+        ctx = sidebar()
+    if ctx is None:
+        return
+    if not ctx.inv.has_tiles and not ctx.inv.available_targets():
+        st.title(ctx.inv.path.name)
+        st.error(
+            f"`{ctx.inv.path}` is not a geodbk run: it has no tiles.parquet and no model, grid "
+            "or report."
+        )
+        st.info(f"Build a complete run with:\n\n```\n{ctx.inv.command('demo')}\n```")
+        return
+    st.markdown(
+        f"### {ctx.target.capitalize()} ({ctx.unit}) · run `{ctx.inv.path.name}`",
+    )
+    tabs = st.tabs(list(TABS), key="view", bind="query-params")
+    for tab, (label, (render, stage)) in zip(tabs, TABS.items(), strict=True):
+        if tab.open is False:
+            continue  # lazy: hidden tabs do no work
+        with tab, guard(label, ctx.cmd(stage)):
+            render(ctx)
+    _warm(ctx)
+
+
+def _warm(ctx: RunContext) -> None:
+    """After the page is drawn, load the model and phi(grid) in the background (once)."""
+    files = ctx.files
+    if not (files.has_model and files.has_grid):
+        return
+
+    def job() -> object:
+        return kernel_tab.features(ctx)
+
+    warmup.start(f"{files.model_dir}|{files.grid}", job)

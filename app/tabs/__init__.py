@@ -1,0 +1,1 @@
+"""One module per dashboard tab; each exposes ``render(ctx)``."""

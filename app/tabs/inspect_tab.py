@@ -1,0 +1,226 @@
+"""Inspect a point: the predictive distribution at a location and the nearest observed tiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import layers as L
+from app import maps
+from app.colormaps import format_value
+from app.context import RunContext
+from app.kernel import RefPoint
+from app.loaders import LoadError, scale_lonlat
+from app.points import PointSummary, lognormal_pdf, nearest_tiles, point_from_selection
+from app.runs import RAW_TO_NATURAL, UNITS
+from app.tabs.map_tab import POINT_KEY
+from app.ui import missing
+
+SOURCE_KEY = "inspect_source"
+CLICKED = "Clicked point"
+TYPED = "Coordinates"
+
+
+def _on_click() -> None:
+    point = point_from_selection(st.session_state.get("inspect_chart"), L.CLICKABLE_LAYERS)
+    if point is not None:
+        st.session_state[POINT_KEY] = point
+        st.session_state[SOURCE_KEY] = CLICKED
+
+
+def urban_label(ctx: RunContext, lon: float, lat: float, tiles: pd.DataFrame | None) -> str:
+    """'urban' or 'rural' from the urban-area polygons, else from the nearest tile's label."""
+    try:
+        urban = ctx.urban_areas()
+    except LoadError:
+        urban = None  # the map's overlay warning already names the bad file
+    if urban is not None and urban.get("features"):
+        import shapely
+        from shapely.geometry import shape
+
+        pt = shapely.Point(lon, lat)
+        for feat in urban["features"]:
+            geom = feat.get("geometry")
+            if geom and shape(geom).covers(pt):
+                return "urban (inside an urban area)"
+        return "rural (outside every urban area)"
+    if tiles is not None and not tiles.empty:
+        near = nearest_tiles(tiles, lon, lat, k=1)
+        return (
+            "urban" if bool(near["urban"].iloc[0]) else "rural"
+        ) + " (label of the nearest tile)"
+    return "unknown"
+
+
+def _choose_point(ctx: RunContext, presets: list[RefPoint]) -> tuple[float, float] | None:
+    options = [CLICKED, *[f"{p.name} (preset)" for p in presets], TYPED]
+    if st.session_state.get(SOURCE_KEY) not in options:
+        st.session_state[SOURCE_KEY] = (
+            CLICKED if POINT_KEY in st.session_state else options[1 if presets else -1]
+        )
+    c1, c2, c3 = st.columns([2, 1, 1])
+    source = c1.selectbox("Location", options, key=SOURCE_KEY)
+    if source == CLICKED:
+        point = st.session_state.get(POINT_KEY)
+        if point is None:
+            st.info("Click the map below (or on the Map tab) to choose a location.")
+        return point
+    if source == TYPED:
+        grid = ctx.grid() if ctx.files.has_grid else None
+        lon0, lat0 = (
+            (float(np.mean(grid.lon)), float(np.mean(grid.lat))) if grid is not None else (0.0, 0.0)
+        )
+        lon = c2.number_input("Longitude", -180.0, 180.0, lon0, format="%.4f", key="inspect_lon")
+        lat = c3.number_input("Latitude", -85.0, 85.0, lat0, format="%.4f", key="inspect_lat")
+        return float(lon), float(lat)
+    preset = presets[[f"{p.name} (preset)" for p in presets].index(source)]
+    return preset.lon, preset.lat
+
+
+def render(ctx: RunContext) -> None:
+    """Render the point-inspection tab."""
+    t = ctx.target
+    unit = UNITS[t]
+    if not ctx.files.has_grid and not ctx.files.has_model:
+        missing(f"This run has no {t} model or grid to inspect.", ctx.cmd("train"))
+        return
+    tiles = ctx.tiles().frame if ctx.inv.has_tiles else None
+    presets = ctx.presets() if ctx.inv.has_tiles else []
+    point = _choose_point(ctx, presets)
+    left, right = st.columns([1.1, 1])
+    with left:
+        _map(ctx, point)
+    with right:
+        if point is None:
+            return
+        lon, lat = point
+        st.subheader(f"{t.capitalize()} at {lon:.4f}, {lat:.4f}")
+        summary, how = _predict(ctx, lon, lat)
+        if summary is None:
+            st.warning("No prediction available at this point (outside the grid and no model).")
+        else:
+            m1, m2, m3 = st.columns([1, 1.7, 1])
+            m1.metric(f"Median ({unit})", format_value(summary.median))
+            m2.metric(
+                f"95% interval ({unit})",
+                f"{format_value(summary.lower)}–{format_value(summary.upper)}",
+            )
+            m3.metric(
+                f"sd ({unit})",
+                format_value(summary.sd),
+                help=f"Log-normal sd in {unit}; on the log10 scale sd = {summary.sd_log10:.3f} "
+                f"(×/÷ {10**summary.sd_log10:.2f}).",
+            )
+            st.caption(
+                f"{how} Log-normal mean {format_value(summary.mean, unit)}; "
+                f"sd of log10 = {summary.sd_log10:.3f}."
+            )
+            st.altair_chart(_density_chart(summary, unit), width="stretch")
+        region_note = _region_note(ctx, lon, lat)
+        st.markdown(f"**Area:** {urban_label(ctx, lon, lat, tiles)}{region_note}")
+        if tiles is not None and f"value_{t}" in tiles.columns:
+            near = nearest_tiles(tiles, lon, lat, k=6)
+            table = pd.DataFrame(
+                {
+                    "distance (km)": near["distance_km"].round(2),
+                    "quarter": near["quarter"],
+                    f"observed ({unit})": near[f"value_{t}"].round(2),
+                    "tests": near["tests"],
+                    "devices": near["devices"] if "devices" in near else np.nan,
+                    "area": np.where(near["urban"], "urban", "rural"),
+                }
+            )
+            st.markdown("**Nearest observed tiles**")
+            st.dataframe(table, hide_index=True, width="stretch")
+
+
+def _region_note(ctx: RunContext, lon: float, lat: float) -> str:
+    if not ctx.files.has_grid:
+        return ""
+    grid = ctx.grid()
+    cell = grid.cell_of(lon, lat)
+    if cell is None or not grid.in_region[cell]:
+        return " · outside the modelled region: the prediction is an extrapolation"
+    return ""
+
+
+def _predict(ctx: RunContext, lon: float, lat: float) -> tuple[PointSummary | None, str]:
+    """Evaluate the model at the point (falls back to the grid cell when no model loads)."""
+    if ctx.files.has_model:
+        try:
+            model = ctx.model()
+            X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
+            pred: Any = model.predict(X)
+            m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
+            s = float(np.asarray(pred.std)[0])
+            return PointSummary.from_log10(m, s), "Model evaluated at this exact point."
+        except Exception as exc:
+            st.warning(f"The model could not be evaluated here ({exc}); showing the grid cell.")
+    if ctx.files.has_grid:
+        grid = ctx.grid()
+        cell = grid.cell_of(lon, lat)
+        if cell is not None and np.isfinite(grid.arrays["mean"][cell]):
+            m = float(grid.arrays["mean"][cell]) - np.log10(RAW_TO_NATURAL[ctx.target])
+            return PointSummary.from_log10(
+                m, float(grid.arrays["std"][cell])
+            ), "From the grid cell."
+    return None, ""
+
+
+def _density_chart(s: PointSummary, unit: str) -> alt.Chart:
+    lo = max(s.lower / 2.5, 1e-6)
+    hi = s.upper * 2.5
+    x = np.geomspace(lo, hi, 300)
+    # Density per log10 unit (so the log-x axis shows a bell): pdf(x) * x * ln 10.
+    dens = lognormal_pdf(x, s.mean_log10, s.sd_log10) * x * np.log(10.0)
+    frame = pd.DataFrame({"x": x, "density": dens, "inside": (x >= s.lower) & (x <= s.upper)})
+    base = alt.Chart(frame).encode(
+        x=alt.X("x:Q", scale=alt.Scale(type="log", nice=False), title=f"{unit} (log scale)"),
+    )
+    area = (
+        base.mark_area(opacity=0.35, color="#3b528b")
+        .encode(
+            y=alt.Y("density:Q", title="density", axis=alt.Axis(labels=False, ticks=False)),
+        )
+        .transform_filter("datum.inside")
+    )
+    line = base.mark_line(color="#21918c").encode(y="density:Q")
+    rules = (
+        alt.Chart(pd.DataFrame({"x": [s.lower, s.median, s.upper]}))
+        .mark_rule(color="#444", strokeDash=[4, 3])
+        .encode(x="x:Q")
+    )
+    return (area + line + rules).properties(
+        height=180, title="Predictive distribution (shaded: 95% interval)"
+    )
+
+
+def _map(ctx: RunContext, point: tuple[float, float] | None) -> None:
+    if not ctx.files.has_grid:
+        st.info("No grid to draw; choose a preset or type coordinates.")
+        return
+    grid = ctx.grid()
+    gstamp = maps.grid_stamp(ctx)
+    url, _scale, _legend = maps.grid_layer_png(
+        str(ctx.files.grid), gstamp, ctx.target, maps.LayerSpec("median")
+    )
+    pick, radius = maps.click_points(str(ctx.files.grid), gstamp, ctx.target)
+    layer_list = [L.bitmap_layer(url, grid.bounds), L.click_grid_layer(pick, radius)]
+    layer_list += maps.overlay_layers(ctx)
+    if point is not None:
+        marker = pd.DataFrame(
+            {"lon": [point[0]], "lat": [point[1]], "label": ["inspected point"], "name": [""]}
+        )
+        layer_list += L.markers_layer(marker)[:1]
+    st.pydeck_chart(
+        L.deck(layer_list, grid.bounds, width_px=560, height_px=460),
+        height=460,
+        on_select=_on_click,
+        selection_mode="single-object",
+        key="inspect_chart",
+    )
+    st.caption("Predicted median (same colours as the Map tab). Click a cell to inspect it.")

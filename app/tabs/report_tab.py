@@ -1,0 +1,280 @@
+"""Coverage report tab: urban/rural metrics, calibration, service coverage, downloads."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import loaders
+from app.context import RunContext
+from app.runs import TARGETS
+from app.ui import missing
+
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("reliability.png", "Reliability: empirical vs nominal coverage of central intervals"),
+    ("pi_width_violin.png", "Widths of the 95% prediction intervals, urban vs rural (test tiles)"),
+    ("service_coverage.png", "Service coverage: share served with ≥ 90% probability"),
+    ("sd_maps.png", "Empirical vs predicted sd (held-out tiles, binned)"),
+)
+
+METRIC_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("n", "n"),
+    ("mae", "MAE"),
+    ("nll", "NLL"),
+    ("crps", "CRPS"),
+    ("coverage", "95% coverage"),
+    ("pi_width", "mean 95% PI width"),
+    ("mae_std", "MAE (std.)"),
+    ("nll_std", "NLL (std.)"),
+)
+
+
+def metrics_table(metrics: dict[str, Any]) -> pd.DataFrame:
+    """Rows urban / rural / all; columns as in :data:`METRIC_COLUMNS` (missing keys -> NaN)."""
+    rows = []
+    for group in ("urban", "rural", "all"):
+        m = metrics.get(group)
+        if not isinstance(m, dict):
+            continue
+        row: dict[str, Any] = {"group": group}
+        for key, title in METRIC_COLUMNS:
+            value = m.get(key)
+            row[title] = float(value) if isinstance(value, int | float) else math.nan
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if "n" in frame:
+        frame["n"] = frame["n"].astype("Int64")
+    return frame
+
+
+def reliability_frame(
+    summary: dict[str, Any] | None, preds: pd.DataFrame | None
+) -> pd.DataFrame | None:
+    """Coverage-vs-level curves per group, from ``summary.json`` or recomputed from predictions."""
+    rel = (summary or {}).get("reliability")
+    rows: list[dict[str, Any]] = []
+    if isinstance(rel, dict) and rel:
+        for group, curve in rel.items():
+            for lv, cv in zip(curve.get("levels", []), curve.get("coverage", []), strict=False):
+                if cv is not None:
+                    rows.append({"group": group, "nominal": float(lv), "empirical": float(cv)})
+    elif preds is not None and {"y", "mean", "std", "urban"} <= set(preds.columns):
+        from scipy.special import ndtri
+
+        levels = np.round(np.arange(0.5, 0.991, 0.01), 2)
+        z = np.abs(((preds["y"] - preds["mean"]) / preds["std"]).to_numpy(dtype=float))
+        urban = preds["urban"].to_numpy(dtype=bool)
+        for group, mask in (("urban", urban), ("rural", ~urban), ("all", np.ones_like(urban))):
+            if mask.any():
+                for lv in levels:
+                    rows.append(
+                        {
+                            "group": group,
+                            "nominal": float(lv),
+                            "empirical": float(np.mean(z[mask] <= ndtri(0.5 + lv / 2))),
+                        }
+                    )
+    return pd.DataFrame(rows) if rows else None
+
+
+def _reliability_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    x_scale = alt.Scale(domain=[0.5, 1.0], zero=False, nice=False)
+    y_scale = alt.Scale(domain=[0.4, 1.0], zero=False, nice=False, clamp=True)
+    diag = (
+        alt.Chart(pd.DataFrame({"nominal": [0.5, 1.0], "empirical": [0.5, 1.0]}))
+        .mark_line(color="#999", strokeDash=[4, 3])
+        .encode(
+            x=alt.X("nominal:Q", scale=x_scale, title="nominal coverage"),
+            y=alt.Y("empirical:Q", scale=y_scale, title="empirical coverage"),
+        )
+    )
+    lines = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("nominal:Q", scale=x_scale, title="nominal coverage"),
+            y=alt.Y("empirical:Q", scale=y_scale, title="empirical coverage"),
+            color=alt.Color(
+                "group:N",
+                title=None,
+                scale=alt.Scale(
+                    domain=["urban", "rural", "all"], range=["#d95f02", "#1b9e77", "#666666"]
+                ),
+            ),
+            tooltip=[
+                "group",
+                alt.Tooltip("nominal:Q", format=".2f"),
+                alt.Tooltip("empirical:Q", format=".3f"),
+            ],
+        )
+    )
+    return (diag + lines).properties(height=300, title="Reliability (on the diagonal = calibrated)")
+
+
+def service_table(summary: dict[str, Any] | None) -> pd.DataFrame | None:
+    """The service-coverage rows of ``summary.json`` as percentages."""
+    rows = (summary or {}).get("service_coverage")
+    if not isinstance(rows, list) or not rows:
+        return None
+    out = []
+    for r in rows:
+        if not isinstance(r, dict):
+            continue
+        pct = {
+            k: (100 * r[k] if isinstance(r.get(k), int | float) else math.nan)
+            for k in ("tiles", "area", "urban", "rural")
+        }
+        out.append(
+            {
+                "served when": r.get("label", r.get("threshold")),
+                "tiles (%)": pct["tiles"],
+                "area (%)": pct["area"],
+                "urban tiles (%)": pct["urban"],
+                "rural tiles (%)": pct["rural"],
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _read_optional(path: Path, reader: Any) -> Any:
+    if not path.is_file():
+        return None
+    return reader(str(path), loaders.stamp(path))
+
+
+def render(ctx: RunContext) -> None:
+    """Render the coverage-report tab."""
+    t = ctx.target
+    rdir = ctx.files.report_dir
+    if not ctx.files.has_report:
+        missing(f"This run has no report for {t} (report/{t}/metrics.json).", ctx.cmd("report"))
+        _downloads(ctx)
+        return
+    metrics = loaders.load_json(str(rdir / "metrics.json"), loaders.stamp(rdir / "metrics.json"))
+    if not isinstance(metrics, dict):
+        raise loaders.LoadError(f"{rdir / 'metrics.json'} does not hold a JSON object.")
+    summary = _read_optional(rdir / "summary.json", loaders.load_json)
+    summary = summary if isinstance(summary, dict) else None
+    preds = _read_optional(rdir / "predictions.parquet", loaders.load_parquet)
+
+    st.markdown(f"#### Test-set accuracy and calibration, {t} (log10 scale)")
+    table = metrics_table(metrics)
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "95% coverage": st.column_config.NumberColumn(format="percent"),
+            **{
+                c: st.column_config.NumberColumn(format="%.3f")
+                for _, c in METRIC_COLUMNS[1:]
+                if c != "95% coverage"
+            },
+        },
+    )
+    st.caption(
+        "Held-out test tiles. With calibrated intervals the 95% coverage column is close to 95% "
+        "for urban and rural tiles alike. MAE, CRPS and width are in log10 units; '(std.)' "
+        "columns are on the standardised scale."
+    )
+    base = (summary or {}).get("baseline_constant_mean")
+    if isinstance(base, dict):
+        with st.expander("Compare with a constant-mean baseline"):
+            both = pd.concat(
+                [
+                    metrics_table(metrics).assign(model="geodbk"),
+                    metrics_table(base).assign(model="constant mean"),
+                ]
+            )
+            st.dataframe(both[["model", "group", "MAE", "NLL", "95% coverage"]], hide_index=True)
+
+    svc = service_table(summary)
+    c1, c2 = st.columns(2)
+    rel = reliability_frame(summary, preds)
+    with c1:
+        if rel is not None:
+            st.altair_chart(_reliability_chart(rel), width="stretch")
+    with c2:
+        if svc is not None:
+            st.markdown("**Service coverage** (served = threshold met with ≥ 90% probability)")
+            st.dataframe(
+                svc,
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    c: st.column_config.NumberColumn(format="%.1f") for c in svc.columns[1:]
+                },
+            )
+
+    # The reliability diagram is drawn interactively above when possible: no repeated PNG then.
+    skip = {"reliability.png"} if rel is not None else set()
+    figs = [
+        (rdir / "figures" / name, cap)
+        for name, cap in FIGURES
+        if name not in skip and (rdir / "figures" / name).is_file()
+    ]
+    if figs:
+        st.markdown("#### Report figures")
+        for start in range(0, len(figs), 2):
+            cols = st.columns(2)
+            for col, (path, cap) in zip(cols, figs[start : start + 2], strict=False):
+                col.image(str(path), caption=cap, width="stretch")
+    else:
+        st.info(f"No figures in {rdir / 'figures'}; rerun `{ctx.cmd('report')}`.")
+    _downloads(ctx)
+
+
+def _downloads(ctx: RunContext) -> None:
+    """Download buttons for the GeoTIFF exports (all targets) and this target's report."""
+    st.markdown("#### Downloads")
+    items: list[tuple[str, Path, str]] = []
+    for target in TARGETS:
+        f = ctx.inv.targets[target]
+        if f.has_export:
+            items.append((f"{target}.tif (GeoTIFF)", f.export, "image/tiff"))
+            side = f.export.with_suffix(".json")
+            if side.is_file():
+                items.append((f"{target}.json (provenance)", side, "application/json"))
+    rdir = ctx.files.report_dir
+    for name, mime in (
+        ("report.html", "text/html"),
+        ("report.md", "text/markdown"),
+        ("metrics.json", "application/json"),
+        ("predictions.parquet", "application/octet-stream"),
+    ):
+        if (rdir / name).is_file():
+            items.append((f"{ctx.target} {name}", rdir / name, mime))
+    if not items:
+        st.info(
+            f"Nothing to download yet. Build the GeoTIFFs with `{ctx.cmd('export')}` and the "
+            f"report with `{ctx.cmd('report')}`."
+        )
+        return
+    if not any(ctx.inv.targets[t].has_export for t in TARGETS):
+        st.caption(f"No GeoTIFF exports yet: `{ctx.cmd('export')}`.")
+    cols = st.columns(3)
+    for i, (label, path, mime) in enumerate(items):
+        cols[i % 3].download_button(
+            label,
+            data=_lazy_reader(path),
+            file_name=f"{ctx.inv.path.name}_{path.name}",
+            mime=mime,
+            key=f"dl_{label}",
+            on_click="ignore",
+            width="stretch",
+        )
+
+
+def _lazy_reader(path: Path) -> Any:
+    """A callable the download button calls only when clicked (no file read on each rerun)."""
+
+    def read() -> bytes:
+        return path.read_bytes()
+
+    return read
