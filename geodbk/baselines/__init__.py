@@ -1,0 +1,13 @@
+"""Baseline GP models behind the ``DBKRegressor`` estimator contract (issue 7).
+
+``build_model(name, ...)`` / ``MODEL_NAMES`` in :mod:`geodbk.baselines.registry`; one module per
+family: :mod:`~geodbk.baselines.svgp` (SV-RBF, SV-DKL, PP-DKL, VBLL, SVDBK on the core's DBK
+model), :mod:`~geodbk.baselines.cagp` (CaGP-Opt), :mod:`~geodbk.baselines.solvegp` (SOLVE-GP),
+:mod:`~geodbk.baselines.softki` (SoftKI), :mod:`~geodbk.baselines.exact_rbf` (exact RBF GP).
+"""
+
+from __future__ import annotations
+
+from geodbk.baselines.registry import MODEL_NAMES, build_model, parse_model_list
+
+__all__ = ["MODEL_NAMES", "build_model", "parse_model_list"]

@@ -1,0 +1,400 @@
+"""Shared estimator machinery for the baselines that have their own torch implementation.
+
+:class:`TorchBaseline` gives CaGP-Opt, SOLVE-GP, SoftKI and the exact RBF GP the same contract
+as ``DBKRegressor`` (``docs/architecture.md``): ``fit(X, y, X_val, y_val)``, ``predict(X)`` →
+:class:`geodbk.predictive.Prediction` (numpy float64, units of ``y``), ``kernel(X, X_ref)``,
+``save(path, metadata=...)`` / ``load(path)`` (``weights.safetensors`` + ``model.json``, no
+pickle), ``history_`` and ``best_epoch_``.
+
+A subclass supplies the model as an ``nn.Module`` built from JSON-able sizes (so that ``load``
+can rebuild it before reading the weights) and four functions: the per-datum training loss,
+``refresh`` (recompute cached posterior quantities after the parameters changed), latent
+prediction and the prior kernel. ``y`` is standardised inside (training mean/sd stored).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from geodbk.bundle import load_bundle, save_bundle
+from geodbk.device import resolve_device
+from geodbk.errors import DataError, GeodbkError, ModelFileError
+from geodbk.objectives import gaussian_nll as core_gaussian_nll
+from geodbk.predictive import Prediction, predict_in_chunks
+
+#: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
+BUNDLE_VERSION = 1
+
+T = TypeVar("T", bound="TorchBaseline")
+
+
+class TrainingDivergedError(GeodbkError):
+    """The training loss became NaN or infinite."""
+
+
+class ProblemTooLargeError(GeodbkError, ValueError):
+    """The data set is larger than a method's stated size limit (e.g. the exact GP)."""
+
+
+def gaussian_nll(y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """Mean Gaussian NLL: mean(0.5 log(2π var) + (y - mu)² / (2 var)) (the core's, averaged)."""
+    return core_gaussian_nll(y, mean, var).mean()
+
+
+def _as_2d(X: Any, name: str) -> np.ndarray:
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise DataError(f"{name} must be a non-empty (n, d) array, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _as_1d(y: Any, n: int, name: str) -> np.ndarray:
+    arr = np.asarray(y, dtype=np.float64).reshape(-1)
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but X has {n} rows")
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+class TorchBaseline:
+    """Base estimator: standardisation, training loop, chunked prediction, safe bundles.
+
+    Parameters
+    ----------
+    epochs
+        Passes over the training data (full-batch models: optimiser steps).
+    batch_size
+        Mini-batch size (ignored by full-batch models).
+    lr
+        Adam learning rate.
+    patience
+        Stop after this many epochs without a better validation NLL (``None``: never).
+    seed
+        Seeds torch (initialisation and shuffling).
+    device
+        ``"cpu"``, ``"cuda"`` or ``"auto"``.
+    dtype
+        ``"float32"`` or ``"float64"``.
+    """
+
+    #: Registry name of the model (``"cagp"``, ...).
+    model_name: ClassVar[str] = "baseline"
+    #: Full-batch models take one optimiser step per epoch on all the data.
+    full_batch: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 0.01,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> None:
+        self.epochs = int(epochs)
+        self.batch_size = int(batch_size)
+        self.lr = float(lr)
+        self.patience = patience
+        self.seed = int(seed)
+        self.device = device
+        self.dtype = dtype
+        self.history_: list[dict[str, Any]] = []
+        self.best_epoch_: int | None = None
+        self.metadata_: dict[str, Any] = {}
+        self.module_: nn.Module | None = None
+        self.sizes_: dict[str, Any] = {}
+        self.y_mean_ = 0.0
+        self.y_sd_ = 1.0
+
+    # ------------------------------------------------------------------ subclass hooks
+    def get_params(self) -> dict[str, Any]:
+        """Constructor keyword arguments (JSON-able); subclasses add their own."""
+        return {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "patience": self.patience,
+            "seed": self.seed,
+            "device": self.device,
+            "dtype": self.dtype,
+        }
+
+    def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
+        """JSON-able sizes that ``_make_module`` needs (n, d, rank, ...)."""
+        raise NotImplementedError
+
+    def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
+        """An uninitialised module of the given sizes (parameters are overwritten by ``load``)."""
+        raise NotImplementedError
+
+    def _init_module(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+        """Data-dependent initialisation (inducing points, stored training inputs, ...)."""
+
+    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+        """Per-datum negative objective on a batch (full-batch models: on all the data)."""
+        raise NotImplementedError
+
+    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+        """Recompute cached posterior quantities (buffers) after the parameters changed."""
+
+    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Standardised-units ``(mean, var_f, noise_var)`` for a chunk of inputs."""
+        raise NotImplementedError
+
+    def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
+        """Prior kernel matrix k(A, B) in standardised units."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _torch_dtype(self) -> torch.dtype:
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        return torch.float64 if self.dtype == "float64" else torch.float32
+
+    @property
+    def _torch_device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    def _optimizer(self, module: nn.Module) -> torch.optim.Optimizer:
+        """Adam on every parameter (subclasses may use parameter groups)."""
+        return torch.optim.Adam(module.parameters(), lr=self.lr)
+
+    def _tensor(self, arr: np.ndarray) -> Tensor:
+        return torch.as_tensor(arr, dtype=self._torch_dtype, device=self._torch_device)
+
+    def _check_fitted(self) -> nn.Module:
+        if self.module_ is None:
+            raise GeodbkError(f"{type(self).__name__} is not fitted; call fit() or load() first")
+        return self.module_
+
+    def _val_nll(self, module: nn.Module, X: Tensor, y: Tensor, chunk_size: int = 8192) -> float:
+        total = 0.0
+        with torch.no_grad():
+            for start in range(0, X.shape[0], chunk_size):
+                mean, var_f, noise = self._predict_latent(module, X[start : start + chunk_size])
+                var = var_f.clamp_min(0.0) + noise
+                yb = y[start : start + chunk_size]
+                total += float(gaussian_nll(yb, mean, var)) * yb.shape[0]
+        return total / X.shape[0]
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self: T,
+        X: Any,
+        y: Any,
+        X_val: Any = None,
+        y_val: Any = None,
+        *,
+        progress: bool = False,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+    ) -> T:
+        """Train on ``(X, y)``; keep the epoch with the best validation NLL when given.
+
+        Standardises ``y`` with its training mean/sd, then minimises the model's per-datum
+        objective with Adam (mini-batches or full batch). NaN/inf loss raises
+        :class:`TrainingDivergedError`.
+        """
+        Xn = _as_2d(X, "X")
+        yn = _as_1d(y, Xn.shape[0], "y")
+        self.y_mean_ = float(yn.mean())
+        self.y_sd_ = float(yn.std()) if yn.std() > 0 else 1.0
+        torch.manual_seed(self.seed)
+        Xt = self._tensor(Xn)
+        yt = self._tensor((yn - self.y_mean_) / self.y_sd_)
+        have_val = X_val is not None and y_val is not None
+        if have_val:
+            Xv_np = _as_2d(X_val, "X_val")
+            Xv = self._tensor(Xv_np)
+            yv = self._tensor((_as_1d(y_val, Xv_np.shape[0], "y_val") - self.y_mean_) / self.y_sd_)
+        self.sizes_ = self._sizes(Xt, yt)
+        module = self._make_module(self.sizes_).to(
+            device=self._torch_device, dtype=self._torch_dtype
+        )
+        with torch.no_grad():
+            self._init_module(module, Xt, yt)
+        self.module_ = module
+        opt = self._optimizer(module)
+        gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        n = Xt.shape[0]
+        best = math.inf
+        best_state: dict[str, Tensor] | None = None
+        since_best = 0
+        self.history_ = []
+        for epoch in range(1, self.epochs + 1):
+            t0 = time.perf_counter()
+            module.train()
+            if self.full_batch:
+                opt.zero_grad(set_to_none=True)
+                loss = self._loss(module, Xt, yt, n)
+                if not torch.isfinite(loss):
+                    raise TrainingDivergedError(
+                        f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
+                    )
+                train_loss = float(loss.detach())
+                # The forward pass cached the posterior at the current parameters: score them
+                # before the step so that the kept state and its score belong together.
+                val_nll = self._val_nll(module, Xv, yv) if have_val else train_loss
+                score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
+                loss.backward()
+                opt.step()
+            else:
+                perm = torch.randperm(n, generator=gen).to(Xt.device)
+                total = 0.0
+                for start in range(0, n, self.batch_size):
+                    idx = perm[start : start + self.batch_size]
+                    opt.zero_grad(set_to_none=True)
+                    loss = self._loss(module, Xt[idx], yt[idx], n)
+                    if not torch.isfinite(loss):
+                        raise TrainingDivergedError(
+                            f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
+                        )
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * idx.shape[0]
+                train_loss = total / n
+                module.eval()
+                with torch.no_grad():
+                    self._refresh(module, Xt, yt)
+                val_nll = self._val_nll(module, Xv, yv) if have_val else train_loss
+                score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
+            if not math.isfinite(val_nll):
+                raise TrainingDivergedError(
+                    f"{self.model_name}: validation NLL is {val_nll} at epoch {epoch}"
+                )
+            seconds = time.perf_counter() - t0
+            # Like the core: val_nll in y's units (standardised NLL + log sd_y); without
+            # validation data the score is the training loss and val_nll is None.
+            record: dict[str, Any] = {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "val_nll": val_nll + math.log(self.y_sd_) if have_val else None,
+                "seconds": seconds,
+            }
+            self.history_.append(record)
+            if callback is not None:
+                callback(record)
+            if progress:
+                print(
+                    f"[{self.model_name}] epoch {epoch}: loss {train_loss:.4f} val_nll {val_nll:.4f} ({seconds:.2f}s)"
+                )
+            if val_nll < best:
+                best, since_best, self.best_epoch_ = val_nll, 0, epoch
+                best_state = score_state
+            else:
+                since_best += 1
+                if self.patience is not None and since_best >= self.patience:
+                    break
+        if best_state is not None:
+            module.load_state_dict(best_state)
+        module.eval()
+        with torch.no_grad():
+            self._refresh(module, Xt, yt)
+        return self
+
+    def predict(self, X: Any, *, chunk_size: int = 8192) -> Prediction:
+        """Predictive distribution at ``X`` in the units of ``y`` (the core's ``Prediction``).
+
+        ``mean = y_mean + y_sd mu(x)``, ``var_f = y_sd² var_f(x)``, ``var = y_sd² (var_f + s2(x))``;
+        at most ``chunk_size`` rows at a time.
+        """
+        module = self._check_fitted()
+        Xn = _as_2d(X, "X")
+
+        def fn(xb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            mean, var_f, noise = self._predict_latent(module, xb)
+            var_f = var_f.clamp_min(0.0)
+            return mean, var_f, var_f + noise
+
+        mean, var_f, var = predict_in_chunks(
+            fn, Xn, chunk_size=chunk_size, device=self._torch_device, dtype=self._torch_dtype
+        )
+        sd2 = self.y_sd_**2
+        return Prediction(mean=mean * self.y_sd_ + self.y_mean_, var=var * sd2, var_f=var_f * sd2)
+
+    def kernel(self, X: Any, X_ref: Any, *, in_y_units: bool = False) -> np.ndarray:
+        """Prior kernel k(X, X_ref), (n, m) float64; standardised-target units like the core's
+        ``DBKRegressor.kernel`` (``in_y_units=True`` multiplies by ``y_sd²``)."""
+        module = self._check_fitted()
+        with torch.no_grad():
+            K = self._kernel(
+                module, self._tensor(_as_2d(X, "X")), self._tensor(_as_2d(X_ref, "X_ref"))
+            )
+        K_np = K.double().cpu().numpy()
+        return K_np * self.y_sd_**2 if in_y_units else K_np
+
+    # ------------------------------------------------------------------ bundles
+    def save(self, path: str | Path, *, metadata: dict[str, Any] | None = None) -> Path:
+        """Write the core's safe bundle (``weights.safetensors`` + ``model.json``, no pickle).
+
+        ``model.json`` carries a ``baseline`` section (model name, class, constructor options,
+        module sizes, standardisation, history) next to the core's checksum and tensor list.
+        """
+        module = self._check_fitted()
+        meta = dict(metadata) if metadata is not None else dict(self.metadata_)
+        doc = {
+            "baseline": {
+                "version": BUNDLE_VERSION,
+                "model": self.model_name,
+                "class": type(self).__name__,
+                "params": self.get_params(),
+                "sizes": self.sizes_,
+            },
+            "standardization": {"y_mean": self.y_mean_, "y_std": self.y_sd_},
+            "best_epoch": self.best_epoch_,
+            "history": self.history_,
+            "metadata": meta,
+        }
+        folder = save_bundle(path, tensors=dict(module.state_dict()), meta=doc)
+        self.metadata_ = meta
+        return folder
+
+    @classmethod
+    def load(cls: type[T], path: str | Path) -> T:
+        """Rebuild an estimator saved with :meth:`save`; ``ModelFileError`` on bad files."""
+        tensors, meta = load_bundle(path)
+        info = meta.get("baseline")
+        if not isinstance(info, dict) or info.get("model") != cls.model_name:
+            found = info.get("model") if isinstance(info, dict) else "a DBKRegressor model"
+            raise ModelFileError(
+                f"{path} holds {found!r}, not a {cls.model_name!r} baseline; load it with the matching class"
+            )
+        if info.get("version") != BUNDLE_VERSION:
+            raise ModelFileError(
+                f"{path}: baseline section version {info.get('version')!r} is not supported (expected {BUNDLE_VERSION})"
+            )
+        try:
+            est = cls(**info["params"])
+            est.sizes_ = dict(info["sizes"])
+            est.y_mean_ = float(meta["standardization"]["y_mean"])
+            est.y_sd_ = float(meta["standardization"]["y_std"])
+            est.best_epoch_ = meta.get("best_epoch")
+            est.history_ = list(meta.get("history", []))
+            est.metadata_ = dict(meta.get("metadata") or {})
+            module = est._make_module(est.sizes_).to(
+                device=est._torch_device, dtype=est._torch_dtype
+            )
+            module.load_state_dict(tensors, strict=True)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise ModelFileError(
+                f"{path} is not a usable {cls.model_name} bundle ({type(exc).__name__}: {exc})"
+            ) from exc
+        module.eval()
+        est.module_ = module
+        return est

@@ -1,0 +1,140 @@
+"""Exact GP with an RBF-ARD kernel, constant mean and Gaussian noise (small n only).
+
+With K_hat = K + s2 I = L L' and r = y - c:
+
+* log p(y) = -1/2 r'K_hat^{-1} r - Σ log diag L - n/2 log 2π; loss = -log p(y) / n
+* mean(x) = c + k(x, X) K_hat^{-1} r; var_f(x) = k(x, x) - ||L^{-1} k(X, x)||²; var = var_f + s2
+
+O(n³) time and O(n²) memory per step (full batch, Adam), so the estimator refuses data sets
+above ``max_n`` rows with :class:`~geodbk.baselines.base.ProblemTooLargeError` before any work.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from geodbk.baselines.base import ProblemTooLargeError, TorchBaseline
+from geodbk.baselines.kernels import Positive, psd_cholesky, rbf_ard, tri_solve
+from geodbk.likelihoods import GaussianNoise
+
+
+class ExactRBFModule(nn.Module):
+    """RBF-ARD hyperparameters, noise, constant mean and the cached training solve."""
+
+    X: Tensor
+    alpha: Tensor
+    chol: Tensor
+
+    def __init__(self, n: int, d: int, *, lengthscale: float, noise: float):
+        super().__init__()
+        self.register_buffer("X", torch.zeros(n, d))
+        self.lengthscale = Positive(lengthscale, shape=(d,))
+        self.outputscale = Positive(1.0)
+        self.noise = GaussianNoise(init=noise)
+        self.mean_const = nn.Parameter(torch.zeros(()))
+        self.register_buffer("alpha", torch.zeros(n))
+        self.register_buffer("chol", torch.eye(n))
+
+    def k(self, A: Tensor, B: Tensor) -> Tensor:
+        """RBF-ARD kernel."""
+        return rbf_ard(A, B, lengthscale=self.lengthscale(), outputscale=self.outputscale())
+
+
+class ExactRBFRegressor(TorchBaseline):
+    """Exact RBF-ARD GP trained by maximising the marginal likelihood (full batch).
+
+    Parameters
+    ----------
+    max_n
+        Largest training set accepted (default 5000: one step is an n×n Cholesky).
+    lengthscale, noise
+        Initial lengthscale and noise variance (standardised units).
+    **kwargs
+        ``epochs`` (optimiser steps), ``lr``, ``patience``, ``seed``, ``device``, ``dtype``
+        (default float64).
+    """
+
+    model_name = "exact-rbf"
+    full_batch = True
+
+    def __init__(
+        self, *, max_n: int = 5000, lengthscale: float = 0.3, noise: float = 0.5, **kwargs: Any
+    ):
+        kwargs.setdefault("lr", 0.05)
+        kwargs.setdefault("dtype", "float64")
+        super().__init__(**kwargs)
+        self.max_n = int(max_n)
+        self.init_lengthscale = float(lengthscale)
+        self.init_noise = float(noise)
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            **super().get_params(),
+            "max_n": self.max_n,
+            "lengthscale": self.init_lengthscale,
+            "noise": self.init_noise,
+        }
+
+    def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
+        n = X.shape[0]
+        if n > self.max_n:
+            raise ProblemTooLargeError(
+                f"exact-rbf: {n} training points exceed max_n={self.max_n} (O(n³) time, O(n²) "
+                f"memory: {n * n * 8 / 2**30:.1f} GiB per kernel matrix); use a scalable model or "
+                "raise max_n"
+            )
+        return {"n": n, "d": X.shape[1]}
+
+    def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
+        return ExactRBFModule(
+            sizes["n"], sizes["d"], lengthscale=self.init_lengthscale, noise=self.init_noise
+        )
+
+    def _init_module(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+        assert isinstance(module, ExactRBFModule)
+        module.X.copy_(X)
+        module.mean_const.fill_(float(y.mean()))
+
+    def _solve(self, module: ExactRBFModule, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        n = module.X.shape[0]
+        Khat = module.k(module.X, module.X) + module.noise() * torch.eye(
+            n, dtype=y.dtype, device=y.device
+        )
+        L = psd_cholesky(Khat, jitter=1e-10)
+        r = y - module.mean_const
+        alpha = torch.cholesky_solve(r.unsqueeze(-1), L).squeeze(-1)
+        return L, r, alpha
+
+    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+        assert isinstance(module, ExactRBFModule)
+        L, r, alpha = self._solve(module, y)
+        module.chol.copy_(L.detach())
+        module.alpha.copy_(alpha.detach())
+        n = y.shape[0]
+        nll = (
+            0.5 * (r @ alpha)
+            + torch.log(torch.diagonal(L)).sum()
+            + 0.5 * n * math.log(2.0 * math.pi)
+        )
+        return nll / n
+
+    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+        assert isinstance(module, ExactRBFModule)
+        L, _, alpha = self._solve(module, y)
+        module.chol.copy_(L)
+        module.alpha.copy_(alpha)
+
+    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        assert isinstance(module, ExactRBFModule)
+        Kxs = module.k(module.X, X)
+        mean = Kxs.T @ module.alpha + module.mean_const
+        var_f = module.outputscale() - tri_solve(module.chol, Kxs).pow(2).sum(0)
+        return mean, var_f, module.noise().expand_as(mean)
+
+    def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
+        assert isinstance(module, ExactRBFModule)
+        return module.k(A, B)

@@ -1,0 +1,598 @@
+"""``geodbk benchmark``: train several models on the same split and budget, report side by side.
+
+Reads ``RUN/tiles.parquet`` (inputs ``x1, x2``, target ``log10_<TARGET>``, columns ``split`` and
+``urban``), trains every requested model for every seed with the same epoch budget, batch size,
+rank and backbone width, and writes ``RUN/benchmark/TARGET.json`` and ``TARGET.md`` atomically.
+
+Per model (mean ± sd over seeds), on the test split and its urban / rural parts: MAE, NLL (log10
+units; ``nll_std`` = NLL on the standardised target = NLL - ln sd_train), CRPS, 95% coverage,
+mean 95% interval width and the sd / IQR of the per-tile interval widths; training seconds per
+epoch and in total, prediction points per second (all rows of the table) and peak memory (CPU:
+peak RSS of the model's worker process minus its RSS just before training — torch's CPU
+allocations bypass tracemalloc, and tracing Python allocations slowed training several-fold, so
+it is not used; CUDA: ``torch.cuda.max_memory_allocated``).
+
+Each (model, seed) runs in its own spawned worker process, so an out-of-memory kill, a crash,
+a divergence (NaN loss), a refusal (exact GP above its size limit) or any exception is recorded
+in the table with its reason and never stops the other models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geodbk.atomic import atomic_write_json, atomic_write_text
+from geodbk.errors import DataError, RunDirectoryError
+
+log = logging.getLogger("geodbk.benchmark")
+
+TARGETS = ("download", "upload", "latency")
+GROUPS = ("all", "urban", "rural")
+METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
+
+EPILOG = """examples:
+  geodbk benchmark --run runs/hawaii-mobile --target download --models all --epochs 20 --seeds 0
+  geodbk benchmark --run runs/demo --target upload --models dbk-rbf,sv-dkl,cagp --seeds 0,1,2
+  geodbk benchmark --run runs/demo --target download --models dbk-rbf,softki --threads 1 --timeout 600
+
+model names: dbk-rbf, dbk-silu, exact-dbk, exact-rbf, sv-rbf, sv-dkl, pp-dkl, vbll, svdbk,
+cagp, solve-gp, softki (or 'all')
+"""
+
+
+# ---------------------------------------------------------------------------------- data
+def load_benchmark_data(run: Path, target: str) -> dict[str, np.ndarray]:
+    """Inputs, target, split and urban flag from ``RUN/tiles.parquet`` (finite targets only)."""
+    path = Path(run) / "tiles.parquet"
+    if not path.is_file():
+        raise RunDirectoryError(f"{path} not found: run `geodbk ingest --out {run}` first")
+    if target not in TARGETS:
+        raise DataError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
+    try:
+        from geodbk.geo.table import read_tile_table
+
+        table, _ = read_tile_table(path)
+    except ImportError:  # pragma: no cover - geo layer absent
+        import pandas as pd
+
+        table = pd.read_parquet(path)
+    col = f"log10_{target}"
+    missing = [c for c in ("x1", "x2", col, "split", "urban") if c not in table.columns]
+    if missing:
+        raise DataError(f"{path} lacks column(s) {', '.join(missing)}; re-run geodbk ingest")
+    X = table[["x1", "x2"]].to_numpy(dtype=np.float64)
+    y = table[col].to_numpy(dtype=np.float64)
+    split = table["split"].astype(str).to_numpy()
+    urban = table["urban"].to_numpy(dtype=bool)
+    keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
+    data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
+    for s in ("train", "test"):
+        if not (data["split"] == s).any():
+            raise DataError(f"{path} has no '{s}' rows with a finite {col}")
+    return data
+
+
+# ---------------------------------------------------------------------------------- metrics
+def group_metrics(
+    y: np.ndarray, mean: np.ndarray, var: np.ndarray, *, log_sd_train: float
+) -> dict[str, float]:
+    """The core's summary metrics plus nll_std and the spread (sd, IQR) of the 95% PI widths."""
+    from geodbk.metrics import summary
+    from geodbk.predictive import Z95
+
+    if y.shape[0] == 0:
+        return {}
+    out = summary(y, mean, var)
+    widths = 2.0 * Z95 * np.sqrt(var)
+    q75, q25 = np.percentile(widths, [75, 25])
+    out.update(
+        {
+            "nll_std": out["nll"] - log_sd_train,
+            "width_sd": float(np.std(widths)),
+            "width_iqr": float(q75 - q25),
+        }
+    )
+    return out
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            pages = int(handle.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        return float("nan")
+
+
+def _peak_rss_mb() -> float:
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 1024.0 if sys.platform != "darwin" else peak / 2**20
+    except (ImportError, OSError):  # pragma: no cover
+        return float("nan")
+
+
+# ---------------------------------------------------------------------------------- one run
+def run_one(
+    name: str,
+    seed: int,
+    data: dict[str, np.ndarray],
+    *,
+    epochs: int,
+    batch_size: int,
+    rank: int,
+    hidden: int,
+    device: str,
+    threads: int | None,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train and score one (model, seed); return metrics and costs (raises on failure)."""
+    import torch
+
+    from geodbk.baselines.registry import build_model
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    split, urban = data["split"], data["urban"]
+    tr, va, te = split == "train", split == "val", split == "test"
+    X, y = data["X"], data["y"]
+    use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    model = build_model(
+        name,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        rank=rank,
+        hidden=hidden,
+        device=device,
+        overrides=overrides,
+    )
+    # Warm-up: the first optimiser construction imports torch's compile machinery (seconds on
+    # a loaded machine); do it before the clock starts so that it is not billed to the model.
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    rss0 = _rss_mb()
+    if use_cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    model.fit(X[tr], y[tr], X[va] if va.any() else None, y[va] if va.any() else None)
+    fit_s = time.perf_counter() - t0
+    pred = model.predict(X[te])
+    t1 = time.perf_counter()
+    model.predict(X)
+    pred_s = time.perf_counter() - t1
+    if not (np.isfinite(pred.mean).all() and np.isfinite(pred.var).all() and (pred.var > 0).all()):
+        raise FloatingPointError("non-finite or non-positive predictions (diverged)")
+    sd_train = float(np.std(y[tr])) or 1.0
+    metrics = {}
+    for group, mask in (
+        ("all", np.ones(te.sum(), bool)),
+        ("urban", urban[te]),
+        ("rural", ~urban[te]),
+    ):
+        metrics[group] = group_metrics(
+            y[te][mask], pred.mean[mask], pred.var[mask], log_sd_train=math.log(sd_train)
+        )
+    history = list(getattr(model, "history_", []) or [])
+    n_epochs = max(len(history), 1)
+    return {
+        "seed": seed,
+        "metrics": metrics,
+        "epochs_run": len(history),
+        "best_epoch": getattr(model, "best_epoch_", None),
+        "train_seconds": fit_s,
+        "seconds_per_epoch": fit_s / n_epochs,
+        "predict_points_per_second": X.shape[0] / max(pred_s, 1e-9),
+        "peak_rss_mb": max(_peak_rss_mb() - rss0, 0.0) if not use_cuda else None,
+        "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if use_cuda else None,
+    }
+
+
+def _worker(
+    conn: Any, name: str, seed: int, data: dict[str, np.ndarray], kwargs: dict[str, Any]
+) -> None:
+    threads = kwargs.get("threads")
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        conn.send({"ok": True, "result": run_one(name, seed, data, **kwargs)})
+    except BaseException as exc:  # report every failure to the parent
+        kind = type(exc).__name__
+        if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+            kind = f"out of memory ({kind})"
+        conn.send(
+            {"ok": False, "reason": f"{kind}: {exc}", "traceback": traceback.format_exc(limit=6)}
+        )
+    finally:
+        conn.close()
+
+
+def run_isolated(
+    name: str, seed: int, data: dict[str, np.ndarray], *, timeout: float | None, **kwargs: Any
+) -> dict[str, Any]:
+    """Run :func:`run_one` in a spawned process; a crash, kill or timeout becomes a failure record."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker, args=(child, name, seed, data, kwargs), daemon=True)
+    t0 = time.perf_counter()
+    proc.start()
+    child.close()
+    msg: dict[str, Any] | None = None
+    deadline = None if timeout is None else t0 + timeout
+    while True:
+        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.perf_counter()))
+        if parent.poll(wait):
+            try:
+                msg = parent.recv()
+            except EOFError:
+                msg = None
+            break
+        if not proc.is_alive():
+            break
+        if deadline is not None and time.perf_counter() >= deadline:
+            proc.kill()
+            proc.join()
+            return {"ok": False, "reason": f"timeout: exceeded {timeout:.0f} s"}
+    proc.join(timeout=30)
+    if msg is None:
+        code = proc.exitcode
+        why = "killed (out of memory?)" if code is not None and code < 0 else "crashed"
+        return {"ok": False, "reason": f"worker {why}: exit code {code}"}
+    return msg
+
+
+# ---------------------------------------------------------------------------------- aggregate
+def _mean_sd(values: list[Any]) -> dict[str, float | None]:
+    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if arr.size == 0:
+        return {"mean": None, "sd": None}
+    return {"mean": float(arr.mean()), "sd": float(arr.std(ddof=1)) if arr.size > 1 else 0.0}
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± sd over seeds of every metric and cost in ``runs`` (successful runs only)."""
+    out: dict[str, Any] = {}
+    for group in GROUPS:
+        out[group] = {
+            m: _mean_sd([r["metrics"][group].get(m) for r in runs if r["metrics"].get(group)])
+            for m in METRICS
+        }
+    for key in (
+        "seconds_per_epoch",
+        "train_seconds",
+        "predict_points_per_second",
+        "peak_rss_mb",
+        "cuda_peak_mb",
+        "epochs_run",
+    ):
+        out[key] = _mean_sd([r.get(key) for r in runs])
+    return out
+
+
+def machine_info(threads: int | None, device: str) -> dict[str, Any]:
+    """nproc, CPU model, Python/torch versions, threads and device of this benchmark."""
+    import torch
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:  # pragma: no cover
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": threads,
+        "device": device,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def _fmt(stat: dict[str, Any] | None, digits: int = 3, scale: float = 1.0) -> str:
+    if not stat or stat.get("mean") is None:
+        return "–"
+    mean, sd = stat["mean"] * scale, (stat.get("sd") or 0.0) * scale
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The benchmark tables as Markdown (one quality table per group, then the costs)."""
+    lines = [
+        f"# Benchmark: {report['target']} ({report['run']})",
+        "",
+        f"Created {report['created']}; command: `{report['command']}`",
+        "",
+        "Budget: "
+        + ", ".join(f"{k}={v}" for k, v in report["budget"].items())
+        + f"; rows: {report['rows']}.",
+        "",
+        "Machine: " + ", ".join(f"{k}={v}" for k, v in report["machine"].items()),
+        "",
+        "Quality on the test split, log10 units, mean ± sd over seeds (`width_sd`/`width_iqr`: "
+        "spread of the per-tile 95% PI widths).",
+        "",
+    ]
+    for group in GROUPS:
+        lines += [
+            f"## {group}",
+            "",
+            "| model | MAE | NLL | NLL (std) | CRPS | coverage 95% | PI width | width sd | width IQR |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, entry in report["models"].items():
+            s = entry.get("summary")
+            if not s or entry["status"] == "failed":
+                lines.append(f"| {name} | failed: {entry['failures'][0]['reason'][:120]} |||||||| ")
+                continue
+            g = s[group]
+            lines.append(
+                f"| {name} | {_fmt(g['mae'])} | {_fmt(g['nll'])} | {_fmt(g['nll_std'])} | {_fmt(g['crps'])} | "
+                f"{_fmt(g['coverage95'], 1, 100)}% | {_fmt(g['width95'])} | {_fmt(g['width_sd'])} | {_fmt(g['width_iqr'])} |"
+            )
+        lines.append("")
+    lines += [
+        "## cost",
+        "",
+        "| model | status | epochs | s / epoch | train s | predict pts/s | peak RSS Δ MB | CUDA peak MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in report["models"].items():
+        s = entry.get("summary")
+        status = entry["status"] + (
+            ""
+            if not entry["failures"]
+            else f" ({len(entry['failures'])} failed: {entry['failures'][0]['reason'][:80]})"
+        )
+        if entry.get("overrides"):
+            status += " [" + ", ".join(f"{k}={v}" for k, v in entry["overrides"].items()) + "]"
+        if not s:
+            lines.append(f"| {name} | {status} | – | – | – | – | – | – |")
+            continue
+        lines.append(
+            f"| {name} | {status} | {_fmt(s['epochs_run'], 0)} | {_fmt(s['seconds_per_epoch'], 2)} | {_fmt(s['train_seconds'], 1)} | "
+            f"{_fmt(s['predict_points_per_second'], 0)} | {_fmt(s['peak_rss_mb'], 0)} | {_fmt(s['cuda_peak_mb'], 0)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_benchmark(
+    run: str | Path,
+    *,
+    target: str,
+    models: list[str],
+    epochs: int = 20,
+    seeds: list[int] | None = None,
+    batch_size: int = 1024,
+    rank: int = 256,
+    hidden: int = 64,
+    device: str = "cpu",
+    threads: int | None = None,
+    timeout: float | None = None,
+    isolate: bool = True,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    command: str | None = None,
+    merge: bool = False,
+) -> dict[str, Any]:
+    """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
+
+    Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
+    With ``merge`` the entries of models not in ``models`` are kept from an existing report
+    (each entry records its own budget and creation time).
+    """
+    run = Path(run)
+    seeds = [0] if not seeds else list(seeds)
+    data = load_benchmark_data(run, target)
+    rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
+    rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())
+    rows["test_rural"] = int(((data["split"] == "test") & ~data["urban"]).sum())
+    report: dict[str, Any] = {
+        "target": target,
+        "run": str(run),
+        "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command
+        or f"geodbk benchmark --run {run} --target {target} --models {','.join(models)}",
+        "budget": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "rank": rank,
+            "hidden": hidden,
+            "seeds": seeds,
+            "threads": threads,
+            "device": device,
+        },
+        "rows": rows,
+        "machine": machine_info(threads, device),
+        "models": {},
+    }
+    kwargs = {
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "rank": rank,
+        "hidden": hidden,
+        "device": device,
+        "threads": threads,
+    }
+    out_dir = run / "benchmark"
+    previous = out_dir / f"{target}.json"
+    if merge and previous.is_file():
+        try:
+            kept = json.loads(previous.read_text(encoding="utf-8")).get("models", {})
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"{previous}: cannot merge into an unreadable report ({exc})") from exc
+        report["models"] = {k: v for k, v in kept.items() if k not in models}
+    for name in models:
+        runs, failures = [], []
+        for seed in seeds:
+            log.info("benchmark %s seed %d ...", name, seed)
+            kw: dict[str, Any] = {**kwargs, "overrides": (overrides or {}).get(name)}
+            if isolate:
+                msg = run_isolated(name, seed, data, timeout=timeout, **kw)
+            else:
+                try:
+                    msg = {"ok": True, "result": run_one(name, seed, data, **kw)}
+                except Exception as exc:
+                    msg = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
+            if msg["ok"]:
+                runs.append(msg["result"])
+                r = msg["result"]
+                log.info(
+                    "  %s seed %d: test NLL %.4f, %.1f s",
+                    name,
+                    seed,
+                    r["metrics"]["all"]["nll"],
+                    r["train_seconds"],
+                )
+            else:
+                failures.append({"seed": seed, "reason": msg["reason"]})
+                log.warning("  %s seed %d failed: %s", name, seed, msg["reason"])
+        status = "ok" if not failures else ("failed" if not runs else "partial")
+        report["models"][name] = {
+            "status": status,
+            "budget": dict(report["budget"]),
+            "overrides": (overrides or {}).get(name) or {},
+            "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "runs": runs,
+            "failures": failures,
+            "summary": summarise(runs) if runs else None,
+        }
+        # Write after every model so a long benchmark leaves usable partial results.
+        atomic_write_json(out_dir / f"{target}.json", report)
+        atomic_write_text(out_dir / f"{target}.md", render_markdown(report))
+    return report
+
+
+# ---------------------------------------------------------------------------------- CLI
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from exc
+
+
+def parse_settings(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["cagp.epochs=3", "softki.lr=0.02"]`` → ``{"cagp": {"epochs": 3}, "softki": {"lr": 0.02}}``.
+
+    Values are parsed as JSON when possible (numbers, true/false, null), else kept as strings.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        model, dot, option = key.partition(".")
+        if not sep or not dot or not model or not option:
+            raise DataError(f"--set expects MODEL.OPTION=VALUE, got {item!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(model.strip().lower(), {})[option.strip()] = value
+    return out
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``benchmark`` sub-command."""
+    p = subparsers.add_parser(
+        "benchmark",
+        help="compare DBK with the baseline GPs on one run's split (quality, time, memory)",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--run", required=True, type=Path, help="run directory (from geodbk ingest)")
+    p.add_argument("--target", required=True, choices=list(TARGETS), help="what to model")
+    p.add_argument("--models", required=True, help="comma-separated model names, or 'all'")
+    p.add_argument(
+        "--epochs", type=int, default=20, help="epoch budget for every model (default 20)"
+    )
+    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds (default 0)")
+    p.add_argument("--batch-size", type=int, default=1024, help="mini-batch size (default 1024)")
+    p.add_argument("--rank", type=int, default=256, help="r / inducing points / m (default 256)")
+    p.add_argument("--hidden", type=int, default=64, help="backbone width h (default 64)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per model (default: torch's)"
+    )
+    p.add_argument(
+        "--device", choices=["cpu", "cuda", "auto"], default="cpu", help="device (default cpu)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per (model, seed) before it is recorded as failed",
+    )
+    p.add_argument(
+        "--no-isolate", action="store_true", help="run models in this process (no crash isolation)"
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="MODEL.OPTION=VALUE",
+        help="per-model option override, e.g. --set cagp.epochs=3 --set softki.lr=0.02 (repeatable)",
+    )
+    p.add_argument(
+        "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
+    )
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from geodbk.baselines.registry import parse_model_list
+
+    try:
+        models = parse_model_list(args.models)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    report = run_benchmark(
+        args.run,
+        target=args.target,
+        models=models,
+        epochs=args.epochs,
+        seeds=args.seeds,
+        batch_size=args.batch_size,
+        rank=args.rank,
+        hidden=args.hidden,
+        device=args.device,
+        threads=args.threads,
+        timeout=args.timeout,
+        isolate=not args.no_isolate,
+        merge=args.merge,
+        overrides=parse_settings(args.settings),
+        command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
+    )
+    failed = [n for n, e in report["models"].items() if e["status"] != "ok"]
+    print(
+        f"wrote {Path(args.run) / 'benchmark' / (args.target + '.json')} and .md"
+        + (f"; failures recorded for: {', '.join(failed)}" if failed else "")
+    )
+    print(
+        json.dumps(
+            {
+                n: (e["summary"]["all"]["nll"]["mean"] if e["summary"] else None)
+                for n, e in report["models"].items()
+            }
+        )
+    )
+    return 0
