@@ -4,4 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from geodbk.estimator import DBKRegressor
+from geodbk.predictive import Prediction
+
+__all__ = ["DBKRegressor", "Prediction", "__version__"]

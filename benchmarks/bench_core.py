@@ -1,0 +1,268 @@
+"""Training-step time and prediction throughput: DBK-RBF / DBK-SiLU vs GPyTorch SV-RBF / SV-DKL.
+
+All four models are timed side by side in one process at the same rank r (basis functions =
+inducing points), backbone width h and batch size b, on 2-D inputs (lon/lat scaled to [-1, 1]):
+
+* DBK-RBF  — geodbk ``DBKModel(expansion="rbf")``, dPPGP loss; prediction with the folded weights
+  (one backbone pass + two r-vector products per point).
+* DBK-SiLU — geodbk ``DBKModel(expansion="silu")``, dPPGP loss.
+* SV-RBF   — GPyTorch SVGP on the raw inputs (RBF-ARD, r inducing points, whitened
+  ``VariationalStrategy``, ``CholeskyVariationalDistribution``), ELBO.
+* SV-DKL   — the same SVGP on ``g(x)`` from the same ``ResidualMLP`` backbone (plain
+  ``ApproximateGP`` with r inducing points in R^h, no grid interpolation), ELBO.
+
+A training step = forward + loss + backward + AdamW step on one batch. Prediction = predictive
+mean and variance (noise included) for ``--n-pred`` points in chunks of ``--chunk`` under
+``torch.no_grad()`` (GPyTorch: eval mode, ``fast_pred_var``, caches warmed first).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_core.py --threads 2 [--out bench.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _timeit(fn: Callable[[], Any], *, warmup: int, reps: int, device: torch.device) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+# ---------------------------------------------------------------------------- DBK models
+def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> dict[str, Any]:
+    """DBK model, its dPPGP training step and its folded predictor."""
+    from geodbk.model import DBKModel
+    from geodbk.training import TrainConfig, batch_loss
+
+    torch.manual_seed(0)
+    model = DBKModel(2, expansion=expansion, rank=r, hidden=h).to(device)
+    config = TrainConfig(objective="dppgp", alpha=0.1, beta=0.01)
+    opt = torch.optim.AdamW(
+        [
+            {"params": model.backbone_parameters(), "weight_decay": 1e-2},
+            {"params": model.other_parameters(), "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+    )
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = batch_loss(model, x, y, n=n, config=config)
+        loss.backward()
+        opt.step()
+
+    state: dict[str, Any] = {}
+
+    def prepare() -> None:
+        model.eval()
+        state["folded"] = model.fold()
+
+    def predict(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, _, var = model.predict_folded(x, state["folded"])
+        return mean, var
+
+    return {"step": step, "prepare": prepare, "predict": predict}
+
+
+# ---------------------------------------------------------------------------- GPyTorch SVGP
+def make_svgp(kind: str, r: int, h: int, n: int, device: torch.device) -> dict[str, Any]:
+    """GPyTorch SVGP on raw inputs (SV-RBF) or on g(x) (SV-DKL), its step and predictor."""
+    import gpytorch
+
+    from geodbk.backbone import ResidualMLP
+
+    torch.manual_seed(0)
+    dim = 2 if kind == "sv-rbf" else h
+
+    class GPLayer(gpytorch.models.ApproximateGP):
+        def __init__(self) -> None:
+            z = torch.rand(r, dim) * 2 - 1
+            dist = gpytorch.variational.CholeskyVariationalDistribution(r)
+            strat = gpytorch.variational.VariationalStrategy(
+                self, z, dist, learn_inducing_locations=True
+            )
+            super().__init__(strat)
+            self.mean_module = gpytorch.means.ConstantMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=dim)
+            )
+            self.covar_module.base_kernel.lengthscale = math.sqrt(dim)
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
+
+    class Model(gpytorch.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone = ResidualMLP(2, h) if kind == "sv-dkl" else None
+            self.gp = GPLayer()
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return self.gp(self.backbone(x) if self.backbone is not None else x)
+
+    model = Model().to(device)
+    lik = gpytorch.likelihoods.GaussianLikelihood().to(device)
+    mll = gpytorch.mlls.VariationalELBO(lik, model.gp, num_data=n)
+    back = list(model.backbone.parameters()) if model.backbone is not None else []
+    ids = {id(p) for p in back}
+    rest = [p for p in [*model.parameters(), *lik.parameters()] if id(p) not in ids]
+    groups = [{"params": rest, "weight_decay": 0.0}]
+    if back:
+        groups.append({"params": back, "weight_decay": 1e-2})
+    opt = torch.optim.AdamW(groups, lr=1e-3)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        model.train()
+        lik.train()
+        opt.zero_grad(set_to_none=True)
+        loss = -mll(model(x), y)
+        loss.backward()
+        opt.step()
+
+    def prepare() -> None:
+        model.eval()
+        lik.eval()
+
+    def predict(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with gpytorch.settings.fast_pred_var():
+            out = lik(model(x))
+            return out.mean, out.variance
+
+    return {"step": step, "prepare": prepare, "predict": predict}
+
+
+MAKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "DBK-RBF": lambda r, h, n, dev: make_dbk("rbf", r, h, n, dev),
+    "DBK-SiLU": lambda r, h, n, dev: make_dbk("silu", r, h, n, dev),
+    "SV-RBF": lambda r, h, n, dev: make_svgp("sv-rbf", r, h, n, dev),
+    "SV-DKL": lambda r, h, n, dev: make_svgp("sv-dkl", r, h, n, dev),
+}
+
+
+def bench_setting(
+    r: int, h: int, b: int, *, n_pred: int, chunk: int, steps: int, device: torch.device
+) -> list[dict[str, Any]]:
+    """Time every model at one (r, h, b) setting."""
+    gen = torch.Generator().manual_seed(0)
+    n_train = 100_000
+    x_train = (torch.rand(b * 4, 2, generator=gen) * 2 - 1).to(device)
+    y_train = torch.sin(3 * x_train[:, 0]) + 0.1 * torch.randn(b * 4, generator=gen).to(device)
+    x_pred = (torch.rand(n_pred, 2, generator=gen) * 2 - 1).to(device)
+    rows = []
+    for name, maker in MAKERS.items():
+        m = maker(r, h, n_train, device)
+        batches = [(x_train[i * b : (i + 1) * b], y_train[i * b : (i + 1) * b]) for i in range(4)]
+        counter = {"i": 0}
+
+        def one_step(
+            m: dict[str, Any] = m, batches: list = batches, counter: dict = counter
+        ) -> None:
+            xb, yb = batches[counter["i"] % len(batches)]
+            counter["i"] += 1
+            m["step"](xb, yb)
+
+        step_times = _timeit(one_step, warmup=2, reps=steps, device=device)
+        m["prepare"]()
+
+        def predict_all(m: dict[str, Any] = m) -> None:
+            with torch.no_grad():
+                for i in range(0, n_pred, chunk):
+                    m["predict"](x_pred[i : i + chunk])
+
+        with torch.no_grad():
+            m["predict"](x_pred[:chunk])  # warm caches (GPyTorch) / allocator
+        pred_times = _timeit(predict_all, warmup=0, reps=3, device=device)
+        t_pred = statistics.median(pred_times)
+        rows.append(
+            {
+                "model": name,
+                "r": r,
+                "h": h,
+                "b": b,
+                "step_ms_median": 1e3 * statistics.median(step_times),
+                "step_ms_min": 1e3 * min(step_times),
+                "predict_points_per_s": n_pred / t_pred,
+                "predict_us_per_point": 1e6 * t_pred / n_pred,
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description="DBK vs GPyTorch SVGP/SV-DKL timing")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--n-pred", type=int, default=20_000)
+    ap.add_argument("--chunk", type=int, default=4096)
+    ap.add_argument(
+        "--settings",
+        default="1024,256,1024;256,64,256",
+        help="semicolon-separated r,h,b triples",
+    )
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    info = {
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "cpu": _cpu_model(),
+        "torch": torch.__version__,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "n_pred": args.n_pred,
+        "chunk": args.chunk,
+        "steps": args.steps,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    print(json.dumps(info), flush=True)
+    rows: list[dict[str, Any]] = []
+    for triple in args.settings.split(";"):
+        r, h, b = (int(v) for v in triple.split(","))
+        rows += bench_setting(
+            r, h, b, n_pred=args.n_pred, chunk=args.chunk, steps=args.steps, device=device
+        )
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"info": info, "rows": rows}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

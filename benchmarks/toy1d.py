@@ -1,0 +1,206 @@
+"""The seed paper's 1-D heteroscedastic experiment (methods §1, paper §4.1 / B.1).
+
+Inputs ``x ~ U(-1, 1)``; ``y ~ N(mu(x), (2 sin(10 x))^2)`` with
+``mu = 0.3 (1 - s1) + 0.9 (s1 - s2) - 0.6 (s2 - s3)``, ``s1 = σ(200 (x + 0.6))``,
+``s2 = σ(200 x)``, ``s3 = σ(200 (x - 0.4))``. Compares DBK (dPPGP), DBK (exact marginal
+likelihood) and an exact RBF GP (GPyTorch) on test NLL, the rank correlation between the
+predictive sd and the true noise sd, 95% coverage, and rank 1 vs rank 8 under dPPGP.
+
+Usage::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/toy1d.py --n-train 20000 --epochs 20
+
+The default test suite runs a small version of the same comparison (tests/core/test_toy1d.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+
+def true_mean(x: np.ndarray) -> np.ndarray:
+    """``mu(x) = 0.3 (1 - s1) + 0.9 (s1 - s2) - 0.6 (s2 - s3)``."""
+
+    def sig(t: np.ndarray) -> np.ndarray:
+        return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+    s1, s2, s3 = sig(200 * (x + 0.6)), sig(200 * x), sig(200 * (x - 0.4))
+    return 0.3 * (1 - s1) + 0.9 * (s1 - s2) - 0.6 * (s2 - s3)
+
+
+def true_sd(x: np.ndarray) -> np.ndarray:
+    """Noise sd ``|2 sin(10 x)|``."""
+    return np.abs(2.0 * np.sin(10.0 * x))
+
+
+def make_data(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` points of the toy problem: ``X`` (n, 1) and ``y`` (n,)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.0, 1.0, size=n)
+    y = true_mean(x) + true_sd(x) * rng.standard_normal(n)
+    return x[:, None], y
+
+
+def fit_exact_rbf_gp(
+    x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, iters: int = 100, lr: float = 0.1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact GP with an RBF kernel (GPyTorch, Cholesky), trained by marginal likelihood.
+
+    Returns the predictive mean and variance (noise included) at ``x_test``.
+    """
+    import gpytorch
+    import torch
+
+    xt = torch.as_tensor(x, dtype=torch.float64)
+    mu, sd = float(y.mean()), float(y.std())
+    yt = torch.as_tensor((y - mu) / sd, dtype=torch.float64)
+
+    class GP(gpytorch.models.ExactGP):
+        def __init__(self, lik: gpytorch.likelihoods.GaussianLikelihood) -> None:
+            super().__init__(xt, yt, lik)
+            self.mean_module = gpytorch.means.ConstantMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+
+        def forward(self, a: Any) -> Any:
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(a), self.covar_module(a)
+            )
+
+    lik = gpytorch.likelihoods.GaussianLikelihood().double()
+    model = GP(lik).double()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    with gpytorch.settings.max_cholesky_size(100_000):
+        model.train()
+        lik.train()
+        for _ in range(iters):
+            opt.zero_grad()
+            loss = -mll(model(xt), yt)
+            loss.backward()
+            opt.step()
+        model.eval()
+        lik.eval()
+        with torch.no_grad():
+            pred = lik(model(torch.as_tensor(x_test, dtype=torch.float64)))
+            mean = pred.mean.numpy() * sd + mu
+            var = pred.variance.numpy() * sd**2
+    return mean, var
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)
+
+
+def run(
+    *,
+    n_train: int,
+    n_val: int = 1000,
+    n_test: int = 1000,
+    epochs: int = 100,
+    exact_epochs: int = 300,
+    rbf_iters: int = 100,
+    rbf_max_n: int = 5000,
+    expansion: str = "rbf",
+    lr: float = 3e-3,
+    seed: int = 0,
+    patience: int = 1000,
+) -> dict[str, Any]:
+    """Run the comparison and return a dict of metrics."""
+    from geodbk import DBKRegressor
+    from geodbk.metrics import coverage, gaussian_nll
+
+    x, y = make_data(n_train, seed=seed)
+    xv, yv = make_data(n_val, seed=seed + 1)
+    xs, ys = make_data(n_test, seed=seed + 2)
+    out: dict[str, Any] = {"n_train": n_train, "n_val": n_val, "n_test": n_test, "seed": seed}
+    common: dict[str, Any] = {
+        "hidden": 64,
+        "batch_size": 200,
+        "device": "cpu",
+        "seed": seed,
+        "patience": patience,
+    }
+
+    def record(name: str, mean: np.ndarray, var: np.ndarray, seconds: float) -> None:
+        out[name] = {
+            "nll": gaussian_nll(ys, mean, var),
+            "mae": float(np.mean(np.abs(ys - mean))),
+            "coverage95": coverage(ys, mean, var),
+            "spearman_sd": spearman(np.sqrt(var), true_sd(xs[:, 0])),
+            "fit_seconds": seconds,
+        }
+
+    for rank in (128, 1, 8):
+        t0 = time.perf_counter()
+        m = DBKRegressor(
+            expansion=expansion,
+            rank=rank,
+            objective="dppgp",
+            alpha=0.01,
+            beta=0.01,
+            epochs=epochs,
+            **common,
+        ).fit(x, y, xv, yv)
+        p = m.predict(xs)
+        record(f"dppgp_r{rank}", p.mean, p.var, time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    m = DBKRegressor(
+        expansion=expansion, rank=128, objective="exact", epochs=exact_epochs, **common
+    ).fit(x, y, xv, yv)
+    p = m.predict(xs)
+    record("exact_dbk_r128", p.mean, p.var, time.perf_counter() - t0)
+
+    n_rbf = min(n_train, rbf_max_n)
+    t0 = time.perf_counter()
+    mean, var = fit_exact_rbf_gp(x[:n_rbf], y[:n_rbf], xs, iters=rbf_iters)
+    record("exact_rbf_gp", mean, var, time.perf_counter() - t0)
+    out["exact_rbf_gp"]["n_train_used"] = n_rbf
+    return out
+
+
+def main() -> None:
+    """Command-line entry point: print the metrics as JSON."""
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n-train", type=int, default=20_000)
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--exact-epochs", type=int, default=300)
+    ap.add_argument("--rbf-iters", type=int, default=100)
+    ap.add_argument("--rbf-max-n", type=int, default=2000)
+    ap.add_argument("--expansion", default="rbf", choices=["silu", "rbf"])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    res = run(
+        n_train=args.n_train,
+        epochs=args.epochs,
+        exact_epochs=args.exact_epochs,
+        rbf_iters=args.rbf_iters,
+        rbf_max_n=args.rbf_max_n,
+        expansion=args.expansion,
+        seed=args.seed,
+    )
+    res["threads"] = threads
+    print(
+        json.dumps(
+            res, indent=2, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

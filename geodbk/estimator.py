@@ -1,0 +1,417 @@
+"""``DBKRegressor``: the scikit-learn-style estimator around :class:`~geodbk.model.DBKModel`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from geodbk.bundle import load_bundle, save_bundle
+from geodbk.device import resolve_device
+from geodbk.errors import DataError, ModelFileError
+from geodbk.model import EXPANSIONS, DBKModel
+from geodbk.posterior import FoldedWeights
+from geodbk.predictive import Prediction, predict_in_chunks
+from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
+
+__all__ = ["DBKRegressor"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_PARAM_NAMES = (
+    "expansion",
+    "rank",
+    "hidden",
+    "objective",
+    "alpha",
+    "beta",
+    "batch_size",
+    "epochs",
+    "lr",
+    "weight_decay",
+    "patience",
+    "device",
+    "seed",
+    "jitter",
+    "dtype",
+    "noise_init",
+    "noise_floor",
+)
+
+
+def _as_matrix(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise DataError(f"{name} must be a 2-D array (n, d), got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values; drop or impute those rows")
+    return arr
+
+
+def _as_vector(y: Any, name: str, n: int) -> np.ndarray:
+    arr = np.asarray(y, dtype=np.float64).reshape(-1)
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values; drop those rows")
+    return arr
+
+
+class DBKRegressor:
+    """Deep basis kernel GP regressor (methods §1), scikit-learn style.
+
+    ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
+    ``eps ~ N(0, s2)``; trained with dPPGP (default), the exact marginal likelihood, PPGP or the
+    ELBO. Targets are standardised internally; predictions are returned in y's units.
+
+    Parameters
+    ----------
+    expansion
+        ``"rbf"`` (DBK-RBF, whitened inducing-point basis) or ``"silu"`` (DBK-SiLU).
+    rank
+        Number of basis functions ``r``.
+    hidden
+        Backbone width ``h``.
+    objective
+        ``"dppgp"``, ``"exact"`` (full-batch exact marginal likelihood, exact posterior),
+        ``"ppgp"`` or ``"elbo"``. PPGP and ELBO with the RBF basis add the base-kernel variance
+        correction ``k~(x,x) - ||phi(x)||^2`` at training and prediction time.
+    alpha, beta
+        dPPGP trace-regulariser and KL weights (``beta`` is also PPGP's KL weight).
+    batch_size, epochs, lr, weight_decay, patience
+        AdamW options (weight decay on the backbone only) and early-stopping patience.
+    device
+        ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
+    seed
+        Seeds the initialisation and the mini-batch order.
+    jitter
+        Relative Cholesky jitter of the RBF basis.
+    dtype
+        ``"float32"`` or ``"float64"``.
+    noise_init, noise_floor
+        Initial noise variance and its floor, in standardised units.
+    """
+
+    def __init__(
+        self,
+        *,
+        expansion: str = "rbf",
+        rank: int = 1024,
+        hidden: int = 256,
+        objective: str = "dppgp",
+        alpha: float = 0.1,
+        beta: float = 0.01,
+        batch_size: int = 1024,
+        epochs: int = 400,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-2,
+        patience: int = 50,
+        device: str = "auto",
+        seed: int = 0,
+        jitter: float = 1e-4,
+        dtype: str = "float32",
+        noise_init: float = 1e-2,
+        noise_floor: float = 1e-6,
+    ) -> None:
+        self.expansion = expansion
+        self.rank = rank
+        self.hidden = hidden
+        self.objective = objective
+        self.alpha = alpha
+        self.beta = beta
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.patience = patience
+        self.device = device
+        self.seed = seed
+        self.jitter = jitter
+        self.dtype = dtype
+        self.noise_init = noise_init
+        self.noise_floor = noise_floor
+        self._folded: FoldedWeights | None = None
+
+    # ------------------------------------------------------------------ configuration
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor options as a dict (scikit-learn convention)."""
+        return {name: getattr(self, name) for name in _PARAM_NAMES}
+
+    def set_params(self, **params: Any) -> DBKRegressor:
+        """Set constructor options (scikit-learn convention)."""
+        for name, value in params.items():
+            if name not in _PARAM_NAMES:
+                raise ValueError(f"unknown option {name!r}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"DBKRegressor({args})"
+
+    @property
+    def variance_correction(self) -> bool:
+        """Whether predictions add ``k~(x,x) - ||phi(x)||^2`` (PPGP/ELBO with the RBF basis)."""
+        return self.expansion == "rbf" and self.objective in ("ppgp", "elbo")
+
+    def _validate(self) -> None:
+        if self.expansion not in EXPANSIONS:
+            raise ValueError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
+        if int(self.rank) < 1 or int(self.hidden) < 1:
+            raise ValueError("rank and hidden must be positive")
+
+    def _train_config(self) -> TrainConfig:
+        return TrainConfig(
+            objective=self.objective,
+            alpha=float(self.alpha),
+            beta=float(self.beta),
+            batch_size=int(self.batch_size),
+            epochs=int(self.epochs),
+            lr=float(self.lr),
+            weight_decay=float(self.weight_decay),
+            patience=int(self.patience),
+            seed=int(self.seed),
+            variance_correction=self.variance_correction,
+        )
+
+    def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(self.seed))
+            gen = torch.Generator().manual_seed(int(self.seed))
+            model = DBKModel(
+                input_dim,
+                expansion=self.expansion,
+                rank=int(self.rank),
+                hidden=int(self.hidden),
+                jitter=float(self.jitter),
+                noise_init=float(self.noise_init),
+                noise_floor=float(self.noise_floor),
+                generator=gen,
+            )
+        return model.to(device=device, dtype=_DTYPES[self.dtype])
+
+    def _check_fitted(self) -> DBKModel:
+        model = getattr(self, "model_", None)
+        if model is None:
+            raise RuntimeError("this DBKRegressor is not fitted yet; call fit() or load() first")
+        return model
+
+    def _to_tensor(self, arr: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(arr, dtype=_DTYPES[self.dtype], device=self.device_)
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        X_val: Any = None,
+        y_val: Any = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+        progress: bool = False,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+    ) -> DBKRegressor:
+        """Fit the model to ``X`` (n, d) and ``y`` (n,).
+
+        Parameters
+        ----------
+        X, y
+            Training inputs and targets.
+        X_val, y_val
+            Optional validation data; the returned model is the epoch with the lowest
+            validation NLL (without them: the lowest training loss).
+        checkpoint_dir
+            Folder for per-epoch checkpoints (``last.pt``).
+        resume
+            Continue a killed run from ``checkpoint_dir`` (bit-identical to an uninterrupted
+            run on the same device and thread count).
+        progress
+            Show a tqdm progress bar (training loss, validation NLL).
+        callback
+            Called after every epoch with ``{"epoch", "train_loss", "val_nll", "seconds"}``.
+
+        Returns
+        -------
+        DBKRegressor
+            ``self``.
+        """
+        self._validate()
+        x_np = _as_matrix(X, "X")
+        y_np = _as_vector(y, "y", x_np.shape[0])
+        if x_np.shape[0] < 2:
+            raise DataError(f"need at least 2 training points, got {x_np.shape[0]}")
+        has_val = X_val is not None and y_val is not None
+        if (X_val is None) != (y_val is None):
+            raise DataError("give both X_val and y_val, or neither")
+        self.device_ = resolve_device(self.device)
+        self.n_features_in_ = int(x_np.shape[1])
+        self.y_mean_ = float(y_np.mean())
+        sd = float(y_np.std())
+        self.y_std_ = sd if sd > 0 and math.isfinite(sd) else 1.0
+        self.model_ = self._build_model(self.n_features_in_, self.device_)
+        self._folded = None
+        x_t = self._to_tensor(x_np)
+        y_t = self._to_tensor((y_np - self.y_mean_) / self.y_std_)
+        xv_t = yv_t = None
+        if has_val:
+            xv_np = _as_matrix(X_val, "X_val")
+            if xv_np.shape[1] != self.n_features_in_:
+                raise DataError(
+                    f"X_val has {xv_np.shape[1]} columns but X has {self.n_features_in_}"
+                )
+            yv_np = _as_vector(y_val, "y_val", xv_np.shape[0])
+            xv_t = self._to_tensor(xv_np)
+            yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
+        result = train_model(
+            self.model_,
+            x_t,
+            y_t,
+            config=self._train_config(),
+            x_val=xv_t,
+            y_val=yv_t,
+            nll_offset=math.log(self.y_std_),
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            progress=progress,
+            callback=callback,
+        )
+        if self.objective == "exact":
+            exact_posterior_from_data(self.model_, x_t, y_t)
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.stopped_early_ = result.stopped_early
+        self.metadata_: dict[str, Any] = {}
+        return self
+
+    # ------------------------------------------------------------------ prediction
+    def _folded_weights(self) -> FoldedWeights:
+        if self._folded is None:
+            self._folded = self._check_fitted().fold(variance_correction=self.variance_correction)
+        return self._folded
+
+    def _check_input(self, X: Any, name: str = "X") -> np.ndarray:
+        x_np = _as_matrix(X, name)
+        if x_np.shape[1] != self.n_features_in_:
+            raise DataError(
+                f"{name} has {x_np.shape[1]} columns but the model was fitted on "
+                f"{self.n_features_in_}"
+            )
+        return x_np
+
+    def predict(self, X: Any, *, chunk_size: int = 65536) -> Prediction:
+        """Predictive distribution at ``X`` (n, d), in y's units.
+
+        ``mean = y_mean + y_sd (u'a + c)``, ``var_f = y_sd^2 ||B'u||^2``,
+        ``var = var_f + y_sd^2 s2`` with ``u = raw_features(g(x))`` and the folded weights
+        ``a, B`` (see :meth:`DBKModel.predict_folded`). At most ``chunk_size`` rows are
+        processed at a time.
+        """
+        model = self._check_fitted()
+        x_np = self._check_input(X)
+        folded = self._folded_weights()
+        mean, var_f, var = predict_in_chunks(
+            lambda xb: model.predict_folded(xb, folded),
+            x_np,
+            chunk_size=chunk_size,
+            device=self.device_,
+            dtype=_DTYPES[self.dtype],
+        )
+        s2 = self.y_std_**2
+        return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=s2 * var, var_f=s2 * var_f)
+
+    def features(self, X: Any, *, chunk_size: int = 65536) -> np.ndarray:
+        """Basis functions ``phi(X)``, (n, r) float64 (standardised-target units)."""
+        model = self._check_fitted()
+        x_np = self._check_input(X)
+        (phi,) = predict_in_chunks(
+            lambda xb: (model.features(xb),),
+            x_np,
+            chunk_size=chunk_size,
+            device=self.device_,
+            dtype=_DTYPES[self.dtype],
+        )
+        return phi
+
+    def kernel(
+        self, X: Any, X_ref: Any, *, chunk_size: int = 65536, in_y_units: bool = False
+    ) -> np.ndarray:
+        """Prior kernel ``k(x, x_ref) = phi(x)' phi(x_ref)``, (n, m) float64.
+
+        By default in standardised-target units (``k(x, x) <= sk2`` for DBK-RBF); with
+        ``in_y_units=True`` multiplied by ``y_sd^2``.
+        """
+        phi_ref = self.features(X_ref, chunk_size=chunk_size)
+        phi = self.features(X, chunk_size=chunk_size)
+        k = phi @ phi_ref.T
+        return k * self.y_std_**2 if in_y_units else k
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path, *, metadata: dict[str, Any] | None = None) -> Path:
+        """Save to the folder ``path`` (``weights.safetensors`` + ``model.json``).
+
+        ``metadata`` is an extra JSON-serialisable dict stored verbatim (``metadata_`` after
+        loading).
+        """
+        model = self._check_fitted()
+        meta = dict(metadata) if metadata is not None else dict(getattr(self, "metadata_", {}))
+        doc = {
+            "config": self.get_params(),
+            "input_dim": self.n_features_in_,
+            "standardization": {"y_mean": self.y_mean_, "y_std": self.y_std_},
+            "history": self.history_,
+            "best_epoch": self.best_epoch_,
+            "stopped_early": bool(getattr(self, "stopped_early_", False)),
+            "metadata": meta,
+        }
+        try:
+            folder = save_bundle(path, tensors=dict(model.state_dict()), meta=doc)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"cannot save the model: metadata must be JSON-serialisable ({exc})"
+            ) from exc
+        self.metadata_ = meta
+        return folder
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str = "auto") -> DBKRegressor:
+        """Load a model saved by :meth:`save` (safetensors + JSON; no pickle).
+
+        Raises
+        ------
+        ModelFileError
+            For a missing, corrupt, foreign or incompatible bundle.
+        """
+        tensors, meta = load_bundle(path)
+        try:
+            config = dict(meta["config"])
+            config["device"] = device
+            est = cls(**{k: config[k] for k in _PARAM_NAMES})
+            est._validate()
+            est.device_ = resolve_device(device)
+            est.n_features_in_ = int(meta["input_dim"])
+            est.y_mean_ = float(meta["standardization"]["y_mean"])
+            est.y_std_ = float(meta["standardization"]["y_std"])
+            est.history_ = list(meta.get("history", []))
+            est.best_epoch_ = int(meta.get("best_epoch", 0))
+            est.stopped_early_ = bool(meta.get("stopped_early", False))
+            est.metadata_ = dict(meta.get("metadata") or {})
+            est.model_ = est._build_model(est.n_features_in_, torch.device("cpu"))
+            est.model_.load_state_dict(tensors, strict=True)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise ModelFileError(
+                f"{path} is not a usable geodbk model ({type(exc).__name__}: {exc}); "
+                "it may be from an incompatible version — retrain or re-save it"
+            ) from exc
+        est.model_.to(device=est.device_, dtype=_DTYPES[est.dtype]).eval()
+        est._folded = None
+        return est

@@ -1,0 +1,178 @@
+"""Training objectives as pure functions of model outputs, targets and hyperparameters.
+
+Notation (methods §1): ``phi`` (b, r) basis functions, ``mean = m' phi + c`` the predictive mean,
+``var_f = ||L' phi||^2`` the latent variance, ``phi_sq = ||phi||^2``, ``noise_var`` the noise
+variance ``s2`` — a tensor broadcastable to the batch, so a per-point (heteroscedastic) variance
+``s2_i`` can be passed in place of the scalar one. All losses are to be *minimised* and are
+averaged per data point.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "dppgp_loss",
+    "elbo_loss",
+    "exact_marginal_log_likelihood",
+    "gaussian_kl_standard",
+    "gaussian_nll",
+    "ppgp_loss",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Per-point Gaussian negative log density.
+
+    ``-log N(y; mean, var) = 1/2 (log 2π + log var + (y - mean)^2 / var)``.
+    """
+    return 0.5 * (_LOG_2PI + torch.log(var) + (y - mean) ** 2 / var)
+
+
+def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.Tensor:
+    """``KL(N(m, LL') || N(0, I_r))``.
+
+    ``KL = 1/2 (||m||^2 + ||L||_F^2 - 2 sum_i log L_ii - r)``.
+
+    Parameters
+    ----------
+    mean
+        ``m``, shape (r,).
+    scale_tril
+        ``L``, lower triangular with positive diagonal, shape (r, r).
+    """
+    r = mean.shape[-1]
+    logdet = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
+    return 0.5 * ((mean**2).sum(-1) + (scale_tril**2).sum((-2, -1)) - 2.0 * logdet - r)
+
+
+def dppgp_loss(
+    mean: torch.Tensor,
+    var_f: torch.Tensor,
+    phi_sq: torch.Tensor,
+    y: torch.Tensor,
+    noise_var: torch.Tensor,
+    *,
+    kl: torch.Tensor,
+    n: int,
+    alpha: float,
+    beta: float,
+) -> torch.Tensor:
+    """Decoupled predictive-process objective (dPPGP) for one mini-batch B.
+
+    ``mean_B[-log N(y; mu, var_f + s2)] + α mean_B[(max_B ||phi||^2 - ||phi||^2) / (2 s2)]
+    + (β / n) KL(q(w) || p(w))``.
+
+    Parameters
+    ----------
+    mean, var_f, phi_sq
+        ``mu(x)``, ``var_f(x)`` and ``||phi(x)||^2`` on the batch, shape (b,).
+    y
+        Targets, shape (b,).
+    noise_var
+        ``s2``, broadcastable to (b,).
+    kl
+        ``KL(q(w) || N(0, I))`` (see :func:`gaussian_kl_standard`).
+    n
+        Training-set size.
+    alpha, beta
+        Weights of the trace regulariser and of the KL term.
+    """
+    nll = gaussian_nll(y, mean, var_f + noise_var).mean()
+    trace = ((phi_sq.max() - phi_sq) / (2.0 * noise_var)).mean()
+    return nll + alpha * trace + (beta / n) * kl
+
+
+def ppgp_loss(
+    mean: torch.Tensor,
+    var_f: torch.Tensor,
+    y: torch.Tensor,
+    noise_var: torch.Tensor,
+    *,
+    kl: torch.Tensor,
+    n: int,
+    beta: float,
+    var_correction: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Parametric predictive GP objective (PPGP).
+
+    ``mean_B[-log N(y; mu, var_f + δ + s2)] + (β / n) KL`` with the base-kernel variance
+    correction ``δ(x) = k~(x, x) - ||phi(x)||^2`` (``var_correction``; ``None`` means 0).
+    """
+    var = var_f if var_correction is None else var_f + var_correction
+    return gaussian_nll(y, mean, var + noise_var).mean() + (beta / n) * kl
+
+
+def elbo_loss(
+    mean: torch.Tensor,
+    var_f: torch.Tensor,
+    y: torch.Tensor,
+    noise_var: torch.Tensor,
+    *,
+    kl: torch.Tensor,
+    n: int,
+    var_correction: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Negative ELBO per point (SVGP; VBLL for a basis without correction).
+
+    ``mean_B[-log N(y; mu, s2) + (var_f + δ) / (2 s2)] + KL / n``.
+    """
+    var = var_f if var_correction is None else var_f + var_correction
+    return (gaussian_nll(y, mean, noise_var) + var / (2.0 * noise_var)).mean() + kl / n
+
+
+def exact_marginal_log_likelihood(
+    phi: torch.Tensor,
+    y: torch.Tensor,
+    noise_var: torch.Tensor,
+    *,
+    mean: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
+    """Exact log marginal likelihood ``log N(y; c, Phi Phi' + D)`` in O(n r^2).
+
+    With ``D = diag(s2_i)``, ``Phi~ = D^{-1/2} Phi``, ``y~ = D^{-1/2} (y - c)`` and
+    ``A = I_r + Phi~' Phi~ = L_A L_A'`` (Woodbury / matrix determinant lemma)::
+
+        log p(y) = -n/2 log 2π - 1/2 sum_i log s2_i - 1/2 logdet A
+                   - 1/2 ||y~||^2 + 1/2 ||L_A^{-1} Phi~' y~||^2.
+
+    For a scalar ``s2`` this is the methods-doc form with ``Lambda = Phi'Phi + s2 I = s2 A``:
+    ``-n/2 log 2π - (n-r)/2 log s2 - 1/2 logdet Lambda - ||y||^2/(2 s2)
+    + ||chol(Lambda)^{-1} Phi'y||^2 / (2 s2)``.
+
+    Parameters
+    ----------
+    phi
+        Basis functions, (n, r).
+    y
+        Targets, (n,).
+    noise_var
+        ``s2``, broadcastable to (n,).
+    mean
+        Constant prior mean ``c``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``log p(y)`` (0-d), the total over the n points (not averaged).
+    """
+    n, r = phi.shape
+    d = torch.as_tensor(noise_var, dtype=phi.dtype, device=phi.device).expand(n)
+    inv_sd = torch.rsqrt(d)
+    phi_t = phi * inv_sd[:, None]
+    y_t = (y - mean) * inv_sd
+    a = phi_t.T @ phi_t + torch.eye(r, dtype=phi.dtype, device=phi.device)
+    chol = torch.linalg.cholesky(a)
+    proj = torch.linalg.solve_triangular(chol, (phi_t.T @ y_t)[:, None], upper=False)
+    logdet_a = 2.0 * torch.log(torch.diagonal(chol)).sum()
+    return (
+        -0.5 * n * _LOG_2PI
+        - 0.5 * torch.log(d).sum()
+        - 0.5 * logdet_a
+        - 0.5 * (y_t**2).sum()
+        + 0.5 * (proj**2).sum()
+    )

@@ -1,0 +1,53 @@
+"""Metrics against direct numerical definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate
+from scipy.stats import norm
+
+from geodbk import metrics
+
+
+def test_crps_closed_form_matches_integral() -> None:
+    y, mu, sd = 0.7, -0.2, 1.3
+
+    def integrand(t: float) -> float:
+        return float((norm.cdf(t, mu, sd) - (t >= y)) ** 2)
+
+    lo, hi = mu - 12 * sd, mu + 12 * sd
+    num = integrate.quad(integrand, lo, y)[0] + integrate.quad(integrand, y, hi)[0]
+    assert metrics.crps_gaussian(np.array([y]), np.array([mu]), np.array([sd])) == pytest.approx(
+        num, abs=1e-7
+    )
+
+
+def test_nll_mae_rmse() -> None:
+    rng = np.random.default_rng(0)
+    y, mu, var = rng.normal(size=50), rng.normal(size=50), rng.uniform(0.1, 2, size=50)
+    assert metrics.gaussian_nll(y, mu, var) == pytest.approx(
+        -np.mean(norm.logpdf(y, mu, np.sqrt(var)))
+    )
+    assert metrics.mae(y, mu) == pytest.approx(np.mean(np.abs(y - mu)))
+    assert metrics.rmse(y, mu) == pytest.approx(np.sqrt(np.mean((y - mu) ** 2)))
+
+
+def test_coverage_width_and_reliability_on_calibrated_samples() -> None:
+    rng = np.random.default_rng(1)
+    n = 200_000
+    mu = rng.normal(size=n)
+    sd = rng.uniform(0.5, 2.0, size=n)
+    y = mu + sd * rng.normal(size=n)
+    assert metrics.coverage(y, mu, sd**2) == pytest.approx(0.95, abs=0.005)
+    assert metrics.interval_width(sd**2) == pytest.approx(2 * 1.959964 * sd.mean(), rel=1e-6)
+    levels, obs = metrics.reliability_curve(y, mu, sd**2)
+    assert levels[0] == 0.5 and levels[-1] == 0.99
+    assert np.allclose(obs, levels, atol=0.006)
+    s = metrics.summary(y, mu, sd**2)
+    assert set(s) == {"mae", "rmse", "nll", "crps", "coverage95", "width95"}
+
+
+def test_length_mismatch_raises() -> None:
+    with pytest.raises(ValueError, match="equal length"):
+        metrics.mae(np.zeros(3), np.zeros(4))
