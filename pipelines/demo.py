@@ -3,7 +3,7 @@
 Builds a complete run directory from the embedded synthetic Ookla-style region in ``data/``
 (the ingest call is :data:`pipelines.ingest.DEMO_INGEST`), training all three targets with
 small-but-real settings (:func:`pipelines.config.demo_config`: DBK-RBF dPPGP, r=256, h=64,
-batch 512, up to 40 epochs, patience 10, CPU) so that the dashboard has something real to show
+batch 256, lr 3e-3, up to 60 epochs, patience 10, CPU) so that the dashboard has something real to show
 in a few minutes on a laptop CPU. The grid uses the default resolution (zoom-16 tiles, at most
 1,000,000 cells).
 
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--run", type=Path, default=Path("runs/demo"), help="run directory")
-    p.add_argument("--epochs", type=int, default=None, help="override the demo's 40 epochs")
+    p.add_argument("--epochs", type=int, default=None, help="override the demo's 60 epochs")
     p.add_argument("--quick", action="store_true", help="tiny settings for smoke tests")
     p.add_argument("--format", choices=["gtiff", "cog"], default="cog", help="export format")
     p.set_defaults(func=_main)
