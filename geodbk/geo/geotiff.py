@@ -28,6 +28,7 @@ def write_geotiff(
     nodata: float = DEFAULT_NODATA,
     compress: str = "DEFLATE",
     tags: dict[str, str] | None = None,
+    descriptions: Sequence[str] | None = None,
 ) -> Path:
     """Write ``variables`` of ``ds`` as one multi-band GeoTIFF, atomically.
 
@@ -48,6 +49,8 @@ def write_geotiff(
         GDAL compression (``DEFLATE``, ``LZW``, ``ZSTD``, ``NONE``).
     tags
         Extra dataset-level GDAL metadata tags.
+    descriptions
+        Band descriptions, one per variable (default: the variable names).
 
     Returns
     -------
@@ -73,7 +76,9 @@ def write_geotiff(
 
     arr = xr.concat(bands, dim="band").assign_coords(band=np.arange(1, len(variables) + 1))
     arr = arr.transpose("band", "y", "x")
-    arr.attrs = {"long_name": tuple(variables)}
+    if descriptions is not None and len(descriptions) != len(variables):
+        raise ValueError("give one description per variable")
+    arr.attrs = {"long_name": tuple(descriptions if descriptions is not None else variables)}
     arr = arr.rio.write_crs(crs or "EPSG:4326").rio.write_nodata(np.float32(nodata))
     arr.rio.set_spatial_dims(x_dim="x", y_dim="y", inplace=True)
     options: dict[str, Any] = {"compress": compress}
@@ -82,9 +87,70 @@ def write_geotiff(
     else:
         options.update(driver="GTiff", tiled=True, blockxsize=256, blockysize=256)
     path = Path(path)
+    if _is_dask(arr.data):
+        _write_dask(arr, path, fmt=fmt, compress=compress, tags=tags or {})
+        return path
     with atomic_path(path) as tmp:
         arr.rio.to_raster(tmp, tags=tags or {}, windowed=(fmt == "gtiff"), **options)
     return path
+
+
+def _is_dask(data: Any) -> bool:
+    try:
+        from dask.base import is_dask_collection
+    except ImportError:  # pragma: no cover - dask is a dependency of the pipelines
+        return False
+    return bool(is_dask_collection(data))
+
+
+def _write_dask(arr: Any, path: Path, *, fmt: str, compress: str, tags: dict[str, str]) -> None:
+    """Write a Dask-backed (band, y, x) array chunk by chunk with bounded memory.
+
+    The array is rechunked to all bands x multiples of the 256-pixel tile, so each chunk is
+    computed once and written as whole tiles (``dask.array.store`` through rioxarray with a
+    lock). For ``cog`` the tiled GeoTIFF is then copied into a COG by GDAL's ``COG`` driver,
+    which builds the overviews from the file, not from memory.
+    """
+    import threading
+
+    import rasterio.shutil
+
+    ny, nx = arr.shape[1], arr.shape[2]
+    ychunk = _tile_multiple(max(arr.chunks[1]), ny)
+    xchunk = _tile_multiple(max(arr.chunks[2]), nx)
+    arr = arr.chunk({"band": -1, "y": ychunk, "x": xchunk})
+    gtiff = {
+        "driver": "GTiff",
+        "tiled": True,
+        "blockxsize": 256,
+        "blockysize": 256,
+        "bigtiff": "IF_SAFER",  # > 4 GB (a 16384^2 x 16-band grid is ~6 GB compressed)
+    }
+    with atomic_path(path) as tmp:
+        if fmt == "gtiff":
+            arr.rio.to_raster(tmp, tags=tags, lock=threading.Lock(), compress=compress, **gtiff)
+            return
+        plain = Path(str(tmp) + ".plain.tif")
+        try:
+            arr.rio.to_raster(plain, tags=tags, lock=threading.Lock(), compress="NONE", **gtiff)
+            rasterio.shutil.copy(
+                plain,
+                tmp,
+                driver="COG",
+                compress=compress,
+                blocksize=256,
+                overview_resampling="average",
+                bigtiff="IF_SAFER",
+            )
+        finally:
+            plain.unlink(missing_ok=True)
+
+
+def _tile_multiple(chunk: int, size: int, tile: int = 256) -> int:
+    """A chunk length that is a multiple of ``tile`` (or the whole axis when smaller)."""
+    if size <= tile:
+        return size
+    return max(tile, (int(chunk) // tile) * tile)
 
 
 def read_band_descriptions(path: str | Path) -> tuple[str | None, ...]:

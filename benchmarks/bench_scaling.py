@@ -1,0 +1,313 @@
+"""Scaling benchmarks: huge predictive grids and streaming over 10^5..10^7-row tables.
+
+Every measurement runs in a fresh child process and reports its wall time and peak resident
+memory (``ru_maxrss``), so the peaks of different sizes do not mix.
+
+* ``grid``: a small DBK-RBF model (r=16, h=8, trained for 2 epochs on 2,000 synthetic rows) is
+  evaluated on an N x N lon/lat grid with a polygon mask through the Dask-backed
+  :func:`pipelines.lazygrid.grid_dataset` (chunks of 1024 x 1024 cells) and written window by
+  window into a tiled, DEFLATE-compressed 14-band GeoTIFF with
+  :func:`pipelines.lazygrid.write_grid_geotiff`. Also reports the time of the model evaluation
+  alone on one chunk, to split model time from host-side work (mask, post-processing, DEFLATE).
+* ``stream``: a synthetic table of N rows (x1, x2, y, split; row groups of 100,000 rows) is
+  written to ``/tmp`` and then (a) predicted in one streaming pass
+  (:func:`geodbk.streaming.predict_table`), (b) trained on for one streaming epoch
+  (:func:`geodbk.streaming.train_streaming`, batch 1024), and (c), for contrast, read as one
+  rank's in-memory shard (:func:`geodbk.distributed.read_parquet_shard`, what ``train
+  --distributed`` holds per rank).
+* ``model``: DBK-RBF training-step time (dPPGP, one batch, median of 10 after 2 warm-ups) and
+  prediction time per point (65,536 points, folded weights) for several (r, h, batch).
+
+Usage::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py grid --sizes 4096 8192
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py stream --rows 1e5 1e6 1e7
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py model
+    ... [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SCALING = {"lon_min": -125.0, "lon_max": -66.0, "lat_min": 24.0, "lat_max": 50.0}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _small_model() -> Any:
+    from geodbk import DBKRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(2000, 2))
+    y = 4.5 + 0.4 * np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]) + 0.1 * rng.standard_normal(2000)
+    return DBKRegressor(rank=16, hidden=8, epochs=2, batch_size=256, device="cpu").fit(X, y)
+
+
+# ---------------------------------------------------------------- children
+def child_grid(size: int, out: Path) -> dict[str, Any]:
+    """Predict an N x N grid lazily and write it as a tiled GeoTIFF; return the figures."""
+    import shapely
+
+    from geodbk.geo.grids import make_grid
+    from pipelines.lazygrid import grid_dataset, write_grid_geotiff
+    from pipelines.rundir import scale_lonlat, target_spec
+
+    model = _small_model()
+    spec = target_spec("download")
+    bounds = (SCALING["lon_min"], SCALING["lat_min"], SCALING["lon_max"], SCALING["lat_max"])
+    res = (bounds[2] - bounds[0]) / size
+    grid = make_grid(bounds, resolution=res)
+    grid = type(grid)(x=grid.x[:size], y=np.linspace(bounds[3], bounds[1], size), dx=res, dy=res)
+    # a 10-vertex polygon covering most of the box (realistic mask cost)
+    t = np.linspace(0, 2 * np.pi, 11)[:-1]
+    cx, cy = (bounds[0] + bounds[2]) / 2, (bounds[1] + bounds[3]) / 2
+    region = shapely.Polygon(np.column_stack([cx + 32 * np.cos(t), cy + 15 * np.sin(t)]))
+    # model-only throughput on one chunk-sized batch
+    lon2, lat2 = np.meshgrid(grid.x[:4096], grid.y[:1024])
+    X = scale_lonlat(lon2.ravel(), lat2.ravel(), SCALING)
+    t0 = time.perf_counter()
+    model.predict(X, chunk_size=65536)
+    model_s_per_cell = (time.perf_counter() - t0) / len(X)
+    t0 = time.perf_counter()
+    ds = grid_dataset(model, spec, grid, scaling=SCALING, thresholds=(25, 100), geometry=region)
+    path = write_grid_geotiff(ds, out, fmt="gtiff")
+    seconds = time.perf_counter() - t0
+    return {
+        "size": size,
+        "cells": size * size,
+        "bands": len(ds.data_vars),
+        "seconds": seconds,
+        "peak_rss_mib": _peak_mib(),
+        "file_mib": path.stat().st_size / 2**20,
+        "model_seconds_per_cell": model_s_per_cell,
+        "model_seconds_projected": model_s_per_cell * size * size,
+    }
+
+
+def _write_table(path: Path, rows: int, group: int = 100_000) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    writer = None
+    try:
+        for start in range(0, rows, group):
+            m = min(group, rows - start)
+            x = rng.uniform(-1, 1, size=(m, 2))
+            y = 4.0 + 0.5 * np.sin(3 * x[:, 0]) * np.cos(2 * x[:, 1]) + 0.1 * rng.standard_normal(m)
+            split = np.where(rng.random(m) < 0.9, "train", "val")
+            table = pa.table({"x1": x[:, 0], "x2": x[:, 1], "y": y, "split": split})
+            if writer is None:
+                writer = pq.ParquetWriter(str(path), table.schema)
+            writer.write_table(table, row_group_size=group)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
+    """One streaming phase over a table of ``rows`` rows."""
+    import pyarrow.compute as pc
+    import torch
+
+    from geodbk.distributed import read_parquet_shard
+    from geodbk.model import DBKModel
+    from geodbk.streaming import count_rows, predict_table, train_streaming
+    from geodbk.training import TrainConfig
+
+    t0 = time.perf_counter()
+    train = pc.field("split") == "train"
+    if phase == "predict":
+        model = _small_model()
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            n = predict_table(model, src, Path(tmp) / "pred.parquet", keep_columns=["y"])
+    elif phase == "train_epoch":
+        torch.manual_seed(0)
+        model = DBKModel(2, rank=16, hidden=8, generator=torch.Generator().manual_seed(0))
+        cfg = TrainConfig(batch_size=1024, epochs=1, lr=1e-3, seed=0)
+        n = count_rows(src, filters=train)
+        train_streaming(
+            model,
+            src,
+            x_columns=["x1", "x2"],
+            y_column="y",
+            y_mean=4.0,
+            y_std=0.3,
+            config=cfg,
+            filters=train,
+            n_global=n,
+        )
+    elif phase == "shard_in_memory":
+        data = read_parquet_shard(src, columns=["x1", "x2", "y"], rank=0, world_size=1)
+        n = len(data["y"])
+    else:
+        raise ValueError(phase)
+    return {
+        "rows": rows,
+        "phase": phase,
+        "rows_processed": n,
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_mib": _peak_mib(),
+    }
+
+
+def child_model(rank: int, hidden: int, batch: int) -> dict[str, Any]:
+    """Training-step time (dPPGP, one batch) and prediction time per point of DBK-RBF."""
+    import torch
+
+    from geodbk.model import DBKModel
+    from geodbk.training import TrainConfig, _make_optimizer, batch_loss
+
+    torch.manual_seed(0)
+    model = DBKModel(2, rank=rank, hidden=hidden, generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(batch_size=batch)
+    opt = _make_optimizer(model, cfg)
+    x = torch.rand(batch, 2) * 2 - 1
+    y = torch.randn(batch)
+    times = []
+    for i in range(12):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        batch_loss(model, x, y, n=10**6, config=cfg).backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    model.eval()
+    folded = model.fold()
+    xp = torch.rand(65536, 2) * 2 - 1
+    with torch.no_grad():
+        model.predict_folded(xp[:1024], folded)
+        t0 = time.perf_counter()
+        model.predict_folded(xp, folded)
+        pred_s = (time.perf_counter() - t0) / len(xp)
+    return {
+        "rank": rank,
+        "hidden": hidden,
+        "batch": batch,
+        "step_ms_median": 1e3 * float(np.median(times)),
+        "predict_us_per_point": 1e6 * pred_s,
+        "peak_rss_mib": _peak_mib(),
+    }
+
+
+# ---------------------------------------------------------------- driver
+def _run_child(args: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.run(
+        [sys.executable, __file__, "_child", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the chosen benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid", help="N x N grid: lazy predict + windowed GeoTIFF")
+    g.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    g.add_argument("--out", type=Path, default=None)
+    s = sub.add_parser("stream", help="streaming passes over 1e5..1e7-row tables")
+    s.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6, 1e7])
+    s.add_argument("--phases", nargs="+", default=["predict", "train_epoch", "shard_in_memory"])
+    s.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
+    s.add_argument("--out", type=Path, default=None)
+    m = sub.add_parser("model", help="DBK-RBF step and prediction cost as r and h grow")
+    m.add_argument(
+        "--configs",
+        nargs="+",
+        default=["16:8:1024", "256:64:1024", "1024:256:1024"],
+        help="rank:hidden:batch triples",
+    )
+    m.add_argument("--out", type=Path, default=None)
+    c = sub.add_parser("_child")
+    c.add_argument("what")
+    c.add_argument("rest", nargs="*")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "_child":
+        if args.what == "grid":
+            size, out = int(args.rest[0]), Path(args.rest[1])
+            result = child_grid(size, out)
+        elif args.what == "model":
+            result = child_model(*(int(v) for v in args.rest[:3]))
+        else:
+            result = child_stream(int(args.rest[0]), args.rest[1], Path(args.rest[2]))
+        print(json.dumps(result))
+        return 0
+
+    machine = {
+        "cpu": _cpu_model(),
+        "nproc": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "python": platform.python_version(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    results: list[dict[str, Any]] = []
+    if args.cmd == "grid":
+        with tempfile.TemporaryDirectory() as tmp:
+            for size in args.sizes:
+                r = _run_child(["grid", str(size), str(Path(tmp) / f"grid{size}.tif")])
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    elif args.cmd == "model":
+        for triple in args.configs:
+            r = _run_child(["model", *triple.split(":")])
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    else:
+        for rows_f in args.rows:
+            rows = int(rows_f)
+            src = args.tmp / f"geodbk_stream_{rows}.parquet"
+            if not src.exists():
+                t0 = time.perf_counter()
+                _write_table(src, rows)
+                print(f"wrote {src} in {time.perf_counter() - t0:.1f} s", flush=True)
+            for phase in args.phases:
+                r = _run_child(["stream", str(rows), phase, str(src)])
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    doc = {"machine": machine, "benchmark": args.cmd, "results": results}
+    if args.out is not None:
+        args.out.write_text(json.dumps(doc, indent=2))
+    print(json.dumps(doc["machine"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
