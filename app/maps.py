@@ -25,9 +25,9 @@ from app.colormaps import (
     png_data_url,
 )
 from app.context import RunContext
-from app.loaders import Grid, LoadError, Stamp, load_grid, stamp
+from app.loaders import Z95, Grid, LoadError, Stamp, load_grid, stamp
 from app.points import prob_threshold
-from app.runs import UNITS, natural_to_log10
+from app.runs import UNITS, natural_to_log10, to_natural
 
 #: Map layers a user can pick (raster layers first, then the observed tiles).
 LAYERS: dict[str, str] = {
@@ -42,27 +42,101 @@ LAYERS: dict[str, str] = {
 
 MAX_CLICK_POINTS = 2000
 
+#: What the uncertainty layers describe (the median is the same for all three).
+QUANTITIES: dict[str, str] = {
+    "single": "A single speed test",
+    "average": "Tile average of K speed tests",
+    "latent": "Latent mean speed f(x)",
+}
+
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """Which quantity a raster shows (hashable, used as a cache key)."""
+    """Which quantity a raster shows (hashable, used as a cache key).
+
+    ``quantity`` (a key of :data:`QUANTITIES`) and ``tests`` (K for ``"average"``) choose what
+    the interval, sd and probability layers describe; see :func:`quantity_std`.
+    """
 
     kind: str  # a key of LAYERS except "tiles", or "kernel"
     threshold: float = 0.0
     above: bool = True
+    quantity: str = "single"
+    tests: float = 1.0
+
+
+def noise_variance(grid: Grid, tests: float) -> float | None:
+    """Observation-noise variance (log10 units²) of the tile average of ``tests`` speed tests.
+
+    From the grid attributes that ``geodbk predict`` writes: tests-aware models
+    ``s2_floor + s2_meas / tests^power``; constant-noise models ``s2`` whatever ``tests`` is.
+    ``None`` for grids written before these attributes.
+    """
+    a = grid.attrs
+    model = a.get("noise_model")
+    try:
+        if model == "tests":
+            power = float(a.get("noise_power", 1.0))
+            return float(a["noise_s2_floor"]) + float(a["noise_s2_meas"]) / max(tests, 1.0) ** power
+        if model == "constant":
+            return float(a["noise_s2"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def quantity_std(grid: Grid, spec: LayerSpec) -> NDArray[np.float64] | None:
+    """Predictive sd (log10) of what ``spec.quantity`` asks for, or ``None`` to use ``std``.
+
+    ``latent``: ``std_f``. ``single`` / ``average``: ``sqrt(std_f² + s2(K))`` with K = 1 or
+    ``spec.tests`` (:func:`noise_variance`). ``None`` when the grid lacks ``std_f`` or the
+    noise attributes (older grids: the stored ``std`` and intervals are shown).
+    """
+    if "std_f" not in grid.arrays:
+        return None
+    std_f = grid.arrays["std_f"]
+    if spec.quantity == "latent":
+        return std_f
+    k = spec.tests if spec.quantity == "average" else 1.0
+    s2 = noise_variance(grid, k)
+    if s2 is None:
+        return None
+    out: NDArray[np.float64] = np.sqrt(std_f**2 + s2)
+    return out
+
+
+def quantity_label(grid: Grid, spec: LayerSpec) -> str:
+    """Short description of what the uncertainty layers show, for legends."""
+    if spec.quantity == "latent":
+        return "latent mean f(x)"
+    if grid.attrs.get("noise_model") == "constant":
+        return "one observation (constant-noise model)"
+    if quantity_std(grid, spec) is None:
+        return str(grid.attrs.get("quantity", "as predicted"))
+    if spec.quantity == "average" and spec.tests != 1:
+        return f"tile average of {spec.tests:g} tests"
+    return "single speed test"
 
 
 def layer_values(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:
     """The 2-D array a raster layer shows, in natural units (probabilities in [0, 1])."""
     if spec.kind == "median":
         return grid.natural("mean")
+    sd = quantity_std(grid, spec)
+    if sd is not None and spec.kind in ("pi_width", "pi_lower", "pi_upper"):
+        lower = to_natural(grid.arrays["mean"] - Z95 * sd, grid.target)
+        upper = to_natural(grid.arrays["mean"] + Z95 * sd, grid.target)
+        out: NDArray[np.float64] = {"pi_lower": lower, "pi_upper": upper}.get(
+            spec.kind, upper - lower
+        )
+        return out
     if spec.kind in ("pi_width", "pi_lower", "pi_upper"):
         return grid.natural(spec.kind)
     if spec.kind == "std":
-        return grid.arrays["std"]
+        return sd if sd is not None else grid.arrays["std"]
     if spec.kind == "prob":
         t = natural_to_log10(spec.threshold, grid.target)
-        m, s = grid.arrays["mean"], grid.arrays["std"]
+        m, s = grid.arrays["mean"], (sd if sd is not None else grid.arrays["std"])
         # P(Y >= t) or P(Y <= t): the same formula as the pipelines' p_below/p_above grids.
         return prob_threshold(m, s, 10**t, spec.above)
     raise ValueError(f"unknown layer {spec.kind!r}")
@@ -74,6 +148,9 @@ def layer_legend(grid: Grid, spec: LayerSpec, scale: ColorScale) -> Legend:
     t = grid.target
     if spec.kind == "median":
         return Legend(f"Predicted {t}, median", scale, unit)
+    what = quantity_label(grid, spec)
+    base = t
+    t = f"{t} ({what})"
     if spec.kind == "pi_width":
         return Legend(f"Width of the 95% prediction interval of {t}", scale, unit)
     if spec.kind == "pi_lower":
@@ -88,7 +165,9 @@ def layer_legend(grid: Grid, spec: LayerSpec, scale: ColorScale) -> Legend:
             note="0.1 ≈ ×/÷ 1.26, 0.3 ≈ ×/÷ 2 around the median",
         )
     rel = "≥" if spec.above else "≤"
-    return Legend(f"Probability P({t} {rel} {format_value(spec.threshold, unit)})", scale, "")
+    return Legend(
+        f"Probability P({base} {rel} {format_value(spec.threshold, unit)}), {what}", scale, ""
+    )
 
 
 def value_scale(grid: Grid) -> ColorScale:
@@ -110,9 +189,9 @@ def layer_scale(grid: Grid, spec: LayerSpec) -> ColorScale:
     if spec.kind in ("pi_lower", "pi_upper"):
         return value_scale(grid)
     if spec.kind == "pi_width":
-        return auto_scale(grid.natural("pi_width"), CMAPS["uncertainty"])
+        return auto_scale(layer_values(grid, spec), CMAPS["uncertainty"])
     if spec.kind == "std":
-        return auto_scale(grid.arrays["std"], CMAPS["uncertainty"], log=False)
+        return auto_scale(layer_values(grid, spec), CMAPS["uncertainty"], log=False)
     return auto_scale(np.array([0.0, 1.0]), CMAPS["probability"], limits=(0.0, 1.0))
 
 

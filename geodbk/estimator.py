@@ -12,13 +12,15 @@ import torch
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
+from geodbk.distributed import ShardPlan, global_mean_std
 from geodbk.errors import DataError, ModelFileError
+from geodbk.likelihoods import NOISE_MODELS, TestsNoise
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
 
-__all__ = ["DBKRegressor"]
+__all__ = ["QUANTITIES", "DBKRegressor"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _PARAM_NAMES = (
@@ -39,7 +41,13 @@ _PARAM_NAMES = (
     "dtype",
     "noise_init",
     "noise_floor",
+    "noise",
+    "noise_power",
 )
+#: Defaults of options added after the first bundle format (old bundles lack them).
+_LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False}
+#: What :meth:`DBKRegressor.predict` can return.
+QUANTITIES = ("observation", "latent")
 
 
 def _as_matrix(x: Any, name: str) -> np.ndarray:
@@ -50,6 +58,18 @@ def _as_matrix(x: Any, name: str) -> np.ndarray:
         raise DataError(f"{name} must be a 2-D array (n, d), got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise DataError(f"{name} contains NaN or infinite values; drop or impute those rows")
+    return arr
+
+
+def _as_tests(tests: Any, name: str, n: int) -> np.ndarray:
+    """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
+    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+    if arr.shape[0] == 1 and n != 1:
+        arr = np.full(n, float(arr[0]))
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
+    if not np.isfinite(arr).all() or (arr < 1).any():
+        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
     return arr
 
 
@@ -66,7 +86,9 @@ class DBKRegressor:
     """Deep basis kernel GP regressor (methods §1), scikit-learn style.
 
     ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
-    ``eps ~ N(0, s2)``; trained with dPPGP (default), the exact marginal likelihood, PPGP or the
+    ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
+    ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
+    ``tests_i`` speed tests; ``fit(..., tests=...)``); trained with dPPGP (default), the exact marginal likelihood, PPGP or the
     ELBO. Targets are standardised internally; predictions are returned in y's units.
 
     Parameters
@@ -94,7 +116,14 @@ class DBKRegressor:
     dtype
         ``"float32"`` or ``"float64"``.
     noise_init, noise_floor
-        Initial noise variance and its floor, in standardised units.
+        Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
+        standardised units.
+    noise
+        ``"constant"`` (homoscedastic ``s2``) or ``"tests"`` (per-point
+        ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
+        ``tests`` covariate in :meth:`fit`).
+    noise_power
+        With ``noise="tests"``: learn the exponent ``p`` of ``tests`` (default ``p = 1``).
     """
 
     def __init__(
@@ -117,6 +146,8 @@ class DBKRegressor:
         dtype: str = "float32",
         noise_init: float = 1e-2,
         noise_floor: float = 1e-6,
+        noise: str = "constant",
+        noise_power: bool = False,
     ) -> None:
         self.expansion = expansion
         self.rank = rank
@@ -135,6 +166,8 @@ class DBKRegressor:
         self.dtype = dtype
         self.noise_init = noise_init
         self.noise_floor = noise_floor
+        self.noise = noise
+        self.noise_power = noise_power
         self._folded: FoldedWeights | None = None
 
     # ------------------------------------------------------------------ configuration
@@ -168,6 +201,8 @@ class DBKRegressor:
             raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         if int(self.rank) < 1 or int(self.hidden) < 1:
             raise ValueError("rank and hidden must be positive")
+        if self.noise not in NOISE_MODELS:
+            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {self.noise!r}")
 
     def _train_config(self) -> TrainConfig:
         return TrainConfig(
@@ -195,6 +230,8 @@ class DBKRegressor:
                 jitter=float(self.jitter),
                 noise_init=float(self.noise_init),
                 noise_floor=float(self.noise_floor),
+                noise=str(self.noise),
+                noise_power=bool(self.noise_power),
                 generator=gen,
             )
         return model.to(device=device, dtype=_DTYPES[self.dtype])
@@ -220,6 +257,9 @@ class DBKRegressor:
         resume: bool = False,
         progress: bool = False,
         callback: Callable[[dict[str, Any]], None] | None = None,
+        tests: Any = None,
+        tests_val: Any = None,
+        shards: ShardPlan | None = None,
     ) -> DBKRegressor:
         """Fit the model to ``X`` (n, d) and ``y`` (n,).
 
@@ -239,6 +279,13 @@ class DBKRegressor:
             Show a tqdm progress bar (training loss, validation NLL).
         callback
             Called after every epoch with ``{"epoch", "train_loss", "val_nll", "seconds"}``.
+        tests, tests_val
+            Noise covariate: number of speed tests averaged in each training / validation row
+            (``>= 1``). Required with ``noise="tests"`` (``tests_val`` too when validation data
+            is given); ignored by the constant noise.
+        shards
+            Data-parallel training (:mod:`geodbk.distributed`): ``X, y`` (and ``tests``) are
+            this rank's shard; the target standardisation uses the mean and sd over all ranks.
 
         Returns
         -------
@@ -255,13 +302,23 @@ class DBKRegressor:
             raise DataError("give both X_val and y_val, or neither")
         self.device_ = resolve_device(self.device)
         self.n_features_in_ = int(x_np.shape[1])
-        self.y_mean_ = float(y_np.mean())
-        sd = float(y_np.std())
+        self.y_mean_, sd = float(y_np.mean()), float(y_np.std())
+        if shards is not None:
+            self.y_mean_, sd, _ = global_mean_std(y_np)
         self.y_std_ = sd if sd > 0 and math.isfinite(sd) else 1.0
         self.model_ = self._build_model(self.n_features_in_, self.device_)
         self._folded = None
         x_t = self._to_tensor(x_np)
         y_t = self._to_tensor((y_np - self.y_mean_) / self.y_std_)
+        aware = self.noise == "tests"
+        if aware and tests is None:
+            raise DataError('noise="tests" needs the number of tests per row: fit(..., tests=...)')
+        if aware and shards is not None:
+            raise DataError(
+                'noise="tests" is not supported with sharded (distributed) training yet'
+            )
+        t_t = self._to_tensor(_as_tests(tests, "tests", x_np.shape[0])) if aware else None
+        tv_t = None
         xv_t = yv_t = None
         if has_val:
             xv_np = _as_matrix(X_val, "X_val")
@@ -272,6 +329,10 @@ class DBKRegressor:
             yv_np = _as_vector(y_val, "y_val", xv_np.shape[0])
             xv_t = self._to_tensor(xv_np)
             yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
+            if aware:
+                if tests_val is None:
+                    raise DataError('noise="tests" with validation data needs tests_val=...')
+                tv_t = self._to_tensor(_as_tests(tests_val, "tests_val", xv_np.shape[0]))
         result = train_model(
             self.model_,
             x_t,
@@ -284,9 +345,12 @@ class DBKRegressor:
             resume=resume,
             progress=progress,
             callback=callback,
+            tests=t_t,
+            tests_val=tv_t,
+            shards=shards,
         )
         if self.objective == "exact":
-            exact_posterior_from_data(self.model_, x_t, y_t)
+            exact_posterior_from_data(self.model_, x_t, y_t, tests=t_t)
         self.history_ = result.history
         self.best_epoch_ = result.best_epoch
         self.stopped_early_ = result.stopped_early
@@ -308,26 +372,101 @@ class DBKRegressor:
             )
         return x_np
 
-    def predict(self, X: Any, *, chunk_size: int = 65536) -> Prediction:
+    @property
+    def tests_aware(self) -> bool:
+        """Whether the noise depends on the number of tests (``noise="tests"``)."""
+        return self.noise == "tests"
+
+    def noise_variance(self, tests: Any = None, *, n: int | None = None) -> np.ndarray:
+        """Observation-noise variance in y's units, ``y_sd^2 s2_i``, float64 (n,).
+
+        Constant noise: ``y_sd^2 s2`` (``tests`` ignored). Tests-aware noise:
+        ``y_sd^2 (s2_floor + s2_meas / tests^p)``; ``tests=None`` means a single speed test
+        (``tests = 1``). ``n`` broadcasts a scalar ``tests`` (default: ``len(tests)`` or 1).
+        """
+        model = self._check_fitted()
+        if tests is None or not self.tests_aware:
+            size = n if n is not None else (1 if tests is None else np.size(tests))
+            t_np = np.ones(size)
+        else:
+            arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+            t_np = _as_tests(arr, "tests", n if n is not None else arr.shape[0])
+        with torch.no_grad():
+            t_t = torch.as_tensor(t_np, dtype=_DTYPES[self.dtype], device=self.device_)
+            s2 = model.noise_var(t_t if self.tests_aware else None)
+            out = s2.detach().to("cpu", torch.float64).numpy()
+        return np.broadcast_to(out, t_np.shape).astype(np.float64) * self.y_std_**2
+
+    def noise_parameters(self) -> dict[str, Any]:
+        """The learned noise in y's units (JSON-ready floats).
+
+        ``{"noise": "constant", "s2": ...}`` or ``{"noise": "tests", "s2_floor": ...,
+        "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power``
+        (the variance floor is folded into ``s2_floor``).
+        """
+        model = self._check_fitted()
+        v = self.y_std_**2
+        noise = model.noise
+        with torch.no_grad():
+            if isinstance(noise, TestsNoise):
+                return {
+                    "noise": "tests",
+                    "s2_floor": v * (noise.floor + float(noise.s2_floor)),
+                    "s2_meas": v * float(noise.s2_meas),
+                    "power": float(noise.power),
+                }
+            return {"noise": "constant", "s2": v * float(model.noise_var())}
+
+    def predict(
+        self,
+        X: Any,
+        *,
+        tests: Any = None,
+        quantity: str = "observation",
+        chunk_size: int = 65536,
+    ) -> Prediction:
         """Predictive distribution at ``X`` (n, d), in y's units.
 
-        ``mean = y_mean + y_sd (u'a + c)``, ``var_f = y_sd^2 ||B'u||^2``,
-        ``var = var_f + y_sd^2 s2`` with ``u = raw_features(g(x))`` and the folded weights
-        ``a, B`` (see :meth:`DBKModel.predict_folded`). At most ``chunk_size`` rows are
-        processed at a time.
+        ``mean = y_mean + y_sd (u'a + c)``, ``var_f = y_sd^2 ||B'u||^2`` with
+        ``u = raw_features(g(x))`` and the folded weights ``a, B`` (see
+        :meth:`DBKModel.predict_folded`), and
+
+        - ``quantity="observation"``: ``var = var_f + y_sd^2 s2(tests)``, the distribution of a
+          new observation. Tests-aware noise: the tile average of ``tests`` speed tests
+          (``s2 = s2_floor + s2_meas / tests^p``); ``tests=None`` means **a single speed test**
+          (``tests = 1``). Constant noise: ``s2`` whatever ``tests`` is.
+        - ``quantity="latent"``: ``var = var_f``, the latent mean speed ``f(x)`` (no noise).
+
+        Parameters
+        ----------
+        X
+            Inputs (n, d).
+        tests
+            Number of tests the predicted tile value averages: a scalar or (n,) array (>= 1).
+        quantity
+            ``"observation"`` or ``"latent"``.
+        chunk_size
+            At most this many rows are processed at a time.
         """
+        if quantity not in QUANTITIES:
+            raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
         model = self._check_fitted()
         x_np = self._check_input(X)
         folded = self._folded_weights()
-        mean, var_f, var = predict_in_chunks(
-            lambda xb: model.predict_folded(xb, folded),
+        mean, var_f = predict_in_chunks(
+            lambda xb: model.predict_folded(xb, folded)[:2],
             x_np,
             chunk_size=chunk_size,
             device=self.device_,
             dtype=_DTYPES[self.dtype],
         )
-        s2 = self.y_std_**2
-        return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=s2 * var, var_f=s2 * var_f)
+        v = self.y_std_**2
+        var_f = v * var_f
+        if quantity == "latent":
+            var = var_f.copy()
+        else:
+            var = var_f + self.noise_variance(tests, n=x_np.shape[0])
+        return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=var, var_f=var_f)
 
     def features(self, X: Any, *, chunk_size: int = 65536) -> np.ndarray:
         """Basis functions ``phi(X)``, (n, r) float64 (standardised-target units)."""
@@ -395,6 +534,7 @@ class DBKRegressor:
         try:
             config = dict(meta["config"])
             config["device"] = device
+            config = {**_LATER_DEFAULTS, **config}  # bundles from before the noise option
             est = cls(**{k: config[k] for k in _PARAM_NAMES})
             est._validate()
             est.device_ = resolve_device(device)

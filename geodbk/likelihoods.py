@@ -12,7 +12,10 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["GaussianNoise", "inverse_softplus"]
+__all__ = ["NOISE_MODELS", "GaussianNoise", "TestsNoise", "inverse_softplus"]
+
+#: Noise models: ``"constant"`` (:class:`GaussianNoise`) and ``"tests"`` (:class:`TestsNoise`).
+NOISE_MODELS = ("constant", "tests")
 
 
 def inverse_softplus(value: float) -> float:
@@ -42,10 +45,84 @@ class GaussianNoise(nn.Module):
         self.floor = float(floor)
         self.raw = nn.Parameter(torch.tensor(inverse_softplus(init - floor)))
 
-    def variance(self) -> torch.Tensor:
-        """The noise variance ``s2`` as a 0-d tensor (broadcasts against any batch)."""
+    def variance(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
+        """The noise variance ``s2`` as a 0-d tensor (broadcasts; ``tests`` is ignored)."""
         return self.floor + torch.nn.functional.softplus(self.raw)
 
-    def forward(self) -> torch.Tensor:
+    def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
         """Alias of :meth:`variance`."""
-        return self.variance()
+        return self.variance(tests)
+
+
+class TestsNoise(nn.Module):
+    """Per-tile noise of an average of ``tests_i`` speed tests.
+
+    ``s2_i = floor + s2_floor + s2_meas / tests_i^p`` with ``s2_floor = softplus(raw_floor)``,
+    ``s2_meas = softplus(raw_meas)`` (both learned, positive) and ``p = 1`` or, with
+    ``learn_power=True``, ``p = softplus(raw_power)`` (initialised at 1). ``s2_floor`` is the
+    variance shared by all tests of a tile (tile-level heterogeneity, quarter-to-quarter change)
+    and ``s2_meas`` that of a single test around the tile's mean; ``tests_i = 1`` is one speed
+    test, ``tests_i -> inf`` leaves ``s2_floor``.
+
+    Parameters
+    ----------
+    init
+        Initial ``s2`` of a single test (``tests = 1``), split evenly between ``s2_floor`` and
+        ``s2_meas``.
+    floor
+        Lower bound of ``s2_i`` (1e-6).
+    learn_power
+        Learn the exponent ``p`` of ``tests``.
+    """
+
+    def __init__(
+        self, *, init: float = 1e-2, floor: float = 1e-6, learn_power: bool = False
+    ) -> None:
+        super().__init__()
+        if init <= floor:
+            raise ValueError(f"noise init {init} must exceed the floor {floor}")
+        self.floor = float(floor)
+        half = inverse_softplus(0.5 * (init - floor))
+        self.raw_floor = nn.Parameter(torch.tensor(half))
+        self.raw_meas = nn.Parameter(torch.tensor(half))
+        self.learn_power = bool(learn_power)
+        if self.learn_power:
+            self.raw_power = nn.Parameter(torch.tensor(inverse_softplus(1.0)))
+
+    @property
+    def s2_floor(self) -> torch.Tensor:
+        """``s2_floor`` (0-d): variance left when ``tests -> inf``."""
+        return torch.nn.functional.softplus(self.raw_floor)
+
+    @property
+    def s2_meas(self) -> torch.Tensor:
+        """``s2_meas`` (0-d): variance of a single test around the tile's mean."""
+        return torch.nn.functional.softplus(self.raw_meas)
+
+    @property
+    def power(self) -> torch.Tensor:
+        """Exponent ``p`` of ``tests`` (0-d; 1 unless learned)."""
+        if self.learn_power:
+            return torch.nn.functional.softplus(self.raw_power)
+        return torch.ones((), dtype=self.raw_meas.dtype, device=self.raw_meas.device)
+
+    def variance(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
+        """``s2_i = floor + s2_floor + s2_meas / tests_i^p``; ``tests=None`` means one test.
+
+        Parameters
+        ----------
+        tests
+            Number of tests per point (>= 1), shape (b,) or scalar.
+        """
+        base = self.floor + self.s2_floor
+        if tests is None:
+            return base + self.s2_meas
+        t = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
+        t = t.clamp_min(1.0)
+        if self.learn_power:
+            return base + self.s2_meas * torch.exp(-self.power * torch.log(t))
+        return base + self.s2_meas / t
+
+    def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
+        """Alias of :meth:`variance`."""
+        return self.variance(tests)

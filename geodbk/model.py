@@ -9,7 +9,7 @@ from torch import nn
 
 from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
-from geodbk.likelihoods import GaussianNoise
+from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import FoldedWeights, WeightPosterior, fold_into_basis
 from geodbk.variational import VariationalWeights
 
@@ -59,7 +59,12 @@ class DBKModel(nn.Module):
     jitter
         Relative Cholesky jitter of the RBF basis.
     noise_init, noise_floor
-        Initial noise variance and its floor.
+        Initial noise variance (of a single test for ``noise="tests"``) and its floor.
+    noise
+        ``"constant"`` (``s2``, :class:`GaussianNoise`) or ``"tests"``
+        (``s2_i = s2_floor + s2_meas / tests_i^p``, :class:`TestsNoise`).
+    noise_power
+        With ``noise="tests"``: learn the exponent ``p`` (else ``p = 1``).
     generator
         Generator for the basis and q(w) initialisation (the backbone's ``nn.Linear`` layers use
         torch's global RNG; seed it, e.g. under ``torch.random.fork_rng``).
@@ -75,6 +80,8 @@ class DBKModel(nn.Module):
         jitter: float = 1e-4,
         noise_init: float = 1e-2,
         noise_floor: float = 1e-6,
+        noise: str = "constant",
+        noise_power: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -88,7 +95,14 @@ class DBKModel(nn.Module):
         else:
             self.basis = SiLUBasis(hidden, rank, generator=generator)
         self.q = VariationalWeights(rank, generator=generator)
-        self.noise = GaussianNoise(init=noise_init, floor=noise_floor)
+        if noise not in NOISE_MODELS:
+            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
+        self.noise_model = noise
+        self.noise: GaussianNoise | TestsNoise
+        if noise == "tests":
+            self.noise = TestsNoise(init=noise_init, floor=noise_floor, learn_power=noise_power)
+        else:
+            self.noise = GaussianNoise(init=noise_init, floor=noise_floor)
         self.const_mean = nn.Parameter(torch.zeros(()))
 
     @property
@@ -105,9 +119,13 @@ class DBKModel(nn.Module):
         ids = {id(p) for p in self.backbone.parameters()}
         return [p for p in self.parameters() if id(p) not in ids]
 
-    def noise_var(self) -> torch.Tensor:
-        """Noise variance ``s2`` (0-d)."""
-        return self.noise.variance()
+    def noise_var(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
+        """Noise variance: ``s2`` (0-d) or, for ``noise="tests"``, ``s2_i`` of ``tests``.
+
+        ``tests=None`` with the tests-aware noise gives a single test's variance
+        ``s2_floor + s2_meas``; the constant noise ignores ``tests``.
+        """
+        return self.noise.variance(tests)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """``phi(x)``, (b, r)."""
@@ -143,12 +161,17 @@ class DBKModel(nn.Module):
 
     @torch.no_grad()
     def predict_folded(
-        self, x: torch.Tensor, folded: FoldedWeights
+        self,
+        x: torch.Tensor,
+        folded: FoldedWeights,
+        *,
+        tests: torch.Tensor | float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Predictive mean, latent variance and predictive variance with folded weights.
 
         ``u = raw_features(g(x))``; ``mu = u'a + c``; ``var_f = ||B'u||^2`` (+ ``k~(x,x) -
-        ||W'u||^2`` when the folded weights carry a whitener); ``var = var_f + s2``.
+        ||W'u||^2`` when the folded weights carry a whitener); ``var = var_f + s2`` with
+        ``s2 = noise_var(tests)`` (per point for the tests-aware noise).
         One backbone pass plus two (three with the correction) r-vector products per point.
         """
         g = self.backbone(x)
@@ -159,4 +182,4 @@ class DBKModel(nn.Module):
             prior = self.basis.prior_variance(g)
             assert prior is not None
             var_f = var_f + (prior - ((u @ folded.whitener) ** 2).sum(-1)).clamp_min(0.0)
-        return mean, var_f, var_f + self.noise_var()
+        return mean, var_f, var_f + self.noise_var(tests)

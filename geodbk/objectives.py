@@ -61,6 +61,7 @@ def dppgp_loss(
     n: int,
     alpha: float,
     beta: float,
+    phi_sq_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decoupled predictive-process objective (dPPGP) for one mini-batch B.
 
@@ -81,9 +82,13 @@ def dppgp_loss(
         Training-set size.
     alpha, beta
         Weights of the trace regulariser and of the KL term.
+    phi_sq_max
+        ``max_B ||phi||^2`` when the batch is split over processes (the maximum over the
+        global batch, see :mod:`geodbk.distributed`); default ``phi_sq.max()``.
     """
     nll = gaussian_nll(y, mean, var_f + noise_var).mean()
-    trace = ((phi_sq.max() - phi_sq) / (2.0 * noise_var)).mean()
+    top = phi_sq.max() if phi_sq_max is None else phi_sq_max
+    trace = ((top - phi_sq) / (2.0 * noise_var)).mean()
     return nll + alpha * trace + (beta / n) * kl
 
 

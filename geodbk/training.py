@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from geodbk.atomic import atomic_path
+from geodbk.distributed import ShardPlan, make_epoch_runner
 from geodbk.errors import ModelFileError
-from geodbk.model import DBKModel
+from geodbk.model import DBKModel, ModelOutput
 from geodbk.objectives import (
     dppgp_loss,
     elbo_loss,
@@ -78,16 +79,39 @@ class TrainResult:
 
 
 def batch_loss(
-    model: DBKModel, x: torch.Tensor, y: torch.Tensor, *, n: int, config: TrainConfig
+    model: DBKModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    n: int,
+    config: TrainConfig,
+    tests: torch.Tensor | None = None,
+    out: ModelOutput | None = None,
+    phi_sq_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The mini-batch loss of ``config.objective`` (not ``"exact"``) on ``(x, y)``."""
-    out = model(x)
-    s2 = model.noise_var()
+    """The mini-batch loss of ``config.objective`` (not ``"exact"``) on ``(x, y)``.
+
+    ``tests`` (b,), the noise covariate of the batch, gives the per-point noise
+    ``s2_i = model.noise_var(tests)`` (ignored by the constant noise). ``out``: the model's
+    output on ``x`` when already computed (e.g. through DDP); ``phi_sq_max``: the global-batch
+    maximum of ``||phi||^2`` for dPPGP when the batch is split over processes.
+    """
+    out = model(x) if out is None else out
+    s2 = model.noise_var(tests)
     kl = gaussian_kl_standard(model.q.mean, model.q.scale_tril())
     corr = out.var_correction if config.variance_correction else None
     if config.objective == "dppgp":
         return dppgp_loss(
-            out.mean, out.var_f, out.phi_sq, y, s2, kl=kl, n=n, alpha=config.alpha, beta=config.beta
+            out.mean,
+            out.var_f,
+            out.phi_sq,
+            y,
+            s2,
+            kl=kl,
+            n=n,
+            alpha=config.alpha,
+            beta=config.beta,
+            phi_sq_max=phi_sq_max,
         )
     if config.objective == "ppgp":
         return ppgp_loss(
@@ -100,13 +124,24 @@ def batch_loss(
 
 @torch.no_grad()
 def exact_posterior_from_data(
-    model: DBKModel, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int = 65536
+    model: DBKModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    chunk_size: int = 65536,
+    tests: torch.Tensor | None = None,
 ) -> None:
-    """Set ``q(w)`` to the exact posterior ``p(w | y)`` under the current basis (chunked)."""
-    s2 = model.noise_var()
+    """Set ``q(w)`` to the exact posterior ``p(w | y)`` under the current basis (chunked).
+
+    With ``tests`` the noise is ``D = diag(s2_i)``, ``s2_i = model.noise_var(tests_i)``.
+    """
     c = model.const_mean
     batches = (
-        (model.features(x[i : i + chunk_size]), y[i : i + chunk_size], s2)
+        (
+            model.features(x[i : i + chunk_size]),
+            y[i : i + chunk_size],
+            model.noise_var(None if tests is None else tests[i : i + chunk_size]),
+        )
         for i in range(0, x.shape[0], chunk_size)
     )
     gram, proj = accumulate_statistics(batches, mean=c)
@@ -121,12 +156,17 @@ def evaluate_nll(
     *,
     variance_correction: bool = False,
     chunk_size: int = 65536,
+    tests: torch.Tensor | None = None,
 ) -> float:
-    """Mean Gaussian NLL of ``y`` under the model's predictive distribution (standardised units)."""
+    """Mean Gaussian NLL of ``y`` under the model's predictive distribution (standardised units).
+
+    ``tests`` (n,): per-point noise covariate (``var = var_f + s2_i``).
+    """
     folded = model.fold(variance_correction=variance_correction)
     total = 0.0
     for i in range(0, x.shape[0], chunk_size):
-        mean, _, var = model.predict_folded(x[i : i + chunk_size], folded)
+        tb = None if tests is None else tests[i : i + chunk_size]
+        mean, _, var = model.predict_folded(x[i : i + chunk_size], folded, tests=tb)
         total += float(gaussian_nll(y[i : i + chunk_size], mean, var).sum())
     return total / max(x.shape[0], 1)
 
@@ -188,6 +228,9 @@ def train_model(
     resume: bool = False,
     progress: bool = False,
     callback: Callable[[dict[str, Any]], None] | None = None,
+    tests: torch.Tensor | None = None,
+    tests_val: torch.Tensor | None = None,
+    shards: ShardPlan | None = None,
 ) -> TrainResult:
     """Train ``model`` in place and leave it at the best epoch.
 
@@ -225,6 +268,13 @@ def train_model(
         Show a tqdm bar with the training loss and validation NLL.
     callback
         Called after every epoch with that epoch's history record.
+    tests, tests_val
+        Optional noise covariate (number of tests per row, (n,)) of the training and validation
+        rows, passed to ``model.noise_var`` so the loss uses ``s2_i``.
+    shards
+        Sharded (data-parallel) training: ``x, y`` are this rank's shard and the epochs walk
+        the plan's global batches (see :mod:`geodbk.distributed`); only the main rank writes
+        checkpoints and shows progress.
     """
     n = int(x.shape[0])
     if n == 0:
@@ -254,8 +304,10 @@ def train_model(
         start_epoch = int(state["epoch"])
         stopped = bool(state["stopped"])
 
+    runner = None if shards is None else make_epoch_runner(model, shards, config)
+    is_main = shards is None or shards.is_main
     bar = None
-    if progress:
+    if progress and is_main:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=config.epochs, initial=start_epoch, desc=f"{config.objective}", unit="ep")
@@ -269,20 +321,27 @@ def train_model(
                 optimizer.zero_grad(set_to_none=True)
                 phi = model.features(x)
                 loss = (
-                    -exact_marginal_log_likelihood(phi, y, model.noise_var(), mean=model.const_mean)
+                    -exact_marginal_log_likelihood(
+                        phi, y, model.noise_var(tests), mean=model.const_mean
+                    )
                     / n
                 )
                 loss.backward()
                 optimizer.step()
                 train_loss = float(loss.detach())
-                exact_posterior_from_data(model, x, y, chunk_size=config.eval_chunk_size)
+                exact_posterior_from_data(
+                    model, x, y, chunk_size=config.eval_chunk_size, tests=tests
+                )
+            elif runner is not None:
+                train_loss = runner(x, y, optimizer, epoch, tests)
             else:
                 perm = torch.randperm(n, generator=gen).to(x.device)
                 total = 0.0
                 for i in range(0, n, config.batch_size):
                     idx = perm[i : i + config.batch_size]
                     optimizer.zero_grad(set_to_none=True)
-                    loss = batch_loss(model, x[idx], y[idx], n=n, config=config)
+                    tb = None if tests is None else tests[idx]
+                    loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
                     loss.backward()
                     optimizer.step()
                     total += float(loss.detach()) * int(idx.shape[0])
@@ -303,6 +362,7 @@ def train_model(
                         y_val,
                         variance_correction=config.variance_correction,
                         chunk_size=config.eval_chunk_size,
+                        tests=tests_val,
                     )
                     + nll_offset
                 )
@@ -322,7 +382,7 @@ def train_model(
             history.append(record)
             if bad_epochs >= config.patience:
                 stopped = True
-            if ckpt_dir is not None:
+            if ckpt_dir is not None and is_main:
                 _save_checkpoint(
                     ckpt_dir,
                     {

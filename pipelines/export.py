@@ -1,7 +1,8 @@
 """``geodbk export``: GeoTIFF / COG uncertainty maps from the predictive grids.
 
 For each target, reads ``RUN/grids/TARGET.nc`` and writes ``RUN/exports/TARGET.tif``, one
-float32 band per grid variable (band description = variable name; nodata -9999 outside the
+float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: single speed test
+(tests=1)", or the name for older grids; nodata -9999 outside the
 region; DEFLATE; COG with overviews for ``--format cog``) and ``RUN/exports/TARGET.json``, the
 provenance sidecar: run, target, model path, config hash, grid file, bands, format, created,
 geodbk version.
@@ -74,6 +75,16 @@ def grid_variables(ds: Any) -> list[str]:
     ]
 
 
+def band_descriptions(ds: Any, bands: list[str]) -> list[str]:
+    """``"NAME: QUANTITY"`` per band (e.g. ``std: single speed test (tests=1)``, ``std_f:
+    latent mean f(x)``), or the bare name for grids written before the ``quantity`` attribute."""
+    out = []
+    for b in bands:
+        q = ds[b].attrs.get("quantity")
+        out.append(f"{b}: {q}" if q else b)
+    return out
+
+
 def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
     """Export one target of one run; return the ``.tif`` path."""
     import xarray as xr
@@ -97,6 +108,8 @@ def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
             "grid_created": ds.attrs.get("created"),
             "bands": bands,
             "units": {b: ds[b].attrs.get("units", "") for b in bands},
+            "quantity": ds.attrs.get("quantity"),
+            "band_descriptions": band_descriptions(ds, bands),
             "nodata": DEFAULT_NODATA,
             "format": fmt,
             "crs": "EPSG:4326",
@@ -109,7 +122,14 @@ def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
             "geodbk_config_hash": str(provenance["config_hash"]),
             "geodbk_version": __version__,
         }
-        write_geotiff(ds, tif, variables=bands, fmt=fmt, tags=tags)
+        write_geotiff(
+            ds,
+            tif,
+            variables=bands,
+            fmt=fmt,
+            tags=tags,
+            descriptions=provenance["band_descriptions"],
+        )
     atomic_write_json(rd.export_sidecar(target), provenance)
     log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, rd.export_sidecar(target))
     return tif

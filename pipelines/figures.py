@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -166,4 +167,35 @@ def service_coverage_figure(table: Sequence[dict[str, Any]], path: Path, *, targ
     ax.set_title(f"Service coverage, {target}")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def reliability_by_tests(
+    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], path: Path
+) -> Path:
+    """One reliability panel per tests bucket (``curves[bucket][group] = (levels, coverage)``),
+    urban and rural lines in each; empty buckets are left blank."""
+    labels = list(curves)
+    ncol = 3
+    nrow = max(1, math.ceil(len(labels) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), squeeze=False)
+    for ax, label in zip(axes.ravel(), labels, strict=False):
+        ax.plot([0.5, 1.0], [0.5, 1.0], color="grey", lw=1, ls="--")
+        for name, (lv, cov) in curves[label].items():
+            ax.plot(lv, cov, color=COLORS.get(name, None), lw=1.6, label=name)
+        ax.set_xlim(0.5, 1.0)
+        ax.set_ylim(0.3, 1.0)
+        ax.set_title(f"tests = {label}", fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(labels) :]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("nominal coverage")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("empirical coverage")
+    for ax in axes.ravel():
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=8)
+            break
+    fig.suptitle("Reliability by number of speed tests per tile")
     return _save(fig, path)

@@ -12,7 +12,15 @@ included; the interval is the 95% predictive interval mean ± 1.96 std), ``mean_
 ``pi_lower_natural``, ``pi_upper_natural``, ``pi_width_natural`` (Mbps or ms; ``mean_natural``
 is 10**mean, the predictive median), ``std_f`` (latent sd, noise excluded), one exceedance
 probability per threshold (speeds: ``p_below_25mbps`` = P(speed < 25 Mbps); latency:
-``p_above_100ms`` = P(latency > 100 ms)) and ``in_region`` (bool).
+``p_above_100ms`` = P(latency > 100 ms)), the latent layer ``latent_pi_lower``,
+``latent_pi_upper`` (+ ``_natural``: mean ± 1.96 std_f, the 95% credible interval of the latent
+mean f(x)) and ``in_region`` (bool).
+
+What the observation variables describe (``--tests K``, attribute ``quantity``): with a
+tests-aware model, the tile average of K speed tests, ``std² = std_f² + s2_floor + s2_meas/K^p``
+(default K = 1: a single speed test); with a constant-noise model, an observation with the one
+learned ``s2``. Every variable's ``quantity`` attribute (and the GeoTIFF band description) says
+which; the grid attributes hold the noise parameters so other K can be derived from ``std_f``.
 """
 
 from __future__ import annotations
@@ -61,6 +69,13 @@ exit codes: 0 ok, 2 usage, 3 bad data, 4 missing/bad model, 5 missing run direct
 #: Log10-scale variables and the natural-unit variables derived from them.
 LOG_VARS = ("mean", "std", "std_f", "pi_lower", "pi_upper", "pi_width")
 NATURAL_VARS = ("mean_natural", "pi_lower_natural", "pi_upper_natural", "pi_width_natural")
+#: The latent layer (95% credible interval of f(x), noise excluded).
+LATENT_VARS = (
+    "latent_pi_lower",
+    "latent_pi_upper",
+    "latent_pi_lower_natural",
+    "latent_pi_upper_natural",
+)
 
 
 def register(subparsers: Any) -> None:
@@ -96,6 +111,14 @@ def register(subparsers: Any) -> None:
         default="tiles",
         help="grid box: the region cut to the observed tiles (default) or the whole region",
     )
+    p.add_argument(
+        "--tests",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="the observation layers are the tile average of K speed tests (default 1: a single "
+        "speed test; tests-aware models only, constant-noise models ignore it)",
+    )
     p.set_defaults(func=_main)
 
 
@@ -108,6 +131,7 @@ def _main(args: argparse.Namespace) -> int:
         thresholds=args.thresholds,
         max_cells=args.max_cells,
         extent=args.extent,
+        tests=args.tests,
     )
     return 0
 
@@ -128,11 +152,34 @@ def read_region(rd: RunDir) -> Any:
     return gdf.geometry.union_all()
 
 
+def describe_quantity(model: Any, tests: float) -> str:
+    """What the observation layers show: ``single speed test``, ``tile average of K speed
+    tests`` (tests-aware models) or ``observation (constant noise)``."""
+    if not getattr(model, "tests_aware", False):
+        return "observation (constant noise)"
+    if tests == 1:
+        return "single speed test (tests=1)"
+    return f"tile average of {tests:g} speed tests (tests={tests:g})"
+
+
 def predict_block(
-    model: Any, spec: TargetSpec, X: np.ndarray, thresholds: Sequence[float], *, chunk_size: int
+    model: Any,
+    spec: TargetSpec,
+    X: np.ndarray,
+    thresholds: Sequence[float],
+    *,
+    chunk_size: int,
+    tests: float = 1.0,
 ) -> dict[str, np.ndarray]:
-    """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays."""
-    pred = model.predict(X, chunk_size=chunk_size)
+    """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays.
+
+    Observation variables are for the tile average of ``tests`` speed tests (tests-aware
+    models; ``tests=1``: a single test); ``std_f`` and ``latent_*`` are the latent f(x).
+    """
+    if getattr(model, "tests_aware", False):
+        pred = model.predict(X, chunk_size=chunk_size, tests=tests)
+    else:
+        pred = model.predict(X, chunk_size=chunk_size)
     mean = np.asarray(pred.mean, dtype=np.float64)
     std = np.asarray(pred.std, dtype=np.float64)
     lower = mean - 1.96 * std
@@ -149,14 +196,21 @@ def predict_block(
         "pi_upper_natural": spec.to_natural(upper),
     }
     out["pi_width_natural"] = out["pi_upper_natural"] - out["pi_lower_natural"]
+    out["latent_pi_lower"] = mean - 1.96 * out["std_f"]
+    out["latent_pi_upper"] = mean + 1.96 * out["std_f"]
+    out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
+    out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
         p_below = ndtr((spec.natural_to_log10(t) - mean) / std)
         out[spec.threshold_name(t)] = p_below if spec.higher_is_better else 1.0 - p_below
     return out
 
 
-def _var_attrs(spec: TargetSpec, thresholds: Sequence[float]) -> dict[str, dict[str, str]]:
+def _var_attrs(
+    spec: TargetSpec, thresholds: Sequence[float], quantity: str = "observation"
+) -> dict[str, dict[str, str]]:
     lg = f"log10 {spec.column}"
+    latent = "latent mean f(x)"
     attrs = {
         "mean": {"long_name": f"predictive mean of log10 {spec.name}", "units": lg},
         "std": {"long_name": "predictive sd (noise included)", "units": lg},
@@ -168,13 +222,25 @@ def _var_attrs(spec: TargetSpec, thresholds: Sequence[float]) -> dict[str, dict[
         "pi_lower_natural": {"long_name": "95% PI lower", "units": spec.unit},
         "pi_upper_natural": {"long_name": "95% PI upper", "units": spec.unit},
         "pi_width_natural": {"long_name": "95% PI width", "units": spec.unit},
+        "latent_pi_lower": {"long_name": "95% credible interval of f(x), lower", "units": lg},
+        "latent_pi_upper": {"long_name": "95% credible interval of f(x), upper", "units": lg},
+        "latent_pi_lower_natural": {"long_name": "95% CI of f(x), lower", "units": spec.unit},
+        "latent_pi_upper_natural": {"long_name": "95% CI of f(x), upper", "units": spec.unit},
     }
+    for name, a in attrs.items():
+        if name in ("mean", "mean_natural"):
+            a["quantity"] = "median (latent mean f(x); the same for every quantity)"
+        elif name == "std_f" or name.startswith("latent_"):
+            a["quantity"] = latent
+        else:
+            a["quantity"] = quantity
     for t in thresholds:
         rel = "<" if spec.higher_is_better else ">"
         attrs[spec.threshold_name(t)] = {
             "long_name": f"P({spec.name} {rel} {t:g} {spec.unit})",
             "units": "1",
             "threshold": f"{t:g}",
+            "quantity": quantity,
         }
     return attrs
 
@@ -227,6 +293,7 @@ def run_predict(
     max_cells: int = DEFAULT_MAX_CELLS,
     max_block_cells: int = 262_144,
     extent: str = "tiles",
+    tests: float = 1.0,
 ) -> Path:
     """Predict ``target`` on the region grid and write ``RUN/grids/TARGET.nc``; return its path.
 
@@ -249,8 +316,14 @@ def run_predict(
         observed tiles plus a 0.05° margin (a state whose boundary includes remote, untested
         islands is not gridded where the model has no data); ``region``: the whole bounding box.
         Cells outside the region polygons are masked either way.
+    tests
+        Number of speed tests K the observation layers average (tests-aware models;
+        default 1: a single speed test). Recorded in the attributes ``tests`` and ``quantity``.
     """
     from pipelines.train import load_model
+
+    if not (np.isfinite(tests) and tests >= 1):
+        raise DataError(f"--tests must be >= 1, got {tests}")
 
     rd = require_run(run)
     spec = target_spec(target)
@@ -270,7 +343,11 @@ def run_predict(
     ny, nx = grid.shape
     block_rows = block_rows_for(nx, max_block_cells=max_block_cells)
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
-    names = [*LOG_VARS, *NATURAL_VARS, *(spec.threshold_name(t) for t in thr)]
+    names = [*LOG_VARS, *NATURAL_VARS, *LATENT_VARS, *(spec.threshold_name(t) for t in thr)]
+    quantity = describe_quantity(model, tests)
+    noise_params = (
+        model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
+    )
     attrs = {
         "title": f"geodbk {target} predictive grid",
         "target": target,
@@ -284,6 +361,10 @@ def run_predict(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
         "interval": "95% predictive interval mean +- 1.96 std (log10 scale)",
+        "quantity": quantity,
+        "tests": float(tests),
+        "noise_model": str(noise_params.get("noise", "constant")),
+        **{f"noise_{k}": float(v) for k, v in noise_params.items() if k != "noise"},
     }
     out = rd.grid(target)
     t0 = time.perf_counter()
@@ -296,7 +377,7 @@ def run_predict(
         grid.dy,
         block_rows,
     )
-    var_attrs = _var_attrs(spec, thr)
+    var_attrs = _var_attrs(spec, thr, quantity)
     variables: dict[str, tuple[Any, dict[str, Any]]] = {
         n: (np.float32, var_attrs.get(n, {})) for n in names
     }
@@ -313,7 +394,7 @@ def run_predict(
             if mask.any():
                 lon2, lat2 = np.meshgrid(grid.x, grid.y[rows])
                 X = scale_lonlat(lon2[mask], lat2[mask], scaling)
-                values = predict_block(model, spec, X, thr, chunk_size=chunk)
+                values = predict_block(model, spec, X, thr, chunk_size=chunk, tests=tests)
                 n_in += int(mask.sum())
             for name in names:
                 block = np.full(mask.shape, np.nan, dtype=np.float32)

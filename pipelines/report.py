@@ -6,7 +6,14 @@ Writes ``RUN/report/TARGET/``:
   target), ``mean``, ``std`` (predictive, log10), plus ``lon``, ``lat``.
 - ``metrics.json``: ``{"urban": {...}, "rural": {...}, "all": {...}}``, each with ``n``,
   ``mae``, ``nll``, ``crps``, ``coverage``, ``pi_width`` (log10 scale) and the same keys with
-  ``_std`` (standardised by the training sd: ``nll_std = nll - ln sd_train``).
+  ``_std`` (standardised by the training sd: ``nll_std = nll - ln sd_train``), plus, when the
+  tiles have a ``tests`` column, ``by_tests``: buckets ``1``, ``2``, ``3-4``, ``5-8``, ``9-16``,
+  ``>16`` of the number of speed tests, each with ``n``, ``nll``, ``coverage``, ``pi_width``,
+  ``mae`` and ``urban`` / ``rural`` dicts of the same keys
+  (:func:`pipelines.scoring.by_tests_scores`).
+
+A tests-aware model scores each test tile as the average of its own ``tests`` speed tests
+(``std² = std_f² + s2_floor + s2_meas / tests``); a constant-noise model ignores ``tests``.
 - ``summary.json``: target, units, training mean/sd, the constant-mean baseline's metrics, the
   reliability curves, the service-coverage table, model and run paths, created.
 - ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`).
@@ -44,7 +51,13 @@ from pipelines.rundir import (
     require_run,
     target_spec,
 )
-from pipelines.scoring import clean_json, reliability, urban_rural_scores
+from pipelines.scoring import (
+    bucket_masks,
+    by_tests_scores,
+    clean_json,
+    reliability,
+    urban_rural_scores,
+)
 
 log = logging.getLogger("geodbk")
 
@@ -101,8 +114,14 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(model: Any, X: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    pred = model.predict(X, chunk_size=chunk)
+def _predict(
+    model: Any, X: np.ndarray, chunk: int, tests: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test)."""
+    if tests is not None and getattr(model, "tests_aware", False):
+        pred = model.predict(X, chunk_size=chunk, tests=tests)
+    else:
+        pred = model.predict(X, chunk_size=chunk)
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
 
 
@@ -218,7 +237,13 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     X = test[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
     y = test[spec.log_column].to_numpy(dtype=np.float64)
     urban = test["urban"].to_numpy(dtype=bool)
-    mean, std = _predict(model, X, chunk)
+    has_tests = "tests" in test.columns
+    tests = (
+        np.maximum(np.nan_to_num(test["tests"].to_numpy(dtype=np.float64), nan=1.0), 1.0)
+        if has_tests
+        else None
+    )
+    mean, std = _predict(model, X, chunk, tests)
     out_dir = rd.report_dir(target)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -233,6 +258,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
             "std": std,
             "lon": test["lon"].to_numpy(dtype=np.float64),
             "lat": test["lat"].to_numpy(dtype=np.float64),
+            **({"tests": tests} if tests is not None else {}),
         }
     )
     with atomic_path(out_dir / "predictions.parquet") as tmp:
@@ -242,7 +268,17 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     base = urban_rural_scores(
         y, np.full_like(y, mean_train), np.full_like(y, sd_train), urban, sd_train=sd_train
     )
-    atomic_write_json(out_dir / "metrics.json", clean_json(metrics))
+    metrics_doc: dict[str, Any] = dict(metrics)
+    bucket_curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    if tests is not None:
+        metrics_doc["by_tests"] = by_tests_scores(y, mean, std, urban, tests)
+        for label, bm in bucket_masks(tests).items():
+            bucket_curves[label] = {
+                g: reliability(y[gm], mean[gm], std[gm])
+                for g, gm in (("urban", bm & urban), ("rural", bm & ~urban))
+                if gm.any()
+            }
+    atomic_write_json(out_dir / "metrics.json", clean_json(metrics_doc))
 
     curves = {}
     for g, m in (("urban", urban), ("rural", ~urban), ("all", np.ones_like(urban))):
@@ -253,7 +289,14 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
 
     # Figure 10: held-out rows (val + test), binned.
     held = gdf[gdf["split"].isin(["val", "test"]) & ok]
-    h_mean, h_std = _predict(model, held[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True), chunk)
+    h_tests = (
+        np.maximum(np.nan_to_num(held["tests"].to_numpy(dtype=np.float64), nan=1.0), 1.0)
+        if has_tests
+        else None
+    )
+    h_mean, h_std = _predict(
+        model, held[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True), chunk, h_tests
+    )
     region = read_region(rd)
     emp, pred_sd, extent = figures.binned_sd(
         held["lon"].to_numpy(dtype=np.float64),
@@ -265,6 +308,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     label = f"log10 {spec.column}"
     figures.pi_width_violin(3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label)
     figures.reliability_diagram(curves, fig_dir / "reliability.png")
+    if bucket_curves:
+        figures.reliability_by_tests(bucket_curves, fig_dir / "reliability_by_tests.png")
     figures.sd_maps(emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label)
     figures.service_coverage_figure(coverage_rows, fig_dir / "service_coverage.png", target=target)
 
@@ -278,6 +323,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         "y_train_mean": mean_train,
         "y_train_sd": sd_train,
         "metrics": metrics,
+        "by_tests": metrics_doc.get("by_tests"),
+        "noise": md.get("noise"),
         "baseline_constant_mean": base,
         "reliability": {
             g: {"levels": lv.tolist(), "coverage": cv.tolist()} for g, (lv, cv) in curves.items()
@@ -296,6 +343,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     atomic_write_json(out_dir / "summary.json", clean_json(summary))
 
     doc = _build_doc(rd, spec, md, metrics, base, coverage_rows, sd_train, emp, pred_sd)
+    if "by_tests" in metrics_doc:
+        _by_tests_section(doc, metrics_doc["by_tests"], md.get("noise"))
     atomic_write_text(out_dir / "report.md", doc.markdown())
     atomic_write_text(out_dir / "report.html", doc.html())
     log.info(
@@ -304,6 +353,40 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         out_dir,
     )
     return out_dir
+
+
+def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
+    """Table and per-bucket reliability figure of the scores by number of speed tests."""
+    doc.heading("By number of speed tests per tile")
+    if isinstance(noise, dict) and noise.get("noise") == "tests":
+        doc.para(
+            "Tests-aware noise: each test tile is predicted as the average of its own number "
+            f"of tests, s2 = {noise['s2_floor']:.4f} + {noise['s2_meas']:.4f} / "
+            f"tests^{noise['power']:.2f} (log10 units²)."
+        )
+    else:
+        doc.para("Constant noise: the same observation variance for every tile.")
+    rows = []
+    for label, r in by_tests.items():
+        row = [label, r["n"], _fmt(r["nll"]), _fmt(r["coverage"], pct=True), _fmt(r["pi_width"])]
+        for g in ("urban", "rural"):
+            row += [_fmt(r[g]["nll"]), _fmt(r[g]["coverage"], pct=True)]
+        rows.append(row)
+    doc.table(
+        [
+            "tests",
+            "n",
+            "NLL",
+            "coverage",
+            "PI width",
+            "urban NLL",
+            "urban cov.",
+            "rural NLL",
+            "rural cov.",
+        ],
+        rows,
+    )
+    doc.image("figures/reliability_by_tests.png", "reliability diagram per tests bucket")
 
 
 def _build_doc(

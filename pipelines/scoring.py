@@ -76,3 +76,51 @@ def clean_json(obj: Any) -> Any:
     if isinstance(obj, np.integer):
         return int(obj)
     return obj
+
+
+#: Buckets of the number of speed tests per tile: ``(label, lowest, highest)`` (inclusive).
+TESTS_BUCKETS: tuple[tuple[str, float, float], ...] = (
+    ("1", 1, 1),
+    ("2", 2, 2),
+    ("3-4", 3, 4),
+    ("5-8", 5, 8),
+    ("9-16", 9, 16),
+    (">16", 17, math.inf),
+)
+
+
+def bucket_masks(tests: np.ndarray) -> dict[str, np.ndarray]:
+    """Boolean masks of :data:`TESTS_BUCKETS` (``1``, ``2``, ``3-4``, ``5-8``, ``9-16``, ``>16``).
+
+    Counts are rounded to integers and values below 1 count as 1.
+    """
+    t = np.maximum(np.rint(np.asarray(tests, dtype=np.float64)), 1.0)
+    return {label: (t >= lo) & (t <= hi) for label, lo, hi in TESTS_BUCKETS}
+
+
+def by_tests_scores(
+    y: np.ndarray,
+    mu: np.ndarray,
+    sd: np.ndarray,
+    urban: np.ndarray,
+    tests: np.ndarray,
+) -> dict[str, dict[str, Any]]:
+    """``{bucket: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+
+    Scores (log10 scale, :func:`gaussian_scores`) of the rows whose number of tests falls in
+    each bucket of :data:`TESTS_BUCKETS`, overall and split urban / rural (same keys, no
+    nesting). An empty group gives ``n = 0`` and NaN scores.
+    """
+    y, mu, sd = (np.asarray(a, dtype=np.float64) for a in (y, mu, sd))
+    urban = np.asarray(urban, dtype=bool)
+    out: dict[str, dict[str, Any]] = {}
+    keys = ("nll", "coverage", "pi_width", "mae")
+    for label, m in bucket_masks(tests).items():
+        row: dict[str, Any] = {"n": int(m.sum())}
+        s = gaussian_scores(y[m], mu[m], sd[m])
+        row.update({k: s[k] for k in keys})
+        for g, gm in (("urban", m & urban), ("rural", m & ~urban)):
+            sg = gaussian_scores(y[gm], mu[gm], sd[gm])
+            row[g] = {"n": int(gm.sum()), **{k: sg[k] for k in keys}}
+        out[label] = row
+    return out

@@ -65,19 +65,39 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="device")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--noise",
+        choices=["tests", "constant"],
+        default=None,
+        help="observation noise: per tile s2_floor + s2_meas/tests (default when the tiles have "
+        "a `tests` column) or one constant s2",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    run_train(
-        args.run,
-        target=args.target,
-        config_path=args.config,
-        epochs=args.epochs,
-        device=args.device,
-        resume=args.resume,
-        progress=not args.no_progress,
-    )
+    try:
+        run_train(
+            args.run,
+            target=args.target,
+            config_path=args.config,
+            epochs=args.epochs,
+            device=args.device,
+            resume=args.resume,
+            progress=not args.no_progress,
+            distributed=args.distributed,
+            noise=args.noise,
+        )
+    finally:
+        if args.distributed:
+            from geodbk.distributed import shutdown_distributed
+
+            shutdown_distributed()
     return 0
 
 
@@ -87,10 +107,50 @@ def resolve_config(
     base: TrainConfig | None = None,
     epochs: int | None = None,
     device: str | None = None,
+    noise: str | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags."""
     cfg = load_config(config_path, base=base)
-    return cfg.replace(epochs=epochs, device=device)
+    return cfg.replace(epochs=epochs, device=device, noise=noise)
+
+
+def resolve_noise(cfg: TrainConfig, columns: Any, *, distributed: bool = False) -> TrainConfig:
+    """Resolve ``noise: auto``: ``tests`` when the tile table has a ``tests`` column.
+
+    ``--distributed`` reads shards without the ``tests`` column, so there ``auto`` means
+    ``constant`` and an explicit ``tests`` is refused. ``noise_init: 0`` becomes the noise
+    model's default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
+    """
+    from pipelines.config import NOISE_INIT
+
+    if distributed:
+        if cfg.noise == "tests":
+            raise DataError("--noise tests is not supported with --distributed yet")
+        cfg = cfg.replace(noise="constant")
+    elif cfg.noise == "auto":
+        cfg = cfg.replace(noise="tests" if "tests" in columns else "constant")
+    elif cfg.noise == "tests" and "tests" not in columns:
+        raise DataError("--noise tests needs a `tests` column in tiles.parquet")
+    if cfg.noise_init == 0:
+        cfg = cfg.replace(noise_init=NOISE_INIT[cfg.noise])
+    return cfg
+
+
+def split_tests(gdf: Any, target: str) -> dict[str, np.ndarray]:
+    """``{"train"|"val"|"test": tests (n,)}`` aligned with :func:`split_arrays` (same rows).
+
+    Counts below 1 (missing) are set to 1.
+    """
+    spec = target_spec(target)
+    out: dict[str, np.ndarray] = {}
+    for name in ("train", "val", "test"):
+        part = gdf[gdf["split"] == name]
+        X = part[["x1", "x2"]].to_numpy(dtype=np.float64)
+        y = part[spec.log_column].to_numpy(dtype=np.float64)
+        ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
+        t = np.nan_to_num(part["tests"].to_numpy(dtype=np.float64), nan=1.0)
+        out[name] = np.maximum(t[ok], 1.0)
+    return out
 
 
 def split_arrays(
@@ -159,6 +219,8 @@ def run_train(
     device: str | None = None,
     resume: bool = False,
     progress: bool = True,
+    distributed: bool = False,
+    noise: str | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -178,21 +240,47 @@ def run_train(
         Continue from ``checkpoints/`` when present (same config required).
     progress
         Show a progress bar with the loss and validation NLL.
+    distributed
+        Data-parallel training under ``torchrun`` (one process per device): each rank reads
+        its shard of the train split; only rank 0 writes checkpoints and the bundle.
+    noise
+        ``tests`` or ``constant`` (flag override of the config's ``noise``; ``auto``, the
+        default, is ``tests`` when the tiles have a ``tests`` column).
     """
     from geodbk import DBKRegressor
 
     rd: RunDir = require_run(run)
     spec = target_spec(target)
-    cfg = resolve_config(config_path=config_path, base=config, epochs=epochs, device=device)
-    gdf, meta = load_tiles(rd)
+    cfg = resolve_config(
+        config_path=config_path, base=config, epochs=epochs, device=device, noise=noise
+    )
+    shards = None
+    noise_kw: dict[str, Any] = {}
+    if distributed:
+        from geodbk.distributed import init_distributed, seed_rank
+        from pipelines.sharding import load_rank_split
+
+        ctx = init_distributed(device=cfg.device)
+        seed_rank(cfg.seed, ctx.rank)
+        meta, (X, y), (Xv, yv), shards = load_rank_split(rd, target, ctx=ctx)
+    else:
+        gdf, meta = load_tiles(rd)
+        parts = split_arrays(gdf, target, source=rd.tiles)
+        (X, y), (Xv, yv) = parts["train"], parts["val"]
+        cfg = resolve_noise(cfg, gdf.columns)
+        if cfg.noise == "tests":
+            tparts = split_tests(gdf, target)
+            noise_kw = {"tests": tparts["train"], "tests_val": tparts["val"]}
+    if distributed:
+        cfg = resolve_noise(cfg, (), distributed=True)
     scaling = scaling_of(meta, source=rd.tiles)
-    parts = split_arrays(gdf, target, source=rd.tiles)
-    (X, y), (Xv, yv) = parts["train"], parts["val"]
+    is_main = shards is None or shards.is_main
     model_dir = rd.model_dir(target)
     ckpt_dir = rd.checkpoint_dir(target)
     do_resume = _check_resume(ckpt_dir, cfg, resume)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
+    if is_main:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
     log.info(
         "training %s on %d rows (val %d) with %s; checkpoints in %s%s",
         target,
@@ -211,9 +299,13 @@ def run_train(
         yv if len(yv) else None,
         checkpoint_dir=ckpt_dir,
         resume=do_resume,
-        progress=progress,
+        progress=progress and is_main,
+        shards=shards,
+        **noise_kw,
     )
     fit_s = time.perf_counter() - t0
+    if not is_main:
+        return model_dir  # rank 0 writes the bundle
     history = [dict(row) for row in getattr(model, "history_", [])]
     metadata = {
         "target": target,
@@ -226,11 +318,12 @@ def run_train(
         "config": cfg.to_dict(),
         "config_hash": config_hash(cfg.to_dict()),
         "run": str(rd.root),
-        "n_train": len(y),
+        "n_train": len(y) if shards is None else shards.n_global,
         "n_val": len(yv),
-        "y_train_mean": float(np.mean(y)),
-        "y_train_sd": float(np.std(y)),
+        "y_train_mean": float(np.mean(y)) if shards is None else model.y_mean_,
+        "y_train_sd": float(np.std(y)) if shards is None else model.y_std_,
         "best_epoch": getattr(model, "best_epoch_", None),
+        "noise": model.noise_parameters(),
         "history": history,
         "timings": {
             "fit_seconds": fit_s,

@@ -41,7 +41,8 @@ def render(ctx: RunContext) -> None:
         key="layer",
         bind="query-params",
     )
-    spec = maps.LayerSpec(kind)
+    quantity, tests = _quantity_controls(kind)
+    spec = maps.LayerSpec(kind, quantity=quantity, tests=tests)
     if kind == "prob":
         default = DEFAULT_THRESHOLDS[t][0]
         thr = c2.number_input(
@@ -62,7 +63,7 @@ def render(ctx: RunContext) -> None:
             help="Computed per cell from the predictive mean and sd (Gaussian in log10).",
         )
         above = (direction == "at least") or (direction == "above")
-        spec = maps.LayerSpec("prob", float(thr), above)
+        spec = maps.LayerSpec("prob", float(thr), above, quantity=quantity, tests=tests)
 
     if kind == "tiles":
         _render_tiles(ctx, c2)
@@ -87,6 +88,28 @@ def render(ctx: RunContext) -> None:
     )
     _caption(ctx, kind)
     _clicked_summary(ctx)
+
+
+def _quantity_controls(kind: str) -> tuple[str, float]:
+    """ "What the map shows": a single speed test, the tile average of K tests, or f(x)."""
+    if kind in ("median", "tiles"):
+        return "single", 1.0
+    q1, q2 = st.columns([2.2, 2.8])
+    quantity = q1.selectbox(
+        "What the map shows",
+        list(maps.QUANTITIES),
+        format_func=maps.QUANTITIES.__getitem__,
+        key="quantity",
+        help="A single speed test at a location (widest), the average of K tests in a tile "
+        "(the noise shrinks as s2_floor + s2_meas / K), or the latent mean speed f(x) "
+        "(no test noise). The median is the same for all three.",
+    )
+    tests = 1.0
+    if quantity == "average":
+        tests = float(
+            q2.number_input("K (tests per tile)", min_value=1, max_value=1000, value=4, step=1)
+        )
+    return str(quantity), tests
 
 
 def _point_marker() -> list[pdk.Layer]:

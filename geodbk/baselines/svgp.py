@@ -1,7 +1,10 @@
 """Sparse-variational baselines built on the core's DBK model (methods.md §1 and §2).
 
 All of them share the core's basis, q(w) = N(m, LL'), noise, objectives, training loop and
-bundles; they differ only in the backbone, the basis and the objective:
+bundles; they differ only in the backbone, the basis and the objective. SV-RBF, SV-DKL, PP-DKL
+and VBLL are ``DBKRegressor``s, so they take the same ``noise="constant"|"tests"`` option
+(``fit(..., tests=...)``, ``predict(..., tests=..., quantity=...)``) as DBK (issue 9); SVDBK
+keeps a constant ``s2``:
 
 * **SV-RBF** — SVGP on the raw inputs: identity backbone, whitened RBF-ARD inducing-point basis
   phi(x) = chol(Kzz + jI)^{-1} k_Z(x) (Z uniform in [-1,1]^d, l = sqrt(d)), ELBO with the
@@ -58,6 +61,8 @@ class SVRBFRegressor(DBKRegressor):
                 jitter=float(self.jitter),
                 noise_init=float(self.noise_init),
                 noise_floor=float(self.noise_floor),
+                noise=str(self.noise),
+                noise_power=bool(self.noise_power),
                 generator=gen,
             )
             model.backbone = nn.Identity()  # type: ignore[assignment]

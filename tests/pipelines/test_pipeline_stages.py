@@ -44,9 +44,12 @@ def test_model_bundle(run: Path) -> None:
     md = model.metadata_
     assert md["target"] == "download" and md["log_column"] == "log10_download"
     assert set(md["input_scaling"]) == {"lon_min", "lon_max", "lat_min", "lat_max"}
-    assert md["config"] == CFG.to_dict() and md["geodbk_version"]
+    # noise "auto" is resolved from the tiles (they have a `tests` column) before saving
+    resolved = CFG.replace(noise="tests", noise_init=0.5).to_dict()
+    assert md["config"] == resolved and md["geodbk_version"]
+    assert model.tests_aware and set(md["noise"]) == {"noise", "s2_floor", "s2_meas", "power"}
     assert md["timings"]["fit_seconds"] > 0 and len(md["history"]) == 4
-    assert yaml.safe_load((d / "config.yaml").read_text()) == CFG.to_dict()
+    assert yaml.safe_load((d / "config.yaml").read_text()) == resolved
     hist = pd.read_csv(d / "history.csv")
     assert list(hist["epoch"]) == [1, 2, 3, 4] and {"train_loss", "val_nll"} <= set(hist)
 
@@ -80,6 +83,15 @@ def test_grid_contents_and_mask(run: Path) -> None:
         assert np.allclose(ds["mean_natural"].values[m], 10 ** mean[m] / 1000, rtol=1e-4)
         assert np.all(ds["p_below_100mbps"].values[m] >= ds["p_below_25mbps"].values[m])
         assert ds.attrs["target"] == "download" and ds.attrs["created"]
+        # observation layers: a single speed test by default; std_f / latent_*: f(x)
+        assert ds.attrs["quantity"] == "single speed test (tests=1)" and ds.attrs["tests"] == 1
+        assert ds["std"].attrs["quantity"] == ds.attrs["quantity"]
+        assert ds["std_f"].attrs["quantity"] == "latent mean f(x)"
+        sf = ds["std_f"].values[m]
+        assert np.all(ds["std"].values[m] > sf)
+        assert np.allclose(ds["latent_pi_upper"].values[m], mean[m] + 1.96 * sf, atol=1e-5)
+        s2 = ds.attrs["noise_s2_floor"] + ds.attrs["noise_s2_meas"]
+        assert np.allclose(ds["std"].values[m] ** 2, sf**2 + s2, rtol=1e-3)
 
 
 def test_grid_extent_cut_to_tiles(run: Path, tmp_path: Path) -> None:
@@ -99,7 +111,12 @@ def test_export_bands_and_sidecar(run: Path) -> None:
     side = json.loads((run / "exports" / "download.json").read_text())
     arr = rioxarray.open_rasterio(tif, masked=True)
     assert isinstance(arr, xr.DataArray)
-    assert arr.attrs["long_name"][0] == "mean" and list(arr.attrs["long_name"]) == side["bands"]
+    names = [str(d).split(":")[0] for d in arr.attrs["long_name"]]
+    assert names[0] == "mean" and names == side["bands"]
+    assert list(arr.attrs["long_name"]) == side["band_descriptions"]
+    desc = dict(zip(side["bands"], side["band_descriptions"], strict=True))
+    assert desc["std"] == "std: single speed test (tests=1)"
+    assert desc["std_f"] == "std_f: latent mean f(x)"
     assert arr.rio.encoded_nodata == -9999.0
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert np.allclose(arr.values[0], ds["mean"].values, equal_nan=True)
@@ -114,7 +131,15 @@ def test_report_outputs(run: Path) -> None:
     tiles = pd.read_parquet(run / "tiles.parquet", columns=["split"])
     assert len(preds) == int((tiles["split"] == "test").sum())
     metrics = json.loads((d / "metrics.json").read_text())
-    assert set(metrics) == {"urban", "rural", "all"}
+    assert set(metrics) == {"urban", "rural", "all", "by_tests"}
+    by_tests = metrics.pop("by_tests")
+    assert list(by_tests) == ["1", "2", "3-4", "5-8", "9-16", ">16"]
+    assert sum(b["n"] for b in by_tests.values()) == len(preds)
+    for b in by_tests.values():
+        assert {"n", "nll", "coverage", "pi_width", "urban", "rural"} <= set(b)
+        assert b["urban"]["n"] + b["rural"]["n"] == b["n"]
+    assert (d / "figures" / "reliability_by_tests.png").read_bytes()[:4] == b"\x89PNG"
+    assert "By number of speed tests" in (d / "report.md").read_text()
     for g in metrics.values():
         for k in (
             "n",
