@@ -19,6 +19,7 @@ from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
+from geodbk.validation import as_feature_matrix, as_target_vector
 
 __all__ = ["QUANTITIES", "DBKRegressor"]
 
@@ -50,17 +51,6 @@ _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False}
 QUANTITIES = ("observation", "latent")
 
 
-def _as_matrix(x: Any, name: str) -> np.ndarray:
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2:
-        raise DataError(f"{name} must be a 2-D array (n, d), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values; drop or impute those rows")
-    return arr
-
-
 def _as_tests(tests: Any, name: str, n: int) -> np.ndarray:
     """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
     arr = np.asarray(tests, dtype=np.float64).reshape(-1)
@@ -70,15 +60,6 @@ def _as_tests(tests: Any, name: str, n: int) -> np.ndarray:
         raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
     if not np.isfinite(arr).all() or (arr < 1).any():
         raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
-    return arr
-
-
-def _as_vector(y: Any, name: str, n: int) -> np.ndarray:
-    arr = np.asarray(y, dtype=np.float64).reshape(-1)
-    if arr.shape[0] != n:
-        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values; drop those rows")
     return arr
 
 
@@ -293,8 +274,8 @@ class DBKRegressor:
             ``self``.
         """
         self._validate()
-        x_np = _as_matrix(X, "X")
-        y_np = _as_vector(y, "y", x_np.shape[0])
+        x_np = as_feature_matrix(X, "X")
+        y_np = as_target_vector(y, "y", x_np.shape[0])
         if x_np.shape[0] < 2:
             raise DataError(f"need at least 2 training points, got {x_np.shape[0]}")
         has_val = X_val is not None and y_val is not None
@@ -321,12 +302,12 @@ class DBKRegressor:
         tv_t = None
         xv_t = yv_t = None
         if has_val:
-            xv_np = _as_matrix(X_val, "X_val")
+            xv_np = as_feature_matrix(X_val, "X_val")
             if xv_np.shape[1] != self.n_features_in_:
                 raise DataError(
                     f"X_val has {xv_np.shape[1]} columns but X has {self.n_features_in_}"
                 )
-            yv_np = _as_vector(y_val, "y_val", xv_np.shape[0])
+            yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
             xv_t = self._to_tensor(xv_np)
             yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
             if aware:
@@ -364,7 +345,7 @@ class DBKRegressor:
         return self._folded
 
     def _check_input(self, X: Any, name: str = "X") -> np.ndarray:
-        x_np = _as_matrix(X, name)
+        x_np = as_feature_matrix(X, name)
         if x_np.shape[1] != self.n_features_in_:
             raise DataError(
                 f"{name} has {x_np.shape[1]} columns but the model was fitted on "

@@ -27,9 +27,10 @@ from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
-from geodbk.errors import DataError, GeodbkError, ModelFileError
+from geodbk.errors import GeodbkError, ModelFileError
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
+from geodbk.validation import as_feature_matrix, as_target_vector
 
 #: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
 BUNDLE_VERSION = 1
@@ -48,26 +49,6 @@ class ProblemTooLargeError(GeodbkError, ValueError):
 def gaussian_nll(y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
     """Mean Gaussian NLL: mean(0.5 log(2π var) + (y - mu)² / (2 var)) (the core's, averaged)."""
     return core_gaussian_nll(y, mean, var).mean()
-
-
-def _as_2d(X: Any, name: str) -> np.ndarray:
-    arr = np.asarray(X, dtype=np.float64)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2 or arr.shape[0] == 0:
-        raise DataError(f"{name} must be a non-empty (n, d) array, got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values")
-    return arr
-
-
-def _as_1d(y: Any, n: int, name: str) -> np.ndarray:
-    arr = np.asarray(y, dtype=np.float64).reshape(-1)
-    if arr.shape[0] != n:
-        raise DataError(f"{name} has {arr.shape[0]} values but X has {n} rows")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values")
-    return arr
 
 
 class TorchBaseline:
@@ -211,8 +192,8 @@ class TorchBaseline:
         objective with Adam (mini-batches or full batch). NaN/inf loss raises
         :class:`TrainingDivergedError`.
         """
-        Xn = _as_2d(X, "X")
-        yn = _as_1d(y, Xn.shape[0], "y")
+        Xn = as_feature_matrix(X, "X")
+        yn = as_target_vector(y, "y", Xn.shape[0])
         self.y_mean_ = float(yn.mean())
         self.y_sd_ = float(yn.std()) if yn.std() > 0 else 1.0
         torch.manual_seed(self.seed)
@@ -220,9 +201,11 @@ class TorchBaseline:
         yt = self._tensor((yn - self.y_mean_) / self.y_sd_)
         have_val = X_val is not None and y_val is not None
         if have_val:
-            Xv_np = _as_2d(X_val, "X_val")
+            Xv_np = as_feature_matrix(X_val, "X_val")
             Xv = self._tensor(Xv_np)
-            yv = self._tensor((_as_1d(y_val, Xv_np.shape[0], "y_val") - self.y_mean_) / self.y_sd_)
+            yv = self._tensor(
+                (as_target_vector(y_val, "y_val", Xv_np.shape[0]) - self.y_mean_) / self.y_sd_
+            )
         self.sizes_ = self._sizes(Xt, yt)
         module = self._make_module(self.sizes_).to(
             device=self._torch_device, dtype=self._torch_dtype
@@ -315,7 +298,7 @@ class TorchBaseline:
         at most ``chunk_size`` rows at a time.
         """
         module = self._check_fitted()
-        Xn = _as_2d(X, "X")
+        Xn = as_feature_matrix(X, "X")
 
         def fn(xb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             mean, var_f, noise = self._predict_latent(module, xb)
@@ -334,7 +317,9 @@ class TorchBaseline:
         module = self._check_fitted()
         with torch.no_grad():
             K = self._kernel(
-                module, self._tensor(_as_2d(X, "X")), self._tensor(_as_2d(X_ref, "X_ref"))
+                module,
+                self._tensor(as_feature_matrix(X, "X")),
+                self._tensor(as_feature_matrix(X_ref, "X_ref")),
             )
         K_np = K.double().cpu().numpy()
         return K_np * self.y_sd_**2 if in_y_units else K_np

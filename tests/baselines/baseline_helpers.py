@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from tile_tables import write_synthetic_tile_table
 
 
 def field(X: np.ndarray) -> np.ndarray:
@@ -22,11 +23,6 @@ def region(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def make_tiny_run(path: Path, *, n: int = 300, seed: int = 0) -> Path:
     """Write a minimal valid ``tiles.parquet`` (via the geo layer's writer) into ``path``."""
-    import geopandas as gpd
-    import shapely
-
-    from geodbk.geo.table import write_tile_table
-
     rng = np.random.default_rng(seed)
     X, ld = region(n, seed=seed)
     ld = 4.0 + 0.3 * ld
@@ -37,44 +33,21 @@ def make_tiny_run(path: Path, *, n: int = 300, seed: int = 0) -> Path:
     lu = 3.5 + 0.2 * X[:, 1] + 0.2 * rng.standard_normal(n)
     ll = 1.5 + 0.1 * rng.standard_normal(n)
     split = rng.choice(["train", "val", "test"], size=n, p=[0.7, 0.1, 0.2])
-    d = 0.002
-    gdf = gpd.GeoDataFrame(
-        {
-            "quadkey": [f"{i:016d}" for i in range(n)],
-            "quarter": "2023Q4",
-            "lon": lon,
-            "lat": lat,
-            "x1": X[:, 0],
-            "x2": X[:, 1],
-            "avg_d_kbps": 10**ld,
-            "avg_u_kbps": 10**lu,
-            "avg_lat_ms": 10**ll,
-            "tests": rng.integers(1, 50, n).astype("int64"),
-            "devices": rng.integers(1, 20, n).astype("int64"),
-            "log10_download": ld,
-            "log10_upload": lu,
-            "log10_latency": ll,
-            "urban": urban,
-            "split": split,
-        },
-        geometry=[shapely.box(a - d, b - d, a + d, b + d) for a, b in zip(lon, lat, strict=True)],
-        crs="EPSG:4326",
+    return write_synthetic_tile_table(
+        path,
+        lon=lon,
+        lat=lat,
+        x1=X[:, 0],
+        x2=X[:, 1],
+        bounds=(lon_min, lat_min, lon_max, lat_max),
+        log10_download=ld,
+        log10_upload=lu,
+        log10_latency=ll,
+        urban=urban,
+        split=split,
+        rng=rng,
+        tile_half_width=0.002,
+        fractions=(0.7, 0.1, 0.2),
+        seed=seed,
+        source="tests/baselines",
     )
-    meta = {
-        "scaling": {"lon_min": lon_min, "lon_max": lon_max, "lat_min": lat_min, "lat_max": lat_max},
-        "split": {"kind": "random", "seed": seed, "fractions": [0.7, 0.1, 0.2]},
-        "sources": ["tests/baselines"],
-        "type": "mobile",
-        "quarters": ["2023Q4"],
-        "region": {"kind": "test"},
-        "counts": {
-            "read": n,
-            "kept": n,
-            "dropped": {},
-            "urban": int(urban.sum()),
-            "rural": int((~urban).sum()),
-        },
-    }
-    path.mkdir(parents=True, exist_ok=True)
-    write_tile_table(gdf, path / "tiles.parquet", meta)
-    return path

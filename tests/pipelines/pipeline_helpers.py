@@ -7,8 +7,7 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import shapely
-
-from geodbk.geo.table import write_tile_table
+from tile_tables import write_synthetic_tile_table
 
 #: A triangle-ish island used as the test region (lon/lat degrees).
 REGION = shapely.Polygon([(-158.3, 21.2), (-157.6, 21.2), (-157.7, 21.75), (-158.2, 21.7)])
@@ -36,46 +35,24 @@ def make_run(path: Path, *, n: int = 600, seed: int = 0) -> Path:
     lu = 3.7 + 0.3 * np.cos(2 * x2) + 0.2 * urban + noise * rng.standard_normal(n)
     ll = 1.6 - 0.1 * urban + 0.5 * noise * rng.standard_normal(n)
     split = rng.choice(["train", "val", "test"], size=n, p=[0.7, 0.15, 0.15])
-    d = 0.003
-    gdf = gpd.GeoDataFrame(
-        {
-            "quadkey": [f"{i:016d}" for i in range(n)],
-            "quarter": "2023Q4",
-            "lon": lon,
-            "lat": lat,
-            "x1": x1,
-            "x2": x2,
-            "avg_d_kbps": 10**ld,
-            "avg_u_kbps": 10**lu,
-            "avg_lat_ms": 10**ll,
-            "tests": rng.integers(1, 50, n).astype("int64"),
-            "devices": rng.integers(1, 20, n).astype("int64"),
-            "log10_download": ld,
-            "log10_upload": lu,
-            "log10_latency": ll,
-            "urban": urban,
-            "split": split,
-        },
-        geometry=[shapely.box(a - d, b - d, a + d, b + d) for a, b in zip(lon, lat, strict=True)],
-        crs="EPSG:4326",
+    write_synthetic_tile_table(
+        path,
+        lon=lon,
+        lat=lat,
+        x1=x1,
+        x2=x2,
+        bounds=(lon_min, lat_min, lon_max, lat_max),
+        log10_download=ld,
+        log10_upload=lu,
+        log10_latency=ll,
+        urban=urban,
+        split=split,
+        rng=rng,
+        tile_half_width=0.003,
+        fractions=(0.7, 0.15, 0.15),
+        seed=seed,
+        source="tests",
     )
-    meta = {
-        "scaling": {"lon_min": lon_min, "lon_max": lon_max, "lat_min": lat_min, "lat_max": lat_max},
-        "split": {"kind": "random", "seed": seed, "fractions": [0.7, 0.15, 0.15]},
-        "sources": ["tests"],
-        "type": "mobile",
-        "quarters": ["2023Q4"],
-        "region": {"kind": "test"},
-        "counts": {
-            "read": n,
-            "kept": n,
-            "dropped": {},
-            "urban": int(urban.sum()),
-            "rural": int((~urban).sum()),
-        },
-    }
-    path.mkdir(parents=True, exist_ok=True)
-    write_tile_table(gdf, path / "tiles.parquet", meta)
     gpd.GeoDataFrame({"name": ["test"]}, geometry=[REGION], crs="EPSG:4326").to_file(
         path / "region.geojson", driver="GeoJSON"
     )
