@@ -80,6 +80,8 @@ def load_benchmark_data(run: Path, target: str) -> dict[str, np.ndarray]:
     urban = table["urban"].to_numpy(dtype=bool)
     keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
+    if "tests" in table.columns:
+        data["tests"] = table["tests"].to_numpy(dtype=np.float64)[keep]
     for s in ("train", "test"):
         if not (data["split"] == s).any():
             raise DataError(f"{path} has no '{s}' rows with a finite {col}")
@@ -141,10 +143,17 @@ def run_one(
     device: str,
     threads: int | None,
     overrides: dict[str, Any] | None = None,
+    noise: str = "constant",
 ) -> dict[str, Any]:
-    """Train and score one (model, seed); return metrics and costs (raises on failure)."""
+    """Train and score one (model, seed); return metrics and costs (raises on failure).
+
+    ``noise="tests"`` fits the tests-aware observation noise s2_i = s2_floor + s2_meas / tests_i
+    (models built on :class:`geodbk.DBKRegressor` only; the others fail with a clear reason) and
+    scores each test tile as the average of its own ``tests``.
+    """
     import torch
 
+    from geodbk import DBKRegressor
     from geodbk.baselines.registry import build_model
 
     if threads:
@@ -163,6 +172,18 @@ def run_one(
         device=device,
         overrides=overrides,
     )
+    fit_kw: dict[str, Any] = {}
+    tests = data.get("tests")
+    if noise == "tests":
+        if tests is None:
+            raise DataError("--noise tests needs a `tests` column in tiles.parquet")
+        if not isinstance(model, DBKRegressor):
+            raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
+        model.set_params(noise="tests")
+        if "noise_init" not in (overrides or {}):
+            # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
+            model.set_params(noise_init=0.5)
+        fit_kw = {"tests": tests[tr], "tests_val": tests[va] if va.any() else None}
     # Warm-up: the first optimiser construction imports torch's compile machinery (seconds on
     # a loaded machine); do it before the clock starts so that it is not billed to the model.
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
@@ -170,11 +191,12 @@ def run_one(
     if use_cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    model.fit(X[tr], y[tr], X[va] if va.any() else None, y[va] if va.any() else None)
+    model.fit(X[tr], y[tr], X[va] if va.any() else None, y[va] if va.any() else None, **fit_kw)
     fit_s = time.perf_counter() - t0
-    pred = model.predict(X[te])
+    per_tile = {"tests": tests} if noise == "tests" and tests is not None else {}
+    pred = model.predict(X[te], **{k: v[te] for k, v in per_tile.items()})
     t1 = time.perf_counter()
-    model.predict(X)
+    model.predict(X, **per_tile)
     pred_s = time.perf_counter() - t1
     if not (np.isfinite(pred.mean).all() and np.isfinite(pred.var).all() and (pred.var > 0).all()):
         raise FloatingPointError("non-finite or non-positive predictions (diverged)")
@@ -392,8 +414,12 @@ def run_benchmark(
     overrides: dict[str, dict[str, Any]] | None = None,
     command: str | None = None,
     merge: bool = False,
+    noise: str = "constant",
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
+
+    ``noise`` ("constant" or "tests") is the observation-noise model every model is asked to
+    fit; a model without the tests-aware option is recorded as failed with that reason.
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
@@ -419,6 +445,7 @@ def run_benchmark(
             "seeds": seeds,
             "threads": threads,
             "device": device,
+            "noise": noise,
         },
         "rows": rows,
         "machine": machine_info(threads, device),
@@ -431,6 +458,7 @@ def run_benchmark(
         "hidden": hidden,
         "device": device,
         "threads": threads,
+        "noise": noise,
     }
     out_dir = run / "benchmark"
     previous = out_dir / f"{target}.json"
@@ -553,6 +581,13 @@ def register(subparsers: Any) -> None:
         help="per-model option override, e.g. --set cagp.epochs=3 --set softki.lr=0.02 (repeatable)",
     )
     p.add_argument(
+        "--noise",
+        choices=["constant", "tests"],
+        default="constant",
+        help="observation noise for every model: constant s2, or tests-aware "
+        "s2_floor + s2_meas/tests (DBKRegressor-based models; default constant)",
+    )
+    p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
     )
     p.set_defaults(func=_main)
@@ -579,6 +614,7 @@ def _main(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         isolate=not args.no_isolate,
         merge=args.merge,
+        noise=args.noise,
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )

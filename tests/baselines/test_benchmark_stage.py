@@ -141,3 +141,26 @@ def test_missing_run_is_a_run_directory_error(tmp_path: Path) -> None:
         )
         == 5
     )
+
+
+def test_benchmark_tests_aware_noise_option(tmp_path: Path) -> None:
+    """--noise tests: DBK-based models fit per-tile noise; constant-only models fail clearly."""
+    run = make_tiny_run(tmp_path / "run", n=260)
+    report = run_benchmark(
+        run,
+        target="download",
+        models=["dbk-rbf", "softki"],
+        epochs=3,
+        seeds=[0],
+        batch_size=64,
+        rank=12,
+        hidden=8,
+        threads=1,
+        isolate=False,
+        noise="tests",
+    )
+    assert report["budget"]["noise"] == "tests"
+    assert report["models"]["dbk-rbf"]["status"] == "ok"
+    softki = report["models"]["softki"]
+    assert softki["status"] == "failed"
+    assert "no tests-aware noise option" in softki["failures"][0]["reason"]
