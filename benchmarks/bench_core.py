@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -33,16 +32,7 @@ from typing import Any
 
 import torch
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from pipelines.benchmark import cpu_model
 
 
 def _timeit(fn: Callable[[], Any], *, warmup: int, reps: int, device: torch.device) -> list[float]:
@@ -243,7 +233,7 @@ def main() -> None:
     info = {
         "threads": torch.get_num_threads(),
         "device": str(device),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "n_pred": args.n_pred,

@@ -42,19 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.benchmark import cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 SCALING = {"lon_min": -125.0, "lon_max": -66.0, "lat_min": 24.0, "lat_max": 50.0}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _peak_mib() -> float:
@@ -272,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     machine = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "nproc": os.cpu_count(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "python": platform.python_version(),

@@ -306,22 +306,25 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def machine_info(threads: int | None, device: str) -> dict[str, Any]:
-    """nproc, CPU model, Python/torch versions, threads and device of this benchmark."""
-    import torch
-
-    cpu = platform.processor() or ""
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:  # pragma: no cover
         pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(threads: int | None, device: str) -> dict[str, Any]:
+    """nproc, CPU model, Python/torch versions, threads and device of this benchmark."""
+    import torch
+
     return {
         "nproc": os.cpu_count(),
-        "cpu_model": cpu,
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": threads,
