@@ -120,8 +120,16 @@ class RunDir:
     def checkpoint_dir(self, target: str) -> Path:
         return self.model_dir(target) / "checkpoints"
 
-    def grid(self, target: str) -> Path:
-        return self.root / "grids" / f"{target}.nc"
+    def grid(self, target: str, quarter: str | None = None) -> Path:
+        """``grids/TARGET.nc`` (the current map: the pooled model's, or a time-aware model's
+        latest observed quarter) or ``grids/TARGET_2021Q3.nc`` for another quarter."""
+        if quarter is None:
+            return self.root / "grids" / f"{target}.nc"
+        return self.root / "grids" / f"{target}_{quarter}.nc"
+
+    def trend_grid(self, target: str, first: str, last: str) -> Path:
+        """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""
+        return self.root / "grids" / f"{target}_trend_{first}_{last}.nc"
 
     def export_tif(self, target: str) -> Path:
         return self.root / "exports" / f"{target}.tif"
@@ -207,6 +215,43 @@ def scale_lonlat(lon: np.ndarray, lat: np.ndarray, scaling: dict[str, float]) ->
     x1 = 2.0 * (lon - scaling["lon_min"]) / (scaling["lon_max"] - scaling["lon_min"]) - 1.0
     x2 = 2.0 * (lat - scaling["lat_min"]) / (scaling["lat_max"] - scaling["lat_min"]) - 1.0
     return np.column_stack([x1, x2]).astype(np.float64)
+
+
+def time_scaling_of(metadata: dict[str, Any]) -> Any:
+    """The :class:`~geodbk.geo.timeaxis.TimeScaling` of a time-aware model, else ``None``.
+
+    A model is time-aware when its metadata lists the input ``t`` (``geodbk train --time``).
+    """
+    from geodbk.geo.timeaxis import TimeScaling
+
+    if "t" not in (metadata.get("inputs") or []):
+        return None
+    ts = metadata.get("time_scaling")
+    if not isinstance(ts, dict):
+        raise ModelFileError("a time-aware model's metadata lacks 'time_scaling'; retrain it")
+    return TimeScaling.from_dict(ts)
+
+
+def model_inputs(
+    X2: np.ndarray, metadata: dict[str, Any], *, quarter: str | np.ndarray | None = None
+) -> np.ndarray:
+    """Model inputs from scaled lon/lat ``X2`` (n, 2): ``[x1, x2]`` for a pooled model,
+    ``[x1, x2, t]`` for a time-aware one, with t from ``quarter`` (one quarter for all rows,
+    or one per row).
+
+    Raises
+    ------
+    DataError
+        When a time-aware model gets no quarter.
+    """
+    ts = time_scaling_of(metadata)
+    if ts is None:
+        return X2
+    if quarter is None:
+        raise DataError("this model is time-aware (trained with --time): give a quarter")
+    t = ts.scale(quarter) if isinstance(quarter, str) else ts.scale(np.asarray(quarter))
+    t = np.broadcast_to(np.asarray(t, dtype=np.float64), (X2.shape[0],))
+    return np.column_stack([X2, t]).astype(np.float64)
 
 
 def config_hash(config: dict[str, Any]) -> str:

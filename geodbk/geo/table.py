@@ -132,6 +132,43 @@ def block_split(
     return labels, info
 
 
+def forecast_split(quarters: npt.ArrayLike) -> tuple[npt.NDArray[np.object_], dict[str, Any]]:
+    """Forecast split: the last quarter is the test set, the one before it validation.
+
+    Every tile of the latest quarter goes to ``test`` and every tile of the quarter before to
+    ``val``; all earlier quarters are ``train``. This measures what a "current map" user needs:
+    predicting a quarter the model has never seen, from the past only.
+
+    Returns
+    -------
+    labels, info
+        Labels per row and ``{"test_quarter", "val_quarter", "train_quarters"}``.
+
+    Raises
+    ------
+    DataError
+        With fewer than 3 distinct quarters (train, val and test each need one).
+    """
+    from geodbk.geo.timeaxis import format_quarter, quarter_indices
+
+    idx = quarter_indices(np.asarray(quarters, dtype=object))
+    uniq = np.unique(idx)
+    if uniq.size < 3:
+        raise DataError(
+            f"the forecast split needs at least 3 quarters (train, val, test), got "
+            f"{[format_quarter(int(i)) for i in uniq]}; widen --quarters or use --split random"
+        )
+    labels = np.full(idx.shape[0], "train", dtype=object)
+    labels[idx == uniq[-2]] = "val"
+    labels[idx == uniq[-1]] = "test"
+    info = {
+        "test_quarter": format_quarter(int(uniq[-1])),
+        "val_quarter": format_quarter(int(uniq[-2])),
+        "train_quarters": [format_quarter(int(i)) for i in uniq[:-2]],
+    }
+    return labels, info
+
+
 def prepare_tile_table(
     tiles: gpd.GeoDataFrame,
     *,
@@ -153,7 +190,8 @@ def prepare_tile_table(
     urban
         Urban label per row.
     split
-        ``random`` (seeded 8:1:1 over rows) or ``block`` (held-out spatial blocks).
+        ``random`` (seeded 8:1:1 over rows), ``block`` (held-out spatial blocks) or
+        ``forecast`` (last quarter = test, the one before = val; see :func:`forecast_split`).
     seed
         Split seed.
     block_size
@@ -194,8 +232,13 @@ def prepare_tile_table(
         )
         info.update(extra)
         info["unit"] = "block"
+    elif split == "forecast":
+        labels, extra = forecast_split(df["quarter"].to_numpy())
+        info.update(extra)
+        info["unit"] = "quarter"
+        info.pop("fractions")
     else:
-        raise DataError(f"unknown split {split!r}: use random or block")
+        raise DataError(f"unknown split {split!r}: use random, block or forecast")
     df["split"] = pd.array(labels, dtype=str) if len(labels) else pd.array([], dtype=str)
     info["counts"] = {s: int((labels == s).sum()) for s in SPLITS}
     columns = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns] + ["geometry"]
