@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -87,29 +88,45 @@ def predict_table(
     keep_columns: Sequence[str] = (),
     filters: Any = None,
     batch_size: int = 262_144,
+    inputs: InputFn | None = None,
+    read_columns: Sequence[str] = (),
+    tests_column: str | None = None,
 ) -> int:
     """Predict every (filtered) row of ``src`` and write ``dst`` batch by batch.
 
-    ``dst`` holds ``keep_columns``, ``mean`` and ``std`` (predictive, y's units). Rows with a
-    non-finite input get NaN. Returns the number of rows written.
+    ``dst`` holds ``keep_columns``, ``mean``, ``std`` (predictive, y's units) and ``std_f``
+    (latent). Rows with a non-finite input get NaN. ``inputs`` maps a batch's columns to the
+    model inputs (default: stack ``x_columns``; ``read_columns`` are extra columns it needs);
+    ``tests_column`` gives a tests-aware model each row's own number of tests (the predictive
+    sd is then that of the row's tile average). Returns the number of rows written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    to_x = inputs or _stack_inputs(x_columns)
+    extra = [tests_column] if tests_column else []
+    columns = list(dict.fromkeys([*x_columns, *read_columns, *extra, *keep_columns]))
     writer = None
     n = 0
     try:
         for cols in iter_parquet_batches(
-            src, columns=[*x_columns, *keep_columns], filters=filters, batch_size=batch_size
+            src, columns=columns, filters=filters, batch_size=batch_size
         ):
-            X = np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in x_columns])
+            X = to_x(cols)
             ok = np.isfinite(X).all(axis=1)
             mean = np.full(len(X), np.nan)
             std = np.full(len(X), np.nan)
+            std_f = np.full(len(X), np.nan)
             if ok.any():
-                pred = model.predict(X[ok], chunk_size=min(batch_size, 65536))
+                kw: dict[str, Any] = {}
+                if tests_column and getattr(model, "tests_aware", False):
+                    kw["tests"] = _tests_of(cols[tests_column])[ok]
+                pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
                 mean[ok], std[ok] = pred.mean, pred.std
-            table = pa.table({**{c: cols[c] for c in keep_columns}, "mean": mean, "std": std})
+                std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))
+            table = pa.table(
+                {**{c: cols[c] for c in keep_columns}, "mean": mean, "std": std, "std_f": std_f}
+            )
             if writer is None:
                 writer = pq.ParquetWriter(str(dst), table.schema)
             writer.write_table(table)
@@ -118,6 +135,22 @@ def predict_table(
         if writer is not None:
             writer.close()
     return n
+
+
+#: Maps one batch's columns to the model inputs (n, d).
+InputFn = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def _stack_inputs(x_columns: Sequence[str]) -> InputFn:
+    def stack(cols: dict[str, np.ndarray]) -> np.ndarray:
+        return np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in x_columns])
+
+    return stack
+
+
+def _tests_of(values: np.ndarray) -> np.ndarray:
+    """Speed tests per row as float64, missing or < 1 set to 1."""
+    return np.maximum(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=1.0), 1.0)
 
 
 def train_streaming(
@@ -136,6 +169,15 @@ def train_streaming(
     world_size: int = 1,
     n_global: int | None = None,
     dtype: torch.dtype = torch.float32,
+    inputs: InputFn | None = None,
+    read_columns: Sequence[str] = (),
+    tests_column: str | None = None,
+    tests_val: torch.Tensor | None = None,
+    nll_offset: float | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    callback: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` (a :class:`geodbk.model.DBKModel`) without loading the table.
 
@@ -167,6 +209,21 @@ def train_streaming(
         Training rows over all ranks (the KL's ``n``); default: counted from the file.
     dtype
         Tensor dtype of the batches.
+    inputs, read_columns
+        Map a batch's columns to the model inputs (default: stack ``x_columns``), e.g. to add
+        the time input from the ``quarter`` column; ``read_columns``: the extra columns it reads.
+    tests_column, tests_val
+        Noise covariate: the loss uses ``s2_i = model.noise_var(tests_i)`` per row
+        (tests-aware noise); ``tests_val`` for the validation rows.
+    nll_offset
+        Added to the recorded validation NLL (default ``log y_std``: y's units).
+    checkpoint_dir, resume
+        After every epoch the model, optimiser, best state and history are written atomically
+        to ``checkpoint_dir/last.pt`` (the format of :func:`geodbk.training.train_model`);
+        ``resume`` continues from it. The batch order depends only on ``(seed, epoch, rank)``,
+        so a resumed run equals an uninterrupted one.
+    progress, callback
+        A tqdm bar; a function called with each epoch's history record.
 
     Returns
     -------
@@ -175,63 +232,135 @@ def train_streaming(
     """
     import pyarrow.parquet as pq
 
-    from geodbk.training import _make_optimizer, batch_loss, evaluate_nll
+    from geodbk.training import (
+        _CHECKPOINT_FORMAT,
+        CHECKPOINT_NAME,
+        _clone_state,
+        _load_checkpoint,
+        _make_optimizer,
+        _save_checkpoint,
+        batch_loss,
+        evaluate_nll,
+    )
 
     n = int(n_global) if n_global is not None else count_rows(path, filters=filters)
     groups = np.arange(pq.ParquetFile(path).num_row_groups)[rank::world_size]
     optimizer = _make_optimizer(model, config)
     device = next(model.parameters()).device
+    to_x = inputs or _stack_inputs(x_columns)
+    offset = math.log(y_std) if nll_offset is None else float(nll_offset)
     history: list[dict[str, Any]] = []
-    best: tuple[float, dict[str, torch.Tensor]] | None = None
+    best_state = _clone_state(model)
+    best_score = math.inf
+    best_epoch = 0
     bad = 0
-    cols = [*x_columns, y_column]
-    for epoch in range(int(config.epochs)):
-        t0 = time.perf_counter()
-        rng = np.random.default_rng([int(config.seed), epoch, rank])
-        total, seen = 0.0, 0
-        model.train()
-        for g in rng.permutation(groups):
-            for part in iter_parquet_batches(
-                path, columns=cols, filters=filters, row_groups=[int(g)], batch_size=1 << 30
-            ):
-                X = np.column_stack([np.asarray(part[c], dtype=np.float64) for c in x_columns])
-                y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
-                ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
-                order = rng.permutation(np.flatnonzero(ok))
-                xt = torch.as_tensor(X[order], dtype=dtype, device=device)
-                yt = torch.as_tensor(y[order], dtype=dtype, device=device)
-                for i in range(0, len(order), int(config.batch_size)):
-                    xb, yb = xt[i : i + config.batch_size], yt[i : i + config.batch_size]
-                    if xb.shape[0] < 2 and config.objective == "dppgp":
-                        continue
-                    optimizer.zero_grad(set_to_none=True)
-                    loss = batch_loss(model, xb, yb, n=n, config=config)
-                    loss.backward()
-                    optimizer.step()
-                    total += float(loss.detach()) * int(xb.shape[0])
-                    seen += int(xb.shape[0])
-        model.eval()
-        train_loss = total / max(seen, 1)
-        val = None
-        if x_val is not None and y_val is not None and len(y_val):
-            val = evaluate_nll(model, x_val, y_val) + math.log(y_std)
-        history.append(
-            {
+    start = 0
+    stopped = False
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    if ckpt_dir is not None and resume and (ckpt_dir / CHECKPOINT_NAME).is_file():
+        state = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, config)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history = list(state["history"])
+        best_state = {k: v.to(device) for k, v in state["best_state"].items()}
+        best_score = float(state["best_score"])
+        best_epoch = int(state["best_epoch"])
+        bad = int(state["bad_epochs"])
+        start = int(state["epoch"])
+        stopped = bool(state["stopped"])
+    cols = list(dict.fromkeys([*x_columns, *read_columns, y_column]))
+    if tests_column:
+        cols.append(tests_column)
+    bar = None
+    if progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(config.epochs), initial=start, desc="streaming", unit="ep")
+    try:
+        for epoch in range(start, int(config.epochs)):
+            if stopped:
+                break
+            t0 = time.perf_counter()
+            rng = np.random.default_rng([int(config.seed), epoch, rank])
+            total, seen = 0.0, 0
+            model.train()
+            for g in rng.permutation(groups):
+                for part in iter_parquet_batches(
+                    path, columns=cols, filters=filters, row_groups=[int(g)], batch_size=1 << 30
+                ):
+                    X = to_x(part)
+                    y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
+                    ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
+                    order = rng.permutation(np.flatnonzero(ok))
+                    xt = torch.as_tensor(X[order], dtype=dtype, device=device)
+                    yt = torch.as_tensor(y[order], dtype=dtype, device=device)
+                    tt = None
+                    if tests_column:
+                        tt = torch.as_tensor(
+                            _tests_of(part[tests_column])[order], dtype=dtype, device=device
+                        )
+                    for i in range(0, len(order), int(config.batch_size)):
+                        sl = slice(i, i + int(config.batch_size))
+                        xb, yb = xt[sl], yt[sl]
+                        if xb.shape[0] < 2 and config.objective == "dppgp":
+                            continue
+                        optimizer.zero_grad(set_to_none=True)
+                        tb = None if tt is None else tt[sl]
+                        loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
+                        loss.backward()
+                        optimizer.step()
+                        total += float(loss.detach()) * int(xb.shape[0])
+                        seen += int(xb.shape[0])
+            model.eval()
+            train_loss = total / max(seen, 1)
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(
+                    f"the training loss became {train_loss} at epoch {epoch + 1}; try a smaller lr"
+                )
+            val = None
+            if x_val is not None and y_val is not None and len(y_val):
+                val = evaluate_nll(model, x_val, y_val, tests=tests_val) + offset
+            record = {
                 "epoch": epoch + 1,
                 "train_loss": train_loss,
                 "val_nll": val,
                 "seconds": time.perf_counter() - t0,
             }
-        )
-        score = val if val is not None else train_loss
-        if best is None or score < best[0]:
-            best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()})
-            bad = 0
-        else:
-            bad += 1
-            if bad >= int(config.patience):
-                break
-    if best is not None:
-        model.load_state_dict(best[1])
+            history.append(record)
+            score = val if val is not None else train_loss
+            if score < best_score:
+                best_score, best_epoch, bad = score, epoch + 1, 0
+                best_state = _clone_state(model)
+            else:
+                bad += 1
+                stopped = bad >= int(config.patience)
+            if ckpt_dir is not None and rank == 0:
+                ckpt_dir.mkdir(parents=True, exist_ok=True)
+                _save_checkpoint(
+                    ckpt_dir,
+                    {
+                        "format": _CHECKPOINT_FORMAT,
+                        "config": asdict(config),
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "generator": torch.Generator().get_state(),
+                        "epoch": epoch + 1,
+                        "history": history,
+                        "best_state": best_state,
+                        "best_score": best_score,
+                        "best_epoch": best_epoch,
+                        "bad_epochs": bad,
+                        "stopped": stopped,
+                    },
+                )
+            if bar is not None:
+                bar.set_postfix({"loss": f"{train_loss:.4f}", "val_nll": f"{val or 0.0:.4f}"})
+                bar.update(1)
+            if callback is not None:
+                callback(dict(record))
+    finally:
+        if bar is not None:
+            bar.close()
+    model.load_state_dict(best_state)
     model.eval()
     return history
