@@ -9,6 +9,9 @@
   cells along the region's longer side.
 - ``service_coverage.png``: share of tiles, of region area and of urban / rural tiles where the
   target is on the good side of each threshold with probability ≥ 0.9.
+- ``reliability_by_tests.png``: one reliability panel per bucket of speed tests per tile.
+- ``quarter_calibration.png``: 95% PI coverage (with the 95% line and a ±2% band) and NLL of
+  the test rows per quarter, urban / rural / all.
 """
 
 from __future__ import annotations
@@ -198,4 +201,69 @@ def reliability_by_tests(
             ax.legend(loc="lower right", fontsize=8)
             break
     fig.suptitle("Reliability by number of speed tests per tile")
+    return _save(fig, path)
+
+
+def quarter_calibration(
+    by_quarter: dict[str, dict[str, Any]],
+    path: Path,
+    *,
+    extrapolated: Sequence[str] = (),
+    level: float = 0.95,
+    band: float = 0.02,
+) -> Path:
+    """Per-quarter calibration of the test split: two panels over the quarters (time order).
+
+    Left: empirical coverage of the central ``level`` prediction interval per quarter, with the
+    nominal ``level`` as a dashed line and a ``level ± band`` shaded band (a calibrated model
+    stays inside it). Right: mean Gaussian NLL per quarter (log10 scale). Urban, rural and all
+    rows are separate series (``by_quarter[q]["urban"]`` etc., from
+    :func:`pipelines.scoring.by_quarter_scores`); empty groups are skipped. Quarters listed in
+    ``extrapolated`` (after a time-aware model's training range) are shaded grey. One quarter
+    renders as single markers.
+    """
+    quarters = list(by_quarter)
+    xs = np.arange(len(quarters), dtype=float)
+    fig, (ax_c, ax_n) = plt.subplots(1, 2, figsize=(max(8.0, 1.2 * len(quarters) + 6.0), 3.8))
+    lo, hi = (xs[0] - 0.5, xs[-1] + 0.5) if len(xs) else (-0.5, 0.5)
+    ax_c.axhspan(100 * (level - band), 100 * (level + band), color="grey", alpha=0.15, lw=0)
+    ax_c.axhline(100 * level, color="grey", ls="--", lw=1, label=f"nominal {level:.0%}")
+    for ax in (ax_c, ax_n):
+        shaded = False
+        for j, q in enumerate(quarters):
+            if q in extrapolated:
+                ax.axvspan(
+                    j - 0.5,
+                    j + 0.5,
+                    color="#e6ab02",
+                    alpha=0.12,
+                    lw=0,
+                    label=None if shaded else "extrapolation",
+                )
+                shaded = True
+    series = (("all", "all"), ("urban", "urban"), ("rural", "rural"))
+    for key, name in series:
+        rows = [by_quarter[q] if key == "all" else by_quarter[q].get(key, {}) for q in quarters]
+        n = np.array([r.get("n") or 0 for r in rows], dtype=float)
+        cov = np.array([np.nan if r.get("coverage") is None else r["coverage"] for r in rows])
+        nll = np.array([np.nan if r.get("nll") is None else r["nll"] for r in rows])
+        cov = np.where(n > 0, cov.astype(float), np.nan)
+        nll = np.where(n > 0, nll.astype(float), np.nan)
+        if not np.isfinite(cov).any():
+            continue
+        style = {"color": COLORS[key], "marker": "o", "lw": 1.8 if key == "all" else 1.4}
+        ax_c.plot(xs, 100 * cov, label=name, **style)
+        ax_n.plot(xs, nll, label=name, **style)
+    for ax in (ax_c, ax_n):
+        ax.set_xticks(xs, [f"{q}*" if q in extrapolated else q for q in quarters])
+        ax.set_xlim(lo, hi)
+        ax.set_xlabel("quarter" + (" (* extrapolation)" if extrapolated else ""))
+        ax.grid(alpha=0.3)
+    ax_c.set_ylabel(f"{level:.0%} PI coverage (%)")
+    ax_c.set_title(f"Coverage per quarter (band: {level:.0%} ± {100 * band:.0f}%)")
+    ax_n.set_ylabel("NLL (log10 scale)")
+    ax_n.set_title("NLL per quarter")
+    ax_c.set_ylim(top=101)
+    ax_c.legend(loc="best", fontsize=8)
+    fig.suptitle("Calibration of the test split by quarter")
     return _save(fig, path)

@@ -87,7 +87,9 @@ def run_ingest(
     quarters
         Quarter selection, e.g. ``2019Q1:2023Q4``.
     split
-        ``random`` (seeded 8:1:1) or ``block`` (held-out spatial blocks of ``block_size`` deg).
+        ``random`` (seeded 8:1:1), ``block`` (held-out spatial blocks of ``block_size`` deg) or
+        ``forecast`` (the last quarter = test, the one before = val, earlier ones = train; needs
+        at least 3 quarters).
     seed
         Split seed.
     block_size
@@ -98,7 +100,9 @@ def run_ingest(
     Returns
     -------
     dict
-        The ingest report (counts, sources, outputs).
+        The ingest report (counts, sources, outputs; ``split`` holds the split metadata, for
+        ``forecast`` with ``test_quarter``, ``val_quarter`` and ``train_quarters``;
+        ``per_quarter`` the rows, urban rows and train/val/test rows of each quarter).
 
     Raises
     ------
@@ -109,6 +113,8 @@ def run_ingest(
     run_dir = Path(run)
     if scale_by not in ("region", "tiles"):
         raise DataError(f"unknown --scale-by {scale_by!r}: use region or tiles")
+    if split not in SPLIT_KINDS:
+        raise DataError(f"unknown --split {split!r}: use {', '.join(SPLIT_KINDS)}")
     if not tiles:
         raise DataError("no --tiles given: pass Ookla tile files or folders")
     the_region: Region | None = resolve_region(
@@ -138,6 +144,8 @@ def run_ingest(
             f"no usable tiles left from {names}: {read.read} rows read, dropped by reason: "
             f"{reasons}; check --state/--region/--bbox, --quarters and --type"
         )
+    if split == "forecast":
+        _check_forecast_quarters(frame["quarter"], tiles=tiles, quarters=quarters)
     if the_region is None:
         w, s, e, n = (float(v) for v in frame.total_bounds)
         import shapely
@@ -181,8 +189,15 @@ def run_ingest(
     }
     quarters_kept = sorted(table["quarter"].unique().tolist())
     per_quarter = (
-        table.groupby("quarter", sort=True)
-        .agg(rows=("quadkey", "size"), urban=("urban", "sum"))
+        table.assign(**{name: table["split"] == name for name in ("train", "val", "test")})
+        .groupby("quarter", sort=True)
+        .agg(
+            rows=("quadkey", "size"),
+            urban=("urban", "sum"),
+            train=("train", "sum"),
+            val=("val", "sum"),
+            test=("test", "sum"),
+        )
         .astype(int)
         .to_dict(orient="index")
     )
@@ -241,7 +256,45 @@ def run_ingest(
         counts["dropped"] or "none",
         run_dir / "tiles.parquet",
     )
+    log.info("ingest: split %s", _split_summary(split_info))
     return report
+
+
+#: The ``--split`` choices.
+SPLIT_KINDS: tuple[str, ...] = ("random", "block", "forecast")
+
+
+def _check_forecast_quarters(
+    quarter: pd.Series, *, tiles: Sequence[PathLike], quarters: str | Sequence[str] | None
+) -> None:
+    """Refuse ``--split forecast`` on fewer than 3 quarters (train, val and test need one each)."""
+    from geodbk.geo.timeaxis import format_quarter, quarter_indices
+
+    kept = [format_quarter(int(i)) for i in np.unique(quarter_indices(quarter.astype(str)))]
+    if len(kept) >= 3:
+        return
+    names = ", ".join(str(t) for t in tiles)
+    asked = f" (--quarters {quarters})" if quarters else ""
+    raise DataError(
+        f"--split forecast needs at least 3 quarters (train, val, test) but the tiles from "
+        f"{names} have {len(kept)}: {', '.join(kept)}{asked}; widen --quarters (e.g. "
+        f"--quarters 2019Q1:2023Q4) or pass tiles of more quarters, or use --split random or "
+        f"--split block"
+    )
+
+
+def _split_summary(info: dict[str, Any]) -> str:
+    """``forecast: test 2023Q4, val 2023Q3, train 2023Q1..2023Q2; rows 5000/2600/2700``."""
+    counts = info.get("counts", {})
+    rows = f"rows train/val/test {counts.get('train')}/{counts.get('val')}/{counts.get('test')}"
+    if info.get("kind") == "forecast":
+        train = info.get("train_quarters") or []
+        span = train[0] if len(train) == 1 else f"{train[0]}..{train[-1]}"
+        return (
+            f"forecast: test {info['test_quarter']}, val {info['val_quarter']}, train {span}; "
+            f"{rows}"
+        )
+    return f"{info.get('kind')} (seed {info.get('seed')}); {rows}"
 
 
 #: The ingest call ``geodbk demo`` makes on the embedded synthetic region (paths relative to the
@@ -323,6 +376,12 @@ examples:
   geodbk ingest --tiles tiles.geojson --run runs/box --bbox -158.3 21.2 -157.6 21.8 \\
       --urban-areas tl_2020_us_uac20.zip --split block --block-size 0.05
 
+  # a forecast split: 2023Q4 = test, 2023Q3 = val, 2023Q1-Q2 = train
+  geodbk ingest --tiles data/ookla/parquet --type mobile --run runs/forecast \\
+      --state SY --states-file data/census/synthetic_state_boundaries.geojson \\
+      --urban-areas data/census/synthetic_uac20.geojson --quarters 2023Q1:2023Q4 \\
+      --split forecast
+
 Writes RUN/tiles.parquet, RUN/region.geojson, RUN/urban_areas.geojson, RUN/ingest_report.json.
 """
 
@@ -373,9 +432,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--split",
-        choices=("random", "block"),
+        choices=SPLIT_KINDS,
         default="random",
-        help="random 8:1:1 or spatial blocks",
+        help="random 8:1:1 rows, spatial blocks (--block-size), or forecast: the last quarter "
+        "= test, the one before = val, earlier quarters = train (needs >= 3 quarters)",
     )
     p.add_argument("--seed", type=int, default=0, help="split seed (default 0)")
     p.add_argument(

@@ -10,17 +10,26 @@ Writes ``RUN/report/TARGET/``:
   tiles have a ``tests`` column, ``by_tests``: buckets ``1``, ``2``, ``3-4``, ``5-8``, ``9-16``,
   ``>16`` of the number of speed tests, each with ``n``, ``nll``, ``coverage``, ``pi_width``,
   ``mae`` and ``urban`` / ``rural`` dicts of the same keys
-  (:func:`pipelines.scoring.by_tests_scores`).
+  (:func:`pipelines.scoring.by_tests_scores`), and ``by_quarter``: every quarter of the test
+  split (time order), with the same keys as a ``by_tests`` bucket
+  (:func:`pipelines.scoring.by_quarter_scores`).
+
+A time-aware model (``geodbk train --time``, metadata ``inputs`` ``[x1, x2, t]``) predicts each
+test tile at its own quarter, ``t = 2 (i − i_first) / (i_last − i_first) − 1`` over the model's
+training quarters (:func:`pipelines.rundir.model_inputs`); a pooled model ignores the quarter.
 
 A tests-aware model scores each test tile as the average of its own ``tests`` speed tests
 (``std² = std_f² + s2_floor + s2_meas / tests``); a constant-noise model ignores ``tests``.
 - ``summary.json``: target, units, training mean/sd, the constant-mean baseline's metrics, the
   reliability curves, the service-coverage table, model and run paths, created.
-- ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`).
+- ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`), with
+  a per-quarter table and ``figures/quarter_calibration.png``; the report names the split
+  (random, block, or forecast with its test and validation quarters).
 
 Service coverage: on every distinct tile of ``tiles.parquet`` (and on the grid cells of
 ``grids/TARGET.nc`` for the area share, cos(lat)-weighted), a tile or cell is *served* at a
-threshold when P(speed ≥ threshold) ≥ 0.9 (latency: P(latency ≤ threshold) ≥ 0.9).
+threshold when P(speed ≥ threshold) ≥ 0.9 (latency: P(latency ≤ threshold) ≥ 0.9). A
+time-aware model is scored at the latest quarter of the table (the quarter of ``grids/TARGET.nc``).
 """
 
 from __future__ import annotations
@@ -41,18 +50,21 @@ from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text
 from geodbk.errors import DataError
 from pipelines import figures
-from pipelines.report_doc import Doc
+from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
     TARGETS,
     RunDir,
     TargetSpec,
     load_tiles,
+    model_inputs,
     require_run,
     target_spec,
+    time_scaling_of,
 )
 from pipelines.scoring import (
     bucket_masks,
+    by_quarter_scores,
     by_tests_scores,
     clean_json,
     reliability,
@@ -155,14 +167,37 @@ def _grid_area_share(rd: RunDir, spec: TargetSpec, thr: float) -> float | None:
     return served / total if total > 0 else None
 
 
+def latest_quarter(gdf: Any) -> str:
+    """The latest quarter of a tile table (``2023Q4``): the quarter of the current map."""
+    from geodbk.geo.timeaxis import format_quarter, quarter_indices
+
+    return format_quarter(int(quarter_indices(gdf["quarter"].astype(str)).max()))
+
+
 def service_coverage(
-    rd: RunDir, spec: TargetSpec, model: Any, gdf: Any, thresholds: Sequence[float], chunk: int
+    rd: RunDir,
+    spec: TargetSpec,
+    model: Any,
+    gdf: Any,
+    thresholds: Sequence[float],
+    chunk: int,
+    *,
+    metadata: dict[str, Any] | None = None,
+    quarter: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles"}`` (shares)."""
+    """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles"}`` (shares).
+
+    A time-aware model (``metadata["inputs"]`` holds ``t``) predicts every distinct tile at
+    ``quarter`` (default: the table's latest, as ``grids/TARGET.nc``); a pooled one ignores it.
+    """
     tiles = gdf.groupby("quadkey", sort=True).agg(
         x1=("x1", "first"), x2=("x2", "first"), urban=("urban", "first")
     )
-    X = tiles[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
+    X2 = tiles[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
+    md = metadata or {}
+    if time_scaling_of(md) is not None and quarter is None:
+        quarter = latest_quarter(gdf)
+    X = model_inputs(X2, md, quarter=quarter)
     urban = tiles["urban"].to_numpy(dtype=bool)
     mean, std = _predict(model, X, chunk)
     rows = []
@@ -226,7 +261,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     model = load_model(rd, target)
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
-    gdf, _meta = load_tiles(rd)
+    gdf, tiles_meta = load_tiles(rd)
     parts = split_arrays(gdf, target, source=rd.tiles)
     y_train = parts["train"][1]
     mean_train, sd_train = float(np.mean(y_train)), float(np.std(y_train))
@@ -234,7 +269,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     test = gdf[(gdf["split"] == "test") & ok]
     if test.empty:
         raise DataError(f"{rd.tiles} has no test rows with a finite {spec.log_column}")
-    X = test[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
+    quarters = test["quarter"].astype(str).to_numpy()
+    X = model_inputs(test[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True), md, quarter=quarters)
     y = test[spec.log_column].to_numpy(dtype=np.float64)
     urban = test["urban"].to_numpy(dtype=bool)
     has_tests = "tests" in test.columns
@@ -251,7 +287,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     preds = pd.DataFrame(
         {
             "quadkey": test["quadkey"].astype(str).to_numpy(),
-            "quarter": test["quarter"].astype(str).to_numpy(),
+            "quarter": quarters,
             "urban": urban,
             "y": y,
             "mean": mean,
@@ -269,6 +305,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         y, np.full_like(y, mean_train), np.full_like(y, sd_train), urban, sd_train=sd_train
     )
     metrics_doc: dict[str, Any] = dict(metrics)
+    by_quarter = by_quarter_scores(y, mean, std, urban, quarters)
     bucket_curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     if tests is not None:
         metrics_doc["by_tests"] = by_tests_scores(y, mean, std, urban, tests)
@@ -278,6 +315,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
                 for g, gm in (("urban", bm & urban), ("rural", bm & ~urban))
                 if gm.any()
             }
+    metrics_doc["by_quarter"] = by_quarter
     atomic_write_json(out_dir / "metrics.json", clean_json(metrics_doc))
 
     curves = {}
@@ -285,7 +323,9 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         if m.any():
             curves[g] = reliability(y[m], mean[m], std[m])
     thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
-    coverage_rows = service_coverage(rd, spec, model, gdf, thr, chunk)
+    ts = time_scaling_of(md)
+    current = latest_quarter(gdf) if ts is not None else None
+    coverage_rows = service_coverage(rd, spec, model, gdf, thr, chunk, metadata=md, quarter=current)
 
     # Figure 10: held-out rows (val + test), binned.
     held = gdf[gdf["split"].isin(["val", "test"]) & ok]
@@ -294,9 +334,12 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         if has_tests
         else None
     )
-    h_mean, h_std = _predict(
-        model, held[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True), chunk, h_tests
+    h_X = model_inputs(
+        held[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True),
+        md,
+        quarter=held["quarter"].astype(str).to_numpy(),
     )
+    h_mean, h_std = _predict(model, h_X, chunk, h_tests)
     region = read_region(rd)
     emp, pred_sd, extent = figures.binned_sd(
         held["lon"].to_numpy(dtype=np.float64),
@@ -312,6 +355,18 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         figures.reliability_by_tests(bucket_curves, fig_dir / "reliability_by_tests.png")
     figures.sd_maps(emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label)
     figures.service_coverage_figure(coverage_rows, fig_dir / "service_coverage.png", target=target)
+    extrapolated = [q for q in by_quarter if ts is not None and ts.is_extrapolation(q)]
+    figures.quarter_calibration(
+        by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated
+    )
+    split_info = tiles_meta.get("split") if isinstance(tiles_meta.get("split"), dict) else {}
+    time_info: dict[str, Any] = {
+        "time_aware": ts is not None,
+        "inputs": md.get("inputs", ["x1", "x2"]),
+        "time_scaling": ts.to_dict() if ts is not None else None,
+        "quarter_status": {q: (ts.describe(q) if ts is not None else "pooled") for q in by_quarter},
+        "service_coverage_quarter": current,
+    }
 
     summary = {
         "target": target,
@@ -324,6 +379,9 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         "y_train_sd": sd_train,
         "metrics": metrics,
         "by_tests": metrics_doc.get("by_tests"),
+        "by_quarter": by_quarter,
+        "split": split_info,
+        "time": time_info,
         "noise": md.get("noise"),
         "baseline_constant_mean": base,
         "reliability": {
@@ -342,9 +400,12 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     }
     atomic_write_json(out_dir / "summary.json", clean_json(summary))
 
-    doc = _build_doc(rd, spec, md, metrics, base, coverage_rows, sd_train, emp, pred_sd)
+    doc = _build_doc(
+        rd, spec, md, metrics, base, coverage_rows, sd_train, emp, pred_sd, split_info, time_info
+    )
     if "by_tests" in metrics_doc:
         _by_tests_section(doc, metrics_doc["by_tests"], md.get("noise"))
+    _by_quarter_section(doc, by_quarter, time_info)
     atomic_write_text(out_dir / "report.md", doc.markdown())
     atomic_write_text(out_dir / "report.html", doc.html())
     log.info(
@@ -389,6 +450,40 @@ def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
     doc.image("figures/reliability_by_tests.png", "reliability diagram per tests bucket")
 
 
+def _time_sentence(time_info: dict[str, Any]) -> str:
+    """How the model treats time: pooled over quarters, or the input t over a quarter range."""
+    ts = time_info.get("time_scaling")
+    if not time_info.get("time_aware") or not isinstance(ts, dict):
+        return (
+            "Model inputs x1, x2 (pooled over quarters): every quarter gets the same prediction "
+            "at a tile."
+        )
+    beyond = [q for q, st in time_info.get("quarter_status", {}).items() if st != "observed"]
+    extra = (
+        f"; test quarter(s) {', '.join(beyond)} lie outside it (extrapolation, t outside [-1, 1])"
+        if beyond
+        else ""
+    )
+    return (
+        f"Model inputs x1, x2, t (time-aware): t scaled to [-1, 1] over the training quarters "
+        f"{ts['first']}–{ts['last']}; each test tile is predicted at its own quarter{extra}."
+    )
+
+
+def _by_quarter_section(
+    doc: Doc, by_quarter: dict[str, dict[str, Any]], time_info: dict[str, Any]
+) -> None:
+    """Table and figure of the test scores per quarter."""
+    doc.heading("By quarter")
+    doc.para(
+        "Test rows of each quarter, log10 scale; coverage = share inside the 95% prediction "
+        "interval (a calibrated model stays within 95% ± 2%). Status: observed (inside the "
+        "time-aware model's training quarters), extrapolation, or pooled (no time input)."
+    )
+    doc.table(QUARTER_HEADER, quarter_rows(by_quarter, time_info.get("quarter_status", {})))
+    doc.image("figures/quarter_calibration.png", "coverage and NLL per quarter")
+
+
 def _build_doc(
     rd: RunDir,
     spec: TargetSpec,
@@ -399,6 +494,8 @@ def _build_doc(
     sd_train: float,
     emp: np.ndarray,
     pred_sd: np.ndarray,
+    split_info: dict[str, Any] | None = None,
+    time_info: dict[str, Any] | None = None,
 ) -> Doc:
     cfg = md.get("config", {})
     timings = md.get("timings", {})
@@ -414,6 +511,8 @@ def _build_doc(
             f"({_fmt(timings.get('fit_seconds'))} s).",
             f"Target log10 of `{spec.column}`; training sd {sd_train:.3f}. "
             f"Test rows: {metrics['urban']['n']} urban, {metrics['rural']['n']} rural.",
+            split_sentence(split_info),
+            _time_sentence(time_info or {}),
         ]
     )
     models = {"DBK (this model)": metrics, "constant mean (train mean, sd)": base}

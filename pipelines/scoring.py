@@ -4,7 +4,9 @@ Formulas (``docs/methods.md``, Metrics; computed by :mod:`geodbk.metrics`): MAE;
 mean(0.5 log(2π var) + (y-mu)²/(2 var)); closed-form Gaussian CRPS; 95% PI coverage = share
 with |y-mu| ≤ 1.96 sd; mean 95% PI width = 3.92 sd. Each group is scored on the log10 scale (plain keys) and on the
 standardised scale (keys with ``_std``: y, mu and sd divided by the training sd, so
-``nll_std = nll − ln sd_train``; coverage is scale-free).
+``nll_std = nll − ln sd_train``; coverage is scale-free). :func:`by_tests_scores` and
+:func:`by_quarter_scores` score subsets of the rows (buckets of speed tests per tile, quarters)
+with the same functions (:func:`grouped_scores`).
 """
 
 from __future__ import annotations
@@ -98,6 +100,38 @@ def bucket_masks(tests: np.ndarray) -> dict[str, np.ndarray]:
     return {label: (t >= lo) & (t <= hi) for label, lo, hi in TESTS_BUCKETS}
 
 
+#: Keys of each group of :func:`grouped_scores` (``by_tests``, ``by_quarter``).
+GROUP_KEYS: tuple[str, ...] = ("nll", "coverage", "pi_width", "mae")
+
+
+def grouped_scores(
+    y: np.ndarray,
+    mu: np.ndarray,
+    sd: np.ndarray,
+    urban: np.ndarray,
+    masks: dict[str, np.ndarray],
+) -> dict[str, dict[str, Any]]:
+    """``{label: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+
+    Scores (log10 scale, :func:`gaussian_scores`: NLL = mean(0.5 log(2π sd²) +
+    (y − mu)²/(2 sd²)), coverage = share with |y − mu| ≤ 1.96 sd, PI width = 3.92 mean(sd),
+    MAE = mean |y − mu|) of the rows of each boolean mask, overall and split urban / rural
+    (same keys, no nesting). An empty group gives ``n = 0`` and NaN scores.
+    """
+    y, mu, sd = (np.asarray(a, dtype=np.float64) for a in (y, mu, sd))
+    urban = np.asarray(urban, dtype=bool)
+    out: dict[str, dict[str, Any]] = {}
+    for label, m in masks.items():
+        row: dict[str, Any] = {"n": int(m.sum())}
+        s = gaussian_scores(y[m], mu[m], sd[m])
+        row.update({k: s[k] for k in GROUP_KEYS})
+        for g, gm in (("urban", m & urban), ("rural", m & ~urban)):
+            sg = gaussian_scores(y[gm], mu[gm], sd[gm])
+            row[g] = {"n": int(gm.sum()), **{k: sg[k] for k in GROUP_KEYS}}
+        out[label] = row
+    return out
+
+
 def by_tests_scores(
     y: np.ndarray,
     mu: np.ndarray,
@@ -107,20 +141,30 @@ def by_tests_scores(
 ) -> dict[str, dict[str, Any]]:
     """``{bucket: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
 
-    Scores (log10 scale, :func:`gaussian_scores`) of the rows whose number of tests falls in
-    each bucket of :data:`TESTS_BUCKETS`, overall and split urban / rural (same keys, no
-    nesting). An empty group gives ``n = 0`` and NaN scores.
+    :func:`grouped_scores` of the rows whose number of tests falls in each bucket of
+    :data:`TESTS_BUCKETS`.
     """
-    y, mu, sd = (np.asarray(a, dtype=np.float64) for a in (y, mu, sd))
-    urban = np.asarray(urban, dtype=bool)
-    out: dict[str, dict[str, Any]] = {}
-    keys = ("nll", "coverage", "pi_width", "mae")
-    for label, m in bucket_masks(tests).items():
-        row: dict[str, Any] = {"n": int(m.sum())}
-        s = gaussian_scores(y[m], mu[m], sd[m])
-        row.update({k: s[k] for k in keys})
-        for g, gm in (("urban", m & urban), ("rural", m & ~urban)):
-            sg = gaussian_scores(y[gm], mu[gm], sd[gm])
-            row[g] = {"n": int(gm.sum()), **{k: sg[k] for k in keys}}
-        out[label] = row
-    return out
+    return grouped_scores(y, mu, sd, urban, bucket_masks(tests))
+
+
+def quarter_masks(quarters: Any) -> dict[str, np.ndarray]:
+    """Boolean masks of each distinct quarter, keyed ``2023Q4`` (canonical), in time order."""
+    from geodbk.geo.timeaxis import format_quarter, quarter_indices
+
+    idx = quarter_indices(np.asarray(quarters, dtype=object).astype(str))
+    return {format_quarter(int(i)): idx == i for i in np.unique(idx)}
+
+
+def by_quarter_scores(
+    y: np.ndarray,
+    mu: np.ndarray,
+    sd: np.ndarray,
+    urban: np.ndarray,
+    quarters: Any,
+) -> dict[str, dict[str, Any]]:
+    """``{quarter: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+
+    :func:`grouped_scores` of the rows of each quarter present in ``quarters`` (one quarter
+    string per row), keyed and ordered by quarter (``2023Q1`` before ``2023Q2``).
+    """
+    return grouped_scores(y, mu, sd, urban, quarter_masks(quarters))

@@ -131,7 +131,9 @@ def test_report_outputs(run: Path) -> None:
     tiles = pd.read_parquet(run / "tiles.parquet", columns=["split"])
     assert len(preds) == int((tiles["split"] == "test").sum())
     metrics = json.loads((d / "metrics.json").read_text())
-    assert set(metrics) == {"urban", "rural", "all", "by_tests"}
+    assert set(metrics) == {"urban", "rural", "all", "by_tests", "by_quarter"}
+    by_quarter = metrics.pop("by_quarter")
+    assert sum(q["n"] for q in by_quarter.values()) == len(preds)
     by_tests = metrics.pop("by_tests")
     assert list(by_tests) == ["1", "2", "3-4", "5-8", "9-16", ">16"]
     assert sum(b["n"] for b in by_tests.values()) == len(preds)
