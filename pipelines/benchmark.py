@@ -148,12 +148,11 @@ def run_one(
     """Train and score one (model, seed); return metrics and costs (raises on failure).
 
     ``noise="tests"`` fits the tests-aware observation noise s2_i = s2_floor + s2_meas / tests_i
-    (models built on :class:`geodbk.DBKRegressor` only; the others fail with a clear reason) and
-    scores each test tile as the average of its own ``tests``.
+    (every registry model has the option; a model without a ``noise`` option would fail with a
+    clear reason) and scores each test tile as the average of its own ``tests``.
     """
     import torch
 
-    from geodbk import DBKRegressor
     from geodbk.baselines.registry import build_model
 
     if threads:
@@ -177,7 +176,7 @@ def run_one(
     if noise == "tests":
         if tests is None:
             raise DataError("--noise tests needs a `tests` column in tiles.parquet")
-        if not isinstance(model, DBKRegressor):
+        if "noise" not in model.get_params():
             raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
         model.set_params(noise="tests")
         if "noise_init" not in (overrides or {}):
@@ -422,7 +421,8 @@ def run_benchmark(
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
 
     ``noise`` ("constant" or "tests") is the observation-noise model every model is asked to
-    fit; a model without the tests-aware option is recorded as failed with that reason.
+    fit (all registry models have the tests-aware option; one without it would be recorded as
+    failed with that reason).
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
@@ -588,7 +588,7 @@ def register(subparsers: Any) -> None:
         choices=["constant", "tests"],
         default="constant",
         help="observation noise for every model: constant s2, or tests-aware "
-        "s2_floor + s2_meas/tests (DBKRegressor-based models; default constant)",
+        "s2_floor + s2_meas/tests (every model; default constant)",
     )
     p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"

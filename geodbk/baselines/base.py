@@ -10,6 +10,13 @@ A subclass supplies the model as an ``nn.Module`` built from JSON-able sizes (so
 can rebuild it before reading the weights) and four functions: the per-datum training loss,
 ``refresh`` (recompute cached posterior quantities after the parameters changed), latent
 prediction and the prior kernel. ``y`` is standardised inside (training mean/sd stored).
+
+Observation noise (issue 9), as ``DBKRegressor``: ``noise="constant"`` (one learned ``s2``) or
+``noise="tests"``, the core's :class:`~geodbk.likelihoods.TestsNoise`
+``s2_i = s2_floor + s2_meas / tests_i^p`` (``p = 1``, or learned with ``noise_power=True``);
+``fit(..., tests=, tests_val=)`` passes the per-row counts to the hooks and
+``predict(..., tests=, quantity=)`` gives ``var = var_f + s2(tests)`` (``quantity="observation"``,
+``tests=None`` meaning a single speed test) or ``var = var_f`` (``quantity="latent"``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
-from geodbk.errors import GeodbkError, ModelFileError
+from geodbk.errors import DataError, GeodbkError, ModelFileError
+from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.validation import as_feature_matrix, as_target_vector
@@ -36,6 +44,9 @@ from geodbk.validation import as_feature_matrix, as_target_vector
 BUNDLE_VERSION = 1
 
 T = TypeVar("T", bound="TorchBaseline")
+
+#: What :meth:`TorchBaseline.predict` can return (as ``DBKRegressor.predict``).
+QUANTITIES = ("observation", "latent")
 
 
 class TrainingDivergedError(GeodbkError):
@@ -49,6 +60,31 @@ class ProblemTooLargeError(GeodbkError, ValueError):
 def gaussian_nll(y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
     """Mean Gaussian NLL: mean(0.5 log(2π var) + (y - mu)² / (2 var)) (the core's, averaged)."""
     return core_gaussian_nll(y, mean, var).mean()
+
+
+def make_noise(noise: str, *, init: float, noise_power: bool = False) -> GaussianNoise | TestsNoise:
+    """The core's noise module: ``GaussianNoise`` (``s2``) or ``TestsNoise``.
+
+    ``noise="tests"``: ``s2_i = s2_floor + s2_meas / tests_i^p`` with ``init`` the variance of a
+    single test (``tests = 1``), ``p = 1`` unless ``noise_power``.
+    """
+    if noise == "tests":
+        return TestsNoise(init=init, learn_power=noise_power)
+    if noise == "constant":
+        return GaussianNoise(init=init)
+    raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
+
+
+def as_tests(tests: Any, name: str, n: int) -> np.ndarray:
+    """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
+    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+    if arr.shape[0] == 1 and n != 1:
+        arr = np.full(n, float(arr[0]))
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
+    if not np.isfinite(arr).all() or (arr < 1).any():
+        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
+    return arr
 
 
 class TorchBaseline:
@@ -70,6 +106,11 @@ class TorchBaseline:
         ``"cpu"``, ``"cuda"`` or ``"auto"``.
     dtype
         ``"float32"`` or ``"float64"``.
+    noise
+        ``"constant"`` (homoscedastic ``s2``) or ``"tests"`` (per-row
+        ``s2_i = s2_floor + s2_meas / tests_i^p``; :meth:`fit` then needs ``tests``).
+    noise_power
+        With ``noise="tests"``: learn the exponent ``p`` of ``tests`` (default ``p = 1``).
     """
 
     #: Registry name of the model (``"cagp"``, ...).
@@ -87,7 +128,13 @@ class TorchBaseline:
         seed: int = 0,
         device: str = "cpu",
         dtype: str = "float32",
+        noise: str = "constant",
+        noise_power: bool = False,
     ) -> None:
+        if noise not in NOISE_MODELS:
+            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
+        self.noise = noise
+        self.noise_power = bool(noise_power)
         self.epochs = int(epochs)
         self.batch_size = int(batch_size)
         self.lr = float(lr)
@@ -114,7 +161,29 @@ class TorchBaseline:
             "seed": self.seed,
             "device": self.device,
             "dtype": self.dtype,
+            "noise": self.noise,
+            "noise_power": self.noise_power,
         }
+
+    def set_params(self: T, **params: Any) -> T:
+        """Set constructor options before :meth:`fit` (scikit-learn convention).
+
+        Every key must be one of :meth:`get_params`; the constructor's attribute of the same
+        name is replaced.
+        """
+        known = self.get_params()
+        for name, value in params.items():
+            if name not in known:
+                raise ValueError(f"unknown option {name!r} for {type(self).__name__}")
+            if name == "noise" and value not in NOISE_MODELS:
+                raise ValueError(f"noise must be one of {NOISE_MODELS}, got {value!r}")
+            setattr(self, name, value)
+        return self
+
+    @property
+    def tests_aware(self) -> bool:
+        """Whether the noise depends on the number of tests (``noise="tests"``)."""
+        return self.noise == "tests"
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         """JSON-able sizes that ``_make_module`` needs (n, d, rank, ...)."""
@@ -127,16 +196,34 @@ class TorchBaseline:
     def _init_module(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
         """Data-dependent initialisation (inducing points, stored training inputs, ...)."""
 
-    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
-        """Per-datum negative objective on a batch (full-batch models: on all the data)."""
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
+        """Per-datum negative objective on a batch (full-batch models: on all the data).
+
+        ``tests``: the batch's test counts (``noise="tests"``), else ``None``.
+        """
         raise NotImplementedError
 
-    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+    def _refresh(
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
+    ) -> None:
         """Recompute cached posterior quantities (buffers) after the parameters changed."""
 
-    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Standardised-units ``(mean, var_f, noise_var)`` for a chunk of inputs."""
+    def _predict_latent(
+        self, module: nn.Module, X: Tensor, tests: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Standardised-units ``(mean, var_f, noise_var)`` for a chunk of inputs.
+
+        ``noise_var = s2(tests)``; ``tests=None`` means a single test for the tests-aware noise.
+        """
         raise NotImplementedError
+
+    def _noise(self, module: nn.Module) -> GaussianNoise | TestsNoise:
+        """The module's observation-noise model (``module.noise`` unless overridden)."""
+        noise = module.noise
+        assert isinstance(noise, GaussianNoise | TestsNoise)
+        return noise
 
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
         """Prior kernel matrix k(A, B) in standardised units."""
@@ -165,11 +252,19 @@ class TorchBaseline:
             raise GeodbkError(f"{type(self).__name__} is not fitted; call fit() or load() first")
         return self.module_
 
-    def _val_nll(self, module: nn.Module, X: Tensor, y: Tensor, chunk_size: int = 8192) -> float:
+    def _val_nll(
+        self,
+        module: nn.Module,
+        X: Tensor,
+        y: Tensor,
+        tests: Tensor | None = None,
+        chunk_size: int = 8192,
+    ) -> float:
         total = 0.0
         with torch.no_grad():
             for start in range(0, X.shape[0], chunk_size):
-                mean, var_f, noise = self._predict_latent(module, X[start : start + chunk_size])
+                tb = None if tests is None else tests[start : start + chunk_size]
+                mean, var_f, noise = self._predict_latent(module, X[start : start + chunk_size], tb)
                 var = var_f.clamp_min(0.0) + noise
                 yb = y[start : start + chunk_size]
                 total += float(gaussian_nll(yb, mean, var)) * yb.shape[0]
@@ -185,13 +280,33 @@ class TorchBaseline:
         *,
         progress: bool = False,
         callback: Callable[[dict[str, Any]], None] | None = None,
+        tests: Any = None,
+        tests_val: Any = None,
     ) -> T:
         """Train on ``(X, y)``; keep the epoch with the best validation NLL when given.
 
         Standardises ``y`` with its training mean/sd, then minimises the model's per-datum
         objective with Adam (mini-batches or full batch). NaN/inf loss raises
         :class:`TrainingDivergedError`.
+
+        Parameters
+        ----------
+        X, y
+            Training inputs (n, d) and targets (n,).
+        X_val, y_val
+            Optional validation data (the kept epoch has the lowest validation NLL).
+        progress
+            Print one line per epoch.
+        callback
+            Called after every epoch with ``{"epoch", "train_loss", "val_nll", "seconds"}``.
+        tests, tests_val
+            Number of speed tests averaged in each training / validation row (``>= 1``): the
+            covariate of ``s2_i = s2_floor + s2_meas / tests_i^p``. Required with
+            ``noise="tests"`` (``tests_val`` too when validation data is given); ignored by
+            the constant noise.
         """
+        if self.noise not in NOISE_MODELS:
+            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {self.noise!r}")
         Xn = as_feature_matrix(X, "X")
         yn = as_target_vector(y, "y", Xn.shape[0])
         self.y_mean_ = float(yn.mean())
@@ -199,13 +314,24 @@ class TorchBaseline:
         torch.manual_seed(self.seed)
         Xt = self._tensor(Xn)
         yt = self._tensor((yn - self.y_mean_) / self.y_sd_)
+        if (X_val is None) != (y_val is None):
+            raise DataError("give both X_val and y_val, or neither")
         have_val = X_val is not None and y_val is not None
+        aware = self.tests_aware
+        if aware and tests is None:
+            raise DataError('noise="tests" needs the number of tests per row: fit(..., tests=...)')
+        Tt = self._tensor(as_tests(tests, "tests", Xn.shape[0])) if aware else None
+        Tv: Tensor | None = None
         if have_val:
             Xv_np = as_feature_matrix(X_val, "X_val")
             Xv = self._tensor(Xv_np)
             yv = self._tensor(
                 (as_target_vector(y_val, "y_val", Xv_np.shape[0]) - self.y_mean_) / self.y_sd_
             )
+            if aware:
+                if tests_val is None:
+                    raise DataError('noise="tests" with validation data needs tests_val=...')
+                Tv = self._tensor(as_tests(tests_val, "tests_val", Xv_np.shape[0]))
         self.sizes_ = self._sizes(Xt, yt)
         module = self._make_module(self.sizes_).to(
             device=self._torch_device, dtype=self._torch_dtype
@@ -225,7 +351,7 @@ class TorchBaseline:
             module.train()
             if self.full_batch:
                 opt.zero_grad(set_to_none=True)
-                loss = self._loss(module, Xt, yt, n)
+                loss = self._loss(module, Xt, yt, n, Tt)
                 if not torch.isfinite(loss):
                     raise TrainingDivergedError(
                         f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
@@ -233,7 +359,7 @@ class TorchBaseline:
                 train_loss = float(loss.detach())
                 # The forward pass cached the posterior at the current parameters: score them
                 # before the step so that the kept state and its score belong together.
-                val_nll = self._val_nll(module, Xv, yv) if have_val else train_loss
+                val_nll = self._val_nll(module, Xv, yv, Tv) if have_val else train_loss
                 score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
                 loss.backward()
                 opt.step()
@@ -243,7 +369,8 @@ class TorchBaseline:
                 for start in range(0, n, self.batch_size):
                     idx = perm[start : start + self.batch_size]
                     opt.zero_grad(set_to_none=True)
-                    loss = self._loss(module, Xt[idx], yt[idx], n)
+                    tb = None if Tt is None else Tt[idx]
+                    loss = self._loss(module, Xt[idx], yt[idx], n, tb)
                     if not torch.isfinite(loss):
                         raise TrainingDivergedError(
                             f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
@@ -254,8 +381,8 @@ class TorchBaseline:
                 train_loss = total / n
                 module.eval()
                 with torch.no_grad():
-                    self._refresh(module, Xt, yt)
-                val_nll = self._val_nll(module, Xv, yv) if have_val else train_loss
+                    self._refresh(module, Xt, yt, Tt)
+                val_nll = self._val_nll(module, Xv, yv, Tv) if have_val else train_loss
                 score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
             if not math.isfinite(val_nll):
                 raise TrainingDivergedError(
@@ -288,20 +415,50 @@ class TorchBaseline:
             module.load_state_dict(best_state)
         module.eval()
         with torch.no_grad():
-            self._refresh(module, Xt, yt)
+            self._refresh(module, Xt, yt, Tt)
         return self
 
-    def predict(self, X: Any, *, chunk_size: int = 8192) -> Prediction:
+    def predict(
+        self,
+        X: Any,
+        *,
+        tests: Any = None,
+        quantity: str = "observation",
+        chunk_size: int = 8192,
+    ) -> Prediction:
         """Predictive distribution at ``X`` in the units of ``y`` (the core's ``Prediction``).
 
-        ``mean = y_mean + y_sd mu(x)``, ``var_f = y_sd² var_f(x)``, ``var = y_sd² (var_f + s2(x))``;
-        at most ``chunk_size`` rows at a time.
+        ``mean = y_mean + y_sd mu(x)``, ``var_f = y_sd² var_f(x)`` and
+
+        - ``quantity="observation"``: ``var = y_sd² (var_f + s2(x, tests))``, a new observation.
+          Tests-aware noise: the tile average of ``tests`` speed tests,
+          ``s2 = s2_floor + s2_meas / tests^p``; ``tests=None`` means **a single speed test**
+          (``tests = 1``). Constant noise: ``s2`` whatever ``tests`` is.
+        - ``quantity="latent"``: ``var = var_f`` (the latent mean ``f(x)``, no noise).
+
+        Parameters
+        ----------
+        X
+            Inputs (n, d).
+        tests
+            Number of tests the predicted value averages: a scalar or (n,) array (>= 1).
+        quantity
+            ``"observation"`` or ``"latent"``.
+        chunk_size
+            At most this many rows are processed at a time.
         """
+        if quantity not in QUANTITIES:
+            raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
         module = self._check_fitted()
         Xn = as_feature_matrix(X, "X")
+        per_row = self.tests_aware and tests is not None
+        if per_row:
+            # The counts ride along as a last input column so that they are chunked with X.
+            Xn = np.column_stack([Xn, as_tests(tests, "tests", Xn.shape[0])])
 
         def fn(xb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            mean, var_f, noise = self._predict_latent(module, xb)
+            xq, tq = (xb[:, :-1], xb[:, -1]) if per_row else (xb, None)
+            mean, var_f, noise = self._predict_latent(module, xq, tq)
             var_f = var_f.clamp_min(0.0)
             return mean, var_f, var_f + noise
 
@@ -309,7 +466,48 @@ class TorchBaseline:
             fn, Xn, chunk_size=chunk_size, device=self._torch_device, dtype=self._torch_dtype
         )
         sd2 = self.y_sd_**2
+        if quantity == "latent":
+            var = var_f
         return Prediction(mean=mean * self.y_sd_ + self.y_mean_, var=var * sd2, var_f=var_f * sd2)
+
+    def noise_variance(self, tests: Any = None, *, n: int | None = None) -> np.ndarray:
+        """Observation-noise variance in y's units, ``y_sd² s2_i``, float64 (n,).
+
+        Constant noise: ``y_sd² s2`` (``tests`` ignored). Tests-aware noise:
+        ``y_sd² (s2_floor + s2_meas / tests^p)``; ``tests=None`` means a single speed test.
+        ``n`` broadcasts a scalar ``tests`` (default: ``len(tests)`` or 1). (SVDBK's test-time
+        correction is not part of it: this is the learned noise model only.)
+        """
+        module = self._check_fitted()
+        if tests is None or not self.tests_aware:
+            size = n if n is not None else (1 if tests is None else int(np.size(tests)))
+            t_np = np.ones(size)
+        else:
+            arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+            t_np = as_tests(arr, "tests", n if n is not None else arr.shape[0])
+        with torch.no_grad():
+            s2 = self._noise(module).variance(self._tensor(t_np) if self.tests_aware else None)
+            out = s2.detach().to("cpu", torch.float64).numpy()
+        return np.broadcast_to(out, t_np.shape).astype(np.float64) * self.y_sd_**2
+
+    def noise_parameters(self) -> dict[str, Any]:
+        """The learned noise in y's units (JSON-ready floats), as ``DBKRegressor``'s.
+
+        ``{"noise": "constant", "s2": ...}`` or ``{"noise": "tests", "s2_floor": ...,
+        "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power`` (the
+        variance floor is folded into ``s2_floor``).
+        """
+        noise = self._noise(self._check_fitted())
+        v = self.y_sd_**2
+        with torch.no_grad():
+            if isinstance(noise, TestsNoise):
+                return {
+                    "noise": "tests",
+                    "s2_floor": v * (noise.floor + float(noise.s2_floor)),
+                    "s2_meas": v * float(noise.s2_meas),
+                    "power": float(noise.power),
+                }
+            return {"noise": "constant", "s2": v * float(noise.variance())}
 
     def kernel(self, X: Any, X_ref: Any, *, in_y_units: bool = False) -> np.ndarray:
         """Prior kernel k(X, X_ref), (n, m) float64; standardised-target units like the core's
@@ -351,8 +549,12 @@ class TorchBaseline:
         return folder
 
     @classmethod
-    def load(cls: type[T], path: str | Path) -> T:
-        """Rebuild an estimator saved with :meth:`save`; ``ModelFileError`` on bad files."""
+    def load(cls: type[T], path: str | Path, *, device: str | None = None) -> T:
+        """Rebuild an estimator saved with :meth:`save`; ``ModelFileError`` on bad files.
+
+        ``device`` replaces the saved device option (default: keep it). Bundles written before
+        the noise option (whose ``noise`` was the initial variance) load as constant noise.
+        """
         tensors, meta = load_bundle(path)
         info = meta.get("baseline")
         if not isinstance(info, dict) or info.get("model") != cls.model_name:
@@ -365,7 +567,12 @@ class TorchBaseline:
                 f"{path}: baseline section version {info.get('version')!r} is not supported (expected {BUNDLE_VERSION})"
             )
         try:
-            est = cls(**info["params"])
+            params = dict(info["params"])
+            if not isinstance(params.get("noise", "constant"), str):
+                params["noise_init"] = params.pop("noise")  # before issue 9: the initial s2
+            if device is not None:
+                params["device"] = device
+            est = cls(**params)
             est.sizes_ = dict(info["sizes"])
             est.y_mean_ = float(meta["standardization"]["y_mean"])
             est.y_sd_ = float(meta["standardization"]["y_std"])

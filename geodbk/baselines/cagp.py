@@ -1,19 +1,23 @@
 """CaGP-Opt: the computation-aware GP with learned block-sparse actions (methods.md §3).
 
-Kernel: Matérn-3/2 ARD + Gaussian noise s2, K_hat = K + s2 I. Inference uses i actions
+Kernel: Matérn-3/2 ARD + Gaussian noise, K_hat = K + D with D = s2 I (constant noise) or
+D = diag(s2_j), s2_j = s2_floor + s2_meas / tests_j^p (``noise="tests"``). Inference uses i actions
 S (n × i); column j is nonzero only on its contiguous block of B = ceil(n / i) rows. The rows
 are put in **Morton (Z-order) order of the inputs** (:func:`geodbk.baselines.kernels.morton_order`,
 stable, so the order is deterministic) before the blocks are cut, which makes each block a
 spatially compact cluster of tiles. When n is not a multiple of i the last rows are padded with
 zero-weight rows.
 
-With G = S'K_hat S, v = G^{-1} S'y and C = S G^{-1} S':
+With G = S'K_hat S = S'KS + S'DS, v = G^{-1} S'y and C = S G^{-1} S':
 
 * mean mu(x) = K(x, X) C y = (K(x, X) S) v
-* latent variance var_f(x) = k(x, x) - K(x, X) C K(X, x); predictive variance adds s2
-* loss (negative CaGP-ELBO, divided by n):
-  1/2 [ (||y - mu(X)||² + Σ_j var_f(x_j)) / s2 + (n - i) log s2 + n log 2π + v'S'KSv
-  - tr(G^{-1} S'KS) + logdet G - logdet S'S ]
+* latent variance var_f(x) = k(x, x) - K(x, X) C K(X, x); predictive variance adds s2(x)
+  (s2(tests) at the query for the tests-aware noise)
+* loss (negative CaGP-ELBO -E_q[log p(y|f)] + KL(q(f) || p(f)), divided by n):
+  1/2 [ Σ_j ((y_j - mu(x_j))² + var_f(x_j)) / s2_j + Σ_j log s2_j + n log 2π + v'S'KSv
+  - tr(G^{-1} S'KS) + logdet G - logdet S'DS ]
+  where S'DS is diagonal (disjoint blocks), (S'DS)_kk = Σ_b w_kb² s2_kb; with D = s2 I the
+  noise terms reduce to (||y - mu||² + Σ_j var_f(x_j)) / s2 + (n - i) log s2 - logdet S'S.
 
 Everything needs only KS (n × i): it is built in row chunks ``K[chunk, :] S`` with
 ``torch.utils.checkpoint`` so that the chunk's n-wide kernel rows are recomputed in the backward
@@ -32,9 +36,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from geodbk.baselines.base import TorchBaseline
+from geodbk.baselines.base import TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, matern32_ard, morton_order, psd_cholesky, tri_solve
-from geodbk.likelihoods import GaussianNoise
 
 
 class CaGPModule(nn.Module):
@@ -46,7 +49,16 @@ class CaGPModule(nn.Module):
     chol_G: Tensor
 
     def __init__(
-        self, n: int, d: int, n_actions: int, block: int, *, lengthscale: float, noise: float
+        self,
+        n: int,
+        d: int,
+        n_actions: int,
+        block: int,
+        *,
+        lengthscale: float,
+        noise_init: float,
+        noise: str = "constant",
+        noise_power: bool = False,
     ):
         super().__init__()
         self.n, self.d, self.i, self.block = n, d, n_actions, block
@@ -56,7 +68,7 @@ class CaGPModule(nn.Module):
         self.actions = nn.Parameter(torch.ones(n_actions, block) / math.sqrt(block))
         self.lengthscale = Positive(lengthscale, shape=(d,))
         self.outputscale = Positive(1.0)
-        self.noise = GaussianNoise(init=noise)
+        self.noise = make_noise(noise, init=noise_init, noise_power=noise_power)
         self.mean_const = nn.Parameter(torch.zeros(()))
         # Cached posterior at the current parameters: v = G^{-1} S'(y - c), chol(G).
         self.register_buffer("v", torch.zeros(n_actions))
@@ -117,12 +129,21 @@ def _chunk_rows(n_pad: int, budget: int) -> int:
 
 
 def cagp_terms(
-    module: CaGPModule, y_pad: Tensor, *, chunk_elems: int, grad: bool
+    module: CaGPModule,
+    y_pad: Tensor,
+    *,
+    chunk_elems: int,
+    grad: bool,
+    tests_pad: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """All quantities of the CaGP loss from KS (see the module docstring)."""
+    """All quantities of the CaGP loss from KS (see the module docstring).
+
+    ``tests_pad``: the training rows' test counts in the Morton, padded row order of ``y_pad``
+    (``noise="tests"``: D = diag(s2(tests))); ``None`` for the constant noise (D = s2 I).
+    """
     n, i, B = module.n, module.i, module.block
     w = module.weights()
-    s2 = module.noise()
+    s2 = module.noise(tests_pad)
     KS = module.kernel_times_actions(
         module.X[:n], chunk_rows=_chunk_rows(i * B, chunk_elems), grad=grad
     )
@@ -130,7 +151,10 @@ def cagp_terms(
     StKS = torch.einsum("jb,jbk->jk", w, KS_pad)
     StKS = 0.5 * (StKS + StKS.T)
     StS = w.pow(2).sum(-1)  # S'S is diagonal: blocks are disjoint
-    G = StKS + s2 * torch.diag_embed(StS)
+    hetero = s2.ndim > 0
+    # S'DS, diagonal as well: Σ_b w_kb² s2_kb (padding rows have w = 0).
+    StDS = (w.pow(2) * s2.view(i, B)).sum(-1) if hetero else s2 * StS
+    G = StKS + torch.diag_embed(StDS)
     L = psd_cholesky(G, jitter=1e-8)
     r = y_pad - module.mean_const
     r = r * module.mask.reshape(-1)
@@ -138,21 +162,33 @@ def cagp_terms(
     v = torch.cholesky_solve(Sty.unsqueeze(-1), L).squeeze(-1)
     mu = KS @ v
     A = tri_solve(L, KS.T)  # L^{-1} (KS)', (i, n)
-    sum_var = n * module.outputscale() - A.pow(2).sum()
     quad = v @ StKS @ v
     trace = torch.diagonal(torch.cholesky_solve(StKS, L)).sum()
     logdet_G = 2.0 * torch.log(torch.diagonal(L)).sum()
-    logdet_StS = torch.log(StS).sum()
-    resid = (r[:n] - mu).pow(2).sum()
-    loss = 0.5 * (
-        (resid + sum_var) / s2
-        + (n - i) * torch.log(s2)
-        + n * math.log(2.0 * math.pi)
-        + quad
-        - trace
-        + logdet_G
-        - logdet_StS
-    )
+    if hetero:
+        s2n = s2[:n]
+        var_f = module.outputscale() - A.pow(2).sum(0)
+        loss = 0.5 * (
+            (((r[:n] - mu).pow(2) + var_f) / s2n).sum()
+            + torch.log(s2n).sum()
+            + n * math.log(2.0 * math.pi)
+            + quad
+            - trace
+            + logdet_G
+            - torch.log(StDS).sum()  # logdet S'DS
+        )
+    else:
+        sum_var = n * module.outputscale() - A.pow(2).sum()
+        resid = (r[:n] - mu).pow(2).sum()
+        loss = 0.5 * (
+            (resid + sum_var) / s2
+            + (n - i) * torch.log(s2)
+            + n * math.log(2.0 * math.pi)
+            + quad
+            - trace
+            + logdet_G
+            - torch.log(StS).sum()  # logdet S'S
+        )
     return {"loss": loss / n, "v": v, "chol_G": L, "KS": KS, "mu": mu}
 
 
@@ -165,10 +201,13 @@ class CaGPRegressor(TorchBaseline):
         Number of actions i (capped at n). Seed default 512.
     chunk_elems
         Kernel entries held at once when forming K S (memory O(n·i + chunk_elems)).
-    lengthscale, noise
-        Initial Matérn lengthscale (all dimensions) and noise variance (standardised units).
+    lengthscale, noise_init
+        Initial Matérn lengthscale (all dimensions) and noise variance (of a single test for
+        ``noise="tests"``; standardised units).
     **kwargs
-        ``epochs``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype`` (see ``TorchBaseline``).
+        ``epochs``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``, ``noise``
+        (``"constant"`` or ``"tests"``: D = diag(s2_j) in K_hat = K + D) and ``noise_power``
+        (see ``TorchBaseline``).
     """
 
     model_name = "cagp"
@@ -180,23 +219,23 @@ class CaGPRegressor(TorchBaseline):
         n_actions: int = 512,
         chunk_elems: int = 2**22,
         lengthscale: float = 0.3,
-        noise: float = 0.5,
+        noise_init: float = 0.5,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("lr", 0.05)  # full batch: one step per epoch
         super().__init__(**kwargs)
         self.n_actions = int(n_actions)
         self.chunk_elems = int(chunk_elems)
-        self.init_lengthscale = float(lengthscale)
-        self.init_noise = float(noise)
+        self.lengthscale = float(lengthscale)
+        self.noise_init = float(noise_init)
 
     def get_params(self) -> dict[str, Any]:
         return {
             **super().get_params(),
             "n_actions": self.n_actions,
             "chunk_elems": self.chunk_elems,
-            "lengthscale": self.init_lengthscale,
-            "noise": self.init_noise,
+            "lengthscale": self.lengthscale,
+            "noise_init": self.noise_init,
         }
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
@@ -211,12 +250,15 @@ class CaGPRegressor(TorchBaseline):
             sizes["d"],
             sizes["n_actions"],
             sizes["block"],
-            lengthscale=self.init_lengthscale,
-            noise=self.init_noise,
+            lengthscale=self.lengthscale,
+            noise_init=self.noise_init,
+            noise=self.noise,
+            noise_power=self.noise_power,
         )
 
     def _order_and_pad(self, module: CaGPModule, X: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         order = torch.as_tensor(morton_order(X.detach().cpu().numpy()), device=X.device)
+        self._order = order
         n_pad = module.i * module.block
         Xs, ys = X[order], y[order]
         pad = n_pad - X.shape[0]
@@ -239,20 +281,46 @@ class CaGPRegressor(TorchBaseline):
         module.mean_const.fill_(float(y.mean()))
         self._y_pad = ys
 
-    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+    def _tests_pad(self, module: CaGPModule, tests: Tensor | None) -> Tensor | None:
+        """The training rows' test counts in the Morton, padded order (padding rows: 1)."""
+        if tests is None:
+            return None
+        t = tests[self._order]
+        pad = module.i * module.block - t.shape[0]
+        return torch.cat([t, t.new_ones(pad)]) if pad else t
+
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
         assert isinstance(module, CaGPModule)
-        terms = cagp_terms(module, self._y_pad, chunk_elems=self.chunk_elems, grad=True)
+        terms = cagp_terms(
+            module,
+            self._y_pad,
+            chunk_elems=self.chunk_elems,
+            grad=True,
+            tests_pad=self._tests_pad(module, tests),
+        )
         module.v.copy_(terms["v"].detach())
         module.chol_G.copy_(terms["chol_G"].detach())
         return terms["loss"]
 
-    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+    def _refresh(
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
+    ) -> None:
         assert isinstance(module, CaGPModule)
-        terms = cagp_terms(module, self._y_pad, chunk_elems=self.chunk_elems, grad=False)
+        terms = cagp_terms(
+            module,
+            self._y_pad,
+            chunk_elems=self.chunk_elems,
+            grad=False,
+            tests_pad=self._tests_pad(module, tests),
+        )
         module.v.copy_(terms["v"])
         module.chol_G.copy_(terms["chol_G"])
 
-    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _predict_latent(
+        self, module: nn.Module, X: Tensor, tests: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         assert isinstance(module, CaGPModule)
         KsS = module.kernel_times_actions(
             X, chunk_rows=_chunk_rows(module.X.shape[0], self.chunk_elems), grad=False
@@ -260,7 +328,7 @@ class CaGPRegressor(TorchBaseline):
         mean = KsS @ module.v + module.mean_const
         A = tri_solve(module.chol_G, KsS.T)
         var_f = module.outputscale() - A.pow(2).sum(0)
-        return mean, var_f, module.noise().expand_as(mean)
+        return mean, var_f, module.noise(tests).expand_as(mean)
 
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
         assert isinstance(module, CaGPModule)

@@ -1,9 +1,11 @@
 """Exact GP with an RBF-ARD kernel, constant mean and Gaussian noise (small n only).
 
-With K_hat = K + s2 I = L L' and r = y - c:
+With K_hat = K + D = L L', D = s2 I (constant noise) or D = diag(s2_i),
+s2_i = s2_floor + s2_meas / tests_i^p (``noise="tests"``, heteroscedastic), and r = y - c:
 
 * log p(y) = -1/2 r'K_hat^{-1} r - Σ log diag L - n/2 log 2π; loss = -log p(y) / n
-* mean(x) = c + k(x, X) K_hat^{-1} r; var_f(x) = k(x, x) - ||L^{-1} k(X, x)||²; var = var_f + s2
+* mean(x) = c + k(x, X) K_hat^{-1} r; var_f(x) = k(x, x) - ||L^{-1} k(X, x)||²;
+  var = var_f + s2(x) (s2(tests) at the query for the tests-aware noise)
 
 O(n³) time and O(n²) memory per step (full batch, Adam), so the estimator refuses data sets
 above ``max_n`` rows with :class:`~geodbk.baselines.base.ProblemTooLargeError` before any work.
@@ -17,9 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from geodbk.baselines.base import ProblemTooLargeError, TorchBaseline
+from geodbk.baselines.base import ProblemTooLargeError, TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, psd_cholesky, rbf_ard, tri_solve
-from geodbk.likelihoods import GaussianNoise
 
 
 class ExactRBFModule(nn.Module):
@@ -29,12 +30,21 @@ class ExactRBFModule(nn.Module):
     alpha: Tensor
     chol: Tensor
 
-    def __init__(self, n: int, d: int, *, lengthscale: float, noise: float):
+    def __init__(
+        self,
+        n: int,
+        d: int,
+        *,
+        lengthscale: float,
+        noise_init: float,
+        noise: str = "constant",
+        noise_power: bool = False,
+    ):
         super().__init__()
         self.register_buffer("X", torch.zeros(n, d))
         self.lengthscale = Positive(lengthscale, shape=(d,))
         self.outputscale = Positive(1.0)
-        self.noise = GaussianNoise(init=noise)
+        self.noise = make_noise(noise, init=noise_init, noise_power=noise_power)
         self.mean_const = nn.Parameter(torch.zeros(()))
         self.register_buffer("alpha", torch.zeros(n))
         self.register_buffer("chol", torch.eye(n))
@@ -51,32 +61,39 @@ class ExactRBFRegressor(TorchBaseline):
     ----------
     max_n
         Largest training set accepted (default 5000: one step is an n×n Cholesky).
-    lengthscale, noise
-        Initial lengthscale and noise variance (standardised units).
+    lengthscale, noise_init
+        Initial lengthscale and noise variance (of a single test for ``noise="tests"``;
+        standardised units).
     **kwargs
         ``epochs`` (optimiser steps), ``lr``, ``patience``, ``seed``, ``device``, ``dtype``
-        (default float64).
+        (default float64), ``noise`` (``"constant"`` or ``"tests"``: D = diag(s2_i)) and
+        ``noise_power`` (see ``TorchBaseline``).
     """
 
     model_name = "exact-rbf"
     full_batch = True
 
     def __init__(
-        self, *, max_n: int = 5000, lengthscale: float = 0.3, noise: float = 0.5, **kwargs: Any
+        self,
+        *,
+        max_n: int = 5000,
+        lengthscale: float = 0.3,
+        noise_init: float = 0.5,
+        **kwargs: Any,
     ):
         kwargs.setdefault("lr", 0.05)
         kwargs.setdefault("dtype", "float64")
         super().__init__(**kwargs)
         self.max_n = int(max_n)
-        self.init_lengthscale = float(lengthscale)
-        self.init_noise = float(noise)
+        self.lengthscale = float(lengthscale)
+        self.noise_init = float(noise_init)
 
     def get_params(self) -> dict[str, Any]:
         return {
             **super().get_params(),
             "max_n": self.max_n,
-            "lengthscale": self.init_lengthscale,
-            "noise": self.init_noise,
+            "lengthscale": self.lengthscale,
+            "noise_init": self.noise_init,
         }
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
@@ -91,7 +108,12 @@ class ExactRBFRegressor(TorchBaseline):
 
     def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
         return ExactRBFModule(
-            sizes["n"], sizes["d"], lengthscale=self.init_lengthscale, noise=self.init_noise
+            sizes["n"],
+            sizes["d"],
+            lengthscale=self.lengthscale,
+            noise_init=self.noise_init,
+            noise=self.noise,
+            noise_power=self.noise_power,
         )
 
     def _init_module(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
@@ -99,19 +121,23 @@ class ExactRBFRegressor(TorchBaseline):
         module.X.copy_(X)
         module.mean_const.fill_(float(y.mean()))
 
-    def _solve(self, module: ExactRBFModule, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _solve(
+        self, module: ExactRBFModule, y: Tensor, tests: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """L = chol(K + D), r = y - c, alpha = (K + D)^{-1} r with D = diag(s2(tests))."""
         n = module.X.shape[0]
-        Khat = module.k(module.X, module.X) + module.noise() * torch.eye(
-            n, dtype=y.dtype, device=y.device
-        )
+        s2 = module.noise(tests)
+        Khat = module.k(module.X, module.X) + torch.diag_embed(s2.expand(n))
         L = psd_cholesky(Khat, jitter=1e-10)
         r = y - module.mean_const
         alpha = torch.cholesky_solve(r.unsqueeze(-1), L).squeeze(-1)
         return L, r, alpha
 
-    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
         assert isinstance(module, ExactRBFModule)
-        L, r, alpha = self._solve(module, y)
+        L, r, alpha = self._solve(module, y, tests)
         module.chol.copy_(L.detach())
         module.alpha.copy_(alpha.detach())
         n = y.shape[0]
@@ -122,18 +148,22 @@ class ExactRBFRegressor(TorchBaseline):
         )
         return nll / n
 
-    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
+    def _refresh(
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
+    ) -> None:
         assert isinstance(module, ExactRBFModule)
-        L, _, alpha = self._solve(module, y)
+        L, _, alpha = self._solve(module, y, tests)
         module.chol.copy_(L)
         module.alpha.copy_(alpha)
 
-    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _predict_latent(
+        self, module: nn.Module, X: Tensor, tests: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         assert isinstance(module, ExactRBFModule)
         Kxs = module.k(module.X, X)
         mean = Kxs.T @ module.alpha + module.mean_const
         var_f = module.outputscale() - tri_solve(module.chol, Kxs).pow(2).sum(0)
-        return mean, var_f, module.noise().expand_as(mean)
+        return mean, var_f, module.noise(tests).expand_as(mean)
 
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
         assert isinstance(module, ExactRBFModule)

@@ -2,7 +2,10 @@
 
 Every constructor returns an estimator with the ``DBKRegressor`` contract (fit / predict →
 ``Prediction`` / kernel / save / load). ``build_model(name, ...)`` applies the shared budget;
-per-model options can be overridden with ``overrides``.
+per-model options can be overridden with ``overrides``. Every model takes
+``noise="constant"|"tests"`` (tests-aware s2_i = s2_floor + s2_meas / tests_i^p, issue 9) with
+``fit(..., tests=, tests_val=)`` and ``predict(..., tests=, quantity=)``, e.g.
+``build_model("cagp", ..., overrides={"noise": "tests"})``.
 
 =============  ==============================================================================
 name           model

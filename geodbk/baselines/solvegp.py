@@ -8,8 +8,10 @@ whitened variational factors q(u~) = N(m_u, S_u), q(v~) = N(m_v, S_v) (u = Luu u
 * mean(x) = a(x)'m_u + b(x)'m_v   [= k(x,Z) Kuu^{-1} m_u + c(x,O) Cvv^{-1} m_v unwhitened]
 * var_f(x) = a(x)'S_u a(x) + c(x, x) + b(x)'(S_v - I) b(x)
   [= k(x,Z)Kuu^{-1}S_uKuu^{-1}k(Z,x) + c(x,x) + c(x,O)Cvv^{-1}(S_v - Cvv)Cvv^{-1}c(O,x)]
-* ELBO = Σ_i [log N(y_i; mean_i, s2) - var_f,i / (2 s2)] - KL(q(u~)||N(0,I)) - KL(q(v~)||N(0,I));
-  mini-batch estimate (n/b) Σ_B; the loss is -ELBO / n.
+* ELBO = Σ_i [log N(y_i; mean_i, s2_i) - var_f,i / (2 s2_i)] - KL(q(u~)||N(0,I))
+  - KL(q(v~)||N(0,I)) with s2_i = s2 (constant noise) or s2_i = s2_floor + s2_meas / tests_i^p
+  (``noise="tests"``); mini-batch estimate (n/b) Σ_B; the loss is -ELBO / n.
+* predictive var = var_f(x) + s2(x) (s2(tests) at the query for the tests-aware noise).
 
 Each step costs O(M³ + M2³ + b (M + M2)² ) for the two Cholesky factors and solves.
 """
@@ -22,9 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from geodbk.baselines.base import TorchBaseline
+from geodbk.baselines.base import TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, matern32_ard, psd_cholesky, tri_solve
-from geodbk.likelihoods import GaussianNoise
 from geodbk.objectives import gaussian_kl_standard, gaussian_nll
 from geodbk.variational import VariationalWeights
 
@@ -32,7 +33,17 @@ from geodbk.variational import VariationalWeights
 class SolveGPModule(nn.Module):
     """Parameters of SOLVE-GP: Z, O, whitened q(u~), q(v~), kernel, noise, constant mean."""
 
-    def __init__(self, d: int, m_u: int, m_v: int, *, lengthscale: float, noise: float):
+    def __init__(
+        self,
+        d: int,
+        m_u: int,
+        m_v: int,
+        *,
+        lengthscale: float,
+        noise_init: float,
+        noise: str = "constant",
+        noise_power: bool = False,
+    ):
         super().__init__()
         self.Z = nn.Parameter(torch.zeros(m_u, d))
         self.O = nn.Parameter(torch.zeros(m_v, d))
@@ -41,7 +52,7 @@ class SolveGPModule(nn.Module):
         self.q_v = VariationalWeights(m_v)
         self.lengthscale = Positive(lengthscale, shape=(d,))
         self.outputscale = Positive(1.0)
-        self.noise = GaussianNoise(init=noise)
+        self.noise = make_noise(noise, init=noise_init, noise_power=noise_power)
         self.mean_const = nn.Parameter(torch.zeros(()))
 
     def k(self, A: Tensor, B: Tensor) -> Tensor:
@@ -94,10 +105,15 @@ class SolveGPModule(nn.Module):
         return kl_u + gaussian_kl_standard(self.q_v.mean, self.q_v.scale_tril())
 
 
-def solvegp_loss(module: SolveGPModule, X: Tensor, y: Tensor, n_total: int) -> Tensor:
-    """-ELBO / n: mean_B[-log N(y; mean, s2) + var_f / (2 s2)] + KL / n."""
+def solvegp_loss(
+    module: SolveGPModule, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+) -> Tensor:
+    """-ELBO / n: mean_B[-log N(y_i; mean_i, s2_i) + var_f,i / (2 s2_i)] + KL / n.
+
+    ``s2_i = s2(tests_i)`` for the tests-aware noise, the constant ``s2`` otherwise.
+    """
     mean, var_f = module.latent(X)
-    s2 = module.noise()
+    s2 = module.noise(tests)
     return (gaussian_nll(y, mean, s2) + var_f / (2.0 * s2)).mean() + module.kl() / n_total
 
 
@@ -109,10 +125,13 @@ class SolveGPRegressor(TorchBaseline):
     num_inducing, num_orthogonal
         M and M2 (seed default 1024 each; capped at n). Z and O start at two disjoint random
         subsets of the training inputs (seeded).
-    lengthscale, noise
-        Initial Matérn lengthscale and noise variance (standardised units).
+    lengthscale, noise_init
+        Initial Matérn lengthscale and noise variance (of a single test for ``noise="tests"``;
+        standardised units).
     **kwargs
-        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``.
+        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``,
+        ``noise`` (``"constant"`` or ``"tests"``: s2_i in the ELBO's data term) and
+        ``noise_power`` (see ``TorchBaseline``).
     """
 
     model_name = "solve-gp"
@@ -123,23 +142,23 @@ class SolveGPRegressor(TorchBaseline):
         num_inducing: int = 1024,
         num_orthogonal: int = 1024,
         lengthscale: float = 0.3,
-        noise: float = 0.5,
+        noise_init: float = 0.5,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("lr", 0.01)
         super().__init__(**kwargs)
         self.num_inducing = int(num_inducing)
         self.num_orthogonal = int(num_orthogonal)
-        self.init_lengthscale = float(lengthscale)
-        self.init_noise = float(noise)
+        self.lengthscale = float(lengthscale)
+        self.noise_init = float(noise_init)
 
     def get_params(self) -> dict[str, Any]:
         return {
             **super().get_params(),
             "num_inducing": self.num_inducing,
             "num_orthogonal": self.num_orthogonal,
-            "lengthscale": self.init_lengthscale,
-            "noise": self.init_noise,
+            "lengthscale": self.lengthscale,
+            "noise_init": self.noise_init,
         }
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
@@ -153,8 +172,10 @@ class SolveGPRegressor(TorchBaseline):
             sizes["d"],
             sizes["m_u"],
             sizes["m_v"],
-            lengthscale=self.init_lengthscale,
-            noise=self.init_noise,
+            lengthscale=self.lengthscale,
+            noise_init=self.noise_init,
+            noise=self.noise,
+            noise_power=self.noise_power,
         )
 
     def _init_module(self, module: nn.Module, X: Tensor, y: Tensor) -> None:
@@ -177,14 +198,18 @@ class SolveGPRegressor(TorchBaseline):
             )
         module.mean_const.fill_(float(y.mean()))
 
-    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
         assert isinstance(module, SolveGPModule)
-        return solvegp_loss(module, X, y, n_total)
+        return solvegp_loss(module, X, y, n_total, tests)
 
-    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _predict_latent(
+        self, module: nn.Module, X: Tensor, tests: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         assert isinstance(module, SolveGPModule)
         mean, var_f = module.latent(X)
-        return mean, var_f, module.noise().expand_as(mean)
+        return mean, var_f, module.noise(tests).expand_as(mean)
 
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
         assert isinstance(module, SolveGPModule)

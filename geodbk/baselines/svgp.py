@@ -3,8 +3,9 @@
 All of them share the core's basis, q(w) = N(m, LL'), noise, objectives, training loop and
 bundles; they differ only in the backbone, the basis and the objective. SV-RBF, SV-DKL, PP-DKL
 and VBLL are ``DBKRegressor``s, so they take the same ``noise="constant"|"tests"`` option
-(``fit(..., tests=...)``, ``predict(..., tests=..., quantity=...)``) as DBK (issue 9); SVDBK
-keeps a constant ``s2``:
+(``fit(..., tests=...)``, ``predict(..., tests=..., quantity=...)``) as DBK (issue 9); SVDBK, a
+``TorchBaseline``, has the same option through the base class (s2_i = s2_floor +
+s2_meas / tests_i^p in place of s2 below):
 
 * **SV-RBF** — SVGP on the raw inputs: identity backbone, whitened RBF-ARD inducing-point basis
   phi(x) = chol(Kzz + jI)^{-1} k_Z(x) (Z uniform in [-1,1]^d, l = sqrt(d)), ELBO with the
@@ -16,9 +17,9 @@ keeps a constant ``s2``:
   correction (β = 1, GPyTorch's ``PredictiveLogLikelihood`` default).
 * **VBLL** — the ELBO on the SiLU basis, no correction.
 * **SVDBK** — the companion paper's DBK (§2): ELBO data term (KL weight 1) plus the trace term
-  (1/(2 s2)) mean_B(max_B ||phi||² - ||phi_i||²) (weight 1), no correction in training; at test
-  time heteroscedastic noise s2_hat(x) = s2 + max(0, max_train ||phi||² - ||phi(x)||²) and
-  predictive var = ||L'phi*||² + s2_hat(x*).
+  mean_B((max_B ||phi||² - ||phi_i||²) / (2 s2_i)) (weight 1), no correction in training; at
+  test time heteroscedastic noise s2_hat(x) = s2(x) + max(0, max_train ||phi||² - ||phi(x)||²)
+  and predictive var = ||L'phi*||² + s2_hat(x*) (``quantity="latent"``: ||L'phi*||² only).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from geodbk.baselines.base import TorchBaseline
 from geodbk.bases import RBFInducingBasis
 from geodbk.estimator import DBKRegressor
+from geodbk.likelihoods import GaussianNoise, TestsNoise
 from geodbk.model import DBKModel
 from geodbk.objectives import elbo_loss, gaussian_kl_standard
 
@@ -101,7 +103,16 @@ class SVDBKModule(nn.Module):
     max_phi_sq: Tensor
 
     def __init__(
-        self, d: int, *, rank: int, hidden: int, jitter: float, noise_init: float, seed: int
+        self,
+        d: int,
+        *,
+        rank: int,
+        hidden: int,
+        jitter: float,
+        noise_init: float,
+        seed: int,
+        noise: str = "constant",
+        noise_power: bool = False,
     ):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
@@ -112,18 +123,23 @@ class SVDBKModule(nn.Module):
             hidden=hidden,
             jitter=jitter,
             noise_init=noise_init,
+            noise=noise,
+            noise_power=noise_power,
             generator=gen,
         )
         self.register_buffer("max_phi_sq", torch.zeros(()))
 
 
-def svdbk_loss(module: SVDBKModule, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+def svdbk_loss(
+    module: SVDBKModule, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+) -> Tensor:
     """Per-datum SVDBK loss (methods §2 divided by n).
 
-    mean_B[-log N(y; mu, s2) + ||L'phi||² / (2 s2)] + KL / n + mean_B[(max_B ||phi||² - ||phi||²) / (2 s2)].
+    mean_B[-log N(y_i; mu_i, s2_i) + ||L'phi_i||² / (2 s2_i)] + KL / n
+    + mean_B[(max_B ||phi||² - ||phi_i||²) / (2 s2_i)], s2_i = s2 or s2(tests_i).
     """
     out = module.dbk(X)
-    s2 = module.dbk.noise_var()
+    s2 = module.dbk.noise_var(tests)
     q = module.dbk.q
     kl = gaussian_kl_standard(q.mean, q.scale_tril())
     trace = ((out.phi_sq.max() - out.phi_sq) / (2.0 * s2)).mean()
@@ -140,7 +156,8 @@ class SVDBKRegressor(TorchBaseline):
     weight_decay
         AdamW weight decay on the backbone only (as the core's loop).
     **kwargs
-        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``.
+        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``,
+        ``noise`` (``"constant"`` or ``"tests"``) and ``noise_power`` (see ``TorchBaseline``).
     """
 
     model_name = "svdbk"
@@ -186,6 +203,8 @@ class SVDBKRegressor(TorchBaseline):
                 jitter=self.jitter,
                 noise_init=self.noise_init,
                 seed=self.seed,
+                noise=self.noise,
+                noise_power=self.noise_power,
             )
 
     def _optimizer(self, module: nn.Module) -> torch.optim.Optimizer:
@@ -196,11 +215,24 @@ class SVDBKRegressor(TorchBaseline):
         ]
         return torch.optim.AdamW(groups, lr=self.lr)
 
-    def _loss(self, module: nn.Module, X: Tensor, y: Tensor, n_total: int) -> Tensor:
+    def _noise(self, module: nn.Module) -> GaussianNoise | TestsNoise:
         assert isinstance(module, SVDBKModule)
-        return svdbk_loss(module, X, y, n_total)
+        return module.dbk.noise
 
-    def _refresh(self, module: nn.Module, X: Tensor, y: Tensor, chunk_size: int = 65536) -> None:
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
+        assert isinstance(module, SVDBKModule)
+        return svdbk_loss(module, X, y, n_total, tests)
+
+    def _refresh(
+        self,
+        module: nn.Module,
+        X: Tensor,
+        y: Tensor,
+        tests: Tensor | None = None,
+        chunk_size: int = 65536,
+    ) -> None:
         assert isinstance(module, SVDBKModule)
         best = torch.zeros((), dtype=X.dtype, device=X.device)
         for start in range(0, X.shape[0], chunk_size):
@@ -208,10 +240,12 @@ class SVDBKRegressor(TorchBaseline):
             best = torch.maximum(best, phi.pow(2).sum(-1).max())
         module.max_phi_sq.copy_(best)
 
-    def _predict_latent(self, module: nn.Module, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _predict_latent(
+        self, module: nn.Module, X: Tensor, tests: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         assert isinstance(module, SVDBKModule)
         out = module.dbk(X)
-        noise = module.dbk.noise_var() + (module.max_phi_sq - out.phi_sq).clamp_min(0.0)
+        noise = module.dbk.noise_var(tests) + (module.max_phi_sq - out.phi_sq).clamp_min(0.0)
         return out.mean, out.var_f, noise
 
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:

@@ -1,13 +1,28 @@
-"""Baselines on the core's DBKRegressor path take the tests-aware noise (issue 9)."""
+"""Every baseline takes the tests-aware noise s2_i = s2_floor + s2_meas / tests_i^p (issue 9).
+
+SV-RBF, SV-DKL, PP-DKL and VBLL through the core's DBKRegressor; SVDBK, exact RBF, CaGP,
+SOLVE-GP and SoftKI through ``TorchBaseline`` (dense formulas: ``test_dense_formulas.py``).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
+from baseline_helpers import field, region
 
+from geodbk.baselines.base import TorchBaseline
+from geodbk.baselines.registry import build_model
+from geodbk.baselines.softki import SoftKIRegressor
 from geodbk.baselines.svgp import SVRBFRegressor, pp_dkl, sv_dkl, vbll
+from geodbk.errors import DataError
+from geodbk.likelihoods import inverse_softplus
+
+TORCH_BASELINES = ("exact-rbf", "cagp", "solve-gp", "softki", "svdbk")
 
 
 def _data(n: int = 200, seed: int = 0):
@@ -31,3 +46,152 @@ def test_dbk_path_baselines_accept_tests_noise(make, tmp_path: Path) -> None:
     model.save(tmp_path / "m")
     back = type(model).load(tmp_path / "m", device="cpu")
     np.testing.assert_allclose(back.predict(x[:5], tests=3).var, model.predict(x[:5], tests=3).var)
+
+
+def _build(name: str, **overrides: Any) -> TorchBaseline:
+    model = build_model(
+        name, epochs=2, batch_size=32, seed=0, rank=6, hidden=8, overrides=overrides
+    )
+    assert isinstance(model, TorchBaseline)
+    return model
+
+
+@pytest.mark.parametrize("name", TORCH_BASELINES)
+def test_torch_baselines_tests_noise_contract(name: str, tmp_path: Path) -> None:
+    """fit(tests=, tests_val=), predict(tests=, quantity=), noise_*(), save/load round trip."""
+    x, y, tests = _data(n=80)
+    model = _build(name, noise="tests")
+    with pytest.raises(DataError, match="tests"):
+        model.fit(x, y)
+    with pytest.raises(DataError, match="tests_val"):
+        model.fit(x, y, x[:20], y[:20], tests=tests)
+    model.fit(x, y, x[:20], y[:20], tests=tests, tests_val=tests[:20])
+    params = model.noise_parameters()
+    assert params["noise"] == "tests" and params["s2_meas"] > 0 and params["power"] == 1.0
+    one = model.predict(x[:5])
+    many = model.predict(x[:5], tests=20)
+    latent = model.predict(x[:5], quantity="latent")
+    assert np.all(latent.var < many.var) and np.all(many.var < one.var)
+    np.testing.assert_allclose(latent.var, one.var_f)
+    np.testing.assert_allclose(one.mean, many.mean)
+    # var - var_f is the noise s2(tests) (SVDBK adds its test-time correction on top)
+    s2 = model.noise_variance(np.full(5, 20.0))
+    assert s2 == pytest.approx(params["s2_floor"] + params["s2_meas"] / 20, rel=1e-5)
+    if name != "svdbk":
+        np.testing.assert_allclose(many.var - many.var_f, s2, rtol=1e-5)
+    with pytest.raises(ValueError, match="quantity"):
+        model.predict(x[:5], quantity="mean")
+    with pytest.raises(DataError, match=">= 1"):
+        model.predict(x[:5], tests=0)
+    folder = model.save(tmp_path / name)
+    back = type(model).load(folder, device="cpu")
+    assert back.noise == "tests"
+    np.testing.assert_allclose(
+        back.predict(x[:5], tests=[1, 2, 3, 4, 5]).var,
+        model.predict(x[:5], tests=[1, 2, 3, 4, 5]).var,
+        rtol=1e-6,
+    )
+
+
+def _std_tensors(est: TorchBaseline, X: np.ndarray, y: np.ndarray, tests: np.ndarray):
+    return (
+        torch.as_tensor(X),
+        torch.as_tensor((y - est.y_mean_) / est.y_sd_),
+        torch.as_tensor(tests, dtype=torch.float64),
+    )
+
+
+def _constant_twin(est: TorchBaseline, s2: float) -> TorchBaseline:
+    """The fitted tests-aware ``est`` with its noise replaced by a constant ``s2``."""
+    twin = type(est)(**{**est.get_params(), "noise": "constant"})
+    twin.sizes_, twin.y_mean_, twin.y_sd_ = est.sizes_, est.y_mean_, est.y_sd_
+    module = twin._make_module(twin.sizes_).to(dtype=torch.float64)
+    assert est.module_ is not None
+    state = {k: v for k, v in est.module_.state_dict().items() if "noise." not in k}
+    missing = module.load_state_dict(state, strict=False).missing_keys
+    assert all("noise." in k for k in missing)
+    noise = twin._noise(module)
+    with torch.no_grad():
+        noise.raw.fill_(inverse_softplus(s2 - noise.floor))
+    for attr in ("_y_pad", "_order"):  # CaGP's training rows in Morton order
+        if hasattr(est, attr):
+            setattr(twin, attr, getattr(est, attr))
+    twin.module_ = module
+    return twin
+
+
+@pytest.mark.parametrize("name", TORCH_BASELINES)
+def test_equal_tests_reproduce_constant_noise(name: str) -> None:
+    """tests_i = k for every row is the constant model with s2 = s2_floor + s2_meas / k."""
+    X, y = region(30, seed=21)
+    Xq = region(6, seed=22)[0]
+    k = 4.0
+    tests = np.full(30, k)
+    est = _build(name, noise="tests", dtype="float64").fit(X, y, tests=tests)
+    module = est.module_
+    noise = est._noise(module)
+    with torch.no_grad():
+        noise.raw_floor.fill_(inverse_softplus(0.05))
+        noise.raw_meas.fill_(inverse_softplus(0.4))
+    Xt, yt, Tt = _std_tensors(est, X, y, tests)
+    twin = _constant_twin(est, noise.floor + 0.05 + 0.4 / k)
+    with torch.no_grad():
+        est._refresh(module, Xt, yt, Tt)
+        twin._refresh(twin.module_, Xt, yt, None)
+        loss = float(est._loss(module, Xt, yt, 30, Tt))
+        loss_c = float(twin._loss(twin.module_, Xt, yt, 30, None))
+    assert loss == pytest.approx(loss_c, rel=1e-9, abs=1e-12)
+    pred, pred_c = est.predict(Xq, tests=k), twin.predict(Xq)
+    for a, b in ((pred.mean, pred_c.mean), (pred.var, pred_c.var), (pred.var_f, pred_c.var_f)):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+FIT = {
+    "exact-rbf": {"epochs": 40},
+    "cagp": {"epochs": 40},
+    "solve-gp": {"epochs": 20, "lr": 0.05},
+    "softki": {"epochs": 15, "lr": 0.03},
+    "svdbk": {"epochs": 30, "lr": 0.03},
+}
+
+
+@pytest.mark.parametrize("name", TORCH_BASELINES)
+def test_learned_noise_follows_single_test_rows(name: str) -> None:
+    """Single-test rows noisier (var 0.01 + 0.6 / tests): s2_meas grows past s2_floor.
+
+    Both start at half the initial noise (s2_meas = s2_floor); training must move them apart.
+    """
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, (240, 2))
+    tests = rng.choice([1.0, 1.0, 1.0, 2.0, 4.0, 10.0, 30.0], size=240)
+    y = field(X) + rng.standard_normal(240) * np.sqrt(0.01 + 0.6 / tests)
+    cfg = dict(FIT[name])
+    model = build_model(
+        name,
+        epochs=cfg.pop("epochs"),
+        batch_size=48,
+        seed=0,
+        rank=16,
+        hidden=16,
+        overrides={"noise": "tests", **cfg},
+    )
+    model.fit(X, y, tests=tests)
+    p = model.noise_parameters()
+    assert p["s2_meas"] > 0 and p["s2_meas"] > 1.5 * p["s2_floor"], p
+
+
+def test_legacy_bundle_noise_option_loads_as_constant(tmp_path: Path) -> None:
+    """Bundles from before issue 9 stored the initial noise variance as ``noise``."""
+    X, y = region(60, seed=23)
+    model = SoftKIRegressor(num_points=6, epochs=1, batch_size=30).fit(X, y)
+    folder = model.save(tmp_path / "old")
+    meta_path = folder / "model.json"
+    meta = json.loads(meta_path.read_text())
+    params = meta["baseline"]["params"]
+    params["noise"] = params.pop("noise_init")
+    del params["noise_power"]
+    meta_path.write_text(json.dumps(meta))
+    back = SoftKIRegressor.load(folder)
+    assert back.noise == "constant" and back.noise_init == model.noise_init
+    np.testing.assert_allclose(back.predict(X[:4]).var, model.predict(X[:4]).var)
+    assert back.noise_parameters()["noise"] == "constant"

@@ -1,4 +1,5 @@
-"""CaGP-Opt, SOLVE-GP, SoftKI and the exact RBF GP against their dense O(n³) formulas (float64)."""
+"""CaGP-Opt, SOLVE-GP, SoftKI and the exact RBF GP against their dense O(n³) formulas (float64),
+with constant noise s2 I and with the tests-aware D = diag(s2_i) (issue 9)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from geodbk.baselines.exact_rbf import ExactRBFRegressor
 from geodbk.baselines.kernels import matern32_ard, morton_order
 from geodbk.baselines.softki import SoftKIRegressor, batch_marginal_nll
 from geodbk.baselines.solvegp import SolveGPRegressor, solvegp_loss
+from geodbk.likelihoods import TestsNoise as _TestsNoise  # (not a test class)
+from geodbk.likelihoods import inverse_softplus
 
 
 def _kl_gauss(m1: np.ndarray, S1: np.ndarray, m0: np.ndarray, S0: np.ndarray) -> float:
@@ -127,24 +130,28 @@ def test_morton_order_is_deterministic_and_z_shaped() -> None:
 
 
 # ---------------------------------------------------------------------------------- SOLVE-GP
-def test_solvegp_matches_unwhitened_dense_formulas() -> None:
-    X, y = region(60, seed=3)
-    est = SolveGPRegressor(
-        num_inducing=6, num_orthogonal=5, epochs=1, batch_size=60, dtype="float64"
-    ).fit(X, y)
-    m = est.module_
-    gen = torch.Generator().manual_seed(1)
+def _solvegp_randomise(m: torch.nn.Module, seed: int) -> None:
+    """Random whitened q(u~), q(v~) so that the dense check is not at the N(0, I) start."""
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for q in (m.q_u, m.q_v):
             r = q.mean.shape[0]
             q.mean.copy_(torch.randn(r, generator=gen, dtype=torch.float64))
             q.log_diag.copy_(-0.5 + 0.2 * torch.randn(r, generator=gen, dtype=torch.float64))
             q.lower.copy_(0.2 * torch.randn(r, r, generator=gen, dtype=torch.float64))
+
+
+def _solvegp_dense(m: torch.nn.Module, Xq: torch.Tensor) -> tuple[np.ndarray, np.ndarray, float]:
+    """Unwhitened dense SOLVE-GP: predictive mean, latent variance and KL(q(u)||p) + KL(q(v)||p).
+
+    mean = k(x,Z)Kuu^{-1}mu_u + c(x,O)Cvv^{-1}mu_v + c; var = k(x,Z)Kuu^{-1}S_uKuu^{-1}k(Z,x)
+    + c(x,x) + c(x,O)Cvv^{-1}(S_v - Cvv)Cvv^{-1}c(O,x); KLs against N(0, Kuu) and N(0, Cvv).
+    """
+    with torch.no_grad():
         Luu, _, Lvv = m.factors()
         Kuu = (Luu @ Luu.T).numpy()  # k(Z,Z) + jitter, the matrix the model factorises
         Cvv = (Lvv @ Lvv.T).numpy()
         Z, Orth = m.Z, m.O
-        Xq = torch.as_tensor(region(9, seed=8)[0])
 
         def k(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
             return m.k(a, b).numpy()
@@ -165,6 +172,22 @@ def test_solvegp_matches_unwhitened_dense_formulas() -> None:
             + np.diag(c(Xq, Xq))
             + np.einsum("ij,jk,ik->i", B, Sv - Cvv, B)
         )
+        kl = _kl_gauss(mu_u, Su, np.zeros(len(mu_u)), Kuu) + _kl_gauss(
+            mu_v, Sv, np.zeros(len(mu_v)), Cvv
+        )
+    return mean, var, kl
+
+
+def test_solvegp_matches_unwhitened_dense_formulas() -> None:
+    X, y = region(60, seed=3)
+    est = SolveGPRegressor(
+        num_inducing=6, num_orthogonal=5, epochs=1, batch_size=60, dtype="float64"
+    ).fit(X, y)
+    m = est.module_
+    _solvegp_randomise(m, seed=1)
+    Xq = torch.as_tensor(region(9, seed=8)[0])
+    mean, var, kl = _solvegp_dense(m, Xq)
+    with torch.no_grad():
         ours_mean, ours_var = m.latent(Xq)
         np.testing.assert_allclose(ours_mean.numpy(), mean, rtol=1e-8, atol=1e-8)
         np.testing.assert_allclose(ours_var.numpy(), var, rtol=1e-6, atol=1e-8)
@@ -176,7 +199,6 @@ def test_solvegp_matches_unwhitened_dense_formulas() -> None:
         exp_ll = (
             -0.5 * np.log(2 * np.pi * s2) - ((yq.numpy() - mean) ** 2 + var) / (2 * s2)
         ).mean()
-        kl = _kl_gauss(mu_u, Su, np.zeros(6), Kuu) + _kl_gauss(mu_v, Sv, np.zeros(5), Cvv)
         ours = float(solvegp_loss(m, Xq, yq, n_total))
         assert ours == pytest.approx(-exp_ll + kl / n_total, rel=1e-7, abs=1e-9)
 
@@ -257,3 +279,163 @@ def test_matern_kernel_matches_closed_form() -> None:
     expected = 2.0 * (1 + math.sqrt(3) * rho) * math.exp(-math.sqrt(3) * rho)
     got = matern32_ard(a, b, lengthscale=ls, outputscale=torch.tensor(2.0, dtype=torch.float64))
     assert float(got) == pytest.approx(expected, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------- tests-aware
+# noise="tests" (issue 9): s2_i = floor + s2_floor + s2_meas / tests_i with D = diag(s2_i) in
+# place of s2 I. Each model is checked against its dense formula on ~30 points in float64, with
+# the noise parameters set to distinct values (s2_floor = 0.05, s2_meas = 0.4).
+S2_FLOOR, S2_MEAS = 0.05, 0.4
+
+
+def _tests(n: int, *, seed: int) -> np.ndarray:
+    """Test counts with many single-test rows (1..40)."""
+    rng = np.random.default_rng(seed)
+    return rng.choice([1.0, 1.0, 2.0, 3.0, 5.0, 12.0, 40.0], size=n)
+
+
+def _dense_s2(tests: np.ndarray) -> np.ndarray:
+    """s2_i = 1e-6 + S2_FLOOR + S2_MEAS / tests_i (the TestsNoise floor is 1e-6)."""
+    return 1e-6 + S2_FLOOR + S2_MEAS / np.asarray(tests, dtype=np.float64)
+
+
+def _set_tests_noise(noise: _TestsNoise) -> None:
+    with torch.no_grad():
+        noise.raw_floor.fill_(inverse_softplus(S2_FLOOR))
+        noise.raw_meas.fill_(inverse_softplus(S2_MEAS))
+
+
+def _std(est, y: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    return torch.as_tensor((y - est.y_mean_) / est.y_sd_)
+
+
+def test_exact_rbf_tests_noise_matches_dense_formula() -> None:
+    """-log N(y; c, K + D) / n, mean c + k(x,X)(K + D)^{-1} r, var_f, var = var_f + s2(tests*)."""
+    X, y = region(30, seed=11)
+    tests = _tests(30, seed=11)
+    est = ExactRBFRegressor(epochs=2, noise="tests").fit(X, y, tests=tests)
+    m = est.module_
+    _set_tests_noise(m.noise)
+    Xt, yt, Tt = torch.as_tensor(X), _std(est, y), torch.as_tensor(tests)
+    Xq, tq = region(7, seed=12)[0], _tests(7, seed=12)
+    with torch.no_grad():
+        loss = float(est._loss(m, Xt, yt, 30, Tt))  # also caches the solve used by predict
+        K = m.k(Xt, Xt).numpy() + np.diag(_dense_s2(tests))
+        Kq = m.k(torch.as_tensor(Xq), Xt).numpy()
+        r = yt.numpy() - float(m.mean_const)
+        c, os_ = float(m.mean_const), float(m.outputscale())
+    dense_nll = (
+        0.5 * r @ np.linalg.solve(K, r) + 0.5 * np.linalg.slogdet(K)[1] + 15 * math.log(2 * math.pi)
+    ) / 30
+    assert loss == pytest.approx(dense_nll, rel=1e-9)
+    mean = c + Kq @ np.linalg.solve(K, r)
+    var_f = os_ - np.einsum("ij,ji->i", Kq, np.linalg.solve(K, Kq.T))
+    sd = est.y_sd_
+    pred = est.predict(Xq, tests=tq)
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + _dense_s2(tq)) * sd**2, rtol=1e-6)
+    one = est.predict(Xq)  # tests=None: a single speed test
+    np.testing.assert_allclose(one.var, (var_f + _dense_s2(np.ones(7))) * sd**2, rtol=1e-6)
+    np.testing.assert_allclose(est.predict(Xq, quantity="latent").var, pred.var_f)
+
+
+def test_cagp_tests_noise_matches_dense_formula() -> None:
+    """G = S'(K + D)S, C = S G^{-1} S'; -ELBO with E_q log N(y_j; f_j, s2_j) and the same KL."""
+    X, y = region(37, seed=13)  # 5 actions of 8 rows: the last block is padded
+    tests = _tests(37, seed=13)
+    est = CaGPRegressor(n_actions=5, epochs=2, dtype="float64", lengthscale=0.5, noise="tests").fit(
+        X, y, tests=tests
+    )
+    m = est.module_
+    _set_tests_noise(m.noise)
+    Tt = torch.as_tensor(tests)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        m.actions.add_(0.3 * torch.randn(m.actions.shape, generator=gen, dtype=torch.float64))
+        est._refresh(m, None, None, Tt)  # type: ignore[arg-type]
+        ours = cagp_terms(
+            m, est._y_pad, chunk_elems=2**20, grad=False, tests_pad=est._tests_pad(m, Tt)
+        )["loss"]
+        Xs = torch.as_tensor(est.training_inputs())
+        K = m.k(Xs, Xs).numpy()
+        Kq_t = torch.as_tensor(region(9, seed=14)[0])
+        Kq = m.k(Kq_t, Xs).numpy()
+        c, os_ = float(m.mean_const), float(m.outputscale())
+    s2 = _dense_s2(tests[morton_order(X)])  # D in the actions' (Morton) row order
+    S = est.dense_actions()
+    r = est._y_pad[:37].numpy() - c
+    G = S.T @ (K + np.diag(s2)) @ S
+    G += 1e-8 * np.mean(np.diag(G)) * np.eye(G.shape[0])  # the model's relative jitter
+    C = S @ np.linalg.solve(G, S.T)
+    mu, Sigma = K @ C @ r, K - K @ C @ K
+    exp_loglik = (
+        -0.5 * np.log(2 * math.pi * s2) - ((r - mu) ** 2 + np.diag(Sigma)) / (2 * s2)
+    ).sum()
+    dense = (-exp_loglik + _kl_gauss(mu, Sigma, np.zeros(37), K)) / 37
+    assert float(ours) == pytest.approx(dense, rel=1e-7, abs=1e-9)
+    tq = _tests(9, seed=14)
+    pred = est.predict(Kq_t.numpy(), tests=tq)
+    mean = c + Kq @ C @ r
+    var_f = os_ - np.einsum("ij,jk,ik->i", Kq, C, Kq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + _dense_s2(tq)) * sd**2, rtol=1e-7)
+
+
+def test_solvegp_tests_noise_matches_dense_formula() -> None:
+    """-ELBO / n = -mean_B[log N(y_i; mean_i, s2_i) - var_i / (2 s2_i)] + KL / n."""
+    X, y = region(30, seed=15)
+    tests = _tests(30, seed=15)
+    est = SolveGPRegressor(
+        num_inducing=6, num_orthogonal=5, epochs=1, batch_size=30, dtype="float64", noise="tests"
+    ).fit(X, y, tests=tests)
+    m = est.module_
+    _set_tests_noise(m.noise)
+    _solvegp_randomise(m, seed=2)
+    Xq = torch.as_tensor(region(9, seed=16)[0])
+    tq = _tests(9, seed=16)
+    mean, var, kl = _solvegp_dense(m, Xq)
+    yq = torch.sin(3 * Xq[:, 0])
+    s2 = _dense_s2(tq)
+    exp_ll = (-0.5 * np.log(2 * np.pi * s2) - ((yq.numpy() - mean) ** 2 + var) / (2 * s2)).mean()
+    with torch.no_grad():
+        ours = float(solvegp_loss(m, Xq, yq, 200, torch.as_tensor(tq)))
+    assert ours == pytest.approx(-exp_ll + kl / 200, rel=1e-7, abs=1e-9)
+    pred = est.predict(Xq.numpy(), tests=tq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(pred.var, (var + s2) * sd**2, rtol=1e-6, atol=1e-8)
+
+
+def test_softki_tests_noise_matches_dense_gp() -> None:
+    """N(c, Phi Phi' + D): batch marginal likelihood and the posterior over all training rows."""
+    X, y = region(30, seed=17)
+    tests = _tests(30, seed=17)
+    est = SoftKIRegressor(
+        num_points=8, epochs=2, batch_size=15, dtype="float64", noise="tests"
+    ).fit(X, y, tests=tests)
+    m = est.module_
+    _set_tests_noise(m.noise)
+    Xt, yt, Tt = torch.as_tensor(X), _std(est, y), torch.as_tensor(tests)
+    Xq, tq = region(11, seed=18)[0], _tests(11, seed=18)
+    with torch.no_grad():
+        est._refresh(m, Xt, yt, Tt)
+        Phi = m.features(Xt).numpy()
+        Phq = m.features(torch.as_tensor(Xq)).numpy()
+        r = yt.numpy() - float(m.mean_const)
+        nll = float(batch_marginal_nll(torch.as_tensor(Phi), torch.as_tensor(r), m.noise(Tt)))
+    Khat = Phi @ Phi.T + np.diag(_dense_s2(tests))
+    dense_nll = -torch.distributions.MultivariateNormal(
+        torch.zeros(30, dtype=torch.float64), torch.as_tensor(Khat)
+    ).log_prob(torch.as_tensor(r))
+    assert nll == pytest.approx(float(dense_nll) / 30, rel=1e-9)
+    Kq = Phq @ Phi.T
+    mean = float(m.mean_const) + Kq @ np.linalg.solve(Khat, r)
+    var_f = np.einsum("ij,ij->i", Phq, Phq) - np.einsum("ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T))
+    pred = est.predict(Xq, tests=tq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + _dense_s2(tq)) * sd**2, rtol=1e-6)
