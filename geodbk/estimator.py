@@ -17,7 +17,7 @@ from geodbk.errors import DataError, ModelFileError
 from geodbk.likelihoods import NOISE_MODELS, TestsNoise
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
-from geodbk.predictive import Prediction, predict_in_chunks
+from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
 from geodbk.validation import as_feature_matrix, as_target_vector
 
@@ -448,6 +448,50 @@ class DBKRegressor:
         else:
             var = var_f + self.noise_variance(tests, n=x_np.shape[0])
         return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=var, var_f=var_f)
+
+    def predict_change(
+        self, X_from: Any, X_to: Any, *, chunk_size: int = 65536
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Latent change ``f(X_to) - f(X_from)`` row by row, from the joint posterior.
+
+        ``mean = y_sd m'(phi_to - phi_from)`` (the constant mean cancels) and
+        ``var = y_sd^2 ||L'(phi_to - phi_from)||^2`` with ``q(w) = N(m, LL')`` (the exact
+        posterior for ``objective="exact"``), evaluated with the same folded weights as
+        :meth:`predict`; the variance-corrected objectives (PPGP/ELBO with the RBF basis) add
+        the residual process, so ``var = var_f(a) + var_f(b) - 2 cov(f(a), f(b))`` with
+        ``var_f`` of :meth:`predict` (see :func:`geodbk.predictive.change_moments`). Noise is
+        excluded: this is the change of the latent mean, e.g. between two quarters at the same
+        place for a time-aware model.
+
+        Parameters
+        ----------
+        X_from, X_to
+            Inputs (n, d) each; row i of ``X_to`` is compared with row i of ``X_from``.
+        chunk_size
+            At most this many row pairs are processed at a time.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(mean, var)``, float64 (n,) each, in y's units (and y's units squared).
+        """
+        model = self._check_fitted()
+        xa = self._check_input(X_from, "X_from")
+        xb = self._check_input(X_to, "X_to")
+        if xa.shape[0] != xb.shape[0]:
+            raise DataError(
+                f"X_from has {xa.shape[0]} rows but X_to has {xb.shape[0]}; give row pairs"
+            )
+        folded = self._folded_weights()
+        d = xa.shape[1]
+        mean, var = predict_in_chunks(
+            lambda xab: latent_change(model, folded, xab[:, :d], xab[:, d:]),
+            np.hstack([xa, xb]),
+            chunk_size=chunk_size,
+            device=self.device_,
+            dtype=_DTYPES[self.dtype],
+        )
+        return self.y_std_ * mean, self.y_std_**2 * var
 
     def features(self, X: Any, *, chunk_size: int = 65536) -> np.ndarray:
         """Basis functions ``phi(X)``, (n, r) float64 (standardised-target units)."""

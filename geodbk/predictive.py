@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from scipy.stats import norm
 
-__all__ = ["Z95", "Prediction", "predict_in_chunks"]
+from geodbk.posterior import FoldedWeights
+
+if TYPE_CHECKING:
+    from geodbk.model import DBKModel
+
+__all__ = ["Z95", "Prediction", "change_moments", "latent_change", "predict_in_chunks"]
 
 #: Two-sided 95% standard-normal quantile, Φ^{-1}(0.975).
 Z95 = float(norm.ppf(0.975))
@@ -105,3 +111,75 @@ def predict_in_chunks(
                 out[start : start + chunk.shape[0]] = res.detach().to("cpu", torch.float64).numpy()
     assert outputs is not None
     return tuple(outputs)
+
+
+def change_moments(
+    u_from: torch.Tensor,
+    u_to: torch.Tensor,
+    folded: FoldedWeights,
+    *,
+    prior_diff_var: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance of the latent change ``f(b) - f(a)`` under the joint posterior of w.
+
+    With raw features ``u`` and the folded weights ``a = P m``, ``B = P L`` (``phi = P'u``,
+    :func:`geodbk.posterior.fold_into_basis`), ``f(x) = c + w'phi(x)`` and
+    ``w ~ N(m, LL')``::
+
+        E[f(b) - f(a)]   = a'(u_b - u_a)                     (the constant mean c cancels)
+        Var[f(b) - f(a)] = ||B'(u_b - u_a)||^2
+                           + max(0, d~(a, b) - ||W'(u_b - u_a)||^2)       (with a whitener W)
+
+    where ``d~(a, b) = k~(a, a) + k~(b, b) - 2 k~(a, b)`` is the base kernel's prior variance of
+    the difference (``prior_diff_var``). The second term is the residual (Nyström) process
+    ``k~(x, x') - phi(x)'phi(x')`` of the variance-corrected objectives, whose diagonal is the
+    correction :meth:`geodbk.model.DBKModel.predict_folded` adds to ``var_f``; so
+    ``Var[f(b) - f(a)] = var_f(a) + var_f(b) - 2 cov(a, b)`` with the same posterior, and it is
+    exactly 0 when ``a = b``.
+
+    Parameters
+    ----------
+    u_from, u_to
+        Raw features at ``a`` and ``b``, (n, r) each (row i of one pairs with row i of the other).
+    folded
+        The folded posterior weights.
+    prior_diff_var
+        ``d~(a, b)``, (n,); needed (and used) only when ``folded.whitener`` is set.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(mean, var)``, each (n,), in standardised-target units.
+    """
+    du = u_to - u_from
+    mean = du @ folded.mean_vec
+    var = ((du @ folded.factor) ** 2).sum(-1)
+    if folded.whitener is not None:
+        if prior_diff_var is None:
+            raise ValueError("variance-corrected weights need prior_diff_var")
+        resid = prior_diff_var - ((du @ folded.whitener) ** 2).sum(-1)
+        var = var + resid.clamp_min(0.0)
+    return mean, var
+
+
+def latent_change(
+    model: DBKModel, folded: FoldedWeights, x_from: torch.Tensor, x_to: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`change_moments` of ``model`` between inputs ``x_from`` and ``x_to`` (n, d) each.
+
+    Runs the backbone on both, takes the basis' raw features and, for the variance-corrected
+    RBF basis, ``d~(a, b) = 2 sk2 (1 - exp(-|g_a - g_b|_l^2 / 2))`` (the RBF-ARD base kernel on
+    the backbone outputs ``g``).
+    """
+    from geodbk.bases import RBFInducingBasis
+
+    basis = model.basis
+    g_a = model.backbone(x_from)
+    g_b = model.backbone(x_to)
+    u_a = basis.raw_features(g_a)
+    u_b = basis.raw_features(g_b)
+    prior = None
+    if folded.whitener is not None and isinstance(basis, RBFInducingBasis):
+        d2 = (((g_b - g_a) * torch.exp(-basis.log_lengthscale)) ** 2).sum(-1)
+        prior = 2.0 * basis.outputscale() * (-torch.expm1(-0.5 * d2))
+    return change_moments(u_a, u_b, folded, prior_diff_var=prior)

@@ -11,6 +11,7 @@ Example file (every key optional)::
     epochs: 100
     patience: 20
     device: cpu
+    time: true        # time-aware model: inputs [x1, x2, t] (geodbk train --time)
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class TrainConfig:
         ``0`` (default) picks the noise model's default: 0.01 for ``constant`` (the seed's) and
         0.5 for ``tests`` (measured on Hawaii: from 0.01 the per-tile noise barely moves within
         a CPU budget while var_f absorbs the residual variance; docs/benchmarks/noise.md).
+    time
+        Time-aware model (``geodbk train --time``): the inputs are ``[x1, x2, t]`` with
+        ``t = 2 (i - i_first) / (i_last - i_first) - 1`` the tile's quarter index ``i`` scaled
+        over the train split's quarter range (:class:`geodbk.geo.timeaxis.TimeScaling`), so
+        one model maps any quarter and the change between quarters. ``False`` (default): the
+        pooled model, inputs ``[x1, x2]`` with every quarter's tiles pooled.
     """
 
     expansion: str = "rbf"
@@ -84,6 +91,7 @@ class TrainConfig:
     noise: str = "auto"
     noise_power: bool = False
     noise_init: float = 0.0
+    time: bool = False
 
     def __post_init__(self) -> None:
         self.validate(source="config")
@@ -131,9 +139,11 @@ class TrainConfig:
 
         An unresolved ``noise: auto`` is passed as ``constant`` (``geodbk train`` resolves it
         from the tile table first); ``noise_init: 0`` becomes :data:`NOISE_INIT` of the noise.
+        ``time`` is not an estimator option: it decides the inputs the pipeline builds.
         """
         d = self.to_dict()
         d.pop("predict_chunk_size")
+        d.pop("time")
         if d["noise"] == "auto":
             d["noise"] = "constant"
         if d["noise_init"] == 0:
@@ -163,6 +173,7 @@ _FIELD_TYPES: dict[str, type] = {
     "noise": str,
     "noise_power": bool,
     "noise_init": float,
+    "time": bool,
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.

@@ -5,7 +5,15 @@ float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: 
 (tests=1)", or the name for older grids; nodata -9999 outside the
 region; DEFLATE; COG with overviews for ``--format cog``) and ``RUN/exports/TARGET.json``, the
 provenance sidecar: run, target, model path, config hash, grid file, bands, format, created,
-geodbk version.
+geodbk version, and the grid's quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
+exports also ``product``, ``first_quarter``, ``last_quarter``, ``years``).
+
+Time-aware models (``geodbk train --time``): ``--quarter Q`` exports the grid of quarter Q
+(``grids/TARGET_Q.nc``, or ``grids/TARGET.nc`` when Q is the latest table quarter) to
+``exports/TARGET_Q.tif`` (+ ``.json``); ``--trend Q1:Q2`` exports
+``grids/TARGET_trend_Q1_Q2.nc`` to ``exports/TARGET_trend_Q1_Q2.tif``. The band descriptions of
+a time-aware grid name its quarter (``mean: median (...), 2023Q4``) or the trend's period
+(``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``).
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ from typing import Any
 
 from geodbk import __version__
 from geodbk.atomic import atomic_write_json
-from geodbk.errors import ModelFileError, RunDirectoryError
+from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
+from geodbk.geo.timeaxis import resolve_quarters
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -28,6 +37,7 @@ from pipelines.rundir import (
     require_model,
     require_run,
     target_spec,
+    time_scaling_of,
 )
 
 log = logging.getLogger("geodbk")
@@ -37,8 +47,13 @@ examples:
   geodbk export --run runs/hawaii --target download
   geodbk export --run runs/hawaii --all --format cog
   geodbk export --run runs/hawaii --all runs/georgia runs/newmexico   # several runs at once
+  geodbk export --run runs/hawaii --target download --quarter 2022Q4  # time-aware models
+  geodbk export --run runs/hawaii --target download --trend 2019Q4:2023Q4
 
-exit codes: 0 ok, 2 usage, 4 missing model, 5 missing run directory or grid (run predict first).
+--quarter Q writes exports/TARGET_Q.tif from the grid of quarter Q; --trend Q1:Q2 writes
+exports/TARGET_trend_Q1_Q2.tif (both need a time-aware model and `geodbk predict` run first).
+exit codes: 0 ok, 2 usage, 3 --quarter/--trend for a pooled model, 4 missing model,
+5 missing run directory or grid (run predict first).
 """
 
 
@@ -57,12 +72,26 @@ def register(subparsers: Any) -> None:
     g.add_argument("--target", choices=list(TARGETS), help="one target")
     g.add_argument("--all", action="store_true", help="every trained target (the default)")
     p.add_argument("--format", choices=["gtiff", "cog"], default="gtiff", help="file format")
+    t = p.add_mutually_exclusive_group()
+    t.add_argument(
+        "--quarter",
+        default=None,
+        metavar="SPEC",
+        help="time-aware models: export the grid of this quarter (2023Q2, 2022Q1:2023Q4, all) "
+        "to exports/TARGET_Q.tif",
+    )
+    t.add_argument(
+        "--trend",
+        default=None,
+        metavar="Q1:Q2",
+        help="time-aware models: export the trend grid to exports/TARGET_trend_Q1_Q2.tif",
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     for run in [args.run, *args.runs]:
-        run_export(run, target=args.target, fmt=args.format)
+        run_export(run, target=args.target, fmt=args.format, quarter=args.quarter, trend=args.trend)
     return 0
 
 
@@ -75,29 +104,106 @@ def grid_variables(ds: Any) -> list[str]:
     ]
 
 
+def grid_period(ds: Any) -> str | None:
+    """What the grid's time is, for band descriptions: ``2023Q4`` (a time-aware quarter grid),
+    ``change per year 2019Q4→2023Q4`` (a trend grid), or ``None`` (pooled or older grids)."""
+    attrs = ds.attrs
+    if attrs.get("product") == "trend":
+        return f"change per year {attrs.get('first_quarter')}→{attrs.get('last_quarter')}"
+    if int(attrs.get("time_aware", 0) or 0) == 1 and attrs.get("quarter"):
+        return str(attrs["quarter"])
+    return None
+
+
 def band_descriptions(ds: Any, bands: list[str]) -> list[str]:
     """``"NAME: QUANTITY"`` per band (e.g. ``std: single speed test (tests=1)``, ``std_f:
-    latent mean f(x)``), or the bare name for grids written before the ``quantity`` attribute."""
+    latent mean f(x)``), or the bare name for grids written before the ``quantity`` attribute;
+    grids of a time-aware model append the quarter (``std_f: latent mean f(x), 2023Q4``) or the
+    trend's period (``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``)."""
+    period = grid_period(ds)
     out = []
     for b in bands:
         q = ds[b].attrs.get("quantity")
-        out.append(f"{b}: {q}" if q else b)
+        text = f"{b}: {q}" if q else b
+        if period:
+            text = f"{text}, {period}" if q else f"{text}: {period}"
+        out.append(text)
     return out
 
 
-def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
-    """Export one target of one run; return the ``.tif`` path."""
+def export_paths(
+    rd: RunDir, target: str, *, quarter: str | None = None, trend: tuple[str, str] | None = None
+) -> tuple[Path, Path]:
+    """``(tif, sidecar)``: ``exports/TARGET.tif``, ``exports/TARGET_Q.tif`` (``quarter``) or
+    ``exports/TARGET_trend_Q1_Q2.tif`` (``trend``), and the ``.json`` beside it."""
+    if trend is not None:
+        stem = f"{target}_trend_{trend[0]}_{trend[1]}"
+    elif quarter is not None:
+        stem = f"{target}_{quarter}"
+    else:
+        return rd.export_tif(target), rd.export_sidecar(target)
+    folder = rd.export_tif(target).parent
+    return folder / f"{stem}.tif", folder / f"{stem}.json"
+
+
+def _quarter_grid(rd: RunDir, target: str, quarter: str) -> Path:
+    """The grid of ``quarter``: ``grids/TARGET_Q.nc``, or ``grids/TARGET.nc`` when that one is
+    of ``quarter`` (the latest table quarter); else raise with the predict command."""
+    import xarray as xr
+
+    path = rd.grid(target, quarter)
+    if path.is_file():
+        return path
+    current = rd.grid(target)
+    if current.is_file():
+        with xr.open_dataset(current) as ds:
+            if str(ds.attrs.get("quarter")) == quarter:
+                return current
+    raise RunDirectoryError(
+        f"no {target} grid of {quarter} ({path} is missing); run `geodbk predict --run "
+        f"{rd.root} --target {target} --quarter {quarter}` first"
+    )
+
+
+def export_target(
+    rd: RunDir,
+    target: str,
+    *,
+    fmt: str = "gtiff",
+    quarter: str | None = None,
+    trend: tuple[str, str] | None = None,
+) -> Path:
+    """Export one target of one run; return the ``.tif`` path.
+
+    ``quarter`` (one quarter) or ``trend`` (``(Q1, Q2)``) pick a time-aware model's quarter or
+    trend grid; neither: ``grids/TARGET.nc``.
+    """
     import xarray as xr
 
     target_spec(target)
     model_dir = require_model(rd, target)
-    grid_path = require_grid(rd, target)
-    tif = rd.export_tif(target)
+    if trend is not None:
+        grid_path = rd.trend_grid(target, *trend)
+        if not grid_path.is_file():
+            raise RunDirectoryError(
+                f"{grid_path} is missing; run `geodbk predict --run {rd.root} --target {target} "
+                f"--trend {trend[0]}:{trend[1]}` first"
+            )
+    elif quarter is not None:
+        grid_path = _quarter_grid(rd, target, quarter)
+    else:
+        grid_path = require_grid(rd, target)
+    tif, sidecar = export_paths(rd, target, quarter=quarter, trend=trend)
     model_json = read_json(model_dir / "model.json")
     md = model_json.get("metadata", model_json)
     with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
         log.info("read %s", grid_path)
         bands = grid_variables(ds)
+        time_keys = ("time_aware", "quarter", "quarter_status", "product")
+        time_info = {k: _plain(ds.attrs[k]) for k in time_keys if k in ds.attrs}
+        if ds.attrs.get("product") == "trend":
+            for k in ("first_quarter", "last_quarter", "years"):
+                time_info[k] = _plain(ds.attrs.get(k))
         provenance = {
             "run": str(rd.root.resolve()),
             "target": target,
@@ -115,12 +221,14 @@ def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
             "crs": "EPSG:4326",
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "geodbk_version": __version__,
+            **time_info,
         }
         tags = {
             "geodbk_target": target,
             "geodbk_run": provenance["run"],
             "geodbk_config_hash": str(provenance["config_hash"]),
             "geodbk_version": __version__,
+            **{f"geodbk_{k}": str(v) for k, v in time_info.items()},
         }
         write_geotiff(
             ds,
@@ -130,13 +238,40 @@ def export_target(rd: RunDir, target: str, *, fmt: str = "gtiff") -> Path:
             tags=tags,
             descriptions=provenance["band_descriptions"],
         )
-    atomic_write_json(rd.export_sidecar(target), provenance)
-    log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, rd.export_sidecar(target))
+    atomic_write_json(sidecar, provenance)
+    log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, sidecar)
     return tif
 
 
-def run_export(run: str | Path, *, target: str | None = None, fmt: str = "gtiff") -> list[Path]:
+def _plain(value: Any) -> Any:
+    """A NetCDF attribute as a JSON value (numpy scalars to Python numbers)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def run_export(
+    run: str | Path,
+    *,
+    target: str | None = None,
+    fmt: str = "gtiff",
+    quarter: str | None = None,
+    trend: str | None = None,
+) -> list[Path]:
     """Export ``target`` (or every trained target) of ``run``; return the written files.
+
+    Parameters
+    ----------
+    run
+        Run directory.
+    target
+        One target; ``None``: every trained target.
+    fmt
+        ``gtiff`` or ``cog``.
+    quarter
+        Time-aware models: quarter(s) whose grids to export (``2023Q2``, ``2022Q1:2023Q4``,
+        ``all``) to ``exports/TARGET_Q.tif``.
+    trend
+        Time-aware models: ``Q1:Q2``, the trend grid to export to
+        ``exports/TARGET_trend_Q1_Q2.tif``.
 
     Raises
     ------
@@ -144,7 +279,14 @@ def run_export(run: str | Path, *, target: str | None = None, fmt: str = "gtiff"
         Missing run directory or grid (with the predict command to run).
     ModelFileError
         ``target`` untrained, or no target trained at all.
+    DataError
+        ``quarter``/``trend`` for a pooled model (with ``--all``: when no target is
+        time-aware; pooled targets are skipped with a warning), or both given.
     """
+    from pipelines.predict import parse_trend
+
+    if quarter is not None and trend is not None:
+        raise DataError("give --quarter or --trend, not both")
     rd = require_run(run)
     targets = [target] if target else rd.trained_targets()
     if not targets:
@@ -153,11 +295,39 @@ def run_export(run: str | Path, *, target: str | None = None, fmt: str = "gtiff"
             "--target download` first"
         )
     out = []
+    if quarter is None and trend is None:
+        for t in targets:
+            if not rd.grid(t).is_file() and target is None:
+                raise RunDirectoryError(
+                    f"{rd.grid(t)} is missing for trained target {t}; run "
+                    f"`geodbk predict --run {rd.root} --target {t}` first"
+                )
+            out.append(export_target(rd, t, fmt=fmt))
+        return out
+    pair = parse_trend(trend) if trend is not None else None
+    flag = "--quarter" if quarter is not None else "--trend"
     for t in targets:
-        if not rd.grid(t).is_file() and target is None:
-            raise RunDirectoryError(
-                f"{rd.grid(t)} is missing for trained target {t}; run "
-                f"`geodbk predict --run {rd.root} --target {t}` first"
+        model_json = read_json(require_model(rd, t) / "model.json")
+        md = model_json.get("metadata", model_json)
+        if time_scaling_of(md) is None:
+            msg = (
+                f"{flag} needs a time-aware model, but {rd.model_dir(t)} pools all quarters "
+                f"(trained without --time); retrain with `geodbk train --run {rd.root} "
+                f"--target {t} --time`"
             )
-        out.append(export_target(rd, t, fmt=fmt))
+            if target is not None:
+                raise DataError(msg)
+            log.warning("skipping %s: %s", t, msg)
+            continue
+        if pair is not None:
+            out.append(export_target(rd, t, fmt=fmt, trend=pair))
+            continue
+        observed = md.get("quarters") or []
+        for q in resolve_quarters(quarter, observed=observed):
+            out.append(export_target(rd, t, fmt=fmt, quarter=q))
+    if not out:
+        raise DataError(
+            f"{flag}: no trained target of {rd.root} is time-aware; retrain with "
+            f"`geodbk train --run {rd.root} --target TARGET --time`"
+        )
     return out

@@ -8,7 +8,9 @@ size (a 16384 x 16384 national grid included); see ``docs/scaling.md`` and
 ``benchmarks/bench_scaling.py``.
 
 The variables are those of ``geodbk predict`` (:func:`pipelines.predict.predict_block`), as
-float32, NaN outside ``geometry``.
+float32, NaN outside ``geometry``. A time-aware model (``geodbk train --time``) is evaluated at
+one quarter (``quarter``; default the latest quarter of its table), its inputs built by
+:func:`pipelines.rundir.model_inputs`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from geodbk.geo.grids import Grid
-from pipelines.rundir import TargetSpec, scale_lonlat
+from pipelines.rundir import TargetSpec, model_inputs, scale_lonlat, time_scaling_of
 
 __all__ = ["DEFAULT_CHUNKS", "grid_dataset", "write_grid_geotiff"]
 
@@ -44,6 +46,8 @@ def grid_dataset(
     geometry: Any = None,
     chunks: tuple[int, int] = DEFAULT_CHUNKS,
     chunk_size: int = 65536,
+    quarter: str | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> Any:
     """A Dask-backed dataset of the predictive grid (computed chunk by chunk when written).
 
@@ -65,21 +69,56 @@ def grid_dataset(
         Dask chunk ``(rows, columns)``.
     chunk_size
         Rows per model evaluation inside a chunk.
+    quarter
+        Time-aware models: the quarter to map (default: the latest of the metadata's
+        ``quarters``); pooled models must get ``None``.
+    metadata
+        The model's bundle metadata (default ``model.metadata_``): says whether the model is
+        time-aware and holds its time scaling.
 
     Returns
     -------
     xarray.Dataset
-        Float32 variables on ``(y, x)`` with CRS EPSG:4326, each a Dask array.
+        Float32 variables on ``(y, x)`` with CRS EPSG:4326, each a Dask array; attributes
+        ``target``, ``resolution_deg``, ``time_aware``, ``quarter`` and ``quarter_status``.
+
+    Raises
+    ------
+    DataError
+        A quarter for a pooled model, or no quarter known for a time-aware one.
     """
     import dask.array as da
     import rioxarray  # noqa: F401  (registers .rio)
     import shapely
     import xarray as xr
 
+    from geodbk.errors import DataError
+    from geodbk.geo.timeaxis import format_quarter, quarter_index
     from pipelines.predict import predict_block
 
+    md = dict(metadata if metadata is not None else getattr(model, "metadata_", None) or {})
+    ts = time_scaling_of(md)
+    if ts is None:
+        if quarter is not None:
+            raise DataError(
+                "this model pools all quarters (trained without --time); retrain with "
+                "`geodbk train --time` to map one quarter"
+            )
+        label, status = "pooled", "pooled"
+    else:
+        if quarter is None:
+            known = sorted(md.get("quarters") or [], key=quarter_index)
+            if not known:
+                raise DataError("a time-aware model needs a quarter (its metadata lists none)")
+            quarter = known[-1]
+        quarter = format_quarter(quarter_index(quarter))
+        label, status = quarter, ts.describe(quarter)
+
+    def inputs(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        return model_inputs(scale_lonlat(lon, lat, scaling), md, quarter=quarter)
+
     thr = tuple(float(t) for t in thresholds)
-    probe = scale_lonlat(grid.x[:1], grid.y[:1], scaling)
+    probe = inputs(grid.x[:1], grid.y[:1])
     names = list(predict_block(model, spec, probe, thr, chunk_size=chunk_size))
     ny, nx = grid.shape
     if geometry is not None:
@@ -95,7 +134,7 @@ def grid_dataset(
         else:
             mask = np.asarray(shapely.intersects_xy(geometry, lon2, lat2), dtype=bool)
         if mask.any():
-            X = scale_lonlat(lon2[mask], lat2[mask], scaling)
+            X = inputs(lon2[mask], lat2[mask])
             values = predict_block(model, spec, X, thr, chunk_size=chunk_size)
             for i, name in enumerate(names):
                 out[i][mask] = values[name]
@@ -110,7 +149,13 @@ def grid_dataset(
     ds = xr.Dataset(
         {name: (("y", "x"), stacked[i]) for i, name in enumerate(names)},
         coords={"y": grid.y, "x": grid.x},
-        attrs={"target": spec.name, "resolution_deg": [grid.dx, grid.dy]},
+        attrs={
+            "target": spec.name,
+            "resolution_deg": [grid.dx, grid.dy],
+            "time_aware": int(ts is not None),
+            "quarter": label,
+            "quarter_status": status,
+        },
     )
     return ds.rio.write_crs("EPSG:4326")
 

@@ -21,6 +21,22 @@ tests-aware model, the tile average of K speed tests, ``std² = std_f² + s2_flo
 (default K = 1: a single speed test); with a constant-noise model, an observation with the one
 learned ``s2``. Every variable's ``quantity`` attribute (and the GeoTIFF band description) says
 which; the grid attributes hold the noise parameters so other K can be derived from ``std_f``.
+
+Quarters (issue 10). Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
+``quarter_status``. A pooled model (trained without ``--time``) maps all quarters at once:
+``quarter = "pooled 2019Q1:2023Q4"``, ``quarter_status = "pooled"``. A time-aware model maps
+the quarters of ``--quarter SPEC`` (default: the latest quarter of the table; ``2023Q2``,
+``2022Q1:2023Q4``, ``all``): the latest table quarter goes to ``grids/TARGET.nc`` (the current
+map), any other quarter Q to ``grids/TARGET_Q.nc``; ``quarter_status`` is ``observed`` or
+``extrapolation beyond LAST`` (LAST: the last training quarter), logged as a warning.
+
+``--trend Q1:Q2`` (time-aware models) writes only ``grids/TARGET_trend_Q1_Q2.nc``: the change of
+the latent mean f (noise excluded) per year, ``change_per_year = (f(x, Q2) - f(x, Q1)) / years``
+in log10 units, its 95% interval ``change_lower``/``change_upper`` from the joint posterior
+(``sd = y_sd ||L'(phi(x, Q2) - phi(x, Q1))|| / years``), ``p_improved`` (speeds:
+P(f(Q2) > f(Q1)); latency: P(f(Q2) < f(Q1))), ``ratio_per_year = 10**change_per_year`` (the
+factor the speed or latency is multiplied by per year), ``ratio_lower``, ``ratio_upper`` and
+``in_region``.
 """
 
 from __future__ import annotations
@@ -28,7 +44,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +54,8 @@ from scipy.special import ndtr
 
 from geodbk import __version__
 from geodbk.errors import DataError
-from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for, make_grid, region_mask
+from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
+from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters, years_between
 from pipelines.gridfile import GridWriter
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -46,9 +63,11 @@ from pipelines.rundir import (
     RunDir,
     TargetSpec,
     config_hash,
+    model_inputs,
     require_run,
     scale_lonlat,
     target_spec,
+    time_scaling_of,
 )
 
 log = logging.getLogger("geodbk")
@@ -58,17 +77,33 @@ examples:
   geodbk predict --run runs/hawaii --target download
   geodbk predict --run runs/hawaii --target download --resolution 0.01
   geodbk predict --run runs/hawaii --target upload --tile-zoom 14 --thresholds 3 10 20
+  geodbk predict --run runs/hawaii --target download --quarter 2022Q4   # time-aware models
+  geodbk predict --run runs/hawaii --target download --quarter all
+  geodbk predict --run runs/hawaii --target download --trend 2019Q4:2023Q4
 
 Default resolution: the size of a zoom-16 Ookla tile at the region's central latitude,
 coarsened (if needed) so the grid has at most 1,000,000 cells. Default extent: the region's
 bounding box cut to the observed tiles + 0.05 deg (--extent region: the whole box).
 Default thresholds: download 25 100 Mbps, upload 3 20 Mbps, latency 100 ms.
+--quarter/--trend need a time-aware model (`geodbk train --time`); the latest table quarter is
+written to grids/TARGET.nc, another quarter Q to grids/TARGET_Q.nc, a trend to
+grids/TARGET_trend_Q1_Q2.nc.
 exit codes: 0 ok, 2 usage, 3 bad data, 4 missing/bad model, 5 missing run directory.
 """
 
 #: Log10-scale variables and the natural-unit variables derived from them.
 LOG_VARS = ("mean", "std", "std_f", "pi_lower", "pi_upper", "pi_width")
 NATURAL_VARS = ("mean_natural", "pi_lower_natural", "pi_upper_natural", "pi_width_natural")
+#: Variables of a trend grid (``--trend``), besides ``in_region``.
+TREND_VARS = (
+    "change_per_year",
+    "change_lower",
+    "change_upper",
+    "p_improved",
+    "ratio_per_year",
+    "ratio_lower",
+    "ratio_upper",
+)
 #: The latent layer (95% credible interval of f(x), noise excluded).
 LATENT_VARS = (
     "latent_pi_lower",
@@ -119,6 +154,21 @@ def register(subparsers: Any) -> None:
         help="the observation layers are the tile average of K speed tests (default 1: a single "
         "speed test; tests-aware models only, constant-noise models ignore it)",
     )
+    t = p.add_mutually_exclusive_group()
+    t.add_argument(
+        "--quarter",
+        default=None,
+        metavar="SPEC",
+        help="time-aware models: quarter(s) to map, e.g. 2023Q2, 2022Q1:2023Q4 or all "
+        "(default: the latest quarter of the table, written to grids/TARGET.nc)",
+    )
+    t.add_argument(
+        "--trend",
+        default=None,
+        metavar="Q1:Q2",
+        help="time-aware models: change per year between two quarters "
+        "(grids/TARGET_trend_Q1_Q2.nc)",
+    )
     p.set_defaults(func=_main)
 
 
@@ -132,6 +182,8 @@ def _main(args: argparse.Namespace) -> int:
         max_cells=args.max_cells,
         extent=args.extent,
         tests=args.tests,
+        quarter=args.quarter,
+        trend=args.trend,
     )
     return 0
 
@@ -204,6 +256,108 @@ def predict_block(
         p_below = ndtr((spec.natural_to_log10(t) - mean) / std)
         out[spec.threshold_name(t)] = p_below if spec.higher_is_better else 1.0 - p_below
     return out
+
+
+def trend_block(
+    model: Any,
+    spec: TargetSpec,
+    X_from: np.ndarray,
+    X_to: np.ndarray,
+    *,
+    years: float,
+    chunk_size: int,
+) -> dict[str, np.ndarray]:
+    """Trend variables between inputs ``X_from`` (quarter Q1) and ``X_to`` (Q2), 1-D float64.
+
+    With ``(m, v)`` the mean and variance of ``f(x, Q2) - f(x, Q1)`` from
+    :meth:`geodbk.DBKRegressor.predict_change` (joint posterior, latent f, log10 units)::
+
+        change_per_year = m / years,  change_lower/upper = (m -+ 1.96 sqrt(v)) / years
+        p_improved      = Phi(m / sqrt(v)) (speeds), Phi(-m / sqrt(v)) (latency)
+        ratio_*         = 10**change_*
+
+    ``p_improved`` is 1, 0 or 0.5 where ``v = 0`` (by the sign of ``m``).
+    """
+    if years <= 0:
+        raise DataError(f"a trend needs a later second quarter (years = {years:g})")
+    mean, var = model.predict_change(X_from, X_to, chunk_size=chunk_size)
+    mean = np.asarray(mean, dtype=np.float64)
+    sd = np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
+    at_zero = np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0))  # sd = 0
+    z = np.divide(mean, sd, out=at_zero, where=sd > 0)
+    p_up = ndtr(z)
+    out = {
+        "change_per_year": mean / years,
+        "change_lower": (mean - 1.96 * sd) / years,
+        "change_upper": (mean + 1.96 * sd) / years,
+        "p_improved": p_up if spec.higher_is_better else 1.0 - p_up,
+    }
+    for src, dst in (
+        ("change_per_year", "ratio_per_year"),
+        ("change_lower", "ratio_lower"),
+        ("change_upper", "ratio_upper"),
+    ):
+        out[dst] = np.power(10.0, out[src])
+    return out
+
+
+def _trend_var_attrs(spec: TargetSpec, first: str, last: str) -> dict[str, dict[str, str]]:
+    per_year = f"log10 {spec.column} per year"
+    better = "higher" if spec.higher_is_better else "lower"
+    rel = ">" if spec.higher_is_better else "<"
+    attrs = {
+        "change_per_year": {
+            "long_name": f"change per year of log10 {spec.name}, {first} to {last}",
+            "units": per_year,
+        },
+        "change_lower": {"long_name": "95% interval of the change, lower", "units": per_year},
+        "change_upper": {"long_name": "95% interval of the change, upper", "units": per_year},
+        "p_improved": {
+            "long_name": f"P(f({last}) {rel} f({first})): {spec.name} {better} in {last}",
+            "units": "1",
+        },
+        "ratio_per_year": {
+            "long_name": f"factor per year of the median {spec.name} (10**change_per_year)",
+            "units": "1",
+        },
+        "ratio_lower": {"long_name": "95% interval of the factor per year, lower", "units": "1"},
+        "ratio_upper": {"long_name": "95% interval of the factor per year, upper", "units": "1"},
+    }
+    for a in attrs.values():
+        a["quantity"] = "latent mean f(x)"
+    return attrs
+
+
+def parse_trend(spec: str) -> tuple[str, str]:
+    """``"2019Q4:2023Q4"`` -> ``("2019Q4", "2023Q4")``; the second quarter must be later.
+
+    Raises
+    ------
+    DataError
+        On a malformed spec or a second quarter that is not after the first.
+    """
+    parts = str(spec).split(":")
+    if len(parts) != 2:
+        raise DataError(f"--trend needs two quarters FIRST:LAST (e.g. 2019Q4:2023Q4), got {spec!r}")
+    first, last = (format_quarter(quarter_index(q.strip())) for q in parts)
+    if quarter_index(last) <= quarter_index(first):
+        raise DataError(f"--trend {spec}: the second quarter {last} must be after {first}")
+    return first, last
+
+
+def observed_quarters(rd: RunDir, metadata: dict[str, Any]) -> list[str]:
+    """The tile table's quarters, sorted: model metadata ``quarters`` (time-aware models), its
+    ``tiles_metadata.quarters``, else the ``quarter`` column of ``tiles.parquet``."""
+    quarters = metadata.get("quarters") or (metadata.get("tiles_metadata") or {}).get("quarters")
+    if not quarters:
+        import pyarrow.parquet as pq
+
+        if "quarter" in pq.read_schema(rd.tiles).names:
+            col = pq.read_table(rd.tiles, columns=["quarter"]).column("quarter")
+            quarters = [str(q) for q in col.unique().to_pylist() if q is not None]
+    return sorted(
+        {format_quarter(quarter_index(str(q))) for q in quarters or []}, key=quarter_index
+    )
 
 
 def _var_attrs(
@@ -294,6 +448,8 @@ def run_predict(
     max_block_cells: int = 262_144,
     extent: str = "tiles",
     tests: float = 1.0,
+    quarter: str | Sequence[str] | None = None,
+    trend: str | None = None,
 ) -> Path:
     """Predict ``target`` on the region grid and write ``RUN/grids/TARGET.nc``; return its path.
 
@@ -319,16 +475,52 @@ def run_predict(
     tests
         Number of speed tests K the observation layers average (tests-aware models;
         default 1: a single speed test). Recorded in the attributes ``tests`` and ``quantity``.
+    quarter
+        Time-aware models only: the quarter(s) to map (``2023Q2``, ``2022Q1:2023Q4``, ``all``
+        or a list; :func:`geodbk.geo.timeaxis.resolve_quarters`); default the latest quarter of
+        the table. The latest table quarter is written to ``grids/TARGET.nc``, another quarter
+        Q to ``grids/TARGET_Q.nc``.
+    trend
+        Time-aware models only: ``Q1:Q2`` writes only the trend grid
+        ``grids/TARGET_trend_Q1_Q2.nc`` (see :func:`trend_block`).
+
+    Returns
+    -------
+    pathlib.Path
+        The grid written (with several quarters: the one of the latest quarter asked for).
+
+    Raises
+    ------
+    DataError
+        ``--quarter``/``--trend`` with a pooled model (retrain with ``--time``), both given, or
+        a malformed quarter.
     """
     from pipelines.train import load_model
 
     if not (np.isfinite(tests) and tests >= 1):
         raise DataError(f"--tests must be >= 1, got {tests}")
+    if quarter is not None and trend is not None:
+        raise DataError("give --quarter or --trend, not both")
 
     rd = require_run(run)
     spec = target_spec(target)
     model = load_model(rd, target)
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
+    ts = time_scaling_of(md)
+    if ts is None and (quarter is not None or trend is not None):
+        flag = "--quarter" if quarter is not None else "--trend"
+        raise DataError(
+            f"{flag} needs a time-aware model, but {rd.model_dir(target)} pools all quarters "
+            f"(trained without --time); retrain with `geodbk train --run {rd.root} "
+            f"--target {target} --time`"
+        )
+    observed = observed_quarters(rd, md)
+    trend_pair = parse_trend(trend) if trend is not None else None
+    quarters: list[str | None] = [None]
+    if ts is not None and trend_pair is None:
+        if not observed:
+            raise DataError(f"{rd.model_dir(target)}: the model metadata lists no quarters")
+        quarters = list(resolve_quarters(quarter, observed=observed))
     scaling = md.get("input_scaling")
     if not scaling:
         from pipelines.rundir import load_tiles, scaling_of
@@ -340,50 +532,162 @@ def run_predict(
     geom = read_region(rd)
     bounds = grid_bounds(rd, geom.bounds, extent=extent)
     grid = make_grid(bounds, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
-    ny, nx = grid.shape
-    block_rows = block_rows_for(nx, max_block_cells=max_block_cells)
+    block_rows = block_rows_for(grid.shape[1], max_block_cells=max_block_cells)
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
+    common: dict[str, Any] = {
+        "target": target,
+        "model_path": str(rd.model_dir(target)),
+        "model_config_hash": md.get("config_hash") or config_hash(md.get("config", {})),
+        "resolution_deg": [grid.dx, grid.dy],
+        "extent": extent,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "geodbk_version": __version__,
+        "time_aware": int(ts is not None),
+    }
+    if ts is not None:
+        common["trained_quarters"] = f"{ts.first}:{ts.last}"
+
+    def scaled(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        return scale_lonlat(lon, lat, scaling)
+
+    if trend_pair is not None:
+        first, last = trend_pair
+        years = years_between(first, last)
+        assert ts is not None
+        notes = [f"{q}: {ts.describe(q)}" for q in trend_pair if ts.is_extrapolation(q)]
+        for text in notes:
+            log.warning("trend %s:%s: %s", first, last, text)
+        attrs = {
+            **common,
+            "title": f"geodbk {target} trend {first} to {last}",
+            "product": "trend",
+            "first_quarter": first,
+            "last_quarter": last,
+            "quarter": f"{first}:{last}",
+            "quarter_status": "; ".join(notes) or "observed",
+            "years": years,
+            "units": f"log10 {spec.column} per year (ratio_*: factor per year, natural units)",
+            "natural_units": spec.unit,
+            "quantity": "latent mean f(x) (noise excluded)",
+            "interval": "95% interval (change -+ 1.96 sd) / years from the joint posterior",
+        }
+        var_attrs = _trend_var_attrs(spec, first, last)
+        variables: dict[str, tuple[Any, dict[str, Any]]] = {
+            n: (np.float32, var_attrs[n]) for n in TREND_VARS
+        }
+
+        def evaluate_trend(X2: np.ndarray) -> dict[str, np.ndarray]:
+            return trend_block(
+                model,
+                spec,
+                model_inputs(X2, md, quarter=first),
+                model_inputs(X2, md, quarter=last),
+                years=years,
+                chunk_size=chunk,
+            )
+
+        out = rd.trend_grid(target, first, last)
+        log.info("predicting the %s trend %s -> %s (%g years)", target, first, last, years)
+        return _write_grid(
+            out,
+            grid,
+            geom,
+            block_rows=block_rows,
+            variables=variables,
+            attrs=attrs,
+            evaluate=lambda lon, lat: evaluate_trend(scaled(lon, lat)),
+        )
+
     names = [*LOG_VARS, *NATURAL_VARS, *LATENT_VARS, *(spec.threshold_name(t) for t in thr)]
     quantity = describe_quantity(model, tests)
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
     )
-    attrs = {
-        "title": f"geodbk {target} predictive grid",
-        "target": target,
+    var_attrs = _var_attrs(spec, thr, quantity)
+    grid_vars: dict[str, tuple[Any, dict[str, Any]]] = {
+        n: (np.float32, var_attrs.get(n, {})) for n in names
+    }
+    base_attrs = {
+        **common,
         "units": f"log10 {spec.column} (natural: {spec.unit})",
         "natural_units": spec.unit,
-        "model_path": str(rd.model_dir(target)),
-        "model_config_hash": md.get("config_hash") or config_hash(md.get("config", {})),
         "thresholds": list(thr),
-        "resolution_deg": [grid.dx, grid.dy],
-        "extent": extent,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "geodbk_version": __version__,
         "interval": "95% predictive interval mean +- 1.96 std (log10 scale)",
         "quantity": quantity,
         "tests": float(tests),
         "noise_model": str(noise_params.get("noise", "constant")),
         **{f"noise_{k}": float(v) for k, v in noise_params.items() if k != "noise"},
     }
-    out = rd.grid(target)
+    written: list[Path] = []
+    for q in quarters:
+        if q is None:  # pooled model
+            span = f" {observed[0]}:{observed[-1]}" if observed else ""
+            label, status, out = f"pooled{span}", "pooled", rd.grid(target)
+        else:
+            assert ts is not None
+            label, status = q, ts.describe(q)
+            out = rd.grid(target) if q == observed[-1] else rd.grid(target, q)
+            if ts.is_extrapolation(q):
+                log.warning(
+                    "%s %s: %s (trained on %s..%s); the map extrapolates in time",
+                    target,
+                    q,
+                    status,
+                    ts.first,
+                    ts.last,
+                )
+        attrs = {
+            **base_attrs,
+            "title": f"geodbk {target} predictive grid, {label}",
+            "quarter": label,
+            "quarter_status": status,
+        }
+
+        def evaluate(lon: np.ndarray, lat: np.ndarray, q: str | None = q) -> dict[str, np.ndarray]:
+            X = model_inputs(scaled(lon, lat), md, quarter=q)
+            return predict_block(model, spec, X, thr, chunk_size=chunk, tests=tests)
+
+        log.info("predicting %s for %s", target, label)
+        written.append(
+            _write_grid(
+                out,
+                grid,
+                geom,
+                block_rows=block_rows,
+                variables=grid_vars,
+                attrs=attrs,
+                evaluate=evaluate,
+            )
+        )
+    return written[-1]
+
+
+def _write_grid(
+    out: Path,
+    grid: Grid,
+    geom: Any,
+    *,
+    block_rows: int,
+    variables: dict[str, tuple[Any, dict[str, Any]]],
+    attrs: dict[str, Any],
+    evaluate: Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]],
+) -> Path:
+    """Evaluate ``evaluate(lon, lat)`` (cell centres inside the region) block by block and
+    write the float variables (NaN outside the region) plus ``in_region`` to ``out``."""
+    ny, nx = grid.shape
+    names = list(variables)
+    all_vars = {**variables, "in_region": (bool, {"long_name": "cell centre inside the region"})}
     t0 = time.perf_counter()
     log.info(
-        "predicting %s on a %d x %d grid (%.5f x %.5f deg) in blocks of %d rows",
-        target,
+        "evaluating a %d x %d grid (%.5f x %.5f deg) in blocks of %d rows",
         ny,
         nx,
         grid.dx,
         grid.dy,
         block_rows,
     )
-    var_attrs = _var_attrs(spec, thr, quantity)
-    variables: dict[str, tuple[Any, dict[str, Any]]] = {
-        n: (np.float32, var_attrs.get(n, {})) for n in names
-    }
-    variables["in_region"] = (bool, {"long_name": "cell centre inside the region"})
     writer = GridWriter(
-        out, x=grid.x, y=grid.y, variables=variables, attrs=attrs, crs_attrs=crs_attributes()
+        out, x=grid.x, y=grid.y, variables=all_vars, attrs=attrs, crs_attrs=crs_attributes()
     )
     n_in = 0
     try:
@@ -393,8 +697,7 @@ def run_predict(
             values: dict[str, np.ndarray] = {}
             if mask.any():
                 lon2, lat2 = np.meshgrid(grid.x, grid.y[rows])
-                X = scale_lonlat(lon2[mask], lat2[mask], scaling)
-                values = predict_block(model, spec, X, thr, chunk_size=chunk, tests=tests)
+                values = evaluate(lon2[mask], lat2[mask])
                 n_in += int(mask.sum())
             for name in names:
                 block = np.full(mask.shape, np.nan, dtype=np.float32)

@@ -3,6 +3,10 @@
 Each rank streams only its own row groups (or row range) of the ``train`` split and keeps only
 the model's columns, so no rank holds the full table; every rank reads the whole ``val`` split
 (it is small and identical validation keeps the best-epoch choice identical on all ranks).
+
+Time-aware models (``--time``): each rank also reads the ``quarter`` column of its rows and
+appends ``t``; the time scaling comes from the whole table's ``quarter``/``split`` columns
+(:func:`read_time_axis`), so it is the same on every rank.
 """
 
 from __future__ import annotations
@@ -14,39 +18,75 @@ import numpy as np
 
 from geodbk.distributed import DistributedContext, ShardPlan, gather_sizes, read_parquet_shard
 from geodbk.errors import DataError
+from geodbk.geo.timeaxis import TimeScaling
 from pipelines.rundir import RunDir, target_spec
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["load_rank_split", "split_rows"]
+__all__ = ["load_rank_split", "read_time_axis", "split_rows"]
+
+
+def read_time_axis(rd: RunDir) -> tuple[TimeScaling, list[str]]:
+    """:func:`pipelines.train.time_axis` from the ``quarter`` and ``split`` columns only.
+
+    Reads two columns of ``tiles.parquet`` (cheap, no geometry), so every rank computes the same
+    :class:`~geodbk.geo.timeaxis.TimeScaling` and quarter list without the full table.
+    """
+    import pyarrow.parquet as pq
+
+    from pipelines.train import time_axis
+
+    names = set(pq.read_schema(rd.tiles).names)
+    missing = [c for c in ("quarter", "split") if c not in names]
+    if missing:
+        raise DataError(f"{rd.tiles} has no {missing} column(s); --time needs them")
+    table = pq.read_table(rd.tiles, columns=["quarter", "split"])
+    return time_axis(
+        table.column("quarter").to_numpy(zero_copy_only=False),
+        table.column("split").to_numpy(zero_copy_only=False),
+        source=rd.tiles,
+    )
 
 
 def split_rows(
-    rd: RunDir, target: str, split: str, *, rank: int = 0, world_size: int = 1
+    rd: RunDir,
+    target: str,
+    split: str,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    time_scaling: TimeScaling | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Finite ``(X (n, 2), y (n,))`` rows of ``split`` in shard ``rank`` of ``world_size``.
+    """Finite ``(X, y (n,))`` rows of ``split`` in shard ``rank`` of ``world_size``.
 
-    Shards follow :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or
-    contiguous row ranges), so the shards of all ranks concatenated in rank order are the whole
-    split.
+    ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
+    time_scaling.scale(quarter)`` for a time-aware model. Shards follow
+    :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or contiguous row
+    ranges), so the shards of all ranks concatenated in rank order are the whole split.
     """
     import pyarrow.compute as pc
 
     cols = ["x1", "x2", target_spec(target).log_column]
+    extra = ["quarter"] if time_scaling is not None else []
     data = read_parquet_shard(
         rd.tiles,
-        columns=cols,
+        columns=cols + extra,
         rank=rank,
         world_size=world_size,
         filters=pc.field("split") == split,
     )
     arr = np.column_stack([np.asarray(data[c], dtype=np.float64) for c in cols])
-    arr = arr[np.isfinite(arr).all(axis=1)]
-    return arr[:, :2], arr[:, 2]
+    ok = np.isfinite(arr).all(axis=1)
+    X = arr[:, :2]
+    if time_scaling is not None:
+        quarter = np.asarray(data["quarter"], dtype=object).astype(str)
+        t = np.asarray(time_scaling.scale(quarter), dtype=np.float64).reshape(-1, 1)
+        X = np.hstack([X, t])
+    return X[ok], arr[ok, 2]
 
 
 def load_rank_split(
-    rd: RunDir, target: str, *, ctx: DistributedContext
+    rd: RunDir, target: str, *, ctx: DistributedContext, time_scaling: TimeScaling | None = None
 ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], ShardPlan]:
     """This rank's training rows, the full validation rows, the table metadata and the plan.
 
@@ -54,7 +94,8 @@ def load_rank_split(
     -------
     tuple
         ``(metadata, (X, y), (X_val, y_val), plan)`` with ``X`` (n_rank, 2) = ``x1, x2`` and
-        ``y`` the ``log10`` target; ``plan`` holds every rank's shard size.
+        ``y`` the ``log10`` target (``[x1, x2, t]``, (n_rank, 3), with ``time_scaling``);
+        ``plan`` holds every rank's shard size.
 
     Raises
     ------
@@ -66,14 +107,16 @@ def load_rank_split(
     from geodbk.geo.table import read_table_metadata
 
     spec = target_spec(target)
-    cols = ["x1", "x2", spec.log_column]
+    cols = ["x1", "x2", spec.log_column] + (["quarter"] if time_scaling is not None else [])
     names = set(pq.read_schema(rd.tiles).names)
     missing = [c for c in [*cols, "split"] if c not in names]
     if missing:
         raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
     meta = read_table_metadata(rd.tiles)
-    X, y = split_rows(rd, target, "train", rank=ctx.rank, world_size=ctx.world_size)
-    Xv, yv = split_rows(rd, target, "val")
+    X, y = split_rows(
+        rd, target, "train", rank=ctx.rank, world_size=ctx.world_size, time_scaling=time_scaling
+    )
+    Xv, yv = split_rows(rd, target, "val", time_scaling=time_scaling)
     sizes = gather_sizes(len(y))
     if min(sizes) < 2:
         raise DataError(

@@ -5,6 +5,11 @@ Reads ``RUN/tiles.parquet`` (train split to fit, val split to pick the best epoc
 metadata holds the input scaling, target transform, config and its hash, training history,
 timings and library version), ``config.yaml`` (the full resolved config), ``history.csv`` and
 ``checkpoints/`` (resume state, one checkpoint per epoch).
+
+``--time`` trains a time-aware model: its inputs are ``[x1, x2, t]``, ``t`` the tile's quarter
+scaled to [-1, 1] over the quarter range of the train split (metadata ``time_scaling``), so that
+``geodbk predict --quarter`` can map any quarter and ``--trend`` the change between two. Without
+it the quarters are pooled (inputs ``[x1, x2]``).
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ import argparse
 import csv
 import io
 import logging
-import time
 from datetime import UTC, datetime
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ import numpy as np
 from geodbk import __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
 from pipelines.config import TrainConfig, dump_config, load_config
 from pipelines.rundir import (
     TARGETS,
@@ -41,9 +47,13 @@ examples:
   geodbk train --run runs/hawaii --target download
   geodbk train --run runs/hawaii --target upload --config small.yaml --epochs 100
   geodbk train --run runs/hawaii --target download --resume      # continue a killed run
+  geodbk train --run runs/hawaii --target download --time        # quarter as an input
 
 The config file is YAML with any of the keys: expansion, objective, rank, hidden, alpha, beta,
-batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size.
+batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size, noise,
+noise_power, noise_init, time.
+--time (config `time: true`): inputs [x1, x2, t], t = the quarter scaled to [-1, 1] over the
+train split's quarters (needs at least 2 of them); then `geodbk predict --quarter/--trend`.
 Flags override the file; the file overrides the defaults (the seed's Ookla settings).
 exit codes: 0 ok, 2 usage, 3 bad data/config, 4 bad model file, 5 missing run directory.
 """
@@ -73,6 +83,12 @@ def register(subparsers: Any) -> None:
         "a `tests` column) or one constant s2",
     )
     p.add_argument(
+        "--time",
+        action="store_true",
+        default=None,
+        help="time-aware model: the quarter is an input (x1, x2, t); default: quarters pooled",
+    )
+    p.add_argument(
         "--distributed",
         action="store_true",
         help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
@@ -92,6 +108,7 @@ def _main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             distributed=args.distributed,
             noise=args.noise,
+            time=args.time,
         )
     finally:
         if args.distributed:
@@ -108,10 +125,11 @@ def resolve_config(
     epochs: int | None = None,
     device: str | None = None,
     noise: str | None = None,
+    time: bool | None = None,
 ) -> TrainConfig:
-    """Defaults (or ``base``) < YAML file < flags."""
+    """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
-    return cfg.replace(epochs=epochs, device=device, noise=noise)
+    return cfg.replace(epochs=epochs, device=device, noise=noise, time=time)
 
 
 def resolve_noise(cfg: TrainConfig, columns: Any, *, distributed: bool = False) -> TrainConfig:
@@ -136,6 +154,46 @@ def resolve_noise(cfg: TrainConfig, columns: Any, *, distributed: bool = False) 
     return cfg
 
 
+def time_axis(quarter: Any, split: Any, *, source: Path) -> tuple[TimeScaling, list[str]]:
+    """Time scaling of a time-aware model and the table's quarters.
+
+    Parameters
+    ----------
+    quarter, split
+        The ``quarter`` and ``split`` columns of the tile table (all rows).
+    source
+        The table (for messages).
+
+    Returns
+    -------
+    tuple
+        ``(TimeScaling(first, last), quarters)``: ``first``/``last`` span the quarters of the
+        ``train`` split (so the later quarters of a forecast split are extrapolations, t > 1);
+        ``quarters`` are all the table's quarters, sorted.
+
+    Raises
+    ------
+    DataError
+        When the train split has fewer than 2 distinct quarters (t would be constant).
+    """
+    q = np.asarray(quarter, dtype=object).astype(str)
+    train = np.asarray(split, dtype=object).astype(str) == "train"
+    try:
+        all_idx = np.unique(quarter_indices(q))
+        train_idx = np.unique(quarter_indices(q[train]))
+    except DataError as exc:
+        raise DataError(f"{source}: bad value in the 'quarter' column ({exc})") from exc
+    if train_idx.size < 2:
+        got = ", ".join(format_quarter(int(i)) for i in train_idx) or "none"
+        raise DataError(
+            f"{source}: --time needs at least 2 quarters in the train split, got {got}; "
+            "ingest more quarters (e.g. `geodbk ingest --quarters 2023Q1:2023Q4`) or train "
+            "without --time"
+        )
+    ts = TimeScaling(format_quarter(int(train_idx[0])), format_quarter(int(train_idx[-1])))
+    return ts, [format_quarter(int(i)) for i in all_idx]
+
+
 def split_tests(gdf: Any, target: str) -> dict[str, np.ndarray]:
     """``{"train"|"val"|"test": tests (n,)}`` aligned with :func:`split_arrays` (same rows).
 
@@ -154,19 +212,31 @@ def split_tests(gdf: Any, target: str) -> dict[str, np.ndarray]:
 
 
 def split_arrays(
-    gdf: Any, target: str, *, source: Path
+    gdf: Any, target: str, *, source: Path, time_scaling: TimeScaling | None = None
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Return ``{"train"|"val"|"test": (X (n, 2), y (n,))}`` for ``target`` (finite rows only)."""
+    """Return ``{"train"|"val"|"test": (X, y (n,))}`` for ``target`` (finite rows only).
+
+    ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
+    time_scaling.scale(quarter)`` when a :class:`~geodbk.geo.timeaxis.TimeScaling` is given
+    (time-aware models). The rows kept are the same either way (finite ``x1, x2, y``), so
+    :func:`split_tests` stays row-aligned.
+    """
     spec = target_spec(target)
-    for col in ("x1", "x2", spec.log_column, "split"):
+    need = ["x1", "x2", spec.log_column, "split"] + (
+        ["quarter"] if time_scaling is not None else []
+    )
+    for col in need:
         if col not in gdf.columns:
-            raise DataError(f"tiles.parquet has no {col!r} column; re-run `geodbk ingest`")
+            raise DataError(f"{source} has no {col!r} column; re-run `geodbk ingest`")
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in ("train", "val", "test"):
         part = gdf[gdf["split"] == name]
         X = part[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
         y = part[spec.log_column].to_numpy(dtype=np.float64)
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
+        if time_scaling is not None:
+            t = time_scaling.scale(part["quarter"].astype(str).to_numpy())
+            X = np.column_stack([X, np.asarray(t, dtype=np.float64).reshape(-1)])
         out[name] = (X[ok], y[ok])
     if len(out["train"][1]) < 2:
         raise DataError(f"{source}: fewer than 2 usable training rows for {target}")
@@ -221,6 +291,7 @@ def run_train(
     progress: bool = True,
     distributed: bool = False,
     noise: str | None = None,
+    time: bool | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -246,26 +317,45 @@ def run_train(
     noise
         ``tests`` or ``constant`` (flag override of the config's ``noise``; ``auto``, the
         default, is ``tests`` when the tiles have a ``tests`` column).
+    time
+        Flag override of the config's ``time``: a time-aware model with inputs ``[x1, x2, t]``
+        (``t``: the quarter scaled over the train split's quarter range; see :func:`time_axis`).
+        Its metadata gains ``time_scaling`` and ``quarters`` (all the table's quarters).
     """
     from geodbk import DBKRegressor
 
     rd: RunDir = require_run(run)
     spec = target_spec(target)
     cfg = resolve_config(
-        config_path=config_path, base=config, epochs=epochs, device=device, noise=noise
+        config_path=config_path,
+        base=config,
+        epochs=epochs,
+        device=device,
+        noise=noise,
+        time=time,
     )
     shards = None
     noise_kw: dict[str, Any] = {}
+    time_scaling: TimeScaling | None = None
+    quarters: list[str] = []
     if distributed:
         from geodbk.distributed import init_distributed, seed_rank
-        from pipelines.sharding import load_rank_split
+        from pipelines.sharding import load_rank_split, read_time_axis
 
+        if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
+            time_scaling, quarters = read_time_axis(rd)
         ctx = init_distributed(device=cfg.device)
         seed_rank(cfg.seed, ctx.rank)
-        meta, (X, y), (Xv, yv), shards = load_rank_split(rd, target, ctx=ctx)
+        meta, (X, y), (Xv, yv), shards = load_rank_split(
+            rd, target, ctx=ctx, time_scaling=time_scaling
+        )
     else:
         gdf, meta = load_tiles(rd)
-        parts = split_arrays(gdf, target, source=rd.tiles)
+        if cfg.time:
+            if "quarter" not in gdf.columns:
+                raise DataError(f"{rd.tiles} has no 'quarter' column; --time needs one")
+            time_scaling, quarters = time_axis(gdf["quarter"], gdf["split"], source=rd.tiles)
+        parts = split_arrays(gdf, target, source=rd.tiles, time_scaling=time_scaling)
         (X, y), (Xv, yv) = parts["train"], parts["val"]
         cfg = resolve_noise(cfg, gdf.columns)
         if cfg.noise == "tests":
@@ -290,8 +380,15 @@ def run_train(
         ckpt_dir,
         " (resuming)" if do_resume else "",
     )
+    if time_scaling is not None:
+        log.info(
+            "time-aware: inputs x1, x2, t with t in [-1, 1] over %s..%s (table quarters %s)",
+            time_scaling.first,
+            time_scaling.last,
+            ", ".join(quarters),
+        )
     model = DBKRegressor(**cfg.estimator_kwargs())
-    t0 = time.perf_counter()
+    t0 = perf_counter()
     model.fit(
         X,
         y,
@@ -303,7 +400,7 @@ def run_train(
         shards=shards,
         **noise_kw,
     )
-    fit_s = time.perf_counter() - t0
+    fit_s = perf_counter() - t0
     if not is_main:
         return model_dir  # rank 0 writes the bundle
     history = [dict(row) for row in getattr(model, "history_", [])]
@@ -313,7 +410,7 @@ def run_train(
         "log_column": spec.log_column,
         "unit": spec.unit,
         "target_transform": f"log10({spec.column}); natural = 10**y / {spec.divisor:g} {spec.unit}",
-        "inputs": ["x1", "x2"],
+        "inputs": ["x1", "x2", "t"] if time_scaling is not None else ["x1", "x2"],
         "input_scaling": scaling,
         "config": cfg.to_dict(),
         "config_hash": config_hash(cfg.to_dict()),
@@ -334,6 +431,9 @@ def run_train(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "tiles_metadata": {k: meta.get(k) for k in ("type", "quarters", "region", "split")},
     }
+    if time_scaling is not None:
+        metadata["time_scaling"] = time_scaling.to_dict()
+        metadata["quarters"] = quarters
     model.save(model_dir, metadata=metadata)
     atomic_write_text(model_dir / "config.yaml", dump_config(cfg))
     atomic_write_text(model_dir / "history.csv", _history_csv(history))
