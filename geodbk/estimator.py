@@ -51,6 +51,13 @@ _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False}
 QUANTITIES = ("observation", "latent")
 
 
+def _probe_batches(path: str | Path, *, columns: list[str], filters: Any) -> Any:
+    """Record batches of a parquet file (a generator; the first one sizes the inputs)."""
+    from geodbk.streaming import iter_parquet_batches
+
+    return iter_parquet_batches(path, columns=columns, filters=filters, batch_size=16)
+
+
 def _as_tests(tests: Any, name: str, n: int) -> np.ndarray:
     """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
     arr = np.asarray(tests, dtype=np.float64).reshape(-1)
@@ -336,6 +343,123 @@ class DBKRegressor:
         self.best_epoch_ = result.best_epoch
         self.stopped_early_ = result.stopped_early
         self.metadata_: dict[str, Any] = {}
+        return self
+
+    def fit_parquet(
+        self,
+        path: str | Path,
+        *,
+        y_column: str,
+        x_columns: tuple[str, ...] = ("x1", "x2"),
+        filters: Any = None,
+        inputs: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+        read_columns: tuple[str, ...] = (),
+        tests_column: str | None = None,
+        X_val: Any = None,
+        y_val: Any = None,
+        tests_val: Any = None,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+        progress: bool = False,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+    ) -> DBKRegressor:
+        """Fit on the (filtered) rows of a parquet file without loading it (out of core).
+
+        Memory is bounded by one row group plus the model: one streaming pass computes the
+        target's mean and sd (:func:`geodbk.streaming.streaming_mean_std`), then
+        :func:`geodbk.streaming.train_streaming` trains with each epoch visiting the row groups
+        in a seeded order and shuffling rows within a group. The objective, selection by
+        validation NLL, early stopping, checkpoints and ``resume`` are those of :meth:`fit`
+        (mini-batch objectives only: ``exact`` needs the whole data set at once).
+
+        Parameters
+        ----------
+        path
+            Parquet file.
+        y_column
+            Target column.
+        x_columns, inputs, read_columns
+            Input columns, or a map from a batch's columns to the inputs (e.g. adding the
+            time input from ``quarter``) and the extra columns it reads.
+        filters
+            Row filter, e.g. ``pyarrow.compute.field("split") == "train"``.
+        tests_column
+            Per-row number of tests (required with ``noise="tests"``).
+        X_val, y_val, tests_val
+            Validation data, held in memory.
+        checkpoint_dir, resume, progress, callback
+            As in :meth:`fit`.
+        """
+        from geodbk.streaming import count_rows, streaming_mean_std, train_streaming
+
+        self._validate()
+        if self.objective == "exact":
+            raise DataError(
+                'objective="exact" needs the whole training set in memory; use fit() or a '
+                "mini-batch objective (dppgp, ppgp, elbo) for out-of-core training"
+            )
+        aware = self.noise == "tests"
+        if aware and tests_column is None:
+            raise DataError('noise="tests" needs tests_column= (the number of tests per row)')
+        mean, sd, n = streaming_mean_std(path, column=y_column, filters=filters)
+        if n < 2:
+            raise DataError(f"{path}: need at least 2 finite {y_column!r} rows, got {n}")
+        self.device_ = resolve_device(self.device)
+        self.y_mean_ = mean
+        self.y_std_ = sd if sd > 0 and math.isfinite(sd) else 1.0
+        cols = list(dict.fromkeys([*x_columns, *read_columns]))
+        probe = next(
+            iter(_probe_batches(path, columns=cols, filters=filters)),
+            None,
+        )
+        if probe is None:
+            raise DataError(f"{path}: no rows match the filter")
+        to_x = inputs or (
+            lambda c: np.column_stack([np.asarray(c[k], dtype=np.float64) for k in x_columns])
+        )
+        self.n_features_in_ = int(np.asarray(to_x(probe)).shape[1])
+        self.model_ = self._build_model(self.n_features_in_, self.device_)
+        self._folded = None
+        xv_t = yv_t = tv_t = None
+        if X_val is not None and y_val is not None:
+            xv_np = self._check_input(X_val, "X_val")
+            yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
+            xv_t = self._to_tensor(xv_np)
+            yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
+            if aware:
+                if tests_val is None:
+                    raise DataError('noise="tests" with validation data needs tests_val=...')
+                tv_t = self._to_tensor(_as_tests(tests_val, "tests_val", xv_np.shape[0]))
+        history = train_streaming(
+            self.model_,
+            path,
+            x_columns=list(x_columns),
+            y_column=y_column,
+            y_mean=self.y_mean_,
+            y_std=self.y_std_,
+            config=self._train_config(),
+            filters=filters,
+            x_val=xv_t,
+            y_val=yv_t,
+            n_global=count_rows(path, filters=filters),
+            dtype=_DTYPES[self.dtype],
+            inputs=inputs,
+            read_columns=list(read_columns),
+            tests_column=tests_column if aware else None,
+            tests_val=tv_t,
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            progress=progress,
+            callback=callback,
+        )
+        self.history_ = history
+        scores = [
+            (h["val_nll"] if h["val_nll"] is not None else h["train_loss"], h["epoch"])
+            for h in history
+        ]
+        self.best_epoch_ = int(min(scores)[1]) if scores else 0
+        self.stopped_early_ = len(history) < int(self.epochs)
+        self.metadata_ = {}
         return self
 
     # ------------------------------------------------------------------ prediction

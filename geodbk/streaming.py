@@ -1,15 +1,16 @@
 """Streaming (out-of-core) training and prediction over parquet tables with pyarrow.
 
-Memory is bounded by one record batch (prediction) or one row group plus the optimiser state
-(training), not by the number of rows ``n``:
+Memory is bounded by one record batch (prediction) or one shuffle window of row groups plus
+the optimiser state (training), not by the number of rows ``n``:
 
 - :func:`iter_parquet_batches` yields column arrays of one record batch at a time
   (``pyarrow.dataset`` scanner, optional row-group subset for one rank of a data-parallel run).
 - :func:`predict_table` streams a table through a fitted model into a parquet file of
   predictions (``mean``, ``std``) with a :class:`pyarrow.parquet.ParquetWriter`.
-- :func:`train_streaming` trains with mini-batches drawn row group by row group: each epoch
-  visits this rank's row groups in a seeded random order and shuffles the rows inside each group
-  (a "shuffle buffer" of one row group). The KL term uses the global ``n``.
+- :func:`train_streaming` trains with mini-batches drawn window by window: each epoch visits
+  this rank's row groups in a seeded random order, a window of ``shuffle_groups`` groups at a
+  time, and shuffles the rows inside each window (a shuffle buffer). The KL term uses the
+  global ``n``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["count_rows", "iter_parquet_batches", "predict_table", "train_streaming"]
+__all__ = [
+    "count_rows",
+    "iter_parquet_batches",
+    "predict_table",
+    "streaming_mean_std",
+    "train_streaming",
+]
 
 
 def count_rows(path: str | Path, *, filters: Any = None) -> int:
@@ -32,6 +39,33 @@ def count_rows(path: str | Path, *, filters: Any = None) -> int:
     import pyarrow.dataset as ds
 
     return int(ds.dataset(path, format="parquet").count_rows(filter=filters))
+
+
+def streaming_mean_std(
+    path: str | Path, *, column: str, filters: Any = None, batch_size: int = 262_144
+) -> tuple[float, float, int]:
+    """Mean, sd and count of the finite values of ``column`` in one pass over record batches.
+
+    Uses Chan et al.'s pairwise update of (n, mean, M2) per batch, so the result matches
+    ``numpy.mean``/``numpy.std`` (ddof 0) on the whole column to rounding, in O(batch) memory.
+    """
+    n, mean, m2 = 0, 0.0, 0.0
+    for cols in iter_parquet_batches(
+        path, columns=[column], filters=filters, batch_size=batch_size
+    ):
+        v = np.asarray(cols[column], dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            continue
+        nb, mb = v.size, float(v.mean())
+        m2b = float(((v - mb) ** 2).sum())
+        tot = n + nb
+        delta = mb - mean
+        mean += delta * nb / tot
+        m2 += m2b + delta**2 * n * nb / tot
+        n = tot
+    sd = math.sqrt(m2 / n) if n else math.nan
+    return (mean if n else math.nan), sd, n
 
 
 def iter_parquet_batches(
@@ -178,6 +212,7 @@ def train_streaming(
     resume: bool = False,
     progress: bool = False,
     callback: Callable[[dict[str, Any]], None] | None = None,
+    shuffle_groups: int = 16,
 ) -> list[dict[str, Any]]:
     """Train ``model`` (a :class:`geodbk.model.DBKModel`) without loading the table.
 
@@ -224,6 +259,11 @@ def train_streaming(
         so a resumed run equals an uninterrupted one.
     progress, callback
         A tqdm bar; a function called with each epoch's history record.
+    shuffle_groups
+        Row groups read, concatenated and shuffled together (the shuffle window). Tile
+        tables are written sorted by quarter and quadkey in row groups of 65,536 rows, so a
+        window of 16 randomly chosen groups (~1M rows, ~40 MB for five float64 columns) mixes
+        quarters and regions within each mini-batch stream; memory is bounded by the window.
 
     Returns
     -------
@@ -284,33 +324,40 @@ def train_streaming(
             rng = np.random.default_rng([int(config.seed), epoch, rank])
             total, seen = 0.0, 0
             model.train()
-            for g in rng.permutation(groups):
-                for part in iter_parquet_batches(
-                    path, columns=cols, filters=filters, row_groups=[int(g)], batch_size=1 << 30
-                ):
-                    X = to_x(part)
-                    y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
-                    ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
-                    order = rng.permutation(np.flatnonzero(ok))
-                    xt = torch.as_tensor(X[order], dtype=dtype, device=device)
-                    yt = torch.as_tensor(y[order], dtype=dtype, device=device)
-                    tt = None
-                    if tests_column:
-                        tt = torch.as_tensor(
-                            _tests_of(part[tests_column])[order], dtype=dtype, device=device
-                        )
-                    for i in range(0, len(order), int(config.batch_size)):
-                        sl = slice(i, i + int(config.batch_size))
-                        xb, yb = xt[sl], yt[sl]
-                        if xb.shape[0] < 2 and config.objective == "dppgp":
-                            continue
-                        optimizer.zero_grad(set_to_none=True)
-                        tb = None if tt is None else tt[sl]
-                        loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
-                        loss.backward()
-                        optimizer.step()
-                        total += float(loss.detach()) * int(xb.shape[0])
-                        seen += int(xb.shape[0])
+            order_g = rng.permutation(groups)
+            for w in range(0, len(order_g), max(int(shuffle_groups), 1)):
+                window = [int(g) for g in order_g[w : w + max(int(shuffle_groups), 1)]]
+                parts = list(
+                    iter_parquet_batches(
+                        path, columns=cols, filters=filters, row_groups=window, batch_size=1 << 30
+                    )
+                )
+                if not parts:
+                    continue
+                part = {c: np.concatenate([b[c] for b in parts]) for c in cols}
+                X = to_x(part)
+                y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
+                ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
+                order = rng.permutation(np.flatnonzero(ok))
+                xt = torch.as_tensor(X[order], dtype=dtype, device=device)
+                yt = torch.as_tensor(y[order], dtype=dtype, device=device)
+                tt = None
+                if tests_column:
+                    tt = torch.as_tensor(
+                        _tests_of(part[tests_column])[order], dtype=dtype, device=device
+                    )
+                for i in range(0, len(order), int(config.batch_size)):
+                    sl = slice(i, i + int(config.batch_size))
+                    xb, yb = xt[sl], yt[sl]
+                    if xb.shape[0] < 2 and config.objective == "dppgp":
+                        continue
+                    optimizer.zero_grad(set_to_none=True)
+                    tb = None if tt is None else tt[sl]
+                    loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
+                    loss.backward()
+                    optimizer.step()
+                    total += float(loss.detach()) * int(xb.shape[0])
+                    seen += int(xb.shape[0])
             model.eval()
             train_loss = total / max(seen, 1)
             if not math.isfinite(train_loss):

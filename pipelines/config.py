@@ -72,6 +72,11 @@ class TrainConfig:
         over the train split's quarter range (:class:`geodbk.geo.timeaxis.TimeScaling`), so
         one model maps any quarter and the change between quarters. ``False`` (default): the
         pooled model, inputs ``[x1, x2]`` with every quarter's tiles pooled.
+    streaming
+        Out-of-core training (``geodbk train --streaming``): the train split is read from
+        ``tiles.parquet`` a shuffle window of row groups at a time
+        (:meth:`geodbk.DBKRegressor.fit_parquet`), so memory does not grow with n; the
+        validation split is held in memory. Mini-batch objectives only.
     """
 
     expansion: str = "rbf"
@@ -92,6 +97,7 @@ class TrainConfig:
     noise_power: bool = False
     noise_init: float = 0.0
     time: bool = False
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         self.validate(source="config")
@@ -125,6 +131,11 @@ class TrainConfig:
             ("patience", self.patience >= 1, ">= 1"),
             ("predict_chunk_size", self.predict_chunk_size >= 1, ">= 1"),
             ("noise_init", 0 <= self.noise_init < 100, "0 (default) or a variance in (0, 100)"),
+            (
+                "streaming",
+                not (self.streaming and self.objective == "exact"),
+                "false with objective 'exact' (it needs the whole train split in memory)",
+            ),
         ]
         for key, ok, rule in checks:
             if not ok:
@@ -144,6 +155,7 @@ class TrainConfig:
         d = self.to_dict()
         d.pop("predict_chunk_size")
         d.pop("time")
+        d.pop("streaming")
         if d["noise"] == "auto":
             d["noise"] = "constant"
         if d["noise_init"] == 0:
@@ -174,6 +186,7 @@ _FIELD_TYPES: dict[str, type] = {
     "noise_power": bool,
     "noise_init": float,
     "time": bool,
+    "streaming": bool,
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.

@@ -23,7 +23,7 @@ from pipelines.rundir import RunDir, target_spec
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["load_rank_split", "read_time_axis", "split_rows"]
+__all__ = ["load_rank_split", "read_time_axis", "split_rows", "streaming_inputs"]
 
 
 def read_time_axis(rd: RunDir) -> tuple[TimeScaling, list[str]]:
@@ -132,3 +132,87 @@ def load_rank_split(
         len(yv),
     )
     return meta, (X, y), (Xv, yv), ShardPlan(sizes, rank=ctx.rank)
+
+
+def streaming_inputs(
+    rd: RunDir, target: str, cfg: Any
+) -> tuple[Any, dict[str, Any], TimeScaling | None, list[str], dict[str, Any]]:
+    """What ``geodbk train --streaming`` needs, read without loading the train split.
+
+    Reads the table footer (metadata, schema), the ``quarter``/``split`` columns for a
+    time-aware model, and the (small) validation split in memory.
+
+    Returns
+    -------
+    tuple
+        ``(cfg, metadata, time_scaling, quarters, stream)``: ``cfg`` with ``noise: auto``
+        resolved from the schema; ``stream`` holds ``filters`` (train rows), ``inputs`` (batch
+        columns -> model inputs), ``read_columns``, ``X_val``, ``y_val``, ``tests_val`` and
+        ``n_train`` (finite training rows, counted in a streaming pass).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from geodbk.geo.table import read_table_metadata
+    from geodbk.streaming import count_rows
+    from pipelines.train import resolve_noise
+
+    spec = target_spec(target)
+    names = set(pq.read_schema(rd.tiles).names)
+    missing = [c for c in ("x1", "x2", spec.log_column, "split") if c not in names]
+    if missing:
+        raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
+    meta = read_table_metadata(rd.tiles)
+    cfg = resolve_noise(cfg, names)
+    time_scaling: TimeScaling | None = None
+    quarters: list[str] = []
+    if cfg.time:
+        time_scaling, quarters = read_time_axis(rd)
+    val_cols = ["x1", "x2", spec.log_column, "split"]
+    val_cols += ["quarter"] if time_scaling is not None else []
+    val_cols += ["tests"] if cfg.noise == "tests" else []
+    val = pq.read_table(rd.tiles, columns=val_cols, filters=pc.field("split") == "val")
+    cols = {c: val.column(c).to_numpy(zero_copy_only=False) for c in val_cols}
+    inputs = _input_map(time_scaling)
+    Xv = inputs(cols) if val.num_rows else np.zeros((0, 2 if time_scaling is None else 3))
+    yv = np.asarray(cols[spec.log_column], dtype=np.float64)
+    ok = np.isfinite(yv) & np.isfinite(Xv).all(axis=1)
+    tests_val = None
+    if cfg.noise == "tests":
+        tests_val = np.maximum(np.nan_to_num(np.asarray(cols["tests"], float), nan=1.0), 1.0)[ok]
+    train = (
+        (pc.field("split") == "train")
+        & pc.is_finite(pc.field(spec.log_column))
+        & pc.is_finite(pc.field("x1"))
+        & pc.is_finite(pc.field("x2"))
+    )
+    n_train = count_rows(rd.tiles, filters=train)
+    if n_train < 2:
+        raise DataError(f"{rd.tiles}: fewer than 2 usable training rows for {target}")
+    stream = {
+        "filters": train,
+        "inputs": inputs,
+        "read_columns": ["quarter"] if time_scaling is not None else [],
+        "X_val": Xv[ok],
+        "y_val": yv[ok],
+        "tests_val": tests_val,
+        "n_train": n_train,
+    }
+    log.info("streaming %d training rows of %s (val %d in memory)", n_train, rd.tiles, ok.sum())
+    return cfg, meta, time_scaling, quarters, stream
+
+
+def _input_map(time_scaling: TimeScaling | None) -> Any:
+    """Batch columns -> model inputs: ``[x1, x2]`` or ``[x1, x2, t]`` (t from ``quarter``)."""
+
+    def inputs(cols: dict[str, np.ndarray]) -> np.ndarray:
+        X = np.column_stack(
+            [np.asarray(cols["x1"], dtype=np.float64), np.asarray(cols["x2"], dtype=np.float64)]
+        )
+        if time_scaling is None:
+            return X
+        quarter = np.asarray(cols["quarter"], dtype=object).astype(str)
+        t = np.asarray(time_scaling.scale(quarter), dtype=np.float64).reshape(-1, 1)
+        return np.hstack([X, t])
+
+    return inputs

@@ -93,6 +93,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
     )
+    p.add_argument(
+        "--streaming",
+        action="store_true",
+        default=None,
+        help="out-of-core: read the train split from tiles.parquet in shuffled windows of row "
+        "groups, so memory does not grow with the table (config `streaming: true`)",
+    )
     p.set_defaults(func=_main)
 
 
@@ -109,6 +116,7 @@ def _main(args: argparse.Namespace) -> int:
             distributed=args.distributed,
             noise=args.noise,
             time=args.time,
+            streaming=args.streaming,
         )
     finally:
         if args.distributed:
@@ -126,10 +134,11 @@ def resolve_config(
     device: str | None = None,
     noise: str | None = None,
     time: bool | None = None,
+    streaming: bool | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
-    return cfg.replace(epochs=epochs, device=device, noise=noise, time=time)
+    return cfg.replace(epochs=epochs, device=device, noise=noise, time=time, streaming=streaming)
 
 
 def resolve_noise(cfg: TrainConfig, columns: Any, *, distributed: bool = False) -> TrainConfig:
@@ -292,6 +301,7 @@ def run_train(
     distributed: bool = False,
     noise: str | None = None,
     time: bool | None = None,
+    streaming: bool | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -321,6 +331,10 @@ def run_train(
         Flag override of the config's ``time``: a time-aware model with inputs ``[x1, x2, t]``
         (``t``: the quarter scaled over the train split's quarter range; see :func:`time_axis`).
         Its metadata gains ``time_scaling`` and ``quarters`` (all the table's quarters).
+    streaming
+        Flag override of the config's ``streaming``: out-of-core training with
+        :meth:`geodbk.DBKRegressor.fit_parquet` (the train split is never held in memory;
+        checkpoints and ``resume`` work as in memory). Not with ``distributed``.
     """
     from geodbk import DBKRegressor
 
@@ -333,8 +347,15 @@ def run_train(
         device=device,
         noise=noise,
         time=time,
+        streaming=streaming,
     )
+    if cfg.streaming and distributed:
+        raise DataError(
+            "--streaming and --distributed cannot be combined yet: --distributed already reads "
+            "only each rank's row groups; drop one of the two flags"
+        )
     shards = None
+    stream: dict[str, Any] | None = None
     noise_kw: dict[str, Any] = {}
     time_scaling: TimeScaling | None = None
     quarters: list[str] = []
@@ -349,6 +370,12 @@ def run_train(
         meta, (X, y), (Xv, yv), shards = load_rank_split(
             rd, target, ctx=ctx, time_scaling=time_scaling
         )
+    elif cfg.streaming:
+        from pipelines.sharding import streaming_inputs
+
+        cfg, meta, time_scaling, quarters, stream = streaming_inputs(rd, target, cfg)
+        Xv, yv = stream["X_val"], stream["y_val"]
+        y = np.zeros(stream["n_train"])  # only its length is used below
     else:
         gdf, meta = load_tiles(rd)
         if cfg.time:
@@ -389,17 +416,33 @@ def run_train(
         )
     model = DBKRegressor(**cfg.estimator_kwargs())
     t0 = perf_counter()
-    model.fit(
-        X,
-        y,
-        Xv if len(yv) else None,
-        yv if len(yv) else None,
-        checkpoint_dir=ckpt_dir,
-        resume=do_resume,
-        progress=progress and is_main,
-        shards=shards,
-        **noise_kw,
-    )
+    if stream is not None:
+        model.fit_parquet(
+            rd.tiles,
+            y_column=spec.log_column,
+            filters=stream["filters"],
+            inputs=stream["inputs"],
+            read_columns=stream["read_columns"],
+            tests_column="tests" if cfg.noise == "tests" else None,
+            X_val=Xv if len(yv) else None,
+            y_val=yv if len(yv) else None,
+            tests_val=stream["tests_val"] if len(yv) else None,
+            checkpoint_dir=ckpt_dir,
+            resume=do_resume,
+            progress=progress,
+        )
+    else:
+        model.fit(
+            X,
+            y,
+            Xv if len(yv) else None,
+            yv if len(yv) else None,
+            checkpoint_dir=ckpt_dir,
+            resume=do_resume,
+            progress=progress and is_main,
+            shards=shards,
+            **noise_kw,
+        )
     fit_s = perf_counter() - t0
     if not is_main:
         return model_dir  # rank 0 writes the bundle
@@ -417,8 +460,8 @@ def run_train(
         "run": str(rd.root),
         "n_train": len(y) if shards is None else shards.n_global,
         "n_val": len(yv),
-        "y_train_mean": float(np.mean(y)) if shards is None else model.y_mean_,
-        "y_train_sd": float(np.std(y)) if shards is None else model.y_std_,
+        "y_train_mean": model.y_mean_,
+        "y_train_sd": model.y_std_,
         "best_epoch": getattr(model, "best_epoch_", None),
         "noise": model.noise_parameters(),
         "history": history,

@@ -257,6 +257,11 @@ def _to_arrow(table: gpd.GeoDataFrame) -> pa.Table:
         return pq.read_table(pa.BufferReader(buf.getvalue()))
 
 
+#: Rows per parquet row group of the tile table: the unit of per-rank sharding
+#: (``--distributed``) and of the streaming shuffle window (``--streaming``).
+ROW_GROUP_SIZE = 65_536
+
+
 def write_tile_table(table: gpd.GeoDataFrame, path: str | Path, metadata: dict[str, Any]) -> None:
     """Write the table as GeoParquet with the ``geodbk`` JSON metadata, atomically."""
     meta = dict(metadata)
@@ -266,7 +271,7 @@ def write_tile_table(table: gpd.GeoDataFrame, path: str | Path, metadata: dict[s
     kv[METADATA_KEY] = json.dumps(meta, sort_keys=True, allow_nan=False).encode("utf-8")
     arrow = arrow.replace_schema_metadata(kv)
     with atomic_path(path) as tmp:
-        pq.write_table(arrow, tmp, compression="zstd")
+        pq.write_table(arrow, tmp, compression="zstd", row_group_size=ROW_GROUP_SIZE)
 
 
 def read_table_metadata(path: str | Path) -> dict[str, Any]:
