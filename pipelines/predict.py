@@ -516,6 +516,17 @@ def run_predict(
         )
     observed = observed_quarters(rd, md)
     trend_pair = parse_trend(trend) if trend is not None else None
+    if trend_pair is not None and ts is not None:
+        from geodbk.geo.timeaxis import extrapolation_of
+
+        outside = [q for q in trend_pair if ts.is_extrapolation(q)]
+        if outside and extrapolation_of(md) == "hold":
+            raise DataError(
+                f"--trend {trend}: {', '.join(outside)} lies outside the trained quarters "
+                f"{ts.first}..{ts.last}, where this model holds the nearest trained quarter's map "
+                "(time extrapolation 'hold', chosen at training); a change per year there would "
+                "be an artefact. Use two quarters inside the trained range"
+            )
     quarters: list[str | None] = [None]
     if ts is not None and trend_pair is None:
         if not observed:

@@ -237,7 +237,8 @@ def model_inputs(
 ) -> np.ndarray:
     """Model inputs from scaled lon/lat ``X2`` (n, 2): ``[x1, x2]`` for a pooled model,
     ``[x1, x2, t]`` for a time-aware one, with t from ``quarter`` (one quarter for all rows,
-    or one per row).
+    or one per row) under the model's extrapolation policy
+    (:func:`geodbk.geo.timeaxis.time_input`; ``hold`` clips t to the training range).
 
     Raises
     ------
@@ -249,7 +250,10 @@ def model_inputs(
         return X2
     if quarter is None:
         raise DataError("this model is time-aware (trained with --time): give a quarter")
-    t = ts.scale(quarter) if isinstance(quarter, str) else ts.scale(np.asarray(quarter))
+    from geodbk.geo.timeaxis import extrapolation_of, time_input
+
+    q = quarter if isinstance(quarter, str) else np.asarray(quarter)
+    t = time_input(ts, q, extrapolation=extrapolation_of(metadata))
     t = np.broadcast_to(np.asarray(t, dtype=np.float64), (X2.shape[0],))
     return np.column_stack([X2, t]).astype(np.float64)
 

@@ -477,6 +477,9 @@ def run_train(
     if time_scaling is not None:
         metadata["time_scaling"] = time_scaling.to_dict()
         metadata["quarters"] = quarters
+        tv = noise_kw.get("tests_val") if stream is None else stream["tests_val"]
+        metadata["time_extrapolation"] = choose_time_extrapolation(model, Xv, yv, tests_val=tv)
+        log.info("time extrapolation: %s", metadata["time_extrapolation"])
     model.save(model_dir, metadata=metadata)
     atomic_write_text(model_dir / "config.yaml", dump_config(cfg))
     atomic_write_text(model_dir / "history.csv", _history_csv(history))
@@ -488,6 +491,35 @@ def run_train(
         fit_s,
     )
     return model_dir
+
+
+def choose_time_extrapolation(
+    model: Any, X_val: np.ndarray, y_val: np.ndarray, *, tests_val: np.ndarray | None = None
+) -> dict[str, Any]:
+    """Pick what a time-aware model does outside its training quarters, by validation NLL.
+
+    When some validation rows lie outside the training range (|t| > 1, e.g. the validation
+    quarter of a forecast split), the validation NLL of ``hold`` (t clipped to [-1, 1]: the last
+    trained quarter's map persists) and of ``trend`` (t as is: the backbone extrapolates) are
+    compared and the lower wins. Otherwise there is no evidence either way and ``hold`` is
+    chosen (it never invents a trend beyond the data). Returns ``{"policy", "val_nll",
+    "val_rows_outside"}`` for the bundle metadata (``time_extrapolation``).
+    """
+    from geodbk.metrics import gaussian_nll
+
+    outside = int((np.abs(X_val[:, 2]) > 1.0).sum()) if len(y_val) else 0
+    if outside == 0:
+        return {"policy": "hold", "val_nll": None, "val_rows_outside": 0}
+    kw = {"tests": tests_val} if getattr(model, "tests_aware", False) else {}
+    scores: dict[str, float] = {}
+    for policy in ("hold", "trend"):
+        X = X_val.copy()
+        if policy == "hold":
+            X[:, 2] = np.clip(X[:, 2], -1.0, 1.0)
+        pred = model.predict(X, **kw)
+        scores[policy] = float(gaussian_nll(y_val, pred.mean, pred.var))
+    best = min(scores, key=lambda k: scores[k])
+    return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
 
 
 def load_model(rd: RunDir, target: str) -> Any:

@@ -23,13 +23,22 @@ from geodbk.errors import DataError
 from geodbk.geo.ookla import parse_quarter, parse_quarters
 
 __all__ = [
+    "EXTRAPOLATIONS",
     "TimeScaling",
+    "extrapolation_of",
     "format_quarter",
     "quarter_index",
     "quarter_indices",
     "resolve_quarters",
+    "time_input",
     "years_between",
 ]
+
+#: What a time-aware model does for a quarter outside its training range: ``hold`` evaluates the
+#: nearest trained quarter (the last map persists), ``trend`` feeds the scaled t as it is (the
+#: backbone extrapolates the trend). ``geodbk train --time`` picks one by validation NLL when the
+#: validation quarters lie outside the training range (a forecast split), else ``hold``.
+EXTRAPOLATIONS = ("hold", "trend")
 
 
 def quarter_index(quarter: str) -> int:
@@ -169,3 +178,27 @@ def resolve_quarters(
     if not uniq:
         raise DataError(f"no quarters selected by {spec!r}")
     return uniq
+
+
+def time_input(
+    scaling: TimeScaling, quarters: Iterable[str] | str, *, extrapolation: str = "trend"
+) -> npt.NDArray[np.float64]:
+    """The model's time input for ``quarters`` under an extrapolation policy.
+
+    ``t = scaling.scale(q)`` (``trend``), or ``clip(t, -1, 1)`` (``hold``: a quarter after
+    the training range is evaluated at the last trained quarter, one before it at the first).
+    """
+    if extrapolation not in EXTRAPOLATIONS:
+        raise DataError(
+            f"time extrapolation must be one of {EXTRAPOLATIONS}, got {extrapolation!r}"
+        )
+    t = scaling.scale(quarters)
+    return np.clip(t, -1.0, 1.0) if extrapolation == "hold" else t
+
+
+def extrapolation_of(metadata: dict[str, Any]) -> str:
+    """The policy recorded in a time-aware model's metadata (``time_extrapolation``); bundles
+    written before the policy existed extrapolate the trend."""
+    entry = metadata.get("time_extrapolation") or {}
+    policy = entry.get("policy", "trend") if isinstance(entry, dict) else str(entry)
+    return policy if policy in EXTRAPOLATIONS else "trend"
