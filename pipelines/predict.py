@@ -639,13 +639,19 @@ def run_predict(
             label, status = q, ts.describe(q)
             out = rd.grid(target) if q == observed[-1] else rd.grid(target, q)
             if ts.is_extrapolation(q):
+                from geodbk.geo.timeaxis import extrapolation_of
+
+                held = extrapolation_of(md) == "hold"
                 log.warning(
-                    "%s %s: %s (trained on %s..%s); the map extrapolates in time",
+                    "%s %s: %s (trained on %s..%s); %s",
                     target,
                     q,
                     status,
                     ts.first,
                     ts.last,
+                    "the map holds the nearest trained quarter (time extrapolation 'hold')"
+                    if held
+                    else "the map extrapolates the trend (time extrapolation 'trend')",
                 )
         attrs = {
             **base_attrs,
