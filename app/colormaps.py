@@ -1,8 +1,9 @@
 """Colour mapping of grids to RGBA/PNG for pydeck BitmapLayers, and legends in real units.
 
 Colour maps: sequential ``viridis`` for predicted values (mean, bounds, observed tiles),
-``magma`` for uncertainty (interval width, sd), ``YlGnBu`` for probabilities and ``cividis``
-for kernel slices. Positive quantities spanning more than a decade are coloured on a log scale
+``magma`` for uncertainty (interval width, sd), ``YlGnBu`` for probabilities, ``cividis``
+for kernel slices and the diverging ``coolwarm`` (centred on no change, blue = improved) for
+trends. Positive quantities spanning more than a decade are coloured on a log scale
 with tick labels in natural units (Mbps or ms).
 """
 
@@ -23,6 +24,8 @@ CMAPS: dict[str, str] = {
     "uncertainty": "magma",
     "probability": "YlGnBu",
     "kernel": "cividis",
+    # Diverging, centred on "no change"; reversed so blue = higher (speeds: improved).
+    "change": "coolwarm_r",
 }
 
 
@@ -248,6 +251,17 @@ def ticks(scale: ColorScale, max_ticks: int = 6) -> list[tuple[float, float]]:
     return [(float(p), float(v)) for p, v in zip(pos, values, strict=True)]
 
 
+def diverging_ticks(scale: ColorScale, n_side: int = 2) -> tuple[float, ...]:
+    """Ticks symmetric about the centre of a diverging scale: for a log scale from 1/R to R,
+    ``R^(k/n_side)`` for k = -n_side..n_side (so 1 sits in the middle)."""
+    if scale.log:
+        top = math.log10(scale.vmax)
+        return tuple(10.0 ** (top * k / n_side) for k in range(-n_side, n_side + 1))
+    mid = (scale.vmin + scale.vmax) / 2
+    half = (scale.vmax - scale.vmin) / 2
+    return tuple(mid + half * k / n_side for k in range(-n_side, n_side + 1))
+
+
 @dataclass(frozen=True)
 class Legend:
     """A colour-bar legend: title (with units), scale, and tick labels."""
@@ -256,6 +270,17 @@ class Legend:
     scale: ColorScale
     unit: str = ""
     note: str = ""
+    #: Tick values to label (natural units); empty: chosen by :func:`ticks`.
+    tick_values: tuple[float, ...] = ()
+
+
+def legend_ticks(legend: Legend) -> list[tuple[float, float]]:
+    """(position, value) of the legend's ticks: its own ``tick_values``, else :func:`ticks`."""
+    if not legend.tick_values:
+        return ticks(legend.scale)
+    values = np.array(legend.tick_values, dtype=np.float64)
+    pos = legend.scale.normalise(values)
+    return [(float(p), float(v)) for p, v in zip(pos, values, strict=True)]
 
 
 def legend_html(legend: Legend, width_px: int = 360) -> str:
@@ -268,7 +293,7 @@ def legend_html(legend: Legend, width_px: int = 360) -> str:
     labels = "".join(
         f'<span style="position:absolute;left:{100 * p:.1f}%;transform:translateX(-50%);'
         f'white-space:nowrap">{format_value(v)}</span>'
-        for p, v in ticks(legend.scale)
+        for p, v in legend_ticks(legend)
     )
     unit = f" ({legend.unit})" if legend.unit else ""
     scale_note = " · log scale" if legend.scale.log else ""

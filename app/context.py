@@ -12,6 +12,17 @@ import streamlit as st
 
 from app import loaders
 from app.kernel import RefPoint, preset_points
+from app.quarters import (
+    QuarterGrid,
+    TrendFile,
+    attr_flag,
+    grid_quarter,
+    is_quarter,
+    is_time_aware,
+    model_quarters,
+    quarter_key,
+    sort_quarter_grids,
+)
 from app.runs import (
     DEMO_COMMAND,
     DEMO_RUN_NAME,
@@ -59,10 +70,75 @@ class RunContext:
         path = self.inv.tiles
         return loaders.load_tiles(str(path), loaders.stamp(path))
 
-    def grid(self) -> loaders.Grid:
-        """The predictive grid of the target."""
-        path = self.files.grid
+    def grid(self, path: Path | None = None) -> loaders.Grid:
+        """The predictive grid of the target (``grids/TARGET.nc``, or another quarter's file)."""
+        path = self.files.grid if path is None else path
         return loaders.load_grid(str(path), loaders.stamp(path), self.target)
+
+    def trend(self, trend: TrendFile) -> loaders.Grid:
+        """A trend grid (change per year between two quarters)."""
+        return loaders.load_trend(str(trend.path), loaders.stamp(trend.path), self.target)
+
+    def pooled_label(self) -> str:
+        """``pooled 2019Q1:2023Q4`` from the tile table's quarters (grids without attributes)."""
+        if not self.inv.has_tiles:
+            return ""
+        try:
+            meta = loaders.load_tile_metadata(str(self.inv.tiles), loaders.stamp(self.inv.tiles))
+        except loaders.LoadError:
+            return ""
+        qs = sorted(
+            (str(q) for q in meta.get("quarters") or [] if is_quarter(str(q))), key=quarter_key
+        )
+        if not qs:
+            return ""
+        return f"pooled {qs[0]}:{qs[-1]}" if len(qs) > 1 else f"pooled {qs[0]}"
+
+    def quarter_grids(self) -> list[QuarterGrid]:
+        """The target's predictive grids (``grids/TARGET.nc`` and ``grids/TARGET_Q.nc``),
+        ordered by their ``quarter`` attribute (a file without one: its file name's quarter;
+        an old ``TARGET.nc`` without one: ``pooled FIRST:LAST`` of the tile table)."""
+        out: list[QuarterGrid] = []
+        files = self.files
+        if files.has_grid:
+            attrs = self.grid().attrs
+            aware = attr_flag(attrs, "time_aware")
+            recorded = bool(attrs.get("quarter")) or aware
+            quarter, status = grid_quarter(attrs, "" if recorded else self.pooled_label())
+            out.append(QuarterGrid(quarter, status, files.grid, True, aware))
+        for q, path in files.quarter_grid_paths().items():
+            attrs = loaders.load_grid_attrs(str(path), loaders.stamp(path))
+            quarter, status = grid_quarter(attrs, q)
+            out.append(QuarterGrid(quarter, status, path, False, attr_flag(attrs, "time_aware")))
+        return sort_quarter_grids(out)
+
+    def model_metadata(self) -> dict[str, Any]:
+        """The model bundle's metadata (``model.json`` ``metadata``); ``{}`` without a model."""
+        if not self.files.has_model:
+            return {}
+        md = self.model_json().get("metadata")
+        return md if isinstance(md, dict) else {}
+
+    def time_aware(self) -> bool:
+        """Whether the target's model takes the quarter as an input (``inputs`` lists ``t``)."""
+        return is_time_aware(self.model_metadata())
+
+    def model_quarter_options(self) -> list[str]:
+        """Quarters a time-aware model can be evaluated at in the kernel and inspect tabs: the
+        model's quarters (``metadata["quarters"]``, its time range) and every quarter grid."""
+        qs = set(model_quarters(self.model_metadata()))
+        qs |= {g.quarter for g in self.quarter_grids() if is_quarter(g.quarter)}
+        return sorted(qs, key=quarter_key)
+
+    def current_quarter(self) -> str | None:
+        """The quarter of ``grids/TARGET.nc`` (the default map), else the model's latest."""
+        if self.files.has_grid:
+            attrs = loaders.load_grid_attrs(str(self.files.grid), loaders.stamp(self.files.grid))
+            quarter, _ = grid_quarter(attrs)
+            if is_quarter(quarter):
+                return quarter
+        qs = model_quarters(self.model_metadata())
+        return qs[-1] if qs else None
 
     def region(self) -> dict[str, Any] | None:
         """The region boundary GeoJSON, or None when absent."""

@@ -1,25 +1,32 @@
 """pydeck layer builders: raster BitmapLayer, outlines, observed tiles, click targets, markers.
 
-No base-map tiles are needed (there may be no network): the region boundary and urban outlines
-give orientation, and the deck uses the Streamlit theme's style, which degrades to a plain
-background when the tile server cannot be reached.
+No base map is drawn (there may be no network): the region boundary and urban outlines give
+orientation. Decks are sent as compact JSON, and outlines are one ``PathLayer`` (a GeoJsonLayer
+per overlay would cost a set of shader programs each; with software WebGL every program costs
+a noticeable part of a second before the first frame).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pydeck as pdk
+from pydeck.bindings.json_tools import default_serialize
 
 #: Layer ids that carry clickable points (their objects have ``lon``/``lat``).
 PICK_LAYER_ID = "click-grid"
 TILES_LAYER_ID = "tiles"
 MARKERS_LAYER_ID = "markers"
 CLICKABLE_LAYERS = (TILES_LAYER_ID, PICK_LAYER_ID)
+OUTLINES_LAYER_ID = "outlines"
+#: ``mapStyle`` value that makes Streamlit's deck component draw no base map at all (any other
+#: value, or none, makes it load a Carto base map from the network).
+NO_BASE_MAP = "__MAP_STYLE__"
 
 Bounds = tuple[float, float, float, float]  # west, south, east, north
 
@@ -57,6 +64,67 @@ def outline_layer(
         get_line_color=list(color),
         line_width_min_pixels=width_px,
         get_line_width=0,
+        pickable=False,
+    )
+
+
+Path = list[list[float]]
+
+
+def outline_paths(geojson: Mapping[str, Any], digits: int = 5) -> list[Path]:
+    """The rings and lines of a GeoJSON FeatureCollection as ``[[lon, lat], ...]`` paths.
+
+    Polygon and MultiPolygon rings (holes included), LineStrings and MultiLineStrings;
+    coordinates rounded to ``digits`` decimals (1e-5 degrees is about 1 m) to keep the JSON small.
+    """
+
+    def rings(geom: Mapping[str, Any]) -> Iterable[Any]:
+        kind, coords = geom.get("type"), geom.get("coordinates") or []
+        if kind == "Polygon":
+            yield from coords
+        elif kind == "MultiPolygon":
+            for poly in coords:
+                yield from poly
+        elif kind == "LineString":
+            yield coords
+        elif kind == "MultiLineString":
+            yield from coords
+        elif kind == "GeometryCollection":
+            for g in geom.get("geometries") or []:
+                yield from rings(g)
+
+    out: list[Path] = []
+    for feat in geojson.get("features") or []:
+        geom = feat.get("geometry") if isinstance(feat, Mapping) else None
+        if not isinstance(geom, Mapping):
+            continue
+        for ring in rings(geom):
+            path = [[round(float(p[0]), digits), round(float(p[1]), digits)] for p in ring]
+            if len(path) >= 2:
+                out.append(path)
+    return out
+
+
+def outlines_layer(
+    groups: Sequence[tuple[Sequence[Path], Sequence[int], float]],
+    layer_id: str = OUTLINES_LAYER_ID,
+) -> pdk.Layer:
+    """All outlines in one ``PathLayer``: ``(paths, rgba colour, width in pixels)`` per group,
+    drawn in order (so a wide white halo group goes first, under its dark line)."""
+    data = [
+        {"path": path, "color": list(color), "width": float(width)}
+        for paths, color, width in groups
+        for path in paths
+    ]
+    return pdk.Layer(
+        "PathLayer",
+        id=layer_id,
+        data=data,
+        get_path="path",
+        get_color="color",
+        get_width="width",
+        width_units="'pixels'",  # quoted: a plain string would become an accessor
+        width_min_pixels=1,
         pickable=False,
     )
 
@@ -173,6 +241,14 @@ def fit_view(bounds: Bounds, width_px: int = 900, height_px: int = 520) -> pdk.V
     return pdk.ViewState(longitude=lon, latitude=lat, zoom=round(zoom, 2), pitch=0, bearing=0)
 
 
+class CompactDeck(pdk.Deck):
+    """A ``pydeck.Deck`` serialised without indentation (about half the JSON of ``to_json``)."""
+
+    def to_json(self) -> str:
+        """Compact JSON of the deck (what ``st.pydeck_chart`` sends to the browser)."""
+        return json.dumps(self, sort_keys=True, default=default_serialize, separators=(",", ":"))
+
+
 def deck(
     layers: Sequence[pdk.Layer],
     bounds: Bounds,
@@ -181,10 +257,12 @@ def deck(
     width_px: int = 900,
     height_px: int = 520,
 ) -> pdk.Deck:
-    """Assemble a deck with no base-map dependency and an ``{label}`` HTML tooltip."""
-    return pdk.Deck(
+    """Assemble a deck with no base map (:data:`NO_BASE_MAP`) and an ``{label}`` HTML tooltip."""
+    out = CompactDeck(
         layers=list(layers),
         initial_view_state=fit_view(bounds, width_px, height_px),
         map_style=None,
         tooltip={"html": "{label}", "style": {"fontSize": "12px"}} if tooltip else False,
     )
+    out.map_style = NO_BASE_MAP
+    return out

@@ -222,6 +222,8 @@ class Grid:
     lat: NDArray[np.float64]  # (ny,) descending (row 0 = north)
     arrays: dict[str, NDArray[np.float64]]
     attrs: dict[str, Any]
+    #: The variable whose finite cells are the region (``mean``; trend grids: the change).
+    primary: str = "mean"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -242,10 +244,12 @@ class Grid:
 
     @property
     def in_region(self) -> NDArray[np.bool_]:
-        """Cells inside the region (``in_region`` variable, else where ``mean`` is finite)."""
+        """Cells inside the region (``in_region`` variable, else where the primary variable is
+        finite)."""
+        values = self.arrays[self.primary]
         if "in_region" in self.arrays:
-            return self.arrays["in_region"].astype(bool) & np.isfinite(self.arrays["mean"])
-        return np.isfinite(self.arrays["mean"])
+            return self.arrays["in_region"].astype(bool) & np.isfinite(values)
+        return np.isfinite(values)
 
     def natural(self, name: str) -> NDArray[np.float64]:
         """A variable in natural units: ``<name>_natural`` if stored, else derived from log10."""
@@ -269,9 +273,8 @@ class Grid:
         return row, col
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def load_grid(path: str, stamp_: Stamp, target: str) -> Grid:
-    """Read ``grids/TARGET.nc`` into memory (north-up); raises :class:`LoadError` if unusable."""
+def _read_grid(path: str, target: str, required: tuple[str, ...], primary: str) -> Grid:
+    """Read a grid file into a north-up :class:`Grid`; raises :class:`LoadError` if unusable."""
     try:
         import xarray as xr
 
@@ -279,7 +282,7 @@ def load_grid(path: str, stamp_: Stamp, target: str) -> Grid:
             ds = ds.load()
     except Exception as exc:
         raise _fail(path, exc) from exc
-    missing = [v for v in GRID_VARIABLES if v not in ds.data_vars]
+    missing = [v for v in required if v not in ds.data_vars]
     if missing:
         raise LoadError(f"{path} lacks the variables {', '.join(missing)}.")
     xname = "x" if "x" in ds.coords else ("lon" if "lon" in ds.coords else None)
@@ -296,14 +299,65 @@ def load_grid(path: str, stamp_: Stamp, target: str) -> Grid:
             arrays[str(name)] = np.asarray(var.values, dtype=np.float64)
         elif set(var.dims) == {yname, xname}:
             arrays[str(name)] = np.asarray(var.transpose(yname, xname).values, dtype=np.float64)
-    attrs = {str(k): v for k, v in ds.attrs.items()}
+    attrs = {str(k): _plain(v) for k, v in ds.attrs.items()}
     return Grid(
         target=target,
         lon=np.asarray(ds[xname].values, dtype=np.float64),
         lat=np.asarray(ds[yname].values, dtype=np.float64),
         arrays=arrays,
         attrs=attrs,
+        primary=primary,
     )
+
+
+def _plain(value: Any) -> Any:
+    """NetCDF attribute values as plain Python (numpy scalars and bytes unwrapped)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def load_grid(path: str, stamp_: Stamp, target: str) -> Grid:
+    """Read ``grids/TARGET.nc`` (or ``grids/TARGET_QUARTER.nc``) into memory, north-up."""
+    return _read_grid(path, target, GRID_VARIABLES, "mean")
+
+
+#: Variables a trend grid must hold (``geodbk predict --trend Q1:Q2``).
+TREND_VARIABLES = ("change_per_year", "p_improved", "ratio_per_year")
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def load_trend(path: str, stamp_: Stamp, target: str) -> Grid:
+    """Read a trend grid ``grids/TARGET_trend_Q1_Q2.nc`` (change per year of the latent mean)."""
+    return _read_grid(path, target, TREND_VARIABLES, "change_per_year")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def load_grid_attrs(path: str, stamp_: Stamp) -> dict[str, Any]:
+    """Only the global attributes of a grid file (no data read): quarter, status, ..."""
+    try:
+        import xarray as xr
+
+        with xr.open_dataset(path) as ds:
+            return {str(k): _plain(v) for k, v in ds.attrs.items()}
+    except Exception as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_tile_metadata(path: str, stamp_: Stamp) -> dict[str, Any]:
+    """The ``geodbk`` metadata of ``tiles.parquet`` from the file footer (no rows read)."""
+    try:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(path).metadata or {}
+        doc = json.loads(meta.get(b"geodbk", b"{}"))
+    except Exception as exc:
+        raise _fail(path, exc) from exc
+    return doc if isinstance(doc, dict) else {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,7 +413,7 @@ class GridFeatures:
 FEATURE_BUDGET = 64_000_000
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@st.cache_resource(show_spinner=False, max_entries=6)
 def grid_features(
     model_dir: str,
     model_stamp: Stamp,
@@ -367,18 +421,23 @@ def grid_features(
     grid_stamp: Stamp,
     target: str,
     scaling: tuple[tuple[str, float], ...],
+    t: float | None = None,
 ) -> GridFeatures:
-    """Compute and cache ``phi(grid)`` once per model and grid.
+    """Compute and cache ``phi(grid)`` once per model, grid and time input.
 
+    The inputs are ``[x1, x2]`` (a pooled model, ``t`` is None) or ``[x1, x2, t]`` with one
+    ``t`` for every cell (a time-aware model at one quarter, see :mod:`app.quarters`).
     The grid is subsampled by a stride when needed so the float32 features fit
     :data:`FEATURE_BUDGET` values (about 250k cells at rank 256, 62k at rank 1024).
     """
     import time
 
+    from app.quarters import with_time
+
     model = load_model(model_dir, model_stamp)
     grid = load_grid(grid_path, grid_stamp, target)
     n_in = int(grid.in_region.sum())
-    probe = scale_lonlat(grid.lon[:1], grid.lat[:1], dict(scaling))
+    probe = with_time(scale_lonlat(grid.lon[:1], grid.lat[:1], dict(scaling)), t)
     try:
         rank = int(np.asarray(model.features(probe)).shape[1])
     except Exception as exc:
@@ -389,7 +448,7 @@ def grid_features(
     lon = grid.lon[::stride]
     mask = grid.in_region[::stride, ::stride]
     rows, cols = np.nonzero(mask)
-    X = scale_lonlat(lon[cols], lat[rows], dict(scaling))
+    X = with_time(scale_lonlat(lon[cols], lat[rows], dict(scaling)), t)
     t0 = time.perf_counter()
     try:
         phi = np.asarray(model.features(X), dtype=np.float32)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,13 @@ from app.colormaps import (
     Legend,
     auto_scale,
     colorize,
+    diverging_ticks,
     format_value,
     mercator_rows,
     png_data_url,
 )
 from app.context import RunContext
-from app.loaders import Z95, Grid, LoadError, Stamp, load_grid, stamp
+from app.loaders import Z95, Grid, LoadError, Stamp, load_grid, load_trend, stamp
 from app.points import prob_threshold
 from app.runs import UNITS, natural_to_log10, to_natural
 
@@ -38,6 +40,12 @@ LAYERS: dict[str, str] = {
     "pi_upper": "Upper 95% bound",
     "prob": "Probability vs a threshold",
     "tiles": "Observed tiles",
+}
+
+#: Layers of a trend grid (``geodbk predict --trend Q1:Q2``), offered when one exists.
+TREND_LAYERS: dict[str, str] = {
+    "trend_change": "Change per year (trend)",
+    "trend_p": "P(improved) (trend)",
 }
 
 MAX_CLICK_POINTS = 2000
@@ -170,28 +178,51 @@ def layer_legend(grid: Grid, spec: LayerSpec, scale: ColorScale) -> Legend:
     )
 
 
-def value_scale(grid: Grid) -> ColorScale:
+#: Most values per grid used to choose a colour range shared by several quarters' grids.
+SCALE_SAMPLE = 250_000
+
+
+def _pooled(grids: Sequence[Grid], values: Callable[[Grid], NDArray[np.float64]]) -> NDArray:
+    """Finite values of every grid (each thinned to at most :data:`SCALE_SAMPLE`), joined."""
+    parts = []
+    for g in grids:
+        v = np.asarray(values(g), dtype=np.float64).ravel()
+        v = v[np.isfinite(v)]
+        parts.append(v[:: max(1, v.size // SCALE_SAMPLE)])
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def value_scale(grid: Grid, others: Sequence[Grid] = ()) -> ColorScale:
     """One colour scale for the lower and upper bounds, so the two maps compare directly."""
-    lo = grid.natural("pi_lower")
-    hi = grid.natural("pi_upper")
-    both = np.concatenate([lo[np.isfinite(lo)], hi[np.isfinite(hi)]])
+    grids = [grid, *others]
+    both = np.concatenate(
+        [
+            _pooled(grids, lambda g: g.natural("pi_lower")),
+            _pooled(grids, lambda g: g.natural("pi_upper")),
+        ]
+    )
     return auto_scale(both, CMAPS["value"], quantiles=(0.01, 0.99))
 
 
-def layer_scale(grid: Grid, spec: LayerSpec) -> ColorScale:
+def layer_scale(grid: Grid, spec: LayerSpec, others: Sequence[Grid] = ()) -> ColorScale:
     """Colour scale for a layer: viridis for values, magma for uncertainty, YlGnBu for P.
 
     The median (and the observed tiles) use the median's own robust range; the two bounds share
-    one range so they can be compared with each other.
+    one range so they can be compared with each other. ``others`` (the grids of the other
+    quarters) widen the range so that every quarter is drawn on one scale and the quarter
+    slider shows change, not a re-stretched colour map.
     """
+    grids = [grid, *others]
     if spec.kind == "median":
-        return auto_scale(grid.natural("mean"), CMAPS["value"], quantiles=(0.01, 0.99))
+        values = _pooled(grids, lambda g: g.natural("mean"))
+        return auto_scale(values, CMAPS["value"], quantiles=(0.01, 0.99))
     if spec.kind in ("pi_lower", "pi_upper"):
-        return value_scale(grid)
+        return value_scale(grid, others)
     if spec.kind == "pi_width":
-        return auto_scale(layer_values(grid, spec), CMAPS["uncertainty"])
+        return auto_scale(_pooled(grids, lambda g: layer_values(g, spec)), CMAPS["uncertainty"])
     if spec.kind == "std":
-        return auto_scale(layer_values(grid, spec), CMAPS["uncertainty"], log=False)
+        values = _pooled(grids, lambda g: layer_values(g, spec))
+        return auto_scale(values, CMAPS["uncertainty"], log=False)
     return auto_scale(np.array([0.0, 1.0]), CMAPS["probability"], limits=(0.0, 1.0))
 
 
@@ -203,16 +234,41 @@ def raster_url(values: NDArray[np.floating], lats: NDArray[np.floating], scale: 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def grid_layer_png(
-    path: str, stamp_: Stamp, target: str, spec: LayerSpec
+    path: str,
+    stamp_: Stamp,
+    target: str,
+    spec: LayerSpec,
+    shared: tuple[tuple[str, Stamp], ...] = (),
+    max_px: int = 0,
 ) -> tuple[str, ColorScale, Legend]:
-    """PNG data URL, scale and legend of one layer of a grid (cached per grid and layer)."""
+    """PNG data URL, scale and legend of one layer of a grid (cached per grid and layer).
+
+    ``shared``: ``(path, stamp)`` of every quarter grid of the target, for one colour range
+    across quarters (:func:`layer_scale`); empty for a single grid. ``max_px``: cap the image
+    at that many pixels a side (:func:`thin`; 0 = full resolution).
+    """
     grid = load_grid(path, stamp_, target)
-    scale = layer_scale(grid, spec)
-    return (
-        raster_url(layer_values(grid, spec), grid.lat, scale),
-        scale,
-        layer_legend(grid, spec, scale),
-    )
+    others = [load_grid(p, s, target) for p, s in shared if p != path]
+    scale = layer_scale(grid, spec, others)
+    values, lats = thin(layer_values(grid, spec), grid.lat, max_px)
+    return raster_url(values, lats, scale), scale, layer_legend(grid, spec, scale)
+
+
+def thin(
+    values: NDArray[np.float64], lats: NDArray[np.float64], max_px: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """At most ``max_px`` pixels a side (0: all): every s-th cell, s = ceil(max(ny, nx) /
+    max_px), taken from the middle of each s x s block (for a quick first frame)."""
+    if max_px <= 0 or max(values.shape) <= max_px:
+        return values, lats
+    step = math.ceil(max(values.shape) / max_px)
+    mid = step // 2
+    return values[mid::step, mid::step], lats[mid::step]
+
+
+def shared_grids(paths: Sequence[Path]) -> tuple[tuple[str, Stamp], ...]:
+    """The ``shared`` argument of :func:`grid_layer_png` for a target's quarter grids."""
+    return tuple((str(p), stamp(p)) for p in paths) if len(paths) > 1 else ()
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -241,6 +297,118 @@ def click_points(path: str, stamp_: Stamp, target: str) -> tuple[pd.DataFrame, f
     return frame, radius
 
 
+# --------------------------------------------------------------------------------------------
+# Trend grids: change per year of the latent mean between two quarters
+
+
+def trend_ratio(grid: Grid, name: str = "ratio_per_year") -> NDArray[np.float64]:
+    """Multiplicative change per year (natural units): ``ratio_*`` if stored, else
+    ``10**change_*`` (the change is in log10 units per year)."""
+    if name in grid.arrays:
+        return grid.arrays[name]
+    change = name.replace("ratio_per_year", "change_per_year").replace("ratio_", "change_")
+    out: NDArray[np.float64] = 10.0 ** grid.arrays[change]
+    return out
+
+
+def trend_values(grid: Grid, kind: str) -> NDArray[np.float64]:
+    """What a trend layer shows: the ratio per year, or P(improved) in [0, 1]."""
+    if kind == "trend_change":
+        return trend_ratio(grid)
+    if kind == "trend_p":
+        return grid.arrays["p_improved"]
+    raise ValueError(f"unknown trend layer {kind!r}")
+
+
+def trend_scale(grid: Grid, kind: str) -> ColorScale:
+    """Diverging colour scales centred on no change, blue = improved.
+
+    ``trend_change``: log scale from ``1/R`` to ``R`` with ``log10 R`` the 98% quantile of
+    ``|change_per_year|`` (so 1 = no change is the centre); reversed for latency, where a
+    ratio below 1 is the improvement. ``trend_p``: 0 to 1, centred on 0.5 (cannot tell).
+    """
+    improved_high = grid.target != "latency"
+    if kind == "trend_p":
+        return ColorScale(CMAPS["change"], 0.0, 1.0, False)
+    change = np.asarray(grid.arrays["change_per_year"], dtype=np.float64)
+    finite = np.abs(change[np.isfinite(change) & grid.in_region])
+    top = float(np.quantile(finite, 0.98)) if finite.size else 0.0
+    top = max(top, 1e-3)  # at least x/÷ 1.0023 per year, so a flat trend still has a range
+    cmap = CMAPS["change"] if improved_high else CMAPS["change"].removesuffix("_r")
+    return ColorScale(cmap, 10.0**-top, 10.0**top, True)
+
+
+def trend_legend(grid: Grid, kind: str, scale: ColorScale) -> Legend:
+    """Legend of a trend layer: ratio per year in natural units, or P(improved)."""
+    t = grid.target
+    first = grid.attrs.get("first_quarter", "?")
+    last = grid.attrs.get("last_quarter", "?")
+    better = "lower latency" if t == "latency" else f"higher {t}"
+    if kind == "trend_change":
+        return Legend(
+            f"Change per year of the latent mean {t}, {first} → {last}",
+            scale,
+            "× per year",
+            note=f"1 = no change · blue = improved ({better}), red = worse · test noise excluded",
+            tick_values=diverging_ticks(scale),
+        )
+    return Legend(
+        f"P(improved): P({better} in {last} than in {first}), latent mean",
+        scale,
+        "",
+        note="0.5 = cannot tell · blue = likely improved, red = likely worse",
+        tick_values=(0.0, 0.25, 0.5, 0.75, 1.0),
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def trend_layer_png(
+    path: str, stamp_: Stamp, target: str, kind: str, max_px: int = 0
+) -> tuple[str, ColorScale, Legend]:
+    """PNG data URL, scale and legend of a trend layer (cached per file and layer)."""
+    grid = load_trend(path, stamp_, target)
+    scale = trend_scale(grid, kind)
+    values, lats = thin(
+        np.where(grid.in_region, trend_values(grid, kind), np.nan), grid.lat, max_px
+    )
+    return raster_url(values, lats, scale), scale, trend_legend(grid, kind, scale)
+
+
+def trend_summary(grid: Grid, row: int, col: int) -> str:
+    """``×1.12 per year (95%: ×1.01–×1.25), P(improved) 0.97`` for one cell."""
+    ratio = trend_ratio(grid)[row, col]
+    text = f"×{format_value(ratio)} per year"
+    bounds = (("ratio_lower", "change_lower"), ("ratio_upper", "change_upper"))
+    if all(any(name in grid.arrays for name in pair) for pair in bounds):
+        lo = trend_ratio(grid, "ratio_lower")[row, col]
+        hi = trend_ratio(grid, "ratio_upper")[row, col]
+        text += f" (95%: ×{format_value(lo)}–×{format_value(hi)})"
+    return text + f", P(improved) {format_value(grid.arrays['p_improved'][row, col])}"
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def trend_click_points(path: str, stamp_: Stamp, target: str) -> tuple[pd.DataFrame, float]:
+    """Click targets of a trend grid, labelled with the change per year and P(improved)."""
+    grid = load_trend(path, stamp_, target)
+    rows, cols, radius = _pick_cells(grid)
+    labels = [f"<b>{trend_summary(grid, r, c)}</b>" for r, c in zip(rows, cols, strict=True)]
+    frame = pd.DataFrame(
+        {"lon": np.round(grid.lon[cols], 5), "lat": np.round(grid.lat[rows], 5), "label": labels}
+    )
+    return frame, radius
+
+
+def _pick_cells(grid: Grid) -> tuple[NDArray[np.intp], NDArray[np.intp], float]:
+    """Rows and columns of at most :data:`MAX_CLICK_POINTS` in-region cells (a regular
+    stride) and the radius in metres that makes their circles tile the region."""
+    mask = grid.in_region
+    n = int(mask.sum())
+    stride = max(1, math.ceil(math.sqrt(n / MAX_CLICK_POINTS)))
+    sub_rows, sub_cols = np.nonzero(mask[::stride, ::stride])
+    dy = abs(float(grid.lat[0] - grid.lat[1])) * stride if grid.lat.size > 1 else 0.01
+    return sub_rows * stride, sub_cols * stride, dy * 111_320 * 0.75
+
+
 def _optional(read: Callable[[], dict[str, Any] | None], what: str) -> dict[str, Any] | None:
     """Read an overlay; a bad file is a warning (the map still draws), not an error."""
     try:
@@ -250,20 +418,24 @@ def _optional(read: Callable[[], dict[str, Any] | None], what: str) -> dict[str,
         return None
 
 
-def overlay_layers(ctx: RunContext, fill_region: bool = False) -> list[pdk.Layer]:
-    """Region boundary and urban outlines, as toggled in the sidebar."""
-    out: list[pdk.Layer] = []
-    if ctx.show_urban:
-        urban = _optional(ctx.urban_areas, "urban-area")
-        if urban is not None:  # a white halo under a dark line reads on any colour map
-            out.append(L.outline_layer(urban, "urban-areas-halo", (255, 255, 255, 220), 3.0))
-            out.append(L.outline_layer(urban, "urban-areas", (30, 30, 30, 255), 1.2))
-    if ctx.show_region:
-        region = _optional(ctx.region, "region-boundary")
-        if region is not None:
-            fill = (235, 235, 235, 255) if fill_region else None
-            out.append(L.outline_layer(region, "region", (40, 40, 40, 255), 1.6, fill))
-    return out
+@st.cache_data(show_spinner=False, max_entries=16)
+def _paths(path: str, stamp_: Stamp) -> list[L.Path]:
+    """Outline paths of a GeoJSON file (cached per file version)."""
+    from app.loaders import load_geojson
+
+    return L.outline_paths(load_geojson(path, stamp_))
+
+
+def overlay_layers(ctx: RunContext) -> list[pdk.Layer]:
+    """Region boundary and urban outlines, as toggled in the sidebar, in one ``PathLayer``."""
+    groups: list[tuple[list[L.Path], tuple[int, ...], float]] = []
+    if ctx.show_urban and _optional(ctx.urban_areas, "urban-area") is not None:
+        urban = _paths(str(ctx.inv.urban_areas), stamp(ctx.inv.urban_areas))
+        # A white halo under a dark line reads on any colour map.
+        groups += [(urban, (255, 255, 255, 220), 3.0), (urban, (30, 30, 30, 255), 1.2)]
+    if ctx.show_region and _optional(ctx.region, "region-boundary") is not None:
+        groups.append((_paths(str(ctx.inv.region), stamp(ctx.inv.region)), (40, 40, 40, 255), 1.6))
+    return [L.outlines_layer(groups)] if groups else []
 
 
 def region_fill(ctx: RunContext) -> list[pdk.Layer]:

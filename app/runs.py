@@ -188,7 +188,38 @@ class TargetFiles:
     @property
     def available(self) -> bool:
         """Whether anything at all exists for this target."""
-        return self.has_model or self.has_grid or self.has_report or self.has_export
+        return (
+            self.has_model
+            or self.has_grid
+            or self.has_report
+            or self.has_export
+            or bool(self.quarter_grid_paths())
+        )
+
+    def quarter_grid_paths(self) -> dict[str, Path]:
+        """Grids of other quarters, ``grids/TARGET_YYYYQq.nc``, by quarter (a directory listing;
+        only names of exactly that form)."""
+        from app.quarters import extra_grid_paths
+
+        return extra_grid_paths(self.grid.parent, self.target)
+
+    def trend_files(self) -> list[Any]:
+        """Trend grids ``grids/TARGET_trend_Q1_Q2.nc`` as :class:`app.quarters.TrendFile`."""
+        from app.quarters import trend_grid_files
+
+        return trend_grid_files(self.grid.parent, self.target)
+
+    def extra_exports(self) -> list[Path]:
+        """Per-quarter and trend GeoTIFFs ``exports/TARGET_Q.tif``, ``TARGET_trend_Q1_Q2.tif``."""
+        import re
+
+        folder = self.export.parent
+        if not folder.is_dir():
+            return []
+        pattern = re.compile(
+            rf"^{re.escape(self.target)}_(\d{{4}}Q[1-4]|trend_\d{{4}}Q[1-4]_\d{{4}}Q[1-4])\.tif$"
+        )
+        return sorted(c for c in folder.iterdir() if pattern.match(c.name) and c.is_file())
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,70 @@ def guard(section: str, command: str | None = None) -> Iterator[None]:
             st.info(
                 f"If the run is incomplete or outdated, rebuild it with:\n\n```\n{command}\n```"
             )
+
+
+def selected_quarter_key(target: str) -> str:
+    """Session-state key of the quarter chosen for a target (shared by the tabs)."""
+    return f"selected_quarter_{target}"
+
+
+def quarter_slider(
+    target: str,
+    options: list[str],
+    *,
+    where: str,
+    default: str,
+    labels: dict[str, str] | None = None,
+    help: str | None = None,
+    disabled: bool = False,
+) -> str:
+    """A ``st.select_slider`` over quarters whose choice is shared by the tabs.
+
+    The tabs are lazy (a hidden tab renders no widgets, and Streamlit drops the state of
+    widgets that were not rendered), so each tab has its own slider (key
+    ``quarter_<where>_<target>``) and the choice lives in :func:`selected_quarter_key`, which
+    every slider starts from and writes back to on change.
+
+    Parameters
+    ----------
+    target
+        The target (the choice is per target).
+    options
+        Quarters in time order (at least one).
+    where
+        The tab (part of the widget key).
+    default
+        Used when the shared choice is not among ``options``.
+    labels
+        Display text per quarter (e.g. ``2023Q4 (extrapolation)``).
+    help
+        Tooltip.
+    disabled
+        Show the slider greyed out (a single quarter).
+
+    Returns
+    -------
+    str
+        The chosen quarter.
+    """
+    shared = selected_quarter_key(target)
+    wkey = f"quarter_{where}_{target}"
+    current = st.session_state.get(shared)
+    if current not in options:
+        current = default if default in options else options[-1]
+    st.session_state[wkey] = current
+
+    def changed() -> None:
+        st.session_state[shared] = st.session_state[wkey]
+
+    names = labels or {}
+    value = st.select_slider(
+        "Quarter",
+        options,
+        format_func=lambda q: names.get(q, q),
+        key=wkey,
+        on_change=changed,
+        help=help,
+        disabled=disabled,
+    )
+    return str(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import altair as alt
@@ -14,11 +15,13 @@ from app import maps
 from app.colormaps import format_value
 from app.context import RunContext
 from app.kernel import RefPoint
-from app.loaders import LoadError, scale_lonlat
+from app.loaders import LoadError, scale_lonlat, stamp
 from app.points import PointSummary, lognormal_pdf, nearest_tiles, point_from_selection
+from app.quarters import is_quarter, with_time
 from app.runs import RAW_TO_NATURAL, UNITS
+from app.tabs.kernel_tab import choose_time
 from app.tabs.map_tab import POINT_KEY
-from app.ui import missing
+from app.ui import missing, quarter_slider
 
 SOURCE_KEY = "inspect_source"
 CLICKED = "Clicked point"
@@ -91,15 +94,18 @@ def render(ctx: RunContext) -> None:
     tiles = ctx.tiles().frame if ctx.inv.has_tiles else None
     presets = ctx.presets() if ctx.inv.has_tiles else []
     point = _choose_point(ctx, presets)
+    quarter, t_in = _choose_quarter(ctx)
+    grid_path = _grid_of(ctx, quarter)
     left, right = st.columns([1.1, 1])
     with left:
-        _map(ctx, point)
+        _map(ctx, point, grid_path, quarter)
     with right:
         if point is None:
             return
         lon, lat = point
-        st.subheader(f"{t.capitalize()} at {lon:.4f}, {lat:.4f}")
-        summary, how = _predict(ctx, lon, lat)
+        when = f" in {quarter}" if quarter else ""
+        st.subheader(f"{t.capitalize()} at {lon:.4f}, {lat:.4f}{when}")
+        summary, how = _predict(ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter)
         if summary is None:
             st.warning("No prediction available at this point (outside the grid and no model).")
         else:
@@ -138,6 +144,32 @@ def render(ctx: RunContext) -> None:
             st.dataframe(table, hide_index=True, width="stretch")
 
 
+def _choose_quarter(ctx: RunContext) -> tuple[str | None, float | None]:
+    """The quarter to inspect: the model's slider for a time-aware model, else the Map tab's
+    quarter grid (when there are several), else None."""
+    if ctx.files.has_model and ctx.time_aware():
+        return choose_time(ctx, "inspect")
+    if ctx.files.quarter_grid_paths():
+        qgrids = [g for g in ctx.quarter_grids() if is_quarter(g.quarter)]
+        if len(qgrids) > 1:
+            current = next((g.quarter for g in qgrids if g.current), qgrids[-1].quarter)
+            labels = {g.quarter: g.label for g in qgrids}
+            return quarter_slider(
+                ctx.target, list(labels), where="inspect", default=current, labels=labels
+            ), None
+    return None, None
+
+
+def _grid_of(ctx: RunContext, quarter: str | None) -> Path | None:
+    """The grid file of ``quarter`` (``grids/TARGET.nc`` when it is that quarter's, or the
+    quarter has no grid), or None without any grid."""
+    if quarter is not None and ctx.files.quarter_grid_paths():
+        for g in ctx.quarter_grids():
+            if g.quarter == quarter:
+                return g.path
+    return ctx.files.grid if ctx.files.has_grid else None
+
+
 def _region_note(ctx: RunContext, lon: float, lat: float) -> str:
     if not ctx.files.has_grid:
         return ""
@@ -148,26 +180,38 @@ def _region_note(ctx: RunContext, lon: float, lat: float) -> str:
     return ""
 
 
-def _predict(ctx: RunContext, lon: float, lat: float) -> tuple[PointSummary | None, str]:
-    """Evaluate the model at the point (falls back to the grid cell when no model loads)."""
+def _predict(
+    ctx: RunContext,
+    lon: float,
+    lat: float,
+    *,
+    t_in: float | None = None,
+    grid_path: Path | None = None,
+    quarter: str | None = None,
+) -> tuple[PointSummary | None, str]:
+    """Evaluate the model at the point, inputs ``[x1, x2]`` or ``[x1, x2, t]`` for a
+    time-aware model at the chosen quarter (falls back to the grid cell when no model loads)."""
     if ctx.files.has_model:
         try:
             model = ctx.model()
             X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
-            pred: Any = model.predict(X)
+            pred: Any = model.predict(with_time(X, t_in))
             m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
             s = float(np.asarray(pred.std)[0])
-            return PointSummary.from_log10(m, s), "Model evaluated at this exact point."
+            how = "Model evaluated at this exact point"
+            how += f" for {quarter} (t = {t_in:.2f})." if t_in is not None else "."
+            return PointSummary.from_log10(m, s), how
         except Exception as exc:
             st.warning(f"The model could not be evaluated here ({exc}); showing the grid cell.")
-    if ctx.files.has_grid:
-        grid = ctx.grid()
+    if grid_path is not None:
+        grid = ctx.grid(grid_path)
         cell = grid.cell_of(lon, lat)
         if cell is not None and np.isfinite(grid.arrays["mean"][cell]):
             m = float(grid.arrays["mean"][cell]) - np.log10(RAW_TO_NATURAL[ctx.target])
+            when = f" of {quarter}" if quarter else ""
             return PointSummary.from_log10(
                 m, float(grid.arrays["std"][cell])
-            ), "From the grid cell."
+            ), f"From the grid cell{when}."
     return None, ""
 
 
@@ -199,16 +243,22 @@ def _density_chart(s: PointSummary, unit: str) -> alt.Chart:
     )
 
 
-def _map(ctx: RunContext, point: tuple[float, float] | None) -> None:
-    if not ctx.files.has_grid:
+def _map(
+    ctx: RunContext,
+    point: tuple[float, float] | None,
+    grid_path: Path | None,
+    quarter: str | None,
+) -> None:
+    if grid_path is None:
         st.info("No grid to draw; choose a preset or type coordinates.")
         return
-    grid = ctx.grid()
-    gstamp = maps.grid_stamp(ctx)
+    grid = ctx.grid(grid_path)
+    gstamp = stamp(grid_path)
+    shared = maps.shared_grids([g.path for g in ctx.quarter_grids()])
     url, _scale, _legend = maps.grid_layer_png(
-        str(ctx.files.grid), gstamp, ctx.target, maps.LayerSpec("median")
+        str(grid_path), gstamp, ctx.target, maps.LayerSpec("median"), shared
     )
-    pick, radius = maps.click_points(str(ctx.files.grid), gstamp, ctx.target)
+    pick, radius = maps.click_points(str(grid_path), gstamp, ctx.target)
     layer_list = [L.bitmap_layer(url, grid.bounds), L.click_grid_layer(pick, radius)]
     layer_list += maps.overlay_layers(ctx)
     if point is not None:
@@ -223,4 +273,8 @@ def _map(ctx: RunContext, point: tuple[float, float] | None) -> None:
         selection_mode="single-object",
         key="inspect_chart",
     )
-    st.caption("Predicted median (same colours as the Map tab). Click a cell to inspect it.")
+    shown = grid.attrs.get("quarter")
+    when = f" of {shown}" if shown and is_quarter(str(shown)) else ""
+    if quarter and shown and str(shown) != quarter and is_quarter(str(shown)):
+        when += f" (no grid for {quarter}: `{ctx.cmd('predict')} --quarter {quarter}`)"
+    st.caption(f"Predicted median{when} (same colours as the Map tab). Click a cell to inspect it.")

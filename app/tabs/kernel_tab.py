@@ -14,7 +14,8 @@ from app.colormaps import CMAPS, ColorScale, Legend, legend_html
 from app.context import RunContext
 from app.kernel import RefPoint, kernel_slice, normalise_slice
 from app.points import point_from_selection
-from app.ui import missing
+from app.quarters import is_time_aware, time_input, time_scaling, with_time
+from app.ui import missing, quarter_slider
 
 CLICKS_KEY = "kernel_clicks"
 MAX_CLICKS = 3
@@ -45,8 +46,11 @@ def _clear() -> None:
     st.session_state[CLICKS_KEY] = []
 
 
-def features(ctx: RunContext) -> loaders.GridFeatures:
-    """phi(grid) of the chosen model and grid (cached: computed once per model and grid)."""
+def features(ctx: RunContext, t: float | None = None) -> loaders.GridFeatures:
+    """phi(grid) of the chosen model and grid at time input ``t`` (None: a pooled model).
+
+    Cached: computed once per model, grid and t.
+    """
     weights = ctx.files.model_dir / "weights.safetensors"
     scaling = tuple(sorted(ctx.scaling().items()))
     return loaders.grid_features(
@@ -56,14 +60,59 @@ def features(ctx: RunContext) -> loaders.GridFeatures:
         loaders.stamp(ctx.files.grid),
         ctx.target,
         scaling,
+        t,
     )
 
 
-def slice_image(ctx: RunContext, feats: loaders.GridFeatures, ref: RefPoint) -> np.ndarray:
-    """The normalised slice k(., ref)/max k as a 2-D array (NaN outside the region)."""
+def default_time(ctx: RunContext) -> float | None:
+    """t of the default quarter (``grids/TARGET.nc``'s) for a time-aware model, else None."""
+    md = ctx.model_metadata()
+    if not is_time_aware(md):
+        return None
+    return time_input(md, ctx.current_quarter())
+
+
+def choose_time(ctx: RunContext, where: str) -> tuple[str | None, float | None]:
+    """For a time-aware model, the quarter slider (shared with the Map and Inspect tabs) and
+    its time input t (app.quarters.time_input); ``(None, None)`` for a pooled model."""
+    md = ctx.model_metadata()
+    if not is_time_aware(md):
+        return None, None
+    options = ctx.model_quarter_options()
+    if not options:
+        raise loaders.LoadError(
+            f"{ctx.files.model_dir / 'model.json'}: the time-aware model records no quarters "
+            "(metadata 'quarters' / 'time_scaling'); retrain it with `geodbk train --time`."
+        )
+    ts = time_scaling(md)
+    default = ctx.current_quarter() or options[-1]
+    labels = {q: f"{q} (extrapolation)" if ts.is_extrapolation(q) else q for q in options}
+    quarter = quarter_slider(
+        ctx.target,
+        options,
+        where=where,
+        default=default,
+        labels=labels,
+        help="The model takes the quarter as an input (trained with --time). "
+        f"Trained on {ts.first}–{ts.last}; later quarters are extrapolations.",
+        disabled=len(options) < 2,
+    )
+    if ts.is_extrapolation(quarter):
+        st.caption(f"⚠ {quarter}: {ts.describe(quarter)} (outside the training quarters).")
+    return quarter, time_input(md, quarter)
+
+
+def slice_image(
+    ctx: RunContext, feats: loaders.GridFeatures, ref: RefPoint, t: float | None = None
+) -> np.ndarray:
+    """The normalised slice k(., ref)/max k as a 2-D array (NaN outside the region).
+
+    For a time-aware model the grid and the reference share one quarter:
+    ``k((x, t), (x_ref, t))``.
+    """
     model = ctx.model()
     x_ref = loaders.scale_lonlat(np.array([ref.lon]), np.array([ref.lat]), ctx.scaling())
-    phi_ref = np.asarray(model.features(x_ref), dtype=np.float32)[0]
+    phi_ref = np.asarray(model.features(with_time(x_ref, t)), dtype=np.float32)[0]
     values = normalise_slice(kernel_slice(feats.phi, phi_ref))
     image = np.full(feats.shape, np.nan)
     image[feats.rows, feats.cols] = values
@@ -103,8 +152,9 @@ def render(ctx: RunContext) -> None:
     ]
     if not refs:
         st.info("Pick a preset reference point above, or click the map to add a slice there.")
+    quarter, t_in = choose_time(ctx, "kernel")
     with st.spinner("Computing φ(grid) once for this model…"):
-        feats = features(ctx)
+        feats = features(ctx, t_in)
     grid = ctx.grid()
     pick, radius = maps.click_points(str(ctx.files.grid), maps.grid_stamp(ctx), ctx.target)
     pick = pick.assign(label="click to add a kernel slice here")
@@ -113,7 +163,7 @@ def render(ctx: RunContext) -> None:
     images: list[np.ndarray] = []
     for ref in refs:
         t0 = time.perf_counter()
-        images.append(slice_image(ctx, feats, ref))
+        images.append(slice_image(ctx, feats, ref, t_in))
         timings.append(time.perf_counter() - t0)
     scale = shared_scale(images)
     for start in range(0, len(refs), PER_ROW):
@@ -167,8 +217,13 @@ def render(ctx: RunContext) -> None:
             unsafe_allow_html=True,
         )
     if timings:
+        when = (
+            f"At quarter {quarter} (t = {t_in:.2f}) for the grid and the reference point alike. "
+            if quarter is not None and t_in is not None
+            else ""
+        )
         st.caption(
-            f"φ(grid): {feats.phi.shape[0]:,} cells × {feats.phi.shape[1]} basis functions, "
+            f"{when}φ(grid): {feats.phi.shape[0]:,} cells × {feats.phi.shape[1]} basis functions, "
             f"computed once in {feats.seconds:.2f} s and cached. Each slice: "
             f"{1000 * float(np.mean(timings)):.0f} ms (one matrix-vector product + PNG). "
             "Click any slice map to add a slice at that point."

@@ -1,6 +1,17 @@
-"""Map tab: predicted median, interval width, sd, bounds, threshold probability, observed tiles."""
+"""Map tab: predicted median, interval width, sd, bounds, threshold probability, observed tiles,
+a quarter slider over per-quarter grids and the trend layers of time-aware models.
+
+A page load draws the map progressively (:func:`first_paint`): the first script run of a session
+sends the raster alone (one BitmapLayer, at most :data:`FIRST_PAINT_PX` pixels a side), which
+the browser draws quickly; :func:`finish_first_paint` then reruns the page and the full map
+(click targets, outlines, full resolution) replaces it in the same chart.
+"""
 
 from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pydeck as pdk
@@ -10,14 +21,21 @@ from app import layers as L
 from app import maps
 from app.colormaps import CMAPS, Legend, auto_scale, colors_for, format_value, legend_html
 from app.context import RunContext
+from app.loaders import Grid, stamp
 from app.points import point_from_selection
+from app.quarters import QuarterGrid, TrendFile, describe_quarter
 from app.runs import DEFAULT_THRESHOLDS, UNITS
-from app.ui import missing
+from app.ui import missing, quarter_slider
 
 MAP_HEIGHT = 520
 #: Most tiles drawn as polygons at once (a quarter of a state is usually far fewer).
 MAX_TILES = 20_000
 POINT_KEY = "inspect_point"
+#: Session keys of the progressive first paint (see :func:`first_paint`).
+REFINED_KEY = "_geodbk_refined"
+LIGHT_KEY = "_geodbk_light_map"
+#: Largest side (pixels) of the quick first frame's raster.
+FIRST_PAINT_PX = 512
 
 
 def _on_click(chart_key: str) -> None:
@@ -33,14 +51,22 @@ def render(ctx: RunContext) -> None:
     """Render the map tab."""
     t = ctx.target
     unit = UNITS[t]
+    trends = ctx.files.trend_files()
+    names = {k: v for k, v in maps.LAYERS.items() if k != "tiles"}
+    if trends:
+        names |= maps.TREND_LAYERS
+    names["tiles"] = maps.LAYERS["tiles"]
     c1, c2, c3 = st.columns([2.2, 1.4, 1.4])
     kind = c1.selectbox(
         "Layer",
-        list(maps.LAYERS),
-        format_func=maps.LAYERS.__getitem__,
+        list(names),
+        format_func=names.__getitem__,
         key="layer",
         bind="query-params",
     )
+    if kind in maps.TREND_LAYERS:
+        _render_trend(ctx, kind, trends, c2)
+        return
     quantity, tests = _quantity_controls(kind)
     spec = maps.LayerSpec(kind, quantity=quantity, tests=tests)
     if kind == "prob":
@@ -68,26 +94,122 @@ def render(ctx: RunContext) -> None:
     if kind == "tiles":
         _render_tiles(ctx, c2)
         return
-    if not ctx.files.has_grid:
+    qgrids = ctx.quarter_grids()
+    if not qgrids:
         missing(f"This run has no predictive grid for {t}.", ctx.cmd("predict"))
         return
-    grid = ctx.grid()
-    gstamp = maps.grid_stamp(ctx)
-    url, _scale, legend = maps.grid_layer_png(str(ctx.files.grid), gstamp, t, spec)
-    pick, radius = maps.click_points(str(ctx.files.grid), gstamp, t)
-    layer_list: list[pdk.Layer] = [L.bitmap_layer(url, grid.bounds)]
-    layer_list += [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx)]
-    layer_list += _point_marker()
+    chosen = _choose_grid(ctx, qgrids)
+    path = chosen.path
+    grid = ctx.grid(path)
+    gstamp = stamp(path)
+    shared = maps.shared_grids([g.path for g in qgrids])
+    light = first_paint()
+    url, _scale, legend = maps.grid_layer_png(
+        str(path), gstamp, t, spec, shared, FIRST_PAINT_PX if light else 0
+    )
+
+    def extras() -> list[pdk.Layer]:
+        pick, radius = maps.click_points(str(path), gstamp, t)
+        return [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx), *_point_marker()]
+
     st.markdown(legend_html(legend), unsafe_allow_html=True)
+    _draw(url, grid.bounds, extras, light)
+    _caption(ctx, kind, chosen, len(qgrids))
+    _clicked_summary(ctx, grid)
+
+
+def refine_delay() -> float:
+    """Seconds between the quick first frame and the full map (``GEODBK_APP_REFINE_S``,
+    default 2; 0 turns the progressive first paint off)."""
+    try:
+        return max(0.0, float(os.environ.get("GEODBK_APP_REFINE_S", "2.0")))
+    except ValueError:
+        return 2.0
+
+
+def first_paint() -> bool:
+    """Whether this run draws the quick first frame: the raster alone, at most
+    :data:`FIRST_PAINT_PX` pixels a side.
+
+    True only on a session's first script run (a page load) with the progressive first paint
+    on; it marks the run so that :func:`finish_first_paint` reruns the page with the full map
+    (click targets, outlines, full resolution) shortly after.
+    """
+    if st.session_state.get(REFINED_KEY) or refine_delay() <= 0:
+        return False
+    st.session_state[LIGHT_KEY] = True
+    return True
+
+
+def finish_first_paint() -> bool:
+    """Called once the page is drawn: after a quick first frame wait :func:`refine_delay`
+    (the browser draws it meanwhile) and rerun for the full map. Returns False otherwise."""
+    st.session_state[REFINED_KEY] = True
+    if not st.session_state.pop(LIGHT_KEY, False):
+        return False
+    time.sleep(refine_delay())
+    st.rerun()
+    return True  # not reached: st.rerun raises
+
+
+def _draw(
+    url: str,
+    bounds: L.Bounds,
+    extras: Callable[[], list[pdk.Layer]],
+    light: bool,
+) -> None:
+    """The map: the raster, plus (unless ``light``) click targets, outlines and the marker."""
+    layer_list = [L.bitmap_layer(url, bounds), *([] if light else extras())]
     st.pydeck_chart(
-        L.deck(layer_list, grid.bounds, height_px=MAP_HEIGHT),
+        L.deck(layer_list, bounds, height_px=MAP_HEIGHT),
         height=MAP_HEIGHT,
         on_select=lambda: _on_click("map_chart"),
         selection_mode="single-object",
         key="map_chart",
     )
-    _caption(ctx, kind)
-    _clicked_summary(ctx)
+
+
+def _choose_grid(ctx: RunContext, qgrids: list[QuarterGrid]) -> QuarterGrid:
+    """The quarter slider (more than one quarter grid) and the chosen grid.
+
+    A time-aware model with a single grid gets a disabled slider and the command that adds
+    quarters; an extrapolated quarter (after the training quarters) gets a warning.
+    """
+    current = next((g for g in qgrids if g.current), qgrids[-1])
+    chosen = current
+    if len(qgrids) > 1 or current.time_aware:
+        by_quarter = {g.quarter: g for g in qgrids}
+        quarter = quarter_slider(
+            ctx.target,
+            list(by_quarter),
+            where="map",
+            default=current.quarter,
+            labels={g.quarter: g.label for g in qgrids},
+            help="Quarters with a predictive grid (`geodbk predict --quarter Q`). "
+            "'(extrapolation)': after the quarters the model was trained on.",
+            disabled=len(by_quarter) < 2,
+        )
+        chosen = by_quarter[quarter]
+        if len(by_quarter) < 2:
+            st.caption(
+                f"{current.quarter} is the only quarter with a grid. Add others with "
+                f"`{ctx.cmd('predict')} --quarter 2019Q1:2023Q4` (any range)."
+            )
+    if chosen.extrapolation:
+        from geodbk.geo.timeaxis import extrapolation_of
+
+        held = extrapolation_of(ctx.model_metadata()) == "hold"
+        how = (
+            "the model holds its last trained quarter's map there (the extrapolation policy "
+            "chosen on validation data), so read it as 'no change since then'"
+            if held
+            else "this map extrapolates the trend, so it is a forecast"
+        )
+        st.warning(
+            f"{chosen.quarter} is an extrapolation in time ({chosen.status}): the model saw no "
+            f"data for this quarter; {how}."
+        )
+    return chosen
 
 
 def _quantity_controls(kind: str) -> tuple[str, float]:
@@ -124,7 +246,7 @@ def _point_marker() -> list[pdk.Layer]:
     return L.markers_layer(frame)[:1]
 
 
-def _caption(ctx: RunContext, kind: str) -> None:
+def _caption(ctx: RunContext, kind: str, chosen: QuarterGrid, n_quarters: int = 1) -> None:
     notes = {
         "median": "Median of the predictive distribution (10^mean on the log10 scale).",
         "pi_width": "Upper minus lower end of the 95% prediction interval: wide = uncertain. "
@@ -135,14 +257,19 @@ def _caption(ctx: RunContext, kind: str) -> None:
         "pi_upper": "97.5% quantile of the predictive distribution.",
         "prob": "Probability per grid cell under the model's Gaussian predictive in log10.",
     }
-    st.caption(f"{notes.get(kind, '')} Hover for values; click a cell to inspect it (Inspect tab).")
+    shows = describe_quarter(chosen.quarter, chosen.status)
+    when = f" Shows {shows}." if shows else ""
+    if n_quarters > 1:
+        when += f" One colour range for all {n_quarters} quarters, so the slider shows change."
+    st.caption(
+        f"{notes.get(kind, '')}{when} Hover for values; click a cell to inspect it (Inspect tab)."
+    )
 
 
-def _clicked_summary(ctx: RunContext) -> None:
+def _clicked_summary(ctx: RunContext, grid: Grid) -> None:
     point = st.session_state.get(POINT_KEY)
     if point is None:
         return
-    grid = ctx.grid()
     cell = grid.cell_of(*point)
     lon, lat = point
     if cell is None or not grid.in_region[cell]:
@@ -223,4 +350,58 @@ def _render_tiles(ctx: RunContext, col: st.delta_generator.DeltaGenerator) -> No
         "tiles are drawn at least 2 px wide so they stay visible when zoomed out."
     )
     if ctx.files.has_grid:
-        _clicked_summary(ctx)
+        _clicked_summary(ctx, ctx.grid())
+
+
+def _render_trend(
+    ctx: RunContext,
+    kind: str,
+    trends: list[TrendFile],
+    col: st.delta_generator.DeltaGenerator,
+) -> None:
+    """Change per year of the latent mean between two quarters, or P(improved)."""
+    t = ctx.target
+    trend = trends[-1]
+    if len(trends) > 1:
+        labels = [f.label for f in trends]
+        pick_label = col.selectbox("Trend period", labels, index=len(labels) - 1, key=f"trend_{t}")
+        trend = trends[labels.index(pick_label)]
+    grid = ctx.trend(trend)
+    tstamp = stamp(trend.path)
+    light = first_paint()
+    url, _scale, legend = maps.trend_layer_png(
+        str(trend.path), tstamp, t, kind, FIRST_PAINT_PX if light else 0
+    )
+
+    def extras() -> list[pdk.Layer]:
+        pick, radius = maps.trend_click_points(str(trend.path), tstamp, t)
+        return [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx), *_point_marker()]
+
+    st.markdown(legend_html(legend), unsafe_allow_html=True)
+    _draw(url, grid.bounds, extras, light)
+    first = str(grid.attrs.get("first_quarter", trend.first))
+    last = str(grid.attrs.get("last_quarter", trend.last))
+    years = float(grid.attrs.get("years", trend.years))
+    better = "lower" if t == "latency" else "higher"
+    if kind == "trend_change":
+        what = (
+            f"Change per year of the latent mean {t} f(x) from {first} to {last} "
+            f"({years:g} years): ×1.10 means {t} grows by 10% a year."
+        )
+    else:
+        what = (
+            f"Probability that the latent mean {t} f(x) is {better} in {last} than in {first} "
+            "(joint posterior of the two quarters)."
+        )
+    st.caption(
+        f"{what} Latent mean: test-to-test noise excluded, so this is the trend of the typical "
+        f"{t}, not of single tests. Hover for values; click a cell to inspect it."
+    )
+    point = st.session_state.get(POINT_KEY)
+    if point is not None:
+        cell = grid.cell_of(*point)
+        if cell is not None and grid.in_region[cell]:
+            st.caption(
+                f"Selected point {point[0]:.4f}, {point[1]:.4f}: "
+                f"{maps.trend_summary(grid, *cell)} ({first} → {last})."
+            )

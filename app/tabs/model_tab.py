@@ -102,7 +102,15 @@ def render(ctx: RunContext) -> None:
             st.json(doc["config"], expanded=False)
     with right:
         st.markdown("**Provenance**")
+        inputs = md.get("inputs")
+        ts = md.get("time_scaling")
         prov = {
+            "inputs": ", ".join(map(str, inputs)) if isinstance(inputs, list) else None,
+            "time scaling (training quarters)": (
+                f"{ts.get('first')}–{ts.get('last')}; later quarters are extrapolations"
+                if isinstance(ts, dict)
+                else None
+            ),
             "target transform": md.get("target_transform"),
             "created": md.get("created"),
             "geodbk version": md.get("geodbk_version"),

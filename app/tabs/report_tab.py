@@ -53,6 +53,137 @@ def metrics_table(metrics: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+QUARTER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("n", "n"),
+    ("mae", "MAE"),
+    ("nll", "NLL"),
+    ("coverage", "95% coverage"),
+    ("pi_width", "mean 95% PI width"),
+)
+
+
+def _num(value: Any) -> float:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    )
+
+
+def by_quarter_frame(metrics: dict[str, Any]) -> pd.DataFrame | None:
+    """Long table of ``metrics["by_quarter"]``: one row per quarter and group (all / urban /
+    rural) with n, MAE, NLL, 95% coverage and mean interval width; None when absent or empty.
+
+    Quarters are in time order; groups without data are left out.
+    """
+    from app.quarters import quarter_key
+
+    raw = metrics.get("by_quarter")
+    if not isinstance(raw, dict) or not raw:
+        return None
+    rows: list[dict[str, Any]] = []
+    for quarter in sorted(raw, key=lambda q: (quarter_key(str(q)), str(q))):
+        entry = raw[quarter]
+        if not isinstance(entry, dict):
+            continue
+        groups = {"all": entry, "urban": entry.get("urban"), "rural": entry.get("rural")}
+        for group, m in groups.items():
+            if not isinstance(m, dict):
+                continue
+            row: dict[str, Any] = {"quarter": str(quarter), "group": group}
+            row |= {title: _num(m.get(key)) for key, title in QUARTER_COLUMNS}
+            if row["n"] == 0 or all(math.isnan(row[t]) for _, t in QUARTER_COLUMNS):
+                continue
+            rows.append(row)
+    return pd.DataFrame(rows) if rows else None
+
+
+def by_quarter_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per quarter: all-tile metrics plus urban and rural n and coverage."""
+    wide = frame[frame["group"] == "all"].drop(columns="group").set_index("quarter")
+    for group in ("urban", "rural"):
+        part = frame[frame["group"] == group].set_index("quarter")
+        wide[f"{group} n"] = part["n"]
+        wide[f"{group} coverage"] = part["95% coverage"]
+    order = list(dict.fromkeys(frame["quarter"]))
+    out = wide.reindex([q for q in order if q in wide.index]).reset_index()
+    for col in ("n", "urban n", "rural n"):
+        out[col] = out[col].astype("Int64")
+    return out
+
+
+_GROUP_COLOURS = alt.Scale(
+    domain=["urban", "rural", "all"], range=["#d95f02", "#1b9e77", "#666666"]
+)
+
+
+def _quarter_chart(frame: pd.DataFrame, column: str, title: str) -> alt.LayerChart | alt.Chart:
+    """``column`` per quarter (urban, rural, all); the coverage chart gets the 95% line."""
+    order = list(dict.fromkeys(frame["quarter"]))
+    data = frame.dropna(subset=[column])
+    coverage = column == "95% coverage"
+    if coverage:
+        lo = min(0.8, float(data[column].min()) - 0.02) if len(data) else 0.8
+        y_scale = alt.Scale(domain=[max(0.0, lo), 1.0], zero=False, nice=False)
+    else:
+        y_scale = alt.Scale(zero=False)
+    lines = (
+        alt.Chart(data)
+        .mark_line(point=alt.OverlayMarkDef(size=50))
+        .encode(
+            x=alt.X("quarter:O", sort=order, title="test quarter", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y(f"{column}:Q", scale=y_scale, title=title),
+            color=alt.Color("group:N", title=None, scale=_GROUP_COLOURS),
+            tooltip=[
+                "quarter",
+                "group",
+                alt.Tooltip("n:Q", format=",d"),
+                alt.Tooltip("95% coverage:Q", format=".3f"),
+                alt.Tooltip("NLL:Q", format=".3f"),
+            ],
+        )
+        .properties(height=240)
+    )
+    if not coverage:
+        return lines
+    nominal = (
+        alt.Chart(pd.DataFrame({"y": [0.95]}))
+        .mark_rule(color="#999", strokeDash=[4, 3])
+        .encode(y=alt.Y("y:Q", scale=y_scale))
+    )
+    return nominal + lines
+
+
+def _render_by_quarter(metrics: dict[str, Any]) -> None:
+    """The per-quarter charts and table from ``metrics.json`` ``by_quarter`` (if present)."""
+    frame = by_quarter_frame(metrics)
+    if frame is None:
+        return
+    st.markdown("#### Calibration per quarter")
+    left, right = st.columns(2)
+    left.altair_chart(
+        _quarter_chart(frame, "95% coverage", "95% coverage"),
+        width="stretch",
+    )
+    right.altair_chart(_quarter_chart(frame, "NLL", "NLL (log10 scale)"), width="stretch")
+    st.dataframe(
+        by_quarter_table(frame),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "95% coverage": st.column_config.NumberColumn(format="percent"),
+            "urban coverage": st.column_config.NumberColumn(format="percent"),
+            "rural coverage": st.column_config.NumberColumn(format="percent"),
+            **{c: st.column_config.NumberColumn(format="%.3f") for c in ("MAE", "NLL")},
+            "mean 95% PI width": st.column_config.NumberColumn(format="%.3f"),
+        },
+    )
+    st.caption(
+        "Test tiles grouped by their quarter (metrics.json `by_quarter`); dashed: the nominal "
+        "95%. A time-aware model "
+        "predicts each tile at its own quarter; on a forecast split the test quarter lies after "
+        "the training quarters, so its coverage measures the forecast."
+    )
+
+
 def reliability_frame(
     summary: dict[str, Any] | None, preds: pd.DataFrame | None
 ) -> pd.DataFrame | None:
@@ -194,6 +325,8 @@ def render(ctx: RunContext) -> None:
             )
             st.dataframe(both[["model", "group", "MAE", "NLL", "95% coverage"]], hide_index=True)
 
+    _render_by_quarter(metrics)
+
     svc = service_table(summary)
     c1, c2 = st.columns(2)
     rel = reliability_frame(summary, preds)
@@ -241,6 +374,8 @@ def _downloads(ctx: RunContext) -> None:
             side = f.export.with_suffix(".json")
             if side.is_file():
                 items.append((f"{target}.json (provenance)", side, "application/json"))
+        for extra in f.extra_exports():
+            items.append((f"{extra.name} (GeoTIFF)", extra, "image/tiff"))
     rdir = ctx.files.report_dir
     for name, mime in (
         ("report.html", "text/html"),

@@ -29,6 +29,18 @@ def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def time_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs folder with ``timed``: a time-aware model (inputs x1, x2, t; trained on
+    2023Q1–2023Q3), grids of 2023Q4 (``download.nc``, an extrapolation) and 2023Q2, a trend
+    grid 2023Q1 → 2023Q4 and ``by_quarter`` metrics (see ``synthetic_run.build_time_aware``)."""
+    import synthetic_run
+
+    root = tmp_path_factory.mktemp("time_runs")
+    synthetic_run.build_time_aware(root / "timed")
+    return root
+
+
+@pytest.fixture(scope="session")
 def broken_root(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path) -> Path:
     """A runs folder with broken runs: ``partial`` (tiles only), ``corrupt`` (garbage files),
     ``empty`` (an empty directory), ``nomodel`` (grid and report but no model) and
@@ -60,6 +72,8 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
     def build(root: Path, run: str | None = None) -> AppTest:
         monkeypatch.setenv("GEODBK_RUNS_DIR", str(root))
         monkeypatch.setenv("GEODBK_APP_WARMUP", "0")  # deterministic: no background threads
+        # The full map at once (the progressive first paint is tested on its own).
+        monkeypatch.setenv("GEODBK_APP_REFINE_S", "0")
         if run is None:
             monkeypatch.delenv("GEODBK_RUN", raising=False)
         else:

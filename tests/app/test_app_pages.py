@@ -185,7 +185,11 @@ def test_demo_coverage_report_and_model_tabs(
     report = open_tab(at, "Coverage report")
     kinds = element_types(report)
     assert kinds["dataframe"] >= 2  # metrics table + service coverage
-    assert kinds["vega_lite_chart"] == 1  # reliability
+    import json
+
+    metrics = json.loads((root / name / "report" / "download" / "metrics.json").read_text())
+    # reliability, plus coverage and NLL per quarter when the report has `by_quarter`
+    assert kinds["vega_lite_chart"] == 1 + 2 * bool(metrics.get("by_quarter"))
     assert kinds["image"] == 3  # violin, service coverage, sd maps (reliability is interactive)
     labels = [b.label for b in report.get("download_button")]
     for t in ("download", "upload", "latency"):
@@ -309,3 +313,33 @@ def test_synthetic_run_every_tab_is_clean(make_app: AppFactory, synthetic_root: 
     assert_clean(at)
     for label in TABS[1:]:
         open_tab(at, label)
+
+
+def test_a_page_load_paints_the_raster_first_then_the_full_map(
+    make_app: AppFactory, synthetic_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from app.tabs import map_tab
+
+    at = make_app(synthetic_root, "synth")
+    monkeypatch.setenv("GEODBK_APP_REFINE_S", "0.01")
+    calls: list[tuple[bool, list[str]]] = []
+    draw = map_tab._draw
+
+    def spy(url: str, bounds: object, extras: object, light: bool) -> None:
+        calls.append((light, [] if light else [lyr.id for lyr in extras()]))  # type: ignore[operator]
+        draw(url, bounds, extras, light)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(map_tab, "_draw", spy)
+    at.run()
+    assert_clean(at)
+    # First run: the raster alone; the automatic rerun: click targets and outlines too.
+    assert [light for light, _ in calls] == [True, False]
+    assert {"click-grid", "outlines"} <= set(calls[1][1])
+    deck = json.loads(tab(at, "Map").get("deck_gl_json_chart")[0].proto.json)
+    assert [layer["id"] for layer in deck["layers"]] == ["raster", "click-grid", "outlines"]
+    # Later reruns of the session draw the full map directly.
+    at.selectbox(key="layer").set_value("pi_width").run()
+    assert_clean(at)
+    assert [light for light, _ in calls] == [True, False, False]
