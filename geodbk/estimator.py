@@ -301,10 +301,6 @@ class DBKRegressor:
         aware = self.noise == "tests"
         if aware and tests is None:
             raise DataError('noise="tests" needs the number of tests per row: fit(..., tests=...)')
-        if aware and shards is not None:
-            raise DataError(
-                'noise="tests" is not supported with sharded (distributed) training yet'
-            )
         t_t = self._to_tensor(_as_tests(tests, "tests", x_np.shape[0])) if aware else None
         tv_t = None
         xv_t = yv_t = None

@@ -23,7 +23,13 @@ from pipelines.rundir import RunDir, target_spec
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["load_rank_split", "read_time_axis", "split_rows", "streaming_inputs"]
+__all__ = [
+    "load_rank_split",
+    "read_time_axis",
+    "split_rows",
+    "split_rows_with_tests",
+    "streaming_inputs",
+]
 
 
 def read_time_axis(rd: RunDir) -> tuple[TimeScaling, list[str]]:
@@ -64,10 +70,29 @@ def split_rows(
     :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or contiguous row
     ranges), so the shards of all ranks concatenated in rank order are the whole split.
     """
+    X, y, _ = split_rows_with_tests(
+        rd, target, split, rank=rank, world_size=world_size, time_scaling=time_scaling
+    )
+    return X, y
+
+
+def split_rows_with_tests(
+    rd: RunDir,
+    target: str,
+    split: str,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    time_scaling: TimeScaling | None = None,
+    tests: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`split_rows` plus, with ``tests=True``, the rows' number of speed tests (missing or
+    below 1 set to 1; the noise covariate of a tests-aware model), else ``None``."""
     import pyarrow.compute as pc
 
     cols = ["x1", "x2", target_spec(target).log_column]
     extra = ["quarter"] if time_scaling is not None else []
+    extra += ["tests"] if tests else []
     data = read_parquet_shard(
         rd.tiles,
         columns=cols + extra,
@@ -77,25 +102,37 @@ def split_rows(
     )
     arr = np.column_stack([np.asarray(data[c], dtype=np.float64) for c in cols])
     ok = np.isfinite(arr).all(axis=1)
-    X = arr[:, :2]
-    if time_scaling is not None:
-        quarter = np.asarray(data["quarter"], dtype=object).astype(str)
-        t = np.asarray(time_scaling.scale(quarter), dtype=np.float64).reshape(-1, 1)
-        X = np.hstack([X, t])
-    return X[ok], arr[ok, 2]
+    X = _input_map(time_scaling)(data)
+    t = None
+    if tests:
+        t = np.maximum(np.nan_to_num(np.asarray(data["tests"], dtype=np.float64), nan=1.0), 1.0)
+        t = t[ok]
+    return X[ok], arr[ok, 2], t
 
 
 def load_rank_split(
-    rd: RunDir, target: str, *, ctx: DistributedContext, time_scaling: TimeScaling | None = None
-) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], ShardPlan]:
+    rd: RunDir,
+    target: str,
+    *,
+    ctx: DistributedContext,
+    time_scaling: TimeScaling | None = None,
+    tests: bool = False,
+) -> tuple[
+    dict[str, Any],
+    tuple[np.ndarray, np.ndarray],
+    tuple[np.ndarray, np.ndarray],
+    ShardPlan,
+    dict[str, np.ndarray],
+]:
     """This rank's training rows, the full validation rows, the table metadata and the plan.
 
     Returns
     -------
     tuple
-        ``(metadata, (X, y), (X_val, y_val), plan)`` with ``X`` (n_rank, 2) = ``x1, x2`` and
-        ``y`` the ``log10`` target (``[x1, x2, t]``, (n_rank, 3), with ``time_scaling``);
-        ``plan`` holds every rank's shard size.
+        ``(metadata, (X, y), (X_val, y_val), plan, noise_kw)`` with ``X`` (n_rank, 2) =
+        ``x1, x2`` and ``y`` the ``log10`` target (``[x1, x2, t]``, (n_rank, 3), with
+        ``time_scaling``); ``plan`` holds every rank's shard size; ``noise_kw`` is
+        ``{"tests": this rank's, "tests_val": all}`` with ``tests=True``, else empty.
 
     Raises
     ------
@@ -113,10 +150,16 @@ def load_rank_split(
     if missing:
         raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
     meta = read_table_metadata(rd.tiles)
-    X, y = split_rows(
-        rd, target, "train", rank=ctx.rank, world_size=ctx.world_size, time_scaling=time_scaling
+    X, y, t = split_rows_with_tests(
+        rd,
+        target,
+        "train",
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        time_scaling=time_scaling,
+        tests=tests,
     )
-    Xv, yv = split_rows(rd, target, "val", time_scaling=time_scaling)
+    Xv, yv, tv = split_rows_with_tests(rd, target, "val", time_scaling=time_scaling, tests=tests)
     sizes = gather_sizes(len(y))
     if min(sizes) < 2:
         raise DataError(
@@ -131,7 +174,8 @@ def load_rank_split(
         sum(sizes),
         len(yv),
     )
-    return meta, (X, y), (Xv, yv), ShardPlan(sizes, rank=ctx.rank)
+    noise_kw = {"tests": t, "tests_val": tv} if t is not None and tv is not None else {}
+    return meta, (X, y), (Xv, yv), ShardPlan(sizes, rank=ctx.rank), noise_kw
 
 
 def streaming_inputs(

@@ -141,20 +141,16 @@ def resolve_config(
     return cfg.replace(epochs=epochs, device=device, noise=noise, time=time, streaming=streaming)
 
 
-def resolve_noise(cfg: TrainConfig, columns: Any, *, distributed: bool = False) -> TrainConfig:
+def resolve_noise(cfg: TrainConfig, columns: Any) -> TrainConfig:
     """Resolve ``noise: auto``: ``tests`` when the tile table has a ``tests`` column.
 
-    ``--distributed`` reads shards without the ``tests`` column, so there ``auto`` means
-    ``constant`` and an explicit ``tests`` is refused. ``noise_init: 0`` becomes the noise
-    model's default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
+    The same rule holds in memory, ``--streaming`` and ``--distributed`` (each rank reads its
+    shard's ``tests``). ``noise_init: 0`` becomes the noise model's default
+    (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
     """
     from pipelines.config import NOISE_INIT
 
-    if distributed:
-        if cfg.noise == "tests":
-            raise DataError("--noise tests is not supported with --distributed yet")
-        cfg = cfg.replace(noise="constant")
-    elif cfg.noise == "auto":
+    if cfg.noise == "auto":
         cfg = cfg.replace(noise="tests" if "tests" in columns else "constant")
     elif cfg.noise == "tests" and "tests" not in columns:
         raise DataError("--noise tests needs a `tests` column in tiles.parquet")
@@ -360,15 +356,18 @@ def run_train(
     time_scaling: TimeScaling | None = None
     quarters: list[str] = []
     if distributed:
+        import pyarrow.parquet as pq
+
         from geodbk.distributed import init_distributed, seed_rank
         from pipelines.sharding import load_rank_split, read_time_axis
 
         if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
             time_scaling, quarters = read_time_axis(rd)
+        cfg = resolve_noise(cfg, pq.read_schema(rd.tiles).names)
         ctx = init_distributed(device=cfg.device)
         seed_rank(cfg.seed, ctx.rank)
-        meta, (X, y), (Xv, yv), shards = load_rank_split(
-            rd, target, ctx=ctx, time_scaling=time_scaling
+        meta, (X, y), (Xv, yv), shards, noise_kw = load_rank_split(
+            rd, target, ctx=ctx, time_scaling=time_scaling, tests=cfg.noise == "tests"
         )
     elif cfg.streaming:
         from pipelines.sharding import streaming_inputs
@@ -388,8 +387,6 @@ def run_train(
         if cfg.noise == "tests":
             tparts = split_tests(gdf, target)
             noise_kw = {"tests": tparts["train"], "tests_val": tparts["val"]}
-    if distributed:
-        cfg = resolve_noise(cfg, (), distributed=True)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
     model_dir = rd.model_dir(target)

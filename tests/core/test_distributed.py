@@ -20,17 +20,18 @@ N, RANK_R, HIDDEN = 300, 16, 8
 CONFIG = TrainConfig(objective="dppgp", batch_size=64, epochs=2, lr=1e-2, patience=5, seed=3)
 
 
-def _data() -> tuple[torch.Tensor, torch.Tensor]:
+def _data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(N, 2))
-    y = np.sin(3 * x[:, 0]) * np.cos(2 * x[:, 1]) + 0.1 * rng.standard_normal(N)
-    return torch.tensor(x), torch.tensor((y - y.mean()) / y.std())
+    tests = rng.choice([1.0, 2.0, 4.0, 16.0], size=N)
+    y = np.sin(3 * x[:, 0]) * np.cos(2 * x[:, 1]) + 0.3 / np.sqrt(tests) * rng.standard_normal(N)
+    return torch.tensor(x), torch.tensor((y - y.mean()) / y.std()), torch.tensor(tests)
 
 
-def _model() -> DBKModel:
+def _model(noise: str = "constant") -> DBKModel:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    return DBKModel(2, rank=RANK_R, hidden=HIDDEN, generator=gen).to(torch.float64)
+    return DBKModel(2, rank=RANK_R, hidden=HIDDEN, noise=noise, generator=gen).to(torch.float64)
 
 
 def _sizes() -> tuple[int, int]:
@@ -43,7 +44,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, world: int, port: int, out_dir: str, noise: str) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -51,12 +52,15 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        x, y = _data()
+        x, y, tests = _data()
         sizes = _sizes()
         lo = sum(sizes[:rank])
         xs, ys = x[lo : lo + sizes[rank]], y[lo : lo + sizes[rank]]
-        model = _model()
-        result = train_model(model, xs, ys, config=CONFIG, shards=ShardPlan(sizes, rank=rank))
+        ts = tests[lo : lo + sizes[rank]] if noise == "tests" else None
+        model = _model(noise)
+        result = train_model(
+            model, xs, ys, config=CONFIG, shards=ShardPlan(sizes, rank=rank), tests=ts
+        )
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         torch.save(
             {"state": state, "loss": [h["train_loss"] for h in result.history]},
@@ -76,21 +80,30 @@ def test_plan_batches_cover_every_row_once() -> None:
         ShardPlan((2, 30)).steps(4)
 
 
-def test_two_process_gloo_equals_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("noise", ["constant", "tests"])
+def test_two_process_gloo_equals_one_process(tmp_path: Path, noise: str) -> None:
+    """Also with the tests-aware noise: each rank's loss uses its own rows' s2_i."""
     import torch.multiprocessing as mp
 
     old = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), noise), nprocs=2, join=True)
     finally:
         if old is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = old
-    x, y = _data()
-    ref = _model()
-    result = train_model(ref, x, y, config=CONFIG, shards=ShardPlan(_sizes(), rank=None))
+    x, y, tests = _data()
+    ref = _model(noise)
+    result = train_model(
+        ref,
+        x,
+        y,
+        config=CONFIG,
+        shards=ShardPlan(_sizes(), rank=None),
+        tests=tests if noise == "tests" else None,
+    )
     ref_loss = [h["train_loss"] for h in result.history]
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)

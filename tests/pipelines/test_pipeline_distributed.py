@@ -17,7 +17,8 @@ from geodbk import DBKRegressor
 from geodbk.distributed import ShardPlan
 from pipelines.config import TrainConfig, dump_config
 from pipelines.rundir import require_run
-from pipelines.sharding import split_rows
+from pipelines.sharding import split_rows_with_tests
+from pipelines.train import resolve_noise
 
 REPO = Path(__file__).resolve().parents[2]
 CFG = TrainConfig(rank=16, hidden=8, epochs=2, batch_size=64, patience=5, device="cpu", seed=1)
@@ -60,15 +61,22 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
     model_dir = run / "models" / "download"
     got = load_file(str(model_dir / "weights.safetensors"))
 
-    # the 1-process reference: the same shards, concatenated, the same global batches
+    # the 1-process reference: the same shards, concatenated, the same global batches; the
+    # table has a `tests` column, so --distributed trains the tests-aware noise (each rank
+    # reads its rows' tests)
     rd = require_run(run)
-    shards = [split_rows(rd, "download", "train", rank=k, world_size=2) for k in range(2)]
+    shards = [
+        split_rows_with_tests(rd, "download", "train", rank=k, world_size=2, tests=True)
+        for k in range(2)
+    ]
     sizes = tuple(len(part[1]) for part in shards)
     X = np.concatenate([part[0] for part in shards])
     y = np.concatenate([part[1] for part in shards])
-    Xv, yv = split_rows(rd, "download", "val")
-    ref = DBKRegressor(**CFG.estimator_kwargs())
-    ref.fit(X, y, Xv, yv, shards=ShardPlan(sizes, rank=None))
+    tests = np.concatenate([part[2] for part in shards if part[2] is not None])
+    Xv, yv, tv = split_rows_with_tests(rd, "download", "val", tests=True)
+    cfg = resolve_noise(CFG, ["tests"])
+    ref = DBKRegressor(**cfg.estimator_kwargs())
+    ref.fit(X, y, Xv, yv, shards=ShardPlan(sizes, rank=None), tests=tests, tests_val=tv)
     want = {k: v.detach().cpu().numpy() for k, v in ref.model_.state_dict().items()}
     assert set(got) == set(want)
     for key, value in want.items():
@@ -77,6 +85,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
 
     meta = json.loads((model_dir / "model.json").read_text())["metadata"]
     assert meta["n_train"] == sum(sizes)
+    assert meta["config"]["noise"] == "tests" and meta["noise"]["noise"] == "tests"
     assert meta["history"][-1]["train_loss"] == pytest.approx(
         ref.history_[-1]["train_loss"], rel=1e-5
     )

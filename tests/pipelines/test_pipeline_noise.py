@@ -41,7 +41,7 @@ def test_resolve_noise() -> None:
     assert resolve_noise(auto.replace(noise="constant"), ["tests"]).noise == "constant"
     with pytest.raises(DataError, match="tests"):
         resolve_noise(auto.replace(noise="tests"), ["x1"])
-    assert resolve_noise(auto, ["tests"], distributed=True).noise == "constant"
+    assert resolve_noise(auto, ["tests"]).noise == "tests"  # also under --distributed
     assert auto.estimator_kwargs()["noise"] == "constant"
     # noise_init 0 = the noise model's default: the seed's 0.01, or 0.5 for tests
     assert auto.estimator_kwargs()["noise_init"] == 0.01
