@@ -15,6 +15,11 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   (:func:`geodbk.streaming.train_streaming`, batch 1024), and (c), for contrast, read as one
   rank's in-memory shard (:func:`geodbk.distributed.read_parquet_shard`, what ``train
   --distributed`` holds per rank).
+* ``report``: a synthetic run directory of N rows (N/4 tiles x 4 quarters, 80/10/10 random
+  split, tile polygons, row groups of 65,536 rows, a small pooled model) is scored by
+  ``geodbk report`` (:func:`pipelines.report.run_report`: streaming passes, no GeoDataFrame)
+  and, for contrast, loaded as the GeoDataFrame (:func:`pipelines.rundir.load_tiles`) that the
+  in-memory report held before predicting.
 * ``model``: DBK-RBF training-step time (dPPGP, one batch, median of 10 after 2 warm-ups) and
   prediction time per point (65,536 points, folded weights) for several (r, h, batch).
 
@@ -22,6 +27,7 @@ Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py grid --sizes 4096 8192
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py stream --rows 1e5 1e6 1e7
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py report --rows 1e5 1e6
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py model
     ... [--out results.json]
 """
@@ -170,6 +176,126 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
     }
 
 
+def _write_run(run: Path, rows: int) -> None:
+    """A run directory of ``rows`` tile-quarters (``tiles.parquet``, region, download model)."""
+    import geopandas as gpd
+    import pandas as pd
+    import shapely
+
+    from geodbk import DBKRegressor
+    from geodbk.geo.table import write_tile_table
+
+    quarters = ("2023Q1", "2023Q2", "2023Q3", "2023Q4")
+    rng = np.random.default_rng(0)
+    n_tiles = rows // len(quarters)
+    box = (-158.3, 21.2, -157.6, 21.75)
+    scaling = dict(zip(("lon_min", "lat_min", "lon_max", "lat_max"), box, strict=True))
+    lon = rng.uniform(box[0], box[2], n_tiles)
+    lat = rng.uniform(box[1], box[3], n_tiles)
+    x1 = 2 * (lon - box[0]) / (box[2] - box[0]) - 1
+    x2 = 2 * (lat - box[1]) / (box[3] - box[1]) - 1
+    urban = x1 + x2 > 0.4
+    quadkey = np.char.zfill(np.arange(n_tiles).astype(str), 16).astype(object)
+    half = 0.0005
+    geometry = shapely.box(lon - half, lat - half, lon + half, lat + half)
+    parts = []
+    for q in quarters:
+        logs = {
+            name: base + 0.4 * np.sin(2 * x1) + 0.2 * urban + 0.3 * rng.standard_normal(n_tiles)
+            for name, base in (("download", 4.4), ("upload", 3.7), ("latency", 1.6))
+        }
+        parts.append(
+            pd.DataFrame(
+                {
+                    "quadkey": quadkey,
+                    "quarter": q,
+                    "lon": lon,
+                    "lat": lat,
+                    "x1": x1,
+                    "x2": x2,
+                    "avg_d_kbps": 10 ** logs["download"],
+                    "avg_u_kbps": 10 ** logs["upload"],
+                    "avg_lat_ms": 10 ** logs["latency"],
+                    "tests": rng.integers(1, 50, n_tiles),
+                    "devices": rng.integers(1, 20, n_tiles),
+                    "log10_download": logs["download"],
+                    "log10_upload": logs["upload"],
+                    "log10_latency": logs["latency"],
+                    "urban": urban,
+                    "split": rng.choice(["train", "val", "test"], n_tiles, p=[0.8, 0.1, 0.1]),
+                }
+            )
+        )
+    df = pd.concat(parts, ignore_index=True)
+    table = gpd.GeoDataFrame(df, geometry=np.tile(geometry, len(quarters)), crs="EPSG:4326")
+    meta = {
+        "scaling": scaling,
+        "split": {"kind": "random", "seed": 0, "unit": "row"},
+        "quarters": list(quarters),
+        "type": "mobile",
+    }
+    run.mkdir(parents=True, exist_ok=True)
+    write_tile_table(table, run / "tiles.parquet", meta)
+    region = gpd.GeoDataFrame({"name": ["box"]}, geometry=[shapely.box(*box)], crs="EPSG:4326")
+    region.to_file(run / "region.geojson", driver="GeoJSON")
+    model = DBKRegressor(rank=16, hidden=8, epochs=2, batch_size=256, device="cpu")
+    fit = df.iloc[rng.choice(len(df), 2000, replace=False)]
+    model.fit(fit[["x1", "x2"]].to_numpy(), fit["log10_download"].to_numpy())
+    md = {"target": "download", "inputs": ["x1", "x2"], "config": {"predict_chunk_size": 65536}}
+    model.save(run / "models" / "download", metadata=md)
+
+
+def _status_mib(key: str) -> float | None:
+    """``VmRSS`` / ``VmHWM`` of this process from ``/proc/self/status`` (None off Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def child_report(rows: int, phase: str, run: Path) -> dict[str, Any]:
+    """``report``: :func:`pipelines.report.run_report`; ``load_tiles``: the GeoDataFrame only.
+
+    Both import the same modules first; the peak RSS of the phase alone (``phase_peak_rss_mib``)
+    is ``VmHWM`` after resetting it (``/proc/self/clear_refs``) once the imports are done.
+    """
+    import geopandas  # noqa: F401
+    import pyarrow.dataset  # noqa: F401
+    import torch  # noqa: F401
+
+    import geodbk.estimator  # noqa: F401
+    import pipelines.predict  # noqa: F401
+    from pipelines.report import run_report
+    from pipelines.rundir import RunDir, load_tiles
+
+    before = _status_mib("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")  # reset VmHWM to the current RSS
+        resettable = True
+    except OSError:
+        resettable = False
+    t0 = time.perf_counter()
+    if phase == "report":
+        run_report(run, target="download")
+    elif phase == "load_tiles":
+        load_tiles(RunDir(run))
+    else:
+        raise ValueError(phase)
+    return {
+        "rows": rows,
+        "phase": phase,
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_mib": _peak_mib(),
+        "rss_before_mib": before,
+        "phase_peak_rss_mib": _status_mib("VmHWM") if resettable else None,
+    }
+
+
 def child_model(rank: int, hidden: int, batch: int) -> dict[str, Any]:
     """Training-step time (dPPGP, one batch) and prediction time per point of DBK-RBF."""
     import torch
@@ -238,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--phases", nargs="+", default=["predict", "train_epoch", "shard_in_memory"])
     s.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     s.add_argument("--out", type=Path, default=None)
+    rp = sub.add_parser("report", help="peak memory of `geodbk report` on 1e5..1e6-row runs")
+    rp.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6])
+    rp.add_argument("--phases", nargs="+", default=["report", "load_tiles"])
+    rp.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
+    rp.add_argument("--out", type=Path, default=None)
     m = sub.add_parser("model", help="DBK-RBF step and prediction cost as r and h grow")
     m.add_argument(
         "--configs",
@@ -257,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
             result = child_grid(size, out)
         elif args.what == "model":
             result = child_model(*(int(v) for v in args.rest[:3]))
+        elif args.what == "write_run":
+            _write_run(Path(args.rest[1]), int(args.rest[0]))
+            result = {"rows": int(args.rest[0])}
+        elif args.what == "report":
+            result = child_report(int(args.rest[0]), args.rest[1], Path(args.rest[2]))
         else:
             result = child_stream(int(args.rest[0]), args.rest[1], Path(args.rest[2]))
         print(json.dumps(result))
@@ -281,6 +417,20 @@ def main(argv: list[str] | None = None) -> int:
             r = _run_child(["model", *triple.split(":")])
             print(json.dumps(r), flush=True)
             results.append(r)
+    elif args.cmd == "report":
+        for rows_f in args.rows:
+            rows = int(rows_f)
+            run = args.tmp / f"geodbk_report_{rows}"
+            if not (run / "models" / "download" / "model.json").is_file():
+                # in a child too: a big parent would inflate the children's ru_maxrss (Linux
+                # folds the forked image's RSS into it at exec)
+                t0 = time.perf_counter()
+                _run_child(["write_run", str(rows), str(run)])
+                print(f"wrote {run} in {time.perf_counter() - t0:.1f} s", flush=True)
+            for phase in args.phases:
+                r = _run_child(["report", str(rows), phase, str(run)])
+                print(json.dumps(r), flush=True)
+                results.append(r)
     else:
         for rows_f in args.rows:
             rows = int(rows_f)

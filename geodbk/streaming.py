@@ -35,10 +35,18 @@ __all__ = [
 
 
 def count_rows(path: str | Path, *, filters: Any = None) -> int:
-    """Rows of a parquet file (matching ``filters``), counted without loading the table."""
-    import pyarrow.dataset as ds
+    """Rows of a parquet file (matching ``filters``), counted one row group at a time.
 
-    return int(ds.dataset(path, format="parquet").count_rows(filter=filters))
+    Without a filter the footer's row count is returned. With one, a single column is scanned
+    row group by row group (a whole-dataset ``count_rows`` reads ahead: +100 MB at 4·10^6 rows,
+    growing with the table).
+    """
+    import pyarrow.parquet as pq
+
+    if filters is None:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    first = pq.read_schema(path).names[0]
+    return sum(len(c[first]) for c in iter_parquet_batches(path, columns=[first], filters=filters))
 
 
 def streaming_mean_std(

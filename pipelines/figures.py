@@ -6,7 +6,7 @@
   Empirical sd of a cell = root-mean-square residual ``sqrt(mean((y - mean)²))`` of the held-out
   (val + test) tile-quarters whose centroid falls in the cell; predicted sd = ``sqrt(mean(std²))``
   of the same rows; cells with fewer than ``min_count`` rows are blank. The raster has about 40
-  cells along the region's longer side.
+  cells along the region's longer side (:class:`SdBinner` accumulates it batch by batch).
 - ``service_coverage.png``: share of tiles, of region area and of urban / rural tiles where the
   target is on the good side of each threshold with probability ≥ 0.9.
 - ``reliability_by_tests.png``: one reliability panel per bucket of speed tests per tile.
@@ -75,6 +75,64 @@ def reliability_diagram(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: 
     return _save(fig, path)
 
 
+class SdBinner:
+    """Streaming form of :func:`binned_sd`: add held-out rows batch by batch, then :meth:`result`.
+
+    Holds three arrays of the raster's size (row count, sum of squared residuals, sum of
+    squared sd per cell), so memory does not depend on the number of rows.
+
+    Parameters
+    ----------
+    bounds
+        ``(lon_min, lat_min, lon_max, lat_max)`` of the raster.
+    cells
+        Cells along the longer side.
+    min_count
+        Cells with fewer rows are NaN in the result.
+    """
+
+    def __init__(
+        self, bounds: tuple[float, float, float, float], *, cells: int = 40, min_count: int = 3
+    ) -> None:
+        lon_min, lat_min, lon_max, lat_max = bounds
+        self.bounds = (lon_min, lat_min, lon_max, lat_max)
+        self.step = max(lon_max - lon_min, lat_max - lat_min) / cells
+        self.nx = max(1, int(np.ceil((lon_max - lon_min) / self.step)))
+        self.ny = max(1, int(np.ceil((lat_max - lat_min) / self.step)))
+        self.min_count = min_count
+        size = self.nx * self.ny
+        self.count = np.zeros(size, dtype=np.int64)
+        self.ss_res = np.zeros(size, dtype=np.float64)
+        self.ss_sd = np.zeros(size, dtype=np.float64)
+
+    def add(self, lon: np.ndarray, lat: np.ndarray, resid: np.ndarray, sd: np.ndarray) -> None:
+        """Add rows: centroids ``lon``/``lat``, residuals ``y - mean`` and predictive ``sd``."""
+        lon_min, _, _, lat_max = self.bounds
+        size = self.nx * self.ny
+        ix = np.clip(((lon - lon_min) / self.step).astype(int), 0, self.nx - 1)
+        iy = np.clip(((lat_max - lat) / self.step).astype(int), 0, self.ny - 1)
+        flat = iy * self.nx + ix
+        self.count += np.bincount(flat, minlength=size)
+        self.ss_res += np.bincount(flat, weights=resid**2, minlength=size)
+        self.ss_sd += np.bincount(flat, weights=sd**2, minlength=size)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float, float]]:
+        """``(empirical, predicted, extent)`` as :func:`binned_sd` returns them."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            emp = np.sqrt(self.ss_res / self.count)
+            pred = np.sqrt(self.ss_sd / self.count)
+        emp[self.count < self.min_count] = np.nan
+        pred[self.count < self.min_count] = np.nan
+        lon_min, _, _, lat_max = self.bounds
+        extent = (
+            lon_min,
+            lon_min + self.nx * self.step,
+            lat_max - self.ny * self.step,
+            lat_max,
+        )
+        return emp.reshape(self.ny, self.nx), pred.reshape(self.ny, self.nx), extent
+
+
 def binned_sd(
     lon: np.ndarray,
     lat: np.ndarray,
@@ -88,25 +146,12 @@ def binned_sd(
     """Empirical (RMS residual) and predicted (RMS sd) sd on a coarse raster.
 
     Returns ``(empirical, predicted, extent)`` with arrays of shape (ny, nx), north up, NaN
-    where fewer than ``min_count`` rows fall in a cell; ``extent`` for ``imshow``.
+    where fewer than ``min_count`` rows fall in a cell; ``extent`` for ``imshow``. All rows at
+    once; :class:`SdBinner` gives the same result batch by batch.
     """
-    lon_min, lat_min, lon_max, lat_max = bounds
-    step = max(lon_max - lon_min, lat_max - lat_min) / cells
-    nx = max(1, int(np.ceil((lon_max - lon_min) / step)))
-    ny = max(1, int(np.ceil((lat_max - lat_min) / step)))
-    ix = np.clip(((lon - lon_min) / step).astype(int), 0, nx - 1)
-    iy = np.clip(((lat_max - lat) / step).astype(int), 0, ny - 1)
-    flat = iy * nx + ix
-    count = np.bincount(flat, minlength=nx * ny)
-    ss_res = np.bincount(flat, weights=resid**2, minlength=nx * ny)
-    ss_sd = np.bincount(flat, weights=sd**2, minlength=nx * ny)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        emp = np.sqrt(ss_res / count)
-        pred = np.sqrt(ss_sd / count)
-    emp[count < min_count] = np.nan
-    pred[count < min_count] = np.nan
-    extent = (lon_min, lon_min + nx * step, lat_max - ny * step, lat_max)
-    return emp.reshape(ny, nx), pred.reshape(ny, nx), extent
+    binner = SdBinner(bounds, cells=cells, min_count=min_count)
+    binner.add(lon, lat, resid, sd)
+    return binner.result()
 
 
 def sd_maps(
@@ -224,7 +269,8 @@ def quarter_calibration(
     """
     quarters = list(by_quarter)
     xs = np.arange(len(quarters), dtype=float)
-    fig, (ax_c, ax_n) = plt.subplots(1, 2, figsize=(max(8.0, 1.2 * len(quarters) + 6.0), 3.8))
+    width = min(max(7.0, 0.45 * len(quarters) + 3.0), 14.0)
+    fig, (ax_c, ax_n) = plt.subplots(2, 1, figsize=(width, 7.0), sharex=True)
     lo, hi = (xs[0] - 0.5, xs[-1] + 0.5) if len(xs) else (-0.5, 0.5)
     ax_c.axhspan(100 * (level - band), 100 * (level + band), color="grey", alpha=0.15, lw=0)
     ax_c.axhline(100 * level, color="grey", ls="--", lw=1, label=f"nominal {level:.0%}")
@@ -257,8 +303,10 @@ def quarter_calibration(
     for ax in (ax_c, ax_n):
         ax.set_xticks(xs, [f"{q}*" if q in extrapolated else q for q in quarters])
         ax.set_xlim(lo, hi)
-        ax.set_xlabel("quarter" + (" (* extrapolation)" if extrapolated else ""))
         ax.grid(alpha=0.3)
+        if len(quarters) > 8:
+            ax.tick_params(axis="x", labelrotation=45)
+    ax_n.set_xlabel("quarter" + (" (* extrapolation)" if extrapolated else ""))
     ax_c.set_ylabel(f"{level:.0%} PI coverage (%)")
     ax_c.set_title(f"Coverage per quarter (band: {level:.0%} ± {100 * band:.0f}%)")
     ax_n.set_ylabel("NLL (log10 scale)")

@@ -147,11 +147,18 @@ def by_tests_scores(
     return grouped_scores(y, mu, sd, urban, bucket_masks(tests))
 
 
-def quarter_masks(quarters: Any) -> dict[str, np.ndarray]:
-    """Boolean masks of each distinct quarter, keyed ``2023Q4`` (canonical), in time order."""
+def quarter_masks(quarters: Any, *, codes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Boolean masks of each distinct quarter, keyed ``2023Q4`` (canonical), in time order.
+
+    ``quarters`` holds one quarter string per row; with ``codes`` (one integer per row) it holds
+    the distinct values instead and row ``i`` has quarter ``quarters[codes[i]]`` (a dictionary
+    encoding, so that many rows need no string each).
+    """
     from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
     idx = quarter_indices(np.asarray(quarters, dtype=object).astype(str))
+    if codes is not None:
+        idx = idx[np.asarray(codes, dtype=np.intp)] if idx.size else np.zeros(0, dtype=np.int64)
     return {format_quarter(int(i)): idx == i for i in np.unique(idx)}
 
 
@@ -161,10 +168,13 @@ def by_quarter_scores(
     sd: np.ndarray,
     urban: np.ndarray,
     quarters: Any,
+    *,
+    codes: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{quarter: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
 
     :func:`grouped_scores` of the rows of each quarter present in ``quarters`` (one quarter
-    string per row), keyed and ordered by quarter (``2023Q1`` before ``2023Q2``).
+    string per row, or the distinct quarters indexed by ``codes``, see :func:`quarter_masks`),
+    keyed and ordered by quarter (``2023Q1`` before ``2023Q2``).
     """
-    return grouped_scores(y, mu, sd, urban, quarter_masks(quarters))
+    return grouped_scores(y, mu, sd, urban, quarter_masks(quarters, codes=codes))

@@ -1,0 +1,286 @@
+"""``geodbk report`` out of core (issue 8): no tile GeoDataFrame, same numbers as in memory.
+
+The run has four quarters of the same tiles (so quadkeys repeat), tiny row groups (so every
+streaming pass sees many record batches) and ``urban`` flipped in later quarters (so the
+service-coverage table must take each tile's *first* values, as ``groupby().first()`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pipeline_helpers import make_run
+from scipy.special import ndtr
+
+import geodbk.geo.table as tile_table
+import pipelines.report
+import pipelines.rundir
+from geodbk import DBKRegressor
+from geodbk.errors import DataError
+from geodbk.geo.table import read_tile_table, write_tile_table
+from pipelines import figures
+from pipelines.config import demo_config
+from pipelines.predict import grid_bounds, read_region
+from pipelines.report import PREDICTION_COLUMNS, SERVED_PROB, run_report, scan_tiles
+from pipelines.rundir import RunDir, model_inputs, target_spec
+from pipelines.scoring import by_quarter_scores, by_tests_scores, urban_rural_scores
+from pipelines.train import run_train
+
+CFG = demo_config(quick=True).replace(epochs=2)
+QUARTERS = ("2023Q1", "2023Q2", "2023Q3", "2023Q4")
+#: The report predicts per record batch; float32 kernels differ by ~1e-9 with the batch size.
+ATOL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four quarters of 240 tiles in row groups of 53 rows; a time-aware, tests-aware download
+    model and a pooled upload model."""
+    r = make_run(tmp_path_factory.mktemp("report_streaming") / "run", n=240, seed=4)
+    table, meta = read_tile_table(r)
+    rng = np.random.default_rng(7)
+    parts = []
+    for k, q in enumerate(QUARTERS):
+        p = table.copy()
+        p["quarter"] = q
+        for col, step in (("log10_download", 0.06), ("log10_upload", 0.03)):
+            p[col] = p[col] + step * k + 0.05 * rng.standard_normal(len(p))
+        p["avg_d_kbps"] = 10 ** p["log10_download"]
+        p["avg_u_kbps"] = 10 ** p["log10_upload"]
+        p["split"] = rng.choice(["train", "val", "test"], size=len(p), p=[0.7, 0.15, 0.15])
+        p["tests"] = rng.integers(1, 40, size=len(p))
+        if k > 0:
+            p["urban"] = ~table["urban"].to_numpy()  # only the first quarter's value counts
+        parts.append(p)
+    both = gpd.GeoDataFrame(pd.concat(parts, ignore_index=True), crs=table.crs)
+    meta["quarters"] = list(QUARTERS)
+    meta["split"]["counts"] = {s: int((both["split"] == s).sum()) for s in ("train", "val", "test")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tile_table, "ROW_GROUP_SIZE", 53)
+        write_tile_table(both, r / "tiles.parquet", meta)
+    assert pq.ParquetFile(r / "tiles.parquet").num_row_groups > 10
+    run_train(r, target="download", config=CFG, time=True, progress=False)
+    run_train(r, target="upload", config=CFG.replace(epochs=1, noise="constant"), progress=False)
+    return r
+
+
+def _forbid_table_loads(mp: pytest.MonkeyPatch) -> None:
+    """Make every whole-table reader raise."""
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the report must not load the whole tile table")
+
+    mp.setattr(pipelines.rundir, "load_tiles", boom)
+    mp.setattr(pipelines.report, "load_tiles", boom, raising=False)
+    mp.setattr(tile_table, "read_tile_table", boom)
+    mp.setattr(gpd, "read_parquet", boom)
+    mp.setattr(pd, "read_parquet", boom)
+
+
+def _expected(run: Path, target: str) -> dict[str, Any]:
+    """Everything the report computes, recomputed in memory from the GeoDataFrame."""
+    table, _ = read_tile_table(run)
+    spec = target_spec(target)
+    model = DBKRegressor.load(run / "models" / target, device="cpu")
+    md = model.metadata_
+
+    def predict(rows: pd.DataFrame, quarter: Any) -> Any:
+        X = model_inputs(rows[["x1", "x2"]].to_numpy(dtype=float), md, quarter=quarter)
+        tests = rows["tests"].to_numpy(dtype=float) if model.tests_aware else None
+        return model.predict(X, tests=tests)
+
+    y_train = table.loc[table["split"] == "train", spec.log_column].to_numpy(dtype=float)
+    test = table[table["split"] == "test"].reset_index(drop=True)
+    pred = predict(test, test["quarter"].to_numpy())
+    tiles = table.groupby("quadkey", sort=True).agg(
+        x1=("x1", "first"), x2=("x2", "first"), urban=("urban", "first")
+    )
+    time_aware = "t" in md["inputs"]
+    tile_pred = model.predict(
+        model_inputs(tiles[["x1", "x2"]].to_numpy(dtype=float), md, quarter="2023Q4")
+    )
+    held = table[table["split"].isin(["val", "test"])]
+    h_pred = predict(held, held["quarter"].to_numpy())
+    bounds = grid_bounds(RunDir(run), read_region(RunDir(run)).bounds, extent="tiles")
+    emp, _, _ = figures.binned_sd(
+        held["lon"].to_numpy(),
+        held["lat"].to_numpy(),
+        held[spec.log_column].to_numpy() - h_pred.mean,
+        h_pred.std,
+        bounds,
+    )
+    return {
+        "spec": spec,
+        "time_aware": time_aware,
+        "sd_train": float(np.std(y_train)),
+        "mean_train": float(np.mean(y_train)),
+        "test": test,
+        "mean": pred.mean,
+        "std": pred.std,
+        "tiles": tiles,
+        "tile_mean": tile_pred.mean,
+        "tile_std": tile_pred.std,
+        "n_cells": int(np.isfinite(emp).sum()),
+    }
+
+
+def _close(got: Any, want: Any, path: str = "") -> None:
+    """Recursive comparison: ints and strings exact, floats to :data:`ATOL`, NaN as None."""
+    if isinstance(want, dict):
+        assert sorted(got) == sorted(want), path  # metrics.json has sorted keys
+        for k in want:
+            _close(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, float | np.floating) and not np.isfinite(want):
+        assert got is None, path
+    elif isinstance(want, float | np.floating):
+        assert got == pytest.approx(float(want), rel=ATOL, abs=ATOL), path
+    else:
+        assert got == want, path
+
+
+@pytest.mark.parametrize("target", ["download", "upload"])
+def test_report_streams_and_matches_in_memory_scores(run: Path, target: str) -> None:
+    exp = _expected(run, target)
+    # thresholds (natural units) at quartiles of the tiles' served limits: shares inside (0, 1)
+    limit = exp["spec"].to_natural(exp["tile_mean"] - 1.2816 * exp["tile_std"])
+    thresholds = [float(v) for v in np.quantile(limit, [0.25, 0.5, 0.75])]
+    with pytest.MonkeyPatch.context() as mp:
+        _forbid_table_loads(mp)
+        out = run_report(run, target=target, thresholds=thresholds)
+    test = exp["test"]
+    y = test[exp["spec"].log_column].to_numpy(dtype=float)
+    urban = test["urban"].to_numpy(dtype=bool)
+    tests = test["tests"].to_numpy(dtype=float)
+
+    # predictions.parquet: every test row, in table order, with the model's own predictions
+    preds = pq.read_table(out / "predictions.parquet").to_pandas()
+    assert list(preds.columns) == list(PREDICTION_COLUMNS)
+    assert len(preds) == len(test) > 100
+    for col in ("quadkey", "quarter", "urban", "lon", "lat"):
+        assert (preds[col].to_numpy() == test[col].to_numpy()).all(), col
+    assert np.array_equal(preds["y"].to_numpy(), y)
+    assert np.array_equal(preds["tests"].to_numpy(), tests)
+    assert np.allclose(preds["mean"], exp["mean"], rtol=0, atol=ATOL)
+    assert np.allclose(preds["std"], exp["std"], rtol=0, atol=ATOL)
+
+    # metrics.json: urban / rural / all, by_tests and by_quarter from the in-memory predictions
+    sd = exp["sd_train"]
+    want = dict(urban_rural_scores(y, exp["mean"], exp["std"], urban, sd_train=sd))
+    want["by_tests"] = by_tests_scores(y, exp["mean"], exp["std"], urban, tests)
+    want["by_quarter"] = by_quarter_scores(y, exp["mean"], exp["std"], urban, test["quarter"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics["by_quarter"]) == list(QUARTERS)
+    _close(metrics, want)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["y_train_mean"] == pytest.approx(exp["mean_train"], rel=1e-12)
+    assert summary["y_train_sd"] == pytest.approx(sd, rel=1e-12)
+    base = urban_rural_scores(
+        y, np.full_like(y, exp["mean_train"]), np.full_like(y, sd), urban, sd_train=sd
+    )
+    _close(summary["baseline_constant_mean"], base)
+
+    # service coverage over the distinct tiles (first values), at the latest quarter if timed
+    assert summary["time"]["service_coverage_quarter"] == ("2023Q4" if exp["time_aware"] else None)
+    spec, tiles = exp["spec"], exp["tiles"]
+    t_urban = tiles["urban"].to_numpy(dtype=bool)
+    assert 0 < t_urban.sum() < len(tiles) == 240
+    rows = summary["service_coverage"]
+    assert [r["threshold"] for r in rows] == thresholds
+    shares = []
+    for r in rows:
+        z = (spec.natural_to_log10(r["threshold"]) - exp["tile_mean"]) / exp["tile_std"]
+        served = (1.0 - ndtr(z)) >= SERVED_PROB
+        assert r["n_tiles"] == len(tiles)
+        assert r["tiles"] == pytest.approx(served.mean(), abs=1e-12)
+        assert r["urban"] == pytest.approx(served[t_urban].mean(), abs=1e-12)
+        assert r["rural"] == pytest.approx(served[~t_urban].mean(), abs=1e-12)
+        shares.append(r["tiles"])
+    assert all(0.1 < s < 0.9 for s in shares), shares  # the comparison is not trivially 0 or 1
+
+    # sd maps of the held-out rows, on the grid cut to the tiles
+    assert summary["sd_map"]["n_cells"] == exp["n_cells"] > 0
+    assert (out / "figures" / "sd_maps.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(out.glob(".*"))  # no temporary file left behind
+
+
+def test_report_errors_without_test_rows_or_split(run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("report"))
+    table = pq.read_table(copy / "tiles.parquet")
+    split = table.column("split").to_numpy(zero_copy_only=False)
+    split = np.where(split == "test", "val", split)
+    relabel = table.set_column(
+        table.schema.get_field_index("split"), "split", pa.array(split.astype(object))
+    )
+    pq.write_table(relabel, copy / "tiles.parquet")
+    with pytest.raises(DataError, match="no test rows"):
+        run_report(copy, target="download")
+    pq.write_table(table.drop_columns(["split"]), copy / "tiles.parquet")
+    with pytest.raises(DataError, match="no 'split' column"):
+        run_report(copy, target="download")
+
+
+def test_scan_tiles_matches_groupby_first(tmp_path: Path) -> None:
+    """Tiny batches and merges: first values per quadkey in order of appearance, as pandas."""
+    rng = np.random.default_rng(3)
+    n = 400
+    df = pd.DataFrame(
+        {
+            "quadkey": rng.choice([f"0231{i:03d}" for i in range(90)], size=n),
+            "quarter": rng.choice(["2022Q4", "2023Q2", "2021Q1"], size=n),
+            "x1": rng.uniform(-1, 1, n),
+            "x2": rng.uniform(-1, 1, n),
+            "urban": rng.random(n) < 0.5,
+            "lon": rng.uniform(-158, -157, n),
+            "lat": rng.uniform(21, 22, n),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=23)
+    want = df.groupby("quadkey", sort=False)[["x1", "x2", "urban"]].first()
+    for compact in (1, 10, 1 << 20):
+        scan = scan_tiles(path, quarters=True, batch_size=7, compact_rows=compact)
+        got = scan.tiles.to_pandas()
+        assert got["quadkey"].tolist() == want.index.tolist()
+        for col in ("x1", "x2", "urban"):
+            assert np.array_equal(got[col].to_numpy(), want[col].to_numpy()), (compact, col)
+        assert scan.quarters == ["2021Q1", "2022Q4", "2023Q2"]
+        assert scan.extent == (df["lon"].min(), df["lat"].min(), df["lon"].max(), df["lat"].max())
+
+
+def test_sd_binner_batches_equal_one_pass() -> None:
+    rng = np.random.default_rng(1)
+    lon, lat = rng.uniform(0, 2, 500), rng.uniform(0, 1, 500)
+    resid, sd = rng.normal(size=500), rng.uniform(0.1, 1, 500)
+    bounds = (0.0, 0.0, 2.0, 1.0)
+    emp, pred, extent = figures.binned_sd(lon, lat, resid, sd, bounds, cells=8)
+    binner = figures.SdBinner(bounds, cells=8)
+    for i in range(0, 500, 37):
+        binner.add(lon[i : i + 37], lat[i : i + 37], resid[i : i + 37], sd[i : i + 37])
+    emp2, pred2, extent2 = binner.result()
+    assert extent2 == extent and emp.shape == (4, 8)
+    assert np.isfinite(emp).sum() > 20
+    assert np.allclose(emp, emp2, equal_nan=True) and np.allclose(pred, pred2, equal_nan=True)
+
+
+def test_by_quarter_codes_equal_strings() -> None:
+    rng = np.random.default_rng(2)
+    distinct = ["2023Q4", "2023-Q1", "2022Q3"]
+    codes = rng.integers(0, 3, 300)
+    quarters = np.array(distinct, dtype=object)[codes]
+    y, mu = rng.normal(size=300), rng.normal(size=300)
+    sd, urban = rng.uniform(0.5, 1.5, 300), rng.random(300) < 0.4
+    want = by_quarter_scores(y, mu, sd, urban, quarters)
+    got = by_quarter_scores(y, mu, sd, urban, distinct, codes=codes)
+    assert list(got) == list(want) == ["2022Q3", "2023Q1", "2023Q4"]
+    assert json.dumps(got) == json.dumps(want)
