@@ -19,7 +19,7 @@ from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
-from geodbk.validation import as_feature_matrix, as_target_vector
+from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
 
 __all__ = ["QUANTITIES", "DBKRegressor"]
 
@@ -56,18 +56,6 @@ def _probe_batches(path: str | Path, *, columns: list[str], filters: Any) -> Any
     from geodbk.streaming import iter_parquet_batches
 
     return iter_parquet_batches(path, columns=columns, filters=filters, batch_size=16)
-
-
-def _as_tests(tests: Any, name: str, n: int) -> np.ndarray:
-    """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
-    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
-    if arr.shape[0] == 1 and n != 1:
-        arr = np.full(n, float(arr[0]))
-    if arr.shape[0] != n:
-        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
-    if not np.isfinite(arr).all() or (arr < 1).any():
-        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
-    return arr
 
 
 class DBKRegressor:
@@ -301,22 +289,10 @@ class DBKRegressor:
         aware = self.noise == "tests"
         if aware and tests is None:
             raise DataError('noise="tests" needs the number of tests per row: fit(..., tests=...)')
-        t_t = self._to_tensor(_as_tests(tests, "tests", x_np.shape[0])) if aware else None
-        tv_t = None
-        xv_t = yv_t = None
+        t_t = self._to_tensor(as_tests(tests, "tests", x_np.shape[0])) if aware else None
+        xv_t, yv_t, tv_t = (None, None, None)
         if has_val:
-            xv_np = as_feature_matrix(X_val, "X_val")
-            if xv_np.shape[1] != self.n_features_in_:
-                raise DataError(
-                    f"X_val has {xv_np.shape[1]} columns but X has {self.n_features_in_}"
-                )
-            yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
-            xv_t = self._to_tensor(xv_np)
-            yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
-            if aware:
-                if tests_val is None:
-                    raise DataError('noise="tests" with validation data needs tests_val=...')
-                tv_t = self._to_tensor(_as_tests(tests_val, "tests_val", xv_np.shape[0]))
+            xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val)
         result = train_model(
             self.model_,
             x_t,
@@ -340,6 +316,23 @@ class DBKRegressor:
         self.stopped_early_ = result.stopped_early
         self.metadata_: dict[str, Any] = {}
         return self
+
+    def _validation_tensors(
+        self, X_val: Any, y_val: Any, tests_val: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Checked validation inputs, standardised targets and (tests-aware) tests as tensors."""
+        xv_np = self._check_input(X_val, "X_val")
+        yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
+        tv_t = None
+        if self.noise == "tests":
+            if tests_val is None:
+                raise DataError('noise="tests" with validation data needs tests_val=...')
+            tv_t = self._to_tensor(as_tests(tests_val, "tests_val", xv_np.shape[0]))
+        return (
+            self._to_tensor(xv_np),
+            self._to_tensor((yv_np - self.y_mean_) / self.y_std_),
+            tv_t,
+        )
 
     def fit_parquet(
         self,
@@ -416,16 +409,9 @@ class DBKRegressor:
         self.n_features_in_ = int(np.asarray(to_x(probe)).shape[1])
         self.model_ = self._build_model(self.n_features_in_, self.device_)
         self._folded = None
-        xv_t = yv_t = tv_t = None
+        xv_t, yv_t, tv_t = (None, None, None)
         if X_val is not None and y_val is not None:
-            xv_np = self._check_input(X_val, "X_val")
-            yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
-            xv_t = self._to_tensor(xv_np)
-            yv_t = self._to_tensor((yv_np - self.y_mean_) / self.y_std_)
-            if aware:
-                if tests_val is None:
-                    raise DataError('noise="tests" with validation data needs tests_val=...')
-                tv_t = self._to_tensor(_as_tests(tests_val, "tests_val", xv_np.shape[0]))
+            xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val)
         history = train_streaming(
             self.model_,
             path,
@@ -491,7 +477,7 @@ class DBKRegressor:
             t_np = np.ones(size)
         else:
             arr = np.asarray(tests, dtype=np.float64).reshape(-1)
-            t_np = _as_tests(arr, "tests", n if n is not None else arr.shape[0])
+            t_np = as_tests(arr, "tests", n if n is not None else arr.shape[0])
         with torch.no_grad():
             t_t = torch.as_tensor(t_np, dtype=_DTYPES[self.dtype], device=self.device_)
             s2 = model.noise_var(t_t if self.tests_aware else None)

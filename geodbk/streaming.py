@@ -280,15 +280,14 @@ def train_streaming(
     """
     import pyarrow.parquet as pq
 
+    from geodbk import training
     from geodbk.training import (
         _CHECKPOINT_FORMAT,
-        CHECKPOINT_NAME,
         _clone_state,
-        _load_checkpoint,
         _make_optimizer,
-        _save_checkpoint,
         batch_loss,
         evaluate_nll,
+        restore_loop_state,
     )
 
     n = int(n_global) if n_global is not None else count_rows(path, filters=filters)
@@ -297,25 +296,10 @@ def train_streaming(
     device = next(model.parameters()).device
     to_x = inputs or _stack_inputs(x_columns)
     offset = math.log(y_std) if nll_offset is None else float(nll_offset)
-    history: list[dict[str, Any]] = []
-    best_state = _clone_state(model)
-    best_score = math.inf
-    best_epoch = 0
-    bad = 0
-    start = 0
-    stopped = False
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    if ckpt_dir is not None and resume and (ckpt_dir / CHECKPOINT_NAME).is_file():
-        state = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, config)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        history = list(state["history"])
-        best_state = {k: v.to(device) for k, v in state["best_state"].items()}
-        best_score = float(state["best_score"])
-        best_epoch = int(state["best_epoch"])
-        bad = int(state["bad_epochs"])
-        start = int(state["epoch"])
-        stopped = bool(state["stopped"])
+    loop = restore_loop_state(ckpt_dir, resume, config, model, optimizer)
+    history, best_state, best_score = loop.history, loop.best_state, loop.best_score
+    best_epoch, bad, start, stopped = loop.best_epoch, loop.bad_epochs, loop.epoch, loop.stopped
     cols = list(dict.fromkeys([*x_columns, *read_columns, y_column]))
     if tests_column:
         cols.append(tests_column)
@@ -391,7 +375,7 @@ def train_streaming(
                 stopped = bad >= int(config.patience)
             if ckpt_dir is not None and rank == 0:
                 ckpt_dir.mkdir(parents=True, exist_ok=True)
-                _save_checkpoint(
+                training._save_checkpoint(
                     ckpt_dir,
                     {
                         "format": _CHECKPOINT_FORMAT,

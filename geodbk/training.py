@@ -215,6 +215,50 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     return state
 
 
+@dataclass
+class LoopState:
+    """Bookkeeping of a training loop that a checkpoint restores (after ``epoch`` epochs)."""
+
+    history: list[dict[str, Any]]
+    best_state: dict[str, torch.Tensor]
+    best_score: float = math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    epoch: int = 0
+    stopped: bool = False
+
+
+def restore_loop_state(
+    ckpt_dir: Path | None,
+    resume: bool,
+    config: TrainConfig,
+    model: DBKModel,
+    optimizer: torch.optim.Optimizer,
+    *,
+    generator: torch.Generator | None = None,
+) -> LoopState:
+    """A fresh :class:`LoopState`, or with ``resume`` and ``ckpt_dir/last.pt`` present the saved
+    one, after loading the model, optimiser (and ``generator``) state from that checkpoint."""
+    fresh = LoopState(history=[], best_state=_clone_state(model))
+    if ckpt_dir is None or not resume or not (ckpt_dir / CHECKPOINT_NAME).is_file():
+        return fresh
+    state = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, config)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if generator is not None:
+        generator.set_state(state["generator"])
+    device = next(model.parameters()).device
+    return LoopState(
+        history=list(state["history"]),
+        best_state={k: v.to(device) for k, v in state["best_state"].items()},
+        best_score=float(state["best_score"]),
+        best_epoch=int(state["best_epoch"]),
+        bad_epochs=int(state["bad_epochs"]),
+        epoch=int(state["epoch"]),
+        stopped=bool(state["stopped"]),
+    )
+
+
 def train_model(
     model: DBKModel,
     x: torch.Tensor,
@@ -283,26 +327,15 @@ def train_model(
     optimizer = _make_optimizer(model, config)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(config.seed))
-    history: list[dict[str, Any]] = []
-    best_state = _clone_state(model)
-    best_score = math.inf
-    best_epoch = 0
-    bad_epochs = 0
-    start_epoch = 0
-    stopped = False
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    if ckpt_dir is not None and resume and (ckpt_dir / CHECKPOINT_NAME).is_file():
-        state = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, config)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
-        history = list(state["history"])
-        best_state = {k: v.to(x.device) for k, v in state["best_state"].items()}
-        best_score = float(state["best_score"])
-        best_epoch = int(state["best_epoch"])
-        bad_epochs = int(state["bad_epochs"])
-        start_epoch = int(state["epoch"])
-        stopped = bool(state["stopped"])
+    loop = restore_loop_state(ckpt_dir, resume, config, model, optimizer, generator=gen)
+    history, best_state, best_score = loop.history, loop.best_state, loop.best_score
+    best_epoch, bad_epochs, start_epoch, stopped = (
+        loop.best_epoch,
+        loop.bad_epochs,
+        loop.epoch,
+        loop.stopped,
+    )
 
     runner = None if shards is None else make_epoch_runner(model, shards, config)
     is_main = shards is None or shards.is_main

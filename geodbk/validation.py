@@ -45,3 +45,15 @@ def as_target_vector(y: Any, name: str, n: int) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise DataError(f"{name} contains NaN or infinite values; drop those rows")
     return arr
+
+
+def as_tests(tests: Any, name: str, n: int) -> np.ndarray:
+    """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
+    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+    if arr.shape[0] == 1 and n != 1:
+        arr = np.full(n, float(arr[0]))
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
+    if not np.isfinite(arr).all() or (arr < 1).any():
+        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
+    return arr

@@ -38,7 +38,7 @@ from geodbk.errors import DataError, GeodbkError, ModelFileError
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
-from geodbk.validation import as_feature_matrix, as_target_vector
+from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
 
 #: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
 BUNDLE_VERSION = 1
@@ -73,18 +73,6 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
     if noise == "constant":
         return GaussianNoise(init=init)
     raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
-
-
-def as_tests(tests: Any, name: str, n: int) -> np.ndarray:
-    """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
-    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
-    if arr.shape[0] == 1 and n != 1:
-        arr = np.full(n, float(arr[0]))
-    if arr.shape[0] != n:
-        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
-    if not np.isfinite(arr).all() or (arr < 1).any():
-        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
-    return arr
 
 
 class TorchBaseline:
