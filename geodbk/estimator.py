@@ -14,7 +14,7 @@ from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.distributed import ShardPlan, global_mean_std
 from geodbk.errors import DataError, ModelFileError
-from geodbk.likelihoods import NOISE_MODELS, TestsNoise
+from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
@@ -491,18 +491,7 @@ class DBKRegressor:
         "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power``
         (the variance floor is folded into ``s2_floor``).
         """
-        model = self._check_fitted()
-        v = self.y_std_**2
-        noise = model.noise
-        with torch.no_grad():
-            if isinstance(noise, TestsNoise):
-                return {
-                    "noise": "tests",
-                    "s2_floor": v * (noise.floor + float(noise.s2_floor)),
-                    "s2_meas": v * float(noise.s2_meas),
-                    "power": float(noise.power),
-                }
-            return {"noise": "constant", "s2": v * float(model.noise_var())}
+        return noise_parameters(self._check_fitted().noise, y_var=self.y_std_**2)
 
     def predict(
         self,

@@ -8,6 +8,7 @@ in place of the scalar one without changing them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -126,3 +127,19 @@ class TestsNoise(nn.Module):
     def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
         """Alias of :meth:`variance`."""
         return self.variance(tests)
+
+
+def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict[str, Any]:
+    """The learned noise in the target's units: ``{"noise": "constant", "s2"}`` or
+    ``{"noise": "tests", "s2_floor", "s2_meas", "power"}`` with
+    ``s2_i = s2_floor + s2_meas / tests_i^power``, every variance times ``y_var`` (the
+    target's training variance; the numerical floor is folded into ``s2_floor``)."""
+    with torch.no_grad():
+        if isinstance(noise, TestsNoise):
+            return {
+                "noise": "tests",
+                "s2_floor": y_var * (noise.floor + float(noise.s2_floor)),
+                "s2_meas": y_var * float(noise.s2_meas),
+                "power": float(noise.power),
+            }
+        return {"noise": "constant", "s2": y_var * float(noise.variance())}

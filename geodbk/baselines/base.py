@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.errors import DataError, GeodbkError, ModelFileError
-from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
+from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
@@ -485,17 +485,7 @@ class TorchBaseline:
         "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power`` (the
         variance floor is folded into ``s2_floor``).
         """
-        noise = self._noise(self._check_fitted())
-        v = self.y_sd_**2
-        with torch.no_grad():
-            if isinstance(noise, TestsNoise):
-                return {
-                    "noise": "tests",
-                    "s2_floor": v * (noise.floor + float(noise.s2_floor)),
-                    "s2_meas": v * float(noise.s2_meas),
-                    "power": float(noise.power),
-                }
-            return {"noise": "constant", "s2": v * float(noise.variance())}
+        return noise_parameters(self._noise(self._check_fitted()), y_var=self.y_sd_**2)
 
     def kernel(self, X: Any, X_ref: Any, *, in_y_units: bool = False) -> np.ndarray:
         """Prior kernel k(X, X_ref), (n, m) float64; standardised-target units like the core's

@@ -22,7 +22,7 @@ from pipelines import cli
 from pipelines.config import TrainConfig, demo_config, dump_config
 from pipelines.export import run_export
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
-from pipelines.predict import parse_trend, run_predict
+from pipelines.predict import TREND_VARS, parse_trend, run_predict
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat, target_spec
 from pipelines.train import _check_resume, _resume_keys, run_train, split_arrays, time_axis
 
@@ -168,16 +168,7 @@ def test_trend_grid(run: Path) -> None:
         xr.open_dataset(run / "grids" / "download_2023Q1.nc") as q1,
         xr.open_dataset(run / "grids" / "download.nc") as q4,
     ):
-        for v in (
-            "change_per_year",
-            "change_lower",
-            "change_upper",
-            "p_improved",
-            "ratio_per_year",
-            "ratio_lower",
-            "ratio_upper",
-            "in_region",
-        ):
+        for v in (*TREND_VARS, "in_region"):
             assert v in tr, v
         a = tr.attrs
         assert a["product"] == "trend" and a["time_aware"] == 1
