@@ -77,6 +77,15 @@ def _ingest_kwargs() -> dict[str, Any]:
     return kwargs
 
 
+def _table_quarters(run: Path) -> list[str]:
+    """The quarters of the run's tile table (from its metadata), oldest first."""
+    from geodbk.geo.table import read_table_metadata
+    from geodbk.geo.timeaxis import quarter_index
+
+    quarters = read_table_metadata(run / "tiles.parquet").get("quarters") or []
+    return sorted((str(q) for q in quarters), key=quarter_index)
+
+
 def run_demo(
     run: str | Path = Path("runs/demo"),
     *,
@@ -102,7 +111,9 @@ def run_demo(
     fmt
         Export format (``cog`` or ``gtiff``).
     config
-        Training config (default :func:`pipelines.config.demo_config`).
+        Training config (default :func:`pipelines.config.demo_config` with ``time: true``:
+        the embedded region's speeds improve every quarter, and the dashboard's quarter slider
+        and trend layers need a time-aware model).
     progress
         Progress bars during training.
     """
@@ -113,7 +124,7 @@ def run_demo(
     from pipelines.train import run_train
 
     run = Path(run)
-    cfg = (config or demo_config(quick=quick)).replace(epochs=epochs)
+    cfg = (config or demo_config(quick=quick).replace(time=True)).replace(epochs=epochs)
     timings: dict[str, float] = {}
 
     def timed(name: str, fn: Any, *a: Any, **kw: Any) -> Any:
@@ -127,13 +138,21 @@ def run_demo(
     timed("ingest", run_ingest, run=run, **_ingest_kwargs())
     for target in targets:
         timed(f"train_{target}", run_train, run, target=target, config=cfg, progress=progress)
-        timed(
-            f"predict_{target}",
-            run_predict,
-            run,
-            target=target,
-            max_cells=2_500 if quick else 1_000_000,
-        )
+        cells = 2_500 if quick else 1_000_000
+        # a time-aware model: every quarter's map (the latest is grids/TARGET.nc) and the trend
+        every = "all" if cfg.time else None
+        timed(f"predict_{target}", run_predict, run, target=target, quarter=every, max_cells=cells)
+        if cfg.time:
+            quarters = _table_quarters(run)
+            if len(quarters) > 1:
+                timed(
+                    f"trend_{target}",
+                    run_predict,
+                    run,
+                    target=target,
+                    trend=f"{quarters[0]}:{quarters[-1]}",
+                    max_cells=cells,
+                )
     timed("export", run_export, run, fmt=fmt)
     for target in targets:
         timed(f"report_{target}", run_report, run, target=target)

@@ -11,9 +11,18 @@ import pytest
 
 from app import loaders, maps
 from app.kernel import kernel_slice, normalise_slice, preset_points
+from app.quarters import time_input, with_time
 from app.tabs.kernel_tab import shared_scale
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+#: The demo model is time-aware: slices are taken at the latest quarter (grids/download.nc).
+QUARTER = "2023Q4"
+
+
+def _t(model: object) -> float | None:
+    return time_input(model.metadata_, QUARTER)  # type: ignore[attr-defined]
 
 
 def _features(run: Path) -> loaders.GridFeatures:
@@ -28,6 +37,7 @@ def _features(run: Path) -> loaders.GridFeatures:
         loaders.stamp(grid),
         "download",
         sc,
+        _t(model),
     )
 
 
@@ -40,8 +50,11 @@ def test_phi_grid_is_cached_and_a_new_slice_takes_under_a_second(tiny_run: Path)
     )
     sc = model.metadata_["input_scaling"]
     t0 = time.perf_counter()
-    x_ref = loaders.scale_lonlat(
-        np.array([feats.lon[len(feats.lon) // 2]]), np.array([feats.lat[0]]), sc
+    x_ref = with_time(
+        loaders.scale_lonlat(
+            np.array([feats.lon[len(feats.lon) // 2]]), np.array([feats.lat[0]]), sc
+        ),
+        _t(model),
     )
     phi_ref = np.asarray(model.features(x_ref), dtype=np.float32)[0]
     values = normalise_slice(kernel_slice(feats.phi, phi_ref))
@@ -66,9 +79,9 @@ def test_slice_matches_the_estimator_kernel(tiny_run: Path) -> None:
         ).frame
     )
     ref = pts[0]
-    x_ref = loaders.scale_lonlat(np.array([ref.lon]), np.array([ref.lat]), sc)
+    x_ref = with_time(loaders.scale_lonlat(np.array([ref.lon]), np.array([ref.lat]), sc), _t(model))
     ours = normalise_slice(kernel_slice(feats.phi, np.asarray(model.features(x_ref))[0]))
-    X = loaders.scale_lonlat(feats.lon[feats.cols], feats.lat[feats.rows], sc)
+    X = with_time(loaders.scale_lonlat(feats.lon[feats.cols], feats.lat[feats.rows], sc), _t(model))
     k = model.kernel(X, x_ref)[:, 0]
     assert np.allclose(ours, k / k.max(), atol=1e-4)
 

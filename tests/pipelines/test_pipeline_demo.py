@@ -10,7 +10,7 @@ import xarray as xr
 
 from geodbk import DBKRegressor
 from geodbk.geo.table import read_tile_table
-from pipelines.rundir import TARGETS
+from pipelines.rundir import TARGETS, model_inputs
 
 
 def test_run_directory_is_complete(tiny_run: Path) -> None:
@@ -56,7 +56,14 @@ def test_grids_have_thresholds_and_units(tiny_run: Path, target: str, names: lis
 def test_models_load_and_predict_tiles(tiny_run: Path) -> None:
     table, _ = read_tile_table(tiny_run / "tiles.parquet")
     model = DBKRegressor.load(tiny_run / "models" / "download")
-    pred = model.predict(table[["x1", "x2"]].to_numpy()[:10])
+    # the demo trains time-aware models: inputs x1, x2 and the quarter's t
+    assert model.metadata_["inputs"] == ["x1", "x2", "t"]
+    X = model_inputs(
+        table[["x1", "x2"]].to_numpy()[:10],
+        model.metadata_,
+        quarter=table["quarter"].astype(str).to_numpy()[:10],
+    )
+    pred = model.predict(X)
     assert pred.mean.shape == (10,)
     metrics = json.loads((tiny_run / "report" / "download" / "metrics.json").read_text())
     assert metrics["all"]["n"] == int((table["split"] == "test").sum())
