@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +158,12 @@ def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFram
     )
 
 
+#: xarray engine of the pipelines' grids (classic NetCDF, ``pipelines.gridfile``). Naming it
+#: skips xarray's engine guessing, which imports every installed backend plugin (rioxarray's
+#: among them): about 1 s on the first page load of a fresh server.
+GRID_ENGINE = "scipy"
+
+
 @dataclass(frozen=True)
 class TileTable:
     """The observed tiles (plain pandas, geometry reduced to bounds) and the table metadata."""
@@ -220,7 +228,7 @@ class Grid:
     target: str
     lon: NDArray[np.float64]  # (nx,) ascending
     lat: NDArray[np.float64]  # (ny,) descending (row 0 = north)
-    arrays: dict[str, NDArray[np.float64]]
+    arrays: Mapping[str, NDArray[np.float64]]
     attrs: dict[str, Any]
     #: The variable whose finite cells are the region (``mean``; trend grids: the change).
     primary: str = "mean"
@@ -273,38 +281,92 @@ class Grid:
         return row, col
 
 
+class LazyVariables(Mapping[str, NDArray[np.float64]]):
+    """The 2-D variables of a grid file, each read (north-up, float64) on first access.
+
+    A page draws one or two layers of a grid that holds ~25 variables; reading them all up
+    front cost about 0.6 s on the first load of the demo, so a variable is read when a layer
+    asks for it and kept (the :class:`Grid` itself is cached across sessions).
+    """
+
+    def __init__(
+        self, path: str, names: dict[str, bool], *, yname: str, xname: str, flip: tuple[bool, bool]
+    ) -> None:
+        self._path = path
+        self._transpose = names  # name -> stored as (x, y) rather than (y, x)
+        self._dims = (yname, xname)
+        self._flip = flip
+        self._values: dict[str, NDArray[np.float64]] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> NDArray[np.float64]:
+        if name not in self._transpose:
+            raise KeyError(name)
+        with self._lock:
+            if name not in self._values:
+                self._values[name] = self._read(name)
+            return self._values[name]
+
+    def _read(self, name: str) -> NDArray[np.float64]:
+        import xarray as xr
+
+        try:
+            with xr.open_dataset(self._path, engine=GRID_ENGINE) as ds:
+                var = ds[name]
+                if self._transpose[name]:
+                    var = var.transpose(*self._dims)
+                values = np.asarray(var.values, dtype=np.float64)
+        except Exception as exc:
+            raise _fail(self._path, exc) from exc
+        if self._flip[0]:
+            values = values[::-1, :]
+        if self._flip[1]:
+            values = values[:, ::-1]
+        return np.ascontiguousarray(values)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._transpose)
+
+    def __len__(self) -> int:
+        return len(self._transpose)
+
+
 def _read_grid(path: str, target: str, required: tuple[str, ...], primary: str) -> Grid:
-    """Read a grid file into a north-up :class:`Grid`; raises :class:`LoadError` if unusable."""
+    """Open a grid file as a north-up :class:`Grid` (variables read lazily, see
+    :class:`LazyVariables`); raises :class:`LoadError` if unusable."""
     try:
         import xarray as xr
 
-        with xr.open_dataset(path) as ds:
-            ds = ds.load()
+        with xr.open_dataset(path, engine=GRID_ENGINE) as ds:
+            data_vars = {str(k): tuple(str(d) for d in v.dims) for k, v in ds.data_vars.items()}
+            coords = {
+                str(k): np.asarray(v.values, dtype=np.float64)
+                for k, v in ds.coords.items()
+                if k in ("x", "y", "lon", "lat")
+            }
+            attrs = {str(k): _plain(v) for k, v in ds.attrs.items()}
     except Exception as exc:
         raise _fail(path, exc) from exc
-    missing = [v for v in required if v not in ds.data_vars]
+    missing = [v for v in required if v not in data_vars]
     if missing:
         raise LoadError(f"{path} lacks the variables {', '.join(missing)}.")
-    xname = "x" if "x" in ds.coords else ("lon" if "lon" in ds.coords else None)
-    yname = "y" if "y" in ds.coords else ("lat" if "lat" in ds.coords else None)
+    xname = "x" if "x" in coords else ("lon" if "lon" in coords else None)
+    yname = "y" if "y" in coords else ("lat" if "lat" in coords else None)
     if xname is None or yname is None:
         raise LoadError(f"{path} has no x/y (lon/lat) coordinates.")
-    if ds[yname].size > 1 and float(ds[yname][0]) < float(ds[yname][-1]):
-        ds = ds.isel({yname: slice(None, None, -1)})
-    if ds[xname].size > 1 and float(ds[xname][0]) > float(ds[xname][-1]):
-        ds = ds.isel({xname: slice(None, None, -1)})
-    arrays: dict[str, NDArray[np.float64]] = {}
-    for name, var in ds.data_vars.items():
-        if var.dims == (yname, xname):
-            arrays[str(name)] = np.asarray(var.values, dtype=np.float64)
-        elif set(var.dims) == {yname, xname}:
-            arrays[str(name)] = np.asarray(var.transpose(yname, xname).values, dtype=np.float64)
-    attrs = {str(k): _plain(v) for k, v in ds.attrs.items()}
+    lon, lat = coords[xname], coords[yname]
+    flip_y = lat.size > 1 and float(lat[0]) < float(lat[-1])
+    flip_x = lon.size > 1 and float(lon[0]) > float(lon[-1])
+    names = {
+        name: dims != (yname, xname)
+        for name, dims in data_vars.items()
+        if set(dims) == {yname, xname} and len(dims) == 2
+    }
     return Grid(
         target=target,
-        lon=np.asarray(ds[xname].values, dtype=np.float64),
-        lat=np.asarray(ds[yname].values, dtype=np.float64),
-        arrays=arrays,
+        lon=lon[::-1].copy() if flip_x else lon,
+        lat=lat[::-1].copy() if flip_y else lat,
+        arrays=LazyVariables(path, names, yname=yname, xname=xname, flip=(flip_y, flip_x)),
         attrs=attrs,
         primary=primary,
     )
@@ -341,7 +403,7 @@ def load_grid_attrs(path: str, stamp_: Stamp) -> dict[str, Any]:
     try:
         import xarray as xr
 
-        with xr.open_dataset(path) as ds:
+        with xr.open_dataset(path, engine=GRID_ENGINE) as ds:
             return {str(k): _plain(v) for k, v in ds.attrs.items()}
     except Exception as exc:
         raise _fail(path, exc) from exc

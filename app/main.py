@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import streamlit as st
 
 from app import warmup
 from app.context import RunContext, sidebar
-from app.tabs import inspect_tab, kernel_tab, map_tab, model_tab, report_tab
+from app.tabs import map_tab
 from app.ui import guard
 
-#: Tab label -> (renderer, stage whose command rebuilds its inputs).
-TABS: dict[str, tuple[Callable[[RunContext], None], str]] = {
-    "Map": (map_tab.render, "predict"),
-    "Kernel slices": (kernel_tab.render, "train"),
-    "Inspect a point": (inspect_tab.render, "predict"),
-    "Coverage report": (report_tab.render, "report"),
-    "Model": (model_tab.render, "train"),
+#: Tab label -> (module in ``app.tabs`` with a ``render(ctx)``, stage whose command rebuilds
+#: its inputs). Modules are imported when their tab first opens, so the first page load of a
+#: fresh server does not pay for the hidden tabs' imports (altair for the inspect chart, ...).
+TABS: dict[str, tuple[str, str]] = {
+    "Map": ("map_tab", "predict"),
+    "Kernel slices": ("kernel_tab", "train"),
+    "Inspect a point": ("inspect_tab", "predict"),
+    "Coverage report": ("report_tab", "report"),
+    "Model": ("model_tab", "train"),
 }
+
+
+def renderer(module: str) -> Callable[[RunContext], None]:
+    """The ``render`` function of tab module ``app.tabs.MODULE`` (imported on first use)."""
+    render: Callable[[RunContext], None] = importlib.import_module(f"app.tabs.{module}").render
+    return render
 
 
 def main() -> None:
@@ -45,11 +54,11 @@ def main() -> None:
         f"### {ctx.target.capitalize()} ({ctx.unit}) · run `{ctx.inv.path.name}`",
     )
     tabs = st.tabs(list(TABS), key="view", bind="query-params")
-    for tab, (label, (render, stage)) in zip(tabs, TABS.items(), strict=True):
+    for tab, (label, (module, stage)) in zip(tabs, TABS.items(), strict=True):
         if tab.open is False:
             continue  # lazy: hidden tabs do no work
         with tab, guard(label, ctx.cmd(stage)):
-            render(ctx)
+            renderer(module)(ctx)
     # A page load draws a quick first frame (the raster alone) and reruns for the full map;
     # the model warm-up starts with that second run, so it does not compete with the first.
     map_tab.finish_first_paint()
@@ -61,6 +70,8 @@ def _warm(ctx: RunContext) -> None:
     files = ctx.files
     if not (files.has_model and files.has_grid):
         return
+
+    from app.tabs import kernel_tab
 
     def job() -> object:
         return kernel_tab.features(ctx, kernel_tab.default_time(ctx))
