@@ -209,11 +209,21 @@ def run_one(
         metrics[group] = group_metrics(
             y[te][mask], pred.mean[mask], pred.var[mask], log_sd_train=math.log(sd_train)
         )
+    by_tests = None
+    if tests is not None:
+        from pipelines.scoring import by_tests_scores, clean_json
+
+        by_tests = clean_json(  # empty buckets: NaN -> null
+            by_tests_scores(
+                y[te], pred.mean, np.sqrt(pred.var), urban[te], np.maximum(tests[te], 1.0)
+            )
+        )
     history = list(getattr(model, "history_", []) or [])
     n_epochs = max(len(history), 1)
     return {
         "seed": seed,
         "metrics": metrics,
+        "by_tests": by_tests,
         "epochs_run": len(history),
         "best_epoch": getattr(model, "best_epoch_", None),
         "train_seconds": fit_s,
@@ -339,6 +349,44 @@ def _fmt(stat: dict[str, Any] | None, digits: int = 3, scale: float = 1.0) -> st
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
+def _by_tests_lines(report: dict[str, Any]) -> list[str]:
+    """Coverage (urban / rural) and NLL per tests bucket of each model's first seed."""
+    rows: list[str] = []
+    buckets: list[str] = []
+    for name, entry in report["models"].items():
+        runs = [r for r in entry.get("runs", []) if r.get("by_tests")]
+        if not runs:
+            continue
+        bt = runs[0]["by_tests"]
+        buckets = buckets or list(bt)
+        cells = []
+        for b in buckets:
+            v = bt.get(b) or {}
+            if not v.get("n"):
+                cells.append("–")
+                continue
+            u, r = v.get("urban") or {}, v.get("rural") or {}
+            cells.append(
+                f"{_pct(v.get('coverage'))} ({_pct(u.get('coverage'))} / "
+                f"{_pct(r.get('coverage'))}); {v['nll']:.3f}"
+            )
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return [
+        "## by tests bucket: 95% coverage (urban / rural); NLL (first seed of each model)",
+        "",
+        "| model | " + " | ".join(buckets) + " |",
+        "|---|" + "---|" * len(buckets),
+        *rows,
+        "",
+    ]
+
+
+def _pct(value: Any) -> str:
+    return "–" if value is None else f"{100 * float(value):.1f}%"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The benchmark tables as Markdown (one quality table per group, then the costs)."""
     lines = [
@@ -374,6 +422,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"{_fmt(g['coverage95'], 1, 100)}% | {_fmt(g['width95'])} | {_fmt(g['width_sd'])} | {_fmt(g['width_iqr'])} |"
             )
         lines.append("")
+    lines += _by_tests_lines(report)
     lines += [
         "## cost",
         "",

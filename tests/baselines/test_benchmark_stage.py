@@ -193,3 +193,10 @@ def test_benchmark_cli_noise_tests(run_dir: Path) -> None:
     report = json.loads((run_dir / "benchmark" / "download.json").read_text())
     assert report["budget"]["noise"] == "tests"
     assert report["models"]["cagp"]["status"] == "ok", report["models"]["cagp"]["failures"]
+    # coverage and NLL by tests bucket, recorded per run and tabled in the Markdown report
+    by_tests = report["models"]["cagp"]["runs"][0]["by_tests"]
+    assert list(by_tests) == ["1", "2", "3-4", "5-8", "9-16", ">16"]
+    n_test = report["rows"]["test"]
+    assert sum(b["n"] for b in by_tests.values()) == n_test
+    md = (run_dir / "benchmark" / "download.md").read_text()
+    assert "## by tests bucket" in md and "| cagp |" in md.split("## by tests bucket")[1]
