@@ -411,19 +411,23 @@ def grid_bounds(
         return region_bounds
     if extent != "tiles":
         raise DataError(f"extent must be 'tiles' or 'region', got {extent!r}")
-    import pyarrow.parquet as pq
+    from geodbk.streaming import iter_parquet_batches
 
-    cols = pq.read_table(rd.tiles, columns=["lon", "lat"])
-    lon = cols.column("lon").to_numpy()
-    lat = cols.column("lat").to_numpy()
-    if len(lon) == 0:
+    lo = np.array([np.inf, np.inf])
+    hi = -lo
+    for cols in iter_parquet_batches(rd.tiles, columns=["lon", "lat"]):  # O(batch) memory
+        xy = np.column_stack([cols["lon"], cols["lat"]]).astype(np.float64)
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy):
+            lo, hi = np.minimum(lo, xy.min(axis=0)), np.maximum(hi, xy.max(axis=0))
+    if not np.isfinite(lo).all():
         return region_bounds
     m = TILE_MARGIN_DEG
     box = (
-        max(region_bounds[0], float(lon.min()) - m),
-        max(region_bounds[1], float(lat.min()) - m),
-        min(region_bounds[2], float(lon.max()) + m),
-        min(region_bounds[3], float(lat.max()) + m),
+        max(region_bounds[0], float(lo[0]) - m),
+        max(region_bounds[1], float(lo[1]) - m),
+        min(region_bounds[2], float(hi[0]) + m),
+        min(region_bounds[3], float(hi[1]) + m),
     )
     return box if box[2] > box[0] and box[3] > box[1] else region_bounds
 
