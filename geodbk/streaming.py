@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +281,6 @@ def train_streaming(
 
     from geodbk import training
     from geodbk.training import (
-        _CHECKPOINT_FORMAT,
         _clone_state,
         _make_optimizer,
         batch_loss,
@@ -375,22 +373,14 @@ def train_streaming(
                 stopped = bad >= int(config.patience)
             if ckpt_dir is not None and rank == 0:
                 ckpt_dir.mkdir(parents=True, exist_ok=True)
-                training._save_checkpoint(
+                training.save_loop_checkpoint(
                     ckpt_dir,
-                    {
-                        "format": _CHECKPOINT_FORMAT,
-                        "config": asdict(config),
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "generator": torch.Generator().get_state(),
-                        "epoch": epoch + 1,
-                        "history": history,
-                        "best_state": best_state,
-                        "best_score": best_score,
-                        "best_epoch": best_epoch,
-                        "bad_epochs": bad,
-                        "stopped": stopped,
-                    },
+                    config,
+                    model,
+                    optimizer,
+                    training.LoopState(
+                        history, best_state, best_score, best_epoch, bad, epoch + 1, stopped
+                    ),
                 )
             if bar is not None:
                 bar.set_postfix({"loss": f"{train_loss:.4f}", "val_nll": f"{val or 0.0:.4f}"})

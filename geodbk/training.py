@@ -259,6 +259,37 @@ def restore_loop_state(
     )
 
 
+def save_loop_checkpoint(
+    ckpt_dir: Path,
+    config: TrainConfig,
+    model: DBKModel,
+    optimizer: torch.optim.Optimizer,
+    loop: LoopState,
+    *,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Write ``ckpt_dir/last.pt`` atomically: model, optimiser, generator and loop state after
+    ``loop.epoch`` epochs (read back by :func:`restore_loop_state`)."""
+    gen = generator if generator is not None else torch.Generator()
+    _save_checkpoint(
+        ckpt_dir,
+        {
+            "format": _CHECKPOINT_FORMAT,
+            "config": asdict(config),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "generator": gen.get_state(),
+            "epoch": loop.epoch,
+            "history": loop.history,
+            "best_state": loop.best_state,
+            "best_score": loop.best_score,
+            "best_epoch": loop.best_epoch,
+            "bad_epochs": loop.bad_epochs,
+            "stopped": loop.stopped,
+        },
+    )
+
+
 def train_model(
     model: DBKModel,
     x: torch.Tensor,
@@ -416,22 +447,15 @@ def train_model(
             if bad_epochs >= config.patience:
                 stopped = True
             if ckpt_dir is not None and is_main:
-                _save_checkpoint(
+                save_loop_checkpoint(
                     ckpt_dir,
-                    {
-                        "format": _CHECKPOINT_FORMAT,
-                        "config": asdict(config),
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "generator": gen.get_state(),
-                        "epoch": epoch,
-                        "history": history,
-                        "best_state": best_state,
-                        "best_score": best_score,
-                        "best_epoch": best_epoch,
-                        "bad_epochs": bad_epochs,
-                        "stopped": stopped,
-                    },
+                    config,
+                    model,
+                    optimizer,
+                    LoopState(
+                        history, best_state, best_score, best_epoch, bad_epochs, epoch, stopped
+                    ),
+                    generator=gen,
                 )
             if bar is not None:
                 post = {"loss": f"{train_loss:.4f}"}
