@@ -29,6 +29,31 @@ def _table(path: Path, n: int = 1000) -> Path:
     return path
 
 
+def _fit(
+    src: Path, config: TrainConfig, *, input_dim: int = 2, noise: str = "constant", **kw: object
+) -> tuple[list[dict[str, object]], DBKModel]:
+    """A seeded float64 DBKModel (r = h = 8) trained by :func:`train_streaming` on ``src``'s
+    train split, with the target standardised by the whole column's mean and sd."""
+    y_all = pq.read_table(src)["y"].to_numpy()
+    torch.manual_seed(0)
+    model = DBKModel(
+        input_dim, rank=8, hidden=8, noise=noise, generator=torch.Generator().manual_seed(0)
+    ).to(torch.float64)
+    hist = train_streaming(
+        model,
+        src,
+        x_columns=["x1", "x2"],
+        y_column="y",
+        y_mean=float(y_all.mean()),
+        y_std=float(y_all.std()),
+        config=config,
+        filters=pc.field("split") == "train",
+        dtype=torch.float64,
+        **kw,  # type: ignore[arg-type]
+    )
+    return hist, model
+
+
 def test_batches_and_streaming_prediction(tmp_path: Path) -> None:
     src = _table(tmp_path / "t.parquet")
     train = pc.field("split") == "train"
@@ -57,23 +82,7 @@ def test_train_streaming_is_deterministic_and_learns(tmp_path: Path) -> None:
     cfg = TrainConfig(batch_size=64, epochs=4, lr=1e-2, patience=10, seed=2)
 
     def fit() -> tuple[list[dict[str, object]], DBKModel]:
-        torch.manual_seed(0)
-        model = DBKModel(2, rank=8, hidden=8, generator=torch.Generator().manual_seed(0))
-        model = model.to(torch.float64)
-        hist = train_streaming(
-            model,
-            src,
-            x_columns=["x1", "x2"],
-            y_column="y",
-            y_mean=float(y_all.mean()),
-            y_std=float(y_all.std()),
-            config=cfg,
-            filters=pc.field("split") == "train",
-            x_val=xv,
-            y_val=yv,
-            dtype=torch.float64,
-        )
-        return hist, model
+        return _fit(src, cfg, x_val=xv, y_val=yv)
 
     h1, m1 = fit()
     h2, m2 = fit()
@@ -115,29 +124,18 @@ def test_train_streaming_resume_equals_uninterrupted_run(tmp_path: Path) -> None
     xv, yv, tv = _val(src, y_all)
 
     def run(epochs: int, ckpt: Path, resume: bool) -> tuple[list[dict[str, object]], DBKModel]:
-        torch.manual_seed(0)
-        model = DBKModel(
-            2, rank=8, hidden=8, noise="tests", generator=torch.Generator().manual_seed(0)
-        ).to(torch.float64)
         cfg = TrainConfig(batch_size=64, epochs=epochs, lr=1e-2, patience=10, seed=3)
-        hist = train_streaming(
-            model,
+        return _fit(
             src,
-            x_columns=["x1", "x2"],
-            y_column="y",
-            y_mean=float(y_all.mean()),
-            y_std=float(y_all.std()),
-            config=cfg,
-            filters=pc.field("split") == "train",
+            cfg,
+            noise="tests",
             x_val=xv,
             y_val=yv,
             tests_column="tests",
             tests_val=tv,
-            dtype=torch.float64,
             checkpoint_dir=ckpt,
             resume=resume,
         )
-        return hist, model
 
     h_full, m_full = run(4, tmp_path / "a", False)
     run(2, tmp_path / "b", False)
@@ -154,29 +152,14 @@ def test_streaming_inputs_callable_and_tests_column(tmp_path: Path) -> None:
     with the column the learned measurement share s2_meas / s2_floor grows, without it it does
     not (every row then counts as one test and the noise cannot tell the rows apart)."""
     src = _tests_table(tmp_path / "t.parquet")
-    y_all = pq.read_table(src)["y"].to_numpy()
 
     def inputs(cols: dict[str, np.ndarray]) -> np.ndarray:
         return np.column_stack([cols["x1"], cols["x2"], np.full(len(cols["x1"]), 0.5)])
 
     def fit(tests_column: str | None) -> float:
-        torch.manual_seed(0)
-        model = DBKModel(
-            3, rank=8, hidden=8, noise="tests", generator=torch.Generator().manual_seed(0)
-        ).to(torch.float64)
         cfg = TrainConfig(batch_size=64, epochs=6, lr=0.1, patience=10, seed=0)
-        hist = train_streaming(
-            model,
-            src,
-            x_columns=["x1", "x2"],
-            y_column="y",
-            y_mean=float(y_all.mean()),
-            y_std=float(y_all.std()),
-            config=cfg,
-            filters=pc.field("split") == "train",
-            inputs=inputs,
-            tests_column=tests_column,
-            dtype=torch.float64,
+        hist, model = _fit(
+            src, cfg, input_dim=3, noise="tests", inputs=inputs, tests_column=tests_column
         )
         assert len(hist) == 6
         with torch.no_grad():

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import geopandas as gpd
 import numpy as np
+import pytest
 import shapely
 from tile_tables import write_synthetic_tile_table
 
@@ -57,3 +61,30 @@ def make_run(path: Path, *, n: int = 600, seed: int = 0) -> Path:
         path / "region.geojson", driver="GeoJSON"
     )
     return path
+
+
+@contextmanager
+def killed_after_checkpoints(monkeypatch: pytest.MonkeyPatch, n: int) -> Iterator[None]:
+    """Simulate a process killed right after its ``n``-th training checkpoint is written.
+
+    Inside the block, ``geodbk.training._save_checkpoint`` (used by the in-memory and the
+    streaming loops) writes the checkpoint and then raises ``KeyboardInterrupt`` on call ``n``;
+    the block expects that interrupt, and the real writer is restored when it ends.
+    """
+    import geodbk.training
+
+    real_save = geodbk.training._save_checkpoint
+    calls = {"n": 0}
+
+    def save_then_die(directory: Path, state: dict[str, Any]) -> None:
+        real_save(directory, state)
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(geodbk.training, "_save_checkpoint", save_then_die)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)

@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pipeline_helpers import make_run
+from pipeline_helpers import killed_after_checkpoints, make_run
 from safetensors.numpy import load_file
 
-import geodbk.training
 from geodbk.errors import RunDirectoryError
 from pipelines import cli
 from pipelines.config import demo_config, dump_config
@@ -37,19 +36,9 @@ def test_killed_run_resumes_to_the_same_model(
     run_train(full, target="download", config_path=config, progress=False)
 
     killed = make_run(tmp_path / "killed")
-    real_save = geodbk.training._save_checkpoint
-    calls = {"n": 0}
-
-    def save_then_die(directory: Path, state: dict[str, Any]) -> None:
-        real_save(directory, state)
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt  # the process is killed right after epoch 3's checkpoint
-
-    monkeypatch.setattr(geodbk.training, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
+    # the process is killed right after epoch 3's checkpoint
+    with killed_after_checkpoints(monkeypatch, 3):
         run_train(killed, target="download", config_path=config, progress=False)
-    monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)
     model_dir = killed / "models" / "download"
     assert (model_dir / "checkpoints" / "last.pt").is_file()
     assert not (model_dir / "model.json").exists()

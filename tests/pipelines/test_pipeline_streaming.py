@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from pipeline_helpers import make_run
+from pipeline_helpers import killed_after_checkpoints, make_run
 from safetensors.numpy import load_file
 
-import geodbk.training
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from pipelines import cli
@@ -71,19 +69,8 @@ def test_streaming_killed_run_resumes_to_the_same_model(
     run_train(full, target="download", config=cfg, progress=False)
 
     killed = make_run(tmp_path / "killed")
-    real_save = geodbk.training._save_checkpoint
-    calls = {"n": 0}
-
-    def save_then_die(directory: Path, state: dict[str, Any]) -> None:
-        real_save(directory, state)
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(geodbk.training, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_after_checkpoints(monkeypatch, 2):
         run_train(killed, target="download", config=cfg, progress=False)
-    monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)
     assert not (killed / "models" / "download" / "model.json").exists()
     run_train(killed, target="download", config=cfg, resume=True, progress=False)
     a, b = _weights(full), _weights(killed)
