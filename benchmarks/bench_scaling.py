@@ -22,6 +22,9 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   in-memory report held before predicting.
 * ``model``: DBK-RBF training-step time (dPPGP, one batch, median of 10 after 2 warm-ups) and
   prediction time per point (65,536 points, folded weights) for several (r, h, batch).
+  ``--device cuda`` times it on a GPU (median of 50 steps after 2 warm-ups, 2^20 prediction
+  points, synchronised, peak ``torch.cuda.max_memory_allocated``); ``--epoch-rows N ...`` also
+  times one epoch of ``DBKRegressor.fit`` on N in-memory rows at the last (r, h, batch).
 
 Usage::
 
@@ -29,6 +32,7 @@ Usage::
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py stream --rows 1e5 1e6 1e7
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py report --rows 1e5 1e6
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py model
+    python benchmarks/bench_scaling.py model --device cuda --epoch-rows 1e6 1e7
     ... [--out results.json]
 """
 
@@ -296,8 +300,35 @@ def child_report(rows: int, phase: str, run: Path) -> dict[str, Any]:
     }
 
 
-def child_model(rank: int, hidden: int, batch: int) -> dict[str, Any]:
-    """Training-step time (dPPGP, one batch) and prediction time per point of DBK-RBF."""
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _peak_device_mib(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return float(torch.cuda.max_memory_allocated()) / 2**20
+    return _peak_mib()
+
+
+def _gpu_name(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
+
+
+def child_model(rank: int, hidden: int, batch: int, device: str = "cpu") -> dict[str, Any]:
+    """Training-step time (dPPGP, one batch) and prediction time per point of DBK-RBF.
+
+    On CUDA every timed region ends with ``torch.cuda.synchronize()``; the peak memory is then
+    ``torch.cuda.max_memory_allocated`` (MiB) instead of the process's peak RSS.
+    """
     import torch
 
     from geodbk.model import DBKModel
@@ -305,33 +336,76 @@ def child_model(rank: int, hidden: int, batch: int) -> dict[str, Any]:
 
     torch.manual_seed(0)
     model = DBKModel(2, rank=rank, hidden=hidden, generator=torch.Generator().manual_seed(0))
+    model = model.to(device)
     cfg = TrainConfig(batch_size=batch)
     opt = _make_optimizer(model, cfg)
-    x = torch.rand(batch, 2) * 2 - 1
-    y = torch.randn(batch)
+    x = (torch.rand(batch, 2) * 2 - 1).to(device)
+    y = torch.randn(batch).to(device)
     times = []
-    for i in range(12):
+    for i in range(12 if device == "cpu" else 52):
+        _sync(device)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         batch_loss(model, x, y, n=10**6, config=cfg).backward()
         opt.step()
+        _sync(device)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     model.eval()
     folded = model.fold()
-    xp = torch.rand(65536, 2) * 2 - 1
+    n_pred = 65536 if device == "cpu" else 2**20
+    xp = (torch.rand(n_pred, 2) * 2 - 1).to(device)
     with torch.no_grad():
         model.predict_folded(xp[:1024], folded)
+        _sync(device)
         t0 = time.perf_counter()
         model.predict_folded(xp, folded)
+        _sync(device)
         pred_s = (time.perf_counter() - t0) / len(xp)
     return {
         "rank": rank,
         "hidden": hidden,
         "batch": batch,
+        "device": device,
         "step_ms_median": 1e3 * float(np.median(times)),
         "predict_us_per_point": 1e6 * pred_s,
-        "peak_rss_mib": _peak_mib(),
+        "predict_points": n_pred,
+        "peak_mib": _peak_device_mib(device),
+    }
+
+
+def child_epoch(rows: int, rank: int, hidden: int, batch: int, device: str) -> dict[str, Any]:
+    """Seconds per epoch of ``DBKRegressor.fit`` on ``rows`` in-memory rows (tests-aware).
+
+    Two epochs on synthetic 2-D rows with a 10% validation set; the second epoch's seconds
+    (training pass + validation NLL, as recorded in the history) is the figure, so CUDA start-up
+    and the first epoch's allocations are excluded.
+    """
+    from geodbk import DBKRegressor
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(rows, 2))
+    tests = rng.integers(1, 30, size=rows).astype(np.float64)
+    y = 4.0 + 0.5 * np.sin(3 * x[:, 0]) + rng.standard_normal(rows) * np.sqrt(0.01 + 0.2 / tests)
+    n_val = rows // 10
+    est = DBKRegressor(
+        rank=rank, hidden=hidden, batch_size=batch, epochs=2, device=device, noise="tests", seed=0
+    )
+    t0 = time.perf_counter()
+    est.fit(
+        x[n_val:], y[n_val:], x[:n_val], y[:n_val], tests=tests[n_val:], tests_val=tests[:n_val]
+    )
+    total = time.perf_counter() - t0
+    return {
+        "rows": rows,
+        "rank": rank,
+        "hidden": hidden,
+        "batch": batch,
+        "device": device,
+        "steps_per_epoch": -(-(rows - n_val) // batch),
+        "epoch_s": float(est.history_[-1]["seconds"]),
+        "fit_s_two_epochs": total,
+        "peak_mib": _peak_device_mib(device),
     }
 
 
@@ -376,6 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         default=["16:8:1024", "256:64:1024", "1024:256:1024"],
         help="rank:hidden:batch triples",
     )
+    m.add_argument("--device", default="cpu", help="cpu or cuda")
+    m.add_argument(
+        "--epoch-rows",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also time one epoch of DBKRegressor.fit (rank, hidden, batch of the last config)",
+    )
     m.add_argument("--out", type=Path, default=None)
     c = sub.add_parser("_child")
     c.add_argument("what")
@@ -387,7 +469,11 @@ def main(argv: list[str] | None = None) -> int:
             size, out = int(args.rest[0]), Path(args.rest[1])
             result = child_grid(size, out)
         elif args.what == "model":
-            result = child_model(*(int(v) for v in args.rest[:3]))
+            r, h, b = (int(v) for v in args.rest[:3])
+            result = child_model(r, h, b, args.rest[3] if len(args.rest) > 3 else "cpu")
+        elif args.what == "epoch":
+            rows, r, h, b = (int(float(v)) for v in args.rest[:4])
+            result = child_epoch(rows, r, h, b, args.rest[4])
         elif args.what == "write_run":
             _write_run(Path(args.rest[1]), int(args.rest[0]))
             result = {"rows": int(args.rest[0])}
@@ -403,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         "nproc": os.cpu_count(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "python": platform.python_version(),
+        "gpu": _gpu_name(getattr(args, "device", "cpu")),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     results: list[dict[str, Any]] = []
@@ -414,7 +501,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
     elif args.cmd == "model":
         for triple in args.configs:
-            r = _run_child(["model", *triple.split(":")])
+            r = _run_child(["model", *triple.split(":"), args.device])
+            print(json.dumps(r), flush=True)
+            results.append(r)
+        for rows in args.epoch_rows:
+            r = _run_child(["epoch", str(int(rows)), *args.configs[-1].split(":"), args.device])
             print(json.dumps(r), flush=True)
             results.append(r)
     elif args.cmd == "report":
