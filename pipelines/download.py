@@ -35,8 +35,9 @@ from tqdm import tqdm
 
 from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.errors import DataError, GeodbkError
-from geodbk.geo.ookla import TYPES, parse_quarters
+from geodbk.geo.ookla import TYPES
 from geodbk.geo.regions import resolve_region
+from geodbk.geo.timeaxis import parse_quarters
 
 log = logging.getLogger("geodbk.download")
 

@@ -30,6 +30,7 @@ import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo import quadkey as qk
+from geodbk.geo.timeaxis import parse_quarters
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ TILE_EXTENSIONS: tuple[str, ...] = (".parquet", ".geojson", ".json", ".zip", ".c
 
 # Shapefile (dBASE) field names are cut at 10 characters.
 _ALIASES = {"avg_lat_do": "avg_lat_down_ms", "avg_lat_up": "avg_lat_up_ms"}
-_QUARTER_RE = re.compile(r"^(\d{4})\s*-?\s*Q([1-4])$", re.IGNORECASE)
 
 
 @dataclass
@@ -86,40 +86,6 @@ class TileRead:
     dropped: dict[str, int] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     type: str | None = None
-
-
-def parse_quarter(text: str) -> str:
-    """Normalise a quarter like ``2023Q4``, ``2023-q4`` or ``2023 Q4`` to ``2023Q4``."""
-    m = _QUARTER_RE.match(str(text).strip())
-    if not m:
-        raise DataError(f"bad quarter {text!r}: write it like 2023Q4")
-    return f"{m.group(1)}Q{m.group(2)}"
-
-
-def parse_quarters(spec: str | Sequence[str] | None) -> list[str] | None:
-    """Parse a quarter selection: ``2019Q1:2023Q4`` (inclusive range), ``2023Q4`` or a list.
-
-    Returns the sorted list of quarters, or ``None`` for no selection.
-    """
-    if spec is None:
-        return None
-    items = [spec] if isinstance(spec, str) else list(spec)
-    out: set[str] = set()
-    for item in items:
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if ":" in part:
-                lo_s, hi_s = (parse_quarter(p) for p in part.split(":", 1))
-                lo = int(lo_s[:4]) * 4 + int(lo_s[5]) - 1
-                hi = int(hi_s[:4]) * 4 + int(hi_s[5]) - 1
-                if hi < lo:
-                    raise DataError(f"empty quarter range {part!r}: the first must not be later")
-                out.update(f"{k // 4}Q{k % 4 + 1}" for k in range(lo, hi + 1))
-            else:
-                out.add(parse_quarter(part))
-    return sorted(out)
 
 
 def quarter_from_path(path: str | Path) -> str | None:

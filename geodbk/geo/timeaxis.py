@@ -12,6 +12,7 @@ is 4 quarters, i.e. ``8 / (i_last - i_first)`` in t.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,19 +21,57 @@ import numpy as np
 import numpy.typing as npt
 
 from geodbk.errors import DataError
-from geodbk.geo.ookla import parse_quarter, parse_quarters
 
 __all__ = [
     "EXTRAPOLATIONS",
     "TimeScaling",
     "extrapolation_of",
     "format_quarter",
+    "parse_quarter",
+    "parse_quarters",
     "quarter_index",
     "quarter_indices",
     "resolve_quarters",
     "time_input",
     "years_between",
 ]
+
+_QUARTER_RE = re.compile(r"^(\d{4})\s*-?\s*Q([1-4])$", re.IGNORECASE)
+
+
+def parse_quarter(text: str) -> str:
+    """Normalise a quarter like ``2023Q4``, ``2023-q4`` or ``2023 Q4`` to ``2023Q4``."""
+    m = _QUARTER_RE.match(str(text).strip())
+    if not m:
+        raise DataError(f"bad quarter {text!r}: write it like 2023Q4")
+    return f"{m.group(1)}Q{m.group(2)}"
+
+
+def parse_quarters(spec: str | Sequence[str] | None) -> list[str] | None:
+    """Parse a quarter selection: ``2019Q1:2023Q4`` (inclusive range), ``2023Q4`` or a list.
+
+    Returns the sorted list of quarters, or ``None`` for no selection.
+    """
+    if spec is None:
+        return None
+    items = [spec] if isinstance(spec, str) else list(spec)
+    out: set[str] = set()
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if ":" in part:
+                lo_s, hi_s = (parse_quarter(p) for p in part.split(":", 1))
+                lo = int(lo_s[:4]) * 4 + int(lo_s[5]) - 1
+                hi = int(hi_s[:4]) * 4 + int(hi_s[5]) - 1
+                if hi < lo:
+                    raise DataError(f"empty quarter range {part!r}: the first must not be later")
+                out.update(f"{k // 4}Q{k % 4 + 1}" for k in range(lo, hi + 1))
+            else:
+                out.add(parse_quarter(part))
+    return sorted(out)
+
 
 #: What a time-aware model does for a quarter outside its training range: ``hold`` evaluates the
 #: nearest trained quarter (the last map persists), ``trend`` feeds the scaled t as it is (the
