@@ -77,15 +77,21 @@ def noise_variance(grid: Grid, tests: float) -> float | None:
     """Observation-noise variance (log10 units²) of the tile average of ``tests`` speed tests.
 
     From the grid attributes that ``geodbk predict`` writes: tests-aware models
-    ``s2_floor + s2_meas / tests^power``; constant-noise models ``s2`` whatever ``tests`` is.
-    ``None`` for grids written before these attributes.
+    ``s2_floor + s2_meas / tests^power``, ``tests+devices`` models plus
+    ``s2_dev / tests^power_devices`` (each test from its own device: devices = tests);
+    constant-noise models ``s2`` whatever ``tests`` is. ``None`` for grids written before these
+    attributes.
     """
     a = grid.attrs
     model = a.get("noise_model")
+    k = max(tests, 1.0)
     try:
-        if model == "tests":
+        if model in ("tests", "tests+devices"):
             power = float(a.get("noise_power", 1.0))
-            return float(a["noise_s2_floor"]) + float(a["noise_s2_meas"]) / max(tests, 1.0) ** power
+            s2 = float(a["noise_s2_floor"]) + float(a["noise_s2_meas"]) / k**power
+            if model == "tests+devices":
+                s2 += float(a["noise_s2_dev"]) / k ** float(a.get("noise_power_devices", 1.0))
+            return s2
         if model == "constant":
             return float(a["noise_s2"])
     except (KeyError, TypeError, ValueError):

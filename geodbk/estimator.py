@@ -19,7 +19,7 @@ from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
-from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
+from geodbk.validation import as_devices, as_feature_matrix, as_target_vector, as_tests
 
 __all__ = ["QUANTITIES", "DBKRegressor"]
 
@@ -64,8 +64,10 @@ class DBKRegressor:
     ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
     ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
     ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
-    ``tests_i`` speed tests; ``fit(..., tests=...)``); trained with dPPGP (default), the exact marginal likelihood, PPGP or the
-    ELBO. Targets are standardised internally; predictions are returned in y's units.
+    ``tests_i`` speed tests; ``fit(..., tests=...)``) or
+    ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
+    the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
+    trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
 
     Parameters
     ----------
@@ -95,11 +97,15 @@ class DBKRegressor:
         Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
         standardised units.
     noise
-        ``"constant"`` (homoscedastic ``s2``) or ``"tests"`` (per-point
+        ``"constant"`` (homoscedastic ``s2``), ``"tests"`` (per-point
         ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
-        ``tests`` covariate in :meth:`fit`).
+        ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
+        ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
+        positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
+        :meth:`fit`; not with :meth:`fit_parquet` or sharded training yet).
     noise_power
-        With ``noise="tests"``: learn the exponent ``p`` of ``tests`` (default ``p = 1``).
+        With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
+        ``devices`` (default ``p = q = 1``).
     """
 
     def __init__(
@@ -235,6 +241,8 @@ class DBKRegressor:
         callback: Callable[[dict[str, Any]], None] | None = None,
         tests: Any = None,
         tests_val: Any = None,
+        devices: Any = None,
+        devices_val: Any = None,
         shards: ShardPlan | None = None,
     ) -> DBKRegressor:
         """Fit the model to ``X`` (n, d) and ``y`` (n,).
@@ -259,6 +267,11 @@ class DBKRegressor:
             Noise covariate: number of speed tests averaged in each training / validation row
             (``>= 1``). Required with ``noise="tests"`` (``tests_val`` too when validation data
             is given); ignored by the constant noise.
+        devices, devices_val
+            Second noise covariate: number of distinct devices behind each training /
+            validation row (``>= 1``; ``devices <= tests`` is not required). Required with
+            ``noise="tests+devices"`` (``devices_val`` too with validation data); ignored by the
+            other noise models.
         shards
             Data-parallel training (:mod:`geodbk.distributed`): ``X, y`` (and ``tests``) are
             this rank's shard; the target standardisation uses the mean and sd over all ranks.
@@ -269,6 +282,11 @@ class DBKRegressor:
             ``self``.
         """
         self._validate()
+        if shards is not None and self.devices_aware:
+            raise DataError(
+                'noise="tests+devices" does not support sharded (distributed) training yet; '
+                'train in one process or use noise="tests"'
+            )
         x_np = as_feature_matrix(X, "X")
         y_np = as_target_vector(y, "y", x_np.shape[0])
         if x_np.shape[0] < 2:
@@ -286,13 +304,10 @@ class DBKRegressor:
         self._folded = None
         x_t = self._to_tensor(x_np)
         y_t = self._to_tensor((y_np - self.y_mean_) / self.y_std_)
-        aware = self.noise == "tests"
-        if aware and tests is None:
-            raise DataError('noise="tests" needs the number of tests per row: fit(..., tests=...)')
-        t_t = self._to_tensor(as_tests(tests, "tests", x_np.shape[0])) if aware else None
+        t_t = self._covariate(tests, devices, x_np.shape[0])
         xv_t, yv_t, tv_t = (None, None, None)
         if has_val:
-            xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val)
+            xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val, devices_val)
         result = train_model(
             self.model_,
             x_t,
@@ -317,17 +332,37 @@ class DBKRegressor:
         self.metadata_: dict[str, Any] = {}
         return self
 
+    def _covariate(
+        self, tests: Any, devices: Any, n: int, *, suffix: str = ""
+    ) -> torch.Tensor | None:
+        """The noise covariate of ``n`` fitted rows: ``None`` (constant noise), ``tests`` (n,)
+        or ``[tests, devices]`` (n, 2) (``noise="tests+devices"``), checked (``suffix``:
+        ``"_val"`` for the validation rows)."""
+        if not self.tests_aware:
+            return None
+        if tests is None:
+            raise DataError(
+                f'noise="{self.noise}" needs the number of tests per row: '
+                f"fit(..., tests{suffix}=...)"
+            )
+        t_np = as_tests(tests, f"tests{suffix}", n)
+        if not self.devices_aware:
+            return self._to_tensor(t_np)
+        if devices is None:
+            raise DataError(
+                f'noise="tests+devices" needs the number of distinct devices per row: '
+                f"fit(..., devices{suffix}=...)"
+            )
+        d_np = as_devices(devices, f"devices{suffix}", n)
+        return self._to_tensor(np.column_stack([t_np, d_np]))
+
     def _validation_tensors(
-        self, X_val: Any, y_val: Any, tests_val: Any
+        self, X_val: Any, y_val: Any, tests_val: Any, devices_val: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Checked validation inputs, standardised targets and (tests-aware) tests as tensors."""
+        """Checked validation inputs, standardised targets and noise covariate as tensors."""
         xv_np = self._check_input(X_val, "X_val")
         yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
-        tv_t = None
-        if self.noise == "tests":
-            if tests_val is None:
-                raise DataError('noise="tests" with validation data needs tests_val=...')
-            tv_t = self._to_tensor(as_tests(tests_val, "tests_val", xv_np.shape[0]))
+        tv_t = self._covariate(tests_val, devices_val, xv_np.shape[0], suffix="_val")
         return (
             self._to_tensor(xv_np),
             self._to_tensor((yv_np - self.y_mean_) / self.y_std_),
@@ -386,6 +421,11 @@ class DBKRegressor:
             raise DataError(
                 'objective="exact" needs the whole training set in memory; use fit() or a '
                 "mini-batch objective (dppgp, ppgp, elbo) for out-of-core training"
+            )
+        if self.devices_aware:
+            raise DataError(
+                'noise="tests+devices" is not supported by fit_parquet (out-of-core) yet; '
+                'use fit() with tests= and devices=, or noise="tests" with tests_column='
             )
         aware = self.noise == "tests"
         if aware and tests_column is None:
@@ -461,35 +501,49 @@ class DBKRegressor:
 
     @property
     def tests_aware(self) -> bool:
-        """Whether the noise depends on the number of tests (``noise="tests"``)."""
-        return self.noise == "tests"
+        """Whether the noise depends on the number of tests (``"tests"``, ``"tests+devices"``)."""
+        return self.noise in ("tests", "tests+devices")
 
-    def noise_variance(self, tests: Any = None, *, n: int | None = None) -> np.ndarray:
+    @property
+    def devices_aware(self) -> bool:
+        """Whether the noise also depends on the number of devices (``"tests+devices"``)."""
+        return self.noise == "tests+devices"
+
+    def noise_variance(
+        self, tests: Any = None, devices: Any = None, *, n: int | None = None
+    ) -> np.ndarray:
         """Observation-noise variance in y's units, ``y_sd^2 s2_i``, float64 (n,).
 
-        Constant noise: ``y_sd^2 s2`` (``tests`` ignored). Tests-aware noise:
-        ``y_sd^2 (s2_floor + s2_meas / tests^p)``; ``tests=None`` means a single speed test
-        (``tests = 1``). ``n`` broadcasts a scalar ``tests`` (default: ``len(tests)`` or 1).
+        Constant noise: ``y_sd^2 s2`` (``tests``, ``devices`` ignored). ``noise="tests"``:
+        ``y_sd^2 (s2_floor + s2_meas / tests^p)`` (``devices`` ignored). ``"tests+devices"``:
+        ``y_sd^2 (s2_floor + s2_meas / tests^p + s2_dev / devices^q)`` with
+        ``devices=None`` meaning ``devices = tests`` (each test from its own device).
+        ``tests=None`` means a single speed test (``tests = 1``). ``n`` broadcasts scalars
+        (default: the length of ``tests``, else of ``devices``, else 1).
         """
         model = self._check_fitted()
-        if tests is None or not self.tests_aware:
-            size = n if n is not None else (1 if tests is None else np.size(tests))
-            t_np = np.ones(size)
-        else:
-            arr = np.asarray(tests, dtype=np.float64).reshape(-1)
-            t_np = as_tests(arr, "tests", n if n is not None else arr.shape[0])
+        given = tests if tests is not None else (devices if self.devices_aware else None)
+        size = n if n is not None else (1 if given is None else int(np.size(given)))
+        cov = np.ones(size)
+        if self.tests_aware and tests is not None:
+            cov = as_tests(tests, "tests", size)
+        if self.devices_aware:
+            dev = cov if devices is None else as_devices(devices, "devices", size)
+            cov = np.column_stack([cov, dev])
         with torch.no_grad():
-            t_t = torch.as_tensor(t_np, dtype=_DTYPES[self.dtype], device=self.device_)
+            t_t = torch.as_tensor(cov, dtype=_DTYPES[self.dtype], device=self.device_)
             s2 = model.noise_var(t_t if self.tests_aware else None)
             out = s2.detach().to("cpu", torch.float64).numpy()
-        return np.broadcast_to(out, t_np.shape).astype(np.float64) * self.y_std_**2
+        return np.broadcast_to(out, (size,)).astype(np.float64) * self.y_std_**2
 
     def noise_parameters(self) -> dict[str, Any]:
         """The learned noise in y's units (JSON-ready floats).
 
-        ``{"noise": "constant", "s2": ...}`` or ``{"noise": "tests", "s2_floor": ...,
-        "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power``
-        (the variance floor is folded into ``s2_floor``).
+        ``{"noise": "constant", "s2": ...}``, ``{"noise": "tests", "s2_floor": ...,
+        "s2_meas": ..., "power": ...}`` with ``s2_i = s2_floor + s2_meas / tests_i^power``, or
+        for ``"tests+devices"`` the same plus ``"s2_dev"`` and ``"power_devices"``
+        (``+ s2_dev / devices_i^power_devices``); the variance floor is folded into
+        ``s2_floor``.
         """
         return noise_parameters(self._check_fitted().noise, y_var=self.y_std_**2)
 
@@ -498,6 +552,7 @@ class DBKRegressor:
         X: Any,
         *,
         tests: Any = None,
+        devices: Any = None,
         quantity: str = "observation",
         chunk_size: int = 65536,
     ) -> Prediction:
@@ -510,7 +565,9 @@ class DBKRegressor:
         - ``quantity="observation"``: ``var = var_f + y_sd^2 s2(tests)``, the distribution of a
           new observation. Tests-aware noise: the tile average of ``tests`` speed tests
           (``s2 = s2_floor + s2_meas / tests^p``); ``tests=None`` means **a single speed test**
-          (``tests = 1``). Constant noise: ``s2`` whatever ``tests`` is.
+          (``tests = 1``). ``noise="tests+devices"``: ``s2`` adds ``s2_dev / devices^q``, the
+          tests taken on ``devices`` distinct devices (``devices=None``: ``devices = tests``).
+          Constant noise: ``s2`` whatever ``tests`` is.
         - ``quantity="latent"``: ``var = var_f``, the latent mean speed ``f(x)`` (no noise).
 
         Parameters
@@ -519,6 +576,9 @@ class DBKRegressor:
             Inputs (n, d).
         tests
             Number of tests the predicted tile value averages: a scalar or (n,) array (>= 1).
+        devices
+            Number of distinct devices behind those tests (``noise="tests+devices"`` only): a
+            scalar or (n,) array (>= 1); default ``devices = tests``.
         quantity
             ``"observation"`` or ``"latent"``.
         chunk_size
@@ -541,7 +601,7 @@ class DBKRegressor:
         if quantity == "latent":
             var = var_f.copy()
         else:
-            var = var_f + self.noise_variance(tests, n=x_np.shape[0])
+            var = var_f + self.noise_variance(tests, devices, n=x_np.shape[0])
         return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=var, var_f=var_f)
 
     def predict_change(

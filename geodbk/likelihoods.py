@@ -1,8 +1,9 @@
 """Gaussian observation noise with a variance floor.
 
 The objectives take the noise variance as a tensor broadcastable to the batch, so a
-heteroscedastic per-point variance (e.g. ``s2_i = s2_floor + s2_meas / tests_i``) can be passed
-in place of the scalar one without changing them.
+heteroscedastic per-point variance (e.g. ``s2_i = s2_floor + s2_meas / tests_i``, or with a
+second covariate ``+ s2_dev / devices_i``) can be passed in place of the scalar one without
+changing them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from torch import nn
 
 __all__ = ["NOISE_MODELS", "GaussianNoise", "TestsNoise", "inverse_softplus"]
 
-#: Noise models: ``"constant"`` (:class:`GaussianNoise`) and ``"tests"`` (:class:`TestsNoise`).
-NOISE_MODELS = ("constant", "tests")
+#: Noise models: ``"constant"`` (:class:`GaussianNoise`), ``"tests"`` and ``"tests+devices"``
+#: (:class:`TestsNoise`, without and with ``devices=True``).
+NOISE_MODELS = ("constant", "tests", "tests+devices")
 
 
 def inverse_softplus(value: float) -> float:
@@ -56,28 +58,42 @@ class GaussianNoise(nn.Module):
 
 
 class TestsNoise(nn.Module):
-    """Per-tile noise of an average of ``tests_i`` speed tests.
+    """Per-tile noise of an average of ``tests_i`` speed tests (from ``devices_i`` devices).
 
-    ``s2_i = floor + s2_floor + s2_meas / tests_i^p`` with ``s2_floor = softplus(raw_floor)``,
-    ``s2_meas = softplus(raw_meas)`` (both learned, positive) and ``p = 1`` or, with
-    ``learn_power=True``, ``p = softplus(raw_power)`` (initialised at 1). ``s2_floor`` is the
-    variance shared by all tests of a tile (tile-level heterogeneity, quarter-to-quarter change)
-    and ``s2_meas`` that of a single test around the tile's mean; ``tests_i = 1`` is one speed
-    test, ``tests_i -> inf`` leaves ``s2_floor``.
+    ``s2_i = floor + s2_floor + s2_meas / tests_i^p`` (noise model ``"tests"``) or, with
+    ``devices=True`` (``"tests+devices"``),
+    ``s2_i = floor + s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``,
+    with ``s2_floor = softplus(raw_floor)``, ``s2_meas = softplus(raw_meas)`` and (with
+    ``devices=True``) ``s2_dev = softplus(raw_dev)``, all learned and positive; ``p = q = 1`` or,
+    with ``learn_power=True``, ``p = softplus(raw_power)`` and ``q = softplus(raw_power_devices)``
+    (initialised at 1). ``s2_floor`` is the variance shared by all tests of a tile (tile-level
+    heterogeneity, quarter-to-quarter change), ``s2_meas`` that of a single test around the
+    tile's mean and ``s2_dev`` that of a single device's offset; ``tests_i = devices_i = 1`` is
+    one speed test, ``tests_i, devices_i -> inf`` leaves ``s2_floor``.
 
     Parameters
     ----------
     init
-        Initial ``s2`` of a single test (``tests = 1``), split evenly between ``s2_floor`` and
-        ``s2_meas``.
+        Initial ``s2_floor + s2_meas`` of a single test, split evenly between them; with
+        ``devices=True``, ``s2_dev`` starts at ``0.25 * init`` (so a single test from a single
+        device starts at ``1.25 * init``).
     floor
         Lower bound of ``s2_i`` (1e-6).
     learn_power
-        Learn the exponent ``p`` of ``tests``.
+        Learn the exponent ``p`` of ``tests`` (and ``q`` of ``devices``).
+    devices
+        Add the ``devices`` term (noise model ``"tests+devices"``). The covariate is then an
+        (n, 2) tensor ``[tests, devices]``; an (n,) tensor or a scalar means
+        ``devices = tests`` (each test from its own device).
     """
 
     def __init__(
-        self, *, init: float = 1e-2, floor: float = 1e-6, learn_power: bool = False
+        self,
+        *,
+        init: float = 1e-2,
+        floor: float = 1e-6,
+        learn_power: bool = False,
+        devices: bool = False,
     ) -> None:
         super().__init__()
         if init <= floor:
@@ -87,8 +103,14 @@ class TestsNoise(nn.Module):
         self.raw_floor = nn.Parameter(torch.tensor(half))
         self.raw_meas = nn.Parameter(torch.tensor(half))
         self.learn_power = bool(learn_power)
+        self.devices = bool(devices)
+        one = inverse_softplus(1.0)
         if self.learn_power:
-            self.raw_power = nn.Parameter(torch.tensor(inverse_softplus(1.0)))
+            self.raw_power = nn.Parameter(torch.tensor(one))
+        if self.devices:
+            self.raw_dev = nn.Parameter(torch.tensor(inverse_softplus(0.25 * init)))
+            if self.learn_power:
+                self.raw_power_devices = nn.Parameter(torch.tensor(one))
 
     @property
     def s2_floor(self) -> torch.Tensor:
@@ -101,28 +123,57 @@ class TestsNoise(nn.Module):
         return torch.nn.functional.softplus(self.raw_meas)
 
     @property
+    def s2_dev(self) -> torch.Tensor:
+        """``s2_dev`` (0-d): variance of a single device's offset (0 without ``devices``)."""
+        if self.devices:
+            return torch.nn.functional.softplus(self.raw_dev)
+        return torch.zeros((), dtype=self.raw_meas.dtype, device=self.raw_meas.device)
+
+    @property
     def power(self) -> torch.Tensor:
         """Exponent ``p`` of ``tests`` (0-d; 1 unless learned)."""
-        if self.learn_power:
-            return torch.nn.functional.softplus(self.raw_power)
+        return self._exponent("raw_power")
+
+    @property
+    def power_devices(self) -> torch.Tensor:
+        """Exponent ``q`` of ``devices`` (0-d; 1 unless learned)."""
+        return self._exponent("raw_power_devices")
+
+    def _exponent(self, name: str) -> torch.Tensor:
+        if self.learn_power and hasattr(self, name):
+            return torch.nn.functional.softplus(getattr(self, name))
         return torch.ones((), dtype=self.raw_meas.dtype, device=self.raw_meas.device)
 
+    def _per_count(self, s2: torch.Tensor, count: torch.Tensor, power: str) -> torch.Tensor:
+        """``s2 / count^power`` (exact division when the exponent is fixed at 1)."""
+        if self.learn_power:
+            return s2 * torch.exp(-self._exponent(power) * torch.log(count))
+        return s2 / count
+
     def variance(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
-        """``s2_i = floor + s2_floor + s2_meas / tests_i^p``; ``tests=None`` means one test.
+        """``s2_i`` of the covariate; ``None`` means one test (from one device).
 
         Parameters
         ----------
         tests
-            Number of tests per point (>= 1), shape (b,) or scalar.
+            Number of tests per point, shape (b,) or scalar, each clamped to >= 1. With
+            ``devices=True`` also (b, 2) ``[tests, devices]``; (b,) or a scalar then means
+            ``devices = tests``.
         """
         base = self.floor + self.s2_floor
         if tests is None:
-            return base + self.s2_meas
+            return base + self.s2_meas + self.s2_dev
         t = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
         t = t.clamp_min(1.0)
-        if self.learn_power:
-            return base + self.s2_meas * torch.exp(-self.power * torch.log(t))
-        return base + self.s2_meas / t
+        if not self.devices:
+            return base + self._per_count(self.s2_meas, t, "raw_power")
+        d = t[..., 1] if t.ndim == 2 else t
+        t = t[..., 0] if t.ndim == 2 else t
+        return (
+            base
+            + self._per_count(self.s2_meas, t, "raw_power")
+            + self._per_count(self.s2_dev, d, "raw_power_devices")
+        )
 
     def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
         """Alias of :meth:`variance`."""
@@ -130,16 +181,25 @@ class TestsNoise(nn.Module):
 
 
 def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict[str, Any]:
-    """The learned noise in the target's units: ``{"noise": "constant", "s2"}`` or
-    ``{"noise": "tests", "s2_floor", "s2_meas", "power"}`` with
-    ``s2_i = s2_floor + s2_meas / tests_i^power``, every variance times ``y_var`` (the
-    target's training variance; the numerical floor is folded into ``s2_floor``)."""
+    """The learned noise in the target's units.
+
+    ``{"noise": "constant", "s2"}``, ``{"noise": "tests", "s2_floor", "s2_meas", "power"}``
+    with ``s2_i = s2_floor + s2_meas / tests_i^power``, or ``{"noise": "tests+devices",
+    "s2_floor", "s2_meas", "power", "s2_dev", "power_devices"}`` with
+    ``s2_i = s2_floor + s2_meas / tests_i^power + s2_dev / devices_i^power_devices``; every
+    variance times ``y_var`` (the target's training variance; the numerical floor is folded
+    into ``s2_floor``).
+    """
     with torch.no_grad():
         if isinstance(noise, TestsNoise):
-            return {
-                "noise": "tests",
+            out: dict[str, Any] = {
+                "noise": "tests+devices" if noise.devices else "tests",
                 "s2_floor": y_var * (noise.floor + float(noise.s2_floor)),
                 "s2_meas": y_var * float(noise.s2_meas),
                 "power": float(noise.power),
             }
+            if noise.devices:
+                out["s2_dev"] = y_var * float(noise.s2_dev)
+                out["power_devices"] = float(noise.power_devices)
+            return out
         return {"noise": "constant", "s2": y_var * float(noise.variance())}

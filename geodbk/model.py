@@ -61,10 +61,13 @@ class DBKModel(nn.Module):
     noise_init, noise_floor
         Initial noise variance (of a single test for ``noise="tests"``) and its floor.
     noise
-        ``"constant"`` (``s2``, :class:`GaussianNoise`) or ``"tests"``
-        (``s2_i = s2_floor + s2_meas / tests_i^p``, :class:`TestsNoise`).
+        ``"constant"`` (``s2``, :class:`GaussianNoise`), ``"tests"``
+        (``s2_i = s2_floor + s2_meas / tests_i^p``, :class:`TestsNoise`) or ``"tests+devices"``
+        (``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, covariate (n, 2)
+        ``[tests, devices]``; :class:`TestsNoise` with ``devices=True``).
     noise_power
-        With ``noise="tests"``: learn the exponent ``p`` (else ``p = 1``).
+        With ``noise="tests"`` / ``"tests+devices"``: learn the exponents ``p`` (and ``q``)
+        (else 1).
     generator
         Generator for the basis and q(w) initialisation (the backbone's ``nn.Linear`` layers use
         torch's global RNG; seed it, e.g. under ``torch.random.fork_rng``).
@@ -99,8 +102,13 @@ class DBKModel(nn.Module):
             raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
         self.noise_model = noise
         self.noise: GaussianNoise | TestsNoise
-        if noise == "tests":
-            self.noise = TestsNoise(init=noise_init, floor=noise_floor, learn_power=noise_power)
+        if noise in ("tests", "tests+devices"):
+            self.noise = TestsNoise(
+                init=noise_init,
+                floor=noise_floor,
+                learn_power=noise_power,
+                devices=noise == "tests+devices",
+            )
         else:
             self.noise = GaussianNoise(init=noise_init, floor=noise_floor)
         self.const_mean = nn.Parameter(torch.zeros(()))
@@ -120,10 +128,11 @@ class DBKModel(nn.Module):
         return [p for p in self.parameters() if id(p) not in ids]
 
     def noise_var(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
-        """Noise variance: ``s2`` (0-d) or, for ``noise="tests"``, ``s2_i`` of ``tests``.
+        """Noise variance: ``s2`` (0-d) or, for the tests-aware noise, ``s2_i`` of ``tests``.
 
-        ``tests=None`` with the tests-aware noise gives a single test's variance
-        ``s2_floor + s2_meas``; the constant noise ignores ``tests``.
+        ``tests`` is (b,) or, for ``noise="tests+devices"``, (b, 2) ``[tests, devices]`` ((b,)
+        then means ``devices = tests``). ``tests=None`` with the tests-aware noise gives a single
+        test's variance ``s2_floor + s2_meas (+ s2_dev)``; the constant noise ignores ``tests``.
         """
         return self.noise.variance(tests)
 

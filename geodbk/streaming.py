@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from geodbk.validation import counts_or_one
+
 __all__ = [
     "count_rows",
     "iter_parquet_batches",
@@ -132,6 +134,7 @@ def predict_table(
     inputs: InputFn | None = None,
     read_columns: Sequence[str] = (),
     tests_column: str | None = None,
+    devices_column: str | None = None,
 ) -> int:
     """Predict every (filtered) row of ``src`` and write ``dst`` batch by batch.
 
@@ -139,13 +142,15 @@ def predict_table(
     (latent). Rows with a non-finite input get NaN. ``inputs`` maps a batch's columns to the
     model inputs (default: stack ``x_columns``; ``read_columns`` are extra columns it needs);
     ``tests_column`` gives a tests-aware model each row's own number of tests (the predictive
-    sd is then that of the row's tile average). Returns the number of rows written.
+    sd is then that of the row's tile average) and ``devices_column`` a ``tests+devices`` model
+    each row's own number of devices (without it: ``devices = tests``). Missing counts and
+    counts below 1 are read as 1. Returns the number of rows written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     to_x = inputs or _stack_inputs(x_columns)
-    extra = [tests_column] if tests_column else []
+    extra = [c for c in (tests_column, devices_column) if c]
     columns = list(dict.fromkeys([*x_columns, *read_columns, *extra, *keep_columns]))
     writer = None
     n = 0
@@ -162,6 +167,8 @@ def predict_table(
                 kw: dict[str, Any] = {}
                 if tests_column and getattr(model, "tests_aware", False):
                     kw["tests"] = _tests_of(cols[tests_column])[ok]
+                    if devices_column and getattr(model, "devices_aware", False):
+                        kw["devices"] = _tests_of(cols[devices_column])[ok]
                 pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))
@@ -190,8 +197,8 @@ def _stack_inputs(x_columns: Sequence[str]) -> InputFn:
 
 
 def _tests_of(values: np.ndarray) -> np.ndarray:
-    """Speed tests per row as float64, missing or < 1 set to 1."""
-    return np.maximum(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=1.0), 1.0)
+    """Speed tests (or devices) per row as float64, missing or < 1 set to 1."""
+    return counts_or_one(values)
 
 
 def train_streaming(

@@ -49,11 +49,36 @@ def as_target_vector(y: Any, name: str, n: int) -> np.ndarray:
 
 def as_tests(tests: Any, name: str, n: int) -> np.ndarray:
     """``tests`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1."""
-    arr = np.asarray(tests, dtype=np.float64).reshape(-1)
+    return as_counts(tests, name, n, what="speed tests")
+
+
+def as_devices(devices: Any, name: str, n: int) -> np.ndarray:
+    """``devices`` as a float64 (n,) array (a scalar is broadcast); every value must be >= 1.
+
+    ``devices <= tests`` is not required (real tables do not always satisfy it).
+    """
+    return as_counts(devices, name, n, what="distinct devices")
+
+
+def as_counts(values: Any, name: str, n: int, *, what: str) -> np.ndarray:
+    """Per-row counts (``what``: e.g. ``"speed tests"``) as a float64 (n,) array, each >= 1.
+
+    Raises
+    ------
+    DataError
+        If the length is neither 1 nor ``n``, or a value is NaN, infinite or below 1; the
+        message names ``name``.
+    """
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if arr.shape[0] == 1 and n != 1:
         arr = np.full(n, float(arr[0]))
     if arr.shape[0] != n:
         raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
     if not np.isfinite(arr).all() or (arr < 1).any():
-        raise DataError(f"{name} must be finite and >= 1 (the number of speed tests per row)")
+        raise DataError(f"{name} must be finite and >= 1 (the number of {what} per row)")
     return arr
+
+
+def counts_or_one(values: Any) -> np.ndarray:
+    """Per-row counts read from a table column as float64: missing (NaN) or < 1 set to 1."""
+    return np.maximum(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=1.0), 1.0)

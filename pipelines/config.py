@@ -28,7 +28,7 @@ from geodbk.errors import DataError
 _EXPANSIONS = ("rbf", "silu")
 _OBJECTIVES = ("dppgp", "ppgp", "elbo", "exact")
 _DEVICES = ("auto", "cpu", "cuda")
-_NOISES = ("auto", "tests", "constant")
+_NOISES = ("auto", "tests", "tests+devices", "constant")
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,17 @@ class TrainConfig:
         Rows per prediction chunk (bounds memory in predict and report).
     noise
         Observation noise: ``tests`` (per tile ``s2_i = s2_floor + s2_meas / tests_i``),
+        ``tests+devices`` (``s2_i = s2_floor + s2_meas / tests_i + s2_dev / devices_i``; needs
+        the ``tests`` and ``devices`` columns; not with ``streaming`` or ``--distributed``),
         ``constant`` (one ``s2``) or ``auto`` (``tests`` when the tile table has a ``tests``
         column, resolved by ``geodbk train`` before the config is saved).
     noise_power
-        With ``noise: tests``, learn the exponent ``p`` in ``s2_meas / tests_i^p``.
+        With ``noise: tests`` (``tests+devices``), learn the exponent ``p`` in
+        ``s2_meas / tests_i^p`` (and ``q`` in ``s2_dev / devices_i^q``).
     noise_init
         Initial noise variance in standardised units (of a single test for ``noise: tests``);
         ``0`` (default) picks the noise model's default: 0.01 for ``constant`` (the seed's) and
-        0.5 for ``tests`` (measured on Hawaii: from 0.01 the per-tile noise barely moves within
+        0.5 for ``tests`` and ``tests+devices`` (measured on Hawaii: from 0.01 the per-tile noise barely moves within
         a CPU budget while var_f absorbs the residual variance; docs/benchmarks/noise.md).
     time
         Time-aware model (``geodbk train --time``): the inputs are ``[x1, x2, t]`` with
@@ -136,6 +139,12 @@ class TrainConfig:
                 not (self.streaming and self.objective == "exact"),
                 "false with objective 'exact' (it needs the whole train split in memory)",
             ),
+            (
+                "streaming",
+                not (self.streaming and self.noise == "tests+devices"),
+                "false with noise 'tests+devices' (not supported out of core yet; use "
+                "noise 'tests' or train in memory)",
+            ),
         ]
         for key, ok, rule in checks:
             if not ok:
@@ -190,7 +199,7 @@ _FIELD_TYPES: dict[str, type] = {
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.
-NOISE_INIT = {"constant": 1e-2, "tests": 0.5}
+NOISE_INIT = {"constant": 1e-2, "tests": 0.5, "tests+devices": 0.5}
 
 
 def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> TrainConfig:

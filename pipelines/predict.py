@@ -18,8 +18,9 @@ mean f(x)) and ``in_region`` (bool).
 
 What the observation variables describe (``--tests K``, attribute ``quantity``): with a
 tests-aware model, the tile average of K speed tests, ``std² = std_f² + s2_floor + s2_meas/K^p``
-(default K = 1: a single speed test); with a constant-noise model, an observation with the one
-learned ``s2``. Every variable's ``quantity`` attribute (and the GeoTIFF band description) says
+(default K = 1: a single speed test); with a ``tests+devices`` model, the tile average of K tests
+from M devices (``--devices M``, default M = K), ``std² = std_f² + s2_floor + s2_meas/K^p +
+s2_dev/M^q``; with a constant-noise model, an observation with the one learned ``s2``. Every variable's ``quantity`` attribute (and the GeoTIFF band description) says
 which; the grid attributes hold the noise parameters so other K can be derived from ``std_f``.
 
 Quarters (issue 10). Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
@@ -154,6 +155,14 @@ def register(subparsers: Any) -> None:
         help="the observation layers are the tile average of K speed tests (default 1: a single "
         "speed test; tests-aware models only, constant-noise models ignore it)",
     )
+    p.add_argument(
+        "--devices",
+        type=float,
+        default=None,
+        metavar="M",
+        help="with a tests+devices model: the K tests come from M distinct devices (default: "
+        "M = K, each test from its own device); other models ignore it",
+    )
     t = p.add_mutually_exclusive_group()
     t.add_argument(
         "--quarter",
@@ -182,6 +191,7 @@ def _main(args: argparse.Namespace) -> int:
         max_cells=args.max_cells,
         extent=args.extent,
         tests=args.tests,
+        devices=args.devices,
         quarter=args.quarter,
         trend=args.trend,
     )
@@ -204,11 +214,17 @@ def read_region(rd: RunDir) -> Any:
     return gdf.geometry.union_all()
 
 
-def describe_quantity(model: Any, tests: float) -> str:
+def describe_quantity(model: Any, tests: float, devices: float | None = None) -> str:
     """What the observation layers show: ``single speed test``, ``tile average of K speed
-    tests`` (tests-aware models) or ``observation (constant noise)``."""
+    tests`` (tests-aware models; ``tests+devices`` models add ``from M devices`` when
+    ``devices`` is given and differs from K) or ``observation (constant noise)``."""
     if not getattr(model, "tests_aware", False):
         return "observation (constant noise)"
+    if getattr(model, "devices_aware", False) and devices is not None and devices != tests:
+        return (
+            f"tile average of {tests:g} speed tests from {devices:g} devices "
+            f"(tests={tests:g}, devices={devices:g})"
+        )
     if tests == 1:
         return "single speed test (tests=1)"
     return f"tile average of {tests:g} speed tests (tests={tests:g})"
@@ -222,16 +238,17 @@ def predict_block(
     *,
     chunk_size: int,
     tests: float = 1.0,
+    devices: float | None = None,
 ) -> dict[str, np.ndarray]:
     """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays.
 
     Observation variables are for the tile average of ``tests`` speed tests (tests-aware
-    models; ``tests=1``: a single test); ``std_f`` and ``latent_*`` are the latent f(x).
+    models; ``tests=1``: a single test) from ``devices`` devices (``tests+devices`` models;
+    ``None``: ``devices = tests``); ``std_f`` and ``latent_*`` are the latent f(x).
     """
-    if getattr(model, "tests_aware", False):
-        pred = model.predict(X, chunk_size=chunk_size, tests=tests)
-    else:
-        pred = model.predict(X, chunk_size=chunk_size)
+    from pipelines.train import noise_kwargs
+
+    pred = model.predict(X, chunk_size=chunk_size, **noise_kwargs(model, tests, devices))
     mean = np.asarray(pred.mean, dtype=np.float64)
     std = np.asarray(pred.std, dtype=np.float64)
     lower = mean - 1.96 * std
@@ -452,6 +469,7 @@ def run_predict(
     max_block_cells: int = 262_144,
     extent: str = "tiles",
     tests: float = 1.0,
+    devices: float | None = None,
     quarter: str | Sequence[str] | None = None,
     trend: str | None = None,
 ) -> Path:
@@ -479,7 +497,10 @@ def run_predict(
     tests
         Number of speed tests K the observation layers average (tests-aware models;
         default 1: a single speed test). Recorded in the attributes ``tests`` and ``quantity``.
-    quarter
+    devices
+        Number of distinct devices M behind those K tests (``tests+devices`` models; default
+        ``None``: M = K). A ``tests+devices`` model's grid records it in the attribute
+        ``devices`` (M, or K when not given) and in ``quantity`` when it differs from K.
         Time-aware models only: the quarter(s) to map (``2023Q2``, ``2022Q1:2023Q4``, ``all``
         or a list; :func:`geodbk.geo.timeaxis.resolve_quarters`); default the latest quarter of
         the table. The latest table quarter is written to ``grids/TARGET.nc``, another quarter
@@ -503,6 +524,8 @@ def run_predict(
 
     if not (np.isfinite(tests) and tests >= 1):
         raise DataError(f"--tests must be >= 1, got {tests}")
+    if devices is not None and not (np.isfinite(devices) and devices >= 1):
+        raise DataError(f"--devices must be >= 1, got {devices}")
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")
 
@@ -614,7 +637,7 @@ def run_predict(
         )
 
     names = [*LOG_VARS, *NATURAL_VARS, *LATENT_VARS, *(spec.threshold_name(t) for t in thr)]
-    quantity = describe_quantity(model, tests)
+    quantity = describe_quantity(model, tests, devices)
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
     )
@@ -630,6 +653,11 @@ def run_predict(
         "interval": "95% predictive interval mean +- 1.96 std (log10 scale)",
         "quantity": quantity,
         "tests": float(tests),
+        **(
+            {"devices": float(tests if devices is None else devices)}
+            if getattr(model, "devices_aware", False)
+            else {}
+        ),
         "noise_model": str(noise_params.get("noise", "constant")),
         **{f"noise_{k}": float(v) for k, v in noise_params.items() if k != "noise"},
     }
@@ -666,7 +694,9 @@ def run_predict(
 
         def evaluate(lon: np.ndarray, lat: np.ndarray, q: str | None = q) -> dict[str, np.ndarray]:
             X = model_inputs(scaled(lon, lat), md, quarter=q)
-            return predict_block(model, spec, X, thr, chunk_size=chunk, tests=tests)
+            return predict_block(
+                model, spec, X, thr, chunk_size=chunk, tests=tests, devices=devices
+            )
 
         log.info("predicting %s for %s", target, label)
         written.append(

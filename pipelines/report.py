@@ -19,7 +19,9 @@ test tile at its own quarter, ``t = 2 (i − i_first) / (i_last − i_first) −
 training quarters (:func:`pipelines.rundir.model_inputs`); a pooled model ignores the quarter.
 
 A tests-aware model scores each test tile as the average of its own ``tests`` speed tests
-(``std² = std_f² + s2_floor + s2_meas / tests``); a constant-noise model ignores ``tests``.
+(``std² = std_f² + s2_floor + s2_meas / tests``), a ``tests+devices`` model with its own
+``tests`` and ``devices`` too (``+ s2_dev / devices``; ``predictions.parquet`` then gains a
+``devices`` column); a constant-noise model ignores ``tests``.
 - ``summary.json``: target, units, training mean/sd, the constant-mean baseline's metrics, the
   reliability curves, the service-coverage table, model and run paths, created.
 - ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`), with
@@ -58,6 +60,7 @@ from scipy.special import ndtr
 from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text
 from geodbk.errors import DataError
+from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.rundir import (
@@ -90,7 +93,8 @@ SERVED_PROB = 0.9
 #: Rows per record batch of the streaming passes (the row-group size of a tile table).
 BATCH_ROWS = 65536
 
-#: Columns of ``predictions.parquet`` (``tests`` only when the tile table has it).
+#: Columns of ``predictions.parquet`` (``tests`` only when the tile table has it; a
+#: ``tests+devices`` model adds ``devices`` at the end).
 PREDICTION_COLUMNS: tuple[str, ...] = (
     "quadkey",
     "quarter",
@@ -154,13 +158,17 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _predict(
-    model: Any, X: np.ndarray, chunk: int, tests: np.ndarray | None = None
+    model: Any,
+    X: np.ndarray,
+    chunk: int,
+    tests: np.ndarray | None = None,
+    devices: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test)."""
-    if tests is not None and getattr(model, "tests_aware", False):
-        pred = model.predict(X, chunk_size=chunk, tests=tests)
-    else:
-        pred = model.predict(X, chunk_size=chunk)
+    """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test),
+    ``tests+devices`` models ``devices`` too (None: ``devices = tests``)."""
+    from pipelines.train import noise_kwargs
+
+    pred = model.predict(X, chunk_size=chunk, **noise_kwargs(model, tests, devices))
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
 
 
@@ -203,8 +211,27 @@ def latest_quarter(quarters: Iterable[str]) -> str:
 
 
 def _tests_of(values: np.ndarray) -> np.ndarray:
-    """Speed tests per row as float64, missing or < 1 set to 1."""
-    return np.maximum(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=1.0), 1.0)
+    """Speed tests (or devices) per row as float64, missing or < 1 set to 1."""
+    return counts_or_one(values)
+
+
+def uses_devices(model: Any, columns: Iterable[str]) -> bool:
+    """Whether ``model`` (``noise="tests+devices"``) is scored with a ``devices`` column.
+
+    Raises
+    ------
+    DataError
+        A ``tests+devices`` model and a table without ``devices`` (or ``tests``).
+    """
+    if not getattr(model, "devices_aware", False):
+        return False
+    missing = [c for c in ("tests", "devices") if c not in set(columns)]
+    if missing:
+        raise DataError(
+            f"the model's noise is tests+devices but the tile table has no {missing} column(s); "
+            "re-ingest tiles that have them, or retrain with --noise tests"
+        )
+    return True
 
 
 def _batch_inputs(metadata: dict[str, Any]) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
@@ -433,14 +460,16 @@ def write_test_predictions(
     metadata: dict[str, Any],
     chunk: int,
     has_tests: bool,
+    has_devices: bool = False,
 ) -> int:
     """Stream the test split through ``model`` into ``dst`` (``predictions.parquet``, atomic).
 
     :func:`geodbk.streaming.predict_table` writes the test rows with a finite target (each at
     its own quarter for a time-aware model, with its own ``tests`` for a tests-aware one) to a
     temporary file, which is then rewritten batch by batch with the columns
-    :data:`PREDICTION_COLUMNS` (``y`` = the log10 target, ``tests`` as float64 ≥ 1). Returns
-    the number of rows.
+    :data:`PREDICTION_COLUMNS` (``y`` = the log10 target, ``tests`` as float64 ≥ 1) plus,
+    with ``has_devices`` (a ``tests+devices`` model), ``devices`` (float64 ≥ 1, each row scored
+    with its own). Returns the number of rows.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -450,7 +479,9 @@ def write_test_predictions(
 
     time_aware = time_scaling_of(metadata) is not None
     keep = ["quadkey", "quarter", "urban", spec.log_column, "lon", "lat"]
-    keep += ["tests"] if has_tests else []
+    counts = ["tests"] if has_tests else []
+    counts += ["devices"] if has_devices else []
+    keep += counts
     with atomic_path(dst) as tmp:
         raw = tmp.with_name(f"{tmp.stem}.raw.parquet")
         try:
@@ -464,6 +495,7 @@ def write_test_predictions(
                 inputs=_batch_inputs(metadata),
                 read_columns=["quarter"] if time_aware else [],
                 tests_column="tests" if has_tests else None,
+                devices_column="devices" if has_devices else None,
             )
             writer = None
             try:
@@ -481,9 +513,10 @@ def write_test_predictions(
                         "lon": pc.cast(batch.column("lon"), pa.float64()),
                         "lat": pc.cast(batch.column("lat"), pa.float64()),
                     }
-                    if has_tests:
-                        tests = batch.column("tests").to_numpy(zero_copy_only=False)
-                        cols["tests"] = pa.array(_tests_of(tests))
+                    for c in counts:
+                        cols[c] = pa.array(
+                            _tests_of(batch.column(c).to_numpy(zero_copy_only=False))
+                        )
                     table = pa.table(cols)
                     if writer is None:
                         writer = pq.ParquetWriter(str(tmp), table.schema)
@@ -525,6 +558,7 @@ def heldout_sd_map(
     metadata: dict[str, Any],
     chunk: int,
     has_tests: bool,
+    has_devices: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float, float]]:
     """Empirical and predicted sd maps of the held-out rows (val + test, finite target).
 
@@ -536,13 +570,15 @@ def heldout_sd_map(
     cols = ["x1", "x2", "lon", "lat", spec.log_column]
     cols += ["quarter"] if time_scaling_of(metadata) is not None else []
     cols += ["tests"] if has_tests else []
+    cols += ["devices"] if has_devices else []
     inputs = _batch_inputs(metadata)
     binner = figures.SdBinner(bounds)
     for c in iter_parquet_batches(
         rd.tiles, columns=cols, filters=_split_filter(spec, ["val", "test"]), batch_size=BATCH_ROWS
     ):
         tests = _tests_of(c["tests"]) if has_tests else None
-        mean, std = _predict(model, inputs(c), chunk, tests)
+        devices = _tests_of(c["devices"]) if has_devices else None
+        mean, std = _predict(model, inputs(c), chunk, tests, devices)
         y = np.asarray(c[spec.log_column], dtype=np.float64)
         binner.add(
             np.asarray(c["lon"], dtype=np.float64),
@@ -601,7 +637,9 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     tiles_meta = read_table_metadata(rd.tiles)
-    has_tests = "tests" in _check_columns(rd, spec)
+    names = _check_columns(rd, spec)
+    has_tests = "tests" in names
+    has_devices = uses_devices(model, names)
     train_rows = (
         _split_filter(spec, ["train"]) & pc.is_finite(pc.field("x1")) & pc.is_finite(pc.field("x2"))
     )
@@ -626,6 +664,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         metadata=md,
         chunk=chunk,
         has_tests=has_tests,
+        has_devices=has_devices,
     )
     scored = _read_scored(out_dir / "predictions.parquet", has_tests=has_tests)
     y, mean, std, urban = scored["y"], scored["mean"], scored["std"], scored["urban"]
@@ -673,6 +712,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         metadata=md,
         chunk=chunk,
         has_tests=has_tests,
+        has_devices=has_devices,
     )
     label = f"log10 {spec.column}"
     figures.pi_width_violin(3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label)
@@ -745,11 +785,18 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
 def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
     """Table and per-bucket reliability figure of the scores by number of speed tests."""
     doc.heading("By number of speed tests per tile")
-    if isinstance(noise, dict) and noise.get("noise") == "tests":
+    if isinstance(noise, dict) and noise.get("noise") in ("tests", "tests+devices"):
+        devices = noise["noise"] == "tests+devices"
         doc.para(
             "Tests-aware noise: each test tile is predicted as the average of its own number "
-            f"of tests, s2 = {noise['s2_floor']:.4f} + {noise['s2_meas']:.4f} / "
-            f"tests^{noise['power']:.2f} (log10 units²)."
+            f"of tests{' from its own number of devices' if devices else ''}, "
+            f"s2 = {noise['s2_floor']:.4f} + {noise['s2_meas']:.4f} / tests^{noise['power']:.2f}"
+            + (
+                f" + {noise['s2_dev']:.4f} / devices^{noise['power_devices']:.2f}"
+                if devices
+                else ""
+            )
+            + " (log10 units²)."
         )
     else:
         doc.para("Constant noise: the same observation variance for every tile.")

@@ -29,6 +29,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
+from geodbk.validation import counts_or_one
 from pipelines.config import TrainConfig, dump_config, load_config
 from pipelines.rundir import (
     TARGETS,
@@ -52,6 +53,9 @@ examples:
 The config file is YAML with any of the keys: expansion, objective, rank, hidden, alpha, beta,
 batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size, noise,
 noise_power, noise_init, time.
+--noise tests+devices (config `noise: tests+devices`): s2_i = s2_floor + s2_meas/tests_i +
+s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1); not with
+--streaming or --distributed. The default stays `auto` (= tests when the table has `tests`).
 --time (config `time: true`): inputs [x1, x2, t], t = the quarter scaled to [-1, 1] over the
 train split's quarters (needs at least 2 of them); then `geodbk predict --quarter/--trend`.
 Flags override the file; the file overrides the defaults (the seed's Ookla settings).
@@ -77,10 +81,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--noise",
-        choices=["tests", "constant"],
+        choices=["tests", "tests+devices", "constant"],
         default=None,
         help="observation noise: per tile s2_floor + s2_meas/tests (default when the tiles have "
-        "a `tests` column) or one constant s2",
+        "a `tests` column), tests+devices (adds s2_dev/devices from the `devices` column; not "
+        "with --streaming or --distributed) or one constant s2",
     )
     p.add_argument(
         "--time",
@@ -141,19 +146,28 @@ def resolve_config(
     return cfg.replace(epochs=epochs, device=device, noise=noise, time=time, streaming=streaming)
 
 
-def resolve_noise(cfg: TrainConfig, columns: Any) -> TrainConfig:
+def resolve_noise(
+    cfg: TrainConfig, columns: Any, *, source: Path | str = "tiles.parquet"
+) -> TrainConfig:
     """Resolve ``noise: auto``: ``tests`` when the tile table has a ``tests`` column.
 
     The same rule holds in memory, ``--streaming`` and ``--distributed`` (each rank reads its
-    shard's ``tests``). ``noise_init: 0`` becomes the noise model's default
-    (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
+    shard's ``tests``). ``noise: tests+devices`` needs the ``tests`` and ``devices`` columns
+    (``source``: the table, for the message). ``noise_init: 0`` becomes the noise model's
+    default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
     """
     from pipelines.config import NOISE_INIT
 
     if cfg.noise == "auto":
         cfg = cfg.replace(noise="tests" if "tests" in columns else "constant")
-    elif cfg.noise == "tests" and "tests" not in columns:
-        raise DataError("--noise tests needs a `tests` column in tiles.parquet")
+    needed = {"tests": ["tests"], "tests+devices": ["tests", "devices"]}.get(cfg.noise, [])
+    for col in needed:
+        if col not in columns:
+            raise DataError(
+                f"--noise {cfg.noise} needs a `{col}` column in {source}; re-ingest Ookla tiles "
+                f"that have it, or train with --noise "
+                f"{'tests' if col == 'devices' else 'constant'}"
+            )
     if cfg.noise_init == 0:
         cfg = cfg.replace(noise_init=NOISE_INIT[cfg.noise])
     return cfg
@@ -199,10 +213,11 @@ def time_axis(quarter: Any, split: Any, *, source: Path) -> tuple[TimeScaling, l
     return ts, [format_quarter(int(i)) for i in all_idx]
 
 
-def split_tests(gdf: Any, target: str) -> dict[str, np.ndarray]:
-    """``{"train"|"val"|"test": tests (n,)}`` aligned with :func:`split_arrays` (same rows).
+def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np.ndarray]:
+    """``{"train"|"val"|"test": counts (n,)}`` of ``column`` (``tests``, or ``devices``)
+    aligned with :func:`split_arrays` (same rows).
 
-    Counts below 1 (missing) are set to 1.
+    Missing counts and counts below 1 are set to 1.
     """
     spec = target_spec(target)
     out: dict[str, np.ndarray] = {}
@@ -211,8 +226,20 @@ def split_tests(gdf: Any, target: str) -> dict[str, np.ndarray]:
         X = part[["x1", "x2"]].to_numpy(dtype=np.float64)
         y = part[spec.log_column].to_numpy(dtype=np.float64)
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
-        t = np.nan_to_num(part["tests"].to_numpy(dtype=np.float64), nan=1.0)
-        out[name] = np.maximum(t[ok], 1.0)
+        out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
+    return out
+
+
+def noise_covariates(gdf: Any, target: str, noise: str) -> dict[str, np.ndarray]:
+    """The ``fit`` keywords of the noise covariates for ``noise`` (train and val rows).
+
+    ``{}`` (constant), ``{"tests", "tests_val"}`` (``tests``) or those plus ``{"devices",
+    "devices_val"}`` (``tests+devices``), each from :func:`split_tests`.
+    """
+    out: dict[str, np.ndarray] = {}
+    for column in {"tests": ["tests"], "tests+devices": ["tests", "devices"]}.get(noise, []):
+        parts = split_tests(gdf, target, column=column)
+        out.update({column: parts["train"], f"{column}_val": parts["val"]})
     return out
 
 
@@ -321,8 +348,9 @@ def run_train(
         Data-parallel training under ``torchrun`` (one process per device): each rank reads
         its shard of the train split; only rank 0 writes checkpoints and the bundle.
     noise
-        ``tests`` or ``constant`` (flag override of the config's ``noise``; ``auto``, the
-        default, is ``tests`` when the tiles have a ``tests`` column).
+        ``tests``, ``tests+devices`` (reads the ``devices`` column too; missing or < 1 counts
+        as 1) or ``constant`` (flag override of the config's ``noise``; ``auto``, the default,
+        is ``tests`` when the tiles have a ``tests`` column).
     time
         Flag override of the config's ``time``: a time-aware model with inputs ``[x1, x2, t]``
         (``t``: the quarter scaled over the train split's quarter range; see :func:`time_axis`).
@@ -350,6 +378,11 @@ def run_train(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
             "only each rank's row groups; drop one of the two flags"
         )
+    if distributed and cfg.noise == "tests+devices":
+        raise DataError(
+            "--noise tests+devices is not supported with --distributed yet; train in one "
+            "process (drop --distributed) or use --noise tests"
+        )
     shards = None
     stream: dict[str, Any] | None = None
     noise_kw: dict[str, Any] = {}
@@ -363,7 +396,7 @@ def run_train(
 
         if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
             time_scaling, quarters = read_time_axis(rd)
-        cfg = resolve_noise(cfg, pq.read_schema(rd.tiles).names)
+        cfg = resolve_noise(cfg, pq.read_schema(rd.tiles).names, source=rd.tiles)
         ctx = init_distributed(device=cfg.device)
         seed_rank(cfg.seed, ctx.rank)
         meta, (X, y), (Xv, yv), shards, noise_kw = load_rank_split(
@@ -383,10 +416,8 @@ def run_train(
             time_scaling, quarters = time_axis(gdf["quarter"], gdf["split"], source=rd.tiles)
         parts = split_arrays(gdf, target, source=rd.tiles, time_scaling=time_scaling)
         (X, y), (Xv, yv) = parts["train"], parts["val"]
-        cfg = resolve_noise(cfg, gdf.columns)
-        if cfg.noise == "tests":
-            tparts = split_tests(gdf, target)
-            noise_kw = {"tests": tparts["train"], "tests_val": tparts["val"]}
+        cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles)
+        noise_kw = noise_covariates(gdf, target, cfg.noise)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
     model_dir = rd.model_dir(target)
@@ -475,7 +506,9 @@ def run_train(
         metadata["time_scaling"] = time_scaling.to_dict()
         metadata["quarters"] = quarters
         tv = noise_kw.get("tests_val") if stream is None else stream["tests_val"]
-        metadata["time_extrapolation"] = choose_time_extrapolation(model, Xv, yv, tests_val=tv)
+        metadata["time_extrapolation"] = choose_time_extrapolation(
+            model, Xv, yv, tests_val=tv, devices_val=noise_kw.get("devices_val")
+        )
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
     model.save(model_dir, metadata=metadata)
     atomic_write_text(model_dir / "config.yaml", dump_config(cfg))
@@ -491,7 +524,12 @@ def run_train(
 
 
 def choose_time_extrapolation(
-    model: Any, X_val: np.ndarray, y_val: np.ndarray, *, tests_val: np.ndarray | None = None
+    model: Any,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    *,
+    tests_val: np.ndarray | None = None,
+    devices_val: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Pick what a time-aware model does outside its training quarters, by validation NLL.
 
@@ -507,7 +545,7 @@ def choose_time_extrapolation(
     outside = int((np.abs(X_val[:, 2]) > 1.0).sum()) if len(y_val) else 0
     if outside == 0:
         return {"policy": "hold", "val_nll": None, "val_rows_outside": 0}
-    kw = {"tests": tests_val} if getattr(model, "tests_aware", False) else {}
+    kw = noise_kwargs(model, tests_val, devices_val)
     scores: dict[str, float] = {}
     for policy in ("hold", "trend"):
         X = X_val.copy()
@@ -517,6 +555,21 @@ def choose_time_extrapolation(
         scores[policy] = float(gaussian_nll(y_val, pred.mean, pred.var))
     best = min(scores, key=lambda k: scores[k])
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
+
+
+def noise_kwargs(model: Any, tests: Any, devices: Any = None) -> dict[str, Any]:
+    """``predict`` keywords of the rows' noise covariates that ``model`` uses.
+
+    ``{}`` for a constant-noise model (or ``tests=None``), ``{"tests"}`` for a tests-aware
+    one, plus ``{"devices"}`` for ``noise="tests+devices"`` when ``devices`` is given (else
+    the model takes ``devices = tests``).
+    """
+    kw: dict[str, Any] = {}
+    if tests is not None and getattr(model, "tests_aware", False):
+        kw["tests"] = tests
+        if devices is not None and getattr(model, "devices_aware", False):
+            kw["devices"] = devices
+    return kw
 
 
 def load_model(rd: RunDir, target: str) -> Any:

@@ -17,6 +17,7 @@ Observation noise (issue 9), as ``DBKRegressor``: ``noise="constant"`` (one lear
 ``fit(..., tests=, tests_val=)`` passes the per-row counts to the hooks and
 ``predict(..., tests=, quantity=)`` gives ``var = var_f + s2(tests)`` (``quantity="observation"``,
 ``tests=None`` meaning a single speed test) or ``var = var_f`` (``quantity="latent"``).
+The core's ``noise="tests+devices"`` is not available here (:data:`BASELINE_NOISE_MODELS`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.errors import DataError, GeodbkError, ModelFileError
-from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise, noise_parameters
+from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
@@ -44,6 +45,27 @@ from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
 BUNDLE_VERSION = 1
 
 T = TypeVar("T", bound="TorchBaseline")
+
+#: Noise models of the torch baselines: the core's ``NOISE_MODELS`` less ``"tests+devices"``.
+BASELINE_NOISE_MODELS = ("constant", "tests")
+
+
+def check_noise(noise: str) -> str:
+    """Return ``noise`` if the baselines support it, else raise a ``ValueError`` saying what works.
+
+    ``"tests+devices"`` is refused with a pointer to ``DBKRegressor`` (the DBK family, SV-RBF,
+    SV-DKL, PP-DKL and VBLL, which are ``DBKRegressor``s, take it).
+    """
+    if noise == "tests+devices":
+        raise ValueError(
+            'noise="tests+devices" is not supported by the torch baselines (CaGP, SOLVE-GP, '
+            'SoftKI, exact RBF, SVDBK) yet; use noise="tests" or "constant", or a '
+            'DBKRegressor(noise="tests+devices")'
+        )
+    if noise not in BASELINE_NOISE_MODELS:
+        raise ValueError(f"noise must be one of {BASELINE_NOISE_MODELS}, got {noise!r}")
+    return noise
+
 
 #: What :meth:`TorchBaseline.predict` can return (as ``DBKRegressor.predict``).
 QUANTITIES = ("observation", "latent")
@@ -68,11 +90,9 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
     ``noise="tests"``: ``s2_i = s2_floor + s2_meas / tests_i^p`` with ``init`` the variance of a
     single test (``tests = 1``), ``p = 1`` unless ``noise_power``.
     """
-    if noise == "tests":
+    if check_noise(noise) == "tests":
         return TestsNoise(init=init, learn_power=noise_power)
-    if noise == "constant":
-        return GaussianNoise(init=init)
-    raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
+    return GaussianNoise(init=init)
 
 
 class TorchBaseline:
@@ -119,9 +139,7 @@ class TorchBaseline:
         noise: str = "constant",
         noise_power: bool = False,
     ) -> None:
-        if noise not in NOISE_MODELS:
-            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
-        self.noise = noise
+        self.noise = check_noise(noise)
         self.noise_power = bool(noise_power)
         self.epochs = int(epochs)
         self.batch_size = int(batch_size)
@@ -163,8 +181,8 @@ class TorchBaseline:
         for name, value in params.items():
             if name not in known:
                 raise ValueError(f"unknown option {name!r} for {type(self).__name__}")
-            if name == "noise" and value not in NOISE_MODELS:
-                raise ValueError(f"noise must be one of {NOISE_MODELS}, got {value!r}")
+            if name == "noise":
+                check_noise(value)
             setattr(self, name, value)
         return self
 
@@ -293,8 +311,7 @@ class TorchBaseline:
             ``noise="tests"`` (``tests_val`` too when validation data is given); ignored by
             the constant noise.
         """
-        if self.noise not in NOISE_MODELS:
-            raise ValueError(f"noise must be one of {NOISE_MODELS}, got {self.noise!r}")
+        check_noise(self.noise)
         Xn = as_feature_matrix(X, "X")
         yn = as_target_vector(y, "y", Xn.shape[0])
         self.y_mean_ = float(yn.mean())
