@@ -29,7 +29,7 @@ from geodbk import DBKRegressor
 from geodbk.geo.timeaxis import TimeScaling
 from pipelines.benchmark import machine_info
 from pipelines.rundir import load_tiles, require_run, target_spec
-from pipelines.scoring import urban_rural_scores
+from pipelines.scoring import by_tests_scores, urban_rural_scores
 
 
 def _rows(gdf: Any, log_column: str) -> dict[str, Any]:
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", required=True)
     p.add_argument("--target", default="download")
     p.add_argument("--variants", default="pooled,time", help="comma list of pooled, time")
-    p.add_argument("--noise", default="tests", choices=["tests", "constant"])
+    p.add_argument("--noise", default="tests", choices=["tests", "tests+devices", "constant"])
+    p.add_argument("--noise-power", action="store_true", help="learn the powers of tests/devices")
     p.add_argument("--rank", type=int, default=256)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=150)
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = _rows(gdf, spec.log_column)
     ts = TimeScaling.from_quarters(rows["train"]["quarter"].astype(str))
     tests = {s: np.maximum(r["tests"].to_numpy(dtype=np.float64), 1.0) for s, r in rows.items()}
+    devices = {s: np.maximum(r["devices"].to_numpy(dtype=np.float64), 1.0) for s, r in rows.items()}
     y = {s: r[spec.log_column].to_numpy(dtype=np.float64) for s, r in rows.items()}
     X2 = {s: r[["x1", "x2"]].to_numpy(dtype=np.float64) for s, r in rows.items()}
     X3 = {
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     urban = rows["test"]["urban"].to_numpy(dtype=bool)
     q_test = rows["test"]["quarter"].astype(str).to_numpy()
     sd_train = float(np.std(y["train"]))
-    noise_init = 0.5 if args.noise == "tests" else 0.01
+    noise_init = 0.01 if args.noise == "constant" else 0.5
     for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
         X = X3 if variant == "time" else X2
         model = DBKRegressor(
@@ -81,20 +83,22 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             noise=args.noise,
             noise_init=noise_init,
+            noise_power=args.noise_power,
             device="cpu",
             seed=args.seed,
         )
         noise_kw: dict[str, Any] = {}
-        if args.noise == "tests":
+        predict_kw: dict[str, Any] = {}
+        if args.noise != "constant":
             noise_kw = {"tests": tests["train"], "tests_val": tests["val"]}
+            predict_kw = {"tests": tests["test"]}
+        if args.noise == "tests+devices":
+            noise_kw |= {"devices": devices["train"], "devices_val": devices["val"]}
+            predict_kw["devices"] = devices["test"]
         t0 = time.time()
         model.fit(X["train"], y["train"], X["val"], y["val"], **noise_kw)
         fit_s = time.time() - t0
-        pred = (
-            model.predict(X["test"], tests=tests["test"])
-            if model.tests_aware
-            else model.predict(X["test"])
-        )
+        pred = model.predict(X["test"], **predict_kw)
         sd = np.sqrt(pred.var)
         scores = urban_rural_scores(y["test"], pred.mean, sd, urban, sd_train=sd_train)
         by_quarter = {}
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             "split": meta.get("split"),
             "target": args.target,
             "noise": args.noise,
+            "noise_power": args.noise_power,
             "time_scaling": ts.to_dict() if variant == "time" else None,
             "n": {s: len(v) for s, v in y.items()},
             "config": {
@@ -121,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "noise_parameters": model.noise_parameters(),
             "metrics": scores,
             "by_quarter": by_quarter,
+            "by_tests": by_tests_scores(y["test"], pred.mean, sd, urban, tests["test"]),
             "torch_threads": torch.get_num_threads(),
             "machine": machine_info(torch.get_num_threads(), "cpu"),
         }
