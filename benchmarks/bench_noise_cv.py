@@ -11,7 +11,8 @@ one test split.
 Variants (tests-aware ``DBKRegressor``, r = 256, h = 64, batch 512, 150 epochs, patience 20
 unless changed): ``pooled`` (inputs [x1, x2], s2_i = s2_floor + s2_meas / tests_i, the
 ``geodbk train`` default), ``time`` (inputs [x1, x2, t] as ``--time``), ``time-power`` (``time``
-plus a learned power, s2_meas / tests_i^p). Each (variant, fold) is one process, so the folds can
+plus a learned power, s2_meas / tests_i^p), and ``pooled-devices`` / ``time-power-devices`` (the
+``tests+devices`` noise, ``+ s2_dev / devices_i^q``). Each (variant, fold) is one process, so the folds can
 run in parallel (set ``OMP_NUM_THREADS=1`` for each)::
 
     for k in $(seq 0 9); do OMP_NUM_THREADS=1 python benchmarks/bench_noise_cv.py fold \\
@@ -35,11 +36,13 @@ import numpy as np
 import pandas as pd
 
 VARIANTS: dict[str, dict[str, bool]] = {
-    "pooled": {"time": False, "noise_power": False},
-    "time": {"time": True, "noise_power": False},
-    "time-power": {"time": True, "noise_power": True},
+    "pooled": {"time": False, "noise_power": False, "devices": False},
+    "time": {"time": True, "noise_power": False, "devices": False},
+    "time-power": {"time": True, "noise_power": True, "devices": False},
+    "pooled-devices": {"time": False, "noise_power": False, "devices": True},
+    "time-power-devices": {"time": True, "noise_power": True, "devices": True},
 }
-COLUMNS = ["x1", "x2", "quarter", "tests", "urban"]
+COLUMNS = ["x1", "x2", "quarter", "tests", "devices", "urban"]
 
 
 def load_rows(run: Path, target: str) -> pd.DataFrame:
@@ -72,21 +75,27 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
         X = np.column_stack([X, scaling.scale(rows["quarter"].astype(str).to_numpy())])
     y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
     tests = np.maximum(rows["tests"].to_numpy(dtype=np.float64), 1.0)
+    devices = np.maximum(np.nan_to_num(rows["devices"].to_numpy(dtype=np.float64), nan=1.0), 1.0)
     model = DBKRegressor(
         rank=args.rank,
         hidden=args.hidden,
         epochs=args.epochs,
         patience=args.patience,
         batch_size=args.batch_size,
-        noise="tests",
+        noise="tests+devices" if opts["devices"] else "tests",
         noise_init=0.5,
         noise_power=opts["noise_power"],
         device=args.device,
         seed=args.seed,
     )
     t0 = time.perf_counter()
-    model.fit(X[train], y[train], X[val], y[val], tests=tests[train], tests_val=tests[val])
-    pred = model.predict(X[test], tests=tests[test])
+    fit_kw: dict[str, Any] = {"tests": tests[train], "tests_val": tests[val]}
+    predict_kw: dict[str, Any] = {"tests": tests[test]}
+    if opts["devices"]:
+        fit_kw |= {"devices": devices[train], "devices_val": devices[val]}
+        predict_kw["devices"] = devices[test]
+    model.fit(X[train], y[train], X[val], y[val], **fit_kw)
+    pred = model.predict(X[test], **predict_kw)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     val_nll = min(h["val_nll"] for h in model.history_)
