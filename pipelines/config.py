@@ -59,8 +59,11 @@ class TrainConfig:
         Observation noise: ``tests`` (per tile ``s2_i = s2_floor + s2_meas / tests_i``),
         ``tests+devices`` (``s2_i = s2_floor + s2_meas / tests_i + s2_dev / devices_i``; needs
         the ``tests`` and ``devices`` columns; not with ``streaming`` or ``--distributed``),
-        ``constant`` (one ``s2``) or ``auto`` (``tests`` when the tile table has a ``tests``
-        column, resolved by ``geodbk train`` before the config is saved).
+        ``constant`` (one ``s2``) or ``auto``, resolved by ``geodbk train`` before the config is
+        saved: ``tests+devices`` when the tile table has ``tests`` and ``devices`` columns and
+        the model trains in memory (validation NLL favoured it on every Hawaii target,
+        docs/benchmarks/noise.md §14-15), ``tests`` under ``--streaming``/``--distributed`` or
+        without ``devices``, ``constant`` without ``tests``.
     noise_power
         With ``noise: tests`` (``tests+devices``), learn the exponent ``p`` in
         ``s2_meas / tests_i^p`` (and ``q`` in ``s2_dev / devices_i^q``).

@@ -207,7 +207,7 @@ def streaming_inputs(
     if missing:
         raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
     meta = read_table_metadata(rd.tiles)
-    cfg = resolve_noise(cfg, names)
+    cfg = resolve_noise(cfg, names, source=rd.tiles, devices_supported=False)
     time_scaling: TimeScaling | None = None
     quarters: list[str] = []
     if cfg.time:

@@ -147,19 +147,31 @@ def resolve_config(
 
 
 def resolve_noise(
-    cfg: TrainConfig, columns: Any, *, source: Path | str = "tiles.parquet"
+    cfg: TrainConfig,
+    columns: Any,
+    *,
+    source: Path | str = "tiles.parquet",
+    devices_supported: bool = True,
 ) -> TrainConfig:
-    """Resolve ``noise: auto``: ``tests`` when the tile table has a ``tests`` column.
+    """Resolve ``noise: auto`` from the tile table's columns.
 
-    The same rule holds in memory, ``--streaming`` and ``--distributed`` (each rank reads its
-    shard's ``tests``). ``noise: tests+devices`` needs the ``tests`` and ``devices`` columns
-    (``source``: the table, for the message). ``noise_init: 0`` becomes the noise model's
-    default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
+    ``auto`` becomes ``tests+devices`` when the table has ``tests`` and ``devices`` columns and
+    ``devices_supported`` (in-memory training; ``--streaming`` and ``--distributed`` pass
+    ``False`` and get ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
+    devices term is the default because validation NLL favoured it on every Hawaii target
+    (docs/benchmarks/noise.md §14-15). ``noise: tests+devices`` needs both columns (``source``:
+    the table, for the message). ``noise_init: 0`` becomes the noise model's default
+    (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
     """
     from pipelines.config import NOISE_INIT
 
     if cfg.noise == "auto":
-        cfg = cfg.replace(noise="tests" if "tests" in columns else "constant")
+        if "tests" not in columns:
+            cfg = cfg.replace(noise="constant")
+        elif "devices" in columns and devices_supported:
+            cfg = cfg.replace(noise="tests+devices")
+        else:
+            cfg = cfg.replace(noise="tests")
     needed = {"tests": ["tests"], "tests+devices": ["tests", "devices"]}.get(cfg.noise, [])
     for col in needed:
         if col not in columns:
@@ -396,7 +408,9 @@ def run_train(
 
         if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
             time_scaling, quarters = read_time_axis(rd)
-        cfg = resolve_noise(cfg, pq.read_schema(rd.tiles).names, source=rd.tiles)
+        cfg = resolve_noise(
+            cfg, pq.read_schema(rd.tiles).names, source=rd.tiles, devices_supported=False
+        )
         ctx = init_distributed(device=cfg.device)
         seed_rank(cfg.seed, ctx.rank)
         meta, (X, y), (Xv, yv), shards, noise_kw = load_rank_split(

@@ -66,6 +66,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str, noise: str) -> None:
             {"state": state, "loss": [h["train_loss"] for h in result.history]},
             Path(out_dir) / f"rank{rank}.pt",
         )
+        # Both ranks finish their gloo traffic before either tears down: once, under load, a
+        # rank aborted at teardown ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

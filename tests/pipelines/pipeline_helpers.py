@@ -88,3 +88,16 @@ def killed_after_checkpoints(monkeypatch: pytest.MonkeyPatch, n: int) -> Iterato
             yield
     finally:
         monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)
+
+
+def grid_noise_s2(attrs: Any, tests: float, devices: float | None = None) -> float:
+    """The observation-noise variance a grid's attributes describe, computed independently of
+    the code under test: ``s2_floor + s2_meas / tests^p`` (+ ``s2_dev / devices^q`` for a
+    ``tests+devices`` model, devices = tests unless given)."""
+    s2 = float(attrs["noise_s2_floor"]) + float(attrs["noise_s2_meas"]) / tests ** float(
+        attrs.get("noise_power", 1.0)
+    )
+    if attrs["noise_model"] == "tests+devices":
+        k = tests if devices is None else devices
+        s2 += float(attrs["noise_s2_dev"]) / k ** float(attrs.get("noise_power_devices", 1.0))
+    return s2

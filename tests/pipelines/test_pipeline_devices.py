@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import xarray as xr
-from pipeline_helpers import make_run
+from pipeline_helpers import grid_noise_s2, make_run
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
@@ -42,11 +42,7 @@ def test_train_predict_report_with_devices(tmp_path: Path) -> None:
         assert a["noise_model"] == "tests+devices" and a["tests"] == 4 and a["devices"] == 2
         assert a["quantity"] == "tile average of 4 speed tests from 2 devices (tests=4, devices=2)"
         assert ds["std"].attrs["quantity"] == a["quantity"]
-        s2 = (
-            a["noise_s2_floor"]
-            + a["noise_s2_meas"] / 4 ** a["noise_power"]
-            + a["noise_s2_dev"] / 2 ** a["noise_power_devices"]
-        )
+        s2 = grid_noise_s2(a, 4, 2)
         m = ds["in_region"].values
         assert np.allclose(ds["std"].values[m] ** 2, ds["std_f"].values[m] ** 2 + s2, rtol=1e-3)
         attrs = dict(a)
@@ -88,8 +84,13 @@ def test_devices_column_required_and_refusals(tmp_path: Path) -> None:
     # a schema without `devices` (the --streaming / --distributed readers' check)
     with pytest.raises(DataError, match=r"`devices` column in T\.parquet.*--noise tests"):
         resolve_noise(cfg.replace(noise="tests+devices"), ["x1", "tests"], source="T.parquet")
-    # the default is unchanged: auto = tests when the table has `tests`
-    assert resolve_noise(TrainConfig(), ["tests", "devices"]).noise == "tests"
+    # the default: auto = tests+devices in memory when the table has both columns, tests out
+    # of core (--streaming / --distributed) or without `devices`
+    assert resolve_noise(TrainConfig(), ["tests", "devices"]).noise == "tests+devices"
+    assert (
+        resolve_noise(TrainConfig(), ["tests", "devices"], devices_supported=False).noise == "tests"
+    )
+    assert resolve_noise(TrainConfig(), ["tests"]).noise == "tests"
     with pytest.raises(DataError, match=r"streaming.*tests\+devices"):
         run_train(run, target="download", config=cfg, noise="tests+devices", streaming=True)
     with pytest.raises(DataError, match="--distributed"):

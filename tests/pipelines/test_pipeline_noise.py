@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from pipeline_helpers import make_run
+from pipeline_helpers import grid_noise_s2, make_run
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
@@ -62,12 +62,13 @@ def test_constant_noise_run_and_predict_tests(tmp_path: Path) -> None:
     metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
     assert "by_tests" in metrics  # the tiles have `tests`, whatever the noise model
 
-    run_train(run, target="download", config=CFG, progress=False)  # auto -> tests
+    run_train(run, target="download", config=CFG, progress=False)  # auto -> tests+devices
     run_predict(run, target="download", resolution=0.05, extent="region", tests=4)
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        assert ds.attrs["noise_model"] == "tests+devices"
         assert ds.attrs["quantity"] == "tile average of 4 speed tests (tests=4)"
         m = ds["in_region"].values
-        s2 = ds.attrs["noise_s2_floor"] + ds.attrs["noise_s2_meas"] / 4
+        s2 = grid_noise_s2(ds.attrs, 4)
         assert np.allclose(ds["std"].values[m] ** 2, ds["std_f"].values[m] ** 2 + s2, rtol=1e-3)
     with pytest.raises(DataError, match="tests"):
         run_predict(run, target="download", resolution=0.05, tests=0.5)

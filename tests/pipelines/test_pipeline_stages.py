@@ -12,7 +12,7 @@ import pytest
 import rioxarray
 import xarray as xr
 import yaml
-from pipeline_helpers import REGION, make_run
+from pipeline_helpers import REGION, grid_noise_s2, make_run
 
 from geodbk import DBKRegressor
 from geodbk.errors import ModelFileError, RunDirectoryError
@@ -44,10 +44,11 @@ def test_model_bundle(run: Path) -> None:
     md = model.metadata_
     assert md["target"] == "download" and md["log_column"] == "log10_download"
     assert set(md["input_scaling"]) == {"lon_min", "lon_max", "lat_min", "lat_max"}
-    # noise "auto" is resolved from the tiles (they have a `tests` column) before saving
-    resolved = CFG.replace(noise="tests", noise_init=0.5).to_dict()
+    # noise "auto" is resolved from the tiles (`tests` and `devices` columns) before saving
+    resolved = CFG.replace(noise="tests+devices", noise_init=0.5).to_dict()
     assert md["config"] == resolved and md["geodbk_version"]
-    assert model.tests_aware and set(md["noise"]) == {"noise", "s2_floor", "s2_meas", "power"}
+    noise_keys = {"noise", "s2_floor", "s2_meas", "power", "s2_dev", "power_devices"}
+    assert model.tests_aware and set(md["noise"]) == noise_keys
     assert md["timings"]["fit_seconds"] > 0 and len(md["history"]) == 4
     assert yaml.safe_load((d / "config.yaml").read_text()) == resolved
     hist = pd.read_csv(d / "history.csv")
@@ -90,7 +91,7 @@ def test_grid_contents_and_mask(run: Path) -> None:
         sf = ds["std_f"].values[m]
         assert np.all(ds["std"].values[m] > sf)
         assert np.allclose(ds["latent_pi_upper"].values[m], mean[m] + 1.96 * sf, atol=1e-5)
-        s2 = ds.attrs["noise_s2_floor"] + ds.attrs["noise_s2_meas"]
+        s2 = grid_noise_s2(ds.attrs, 1)
         assert np.allclose(ds["std"].values[m] ** 2, sf**2 + s2, rtol=1e-3)
 
 

@@ -96,7 +96,8 @@ def _expected(run: Path, target: str) -> dict[str, Any]:
     def predict(rows: pd.DataFrame, quarter: Any) -> Any:
         X = model_inputs(rows[["x1", "x2"]].to_numpy(dtype=float), md, quarter=quarter)
         tests = rows["tests"].to_numpy(dtype=float) if model.tests_aware else None
-        return model.predict(X, tests=tests)
+        devices = rows["devices"].to_numpy(dtype=float) if model.devices_aware else None
+        return model.predict(X, tests=tests, devices=devices)
 
     y_train = table.loc[table["split"] == "train", spec.log_column].to_numpy(dtype=float)
     test = table[table["split"] == "test"].reset_index(drop=True)
@@ -121,6 +122,7 @@ def _expected(run: Path, target: str) -> dict[str, Any]:
     return {
         "spec": spec,
         "time_aware": time_aware,
+        "devices_aware": model.devices_aware,
         "sd_train": float(np.std(y_train)),
         "mean_train": float(np.mean(y_train)),
         "test": test,
@@ -163,7 +165,9 @@ def test_report_streams_and_matches_in_memory_scores(run: Path, target: str) -> 
 
     # predictions.parquet: every test row, in table order, with the model's own predictions
     preds = pq.read_table(out / "predictions.parquet").to_pandas()
-    assert list(preds.columns) == list(PREDICTION_COLUMNS)
+    # a tests+devices model (the in-memory default on these tiles) adds each row's devices
+    extra = ["devices"] if exp["devices_aware"] else []
+    assert list(preds.columns) == [*PREDICTION_COLUMNS, *extra]
     assert len(preds) == len(test) > 100
     for col in ("quadkey", "quarter", "urban", "lon", "lat"):
         assert (preds[col].to_numpy() == test[col].to_numpy()).all(), col
