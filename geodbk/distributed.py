@@ -119,10 +119,18 @@ def seed_rank(seed: int, rank: int) -> None:
 
 
 def shutdown_distributed() -> None:
-    """Destroy the default process group if one is running."""
+    """Destroy the default process group if one is running.
+
+    Unreachable ``DistributedDataParallel`` wrappers (their reducers hold gloo work handles) are
+    collected first, while the group is alive: left to interpreter finalisation they can abort
+    the process (SIGABRT, "terminate called without an active exception"; seen here under load).
+    """
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from geodbk.distributed import ShardPlan, read_parquet_shard
+from geodbk.distributed import ShardPlan, read_parquet_shard, shutdown_distributed
 from geodbk.model import DBKModel
 from geodbk.training import TrainConfig, train_model
 
@@ -66,11 +66,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str, noise: str) -> None:
             {"state": state, "loss": [h["train_loss"] for h in result.history]},
             Path(out_dir) / f"rank{rank}.pt",
         )
-        # Both ranks finish their gloo traffic before either tears down: once, under load, a
-        # rank aborted at teardown ("terminate called without an active exception").
-        dist.barrier()
+        del result, model
+        dist.barrier()  # both ranks finish their gloo traffic before either tears down
     finally:
-        dist.destroy_process_group()
+        shutdown_distributed()
 
 
 def test_plan_batches_cover_every_row_once() -> None:
