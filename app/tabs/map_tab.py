@@ -223,7 +223,8 @@ def _quantity_controls(kind: str) -> tuple[str, float]:
         format_func=maps.QUANTITIES.__getitem__,
         key="quantity",
         help="A single speed test at a location (widest), the average of K tests in a tile "
-        "(the noise shrinks as s2_floor + s2_meas / K), or the latent mean speed f(x) "
+        "(the noise shrinks as s2_floor + s2_meas / K, plus s2_dev / K for a tests+devices "
+        "model, taking the K tests from K devices), or the latent mean speed f(x) "
         "(no test noise). The median is the same for all three.",
     )
     tests = 1.0
