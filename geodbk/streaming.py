@@ -166,9 +166,9 @@ def predict_table(
             if ok.any():
                 kw: dict[str, Any] = {}
                 if tests_column and getattr(model, "tests_aware", False):
-                    kw["tests"] = _tests_of(cols[tests_column])[ok]
+                    kw["tests"] = counts_or_one(cols[tests_column])[ok]
                     if devices_column and getattr(model, "devices_aware", False):
-                        kw["devices"] = _tests_of(cols[devices_column])[ok]
+                        kw["devices"] = counts_or_one(cols[devices_column])[ok]
                 pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))
@@ -194,11 +194,6 @@ def _stack_inputs(x_columns: Sequence[str]) -> InputFn:
         return np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in x_columns])
 
     return stack
-
-
-def _tests_of(values: np.ndarray) -> np.ndarray:
-    """Speed tests (or devices) per row as float64, missing or < 1 set to 1."""
-    return counts_or_one(values)
 
 
 def train_streaming(
@@ -341,7 +336,7 @@ def train_streaming(
                 tt = None
                 if tests_column:
                     tt = torch.as_tensor(
-                        _tests_of(part[tests_column])[order], dtype=dtype, device=device
+                        counts_or_one(part[tests_column])[order], dtype=dtype, device=device
                     )
                 for i in range(0, len(order), int(config.batch_size)):
                     sl = slice(i, i + int(config.batch_size))

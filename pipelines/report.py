@@ -210,11 +210,6 @@ def latest_quarter(quarters: Iterable[str]) -> str:
     return format_quarter(int(quarter_indices([str(q) for q in quarters]).max()))
 
 
-def _tests_of(values: np.ndarray) -> np.ndarray:
-    """Speed tests (or devices) per row as float64, missing or < 1 set to 1."""
-    return counts_or_one(values)
-
-
 def uses_devices(model: Any, columns: Iterable[str]) -> bool:
     """Whether ``model`` (``noise="tests+devices"``) is scored with a ``devices`` column.
 
@@ -515,7 +510,7 @@ def write_test_predictions(
                     }
                     for c in counts:
                         cols[c] = pa.array(
-                            _tests_of(batch.column(c).to_numpy(zero_copy_only=False))
+                            counts_or_one(batch.column(c).to_numpy(zero_copy_only=False))
                         )
                     table = pa.table(cols)
                     if writer is None:
@@ -576,8 +571,8 @@ def heldout_sd_map(
     for c in iter_parquet_batches(
         rd.tiles, columns=cols, filters=_split_filter(spec, ["val", "test"]), batch_size=BATCH_ROWS
     ):
-        tests = _tests_of(c["tests"]) if has_tests else None
-        devices = _tests_of(c["devices"]) if has_devices else None
+        tests = counts_or_one(c["tests"]) if has_tests else None
+        devices = counts_or_one(c["devices"]) if has_devices else None
         mean, std = _predict(model, inputs(c), chunk, tests, devices)
         y = np.asarray(c[spec.log_column], dtype=np.float64)
         binner.add(

@@ -27,7 +27,6 @@ __all__ = [
     "load_rank_split",
     "read_time_axis",
     "split_rows",
-    "split_rows_with_tests",
     "streaming_inputs",
 ]
 
@@ -62,32 +61,18 @@ def split_rows(
     rank: int = 0,
     world_size: int = 1,
     time_scaling: TimeScaling | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Finite ``(X, y (n,))`` rows of ``split`` in shard ``rank`` of ``world_size``.
-
-    ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
-    time_scaling.scale(quarter)`` for a time-aware model. Shards follow
-    :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or contiguous row
-    ranges), so the shards of all ranks concatenated in rank order are the whole split.
-    """
-    X, y, _ = split_rows_with_tests(
-        rd, target, split, rank=rank, world_size=world_size, time_scaling=time_scaling
-    )
-    return X, y
-
-
-def split_rows_with_tests(
-    rd: RunDir,
-    target: str,
-    split: str,
-    *,
-    rank: int = 0,
-    world_size: int = 1,
-    time_scaling: TimeScaling | None = None,
     tests: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """:func:`split_rows` plus, with ``tests=True``, the rows' number of speed tests (missing or
-    below 1 set to 1; the noise covariate of a tests-aware model), else ``None``."""
+    """Finite ``(X, y (n,), tests (n,) | None)`` rows of ``split`` in shard ``rank`` of
+    ``world_size``.
+
+    ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
+    time_scaling.scale(quarter)`` for a time-aware model. ``tests=True`` also returns the rows'
+    number of speed tests (missing or below 1 set to 1; the noise covariate of a tests-aware
+    model), else ``None``. Shards follow :func:`geodbk.distributed.read_parquet_shard` (row
+    groups round-robin, or contiguous row ranges), so the shards of all ranks concatenated in
+    rank order are the whole split.
+    """
     import pyarrow.compute as pc
 
     cols = ["x1", "x2", target_spec(target).log_column]
@@ -150,7 +135,7 @@ def load_rank_split(
     if missing:
         raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
     meta = read_table_metadata(rd.tiles)
-    X, y, t = split_rows_with_tests(
+    X, y, t = split_rows(
         rd,
         target,
         "train",
@@ -159,7 +144,7 @@ def load_rank_split(
         time_scaling=time_scaling,
         tests=tests,
     )
-    Xv, yv, tv = split_rows_with_tests(rd, target, "val", time_scaling=time_scaling, tests=tests)
+    Xv, yv, tv = split_rows(rd, target, "val", time_scaling=time_scaling, tests=tests)
     sizes = gather_sizes(len(y))
     if min(sizes) < 2:
         raise DataError(

@@ -17,7 +17,7 @@ from geodbk import DBKRegressor
 from geodbk.distributed import ShardPlan
 from pipelines.config import TrainConfig, dump_config
 from pipelines.rundir import require_run
-from pipelines.sharding import split_rows_with_tests
+from pipelines.sharding import split_rows
 from pipelines.train import resolve_noise
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,14 +66,13 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
     # reads its rows' tests)
     rd = require_run(run)
     shards = [
-        split_rows_with_tests(rd, "download", "train", rank=k, world_size=2, tests=True)
-        for k in range(2)
+        split_rows(rd, "download", "train", rank=k, world_size=2, tests=True) for k in range(2)
     ]
     sizes = tuple(len(part[1]) for part in shards)
     X = np.concatenate([part[0] for part in shards])
     y = np.concatenate([part[1] for part in shards])
     tests = np.concatenate([part[2] for part in shards if part[2] is not None])
-    Xv, yv, tv = split_rows_with_tests(rd, "download", "val", tests=True)
+    Xv, yv, tv = split_rows(rd, "download", "val", tests=True)
     cfg = resolve_noise(CFG, ["tests"])
     ref = DBKRegressor(**cfg.estimator_kwargs())
     ref.fit(X, y, Xv, yv, shards=ShardPlan(sizes, rank=None), tests=tests, tests_val=tv)
