@@ -19,7 +19,13 @@ from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
-from geodbk.validation import as_devices, as_feature_matrix, as_target_vector, as_tests
+from geodbk.validation import (
+    as_devices,
+    as_feature_matrix,
+    as_target_vector,
+    as_tests,
+    as_urban_flags,
+)
 
 __all__ = ["QUANTITIES", "DBKRegressor"]
 
@@ -44,9 +50,10 @@ _PARAM_NAMES = (
     "noise_floor",
     "noise",
     "noise_power",
+    "noise_urban",
 )
 #: Defaults of options added after the first bundle format (old bundles lack them).
-_LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False}
+_LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "noise_urban": False}
 #: What :meth:`DBKRegressor.predict` can return.
 QUANTITIES = ("observation", "latent")
 
@@ -106,6 +113,11 @@ class DBKRegressor:
     noise_power
         With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
         ``devices`` (default ``p = q = 1``).
+    noise_urban
+        With the tests-aware noise: learn a separate floor for urban tiles,
+        ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
+        ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
+        :meth:`predict` (not with :meth:`fit_parquet` or sharded training yet).
     """
 
     def __init__(
@@ -130,6 +142,7 @@ class DBKRegressor:
         noise_floor: float = 1e-6,
         noise: str = "constant",
         noise_power: bool = False,
+        noise_urban: bool = False,
     ) -> None:
         self.expansion = expansion
         self.rank = rank
@@ -150,6 +163,7 @@ class DBKRegressor:
         self.noise_floor = noise_floor
         self.noise = noise
         self.noise_power = noise_power
+        self.noise_urban = noise_urban
         self._folded: FoldedWeights | None = None
 
     # ------------------------------------------------------------------ configuration
@@ -185,6 +199,11 @@ class DBKRegressor:
             raise ValueError("rank and hidden must be positive")
         if self.noise not in NOISE_MODELS:
             raise ValueError(f"noise must be one of {NOISE_MODELS}, got {self.noise!r}")
+        if self.noise_urban and not self.tests_aware:
+            raise ValueError(
+                'noise_urban (a noise floor per urban/rural class) needs noise="tests" or '
+                f'"tests+devices", got noise={self.noise!r}'
+            )
 
     def _train_config(self) -> TrainConfig:
         return TrainConfig(
@@ -214,6 +233,7 @@ class DBKRegressor:
                 noise_floor=float(self.noise_floor),
                 noise=str(self.noise),
                 noise_power=bool(self.noise_power),
+                noise_urban=bool(self.noise_urban),
                 generator=gen,
             )
         return model.to(device=device, dtype=_DTYPES[self.dtype])
@@ -243,6 +263,8 @@ class DBKRegressor:
         tests_val: Any = None,
         devices: Any = None,
         devices_val: Any = None,
+        urban: Any = None,
+        urban_val: Any = None,
         shards: ShardPlan | None = None,
     ) -> DBKRegressor:
         """Fit the model to ``X`` (n, d) and ``y`` (n,).
@@ -272,6 +294,9 @@ class DBKRegressor:
             validation row (``>= 1``; ``devices <= tests`` is not required). Required with
             ``noise="tests+devices"`` (``devices_val`` too with validation data); ignored by the
             other noise models.
+        urban, urban_val
+            Whether each training / validation row is urban (bool or 0/1). Required with
+            ``noise_urban=True`` (``urban_val`` too with validation data); ignored otherwise.
         shards
             Data-parallel training (:mod:`geodbk.distributed`): ``X, y`` (and ``tests``) are
             this rank's shard; the target standardisation uses the mean and sd over all ranks.
@@ -282,10 +307,10 @@ class DBKRegressor:
             ``self``.
         """
         self._validate()
-        if shards is not None and self.devices_aware:
+        if shards is not None and (self.devices_aware or self.noise_urban):
             raise DataError(
-                'noise="tests+devices" does not support sharded (distributed) training yet; '
-                'train in one process or use noise="tests"'
+                'noise="tests+devices" and noise_urban do not support sharded (distributed) '
+                'training yet; train in one process or use noise="tests"'
             )
         x_np = as_feature_matrix(X, "X")
         y_np = as_target_vector(y, "y", x_np.shape[0])
@@ -304,10 +329,12 @@ class DBKRegressor:
         self._folded = None
         x_t = self._to_tensor(x_np)
         y_t = self._to_tensor((y_np - self.y_mean_) / self.y_std_)
-        t_t = self._covariate(tests, devices, x_np.shape[0])
+        t_t = self._covariate(tests, devices, urban, x_np.shape[0])
         xv_t, yv_t, tv_t = (None, None, None)
         if has_val:
-            xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val, devices_val)
+            xv_t, yv_t, tv_t = self._validation_tensors(
+                X_val, y_val, tests_val, devices_val, urban_val
+            )
         result = train_model(
             self.model_,
             x_t,
@@ -333,11 +360,11 @@ class DBKRegressor:
         return self
 
     def _covariate(
-        self, tests: Any, devices: Any, n: int, *, suffix: str = ""
+        self, tests: Any, devices: Any, urban: Any, n: int, *, suffix: str = ""
     ) -> torch.Tensor | None:
-        """The noise covariate of ``n`` fitted rows: ``None`` (constant noise), ``tests`` (n,)
-        or ``[tests, devices]`` (n, 2) (``noise="tests+devices"``), checked (``suffix``:
-        ``"_val"`` for the validation rows)."""
+        """The noise covariate of ``n`` fitted rows, checked (``suffix``: ``"_val"`` for the
+        validation rows): ``None`` (constant noise), ``tests`` (n,), or the (n, k) columns
+        ``tests``, ``devices`` (``noise="tests+devices"``), ``urban`` (``noise_urban``)."""
         if not self.tests_aware:
             return None
         if tests is None:
@@ -345,24 +372,30 @@ class DBKRegressor:
                 f'noise="{self.noise}" needs the number of tests per row: '
                 f"fit(..., tests{suffix}=...)"
             )
-        t_np = as_tests(tests, f"tests{suffix}", n)
-        if not self.devices_aware:
-            return self._to_tensor(t_np)
-        if devices is None:
-            raise DataError(
-                f'noise="tests+devices" needs the number of distinct devices per row: '
-                f"fit(..., devices{suffix}=...)"
-            )
-        d_np = as_devices(devices, f"devices{suffix}", n)
-        return self._to_tensor(np.column_stack([t_np, d_np]))
+        columns = [as_tests(tests, f"tests{suffix}", n)]
+        if self.devices_aware:
+            if devices is None:
+                raise DataError(
+                    f'noise="tests+devices" needs the number of distinct devices per row: '
+                    f"fit(..., devices{suffix}=...)"
+                )
+            columns.append(as_devices(devices, f"devices{suffix}", n))
+        if self.noise_urban:
+            if urban is None:
+                raise DataError(
+                    "noise_urban=True (a noise floor per urban/rural class) needs each row's "
+                    f"class: fit(..., urban{suffix}=...)"
+                )
+            columns.append(as_urban_flags(urban, f"urban{suffix}", n))
+        return self._to_tensor(columns[0] if len(columns) == 1 else np.column_stack(columns))
 
     def _validation_tensors(
-        self, X_val: Any, y_val: Any, tests_val: Any, devices_val: Any = None
+        self, X_val: Any, y_val: Any, tests_val: Any, devices_val: Any = None, urban_val: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Checked validation inputs, standardised targets and noise covariate as tensors."""
         xv_np = self._check_input(X_val, "X_val")
         yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
-        tv_t = self._covariate(tests_val, devices_val, xv_np.shape[0], suffix="_val")
+        tv_t = self._covariate(tests_val, devices_val, urban_val, xv_np.shape[0], suffix="_val")
         return (
             self._to_tensor(xv_np),
             self._to_tensor((yv_np - self.y_mean_) / self.y_std_),
@@ -422,10 +455,11 @@ class DBKRegressor:
                 'objective="exact" needs the whole training set in memory; use fit() or a '
                 "mini-batch objective (dppgp, ppgp, elbo) for out-of-core training"
             )
-        if self.devices_aware:
+        if self.devices_aware or self.noise_urban:
             raise DataError(
-                'noise="tests+devices" is not supported by fit_parquet (out-of-core) yet; '
-                'use fit() with tests= and devices=, or noise="tests" with tests_column='
+                'noise="tests+devices" and noise_urban are not supported by fit_parquet '
+                "(out-of-core) yet; use fit() with tests=, devices= and urban=, or "
+                'noise="tests" with tests_column='
             )
         aware = self.noise == "tests"
         if aware and tests_column is None:
@@ -510,7 +544,7 @@ class DBKRegressor:
         return self.noise == "tests+devices"
 
     def noise_variance(
-        self, tests: Any = None, devices: Any = None, *, n: int | None = None
+        self, tests: Any = None, devices: Any = None, *, urban: Any = None, n: int | None = None
     ) -> np.ndarray:
         """Observation-noise variance in y's units, ``y_sd^2 s2_i``, float64 (n,).
 
@@ -518,18 +552,29 @@ class DBKRegressor:
         ``y_sd^2 (s2_floor + s2_meas / tests^p)`` (``devices`` ignored). ``"tests+devices"``:
         ``y_sd^2 (s2_floor + s2_meas / tests^p + s2_dev / devices^q)`` with
         ``devices=None`` meaning ``devices = tests`` (each test from its own device).
-        ``tests=None`` means a single speed test (``tests = 1``). ``n`` broadcasts scalars
-        (default: the length of ``tests``, else of ``devices``, else 1).
+        ``tests=None`` means a single speed test (``tests = 1``). With ``noise_urban`` the floor
+        is ``s2_floor_urban`` where ``urban`` is true and ``s2_floor`` elsewhere; ``urban`` is
+        then required. ``n`` broadcasts scalars (default: the length of ``tests``, else of
+        ``devices``, else of ``urban``, else 1).
         """
         model = self._check_fitted()
-        given = tests if tests is not None else (devices if self.devices_aware else None)
-        size = n if n is not None else (1 if given is None else int(np.size(given)))
+        given = [tests] + ([devices] if self.devices_aware else [])
+        given += [urban] if self.noise_urban else []
+        sizes = [int(np.size(g)) for g in given if g is not None]
+        size = n if n is not None else (sizes[0] if sizes else 1)
         cov = np.ones(size)
         if self.tests_aware and tests is not None:
             cov = as_tests(tests, "tests", size)
         if self.devices_aware:
             dev = cov if devices is None else as_devices(devices, "devices", size)
             cov = np.column_stack([cov, dev])
+        if self.noise_urban:
+            if urban is None:
+                raise DataError(
+                    "this model has a noise floor per urban/rural class: give urban= (True for "
+                    "an urban tile) to get the observation noise"
+                )
+            cov = np.column_stack([cov, as_urban_flags(urban, "urban", size)])
         with torch.no_grad():
             t_t = torch.as_tensor(cov, dtype=_DTYPES[self.dtype], device=self.device_)
             s2 = model.noise_var(t_t if self.tests_aware else None)
@@ -553,6 +598,7 @@ class DBKRegressor:
         *,
         tests: Any = None,
         devices: Any = None,
+        urban: Any = None,
         quantity: str = "observation",
         chunk_size: int = 65536,
     ) -> Prediction:
@@ -567,7 +613,8 @@ class DBKRegressor:
           (``s2 = s2_floor + s2_meas / tests^p``); ``tests=None`` means **a single speed test**
           (``tests = 1``). ``noise="tests+devices"``: ``s2`` adds ``s2_dev / devices^q``, the
           tests taken on ``devices`` distinct devices (``devices=None``: ``devices = tests``).
-          Constant noise: ``s2`` whatever ``tests`` is.
+          ``noise_urban``: the floor of ``s2`` is that of the row's urban/rural class (``urban``
+          required). Constant noise: ``s2`` whatever ``tests`` is.
         - ``quantity="latent"``: ``var = var_f``, the latent mean speed ``f(x)`` (no noise).
 
         Parameters
@@ -579,6 +626,9 @@ class DBKRegressor:
         devices
             Number of distinct devices behind those tests (``noise="tests+devices"`` only): a
             scalar or (n,) array (>= 1); default ``devices = tests``.
+        urban
+            Whether each row is urban (bool, scalar or (n,); ``noise_urban`` models only, where
+            the observation quantity needs it).
         quantity
             ``"observation"`` or ``"latent"``.
         chunk_size
@@ -590,7 +640,7 @@ class DBKRegressor:
         x_np = self._check_input(X)
         folded = self._folded_weights()
         mean, var_f = predict_in_chunks(
-            lambda xb: model.predict_folded(xb, folded)[:2],
+            lambda xb: model.latent_folded(xb, folded),
             x_np,
             chunk_size=chunk_size,
             device=self.device_,
@@ -601,7 +651,7 @@ class DBKRegressor:
         if quantity == "latent":
             var = var_f.copy()
         else:
-            var = var_f + self.noise_variance(tests, devices, n=x_np.shape[0])
+            var = var_f + self.noise_variance(tests, devices, urban=urban, n=x_np.shape[0])
         return Prediction(mean=self.y_mean_ + self.y_std_ * mean, var=var, var_f=var_f)
 
     def predict_change(

@@ -71,12 +71,22 @@ class TestsNoise(nn.Module):
     tile's mean and ``s2_dev`` that of a single device's offset; ``tests_i = devices_i = 1`` is
     one speed test, ``tests_i, devices_i -> inf`` leaves ``s2_floor``.
 
+    With ``urban=True`` the floor depends on the tile's urban/rural class ``u_i`` (1 urban,
+    0 rural): ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban``, both learned and
+    positive (``s2_floor`` is then the rural floor). Tile-level heterogeneity differs between
+    towns and the country (a rural tile with many tests is often a single road or settlement
+    whose speed the smooth field cannot follow), so one shared floor over-covers well-measured
+    urban tiles and under-covers rural ones.
+
+    The covariate is ``tests`` (b,) or a (b, k) tensor whose columns are ``tests``, then
+    ``devices`` (with ``devices=True``), then the urban flag (with ``urban=True``).
+
     Parameters
     ----------
     init
         Initial ``s2_floor + s2_meas`` of a single test, split evenly between them; with
         ``devices=True``, ``s2_dev`` starts at ``0.25 * init`` (so a single test from a single
-        device starts at ``1.25 * init``).
+        device starts at ``1.25 * init``). ``s2_floor_urban`` starts equal to ``s2_floor``.
     floor
         Lower bound of ``s2_i`` (1e-6).
     learn_power
@@ -85,6 +95,9 @@ class TestsNoise(nn.Module):
         Add the ``devices`` term (noise model ``"tests+devices"``). The covariate is then an
         (n, 2) tensor ``[tests, devices]``; an (n,) tensor or a scalar means
         ``devices = tests`` (each test from its own device).
+    urban
+        Learn a separate floor ``s2_floor_urban`` for urban tiles; the covariate's last column
+        is then the urban flag (1 urban, 0 rural) and must be given.
     """
 
     def __init__(
@@ -94,6 +107,7 @@ class TestsNoise(nn.Module):
         floor: float = 1e-6,
         learn_power: bool = False,
         devices: bool = False,
+        urban: bool = False,
     ) -> None:
         super().__init__()
         if init <= floor:
@@ -104,6 +118,9 @@ class TestsNoise(nn.Module):
         self.raw_meas = nn.Parameter(torch.tensor(half))
         self.learn_power = bool(learn_power)
         self.devices = bool(devices)
+        self.urban = bool(urban)
+        if self.urban:
+            self.raw_floor_urban = nn.Parameter(torch.tensor(half))
         one = inverse_softplus(1.0)
         if self.learn_power:
             self.raw_power = nn.Parameter(torch.tensor(one))
@@ -116,6 +133,13 @@ class TestsNoise(nn.Module):
     def s2_floor(self) -> torch.Tensor:
         """``s2_floor`` (0-d): variance left when ``tests -> inf``."""
         return torch.nn.functional.softplus(self.raw_floor)
+
+    @property
+    def s2_floor_urban(self) -> torch.Tensor:
+        """``s2_floor_urban`` (0-d): the floor of urban tiles (``s2_floor`` without ``urban``)."""
+        if self.urban:
+            return torch.nn.functional.softplus(self.raw_floor_urban)
+        return self.s2_floor
 
     @property
     def s2_meas(self) -> torch.Tensor:
@@ -150,6 +174,13 @@ class TestsNoise(nn.Module):
             return s2 * torch.exp(-self._exponent(power) * torch.log(count))
         return s2 / count
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Names of the covariate's columns: ``tests``, then ``devices``, then ``urban``."""
+        return (
+            ("tests",) + (("devices",) if self.devices else ()) + (("urban",) if self.urban else ())
+        )
+
     def variance(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
         """``s2_i`` of the covariate; ``None`` means one test (from one device).
 
@@ -157,23 +188,30 @@ class TestsNoise(nn.Module):
         ----------
         tests
             Number of tests per point, shape (b,) or scalar, each clamped to >= 1. With
-            ``devices=True`` also (b, 2) ``[tests, devices]``; (b,) or a scalar then means
-            ``devices = tests``.
+            ``devices=True`` and/or ``urban=True`` a (b, k) tensor with the columns of
+            :attr:`columns`; without the ``devices`` column, ``devices = tests``. With
+            ``urban=True`` the urban column is required (``None`` or a 1-D covariate raise).
         """
-        base = self.floor + self.s2_floor
+        if self.urban and (tests is None or torch.as_tensor(tests).ndim != 2):
+            raise ValueError(
+                "this noise model has a floor per urban/rural class: give the covariate as "
+                f"(b, {len(self.columns)}) columns {self.columns}"
+            )
         if tests is None:
-            return base + self.s2_meas + self.s2_dev
-        t = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
-        t = t.clamp_min(1.0)
+            return self.floor + self.s2_floor + self.s2_meas + self.s2_dev
+        cov = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
+        t = (cov[..., 0] if cov.ndim == 2 else cov).clamp_min(1.0)
+        if self.urban:
+            u = cov[..., -1].clamp(0.0, 1.0)
+            base = self.floor + (1.0 - u) * self.s2_floor + u * self.s2_floor_urban
+        else:
+            base = self.floor + self.s2_floor
+        out = base + self._per_count(self.s2_meas, t, "raw_power")
         if not self.devices:
-            return base + self._per_count(self.s2_meas, t, "raw_power")
-        d = t[..., 1] if t.ndim == 2 else t
-        t = t[..., 0] if t.ndim == 2 else t
-        return (
-            base
-            + self._per_count(self.s2_meas, t, "raw_power")
-            + self._per_count(self.s2_dev, d, "raw_power_devices")
-        )
+            return out
+        has_devices_column = cov.ndim == 2 and cov.shape[-1] > 1 + int(self.urban)
+        d = cov[..., 1].clamp_min(1.0) if has_devices_column else t
+        return out + self._per_count(self.s2_dev, d, "raw_power_devices")
 
     def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
         """Alias of :meth:`variance`."""
@@ -188,7 +226,8 @@ def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict
     "s2_floor", "s2_meas", "power", "s2_dev", "power_devices"}`` with
     ``s2_i = s2_floor + s2_meas / tests_i^power + s2_dev / devices_i^power_devices``; every
     variance times ``y_var`` (the target's training variance; the numerical floor is folded
-    into ``s2_floor``).
+    into ``s2_floor``). A noise with a floor per urban/rural class (``urban=True``) adds
+    ``"s2_floor_urban"``; ``s2_floor`` is then the rural floor.
     """
     with torch.no_grad():
         if isinstance(noise, TestsNoise):
@@ -201,5 +240,7 @@ def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict
             if noise.devices:
                 out["s2_dev"] = y_var * float(noise.s2_dev)
                 out["power_devices"] = float(noise.power_devices)
+            if noise.urban:
+                out["s2_floor_urban"] = y_var * (noise.floor + float(noise.s2_floor_urban))
             return out
         return {"noise": "constant", "s2": y_var * float(noise.variance())}

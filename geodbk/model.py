@@ -68,6 +68,9 @@ class DBKModel(nn.Module):
     noise_power
         With ``noise="tests"`` / ``"tests+devices"``: learn the exponents ``p`` (and ``q``)
         (else 1).
+    noise_urban
+        With the tests-aware noise: a separate floor ``s2_floor_urban`` for urban tiles (the
+        covariate's last column is then the urban flag; :class:`TestsNoise` with ``urban=True``).
     generator
         Generator for the basis and q(w) initialisation (the backbone's ``nn.Linear`` layers use
         torch's global RNG; seed it, e.g. under ``torch.random.fork_rng``).
@@ -85,6 +88,7 @@ class DBKModel(nn.Module):
         noise_floor: float = 1e-6,
         noise: str = "constant",
         noise_power: bool = False,
+        noise_urban: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -108,8 +112,11 @@ class DBKModel(nn.Module):
                 floor=noise_floor,
                 learn_power=noise_power,
                 devices=noise == "tests+devices",
+                urban=noise_urban,
             )
         else:
+            if noise_urban:
+                raise ValueError('noise_urban needs a tests-aware noise ("tests", "tests+devices")')
             self.noise = GaussianNoise(init=noise_init, floor=noise_floor)
         self.const_mean = nn.Parameter(torch.zeros(()))
 
@@ -131,7 +138,7 @@ class DBKModel(nn.Module):
         """Noise variance: ``s2`` (0-d) or, for the tests-aware noise, ``s2_i`` of ``tests``.
 
         ``tests`` is (b,) or, for ``noise="tests+devices"``, (b, 2) ``[tests, devices]`` ((b,)
-        then means ``devices = tests``). ``tests=None`` with the tests-aware noise gives a single
+        then means ``devices = tests``); with ``noise_urban`` the urban flag is the last column. ``tests=None`` with the tests-aware noise gives a single
         test's variance ``s2_floor + s2_meas (+ s2_dev)``; the constant noise ignores ``tests``.
         """
         return self.noise.variance(tests)
@@ -183,6 +190,14 @@ class DBKModel(nn.Module):
         ``s2 = noise_var(tests)`` (per point for the tests-aware noise).
         One backbone pass plus two (three with the correction) r-vector products per point.
         """
+        mean, var_f = self.latent_folded(x, folded)
+        return mean, var_f, var_f + self.noise_var(tests)
+
+    @torch.no_grad()
+    def latent_folded(
+        self, x: torch.Tensor, folded: FoldedWeights
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Latent mean ``mu = u'a + c`` and variance ``var_f`` of :meth:`predict_folded`."""
         g = self.backbone(x)
         u = self.basis.raw_features(g)
         mean = u @ folded.mean_vec + self.const_mean
@@ -191,4 +206,4 @@ class DBKModel(nn.Module):
             prior = self.basis.prior_variance(g)
             assert prior is not None
             var_f = var_f + (prior - ((u @ folded.whitener) ** 2).sum(-1)).clamp_min(0.0)
-        return mean, var_f, var_f + self.noise_var(tests)
+        return mean, var_f

@@ -135,6 +135,7 @@ def predict_table(
     read_columns: Sequence[str] = (),
     tests_column: str | None = None,
     devices_column: str | None = None,
+    urban_column: str | None = None,
 ) -> int:
     """Predict every (filtered) row of ``src`` and write ``dst`` batch by batch.
 
@@ -143,14 +144,15 @@ def predict_table(
     model inputs (default: stack ``x_columns``; ``read_columns`` are extra columns it needs);
     ``tests_column`` gives a tests-aware model each row's own number of tests (the predictive
     sd is then that of the row's tile average) and ``devices_column`` a ``tests+devices`` model
-    each row's own number of devices (without it: ``devices = tests``). Missing counts and
-    counts below 1 are read as 1. Returns the number of rows written.
+    each row's own number of devices (without it: ``devices = tests``), ``urban_column`` a
+    model with a noise floor per urban/rural class (``noise_urban``) each row's class. Missing
+    counts and counts below 1 are read as 1. Returns the number of rows written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     to_x = inputs or _stack_inputs(x_columns)
-    extra = [c for c in (tests_column, devices_column) if c]
+    extra = [c for c in (tests_column, devices_column, urban_column) if c]
     columns = list(dict.fromkeys([*x_columns, *read_columns, *extra, *keep_columns]))
     writer = None
     n = 0
@@ -169,6 +171,8 @@ def predict_table(
                     kw["tests"] = counts_or_one(cols[tests_column])[ok]
                     if devices_column and getattr(model, "devices_aware", False):
                         kw["devices"] = counts_or_one(cols[devices_column])[ok]
+                if urban_column and getattr(model, "noise_urban", False):
+                    kw["urban"] = np.asarray(cols[urban_column], dtype=bool)[ok]
                 pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))

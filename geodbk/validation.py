@@ -60,6 +60,30 @@ def as_devices(devices: Any, name: str, n: int) -> np.ndarray:
     return as_counts(devices, name, n, what="distinct devices")
 
 
+def as_urban_flags(urban: Any, name: str, n: int) -> np.ndarray:
+    """Per-row urban flags (bool, or 0/1 numbers) as a float64 (n,) array of 0.0 and 1.0.
+
+    A scalar is broadcast.
+
+    Raises
+    ------
+    DataError
+        If the length is neither 1 nor ``n``, or a value is not 0/1 (NaN included); the
+        message names ``name``.
+    """
+    arr = np.asarray(urban).reshape(-1)
+    if arr.dtype == object:
+        raise DataError(f"{name} must be booleans (True = urban), got objects; fill missing values")
+    arr = arr.astype(np.float64)
+    if arr.shape[0] == 1 and n != 1:
+        arr = np.full(n, float(arr[0]))
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
+    if not np.isin(arr, (0.0, 1.0)).all():
+        raise DataError(f"{name} must be True/False (1/0) per row: the tile is urban or rural")
+    return arr
+
+
 def as_counts(values: Any, name: str, n: int, *, what: str) -> np.ndarray:
     """Per-row counts (``what``: e.g. ``"speed tests"``) as a float64 (n,) array, each >= 1.
 
