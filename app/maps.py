@@ -73,14 +73,16 @@ class LayerSpec:
     tests: float = 1.0
 
 
-def noise_variance(grid: Grid, tests: float) -> float | None:
+def noise_variance(grid: Grid, tests: float) -> float | NDArray[np.float64] | None:
     """Observation-noise variance (log10 units²) of the tile average of ``tests`` speed tests.
 
     From the grid attributes that ``geodbk predict`` writes: tests-aware models
     ``s2_floor + s2_meas / tests^power``, ``tests+devices`` models plus
     ``s2_dev / tests^power_devices`` (each test from its own device: devices = tests);
-    constant-noise models ``s2`` whatever ``tests`` is. ``None`` for grids written before these
-    attributes.
+    constant-noise models ``s2`` whatever ``tests`` is. A model with a floor per urban/rural
+    class (attribute ``noise_s2_floor_urban`` and the grid variable ``urban``) uses
+    ``s2_floor_urban`` in urban cells, so the result is then an array of the grid's shape.
+    ``None`` for grids written before these attributes.
     """
     a = grid.attrs
     model = a.get("noise_model")
@@ -88,10 +90,14 @@ def noise_variance(grid: Grid, tests: float) -> float | None:
     try:
         if model in ("tests", "tests+devices"):
             power = float(a.get("noise_power", 1.0))
-            s2 = float(a["noise_s2_floor"]) + float(a["noise_s2_meas"]) / k**power
+            s2 = float(a["noise_s2_meas"]) / k**power
             if model == "tests+devices":
                 s2 += float(a["noise_s2_dev"]) / k ** float(a.get("noise_power_devices", 1.0))
-            return s2
+            floor = float(a["noise_s2_floor"])
+            if "noise_s2_floor_urban" in a:
+                urban = np.nan_to_num(grid.arrays["urban"]) > 0.5
+                return np.where(urban, float(a["noise_s2_floor_urban"]), floor) + s2
+            return floor + s2
         if model == "constant":
             return float(a["noise_s2"])
     except (KeyError, TypeError, ValueError):

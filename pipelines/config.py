@@ -28,7 +28,9 @@ from geodbk.errors import DataError
 _EXPANSIONS = ("rbf", "silu")
 _OBJECTIVES = ("dppgp", "ppgp", "elbo", "exact")
 _DEVICES = ("auto", "cpu", "cuda")
-_NOISES = ("auto", "tests", "tests+devices", "constant")
+_NOISES = ("auto", "tests", "tests+devices", "tests+urban", "tests+devices+urban", "constant")
+#: Suffix of the noise models with a floor per urban/rural class (estimator ``noise_urban``).
+URBAN_SUFFIX = "+urban"
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,16 @@ class TrainConfig:
     noise
         Observation noise: ``tests`` (per tile ``s2_i = s2_floor + s2_meas / tests_i``),
         ``tests+devices`` (``s2_i = s2_floor + s2_meas / tests_i + s2_dev / devices_i``; needs
-        the ``tests`` and ``devices`` columns; not with ``streaming`` or ``--distributed``),
-        ``constant`` (one ``s2``) or ``auto``, resolved by ``geodbk train`` before the config is
-        saved: ``tests+devices`` when the tile table has ``tests`` and ``devices`` columns and
-        the model trains in memory (validation NLL favoured it on every Hawaii target,
-        docs/benchmarks/noise.md §14-15), ``tests`` under ``--streaming``/``--distributed`` or
-        without ``devices``, ``constant`` without ``tests``.
+        the ``tests`` and ``devices`` columns), ``tests+urban`` / ``tests+devices+urban`` (those
+        with a floor per urban/rural class, ``s2_floor(urban_i)``; needs both classes in the
+        train split; opt-in: it did not change cross-validated NLL on Hawaii,
+        docs/benchmarks/noise.md §16), ``constant`` (one ``s2``) or ``auto``, resolved by
+        ``geodbk train`` before the config is saved: ``tests+devices`` when the tile table has
+        ``tests`` and ``devices`` columns and the model trains in memory (validation NLL
+        favoured it on every Hawaii target, §14-15), ``tests`` under
+        ``--streaming``/``--distributed`` or without ``devices``, ``constant`` without
+        ``tests``. The ``devices`` and ``urban`` terms are not supported with ``streaming`` or
+        ``--distributed``.
     noise_power
         With ``noise: tests`` (``tests+devices``), learn the exponent ``p`` in
         ``s2_meas / tests_i^p`` (and ``q`` in ``s2_dev / devices_i^q``).
@@ -144,8 +150,8 @@ class TrainConfig:
             ),
             (
                 "streaming",
-                not (self.streaming and self.noise == "tests+devices"),
-                "false with noise 'tests+devices' (not supported out of core yet; use "
+                not (self.streaming and self.noise.startswith("tests+")),
+                f"false with noise {self.noise!r} (not supported out of core yet; use "
                 "noise 'tests' or train in memory)",
             ),
         ]
@@ -161,7 +167,8 @@ class TrainConfig:
         """Keyword arguments of :class:`geodbk.DBKRegressor` (everything but pipeline keys).
 
         An unresolved ``noise: auto`` is passed as ``constant`` (``geodbk train`` resolves it
-        from the tile table first); ``noise_init: 0`` becomes :data:`NOISE_INIT` of the noise.
+        from the tile table first); ``noise_init: 0`` becomes :data:`NOISE_INIT` of the noise;
+        a noise ending in ``+urban`` is passed as the noise without it and ``noise_urban=True``.
         ``time`` is not an estimator option: it decides the inputs the pipeline builds.
         """
         d = self.to_dict()
@@ -172,6 +179,8 @@ class TrainConfig:
             d["noise"] = "constant"
         if d["noise_init"] == 0:
             d["noise_init"] = NOISE_INIT[d["noise"]]
+        d["noise_urban"] = d["noise"].endswith(URBAN_SUFFIX)
+        d["noise"] = d["noise"].removesuffix(URBAN_SUFFIX)
         return d
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -202,7 +211,13 @@ _FIELD_TYPES: dict[str, type] = {
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.
-NOISE_INIT = {"constant": 1e-2, "tests": 0.5, "tests+devices": 0.5}
+NOISE_INIT = {
+    "constant": 1e-2,
+    "tests": 0.5,
+    "tests+devices": 0.5,
+    "tests+urban": 0.5,
+    "tests+devices+urban": 0.5,
+}
 
 
 def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> TrainConfig:

@@ -20,8 +20,12 @@ What the observation variables describe (``--tests K``, attribute ``quantity``):
 tests-aware model, the tile average of K speed tests, ``std² = std_f² + s2_floor + s2_meas/K^p``
 (default K = 1: a single speed test); with a ``tests+devices`` model, the tile average of K tests
 from M devices (``--devices M``, default M = K), ``std² = std_f² + s2_floor + s2_meas/K^p +
-s2_dev/M^q``; with a constant-noise model, an observation with the one learned ``s2``. Every variable's ``quantity`` attribute (and the GeoTIFF band description) says
-which; the grid attributes hold the noise parameters so other K can be derived from ``std_f``.
+s2_dev/M^q``; with a constant-noise model, an observation with the one learned ``s2``. A model
+with a noise floor per urban/rural class (``--noise ...+urban``) uses each cell's own class: the
+cell centre inside ``RUN/urban_areas.geojson`` is urban (``s2_floor_urban``), elsewhere rural
+(``s2_floor``); such grids gain the variable ``urban`` (1 urban, 0 rural). Every variable's
+``quantity`` attribute (and the GeoTIFF band description) says which; the grid attributes hold
+the noise parameters so other K can be derived from ``std_f``.
 
 Quarters (issue 10). Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
 ``quarter_status``. A pooled model (trained without ``--time``) maps all quarters at once:
@@ -200,26 +204,61 @@ def _main(args: argparse.Namespace) -> int:
 
 def read_region(rd: RunDir) -> Any:
     """Union of the polygons in ``RUN/region.geojson`` (EPSG:4326)."""
+    return read_polygons(rd.region, what="region")
+
+
+def read_urban(rd: RunDir, *, target: str) -> Any:
+    """Union of the urban polygons in ``RUN/urban_areas.geojson`` (EPSG:4326, prepared).
+
+    Raises
+    ------
+    DataError
+        When the run has no urban layer (the model's noise floor per urban/rural class then
+        cannot be applied on the grid).
+    """
+    import shapely
+
+    if not rd.urban_areas.is_file():
+        raise DataError(
+            f"the {target} model has a noise floor per urban/rural class but {rd.urban_areas} "
+            f"is missing; re-run `geodbk ingest` with the urban layer the model was trained "
+            f"with, or retrain without +urban (`geodbk train --noise tests+devices`)"
+        )
+    geom = read_polygons(rd.urban_areas, what="urban layer")
+    shapely.prepare(geom)
+    return geom
+
+
+def read_polygons(path: Path, *, what: str) -> Any:
+    """Union of the polygons in a GeoJSON file (EPSG:4326); ``what`` names it in errors."""
     import geopandas as gpd
 
     try:
-        gdf = gpd.read_file(rd.region)
+        gdf = gpd.read_file(path)
     except Exception as exc:  # pyogrio raises several types
-        raise DataError(f"cannot read region {rd.region}: {exc}") from exc
+        raise DataError(f"cannot read {what} {path}: {exc}") from exc
     if gdf.empty:
-        raise DataError(f"region {rd.region} has no features")
+        raise DataError(f"{what} {path} has no features")
     if gdf.crs is not None and gdf.crs.to_epsg() != 4326:
         gdf = gdf.to_crs(4326)
-    log.info("read %s", rd.region)
+    log.info("read %s", path)
     return gdf.geometry.union_all()
 
 
 def describe_quantity(model: Any, tests: float, devices: float | None = None) -> str:
     """What the observation layers show: ``single speed test``, ``tile average of K speed
     tests`` (tests-aware models; ``tests+devices`` models add ``from M devices`` when
-    ``devices`` is given and differs from K) or ``observation (constant noise)``."""
+    ``devices`` is given and differs from K; models with a floor per urban/rural class add
+    ``, each cell's urban/rural noise floor``) or ``observation (constant noise)``."""
     if not getattr(model, "tests_aware", False):
         return "observation (constant noise)"
+    text = _describe_tests(model, tests, devices)
+    if getattr(model, "noise_urban", False):
+        text += ", each cell's urban/rural noise floor"
+    return text
+
+
+def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
     if getattr(model, "devices_aware", False) and devices is not None and devices != tests:
         return (
             f"tile average of {tests:g} speed tests from {devices:g} devices "
@@ -239,16 +278,20 @@ def predict_block(
     chunk_size: int,
     tests: float = 1.0,
     devices: float | None = None,
+    urban: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays.
 
     Observation variables are for the tile average of ``tests`` speed tests (tests-aware
     models; ``tests=1``: a single test) from ``devices`` devices (``tests+devices`` models;
-    ``None``: ``devices = tests``); ``std_f`` and ``latent_*`` are the latent f(x).
+    ``None``: ``devices = tests``), with each row's urban/rural noise floor (``urban``, (n,)
+    bool; models with ``noise_urban``, which then also get the variable ``urban``, 1/0);
+    ``std_f`` and ``latent_*`` are the latent f(x).
     """
     from pipelines.train import noise_kwargs
 
-    pred = model.predict(X, chunk_size=chunk_size, **noise_kwargs(model, tests, devices))
+    kw = noise_kwargs(model, tests, devices, urban=urban)
+    pred = model.predict(X, chunk_size=chunk_size, **kw)
     mean = np.asarray(pred.mean, dtype=np.float64)
     std = np.asarray(pred.std, dtype=np.float64)
     lower = mean - 1.96 * std
@@ -272,6 +315,8 @@ def predict_block(
     for t in thresholds:
         p_below = ndtr((spec.natural_to_log10(t) - mean) / std)
         out[spec.threshold_name(t)] = p_below if spec.higher_is_better else 1.0 - p_below
+    if "urban" in kw:
+        out["urban"] = np.asarray(urban, dtype=np.float64)
     return out
 
 
@@ -397,8 +442,15 @@ def _var_attrs(
         "latent_pi_upper": {"long_name": "95% credible interval of f(x), upper", "units": lg},
         "latent_pi_lower_natural": {"long_name": "95% CI of f(x), lower", "units": spec.unit},
         "latent_pi_upper_natural": {"long_name": "95% CI of f(x), upper", "units": spec.unit},
+        "urban": {
+            "long_name": "urban (1) or rural (0): the noise floor class of the cell centre",
+            "units": "1",
+            "quantity": "urban/rural class (RUN/urban_areas.geojson)",
+        },
     }
     for name, a in attrs.items():
+        if name == "urban":
+            continue
         if name in ("mean", "mean_natural"):
             a["quantity"] = "median (latent mean f(x); the same for every quantity)"
         elif name == "std_f" or name.startswith("latent_"):
@@ -637,6 +689,8 @@ def run_predict(
         )
 
     names = [*LOG_VARS, *NATURAL_VARS, *LATENT_VARS, *(spec.threshold_name(t) for t in thr)]
+    urban_geom = read_urban(rd, target=target) if getattr(model, "noise_urban", False) else None
+    names += ["urban"] if urban_geom is not None else []
     quantity = describe_quantity(model, tests, devices)
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
@@ -694,8 +748,13 @@ def run_predict(
 
         def evaluate(lon: np.ndarray, lat: np.ndarray, q: str | None = q) -> dict[str, np.ndarray]:
             X = model_inputs(scaled(lon, lat), md, quarter=q)
+            urban = None
+            if urban_geom is not None:
+                import shapely
+
+                urban = np.asarray(shapely.intersects_xy(urban_geom, lon, lat), dtype=bool)
             return predict_block(
-                model, spec, X, thr, chunk_size=chunk, tests=tests, devices=devices
+                model, spec, X, thr, chunk_size=chunk, tests=tests, devices=devices, urban=urban
             )
 
         log.info("predicting %s for %s", target, label)

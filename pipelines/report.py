@@ -21,7 +21,8 @@ training quarters (:func:`pipelines.rundir.model_inputs`); a pooled model ignore
 A tests-aware model scores each test tile as the average of its own ``tests`` speed tests
 (``std² = std_f² + s2_floor + s2_meas / tests``), a ``tests+devices`` model with its own
 ``tests`` and ``devices`` too (``+ s2_dev / devices``; ``predictions.parquet`` then gains a
-``devices`` column); a constant-noise model ignores ``tests``.
+``devices`` column); a model with a noise floor per urban/rural class uses each tile's
+``urban`` flag; a constant-noise model ignores ``tests``.
 - ``summary.json``: target, units, training mean/sd, the constant-mean baseline's metrics, the
   reliability curves, the service-coverage table, model and run paths, created.
 - ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`), with
@@ -163,12 +164,14 @@ def _predict(
     chunk: int,
     tests: np.ndarray | None = None,
     devices: np.ndarray | None = None,
+    urban: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test),
-    ``tests+devices`` models ``devices`` too (None: ``devices = tests``)."""
+    ``tests+devices`` models ``devices`` too (None: ``devices = tests``), models with a noise
+    floor per urban/rural class each row's ``urban``."""
     from pipelines.train import noise_kwargs
 
-    pred = model.predict(X, chunk_size=chunk, **noise_kwargs(model, tests, devices))
+    pred = model.predict(X, chunk_size=chunk, **noise_kwargs(model, tests, devices, urban=urban))
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
 
 
@@ -400,8 +403,8 @@ def service_coverage(
                 for c in ("x1", "x2")
             ]
         )
-        mean, std = _predict(model, model_inputs(X2, md, quarter=quarter), chunk)
         u = urban[start : start + step]
+        mean, std = _predict(model, model_inputs(X2, md, quarter=quarter), chunk, urban=u)
         for j, t in enumerate(thresholds):
             served = _served_prob(spec, mean, std, t) >= SERVED_PROB
             counts[j] += (int(served.sum()), int(served[u].sum()), int(served[~u].sum()))
@@ -491,6 +494,7 @@ def write_test_predictions(
                 read_columns=["quarter"] if time_aware else [],
                 tests_column="tests" if has_tests else None,
                 devices_column="devices" if has_devices else None,
+                urban_column="urban",
             )
             writer = None
             try:
@@ -562,7 +566,7 @@ def heldout_sd_map(
     """
     from geodbk.streaming import iter_parquet_batches
 
-    cols = ["x1", "x2", "lon", "lat", spec.log_column]
+    cols = ["x1", "x2", "lon", "lat", "urban", spec.log_column]
     cols += ["quarter"] if time_scaling_of(metadata) is not None else []
     cols += ["tests"] if has_tests else []
     cols += ["devices"] if has_devices else []
@@ -573,7 +577,8 @@ def heldout_sd_map(
     ):
         tests = counts_or_one(c["tests"]) if has_tests else None
         devices = counts_or_one(c["devices"]) if has_devices else None
-        mean, std = _predict(model, inputs(c), chunk, tests, devices)
+        urban = np.asarray(c["urban"], dtype=bool)
+        mean, std = _predict(model, inputs(c), chunk, tests, devices, urban)
         y = np.asarray(c[spec.log_column], dtype=np.float64)
         binner.add(
             np.asarray(c["lon"], dtype=np.float64),

@@ -54,8 +54,11 @@ The config file is YAML with any of the keys: expansion, objective, rank, hidden
 batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size, noise,
 noise_power, noise_init, time.
 --noise tests+devices (config `noise: tests+devices`): s2_i = s2_floor + s2_meas/tests_i +
-s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1); not with
---streaming or --distributed. The default stays `auto` (= tests when the table has `tests`).
+s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1).
+--noise tests+urban / tests+devices+urban: the floor s2_floor is learned per urban/rural class
+(the `urban` column; needs urban and rural training tiles, i.e. an urban layer at ingest).
+Neither with --streaming or --distributed. The default `auto` is tests+devices when the table
+has both columns and training is in memory, else tests (or constant without `tests`).
 --time (config `time: true`): inputs [x1, x2, t], t = the quarter scaled to [-1, 1] over the
 train split's quarters (needs at least 2 of them); then `geodbk predict --quarter/--trend`.
 Flags override the file; the file overrides the defaults (the seed's Ookla settings).
@@ -81,11 +84,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--noise",
-        choices=["tests", "tests+devices", "constant"],
+        choices=["tests", "tests+devices", "tests+urban", "tests+devices+urban", "constant"],
         default=None,
-        help="observation noise: per tile s2_floor + s2_meas/tests (default when the tiles have "
-        "a `tests` column), tests+devices (adds s2_dev/devices from the `devices` column; not "
-        "with --streaming or --distributed) or one constant s2",
+        help="observation noise: per tile s2_floor + s2_meas/tests, tests+devices (adds "
+        "s2_dev/devices from the `devices` column), +urban (s2_floor per urban/rural class; "
+        "devices and urban not with --streaming or --distributed) or one constant s2; default: "
+        "tests+devices when the tiles have `tests` and `devices` (tests out of core)",
     )
     p.add_argument(
         "--time",
@@ -152,6 +156,7 @@ def resolve_noise(
     *,
     source: Path | str = "tiles.parquet",
     devices_supported: bool = True,
+    urban_classes: int = 0,
 ) -> TrainConfig:
     """Resolve ``noise: auto`` from the tile table's columns.
 
@@ -159,11 +164,13 @@ def resolve_noise(
     ``devices_supported`` (in-memory training; ``--streaming`` and ``--distributed`` pass
     ``False`` and get ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
     devices term is the default because validation NLL favoured it on every Hawaii target
-    (docs/benchmarks/noise.md §14-15). ``noise: tests+devices`` needs both columns (``source``:
-    the table, for the message). ``noise_init: 0`` becomes the noise model's default
-    (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
+    (docs/benchmarks/noise.md §14-15); the floor per urban/rural class (``+urban``) is not,
+    because cross-validated NLL did not change with it (§16). An explicit noise needs its
+    columns (``source``: the table, for the message) and ``+urban`` needs ``urban_classes ==
+    2`` (urban and rural tiles in the train split). ``noise_init: 0`` becomes the noise
+    model's default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
     """
-    from pipelines.config import NOISE_INIT
+    from pipelines.config import NOISE_INIT, URBAN_SUFFIX
 
     if cfg.noise == "auto":
         if "tests" not in columns:
@@ -172,8 +179,14 @@ def resolve_noise(
             cfg = cfg.replace(noise="tests+devices")
         else:
             cfg = cfg.replace(noise="tests")
-    needed = {"tests": ["tests"], "tests+devices": ["tests", "devices"]}.get(cfg.noise, [])
-    for col in needed:
+    if cfg.noise.endswith(URBAN_SUFFIX) and urban_classes != 2:
+        raise DataError(
+            f"--noise {cfg.noise} learns a noise floor per urban/rural class, but the train "
+            f"split of {source} does not hold both urban and rural tiles; re-ingest with an "
+            f"urban layer (--urban-areas, --tracts with --rural-tracts, or --counties with "
+            f"--rucc) or train with --noise {cfg.noise.removesuffix(URBAN_SUFFIX)}"
+        )
+    for col in [c for c in noise_columns(cfg.noise) if c != "urban"]:
         if col not in columns:
             raise DataError(
                 f"--noise {cfg.noise} needs a `{col}` column in {source}; re-ingest Ookla tiles "
@@ -226,10 +239,11 @@ def time_axis(quarter: Any, split: Any, *, source: Path) -> tuple[TimeScaling, l
 
 
 def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np.ndarray]:
-    """``{"train"|"val"|"test": counts (n,)}`` of ``column`` (``tests``, or ``devices``)
-    aligned with :func:`split_arrays` (same rows).
+    """``{"train"|"val"|"test": values (n,)}`` of ``column`` aligned with :func:`split_arrays`
+    (same rows).
 
-    Missing counts and counts below 1 are set to 1.
+    ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
+    is returned as bool.
     """
     spec = target_spec(target)
     out: dict[str, np.ndarray] = {}
@@ -238,21 +252,39 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
         X = part[["x1", "x2"]].to_numpy(dtype=np.float64)
         y = part[spec.log_column].to_numpy(dtype=np.float64)
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
-        out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
+        if column == "urban":
+            out[name] = part[column].to_numpy(dtype=bool)[ok]
+        else:
+            out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
     return out
+
+
+def noise_columns(noise: str) -> list[str]:
+    """Table columns a noise model reads: ``[]`` (constant), ``["tests"]``, plus ``"devices"``
+    (``tests+devices``) and ``"urban"`` (``+urban``: the floor per urban/rural class)."""
+    if noise == "constant":
+        return []
+    return ["tests"] + [c for c in ("devices", "urban") if c in noise]
 
 
 def noise_covariates(gdf: Any, target: str, noise: str) -> dict[str, np.ndarray]:
     """The ``fit`` keywords of the noise covariates for ``noise`` (train and val rows).
 
-    ``{}`` (constant), ``{"tests", "tests_val"}`` (``tests``) or those plus ``{"devices",
-    "devices_val"}`` (``tests+devices``), each from :func:`split_tests`.
+    ``{}`` (constant), ``{"tests", "tests_val"}`` (``tests``), plus ``{"devices",
+    "devices_val"}`` (``tests+devices``) and ``{"urban", "urban_val"}`` (``+urban``), each
+    from :func:`split_tests`.
     """
     out: dict[str, np.ndarray] = {}
-    for column in {"tests": ["tests"], "tests+devices": ["tests", "devices"]}.get(noise, []):
+    for column in noise_columns(noise):
         parts = split_tests(gdf, target, column=column)
         out.update({column: parts["train"], f"{column}_val": parts["val"]})
     return out
+
+
+def urban_classes(urban: Any, split: Any) -> int:
+    """Number of urban/rural classes (0, 1 or 2) among the ``train`` rows."""
+    train = np.asarray(split, dtype=object).astype(str) == "train"
+    return int(np.unique(np.asarray(urban, dtype=bool)[train]).size)
 
 
 def split_arrays(
@@ -361,8 +393,9 @@ def run_train(
         its shard of the train split; only rank 0 writes checkpoints and the bundle.
     noise
         ``tests``, ``tests+devices`` (reads the ``devices`` column too; missing or < 1 counts
-        as 1) or ``constant`` (flag override of the config's ``noise``; ``auto``, the default,
-        is ``tests`` when the tiles have a ``tests`` column).
+        as 1), ``tests+urban`` / ``tests+devices+urban`` (a floor per urban/rural class, from
+        the ``urban`` column) or ``constant`` (flag override of the config's ``noise``;
+        ``auto``, the default, is resolved by :func:`resolve_noise`).
     time
         Flag override of the config's ``time``: a time-aware model with inputs ``[x1, x2, t]``
         (``t``: the quarter scaled over the train split's quarter range; see :func:`time_axis`).
@@ -390,9 +423,9 @@ def run_train(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
             "only each rank's row groups; drop one of the two flags"
         )
-    if distributed and cfg.noise == "tests+devices":
+    if distributed and cfg.noise.startswith("tests+"):
         raise DataError(
-            "--noise tests+devices is not supported with --distributed yet; train in one "
+            f"--noise {cfg.noise} is not supported with --distributed yet; train in one "
             "process (drop --distributed) or use --noise tests"
         )
     shards = None
@@ -430,7 +463,8 @@ def run_train(
             time_scaling, quarters = time_axis(gdf["quarter"], gdf["split"], source=rd.tiles)
         parts = split_arrays(gdf, target, source=rd.tiles, time_scaling=time_scaling)
         (X, y), (Xv, yv) = parts["train"], parts["val"]
-        cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles)
+        classes = urban_classes(gdf["urban"], gdf["split"])
+        cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles, urban_classes=classes)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
@@ -521,7 +555,12 @@ def run_train(
         metadata["quarters"] = quarters
         tv = noise_kw.get("tests_val") if stream is None else stream["tests_val"]
         metadata["time_extrapolation"] = choose_time_extrapolation(
-            model, Xv, yv, tests_val=tv, devices_val=noise_kw.get("devices_val")
+            model,
+            Xv,
+            yv,
+            tests_val=tv,
+            devices_val=noise_kw.get("devices_val"),
+            urban_val=noise_kw.get("urban_val"),
         )
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
     model.save(model_dir, metadata=metadata)
@@ -544,6 +583,7 @@ def choose_time_extrapolation(
     *,
     tests_val: np.ndarray | None = None,
     devices_val: np.ndarray | None = None,
+    urban_val: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Pick what a time-aware model does outside its training quarters, by validation NLL.
 
@@ -559,7 +599,7 @@ def choose_time_extrapolation(
     outside = int((np.abs(X_val[:, 2]) > 1.0).sum()) if len(y_val) else 0
     if outside == 0:
         return {"policy": "hold", "val_nll": None, "val_rows_outside": 0}
-    kw = noise_kwargs(model, tests_val, devices_val)
+    kw = noise_kwargs(model, tests_val, devices_val, urban=urban_val)
     scores: dict[str, float] = {}
     for policy in ("hold", "trend"):
         X = X_val.copy()
@@ -571,18 +611,23 @@ def choose_time_extrapolation(
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
 
 
-def noise_kwargs(model: Any, tests: Any, devices: Any = None) -> dict[str, Any]:
+def noise_kwargs(
+    model: Any, tests: Any, devices: Any = None, *, urban: Any = None
+) -> dict[str, Any]:
     """``predict`` keywords of the rows' noise covariates that ``model`` uses.
 
     ``{}`` for a constant-noise model (or ``tests=None``), ``{"tests"}`` for a tests-aware
     one, plus ``{"devices"}`` for ``noise="tests+devices"`` when ``devices`` is given (else
-    the model takes ``devices = tests``).
+    the model takes ``devices = tests``) and ``{"urban"}`` for a model with a floor per
+    urban/rural class (``noise_urban``; it needs it).
     """
     kw: dict[str, Any] = {}
     if tests is not None and getattr(model, "tests_aware", False):
         kw["tests"] = tests
         if devices is not None and getattr(model, "devices_aware", False):
             kw["devices"] = devices
+    if urban is not None and getattr(model, "noise_urban", False):
+        kw["urban"] = urban
     return kw
 
 

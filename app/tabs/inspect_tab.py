@@ -35,8 +35,11 @@ def _on_click() -> None:
         st.session_state[SOURCE_KEY] = CLICKED
 
 
-def urban_label(ctx: RunContext, lon: float, lat: float, tiles: pd.DataFrame | None) -> str:
-    """'urban' or 'rural' from the urban-area polygons, else from the nearest tile's label."""
+def point_class(
+    ctx: RunContext, lon: float, lat: float, tiles: pd.DataFrame | None
+) -> tuple[bool | None, str]:
+    """``(is_urban, label)`` of a point: inside an urban-area polygon, else the nearest tile's
+    label; ``(None, "unknown")`` without either."""
     try:
         urban = ctx.urban_areas()
     except LoadError:
@@ -49,14 +52,13 @@ def urban_label(ctx: RunContext, lon: float, lat: float, tiles: pd.DataFrame | N
         for feat in urban["features"]:
             geom = feat.get("geometry")
             if geom and shape(geom).covers(pt):
-                return "urban (inside an urban area)"
-        return "rural (outside every urban area)"
+                return True, "urban (inside an urban area)"
+        return False, "rural (outside every urban area)"
     if tiles is not None and not tiles.empty:
         near = nearest_tiles(tiles, lon, lat, k=1)
-        return (
-            "urban" if bool(near["urban"].iloc[0]) else "rural"
-        ) + " (label of the nearest tile)"
-    return "unknown"
+        is_urban = bool(near["urban"].iloc[0])
+        return is_urban, ("urban" if is_urban else "rural") + " (label of the nearest tile)"
+    return None, "unknown"
 
 
 def _choose_point(ctx: RunContext, presets: list[RefPoint]) -> tuple[float, float] | None:
@@ -105,7 +107,10 @@ def render(ctx: RunContext) -> None:
         lon, lat = point
         when = f" in {quarter}" if quarter else ""
         st.subheader(f"{t.capitalize()} at {lon:.4f}, {lat:.4f}{when}")
-        summary, how = _predict(ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter)
+        is_urban, area = point_class(ctx, lon, lat, tiles)
+        summary, how = _predict(
+            ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter, urban=is_urban
+        )
         if summary is None:
             st.warning("No prediction available at this point (outside the grid and no model).")
         else:
@@ -127,7 +132,7 @@ def render(ctx: RunContext) -> None:
             )
             st.altair_chart(_density_chart(summary, unit), width="stretch")
         region_note = _region_note(ctx, lon, lat)
-        st.markdown(f"**Area:** {urban_label(ctx, lon, lat, tiles)}{region_note}")
+        st.markdown(f"**Area:** {area}{region_note}")
         if tiles is not None and f"value_{t}" in tiles.columns:
             near = nearest_tiles(tiles, lon, lat, k=6)
             table = pd.DataFrame(
@@ -188,14 +193,18 @@ def _predict(
     t_in: float | None = None,
     grid_path: Path | None = None,
     quarter: str | None = None,
+    urban: bool | None = None,
 ) -> tuple[PointSummary | None, str]:
     """Evaluate the model at the point, inputs ``[x1, x2]`` or ``[x1, x2, t]`` for a
-    time-aware model at the chosen quarter (falls back to the grid cell when no model loads)."""
+    time-aware model at the chosen quarter, a single speed test (a model with a noise floor
+    per urban/rural class: that of the point's class ``urban``); falls back to the grid cell
+    when no model loads."""
     if ctx.files.has_model:
         try:
             model = ctx.model()
             X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
-            pred: Any = model.predict(with_time(X, t_in))
+            kw = {"urban": urban} if getattr(model, "noise_urban", False) else {}
+            pred: Any = model.predict(with_time(X, t_in), **kw)
             m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
             s = float(np.asarray(pred.std)[0])
             how = "Model evaluated at this exact point"

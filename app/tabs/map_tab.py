@@ -224,7 +224,8 @@ def _quantity_controls(kind: str) -> tuple[str, float]:
         key="quantity",
         help="A single speed test at a location (widest), the average of K tests in a tile "
         "(the noise shrinks as s2_floor + s2_meas / K, plus s2_dev / K for a tests+devices "
-        "model, taking the K tests from K devices), or the latent mean speed f(x) "
+        "model, taking the K tests from K devices; a model with a noise floor per "
+        "urban/rural class uses each cell's own floor), or the latent mean speed f(x) "
         "(no test noise). The median is the same for all three.",
     )
     tests = 1.0

@@ -18,10 +18,12 @@ REGION = shapely.Polygon([(-158.3, 21.2), (-157.6, 21.2), (-157.7, 21.75), (-158
 
 
 def make_run(path: Path, *, n: int = 600, seed: int = 0) -> Path:
-    """Write ``tiles.parquet`` and ``region.geojson`` of a synthetic region into ``path``.
+    """Write ``tiles.parquet``, ``region.geojson`` and ``urban_areas.geojson`` of a synthetic
+    region into ``path``.
 
-    Tiles are random points in :data:`REGION` (one quarter), urban near the south-east
-    corner, with smooth log10 download/upload/latency fields and heteroscedastic noise.
+    Tiles are random points in :data:`REGION` (one quarter), urban where ``x1 + x2 > 0.4``
+    (the north-east of the region: :func:`urban_polygon`), with smooth log10
+    download/upload/latency fields and heteroscedastic noise.
     """
     rng = np.random.default_rng(seed)
     lon_min, lat_min, lon_max, lat_max = REGION.bounds
@@ -60,7 +62,24 @@ def make_run(path: Path, *, n: int = 600, seed: int = 0) -> Path:
     gpd.GeoDataFrame({"name": ["test"]}, geometry=[REGION], crs="EPSG:4326").to_file(
         path / "region.geojson", driver="GeoJSON"
     )
+    gpd.GeoDataFrame({"name": ["town"]}, geometry=[urban_polygon()], crs="EPSG:4326").to_file(
+        path / "urban_areas.geojson", driver="GeoJSON"
+    )
     return path
+
+
+def urban_polygon() -> shapely.Polygon:
+    """The urban part of :data:`REGION`'s bounding box, ``x1 + x2 > 0.4`` in scaled
+    coordinates (``x = 2 (lon - min) / width - 1``), as a lon/lat polygon."""
+    lon_min, lat_min, lon_max, lat_max = REGION.bounds
+
+    def lonlat(x1: float, x2: float) -> tuple[float, float]:
+        return (
+            lon_min + (x1 + 1) / 2 * (lon_max - lon_min),
+            lat_min + (x2 + 1) / 2 * (lat_max - lat_min),
+        )
+
+    return shapely.Polygon([lonlat(1.0, -0.6), lonlat(1.0, 1.0), lonlat(-0.6, 1.0)])
 
 
 @contextmanager
@@ -90,13 +109,17 @@ def killed_after_checkpoints(monkeypatch: pytest.MonkeyPatch, n: int) -> Iterato
         monkeypatch.setattr(geodbk.training, "_save_checkpoint", real_save)
 
 
-def grid_noise_s2(attrs: Any, tests: float, devices: float | None = None) -> float:
+def grid_noise_s2(
+    attrs: Any, tests: float, devices: float | None = None, *, urban: Any = False
+) -> Any:
     """The observation-noise variance a grid's attributes describe, computed independently of
     the code under test: ``s2_floor + s2_meas / tests^p`` (+ ``s2_dev / devices^q`` for a
-    ``tests+devices`` model, devices = tests unless given)."""
-    s2 = float(attrs["noise_s2_floor"]) + float(attrs["noise_s2_meas"]) / tests ** float(
-        attrs.get("noise_power", 1.0)
-    )
+    ``tests+devices`` model, devices = tests unless given); a model with a floor per
+    urban/rural class uses ``s2_floor_urban`` where ``urban`` (bool or bool array) is true."""
+    floor = float(attrs["noise_s2_floor"])
+    if "noise_s2_floor_urban" in attrs:
+        floor = np.where(urban, float(attrs["noise_s2_floor_urban"]), floor)
+    s2 = floor + float(attrs["noise_s2_meas"]) / tests ** float(attrs.get("noise_power", 1.0))
     if attrs["noise_model"] == "tests+devices":
         k = tests if devices is None else devices
         s2 += float(attrs["noise_s2_dev"]) / k ** float(attrs.get("noise_power_devices", 1.0))
