@@ -12,7 +12,8 @@ Variants (tests-aware ``DBKRegressor``, r = 256, h = 64, batch 512, 150 epochs, 
 unless changed): ``pooled`` (inputs [x1, x2], s2_i = s2_floor + s2_meas / tests_i, the
 ``geodbk train`` default), ``time`` (inputs [x1, x2, t] as ``--time``), ``time-power`` (``time``
 plus a learned power, s2_meas / tests_i^p), and ``pooled-devices`` / ``time-power-devices`` (the
-``tests+devices`` noise, ``+ s2_dev / devices_i^q``). Each (variant, fold) is one process, so the folds can
+``tests+devices`` noise, ``+ s2_dev / devices_i^q``), and ``pooled-devices-urban`` /
+``time-power-devices-urban`` (those with a noise floor per urban/rural class, ``noise_urban``). Each (variant, fold) is one process, so the folds can
 run in parallel (set ``OMP_NUM_THREADS=1`` for each)::
 
     for k in $(seq 0 9); do OMP_NUM_THREADS=1 python benchmarks/bench_noise_cv.py fold \\
@@ -41,8 +42,15 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "time-power": {"time": True, "noise_power": True, "devices": False},
     "pooled-devices": {"time": False, "noise_power": False, "devices": True},
     "time-power-devices": {"time": True, "noise_power": True, "devices": True},
+    "pooled-devices-urban": {"time": False, "noise_power": False, "devices": True, "urban": True},
+    "time-power-devices-urban": {
+        "time": True,
+        "noise_power": True,
+        "devices": True,
+        "urban": True,
+    },
 }
-COLUMNS = ["x1", "x2", "quarter", "tests", "devices", "urban"]
+COLUMNS = ["quadkey", "x1", "x2", "quarter", "tests", "devices", "urban"]
 
 
 def load_rows(run: Path, target: str) -> pd.DataFrame:
@@ -85,6 +93,7 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
         noise="tests+devices" if opts["devices"] else "tests",
         noise_init=0.5,
         noise_power=opts["noise_power"],
+        noise_urban=opts.get("urban", False),
         device=args.device,
         seed=args.seed,
     )
@@ -94,6 +103,10 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     if opts["devices"]:
         fit_kw |= {"devices": devices[train], "devices_val": devices[val]}
         predict_kw["devices"] = devices[test]
+    if opts.get("urban", False):
+        urban = rows["urban"].to_numpy(dtype=bool)
+        fit_kw |= {"urban": urban[train], "urban_val": urban[val]}
+        predict_kw["urban"] = urban[test]
     model.fit(X[train], y[train], X[val], y[val], **fit_kw)
     pred = model.predict(X[test], **predict_kw)
     out = Path(args.out)
@@ -109,6 +122,29 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
         seconds=time.perf_counter() - t0,
     )
     return {"variant": args.variant, "fold": args.fold, "val_nll": val_nll}
+
+
+def coverage_intervals(
+    y: np.ndarray, mean: np.ndarray, sd: np.ndarray, urban: np.ndarray, tests: np.ndarray,
+    tile: np.ndarray,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per tests bucket and urban/rural cell: ``{"tiles", "ci"}`` (distinct tiles and the
+    tile-clustered 95% interval of the coverage, :func:`clustered_coverage_interval`)."""
+    from pipelines.scoring import bucket_masks, clustered_coverage_interval
+
+    hit = np.abs(y - mean) <= 1.96 * sd
+    out: dict[str, dict[str, Any]] = {}
+    for bucket, mask in bucket_masks(tests).items():
+        out[bucket] = {}
+        for name, cls in (("urban", urban), ("rural", ~urban)):
+            m = mask & cls
+            if m.sum() == 0:
+                continue
+            out[bucket][name] = {
+                "tiles": int(np.unique(tile[m]).size),
+                "ci": clustered_coverage_interval(hit[m], tile[m]),
+            }
+    return out
 
 
 def pool(args: argparse.Namespace) -> dict[str, Any]:
@@ -139,16 +175,25 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
         "folds_scored": done,
         "rows_scored": int(have.sum()),
         "val_nll_mean": float(np.mean(val_nll)) if val_nll else None,
+        "val_nll_folds": val_nll,
         "scores": urban_rural_scores(y, mean[have], sd, urban, sd_train=float(np.std(y))),
         "by_tests": by_tests_scores(y, mean[have], sd, urban, tests),
+        "coverage_intervals": coverage_intervals(
+            y, mean[have], sd, urban, tests, rows["quadkey"].to_numpy()[have]
+        ),
     }
     report = clean_json(report)
     (Path(args.out) / f"{args.variant}.json").write_text(json.dumps(report, indent=1))
     for bucket, s in report["by_tests"].items():
+        ci = report["coverage_intervals"][bucket]
+        cells = ", ".join(
+            f"{c} {100 * s[c]['coverage']:.1f}% n {s[c]['n']} tiles {ci[c]['tiles']} "
+            f"[{100 * ci[c]['ci'][0]:.1f}, {100 * ci[c]['ci'][1]:.1f}]"
+            for c in ("urban", "rural")
+            if c in ci
+        )
         print(
-            f"{args.variant} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% "
-            f"(urban {100 * s['urban']['coverage']:.1f}% n {s['urban']['n']}, "
-            f"rural {100 * s['rural']['coverage']:.1f}% n {s['rural']['n']})"
+            f"{args.variant} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% ({cells})"
         )
     return report
 

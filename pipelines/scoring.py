@@ -6,7 +6,8 @@ with |y-mu| ≤ 1.96 sd; mean 95% PI width = 3.92 sd. Each group is scored on th
 standardised scale (keys with ``_std``: y, mu and sd divided by the training sd, so
 ``nll_std = nll − ln sd_train``; coverage is scale-free). :func:`by_tests_scores` and
 :func:`by_quarter_scores` score subsets of the rows (buckets of speed tests per tile, quarters)
-with the same functions (:func:`grouped_scores`).
+with the same functions (:func:`grouped_scores`). :func:`clustered_coverage_interval` gives a
+coverage rate's 95% interval by a bootstrap over tiles.
 """
 
 from __future__ import annotations
@@ -178,3 +179,24 @@ def by_quarter_scores(
     keyed and ordered by quarter (``2023Q1`` before ``2023Q2``).
     """
     return grouped_scores(y, mu, sd, urban, quarter_masks(quarters, codes=codes))
+
+
+def clustered_coverage_interval(
+    hit: np.ndarray, tile: np.ndarray, *, reps: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """95% interval of a coverage rate by a bootstrap over tiles (clusters), not rows.
+
+    A tile appears once per quarter, and its quarters' misses are correlated (a tile whose
+    speed the smooth field cannot follow misses in many quarters), so the binomial sd over rows
+    understates the uncertainty. Each replicate draws the distinct tiles with replacement
+    (multinomial counts ``c_t``) and takes ``sum_t c_t hits_t / sum_t c_t rows_t``; returns the
+    2.5% and 97.5% quantiles.
+    """
+    _, inverse = np.unique(tile, return_inverse=True)
+    hits = np.bincount(inverse, weights=hit.astype(np.float64))
+    rows = np.bincount(inverse).astype(np.float64)
+    k = rows.size
+    counts = np.random.default_rng(seed).multinomial(k, np.full(k, 1.0 / k), size=reps)
+    rates = (counts @ hits) / np.maximum(counts @ rows, 1.0)
+    lo, hi = np.quantile(rates, [0.025, 0.975])
+    return float(lo), float(hi)
