@@ -74,6 +74,12 @@ def test_train_predict_report_export_with_urban_floor(tmp_path: Path) -> None:
     got = maps.noise_variance(grid, 3.0)
     want = model.noise_variance(3.0, n=int(inside.sum()), urban=expect[inside])
     np.testing.assert_allclose(np.asarray(got)[inside], want, rtol=1e-4)
+    # through the dashboard's loader: the K = 4 layer is the stored (K = 4) sd, cell by cell
+    path = run / "grids" / "download.nc"
+    loaded = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    four = maps.layer_values(loaded, maps.LayerSpec("std", quantity="average", tests=4))
+    keep = loaded.in_region
+    np.testing.assert_allclose(four[keep], loaded.arrays["std"][keep], rtol=1e-3)
 
     assert cli.main(["report", *base]) == 0
     out = run / "report" / "download"
