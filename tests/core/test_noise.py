@@ -12,7 +12,7 @@ import torch
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.likelihoods import GaussianNoise, TestsNoise
-from geodbk.objectives import exact_marginal_log_likelihood
+from geodbk.objectives import exact_marginal_log_likelihood, gaussian_kl_standard
 from geodbk.posterior import exact_weight_posterior
 
 
@@ -35,6 +35,17 @@ def test_tests_noise_formula_and_power() -> None:
     # the constant noise ignores tests
     const = GaussianNoise(init=0.2)
     assert float(const.variance(tests)) == pytest.approx(0.2, rel=1e-6)
+
+
+def _dppgp_reference(model, x, y, s2, *, alpha, beta, n):
+    """dPPGP loss written out from the model's outputs and a per-point ``s2`` (float64):
+    mean NLL of N(y; mean, var_f + s2) + alpha * mean((max phi² - phi²) / (2 s2)) + beta/n KL."""
+    out = model(x)
+    var = out.var_f + s2
+    nll = (0.5 * torch.log(2 * math.pi * var) + (y - out.mean) ** 2 / (2 * var)).mean()
+    trace = ((out.phi_sq.max() - out.phi_sq) / (2 * s2)).mean()
+    kl = gaussian_kl_standard(model.q.mean, model.q.scale_tril())
+    return nll + alpha * trace + beta / n * kl
 
 
 def _dense_reference(phi, y, s2, c):
