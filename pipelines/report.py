@@ -787,10 +787,13 @@ def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
     doc.heading("By number of speed tests per tile")
     if isinstance(noise, dict) and noise.get("noise") in ("tests", "tests+devices"):
         devices = noise["noise"] == "tests+devices"
+        floor = f"{noise['s2_floor']:.4f}"
+        if "s2_floor_urban" in noise:
+            floor = f"({noise['s2_floor_urban']:.4f} urban | {noise['s2_floor']:.4f} rural)"
         doc.para(
             "Tests-aware noise: each test tile is predicted as the average of its own number "
             f"of tests{' from its own number of devices' if devices else ''}, "
-            f"s2 = {noise['s2_floor']:.4f} + {noise['s2_meas']:.4f} / tests^{noise['power']:.2f}"
+            f"s2 = {floor} + {noise['s2_meas']:.4f} / tests^{noise['power']:.2f}"
             + (
                 f" + {noise['s2_dev']:.4f} / devices^{noise['power_devices']:.2f}"
                 if devices

@@ -97,6 +97,7 @@ def test_train_predict_report_export_with_urban_floor(tmp_path: Path) -> None:
     np.testing.assert_allclose(merged["std"], pred.std, rtol=1e-5)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["urban"]["n"] > 0 and metrics["rural"]["n"] > 0
+    assert f"({floor_urban:.4f} urban | {floor:.4f} rural) + " in (out / "report.md").read_text()
 
     assert cli.main(["export", *base]) == 0
     sidecar = json.loads(next((run / "exports").glob("download*.json")).read_text())
