@@ -12,8 +12,9 @@ Variants (tests-aware ``DBKRegressor``, r = 256, h = 64, batch 512, 150 epochs, 
 unless changed): ``pooled`` (inputs [x1, x2], s2_i = s2_floor + s2_meas / tests_i, the
 ``geodbk train`` default), ``time`` (inputs [x1, x2, t] as ``--time``), ``time-power`` (``time``
 plus a learned power, s2_meas / tests_i^p), and ``pooled-devices`` / ``time-power-devices`` (the
-``tests+devices`` noise, ``+ s2_dev / devices_i^q``), and ``pooled-devices-urban`` /
-``time-power-devices-urban`` (those with a noise floor per urban/rural class, ``noise_urban``). Each (variant, fold) is one process, so the folds can
+``tests+devices`` noise, ``+ s2_dev / devices_i^q``), ``time-devices`` (p = q = 1), and
+``pooled-devices-urban`` / ``time-devices-urban`` / ``time-power-devices-urban`` (those with a
+noise floor per urban/rural class, ``noise_urban``). Each (variant, fold) is one process, so the folds can
 run in parallel (set ``OMP_NUM_THREADS=1`` for each)::
 
     for k in $(seq 0 9); do OMP_NUM_THREADS=1 python benchmarks/bench_noise_cv.py fold \\
@@ -42,7 +43,9 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "time-power": {"time": True, "noise_power": True, "devices": False},
     "pooled-devices": {"time": False, "noise_power": False, "devices": True},
     "time-power-devices": {"time": True, "noise_power": True, "devices": True},
+    "time-devices": {"time": True, "noise_power": False, "devices": True},
     "pooled-devices-urban": {"time": False, "noise_power": False, "devices": True, "urban": True},
+    "time-devices-urban": {"time": True, "noise_power": False, "devices": True, "urban": True},
     "time-power-devices-urban": {
         "time": True,
         "noise_power": True,
