@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -15,7 +15,14 @@ from geodbk.posterior import FoldedWeights
 if TYPE_CHECKING:
     from geodbk.model import DBKModel
 
-__all__ = ["Z95", "Prediction", "change_moments", "latent_change", "predict_in_chunks"]
+__all__ = [
+    "Z95",
+    "Prediction",
+    "change_moments",
+    "latent_change",
+    "noise_kwargs",
+    "predict_in_chunks",
+]
 
 #: Two-sided 95% standard-normal quantile, Φ^{-1}(0.975).
 Z95 = float(norm.ppf(0.975))
@@ -183,3 +190,23 @@ def latent_change(
         d2 = (((g_b - g_a) * torch.exp(-basis.log_lengthscale)) ** 2).sum(-1)
         prior = 2.0 * basis.outputscale() * (-torch.expm1(-0.5 * d2))
     return change_moments(u_a, u_b, folded, prior_diff_var=prior)
+
+
+def noise_kwargs(
+    model: Any, tests: Any, devices: Any = None, *, urban: Any = None
+) -> dict[str, Any]:
+    """``predict`` keywords of the rows' noise covariates that ``model`` uses.
+
+    ``{}`` for a constant-noise model (or ``tests=None``), ``{"tests"}`` for a tests-aware
+    one, plus ``{"devices"}`` for ``noise="tests+devices"`` when ``devices`` is given (else
+    the model takes ``devices = tests``) and ``{"urban"}`` for a model with a floor per
+    urban/rural class (``noise_urban``; it needs it).
+    """
+    kw: dict[str, Any] = {}
+    if tests is not None and getattr(model, "tests_aware", False):
+        kw["tests"] = tests
+        if devices is not None and getattr(model, "devices_aware", False):
+            kw["devices"] = devices
+    if urban is not None and getattr(model, "noise_urban", False):
+        kw["urban"] = urban
+    return kw

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from geodbk.predictive import noise_kwargs
 from geodbk.validation import counts_or_one
 
 __all__ = [
@@ -166,13 +167,12 @@ def predict_table(
             std = np.full(len(X), np.nan)
             std_f = np.full(len(X), np.nan)
             if ok.any():
-                kw: dict[str, Any] = {}
-                if tests_column and getattr(model, "tests_aware", False):
-                    kw["tests"] = counts_or_one(cols[tests_column])[ok]
-                    if devices_column and getattr(model, "devices_aware", False):
-                        kw["devices"] = counts_or_one(cols[devices_column])[ok]
-                if urban_column and getattr(model, "noise_urban", False):
-                    kw["urban"] = np.asarray(cols[urban_column], dtype=bool)[ok]
+                kw = noise_kwargs(
+                    model,
+                    counts_or_one(cols[tests_column])[ok] if tests_column else None,
+                    counts_or_one(cols[devices_column])[ok] if devices_column else None,
+                    urban=np.asarray(cols[urban_column], dtype=bool)[ok] if urban_column else None,
+                )
                 pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))

@@ -288,7 +288,7 @@ def predict_block(
     bool; models with ``noise_urban``, which then also get the variable ``urban``, 1/0);
     ``std_f`` and ``latent_*`` are the latent f(x).
     """
-    from pipelines.train import noise_kwargs
+    from geodbk.predictive import noise_kwargs
 
     kw = noise_kwargs(model, tests, devices, urban=urban)
     pred = model.predict(X, chunk_size=chunk_size, **kw)

@@ -169,7 +169,7 @@ def _predict(
     """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test),
     ``tests+devices`` models ``devices`` too (None: ``devices = tests``), models with a noise
     floor per urban/rural class each row's ``urban``."""
-    from pipelines.train import noise_kwargs
+    from geodbk.predictive import noise_kwargs
 
     pred = model.predict(X, chunk_size=chunk, **noise_kwargs(model, tests, devices, urban=urban))
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)

@@ -595,6 +595,7 @@ def choose_time_extrapolation(
     "val_rows_outside"}`` for the bundle metadata (``time_extrapolation``).
     """
     from geodbk.metrics import gaussian_nll
+    from geodbk.predictive import noise_kwargs
 
     outside = int((np.abs(X_val[:, 2]) > 1.0).sum()) if len(y_val) else 0
     if outside == 0:
@@ -609,26 +610,6 @@ def choose_time_extrapolation(
         scores[policy] = float(gaussian_nll(y_val, pred.mean, pred.var))
     best = min(scores, key=lambda k: scores[k])
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
-
-
-def noise_kwargs(
-    model: Any, tests: Any, devices: Any = None, *, urban: Any = None
-) -> dict[str, Any]:
-    """``predict`` keywords of the rows' noise covariates that ``model`` uses.
-
-    ``{}`` for a constant-noise model (or ``tests=None``), ``{"tests"}`` for a tests-aware
-    one, plus ``{"devices"}`` for ``noise="tests+devices"`` when ``devices`` is given (else
-    the model takes ``devices = tests``) and ``{"urban"}`` for a model with a floor per
-    urban/rural class (``noise_urban``; it needs it).
-    """
-    kw: dict[str, Any] = {}
-    if tests is not None and getattr(model, "tests_aware", False):
-        kw["tests"] = tests
-        if devices is not None and getattr(model, "devices_aware", False):
-            kw["devices"] = devices
-    if urban is not None and getattr(model, "noise_urban", False):
-        kw["urban"] = urban
-    return kw
 
 
 def load_model(rd: RunDir, target: str) -> Any:
