@@ -131,8 +131,11 @@ def coverage_intervals(
     y: np.ndarray, mean: np.ndarray, sd: np.ndarray, urban: np.ndarray, tests: np.ndarray,
     tile: np.ndarray,
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Per tests bucket and urban/rural cell: ``{"tiles", "ci"}`` (distinct tiles and the
-    tile-clustered 95% interval of the coverage, :func:`clustered_coverage_interval`)."""
+    """Per tests bucket and urban/rural cell: ``{"tiles", "ci", "ez2", "kurtosis",
+    "coverage_at_ez2_1"}``: distinct tiles, the tile-clustered 95% interval of the coverage
+    (:func:`clustered_coverage_interval`), and the residual shape of ``z = (y - mean) / sd``:
+    ``E[z²]`` (1 when the variance is right on average), ``E[z⁴] / E[z²]²`` and the coverage
+    the cell would have with its variance rescaled to ``E[z²] = 1``."""
     from pipelines.scoring import bucket_masks, clustered_coverage_interval
 
     hit = np.abs(y - mean) <= 1.96 * sd
@@ -143,9 +146,14 @@ def coverage_intervals(
             m = mask & cls
             if m.sum() == 0:
                 continue
+            z = (y[m] - mean[m]) / sd[m]
+            ez2 = float(np.mean(z**2))
             out[bucket][name] = {
                 "tiles": int(np.unique(tile[m]).size),
                 "ci": clustered_coverage_interval(hit[m], tile[m]),
+                "ez2": ez2,
+                "kurtosis": float(np.mean(z**4) / ez2**2),
+                "coverage_at_ez2_1": float(np.mean(np.abs(z) <= 1.96 * np.sqrt(ez2))),
             }
     return out
 
@@ -191,7 +199,8 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
         ci = report["coverage_intervals"][bucket]
         cells = ", ".join(
             f"{c} {100 * s[c]['coverage']:.1f}% n {s[c]['n']} tiles {ci[c]['tiles']} "
-            f"[{100 * ci[c]['ci'][0]:.1f}, {100 * ci[c]['ci'][1]:.1f}]"
+            f"[{100 * ci[c]['ci'][0]:.1f}, {100 * ci[c]['ci'][1]:.1f}] E[z2] {ci[c]['ez2']:.2f} "
+            f"kurt {ci[c]['kurtosis']:.1f} at E[z2]=1 {100 * ci[c]['coverage_at_ez2_1']:.1f}%"
             for c in ("urban", "rural")
             if c in ci
         )
