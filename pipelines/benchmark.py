@@ -1,7 +1,8 @@
 """``geodbk benchmark``: train several models on the same split and budget, report side by side.
 
-Reads ``RUN/tiles.parquet`` (inputs ``x1, x2``, target ``log10_<TARGET>``, columns ``split`` and
-``urban``), trains every requested model for every seed with the same epoch budget, batch size,
+Reads ``RUN/tiles.parquet`` (inputs ``x1, x2``, plus the scaled quarter ``t`` with ``--time``;
+target ``log10_<TARGET>``, columns ``split`` and ``urban``; ``tests``/``devices`` for the
+tests-aware noise models), trains every requested model for every seed with the same epoch budget, batch size,
 rank and backbone width, and writes ``RUN/benchmark/TARGET.json`` and ``TARGET.md`` atomically.
 
 Per model (mean ± sd over seeds), on the test split and its urban / rural parts: MAE, NLL (log10
@@ -42,12 +43,16 @@ log = logging.getLogger("geodbk.benchmark")
 
 TARGETS = ("download", "upload", "latency")
 GROUPS = ("all", "urban", "rural")
+#: Observation-noise models ``--noise`` accepts (the ``geodbk train`` names but ``auto``).
+NOISE_MODELS = ("constant", "tests", "tests+devices", "tests+urban", "tests+devices+urban")
 METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
 
 EPILOG = """examples:
   geodbk benchmark --run runs/hawaii-mobile --target download --models all --epochs 20 --seeds 0
   geodbk benchmark --run runs/demo --target upload --models dbk-rbf,sv-dkl,cagp --seeds 0,1,2
   geodbk benchmark --run runs/demo --target download --models dbk-rbf,softki --threads 1 --timeout 600
+  geodbk benchmark --run runs/hawaii-mobile --target download --models dbk-rbf --time \
+      --noise tests+devices+urban --merge     # time-aware DBK with the class floor
 
 model names: dbk-rbf, dbk-silu, exact-dbk, exact-rbf, sv-rbf, sv-dkl, pp-dkl, vbll, svdbk,
 cagp, solve-gp, softki (or 'all')
@@ -55,8 +60,16 @@ cagp, solve-gp, softki (or 'all')
 
 
 # ---------------------------------------------------------------------------------- data
-def load_benchmark_data(run: Path, target: str) -> dict[str, np.ndarray]:
-    """Inputs, target, split and urban flag from ``RUN/tiles.parquet`` (finite targets only)."""
+def load_benchmark_data(run: Path, target: str, *, time: bool = False) -> dict[str, np.ndarray]:
+    """Inputs, target, split, urban flag and noise covariates from ``RUN/tiles.parquet``.
+
+    Only rows with a finite target and inputs are kept. ``X`` is ``[x1, x2]``, or ``[x1, x2, t]``
+    with ``time`` (``t``: the quarter scaled to [-1, 1] over the train split's quarters, exactly
+    as ``geodbk train --time``; the range is returned as ``time_range = [first, last]``).
+    ``tests`` and ``devices`` (when the table has them) are counts, missing or below 1 set to 1.
+    """
+    from geodbk.validation import counts_or_one
+
     path = Path(run) / "tiles.parquet"
     if not path.is_file():
         raise RunDirectoryError(f"{path} not found: run `geodbk ingest --out {run}` first")
@@ -71,21 +84,78 @@ def load_benchmark_data(run: Path, target: str) -> dict[str, np.ndarray]:
 
         table = pd.read_parquet(path)
     col = f"log10_{target}"
-    missing = [c for c in ("x1", "x2", col, "split", "urban") if c not in table.columns]
+    needed = ("x1", "x2", col, "split", "urban", *(("quarter",) if time else ()))
+    missing = [c for c in needed if c not in table.columns]
     if missing:
-        raise DataError(f"{path} lacks column(s) {', '.join(missing)}; re-run geodbk ingest")
+        fix = "re-run geodbk ingest" + (" (or benchmark without --time)" if time else "")
+        raise DataError(f"{path} lacks column(s) {', '.join(missing)}; {fix}")
     X = table[["x1", "x2"]].to_numpy(dtype=np.float64)
     y = table[col].to_numpy(dtype=np.float64)
     split = table["split"].astype(str).to_numpy()
     urban = table["urban"].to_numpy(dtype=bool)
     keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
-    if "tests" in table.columns:
-        data["tests"] = table["tests"].to_numpy(dtype=np.float64)[keep]
+    if time:
+        from pipelines.train import time_axis
+
+        quarter = table["quarter"].astype(str).to_numpy()[keep]
+        scaling, _ = time_axis(quarter, data["split"], source=path)
+        data["X"] = np.column_stack([data["X"], scaling.scale(quarter)])
+        data["time_range"] = np.array([scaling.first, scaling.last])
+    for column in ("tests", "devices"):
+        if column in table.columns:
+            data[column] = counts_or_one(table[column].to_numpy(dtype=np.float64))[keep]
     for s in ("train", "test"):
         if not (data["split"] == s).any():
             raise DataError(f"{path} has no '{s}' rows with a finite {col}")
     return data
+
+
+def noise_options(
+    name: str, model: Any, noise: str, data: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Set ``model``'s observation noise to ``noise``; return its covariates for all rows.
+
+    ``noise`` is one of :data:`NOISE_MODELS`. ``tests`` (every registry model) fits
+    ``s2_i = s2_floor + s2_meas / tests_i``; ``tests+devices`` adds ``s2_dev / devices_i`` and
+    ``+urban`` learns the floor per urban/rural class. Those two are options of the
+    ``DBKRegressor`` family (DBK-RBF/SiLU, exact DBK, SV-RBF, SV-DKL, PP-DKL, VBLL); the torch
+    baselines (CaGP, SOLVE-GP, SoftKI, exact RBF, SVDBK) raise ``ValueError`` with the reason,
+    which the benchmark records as a failure.
+
+    Returns
+    -------
+    tuple
+        ``(params, covariates)``: the estimator parameters that were set, and ``{"tests":
+        (n,), "devices"?: (n,), "urban"?: (n,)}`` aligned with ``data["X"]`` (``{}`` for
+        ``constant``).
+    """
+    if noise not in NOISE_MODELS:
+        raise DataError(f"unknown noise {noise!r}; choose from {', '.join(NOISE_MODELS)}")
+    if noise == "constant":
+        return {}, {}
+    params_available = model.get_params()
+    if "noise" not in params_available:
+        raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
+    needed = ["tests"] + (["devices"] if "devices" in noise else [])
+    missing = [c for c in needed if c not in data]
+    if missing:
+        raise DataError(
+            f"--noise {noise} needs the column(s) {', '.join(missing)} in tiles.parquet; "
+            "re-ingest Ookla tiles or use --noise constant"
+        )
+    params: dict[str, Any] = {"noise": "tests+devices" if "devices" in noise else "tests"}
+    if "urban" in noise:
+        if "noise_urban" not in params_available:
+            raise ValueError(f"{name} has no noise floor per urban/rural class (+urban)")
+        if np.unique(data["urban"][data["split"] == "train"]).size < 2:
+            raise DataError("--noise ...+urban needs urban and rural tiles in the train split")
+        params["noise_urban"] = True
+    model.set_params(**params)  # a baseline without tests+devices raises ValueError here
+    covariates = {c: data[c] for c in needed}
+    if "urban" in noise:
+        covariates["urban"] = data["urban"]
+    return params, covariates
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -147,9 +217,10 @@ def run_one(
 ) -> dict[str, Any]:
     """Train and score one (model, seed); return metrics and costs (raises on failure).
 
-    ``noise="tests"`` fits the tests-aware observation noise s2_i = s2_floor + s2_meas / tests_i
-    (every registry model has the option; a model without a ``noise`` option would fail with a
-    clear reason) and scores each test tile as the average of its own ``tests``.
+    ``noise`` (see :func:`noise_options`) other than ``constant`` fits a tests-aware observation
+    noise, e.g. s2_i = s2_floor + s2_meas / tests_i, and scores each test tile as the average of
+    its own ``tests`` (and ``devices``, class). ``data["X"]`` has a third column ``t`` for a
+    time-aware benchmark (:func:`load_benchmark_data` with ``time=True``).
     """
     import torch
 
@@ -171,18 +242,13 @@ def run_one(
         device=device,
         overrides=overrides,
     )
-    fit_kw: dict[str, Any] = {}
-    tests = data.get("tests")
-    if noise == "tests":
-        if tests is None:
-            raise DataError("--noise tests needs a `tests` column in tiles.parquet")
-        if "noise" not in model.get_params():
-            raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
-        model.set_params(noise="tests")
-        if "noise_init" not in (overrides or {}):
-            # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
-            model.set_params(noise_init=0.5)
-        fit_kw = {"tests": tests[tr], "tests_val": tests[va] if va.any() else None}
+    _, covariates = noise_options(name, model, noise, data)
+    if covariates and "noise_init" not in (overrides or {}):
+        # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
+        model.set_params(noise_init=0.5)
+    fit_kw: dict[str, Any] = {c: v[tr] for c, v in covariates.items()}
+    if va.any():
+        fit_kw |= {f"{c}_val": v[va] for c, v in covariates.items()}
     # Warm-up: the first optimiser construction imports torch's compile machinery (seconds on
     # a loaded machine); do it before the clock starts so that it is not billed to the model.
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
@@ -192,10 +258,9 @@ def run_one(
     t0 = time.perf_counter()
     model.fit(X[tr], y[tr], X[va] if va.any() else None, y[va] if va.any() else None, **fit_kw)
     fit_s = time.perf_counter() - t0
-    per_tile = {"tests": tests} if noise == "tests" and tests is not None else {}
-    pred = model.predict(X[te], **{k: v[te] for k, v in per_tile.items()})
+    pred = model.predict(X[te], **{k: v[te] for k, v in covariates.items()})
     t1 = time.perf_counter()
-    model.predict(X, **per_tile)
+    model.predict(X, **covariates)
     pred_s = time.perf_counter() - t1
     if not (np.isfinite(pred.mean).all() and np.isfinite(pred.var).all() and (pred.var > 0).all()):
         raise FloatingPointError("non-finite or non-positive predictions (diverged)")
@@ -210,6 +275,7 @@ def run_one(
             y[te][mask], pred.mean[mask], pred.var[mask], log_sd_train=math.log(sd_train)
         )
     by_tests = None
+    tests = data.get("tests")
     if tests is not None:
         from pipelines.scoring import by_tests_scores, clean_json
 
@@ -466,12 +532,17 @@ def run_benchmark(
     command: str | None = None,
     merge: bool = False,
     noise: str = "constant",
+    time: bool = False,
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
 
-    ``noise`` ("constant" or "tests") is the observation-noise model every model is asked to
-    fit (all registry models have the tests-aware option; one without it would be recorded as
-    failed with that reason).
+    ``noise`` (one of :data:`NOISE_MODELS`) is the observation-noise model every model is asked
+    to fit: every registry model has ``constant`` and ``tests``; ``tests+devices`` and ``+urban``
+    are options of the ``DBKRegressor`` family (:func:`noise_options`), and a model without the
+    option is recorded as failed with that reason.
+    ``time`` gives every model the input ``[x1, x2, t]`` (``t``: the quarter, scaled over the
+    train split's quarters as ``geodbk train --time`` does), so that a time-aware DBK is compared
+    with time-aware baselines.
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
@@ -479,7 +550,9 @@ def run_benchmark(
     """
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
-    data = load_benchmark_data(run, target)
+    if noise not in NOISE_MODELS:
+        raise DataError(f"unknown noise {noise!r}; choose from {', '.join(NOISE_MODELS)}")
+    data = load_benchmark_data(run, target, time=time)
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
     rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())
     rows["test_rural"] = int(((data["split"] == "test") & ~data["urban"]).sum())
@@ -498,11 +571,15 @@ def run_benchmark(
             "threads": threads,
             "device": device,
             "noise": noise,
+            "time": time,
         },
         "rows": rows,
+        "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
         "machine": machine_info(threads, device),
         "models": {},
     }
+    if time:
+        report["time_range"] = [str(q) for q in data["time_range"]]
     kwargs = {
         "epochs": epochs,
         "batch_size": batch_size,
@@ -634,10 +711,18 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--noise",
-        choices=["constant", "tests"],
+        choices=list(NOISE_MODELS),
         default="constant",
         help="observation noise for every model: constant s2, or tests-aware "
-        "s2_floor + s2_meas/tests (every model; default constant)",
+        "s2_floor + s2_meas/tests (every model); tests+devices and +urban (a floor per "
+        "urban/rural class) for the DBKRegressor family (dbk-*, sv-rbf, sv-dkl, pp-dkl, vbll), "
+        "recorded as failures for the others (default constant)",
+    )
+    p.add_argument(
+        "--time",
+        action="store_true",
+        help="every model gets the quarter as a third input t (as geodbk train --time); "
+        "default: quarters pooled",
     )
     p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
@@ -667,6 +752,7 @@ def _main(args: argparse.Namespace) -> int:
         isolate=not args.no_isolate,
         merge=args.merge,
         noise=args.noise,
+        time=args.time,
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from baseline_helpers import make_tiny_run
 
-from pipelines.benchmark import run_benchmark
+from geodbk.errors import DataError
+from pipelines.benchmark import load_benchmark_data, run_benchmark
 from pipelines.cli import build_parser, main
 
 
@@ -200,3 +203,111 @@ def test_benchmark_cli_noise_tests(run_dir: Path) -> None:
     assert sum(b["n"] for b in by_tests.values()) == n_test
     md = (run_dir / "benchmark" / "download.md").read_text()
     assert "## by tests bucket" in md and "| cagp |" in md.split("## by tests bucket")[1]
+
+
+def _two_quarter_run(path: Path, *, step: float = 1.0) -> Path:
+    """The tiny run with its tiles dealt into 2023Q1 and 2023Q4 and download ``step`` higher
+    in 2023Q4: a time trend that only a time-aware model can follow."""
+    from geodbk.geo.table import read_tile_table, write_tile_table
+
+    run = make_tiny_run(path, n=400)
+    table, meta = read_tile_table(run / "tiles.parquet")
+    late = np.random.default_rng(5).random(len(table)) < 0.5
+    table["quarter"] = np.where(late, "2023Q4", "2023Q1")
+    table["log10_download"] = table["log10_download"] + step * late
+    table["avg_d_kbps"] = 10 ** table["log10_download"]
+    write_tile_table(table, run / "tiles.parquet", {**meta, "quarters": ["2023Q1", "2023Q4"]})
+    return run
+
+
+def test_benchmark_time_input_is_t_scaled_over_train_quarters(tmp_path: Path) -> None:
+    run = _two_quarter_run(tmp_path / "run")
+    pooled = load_benchmark_data(run, "download")
+    timed = load_benchmark_data(run, "download", time=True)
+    assert pooled["X"].shape[1] == 2 and timed["X"].shape[1] == 3
+    np.testing.assert_array_equal(timed["X"][:, :2], pooled["X"])
+    # 2023Q1 -> t = -1, 2023Q4 -> t = +1 (the train split's first and last quarters)
+    assert set(np.unique(timed["X"][:, 2])) == {-1.0, 1.0}
+    assert list(timed["time_range"]) == ["2023Q1", "2023Q4"]
+
+
+def test_benchmark_time_lets_every_model_follow_a_trend(tmp_path: Path) -> None:
+    """--time: the quarter's jump in download is learnt by the DBK and by a baseline, which
+    both beat their pooled selves on test NLL; the report records the inputs."""
+    run = _two_quarter_run(tmp_path / "run")
+    kw: dict[str, Any] = dict(
+        target="download", epochs=150, batch_size=64, rank=16, hidden=16, threads=1
+    )
+    models = ["dbk-rbf", "sv-rbf"]
+    pooled = run_benchmark(run, models=models, isolate=False, **kw)
+    timed = run_benchmark(run, models=models, isolate=False, time=True, **kw)
+    assert timed["budget"]["time"] is True and timed["inputs"] == ["x1", "x2", "t"]
+    assert timed["time_range"] == ["2023Q1", "2023Q4"]
+    assert pooled["inputs"] == ["x1", "x2"]
+    for name in models:
+        nll_pooled = pooled["models"][name]["summary"]["all"]["nll"]["mean"]
+        nll_timed = timed["models"][name]["summary"]["all"]["nll"]["mean"]
+        assert nll_timed < nll_pooled - 0.2, (name, nll_timed, nll_pooled)
+
+
+def test_benchmark_time_needs_two_train_quarters(run_dir: Path) -> None:
+    with pytest.raises(DataError, match="at least 2 quarters"):
+        load_benchmark_data(run_dir, "download", time=True)
+
+
+def test_benchmark_dbk_noise_options_and_baseline_refusal(tmp_path: Path) -> None:
+    """tests+devices+urban: the DBKRegressor family (DBK, PP-DKL, ...) fits it; a torch
+    baseline (SoftKI) is recorded as failed with the reason."""
+    run = make_tiny_run(tmp_path / "run", n=260)
+    report = run_benchmark(
+        run,
+        target="download",
+        models=["dbk-rbf", "pp-dkl", "softki"],
+        epochs=2,
+        batch_size=64,
+        rank=8,
+        hidden=8,
+        threads=1,
+        isolate=False,
+        noise="tests+devices+urban",
+    )
+    assert report["budget"]["noise"] == "tests+devices+urban"
+    for name in ("dbk-rbf", "pp-dkl"):
+        assert report["models"][name]["status"] == "ok", report["models"][name]["failures"]
+    failed = report["models"]["softki"]
+    assert failed["status"] == "failed" and "urban" in failed["failures"][0]["reason"]
+    with pytest.raises(DataError, match="unknown noise"):
+        run_benchmark(run, target="download", models=["dbk-rbf"], noise="tests+phones")
+
+
+def test_benchmark_cli_time_flag(tmp_path: Path) -> None:
+    run = _two_quarter_run(tmp_path / "run")
+    args = build_parser().parse_args(
+        ["benchmark", "--run", str(run), "--target", "download", "--models", "sv-rbf", "--time"]
+    )
+    assert args.time is True
+    code = main(
+        [
+            "benchmark",
+            "--run",
+            str(run),
+            "--target",
+            "download",
+            "--models",
+            "sv-rbf",
+            "--epochs",
+            "1",
+            "--rank",
+            "8",
+            "--threads",
+            "1",
+            "--time",
+            "--noise",
+            "tests",
+            "--no-isolate",
+        ]
+    )
+    assert code == 0
+    report = json.loads((run / "benchmark" / "download.json").read_text())
+    assert report["inputs"] == ["x1", "x2", "t"] and report["budget"]["noise"] == "tests"
+    assert report["models"]["sv-rbf"]["status"] == "ok", report["models"]["sv-rbf"]["failures"]
