@@ -135,7 +135,9 @@ def coverage_intervals(
     "coverage_at_ez2_1"}``: distinct tiles, the tile-clustered 95% interval of the coverage
     (:func:`clustered_coverage_interval`), and the residual shape of ``z = (y - mean) / sd``:
     ``E[z²]`` (1 when the variance is right on average), ``E[z⁴] / E[z²]²`` and the coverage
-    the cell would have with its variance rescaled to ``E[z²] = 1``."""
+    the cell would have with its variance rescaled to ``E[z²] = 1``; ``misses`` (rows outside
+    their 95% interval) and ``top_miss_tiles``, the 4 tiles holding the most of them, each with
+    its rows, misses and the spread (max - min) of its target over the quarters."""
     from pipelines.scoring import bucket_masks, clustered_coverage_interval
 
     hit = np.abs(y - mean) <= 1.96 * sd
@@ -154,8 +156,31 @@ def coverage_intervals(
                 "ez2": ez2,
                 "kurtosis": float(np.mean(z**4) / ez2**2),
                 "coverage_at_ez2_1": float(np.mean(np.abs(z) <= 1.96 * np.sqrt(ez2))),
+                "misses": int((~hit[m]).sum()),
+                "top_miss_tiles": top_miss_tiles(y[m], hit[m], tile[m]),
             }
     return out
+
+
+def top_miss_tiles(
+    y: np.ndarray, hit: np.ndarray, tile: np.ndarray, *, k: int = 4
+) -> list[dict[str, Any]]:
+    """The ``k`` tiles with the most rows outside their interval (ties: the tile id), each
+    ``{"tile", "rows", "misses", "y_spread"}`` (``y_spread``: max - min of its rows' target)."""
+    frame = pd.DataFrame({"tile": tile, "miss": ~hit, "y": y})
+    per = frame.groupby("tile").agg(
+        rows=("miss", "size"), misses=("miss", "sum"), y_max=("y", "max"), y_min=("y", "min")
+    )
+    per = per[per["misses"] > 0].sort_values(["misses", "rows"], ascending=[False, False])
+    return [
+        {
+            "tile": str(name),
+            "rows": int(r.rows),
+            "misses": int(r.misses),
+            "y_spread": float(r.y_max - r.y_min),
+        }
+        for name, r in per.head(k).iterrows()
+    ]
 
 
 def pool(args: argparse.Namespace) -> dict[str, Any]:
@@ -207,6 +232,18 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
         print(
             f"{args.variant} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% ({cells})"
         )
+        for c in ("urban", "rural"):
+            cell = ci.get(c)
+            if cell and abs(s[c]["coverage"] - 0.95) > 0.02 and cell["misses"]:
+                top = cell["top_miss_tiles"]
+                print(
+                    f"    {c} {bucket} outside 95 +- 2%: {cell['misses']} misses, the top "
+                    f"{len(top)} tiles hold {sum(t['misses'] for t in top)}: "
+                    + "; ".join(
+                        f"{t['tile']} {t['misses']}/{t['rows']} rows, spread {t['y_spread']:.2f}"
+                        for t in top
+                    )
+                )
     return report
 
 
