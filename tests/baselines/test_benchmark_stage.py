@@ -14,6 +14,11 @@ from geodbk.errors import DataError
 from pipelines.benchmark import load_benchmark_data, run_benchmark
 from pipelines.cli import build_parser, main
 
+#: A two-epoch, rank-8 budget run in this process (fast; no crash isolation needed).
+TINY_BUDGET: dict[str, Any] = dict(
+    epochs=2, batch_size=64, rank=8, hidden=8, threads=1, isolate=False
+)
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -154,14 +159,9 @@ def test_benchmark_tests_aware_noise_option(tmp_path: Path) -> None:
         run,
         target="download",
         models=models,
-        epochs=2,
         seeds=[0],
-        batch_size=64,
-        rank=8,
-        hidden=8,
-        threads=1,
-        isolate=False,
         noise="tests",
+        **TINY_BUDGET,
     )
     assert report["budget"]["noise"] == "tests"
     for name in models:
@@ -263,13 +263,8 @@ def test_benchmark_dbk_noise_options_and_baseline_refusal(tmp_path: Path) -> Non
         run,
         target="download",
         models=["dbk-rbf", "pp-dkl", "softki"],
-        epochs=2,
-        batch_size=64,
-        rank=8,
-        hidden=8,
-        threads=1,
-        isolate=False,
         noise="tests+devices+urban",
+        **TINY_BUDGET,
     )
     assert report["budget"]["noise"] == "tests+devices+urban"
     for name in ("dbk-rbf", "pp-dkl"):
@@ -282,30 +277,9 @@ def test_benchmark_dbk_noise_options_and_baseline_refusal(tmp_path: Path) -> Non
 
 def test_benchmark_cli_time_flag(tmp_path: Path) -> None:
     run = _two_quarter_run(tmp_path / "run")
-    args = build_parser().parse_args(
-        ["benchmark", "--run", str(run), "--target", "download", "--models", "sv-rbf", "--time"]
-    )
-    assert args.time is True
+    options = "--target download --models sv-rbf --epochs 1 --rank 8 --threads 1 --time"
     code = main(
-        [
-            "benchmark",
-            "--run",
-            str(run),
-            "--target",
-            "download",
-            "--models",
-            "sv-rbf",
-            "--epochs",
-            "1",
-            "--rank",
-            "8",
-            "--threads",
-            "1",
-            "--time",
-            "--noise",
-            "tests",
-            "--no-isolate",
-        ]
+        ["benchmark", "--run", str(run), *options.split(), "--noise", "tests", "--no-isolate"]
     )
     assert code == 0
     report = json.loads((run / "benchmark" / "download.json").read_text())
