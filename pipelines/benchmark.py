@@ -2,8 +2,9 @@
 
 Reads ``RUN/tiles.parquet`` (inputs ``x1, x2``, plus the scaled quarter ``t`` with ``--time``;
 target ``log10_<TARGET>``, columns ``split`` and ``urban``; ``tests``/``devices`` for the
-tests-aware noise models), trains every requested model for every seed with the same epoch budget, batch size,
-rank and backbone width, and writes ``RUN/benchmark/TARGET.json`` and ``TARGET.md`` atomically.
+tests-aware noise models), trains every requested model for every seed with the same epoch
+budget, batch size, rank and backbone width, and writes ``RUN/benchmark/TARGET.json`` and
+``TARGET.md`` atomically.
 
 Per model (mean ± sd over seeds), on the test split and its urban / rural parts: MAE, NLL (log10
 units; ``nll_std`` = NLL on the standardised target = NLL - ln sd_train), CRPS, 95% coverage,
@@ -111,9 +112,16 @@ def load_benchmark_data(run: Path, target: str, *, time: bool = False) -> dict[s
     return data
 
 
+def check_noise_model(noise: str) -> str:
+    """Return ``noise`` if it is one of :data:`NOISE_MODELS`, else raise a ``DataError``."""
+    if noise not in NOISE_MODELS:
+        raise DataError(f"unknown noise {noise!r}; choose from {', '.join(NOISE_MODELS)}")
+    return noise
+
+
 def noise_options(
     name: str, model: Any, noise: str, data: dict[str, np.ndarray]
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+) -> dict[str, np.ndarray]:
     """Set ``model``'s observation noise to ``noise``; return its covariates for all rows.
 
     ``noise`` is one of :data:`NOISE_MODELS`. ``tests`` (every registry model) fits
@@ -125,15 +133,12 @@ def noise_options(
 
     Returns
     -------
-    tuple
-        ``(params, covariates)``: the estimator parameters that were set, and ``{"tests":
-        (n,), "devices"?: (n,), "urban"?: (n,)}`` aligned with ``data["X"]`` (``{}`` for
-        ``constant``).
+    dict
+        ``{"tests": (n,), "devices"?: (n,), "urban"?: (n,)}`` aligned with ``data["X"]`` (``{}``
+        for ``constant``).
     """
-    if noise not in NOISE_MODELS:
-        raise DataError(f"unknown noise {noise!r}; choose from {', '.join(NOISE_MODELS)}")
-    if noise == "constant":
-        return {}, {}
+    if check_noise_model(noise) == "constant":
+        return {}
     params_available = model.get_params()
     if "noise" not in params_available:
         raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
@@ -148,14 +153,16 @@ def noise_options(
     if "urban" in noise:
         if "noise_urban" not in params_available:
             raise ValueError(f"{name} has no noise floor per urban/rural class (+urban)")
-        if np.unique(data["urban"][data["split"] == "train"]).size < 2:
+        from pipelines.train import urban_classes
+
+        if urban_classes(data["urban"], data["split"]) < 2:
             raise DataError("--noise ...+urban needs urban and rural tiles in the train split")
         params["noise_urban"] = True
     model.set_params(**params)  # a baseline without tests+devices raises ValueError here
     covariates = {c: data[c] for c in needed}
     if "urban" in noise:
         covariates["urban"] = data["urban"]
-    return params, covariates
+    return covariates
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -242,7 +249,7 @@ def run_one(
         device=device,
         overrides=overrides,
     )
-    _, covariates = noise_options(name, model, noise, data)
+    covariates = noise_options(name, model, noise, data)
     if covariates and "noise_init" not in (overrides or {}):
         # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
         model.set_params(noise_init=0.5)
@@ -550,8 +557,7 @@ def run_benchmark(
     """
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
-    if noise not in NOISE_MODELS:
-        raise DataError(f"unknown noise {noise!r}; choose from {', '.join(NOISE_MODELS)}")
+    check_noise_model(noise)  # before the data are read: a typo is an error, not 12 failures
     data = load_benchmark_data(run, target, time=time)
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
     rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())
