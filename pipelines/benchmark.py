@@ -39,13 +39,12 @@ import numpy as np
 
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
+from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 
 log = logging.getLogger("geodbk.benchmark")
 
 TARGETS = ("download", "upload", "latency")
 GROUPS = ("all", "urban", "rural")
-#: Observation-noise models ``--noise`` accepts (the ``geodbk train`` names but ``auto``).
-NOISE_MODELS = ("constant", "tests", "tests+devices", "tests+urban", "tests+devices+urban")
 METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
 
 EPILOG = """examples:
@@ -139,30 +138,27 @@ def noise_options(
     """
     if check_noise_model(noise) == "constant":
         return {}
+    from pipelines.train import noise_columns, urban_classes
+
     params_available = model.get_params()
     if "noise" not in params_available:
         raise ValueError(f"{name} has no tests-aware noise option (constant noise only)")
-    needed = ["tests"] + (["devices"] if "devices" in noise else [])
-    missing = [c for c in needed if c not in data]
+    columns = noise_columns(noise)  # tests, devices?, urban?
+    missing = [c for c in columns if c not in data]
     if missing:
         raise DataError(
             f"--noise {noise} needs the column(s) {', '.join(missing)} in tiles.parquet; "
             "re-ingest Ookla tiles or use --noise constant"
         )
-    params: dict[str, Any] = {"noise": "tests+devices" if "devices" in noise else "tests"}
-    if "urban" in noise:
+    params: dict[str, Any] = {"noise": noise.removesuffix(URBAN_SUFFIX)}
+    if noise.endswith(URBAN_SUFFIX):
         if "noise_urban" not in params_available:
             raise ValueError(f"{name} has no noise floor per urban/rural class (+urban)")
-        from pipelines.train import urban_classes
-
         if urban_classes(data["urban"], data["split"]) < 2:
             raise DataError("--noise ...+urban needs urban and rural tiles in the train split")
         params["noise_urban"] = True
     model.set_params(**params)  # a baseline without tests+devices raises ValueError here
-    covariates = {c: data[c] for c in needed}
-    if "urban" in noise:
-        covariates["urban"] = data["urban"]
-    return covariates
+    return {c: data[c] for c in columns}
 
 
 # ---------------------------------------------------------------------------------- metrics

@@ -29,6 +29,8 @@ _EXPANSIONS = ("rbf", "silu")
 _OBJECTIVES = ("dppgp", "ppgp", "elbo", "exact")
 _DEVICES = ("auto", "cpu", "cuda")
 _NOISES = ("auto", "tests", "tests+devices", "tests+urban", "tests+devices+urban", "constant")
+#: Noise models a fitted estimator can have (``auto`` resolved away).
+NOISE_MODELS = tuple(n for n in _NOISES if n != "auto")
 #: Suffix of the noise models with a floor per urban/rural class (estimator ``noise_urban``).
 URBAN_SUFFIX = "+urban"
 

@@ -205,16 +205,16 @@ def test_benchmark_cli_noise_tests(run_dir: Path) -> None:
     assert "## by tests bucket" in md and "| cagp |" in md.split("## by tests bucket")[1]
 
 
-def _two_quarter_run(path: Path, *, step: float = 1.0) -> Path:
-    """The tiny run with its tiles dealt into 2023Q1 and 2023Q4 and download ``step`` higher
-    in 2023Q4: a time trend that only a time-aware model can follow."""
+def _two_quarter_run(path: Path) -> Path:
+    """The tiny run with its tiles dealt into 2023Q1 and 2023Q4 and download 1.0 (log10)
+    higher in 2023Q4: a time trend that only a time-aware model can follow."""
     from geodbk.geo.table import read_tile_table, write_tile_table
 
     run = make_tiny_run(path, n=400)
     table, meta = read_tile_table(run / "tiles.parquet")
     late = np.random.default_rng(5).random(len(table)) < 0.5
     table["quarter"] = np.where(late, "2023Q4", "2023Q1")
-    table["log10_download"] = table["log10_download"] + step * late
+    table["log10_download"] = table["log10_download"] + 1.0 * late
     table["avg_d_kbps"] = 10 ** table["log10_download"]
     write_tile_table(table, run / "tiles.parquet", {**meta, "quarters": ["2023Q1", "2023Q4"]})
     return run
