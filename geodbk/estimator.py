@@ -557,7 +557,35 @@ class DBKRegressor:
         then required. ``n`` broadcasts scalars (default: the length of ``tests``, else of
         ``devices``, else of ``urban``, else 1).
         """
+        cov, size = self._noise_covariate(tests, devices, urban=urban, n=n)
         model = self._check_fitted()
+        with torch.no_grad():
+            s2 = model.noise_var(cov)
+            out = s2.detach().to("cpu", torch.float64).numpy()
+        return np.broadcast_to(out, (size,)).astype(np.float64) * self.y_std_**2
+
+    def noise_components(
+        self, tests: Any = None, devices: Any = None, *, urban: Any = None, n: int | None = None
+    ) -> tuple[tuple[str, ...], np.ndarray]:
+        """The observation noise split into its terms, in y's units: ``(names, (n, k))``.
+
+        The columns sum to :meth:`noise_variance` (same arguments): ``("noise",)`` for constant
+        noise, ``("floor", "meas")`` for ``noise="tests"`` (``y_sd^2 s2_floor`` or the row's
+        class floor, ``y_sd^2 s2_meas / tests^p``) and ``("floor", "meas", "dev")`` for
+        ``"tests+devices"`` (adds ``y_sd^2 s2_dev / devices^q``). The tile effect
+        (:mod:`geodbk.tile_effect`) rescales each term.
+        """
+        cov, size = self._noise_covariate(tests, devices, urban=urban, n=n)
+        noise = self._check_fitted().noise
+        with torch.no_grad():
+            comp = noise.components(cov, n=size).detach().to("cpu", torch.float64).numpy()
+        return tuple(noise.component_names), comp * self.y_std_**2
+
+    def _noise_covariate(
+        self, tests: Any, devices: Any, *, urban: Any, n: int | None
+    ) -> tuple[torch.Tensor | None, int]:
+        """The noise module's covariate tensor (None for constant noise) and the row count."""
+        self._check_fitted()
         given = [tests] + ([devices] if self.devices_aware else [])
         given += [urban] if self.noise_urban else []
         sizes = [int(np.size(g)) for g in given if g is not None]
@@ -575,11 +603,9 @@ class DBKRegressor:
                     "an urban tile) to get the observation noise"
                 )
             cov = np.column_stack([cov, as_urban_flags(urban, "urban", size)])
-        with torch.no_grad():
-            t_t = torch.as_tensor(cov, dtype=_DTYPES[self.dtype], device=self.device_)
-            s2 = model.noise_var(t_t if self.tests_aware else None)
-            out = s2.detach().to("cpu", torch.float64).numpy()
-        return np.broadcast_to(out, (size,)).astype(np.float64) * self.y_std_**2
+        if not self.tests_aware:
+            return None, size
+        return torch.as_tensor(cov, dtype=_DTYPES[self.dtype], device=self.device_), size
 
     def noise_parameters(self) -> dict[str, Any]:
         """The learned noise in y's units (JSON-ready floats).

@@ -56,6 +56,13 @@ class GaussianNoise(nn.Module):
         """Alias of :meth:`variance`."""
         return self.variance(tests)
 
+    #: Names of the columns of :meth:`components`.
+    component_names: tuple[str, ...] = ("noise",)
+
+    def components(self, tests: torch.Tensor | float | None = None, *, n: int = 1) -> torch.Tensor:
+        """The variance as one component per point, (n, 1) (``tests`` is ignored)."""
+        return self.variance().expand(n)[:, None]
+
 
 class TestsNoise(nn.Module):
     """Per-tile noise of an average of ``tests_i`` speed tests (from ``devices_i`` devices).
@@ -191,13 +198,42 @@ class TestsNoise(nn.Module):
             :attr:`columns`; without the ``devices`` column, ``devices = tests``. With
             ``urban=True`` the urban column is required (``None`` or a 1-D covariate raise).
         """
+        terms = self._terms(tests)
+        out = terms[0]
+        for term in terms[1:]:
+            out = out + term
+        return out
+
+    def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
+        """Alias of :meth:`variance`."""
+        return self.variance(tests)
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        """Names of the columns of :meth:`components`: ``floor``, ``meas`` (and ``dev``)."""
+        return ("floor", "meas") + (("dev",) if self.devices else ())
+
+    def components(self, tests: torch.Tensor | float | None = None, *, n: int = 1) -> torch.Tensor:
+        """``s2_i`` split into its terms, (n, k) with rows summing to :meth:`variance`.
+
+        Columns :attr:`component_names`: the floor (the numerical floor plus ``s2_floor``, or
+        the row's class floor), ``s2_meas / tests_i^p`` and, with ``devices``,
+        ``s2_dev / devices_i^q``. ``tests`` as in :meth:`variance`; ``n`` broadcasts scalars.
+        """
+        terms = self._terms(tests)
+        size = max([n] + [int(t.numel()) for t in terms])
+        return torch.stack([t.expand(size) for t in terms], dim=-1)
+
+    def _terms(self, tests: torch.Tensor | float | None) -> list[torch.Tensor]:
+        """The terms of ``s2_i`` in :attr:`component_names` order (0-d when ``tests=None``)."""
         if self.urban and (tests is None or torch.as_tensor(tests).ndim != 2):
             raise ValueError(
                 "this noise model has a floor per urban/rural class: give the covariate as "
                 f"(b, {len(self.columns)}) columns {self.columns}"
             )
         if tests is None:
-            return self.floor + self.s2_floor + self.s2_meas + self.s2_dev
+            terms = [self.floor + self.s2_floor, self.s2_meas]
+            return terms + ([self.s2_dev] if self.devices else [])
         cov = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
         t = (cov[..., 0] if cov.ndim == 2 else cov).clamp_min(1.0)
         if self.urban:
@@ -205,16 +241,12 @@ class TestsNoise(nn.Module):
             base = self.floor + (1.0 - u) * self.s2_floor + u * self.s2_floor_urban
         else:
             base = self.floor + self.s2_floor
-        out = base + self._per_count(self.s2_meas, t, "raw_power")
+        terms = [base, self._per_count(self.s2_meas, t, "raw_power")]
         if not self.devices:
-            return out
+            return terms
         has_devices_column = cov.ndim == 2 and cov.shape[-1] > 1 + int(self.urban)
         d = cov[..., 1].clamp_min(1.0) if has_devices_column else t
-        return out + self._per_count(self.s2_dev, d, "raw_power_devices")
-
-    def forward(self, tests: torch.Tensor | float | None = None) -> torch.Tensor:
-        """Alias of :meth:`variance`."""
-        return self.variance(tests)
+        return [*terms, self._per_count(self.s2_dev, d, "raw_power_devices")]
 
 
 def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict[str, Any]:

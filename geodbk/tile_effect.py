@@ -1,0 +1,619 @@
+"""A persistent per-tile offset on top of a fitted GP: the tile effect.
+
+A tile that is measured in many quarters can sit well above or below its neighbourhood in every
+one of them (a fast site in a slow valley). A GP mean smooth at the scale of its inducing points
+does not follow a single zoom-16 tile, so such tiles are missed quarter after quarter. The tile
+effect is the classical hierarchical answer: each tile ``j`` gets an offset ``u_j(t)`` that is a
+stationary AR(1) process over time steps ``t`` (quarters),
+
+.. math::
+
+    y_i = f(x_i) + u_{j(i)}(t_i) + \\varepsilon_i, \\qquad
+    \\operatorname{Cov}[u_j(t), u_j(t')] = \\tau^2 \\rho^{|t - t'|},
+
+independent between tiles (``rho = 1`` is a constant offset per tile). Given the fitted GP's
+posterior mean ``m`` and latent variance ``v_f``, the residuals of a tile's conditioning rows
+``r = y - m(x)`` are modelled as ``r ~ N(0, K + E)`` with ``K_{ll'} = tau² rho^{|t_l - t_l'|}``
+and ``E = diag(v_f,l + s2'_l)``, where the noise is refitted as a non-negative rescaling of the
+GP's own noise components, ``s2'_i = sum_k kappa_k c_ik`` (e.g. ``c = [floor, s2_meas / tests,
+s2_dev / devices]``: the offset takes over part of what the floor held). A new row of tile ``j``
+at time ``t*`` then has the Gaussian predictive
+
+.. math::
+
+    \\text{mean} = m(x_*) + k_*^\\top (K + E)^{-1} r, \\qquad
+    \\text{var} = v_f(x_*) + \\tau^2 - k_*^\\top (K + E)^{-1} k_* + s2'_*,
+
+with ``k_* = tau² rho^{|t* - t_l|}``, solved by a Cholesky factor of ``K + E`` per tile and
+triangular solves. A tile without conditioning rows gets ``mean = m(x*)`` and the prior
+``tau²``. The parameters ``(tau², rho, kappa)`` are chosen by **validation NLL**: validation
+rows are predicted from the training rows of their tile, so the fit scores exactly what a
+held-out row will see. Everything is in the units of ``y`` (log10 for Ookla targets).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from geodbk.atomic import atomic_path, atomic_write_json
+from geodbk.errors import DataError, ModelFileError
+
+__all__ = [
+    "TileEffect",
+    "TileEffectParameters",
+    "TileEffectPrediction",
+    "fit_tile_effect",
+    "offset_covariance",
+    "predict_with_tile_effect",
+]
+
+_DT = torch.float64
+#: Default number of a tile's most recent rows kept for conditioning (20 quarters fit).
+MAX_ROWS = 32
+_ROWS_FILE = "tile_effect_rows.parquet"
+_PARAMS_FILE = "tile_effect.json"
+
+
+@dataclass(frozen=True)
+class TileEffectParameters:
+    """Fitted tile-effect parameters (units of ``y``).
+
+    Attributes
+    ----------
+    tau2
+        Prior variance of a tile's offset, ``tau²``.
+    rho
+        Correlation of the offset between consecutive time steps, in (0, 1].
+    noise_scale
+        ``kappa_k``, the multiplier of each noise component (same order as ``components``).
+    components
+        Names of the GP's noise components, e.g. ``("floor", "meas", "dev")``.
+    val_nll
+        Validation NLL (nats per row) with the tile effect, and ``val_nll_without`` with the
+        GP alone, on the same rows.
+    """
+
+    tau2: float
+    rho: float
+    noise_scale: tuple[float, ...]
+    components: tuple[str, ...]
+    val_nll: float | None = None
+    val_nll_without: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out = asdict(self)
+        out["noise_scale"] = list(self.noise_scale)
+        out["components"] = list(self.components)
+        return out
+
+
+@dataclass(frozen=True)
+class TileEffectPrediction:
+    """The tile effect's part of a prediction (numpy float64, n rows).
+
+    Attributes
+    ----------
+    shift
+        Posterior mean of the offset, added to the GP mean.
+    offset_var
+        Posterior variance of the offset (``tau²`` for a tile without conditioning rows).
+    noise_var
+        Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``.
+    seen
+        Whether the row's tile has conditioning rows.
+    """
+
+    shift: np.ndarray
+    offset_var: np.ndarray
+    noise_var: np.ndarray
+    seen: np.ndarray
+
+
+def offset_covariance(
+    t_a: torch.Tensor, t_b: torch.Tensor, *, tau2: torch.Tensor, rho: torch.Tensor
+) -> torch.Tensor:
+    """``tau² rho^{|t_a - t_b|}`` for broadcastable time tensors (the AR(1) covariance)."""
+    return tau2 * torch.exp(torch.abs(t_a - t_b) * torch.log(rho))
+
+
+@dataclass
+class _Layout:
+    """Conditioning rows padded to (tiles, max_rows); padded slots have ``mask = False``."""
+
+    tiles: np.ndarray  # (T,) tile ids, sorted
+    times: torch.Tensor  # (T, M)
+    residual: torch.Tensor  # (T, M)
+    var_f: torch.Tensor  # (T, M)
+    components: torch.Tensor  # (T, M, k)
+    mask: torch.Tensor  # (T, M) bool
+
+
+def _layout(
+    tiles: np.ndarray,
+    times: np.ndarray,
+    residual: np.ndarray,
+    var_f: np.ndarray,
+    components: np.ndarray,
+    *,
+    max_rows: int,
+) -> _Layout:
+    """Group conditioning rows by tile (at most the ``max_rows`` latest per tile) and pad."""
+    order = np.lexsort((times, tiles))
+    tiles, times = tiles[order], times[order]
+    uniq, start, count = np.unique(tiles, return_index=True, return_counts=True)
+    code = np.repeat(np.arange(uniq.size), count)
+    rank_from_end = np.repeat(start + count, count) - np.arange(tiles.size) - 1
+    keep = rank_from_end < max_rows
+    m = int(min(max_rows, count.max())) if count.size else 1
+    slot = (m - 1 - rank_from_end)[keep]  # latest row in the last slot
+    code, src = code[keep], order[keep]
+    shape = (uniq.size, m)
+    t = np.zeros(shape)
+    r = np.zeros(shape)
+    vf = np.ones(shape)
+    comp = np.zeros((*shape, components.shape[1]))
+    mask = np.zeros(shape, dtype=bool)
+    t[code, slot] = times[keep]
+    r[code, slot] = residual[src]
+    vf[code, slot] = var_f[src]
+    comp[code, slot] = components[src]
+    mask[code, slot] = True
+    as_t = lambda a: torch.as_tensor(a, dtype=_DT)  # noqa: E731
+    return _Layout(uniq, as_t(t), as_t(r), as_t(vf), as_t(comp), torch.as_tensor(mask))
+
+
+def _factor(
+    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, kappa: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert)."""
+    pair = lay.mask[:, :, None] & lay.mask[:, None, :]
+    K = offset_covariance(lay.times[:, :, None], lay.times[:, None, :], tau2=tau2, rho=rho)
+    K = torch.where(pair, K, torch.zeros((), dtype=_DT))
+    e = lay.var_f + (lay.components * kappa).sum(-1)
+    e = torch.where(lay.mask, e, torch.ones((), dtype=_DT))
+    L = torch.linalg.cholesky(K + torch.diag_embed(e))
+    b = torch.linalg.solve_triangular(L, lay.residual[..., None], upper=False)[..., 0]
+    return L, b
+
+
+def _predict_offset(
+    lay: _Layout,
+    L: torch.Tensor,
+    b: torch.Tensor,
+    slot: np.ndarray,
+    times: torch.Tensor,
+    *,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Offset mean and variance of rows in tile ``slot`` (-1: no conditioning rows)."""
+    n = slot.size
+    shift = torch.zeros(n, dtype=_DT)
+    var = tau2 * torch.ones(n, dtype=_DT)
+    seen = slot >= 0
+    if not seen.any():
+        return shift, var
+    idx = torch.as_tensor(slot[seen])
+    ks = offset_covariance(
+        times[torch.as_tensor(seen)][:, None], lay.times[idx], tau2=tau2, rho=rho
+    )
+    ks = torch.where(lay.mask[idx], ks, torch.zeros((), dtype=_DT))
+    a = torch.linalg.solve_triangular(L[idx], ks[..., None], upper=False)[..., 0]
+    pos = torch.as_tensor(np.flatnonzero(seen))
+    shift = shift.index_put((pos,), (a * b[idx]).sum(-1))
+    var = var.index_put((pos,), (tau2 - (a * a).sum(-1)).clamp_min(0.0))
+    return shift, var
+
+
+def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """Index of each of ``tiles`` in the sorted ``known`` tile ids, -1 where absent."""
+    if known.size == 0:
+        return np.full(tiles.size, -1)
+    pos = np.searchsorted(known, tiles).clip(0, known.size - 1)
+    return np.where(known[pos] == tiles, pos, -1)
+
+
+def _as_rows(
+    tiles: Any, times: Any, residual: Any, var_f: Any, components: Any, *, what: str
+) -> tuple[np.ndarray, ...]:
+    """Validate one set of rows: equal lengths, finite values, (n, k) components."""
+    tiles_a = np.asarray(tiles).astype(str)
+    n = tiles_a.size
+    times_a = np.asarray(times, dtype=np.float64).reshape(-1)
+    var_a = np.asarray(var_f, dtype=np.float64).reshape(-1)
+    comp = np.asarray(components, dtype=np.float64)
+    comp = comp.reshape(n, -1) if comp.ndim < 2 else comp
+    cols = [times_a, var_a] + ([] if residual is None else [np.asarray(residual, np.float64)])
+    if any(c.size != n for c in cols) or comp.shape[0] != n:
+        raise ValueError(f"{what}: tiles, times, residual, var_f and components differ in length")
+    if not all(np.isfinite(c).all() for c in [*cols, comp]):
+        raise DataError(f"{what}: non-finite times, residuals, variances or noise components")
+    res = None if residual is None else np.asarray(residual, dtype=np.float64).reshape(-1)
+    return tiles_a, times_a, res, var_a, comp  # type: ignore[return-value]
+
+
+class TileEffect:
+    """A fitted tile effect: parameters plus the conditioning rows it predicts from.
+
+    Build it with :meth:`fit`; add rows seen later (e.g. the validation split) with
+    :meth:`with_rows`; persist with :meth:`save` / :meth:`load`.
+    """
+
+    def __init__(
+        self,
+        params: TileEffectParameters,
+        *,
+        tiles: np.ndarray,
+        times: np.ndarray,
+        residual: np.ndarray,
+        var_f: np.ndarray,
+        components: np.ndarray,
+        max_rows: int = MAX_ROWS,
+    ) -> None:
+        self.params = params
+        self.max_rows = int(max_rows)
+        self.tiles, self.times, res, self.var_f, self.components = _as_rows(
+            tiles, times, residual, var_f, components, what="tile effect rows"
+        )
+        self.residual = np.asarray(res)
+        if self.components.shape[1] != len(params.components):
+            raise ValueError(
+                f"{self.components.shape[1]} noise components given, parameters name "
+                f"{len(params.components)}: {params.components}"
+            )
+        self._cache: tuple[_Layout, torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def n_tiles(self) -> int:
+        """Number of distinct tiles with conditioning rows."""
+        return int(np.unique(self.tiles).size)
+
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        p = self.params
+        return (
+            torch.tensor(p.tau2, dtype=_DT),
+            torch.tensor(p.rho, dtype=_DT),
+            torch.tensor(p.noise_scale, dtype=_DT),
+        )
+
+    def _factored(self) -> tuple[_Layout, torch.Tensor, torch.Tensor]:
+        if self._cache is None:
+            lay = _layout(
+                self.tiles,
+                self.times,
+                self.residual,
+                self.var_f,
+                self.components,
+                max_rows=self.max_rows,
+            )
+            tau2, rho, kappa = self._tensors()
+            L, b = _factor(lay, tau2, rho, kappa)
+            self._cache = (lay, L, b)
+        return self._cache
+
+    @classmethod
+    def fit(
+        cls,
+        *,
+        tiles: Any,
+        times: Any,
+        residual: Any,
+        var_f: Any,
+        components: Any,
+        val_tiles: Any,
+        val_times: Any,
+        val_residual: Any,
+        val_var_f: Any,
+        val_components: Any,
+        component_names: Sequence[str],
+        max_rows: int = MAX_ROWS,
+        max_iter: int = 100,
+    ) -> TileEffect:
+        """Choose ``(tau², rho, kappa)`` by the validation NLL of rows predicted from their
+        tile's training rows, and return the tile effect conditioned on the training rows.
+
+        Parameters
+        ----------
+        tiles, times, residual, var_f, components
+            Training rows: tile id, time step (e.g. the quarter index), residual
+            ``y - m(x)``, the GP's latent variance and its noise components (n, k) (they sum
+            to the GP's noise variance).
+        val_tiles, val_times, val_residual, val_var_f, val_components
+            The same for the validation rows (the objective).
+        component_names
+            Names of the k noise components.
+        max_rows
+            At most this many latest rows per tile condition the offset.
+        max_iter
+            L-BFGS iterations.
+
+        Returns
+        -------
+        TileEffect
+            Conditioned on the training rows; :meth:`with_rows` adds the validation rows.
+        """
+        train = _as_rows(tiles, times, residual, var_f, components, what="training rows")
+        val = _as_rows(
+            val_tiles, val_times, val_residual, val_var_f, val_components, what="validation rows"
+        )
+        if val[0].size == 0:
+            raise DataError("the tile effect is chosen by validation NLL: give validation rows")
+        names = tuple(str(c) for c in component_names)
+        if train[4].shape[1] != len(names) or val[4].shape[1] != len(names):
+            raise ValueError(f"noise components must have {len(names)} columns: {names}")
+        lay = _layout(*train, max_rows=max_rows)
+        slot = _slots(lay.tiles, val[0])
+        vt = torch.as_tensor(val[1], dtype=_DT)
+        vr = torch.as_tensor(val[2], dtype=_DT)
+        vvf = torch.as_tensor(val[3], dtype=_DT)
+        vc = torch.as_tensor(val[4], dtype=_DT)
+        floor_share = float(np.mean(train[4][:, 0])) if names else 0.1
+        raw = torch.tensor(
+            [math.log(max(0.5 * floor_share, 1e-6)), math.log(0.9 / 0.1)] + [0.0] * len(names),
+            dtype=_DT,
+            requires_grad=True,
+        )
+
+        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            return torch.exp(p[0]), torch.sigmoid(p[1]).clamp(1e-6, 1.0), torch.exp(p[2:])
+
+        def val_nll(p: torch.Tensor) -> torch.Tensor:
+            tau2, rho, kappa = unpack(p)
+            L, b = _factor(lay, tau2, rho, kappa)
+            shift, ovar = _predict_offset(lay, L, b, slot, vt, tau2=tau2, rho=rho)
+            var = vvf + ovar + (vc * kappa).sum(-1)
+            return 0.5 * (torch.log(2 * math.pi * var) + (vr - shift) ** 2 / var).mean()
+
+        opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = val_nll(raw)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        with torch.no_grad():
+            tau2, rho, kappa = unpack(raw)
+            best = float(val_nll(raw))
+            base_var = vvf + vc.sum(-1)
+            without = float(0.5 * (torch.log(2 * math.pi * base_var) + vr**2 / base_var).mean())
+        params = TileEffectParameters(
+            tau2=float(tau2),
+            rho=float(rho),
+            noise_scale=tuple(float(k) for k in kappa),
+            components=names,
+            val_nll=best,
+            val_nll_without=without,
+        )
+        return cls(
+            params,
+            tiles=train[0],
+            times=train[1],
+            residual=train[2],
+            var_f=train[3],
+            components=train[4],
+            max_rows=max_rows,
+        )
+
+    def with_rows(
+        self, *, tiles: Any, times: Any, residual: Any, var_f: Any, components: Any
+    ) -> TileEffect:
+        """A copy that also conditions on these rows (same parameters)."""
+        new = _as_rows(tiles, times, residual, var_f, components, what="added rows")
+        return TileEffect(
+            self.params,
+            tiles=np.concatenate([self.tiles, new[0]]),
+            times=np.concatenate([self.times, new[1]]),
+            residual=np.concatenate([self.residual, np.asarray(new[2])]),
+            var_f=np.concatenate([self.var_f, new[3]]),
+            components=np.concatenate([self.components, new[4]]),
+            max_rows=self.max_rows,
+        )
+
+    def predict(
+        self, *, tiles: Any, times: Any, components: Any, chunk_size: int = 8192
+    ) -> TileEffectPrediction:
+        """The offset's posterior and the refitted noise at rows (tile, time).
+
+        Add ``shift`` to the GP mean and ``offset_var + noise_var`` to its latent variance
+        (the observation) or ``offset_var`` alone (the tile's mean speed).
+
+        Parameters
+        ----------
+        tiles, times
+            Tile id and time step of each row.
+        components
+            The GP's noise components at these rows (n, k) (their ``tests``/``devices``).
+        chunk_size
+            Rows solved at a time.
+        """
+        tiles_a, times_a, _, _, comp = _as_rows(
+            tiles, times, None, np.zeros(np.size(tiles)), components, what="prediction rows"
+        )
+        lay, L, b = self._factored()
+        tau2, rho, kappa = self._tensors()
+        slot = _slots(lay.tiles, tiles_a)
+        shift = np.zeros(tiles_a.size)
+        ovar = np.zeros(tiles_a.size)
+        with torch.no_grad():
+            for s in range(0, tiles_a.size, chunk_size):
+                part = slice(s, s + chunk_size)
+                t = torch.as_tensor(times_a[part], dtype=_DT)
+                m, v = _predict_offset(lay, L, b, slot[part], t, tau2=tau2, rho=rho)
+                shift[part], ovar[part] = m.numpy(), v.numpy()
+        noise = comp @ kappa.numpy()
+        return TileEffectPrediction(shift=shift, offset_var=ovar, noise_var=noise, seen=slot >= 0)
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``tile_effect.json`` and ``tile_effect_rows.parquet`` in ``folder`` (atomic)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        cols: dict[str, Any] = {
+            "tile": pa.array(self.tiles, pa.large_string()),
+            "time": self.times,
+            "residual": self.residual,
+            "var_f": self.var_f,
+        }
+        for k, name in enumerate(self.params.components):
+            cols[f"noise_{name}"] = self.components[:, k]
+        with atomic_path(folder / _ROWS_FILE) as tmp:
+            pq.write_table(pa.table(cols), tmp)
+        atomic_write_json(
+            folder / _PARAMS_FILE, {**self.params.to_dict(), "max_rows": self.max_rows}
+        )
+
+    @staticmethod
+    def files(folder: str | Path) -> tuple[Path, Path]:
+        """The two files :meth:`save` writes in ``folder``."""
+        return Path(folder) / _PARAMS_FILE, Path(folder) / _ROWS_FILE
+
+    @staticmethod
+    def exists(folder: str | Path) -> bool:
+        """Whether ``folder`` holds a saved tile effect."""
+        return (Path(folder) / _PARAMS_FILE).is_file()
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TileEffect:
+        """Read what :meth:`save` wrote (raises :class:`ModelFileError` when incomplete)."""
+        import pyarrow.parquet as pq
+
+        folder = Path(folder)
+        params_path, rows_path = folder / _PARAMS_FILE, folder / _ROWS_FILE
+        if not params_path.is_file() or not rows_path.is_file():
+            raise ModelFileError(
+                f"{folder} has no complete tile effect ({_PARAMS_FILE} + {_ROWS_FILE}); "
+                "retrain with `geodbk train --tile-effect`"
+            )
+        raw = json.loads(params_path.read_text())
+        max_rows = int(raw.pop("max_rows", MAX_ROWS))
+        params = TileEffectParameters(
+            **{
+                **raw,
+                "noise_scale": tuple(raw["noise_scale"]),
+                "components": tuple(raw["components"]),
+            }
+        )
+        table = pq.read_table(rows_path)
+        comp = np.column_stack(
+            [table.column(f"noise_{c}").to_numpy() for c in params.components]
+        ).reshape(table.num_rows, len(params.components))
+        return cls(
+            params,
+            tiles=np.asarray(table.column("tile").to_pylist(), dtype=str),
+            times=table.column("time").to_numpy(),
+            residual=table.column("residual").to_numpy(),
+            var_f=table.column("var_f").to_numpy(),
+            components=comp,
+            max_rows=max_rows,
+        )
+
+
+def _latent_and_components(
+    model: Any, X: Any, noise: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray]:
+    """The model's latent mean and variance at ``X`` and its noise components."""
+    pred = model.predict(X, quantity="latent", **noise)
+    names, comp = model.noise_components(n=len(pred), **noise)
+    return pred.mean, pred.var_f, names, comp
+
+
+def fit_tile_effect(
+    model: Any,
+    *,
+    X: Any,
+    y: Any,
+    tiles: Any,
+    times: Any,
+    X_val: Any,
+    y_val: Any,
+    tiles_val: Any,
+    times_val: Any,
+    noise: dict[str, Any] | None = None,
+    noise_val: dict[str, Any] | None = None,
+    max_rows: int = MAX_ROWS,
+) -> TileEffect:
+    """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
+
+    The residuals ``y - m(x)``, latent variances and noise components of the training rows
+    (from ``model.predict(..., quantity="latent")`` and ``model.noise_components``) condition
+    the offsets; ``(tau², rho, kappa)`` minimise the validation NLL (:meth:`TileEffect.fit`);
+    the validation rows are then added to the conditioning rows (:meth:`TileEffect.with_rows`).
+
+    Parameters
+    ----------
+    model
+        A fitted :class:`geodbk.DBKRegressor` (or anything with the same ``predict`` and
+        ``noise_components``).
+    X, y, tiles, times
+        Training inputs, targets, tile ids and time steps (e.g. quarter indices).
+    X_val, y_val, tiles_val, times_val
+        The same for the validation split.
+    noise, noise_val
+        ``predict`` keywords of each split's noise covariates (``tests``, ``devices``,
+        ``urban``; see :func:`geodbk.predictive.noise_kwargs`).
+    max_rows
+        Latest rows per tile that condition its offset.
+    """
+    m, vf, names, comp = _latent_and_components(model, X, noise or {})
+    mv, vfv, _, compv = _latent_and_components(model, X_val, noise_val or {})
+    r = np.asarray(y, dtype=np.float64) - m
+    rv = np.asarray(y_val, dtype=np.float64) - mv
+    effect = TileEffect.fit(
+        tiles=tiles,
+        times=times,
+        residual=r,
+        var_f=vf,
+        components=comp,
+        val_tiles=tiles_val,
+        val_times=times_val,
+        val_residual=rv,
+        val_var_f=vfv,
+        val_components=compv,
+        component_names=names,
+        max_rows=max_rows,
+    )
+    return effect.with_rows(
+        tiles=tiles_val, times=times_val, residual=rv, var_f=vfv, components=compv
+    )
+
+
+def predict_with_tile_effect(
+    model: Any,
+    effect: TileEffect,
+    X: Any,
+    *,
+    tiles: Any,
+    times: Any,
+    noise: dict[str, Any] | None = None,
+    quantity: str = "observation",
+    chunk_size: int = 65536,
+) -> Any:
+    """The model's prediction with the tile effect: a :class:`geodbk.predictive.Prediction`.
+
+    ``mean = m(x) + shift``, ``var_f = v_f(x) + offset_var`` (the tile's mean speed) and, for
+    ``quantity="observation"``, ``var = var_f + s2'`` with the refitted noise
+    ``s2' = sum_k kappa_k c_k`` of the rows' ``tests``/``devices``; for ``"latent"``,
+    ``var = var_f``.
+    """
+    from geodbk.predictive import Prediction
+
+    kw = noise or {}
+    pred = model.predict(X, quantity="latent", chunk_size=chunk_size, **kw)
+    _, comp = model.noise_components(n=len(pred), **kw)
+    part = effect.predict(tiles=tiles, times=times, components=comp)
+    var_f = pred.var_f + part.offset_var
+    var = var_f + part.noise_var if quantity == "observation" else var_f.copy()
+    return Prediction(mean=pred.mean + part.shift, var=var, var_f=var_f)
