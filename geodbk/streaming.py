@@ -137,6 +137,9 @@ def predict_table(
     tests_column: str | None = None,
     devices_column: str | None = None,
     urban_column: str | None = None,
+    tile_effect: Any = None,
+    tile_column: str = "quadkey",
+    time_column: str | None = "quarter",
 ) -> int:
     """Predict every (filtered) row of ``src`` and write ``dst`` batch by batch.
 
@@ -147,13 +150,18 @@ def predict_table(
     sd is then that of the row's tile average) and ``devices_column`` a ``tests+devices`` model
     each row's own number of devices (without it: ``devices = tests``), ``urban_column`` a
     model with a noise floor per urban/rural class (``noise_urban``) each row's class. Missing
-    counts and counts below 1 are read as 1. Returns the number of rows written.
+    counts and counts below 1 are read as 1. With a ``tile_effect``
+    (:class:`geodbk.tile_effect.TileEffect`) each row's tile (``tile_column``) and quarter
+    (``time_column``, as a quarter index; ``None``: one time step) add the tile's offset
+    (:func:`geodbk.tile_effect.predict_with_tile_effect`). Returns the number of rows written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     to_x = inputs or _stack_inputs(x_columns)
     extra = [c for c in (tests_column, devices_column, urban_column) if c]
+    if tile_effect is not None:
+        extra += [tile_column] + ([time_column] if time_column else [])
     columns = list(dict.fromkeys([*x_columns, *read_columns, *extra, *keep_columns]))
     writer = None
     n = 0
@@ -173,7 +181,13 @@ def predict_table(
                     counts_or_one(cols[devices_column])[ok] if devices_column else None,
                     urban=np.asarray(cols[urban_column], dtype=bool)[ok] if urban_column else None,
                 )
-                pred = model.predict(X[ok], chunk_size=min(batch_size, 65536), **kw)
+                chunk = min(batch_size, 65536)
+                if tile_effect is None:
+                    pred = model.predict(X[ok], chunk_size=chunk, **kw)
+                else:
+                    pred = _predict_tiles(
+                        model, tile_effect, X[ok], cols, ok, kw, tile_column, time_column, chunk
+                    )
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))
             table = pa.table(
@@ -187,6 +201,31 @@ def predict_table(
         if writer is not None:
             writer.close()
     return n
+
+
+def _predict_tiles(
+    model: Any,
+    effect: Any,
+    X: np.ndarray,
+    cols: dict[str, np.ndarray],
+    ok: Any,
+    noise: dict[str, Any],
+    tile_column: str,
+    time_column: str | None,
+    chunk: int,
+) -> Any:
+    """:func:`geodbk.tile_effect.predict_with_tile_effect` for one batch's rows ``ok``."""
+    from geodbk.geo.timeaxis import quarter_indices
+    from geodbk.tile_effect import predict_with_tile_effect
+
+    tiles = np.asarray(cols[tile_column]).astype(str)[ok]
+    if time_column:
+        times = quarter_indices(np.asarray(cols[time_column]).astype(str)[ok]).astype(np.float64)
+    else:
+        times = np.zeros(tiles.size)
+    return predict_with_tile_effect(
+        model, effect, X, tiles=tiles, times=times, noise=noise, chunk_size=chunk
+    )
 
 
 #: Maps one batch's columns to the model inputs (n, d).

@@ -91,6 +91,13 @@ class TrainConfig:
         ``tiles.parquet`` a shuffle window of row groups at a time
         (:meth:`geodbk.DBKRegressor.fit_parquet`), so memory does not grow with n; the
         validation split is held in memory. Mini-batch objectives only.
+    tile_effect
+        Add a persistent per-tile offset (``geodbk train --tile-effect``,
+        :mod:`geodbk.tile_effect`): after the GP is trained, each tile's residuals in its other
+        quarters shift its prediction, through an AR(1) offset over quarters whose variance,
+        correlation and the refitted noise are chosen by validation NLL. It acts where a row's
+        tile is known (the report's test tiles and tile coverage), not on grid maps. In-memory
+        training only (not with ``streaming`` or ``--distributed``).
     """
 
     expansion: str = "rbf"
@@ -112,6 +119,7 @@ class TrainConfig:
     noise_init: float = 0.0
     time: bool = False
     streaming: bool = False
+    tile_effect: bool = False
 
     def __post_init__(self) -> None:
         self.validate(source="config")
@@ -156,6 +164,11 @@ class TrainConfig:
                 f"false with noise {self.noise!r} (not supported out of core yet; use "
                 "noise 'tests' or train in memory)",
             ),
+            (
+                "streaming",
+                not (self.streaming and self.tile_effect),
+                "false with tile_effect (the tile effect needs the train split in memory)",
+            ),
         ]
         for key, ok, rule in checks:
             if not ok:
@@ -171,12 +184,12 @@ class TrainConfig:
         An unresolved ``noise: auto`` is passed as ``constant`` (``geodbk train`` resolves it
         from the tile table first); ``noise_init: 0`` becomes :data:`NOISE_INIT` of the noise;
         a noise ending in ``+urban`` is passed as the noise without it and ``noise_urban=True``.
-        ``time`` is not an estimator option: it decides the inputs the pipeline builds.
+        ``time``, ``streaming`` and ``tile_effect`` are pipeline options, not estimator ones.
         """
         d = self.to_dict()
         d.pop("predict_chunk_size")
-        d.pop("time")
-        d.pop("streaming")
+        for key in ("time", "streaming", "tile_effect"):
+            d.pop(key)
         if d["noise"] == "auto":
             d["noise"] = "constant"
         if d["noise_init"] == 0:
@@ -210,6 +223,7 @@ _FIELD_TYPES: dict[str, type] = {
     "noise_init": float,
     "time": bool,
     "streaming": bool,
+    "tile_effect": bool,
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.

@@ -98,6 +98,13 @@ def register(subparsers: Any) -> None:
         help="time-aware model: the quarter is an input (x1, x2, t); default: quarters pooled",
     )
     p.add_argument(
+        "--tile-effect",
+        action="store_true",
+        default=None,
+        help="add a per-tile offset learned from each tile's other quarters (AR(1) over "
+        "quarters, chosen by validation NLL; config `tile_effect: true`); in memory only",
+    )
+    p.add_argument(
         "--distributed",
         action="store_true",
         help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
@@ -126,6 +133,7 @@ def _main(args: argparse.Namespace) -> int:
             noise=args.noise,
             time=args.time,
             streaming=args.streaming,
+            tile_effect=args.tile_effect,
         )
     finally:
         if args.distributed:
@@ -144,10 +152,18 @@ def resolve_config(
     noise: str | None = None,
     time: bool | None = None,
     streaming: bool | None = None,
+    tile_effect: bool | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
-    return cfg.replace(epochs=epochs, device=device, noise=noise, time=time, streaming=streaming)
+    return cfg.replace(
+        epochs=epochs,
+        device=device,
+        noise=noise,
+        time=time,
+        streaming=streaming,
+        tile_effect=tile_effect,
+    )
 
 
 def resolve_noise(
@@ -243,7 +259,7 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
     (same rows).
 
     ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
-    is returned as bool.
+    is returned as bool, ``quadkey`` and ``quarter`` as strings.
     """
     spec = target_spec(target)
     out: dict[str, np.ndarray] = {}
@@ -254,6 +270,8 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
         if column == "urban":
             out[name] = part[column].to_numpy(dtype=bool)[ok]
+        elif column in ("quadkey", "quarter"):
+            out[name] = part[column].astype(str).to_numpy()[ok]
         else:
             out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
     return out
@@ -369,6 +387,7 @@ def run_train(
     noise: str | None = None,
     time: bool | None = None,
     streaming: bool | None = None,
+    tile_effect: bool | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -404,6 +423,10 @@ def run_train(
         Flag override of the config's ``streaming``: out-of-core training with
         :meth:`geodbk.DBKRegressor.fit_parquet` (the train split is never held in memory;
         checkpoints and ``resume`` work as in memory). Not with ``distributed``.
+    tile_effect
+        Flag override of the config's ``tile_effect``: after training, fit a per-tile offset
+        (:func:`fit_run_tile_effect`) and save it with the model; its parameters go to the
+        metadata's ``tile_effect``. In memory only.
     """
     from geodbk import DBKRegressor
 
@@ -417,7 +440,13 @@ def run_train(
         noise=noise,
         time=time,
         streaming=streaming,
+        tile_effect=tile_effect,
     )
+    if cfg.tile_effect and distributed:
+        raise DataError(
+            "--tile-effect is not supported with --distributed yet; train in one process "
+            "(drop --distributed) or drop --tile-effect"
+        )
     if cfg.streaming and distributed:
         raise DataError(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
@@ -563,7 +592,13 @@ def run_train(
             urban_val=noise_kw.get("urban_val"),
         )
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
+    effect = None
+    if cfg.tile_effect:
+        effect = fit_run_tile_effect(model, gdf, target, parts=parts, noise_kw=noise_kw)
+        metadata["tile_effect"] = effect.params.to_dict()
+        log.info("tile effect: %s", metadata["tile_effect"])
     model.save(model_dir, metadata=metadata)
+    save_tile_effect(model_dir, effect)
     atomic_write_text(model_dir / "config.yaml", dump_config(cfg))
     atomic_write_text(model_dir / "history.csv", _history_csv(history))
     log.info(
@@ -574,6 +609,64 @@ def run_train(
         fit_s,
     )
     return model_dir
+
+
+def fit_run_tile_effect(
+    model: Any,
+    gdf: Any,
+    target: str,
+    *,
+    parts: dict[str, tuple[np.ndarray, np.ndarray]],
+    noise_kw: dict[str, np.ndarray],
+) -> Any:
+    """Fit the tile effect (:func:`geodbk.tile_effect.fit_tile_effect`) of a trained model.
+
+    Tile ids are the ``quadkey`` column and time steps the quarter indices of ``quarter``
+    (all rows one step without it: a constant offset per tile). Validation rows choose the
+    parameters, then condition the offsets with the training rows.
+    """
+    from geodbk.geo.timeaxis import quarter_indices
+    from geodbk.tile_effect import fit_tile_effect
+
+    if "quadkey" not in gdf.columns:
+        raise DataError("--tile-effect needs a 'quadkey' column in tiles.parquet; re-run ingest")
+    if len(parts["val"][1]) == 0:
+        raise DataError(
+            "--tile-effect is chosen by validation NLL but the val split is empty; re-ingest "
+            "with a validation share (geodbk ingest --split) or drop --tile-effect"
+        )
+    tiles = split_tests(gdf, target, column="quadkey")
+    if "quarter" in gdf.columns:
+        quarter = split_tests(gdf, target, column="quarter")
+        times = {k: quarter_indices(v).astype(np.float64) for k, v in quarter.items()}
+    else:
+        times = {k: np.zeros(v.size) for k, v in tiles.items()}
+    noise = {k: v for k, v in noise_kw.items() if not k.endswith("_val")}
+    noise_val = {k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")}
+    return fit_tile_effect(
+        model,
+        X=parts["train"][0],
+        y=parts["train"][1],
+        tiles=tiles["train"],
+        times=times["train"],
+        X_val=parts["val"][0],
+        y_val=parts["val"][1],
+        tiles_val=tiles["val"],
+        times_val=times["val"],
+        noise=noise,
+        noise_val=noise_val,
+    )
+
+
+def save_tile_effect(model_dir: Path, effect: Any) -> None:
+    """Write ``effect`` next to the model, or remove a stale one (``effect=None``)."""
+    from geodbk.tile_effect import TileEffect
+
+    if effect is not None:
+        effect.save(model_dir)
+        return
+    for path in TileEffect.files(model_dir):
+        path.unlink(missing_ok=True)
 
 
 def choose_time_extrapolation(
@@ -626,3 +719,27 @@ def load_model(rd: RunDir, target: str) -> Any:
         raise ModelFileError(f"{path} holds a {md.get('target')!r} model, not {target!r}")
     log.info("read model %s", path)
     return model
+
+
+def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
+    """The tile effect saved with ``target``'s model, or ``None`` when it was trained without.
+
+    Raises :class:`~geodbk.errors.ModelFileError` when the files and the model's metadata
+    disagree (a tile effect from another training run), with the command that fixes it.
+    """
+    from geodbk.errors import ModelFileError
+    from geodbk.tile_effect import TileEffect
+
+    md = getattr(model, "metadata_", None) or {}
+    folder = rd.model_dir(target)
+    expected = md.get("tile_effect")
+    if expected is None:
+        return None
+    effect = TileEffect.load(folder)
+    if effect.params.to_dict() != expected:
+        raise ModelFileError(
+            f"{folder}: the tile effect files do not belong to this model (another training "
+            f"run wrote them); retrain with `geodbk train --run {rd.root} --target {target} "
+            "--tile-effect`"
+        )
+    return effect

@@ -1,0 +1,135 @@
+"""The tile effect through the pipelines: train --tile-effect, report, stale files, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from geodbk.errors import DataError, ModelFileError
+from geodbk.geo.table import read_tile_table, write_tile_table
+from geodbk.tile_effect import TileEffect
+from pipelines import cli
+from pipelines.config import TrainConfig, demo_config, dump_config
+from pipelines.ingest import demo_ingest_kwargs, run_ingest
+from pipelines.report import run_report
+from pipelines.train import run_train
+
+CFG = demo_config(quick=True).replace(epochs=2)
+OFFSET_SD = 0.3
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The embedded region (2023Q1..Q4) with a persistent N(0, 0.3²) offset per tile added to
+    log10 download in every quarter; trained without and with the tile effect, both
+    reported."""
+    base = tmp_path_factory.mktemp("tile") / "plain"
+    run_ingest(run=base, **demo_ingest_kwargs())
+    gdf, meta = read_tile_table(base / "tiles.parquet")
+    codes = np.unique(gdf["quadkey"].astype(str), return_inverse=True)[1]
+    offset = np.random.default_rng(7).normal(0.0, OFFSET_SD, codes.max() + 1)
+    gdf["log10_download"] = gdf["log10_download"] + offset[codes]
+    write_tile_table(gdf, base / "tiles.parquet", meta)
+    tiled = base.with_name("tiled")
+    shutil.copytree(base, tiled)
+    run_train(base, target="download", config=CFG, progress=False)
+    run_train(tiled, target="download", config=CFG, progress=False, tile_effect=True)
+    run_report(base, target="download")
+    run_report(tiled, target="download")
+    return {"plain": base, "tiled": tiled}
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "report" / "download" / "metrics.json").read_text())
+
+
+def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> None:
+    model_dir = runs["tiled"] / "models" / "download"
+    assert TileEffect.exists(model_dir)
+    assert not TileEffect.exists(runs["plain"] / "models" / "download")
+    md = json.loads((model_dir / "model.json").read_text())["metadata"]
+    params = md["tile_effect"]
+    assert params["components"] == ["floor", "meas", "dev"]  # tests+devices, the default noise
+    # the injected offset has variance 0.09; the GP's smooth misfit adds to it
+    assert params["tau2"] > 0.03
+    assert params["val_nll"] < params["val_nll_without"] - 0.1
+    plain, tiled = _metrics(runs["plain"]), _metrics(runs["tiled"])
+    assert "tile_effect" not in plain
+    assert tiled["tile_effect"] == params
+    assert tiled["all"]["nll"] < plain["all"]["nll"] - 0.1
+    assert 0.85 < tiled["all"]["coverage"] < 1.0
+    text = (runs["tiled"] / "report" / "download" / "report.md").read_text()
+    assert "## Tile effect" in text and f"{params['tau2']:.4f}" in text
+
+
+def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) -> None:
+    """predictions.parquet of the tiled run = the plain GP of the same model + the offset."""
+    from geodbk import DBKRegressor
+    from geodbk.geo.timeaxis import quarter_indices
+
+    run = runs["tiled"]
+    model = DBKRegressor.load(run / "models" / "download", device="cpu")
+    effect = TileEffect.load(run / "models" / "download")
+    pred = pq.read_table(run / "report" / "download" / "predictions.parquet").to_pandas()
+    tiles, _ = read_tile_table(run / "tiles.parquet")
+    rows = tiles.set_index(["quadkey", "quarter"]).loc[
+        list(zip(pred["quadkey"], pred["quarter"], strict=True))
+    ]
+    X = rows[["x1", "x2"]].to_numpy(dtype=np.float64)
+    kw = {"tests": pred["tests"].to_numpy(), "devices": pred["devices"].to_numpy()}
+    gp = model.predict(X, quantity="latent", **kw)
+    _, comp = model.noise_components(**kw)
+    part = effect.predict(
+        tiles=pred["quadkey"].to_numpy(),
+        times=quarter_indices(pred["quarter"]).astype(float),
+        components=comp,
+    )
+    np.testing.assert_allclose(pred["mean"], gp.mean + part.shift, rtol=1e-6, atol=1e-8)
+    want_sd = np.sqrt(gp.var_f + part.offset_var + part.noise_var)
+    np.testing.assert_allclose(pred["std"], want_sd, rtol=1e-5)
+    # the demo's tiles are not in every quarter: some test rows' tiles are seen, some are not
+    assert 0.2 < part.seen.mean() < 1.0
+    assert (part.shift[~part.seen] == 0).all()
+    np.testing.assert_allclose(part.offset_var[~part.seen], effect.params.tau2)
+
+
+def test_retraining_without_removes_the_tile_effect(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "again"
+    shutil.copytree(runs["tiled"], run)
+    run_train(run, target="download", config=CFG.replace(epochs=1), progress=False)
+    assert not TileEffect.exists(run / "models" / "download")
+    run_report(run, target="download")
+    assert "tile_effect" not in _metrics(run)
+
+
+def test_a_foreign_tile_effect_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "foreign"
+    shutil.copytree(runs["tiled"], run)
+    path = run / "models" / "download" / "tile_effect.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "tau2": doc["tau2"] * 2}))
+    with pytest.raises(ModelFileError, match="do not belong to this model"):
+        run_report(run, target="download")
+    (run / "models" / "download" / "tile_effect_rows.parquet").unlink()
+    with pytest.raises(ModelFileError, match="--tile-effect"):
+        run_report(run, target="download")
+
+
+def test_cli_flag_and_refusals(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "cli"
+    shutil.copytree(runs["plain"], run)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(dump_config(CFG.replace(epochs=1)))
+    argv = ["train", "--run", str(run), "--target", "download", "--config", str(cfg)]
+    assert cli.main([*argv, "--no-progress", "--tile-effect"]) == 0
+    md = json.loads((run / "models" / "download" / "model.json").read_text())["metadata"]
+    assert md["config"]["tile_effect"] is True and "tile_effect" in md
+    with pytest.raises(DataError, match="tile_effect"):
+        TrainConfig(streaming=True, tile_effect=True)
+    with pytest.raises(DataError, match="--distributed"):
+        run_train(run, target="download", config=CFG, tile_effect=True, distributed=True)
