@@ -117,16 +117,78 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     val_nll = min(h["val_nll"] for h in model.history_)
+    extra: dict[str, Any] = {}
+    if args.tile_effect:
+        extra = tile_effect_fold(model, rows, X, y, train, val, test, fit_kw, predict_kw)
+        extra |= {"mean_gp": pred.mean, "var_gp": pred.var}
+        pred = extra.pop("prediction")
     np.savez(
-        out / f"{args.variant}_fold_{args.fold}.npz",
+        out / f"{run_name(args)}_fold_{args.fold}.npz",
         index=np.flatnonzero(test),
         mean=pred.mean,
         var=pred.var,
         val_nll=val_nll,
         best_epoch=model.best_epoch_,
         seconds=time.perf_counter() - t0,
+        **extra,
     )
-    return {"variant": args.variant, "fold": args.fold, "val_nll": val_nll}
+    return {"variant": run_name(args), "fold": args.fold, "val_nll": val_nll}
+
+
+def run_name(args: argparse.Namespace) -> str:
+    """File stem of a variant's results: ``VARIANT`` or ``VARIANT-tile`` (``--tile-effect``)."""
+    return f"{args.variant}-tile" if args.tile_effect else args.variant
+
+
+def tile_effect_fold(
+    model: Any,
+    rows: pd.DataFrame,
+    X: np.ndarray,
+    y: np.ndarray,
+    train: np.ndarray,
+    val: np.ndarray,
+    test: np.ndarray,
+    fit_kw: dict[str, Any],
+    predict_kw: dict[str, Any],
+) -> dict[str, Any]:
+    """Fit the tile effect on the fold's train/validation rows and predict its test rows.
+
+    The offsets are conditioned on each tile's train and validation quarters (time step: the
+    quarter index); returns the prediction and the fitted parameters for the ``.npz``."""
+    from geodbk.geo.timeaxis import quarter_indices
+    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+
+    tiles = rows["quadkey"].astype(str).to_numpy()
+    times = quarter_indices(rows["quarter"].astype(str)).astype(np.float64)
+    split_kw = {k: v for k, v in fit_kw.items() if not k.endswith("_val")}
+    val_kw = {k[: -len("_val")]: v for k, v in fit_kw.items() if k.endswith("_val")}
+    t0 = time.perf_counter()
+    effect = fit_tile_effect(
+        model,
+        X=X[train],
+        y=y[train],
+        tiles=tiles[train],
+        times=times[train],
+        X_val=X[val],
+        y_val=y[val],
+        tiles_val=tiles[val],
+        times_val=times[val],
+        noise=split_kw,
+        noise_val=val_kw,
+    )
+    pred = predict_with_tile_effect(
+        model, effect, X[test], tiles=tiles[test], times=times[test], noise=predict_kw
+    )
+    p = effect.params
+    return {
+        "prediction": pred,
+        "tile_tau2": p.tau2,
+        "tile_rho": p.rho,
+        "tile_noise_scale": np.array(p.noise_scale),
+        "tile_val_nll": p.val_nll,
+        "tile_val_nll_without": p.val_nll_without,
+        "tile_seconds": time.perf_counter() - t0,
+    }
 
 
 def coverage_intervals(
@@ -193,21 +255,26 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
     n = len(rows)
     mean, var = np.full(n, np.nan), np.full(n, np.nan)
     val_nll, done = [], []
+    tile: list[dict[str, Any]] = []
     for k in range(args.folds):
-        path = Path(args.out) / f"{args.variant}_fold_{k}.npz"
+        path = Path(args.out) / f"{run_name(args)}_fold_{k}.npz"
         if not path.is_file():
             continue
         part = np.load(path)
         mean[part["index"]], var[part["index"]] = part["mean"], part["var"]
         val_nll.append(float(part["val_nll"]))
         done.append(k)
+        if "tile_tau2" in part:
+            tile.append(
+                {key[5:]: part[key].tolist() for key in part.files if key.startswith("tile_")}
+            )
     have = np.isfinite(mean)
     y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)[have]
     urban = rows["urban"].to_numpy(dtype=bool)[have]
     tests = np.maximum(rows["tests"].to_numpy(dtype=np.float64), 1.0)[have]
     sd = np.sqrt(var[have])
     report = {
-        "variant": args.variant,
+        "variant": run_name(args),
         "target": args.target,
         "folds": args.folds,
         "folds_scored": done,
@@ -220,8 +287,17 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
             y, mean[have], sd, urban, tests, rows["quadkey"].to_numpy()[have]
         ),
     }
+    if tile:
+        report["tile_effect_folds"] = tile
+        print(
+            "tile effect over folds: "
+            + ", ".join(
+                f"{key} {np.mean([f[key] for f in tile], axis=0)}"
+                for key in ("tau2", "rho", "noise_scale", "val_nll", "val_nll_without")
+            )
+        )
     report = clean_json(report)
-    (Path(args.out) / f"{args.variant}.json").write_text(json.dumps(report, indent=1))
+    (Path(args.out) / f"{run_name(args)}.json").write_text(json.dumps(report, indent=1))
     for bucket, s in report["by_tests"].items():
         ci = report["coverage_intervals"][bucket]
         cells = ", ".join(
@@ -232,7 +308,7 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
             if c in ci
         )
         print(
-            f"{args.variant} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% ({cells})"
+            f"{run_name(args)} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% ({cells})"
         )
         for c in ("urban", "rural"):
             cell = ci.get(c)
@@ -266,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--tile-effect",
+        action="store_true",
+        help="add the per-tile offset (geodbk.tile_effect) fitted on the fold's validation "
+        "rows; results go to VARIANT-tile_*",
+    )
     args = p.parse_args(argv)
     result = run_fold(args) if args.what == "fold" else pool(args)
     if args.what == "fold":
