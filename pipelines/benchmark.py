@@ -60,13 +60,17 @@ cagp, solve-gp, softki (or 'all')
 
 
 # ---------------------------------------------------------------------------------- data
-def load_benchmark_data(run: Path, target: str, *, time: bool = False) -> dict[str, np.ndarray]:
+def load_benchmark_data(
+    run: Path, target: str, *, time: bool = False, tiles: bool = False
+) -> dict[str, np.ndarray]:
     """Inputs, target, split, urban flag and noise covariates from ``RUN/tiles.parquet``.
 
     Only rows with a finite target and inputs are kept. ``X`` is ``[x1, x2]``, or ``[x1, x2, t]``
     with ``time`` (``t``: the quarter scaled to [-1, 1] over the train split's quarters, exactly
     as ``geodbk train --time``; the range is returned as ``time_range = [first, last]``).
     ``tests`` and ``devices`` (when the table has them) are counts, missing or below 1 set to 1.
+    With ``tiles`` (the tile effect) ``quadkey`` (str) and ``time_step`` (the quarter index,
+    float) are returned too.
     """
     from geodbk.validation import counts_or_one
 
@@ -84,10 +88,12 @@ def load_benchmark_data(run: Path, target: str, *, time: bool = False) -> dict[s
 
         table = pd.read_parquet(path)
     col = f"log10_{target}"
-    needed = ("x1", "x2", col, "split", "urban", *(("quarter",) if time else ()))
+    needed = ("x1", "x2", col, "split", "urban", *(("quarter",) if time or tiles else ()))
+    needed += ("quadkey",) if tiles else ()
     missing = [c for c in needed if c not in table.columns]
     if missing:
-        fix = "re-run geodbk ingest" + (" (or benchmark without --time)" if time else "")
+        flags = " or ".join(f for f, on in (("--time", time), ("--tile-effect", tiles)) if on)
+        fix = "re-run geodbk ingest" + (f" (or benchmark without {flags})" if flags else "")
         raise DataError(f"{path} lacks column(s) {', '.join(missing)}; {fix}")
     X = table[["x1", "x2"]].to_numpy(dtype=np.float64)
     y = table[col].to_numpy(dtype=np.float64)
@@ -102,6 +108,11 @@ def load_benchmark_data(run: Path, target: str, *, time: bool = False) -> dict[s
         scaling, _ = time_axis(quarter, data["split"], source=path)
         data["X"] = np.column_stack([data["X"], scaling.scale(quarter)])
         data["time_range"] = np.array([scaling.first, scaling.last])
+    if tiles:
+        from geodbk.geo.timeaxis import quarter_indices
+
+        data["quadkey"] = table["quadkey"].astype(str).to_numpy()[keep]
+        data["time_step"] = quarter_indices(table["quarter"].astype(str)[keep]).astype(float)
     for column in ("tests", "devices"):
         if column in table.columns:
             data[column] = counts_or_one(table[column].to_numpy(dtype=np.float64))[keep]
@@ -217,13 +228,17 @@ def run_one(
     threads: int | None,
     overrides: dict[str, Any] | None = None,
     noise: str = "constant",
+    tile_effect: bool = False,
 ) -> dict[str, Any]:
     """Train and score one (model, seed); return metrics and costs (raises on failure).
 
     ``noise`` (see :func:`noise_options`) other than ``constant`` fits a tests-aware observation
     noise, e.g. s2_i = s2_floor + s2_meas / tests_i, and scores each test tile as the average of
     its own ``tests`` (and ``devices``, class). ``data["X"]`` has a third column ``t`` for a
-    time-aware benchmark (:func:`load_benchmark_data` with ``time=True``).
+    time-aware benchmark (:func:`load_benchmark_data` with ``time=True``). ``tile_effect``
+    adds the per-tile offset (:func:`geodbk.tile_effect.fit_tile_effect`, chosen on the val
+    split) to the trained model before the test rows are scored; it needs the latent/noise
+    split of the ``DBKRegressor`` family, and other models raise ``ValueError``.
     """
     import torch
 
@@ -246,6 +261,10 @@ def run_one(
         overrides=overrides,
     )
     covariates = noise_options(name, model, noise, data)
+    if tile_effect and not hasattr(model, "noise_components"):
+        raise ValueError(f"{name} has no tile-effect option (DBKRegressor family only)")
+    if tile_effect and not va.any():
+        raise DataError("--tile-effect is chosen on the val split, which is empty")
     if covariates and "noise_init" not in (overrides or {}):
         # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
         model.set_params(noise_init=0.5)
@@ -261,7 +280,11 @@ def run_one(
     t0 = time.perf_counter()
     model.fit(X[tr], y[tr], X[va] if va.any() else None, y[va] if va.any() else None, **fit_kw)
     fit_s = time.perf_counter() - t0
-    pred = model.predict(X[te], **{k: v[te] for k, v in covariates.items()})
+    effect_params = None
+    if tile_effect:
+        pred, effect_params = _tile_effect_prediction(model, data, covariates)
+    else:
+        pred = model.predict(X[te], **{k: v[te] for k, v in covariates.items()})
     t1 = time.perf_counter()
     model.predict(X, **covariates)
     pred_s = time.perf_counter() - t1
@@ -293,6 +316,7 @@ def run_one(
         "seed": seed,
         "metrics": metrics,
         "by_tests": by_tests,
+        "tile_effect": effect_params,
         "epochs_run": len(history),
         "best_epoch": getattr(model, "best_epoch_", None),
         "train_seconds": fit_s,
@@ -301,6 +325,39 @@ def run_one(
         "peak_rss_mb": max(_peak_rss_mb() - rss0, 0.0) if not use_cuda else None,
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if use_cuda else None,
     }
+
+
+def _tile_effect_prediction(
+    model: Any, data: dict[str, np.ndarray], covariates: dict[str, np.ndarray]
+) -> tuple[Any, dict[str, Any]]:
+    """Test-split prediction of ``model`` plus a tile effect fitted on its train/val rows."""
+    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+
+    split = data["split"]
+    tr, va, te = split == "train", split == "val", split == "test"
+    X, y, tiles, times = data["X"], data["y"], data["quadkey"], data["time_step"]
+    effect = fit_tile_effect(
+        model,
+        X=X[tr],
+        y=y[tr],
+        tiles=tiles[tr],
+        times=times[tr],
+        X_val=X[va],
+        y_val=y[va],
+        tiles_val=tiles[va],
+        times_val=times[va],
+        noise={k: v[tr] for k, v in covariates.items()},
+        noise_val={k: v[va] for k, v in covariates.items()},
+    )
+    pred = predict_with_tile_effect(
+        model,
+        effect,
+        X[te],
+        tiles=tiles[te],
+        times=times[te],
+        noise={k: v[te] for k, v in covariates.items()},
+    )
+    return pred, effect.params.to_dict()
 
 
 def _worker(
@@ -536,6 +593,7 @@ def run_benchmark(
     merge: bool = False,
     noise: str = "constant",
     time: bool = False,
+    tile_effect: bool = False,
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
 
@@ -545,7 +603,9 @@ def run_benchmark(
     option is recorded as failed with that reason.
     ``time`` gives every model the input ``[x1, x2, t]`` (``t``: the quarter, scaled over the
     train split's quarters as ``geodbk train --time`` does), so that a time-aware DBK is compared
-    with time-aware baselines.
+    with time-aware baselines. ``tile_effect`` adds the per-tile offset of
+    ``geodbk train --tile-effect`` to every model that supports it (the ``DBKRegressor``
+    family; the others are recorded as failed).
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
@@ -554,7 +614,7 @@ def run_benchmark(
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
     check_noise_model(noise)  # before the data are read: a typo is an error, not 12 failures
-    data = load_benchmark_data(run, target, time=time)
+    data = load_benchmark_data(run, target, time=time, tiles=tile_effect)
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
     rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())
     rows["test_rural"] = int(((data["split"] == "test") & ~data["urban"]).sum())
@@ -574,6 +634,7 @@ def run_benchmark(
             "device": device,
             "noise": noise,
             "time": time,
+            "tile_effect": tile_effect,
         },
         "rows": rows,
         "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
@@ -590,6 +651,7 @@ def run_benchmark(
         "device": device,
         "threads": threads,
         "noise": noise,
+        "tile_effect": tile_effect,
     }
     out_dir = run / "benchmark"
     previous = out_dir / f"{target}.json"
@@ -727,6 +789,12 @@ def register(subparsers: Any) -> None:
         "default: quarters pooled",
     )
     p.add_argument(
+        "--tile-effect",
+        action="store_true",
+        help="add the per-tile offset of geodbk train --tile-effect (fitted on the val split) to "
+        "every model of the DBKRegressor family; recorded as failures for the others",
+    )
+    p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
     )
     p.set_defaults(func=_main)
@@ -755,6 +823,7 @@ def _main(args: argparse.Namespace) -> int:
         merge=args.merge,
         noise=args.noise,
         time=args.time,
+        tile_effect=args.tile_effect,
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )

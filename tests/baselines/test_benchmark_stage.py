@@ -285,3 +285,60 @@ def test_benchmark_cli_time_flag(tmp_path: Path) -> None:
     report = json.loads((run / "benchmark" / "download.json").read_text())
     assert report["inputs"] == ["x1", "x2", "t"] and report["budget"]["noise"] == "tests"
     assert report["models"]["sv-rbf"]["status"] == "ok", report["models"]["sv-rbf"]["failures"]
+
+
+def _repeated_tiles_run(path: Path) -> Path:
+    """The tiny run's 120 tiles observed in each of 4 quarters, each tile log10 download
+    offset by its own persistent N(0, 0.4²) draw plus fresh N(0, 0.1²) noise per quarter;
+    rows dealt 70/15/15 into train/val/test."""
+    import pandas as pd
+
+    from geodbk.geo.table import read_tile_table, write_tile_table
+
+    run = make_tiny_run(path, n=120)
+    table, meta = read_tile_table(run / "tiles.parquet")
+    rng = np.random.default_rng(11)
+    offset = rng.normal(0.0, 0.4, len(table))
+    quarters = ["2023Q1", "2023Q2", "2023Q3", "2023Q4"]
+    parts = []
+    for q in quarters:
+        part = table.copy()
+        part["quarter"] = q
+        part["log10_download"] = table["log10_download"] + offset + rng.normal(0, 0.1, len(table))
+        part["split"] = rng.choice(["train", "val", "test"], len(table), p=[0.7, 0.15, 0.15])
+        parts.append(part)
+    rows = pd.concat(parts, ignore_index=True)
+    rows["avg_d_kbps"] = 10 ** rows["log10_download"]
+    write_tile_table(
+        type(table)(rows, geometry="geometry", crs=table.crs),
+        run / "tiles.parquet",
+        {**meta, "quarters": quarters},
+    )
+    return run
+
+
+def test_benchmark_tile_effect(tmp_path: Path) -> None:
+    """--tile-effect: DBK-RBF and PP-DKL (constant noise) gain from each tile's other quarters;
+    a torch baseline is recorded as failed; the fitted parameters are in the report."""
+    run = _repeated_tiles_run(tmp_path / "run")
+    models = ["dbk-rbf", "pp-dkl", "softki"]
+    kw = {**TINY_BUDGET, "epochs": 4}
+    plain = run_benchmark(run, target="download", models=models[:2], **kw)
+    tiled = run_benchmark(run, target="download", models=models, tile_effect=True, **kw)
+    assert tiled["budget"]["tile_effect"] is True
+    for name in models[:2]:
+        entry = tiled["models"][name]
+        assert entry["status"] == "ok", entry["failures"]
+        params = entry["runs"][0]["tile_effect"]
+        assert params["components"] == ["noise"] and params["tau2"] > 0.05
+        nll = entry["summary"]["all"]["nll"]["mean"]
+        assert nll < plain["models"][name]["summary"]["all"]["nll"]["mean"] - 0.2, name
+    failed = tiled["models"]["softki"]
+    assert failed["status"] == "failed" and "tile-effect" in failed["failures"][0]["reason"]
+    options = "--target download --models dbk-rbf --epochs 1 --rank 8 --threads 1"
+    assert (
+        main(["benchmark", "--run", str(run), *options.split(), "--tile-effect", "--no-isolate"])
+        == 0
+    )
+    report = json.loads((run / "benchmark" / "download.json").read_text())
+    assert report["models"]["dbk-rbf"]["runs"][0]["tile_effect"]["rho"] > 0
