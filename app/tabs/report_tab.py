@@ -53,6 +53,21 @@ def metrics_table(metrics: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+def tile_effect_note(metrics: dict[str, Any]) -> str | None:
+    """One sentence on the tile effect the test tiles were scored with (``None``: none)."""
+    params = metrics.get("tile_effect")
+    if not isinstance(params, dict):
+        return None
+    tau2, rho = _num(params.get("tau2")), _num(params.get("rho"))
+    without, with_ = _num(params.get("val_nll_without")), _num(params.get("val_nll"))
+    return (
+        "Scored with the tile effect (`geodbk train --tile-effect`): each test tile is shifted "
+        "by its own persistent offset, learned from its other quarters "
+        f"(τ² = {tau2:.4f} log10², ρ = {rho:.3f} per quarter; validation NLL {without:.3f} "
+        f"without, {with_:.3f} with). The maps show the GP alone."
+    )
+
+
 QUARTER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "n"),
     ("mae", "MAE"),
@@ -314,6 +329,9 @@ def render(ctx: RunContext) -> None:
         "for urban and rural tiles alike. MAE, CRPS and width are in log10 units; '(std.)' "
         "columns are on the standardised scale."
     )
+    note = tile_effect_note(metrics)
+    if note:
+        st.caption(note)
     base = (summary or {}).get("baseline_constant_mean")
     if isinstance(base, dict):
         with st.expander("Compare with a constant-mean baseline"):

@@ -315,6 +315,28 @@ def test_synthetic_run_every_tab_is_clean(make_app: AppFactory, synthetic_root: 
         open_tab(at, label)
 
 
+def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
+    make_app: AppFactory, synthetic_root: Path, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(synthetic_root / "synth", root / "tiled")
+    path = run / "report" / "download" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    params = {"tau2": 0.1234, "rho": 0.97, "val_nll": 0.66, "val_nll_without": 0.79}
+    path.write_text(json.dumps({**metrics, "tile_effect": params}))
+    at = make_app(root, "tiled")
+    at.run()
+    captions = texts(open_tab(at, "Coverage report"), "caption")
+    note = [c for c in captions if "tile effect" in c]
+    assert note and "τ² = 0.1234" in note[0] and "0.790 without, 0.660 with" in note[0]
+    at = make_app(synthetic_root, "synth")
+    at.run()
+    assert not [c for c in texts(open_tab(at, "Coverage report"), "caption") if "tile effect" in c]
+
+
 def test_a_page_load_paints_the_raster_first_then_the_full_map(
     make_app: AppFactory, synthetic_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
