@@ -175,6 +175,35 @@ def _predict(
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
 
 
+def _predict_tiles(
+    model: Any,
+    effect: Any,
+    X: np.ndarray,
+    tiles: pa.Table,
+    quarter: str | None,
+    chunk: int,
+    *,
+    urban: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_predict` (one speed test) plus each tile's offset at ``quarter``."""
+    from geodbk.geo.timeaxis import quarter_index
+    from geodbk.predictive import noise_kwargs
+    from geodbk.tile_effect import predict_with_tile_effect
+
+    ids = np.asarray(tiles.column("quadkey").to_pylist(), dtype=str)
+    step = float(quarter_index(quarter)) if quarter else 0.0
+    pred = predict_with_tile_effect(
+        model,
+        effect,
+        X,
+        tiles=ids,
+        times=np.full(ids.size, step),
+        noise=noise_kwargs(model, None, urban=urban),
+        chunk_size=chunk,
+    )
+    return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
+
+
 def _served_prob(spec: TargetSpec, mean: np.ndarray, std: np.ndarray, thr: float) -> np.ndarray:
     """P(on the good side of ``thr``): P(speed ≥ thr) or P(latency ≤ thr)."""
     p_below = ndtr((spec.natural_to_log10(thr) - mean) / std)
@@ -381,13 +410,16 @@ def service_coverage(
     *,
     metadata: dict[str, Any] | None = None,
     quarter: str | None = None,
+    tile_effect: Any = None,
+    tile_quarter: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles"}`` (shares).
 
     ``tiles`` are the distinct tiles (:attr:`TileScan.tiles`); they are predicted ``chunk`` at a
     time and only the served counts are kept. A time-aware model (``metadata["inputs"]`` holds
     ``t``) predicts every tile at ``quarter`` (the table's latest, as ``grids/TARGET.nc``); a
-    pooled one ignores it.
+    pooled one ignores it. With a ``tile_effect`` each tile also gets its own offset at
+    ``tile_quarter`` (the table's latest quarter).
     """
     md = metadata or {}
     n = tiles.num_rows
@@ -404,7 +436,11 @@ def service_coverage(
             ]
         )
         u = urban[start : start + step]
-        mean, std = _predict(model, model_inputs(X2, md, quarter=quarter), chunk, urban=u)
+        X = model_inputs(X2, md, quarter=quarter)
+        if tile_effect is None:
+            mean, std = _predict(model, X, chunk, urban=u)
+        else:
+            mean, std = _predict_tiles(model, tile_effect, X, part, tile_quarter, chunk, urban=u)
         for j, t in enumerate(thresholds):
             served = _served_prob(spec, mean, std, t) >= SERVED_PROB
             counts[j] += (int(served.sum()), int(served[u].sum()), int(served[~u].sum()))
@@ -701,10 +737,20 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
             curves[g] = reliability(y[m], mean[m], std[m])
     thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
     ts = time_scaling_of(md)
-    scan = scan_tiles(rd.tiles, quarters=ts is not None)
-    current = latest_quarter(scan.quarters) if ts is not None else None
+    scan = scan_tiles(rd.tiles, quarters=ts is not None or tile_effect is not None)
+    latest = latest_quarter(scan.quarters) if scan.quarters else None
+    current = latest if ts is not None else None
     coverage_rows = service_coverage(
-        rd, spec, model, scan.tiles, thr, chunk, metadata=md, quarter=current
+        rd,
+        spec,
+        model,
+        scan.tiles,
+        thr,
+        chunk,
+        metadata=md,
+        quarter=current,
+        tile_effect=tile_effect,
+        tile_quarter=latest,
     )
     tile_extent = scan.extent
     del scan  # one row per distinct tile: not needed any more
@@ -849,7 +895,9 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
         f"quarter; the observation noise was refitted as {scales}. Validation NLL "
         f"{_fmt(params.get('val_nll_without'))} without the offset, "
         f"{_fmt(params.get('val_nll'))} with it. Tiles never seen in training get the GP "
-        "prediction with τ² added to its variance. The grid maps show the GP alone."
+        "prediction with τ² added to its variance. The tile shares of service coverage use "
+        "each tile's offset at the table's latest quarter; the grid maps and area shares show "
+        "the GP alone."
     )
 
 

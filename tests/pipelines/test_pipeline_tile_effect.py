@@ -133,3 +133,38 @@ def test_cli_flag_and_refusals(runs: dict[str, Path], tmp_path: Path) -> None:
         TrainConfig(streaming=True, tile_effect=True)
     with pytest.raises(DataError, match="--distributed"):
         run_train(run, target="download", config=CFG, tile_effect=True, distributed=True)
+
+
+def test_tile_coverage_uses_each_tiles_offset(runs: dict[str, Path]) -> None:
+    """Two tiles at the same place: the one whose history is 2.5 log10 above the GP is served
+    at a threshold far above the GP's prediction; the unseen one is not."""
+    import pyarrow as pa
+
+    from geodbk import DBKRegressor
+    from geodbk.tile_effect import TileEffectParameters
+    from pipelines.report import service_coverage
+    from pipelines.rundir import RunDir, target_spec
+
+    run = runs["tiled"]
+    model = DBKRegressor.load(run / "models" / "download", device="cpu")
+    params = TileEffectParameters(
+        tau2=4.0, rho=1.0, noise_scale=(1.0, 1.0, 1.0), components=("floor", "meas", "dev")
+    )
+    effect = TileEffect(
+        params,
+        tiles=["A"] * 4,
+        times=[8092.0, 8093.0, 8094.0, 8095.0],  # 2023Q1..Q4
+        residual=[2.5] * 4,
+        var_f=[0.0] * 4,
+        components=[[0.001, 0.0, 0.0]] * 4,
+    )
+    tiles = pa.table({"quadkey": ["A", "B"], "x1": [0.0, 0.0], "x2": [0.0, 0.0], "urban": [1, 0]})
+    spec = target_spec("download")
+    gp_mbps = 10 ** float(model.predict(np.zeros((1, 2))).mean[0]) / 1000
+    threshold = 30 * gp_mbps
+    md = model.metadata_
+    args = (RunDir(run), spec, model, tiles, (threshold,), 1024)
+    rows = service_coverage(*args, metadata=md, tile_effect=effect, tile_quarter="2023Q4")
+    assert rows[0]["urban"] == 1.0 and rows[0]["rural"] == 0.0
+    plain = service_coverage(*args, metadata=md)
+    assert plain[0]["urban"] == 0.0 and plain[0]["rural"] == 0.0
