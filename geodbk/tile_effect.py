@@ -136,6 +136,18 @@ class _Layout:
     components: torch.Tensor  # (T, M, k)
     mask: torch.Tensor  # (T, M) bool
 
+    def subset(self, index: np.ndarray) -> _Layout:
+        """The tiles at positions ``index`` (sorted), as a layout of their own."""
+        i = torch.as_tensor(index)
+        return _Layout(
+            self.tiles[index],
+            self.times[i],
+            self.residual[i],
+            self.var_f[i],
+            self.components[i],
+            self.mask[i],
+        )
+
 
 def _layout(
     tiles: np.ndarray,
@@ -270,7 +282,7 @@ class TileEffect:
                 f"{self.components.shape[1]} noise components given, parameters name "
                 f"{len(params.components)}: {params.components}"
             )
-        self._cache: tuple[_Layout, torch.Tensor, torch.Tensor] | None = None
+        self._layout_cache: _Layout | None = None
 
     @property
     def n_tiles(self) -> int:
@@ -285,9 +297,9 @@ class TileEffect:
             torch.tensor(p.noise_scale, dtype=_DT),
         )
 
-    def _factored(self) -> tuple[_Layout, torch.Tensor, torch.Tensor]:
-        if self._cache is None:
-            lay = _layout(
+    def _layout(self) -> _Layout:
+        if self._layout_cache is None:
+            self._layout_cache = _layout(
                 self.tiles,
                 self.times,
                 self.residual,
@@ -295,10 +307,7 @@ class TileEffect:
                 self.components,
                 max_rows=self.max_rows,
             )
-            tau2, rho, kappa = self._tensors()
-            L, b = _factor(lay, tau2, rho, kappa)
-            self._cache = (lay, L, b)
-        return self._cache
+        return self._layout_cache
 
     @classmethod
     def fit(
@@ -350,7 +359,9 @@ class TileEffect:
         names = tuple(str(c) for c in component_names)
         if train[4].shape[1] != len(names) or val[4].shape[1] != len(names):
             raise ValueError(f"noise components must have {len(names)} columns: {names}")
-        lay = _layout(*train, max_rows=max_rows)
+        # only the tiles with validation rows enter the objective
+        used = np.isin(train[0], val[0])
+        lay = _layout(*(np.asarray(a)[used] for a in train), max_rows=max_rows)
         slot = _slots(lay.tiles, val[0])
         vt = torch.as_tensor(val[1], dtype=_DT)
         vr = torch.as_tensor(val[2], dtype=_DT)
@@ -421,7 +432,13 @@ class TileEffect:
         )
 
     def predict(
-        self, *, tiles: Any, times: Any, components: Any, chunk_size: int = 8192
+        self,
+        *,
+        tiles: Any,
+        times: Any,
+        components: Any,
+        chunk_size: int = 8192,
+        tile_chunk: int = 4096,
     ) -> TileEffectPrediction:
         """The offset's posterior and the refitted noise at rows (tile, time).
 
@@ -436,21 +453,32 @@ class TileEffect:
             The GP's noise components at these rows (n, k) (their ``tests``/``devices``).
         chunk_size
             Rows solved at a time.
+        tile_chunk
+            Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
         """
         tiles_a, times_a, _, _, comp = _as_rows(
             tiles, times, None, np.zeros(np.size(tiles)), components, what="prediction rows"
         )
-        lay, L, b = self._factored()
+        lay = self._layout()
         tau2, rho, kappa = self._tensors()
         slot = _slots(lay.tiles, tiles_a)
         shift = np.zeros(tiles_a.size)
-        ovar = np.zeros(tiles_a.size)
+        ovar = np.full(tiles_a.size, self.params.tau2)
+        seen_tiles = np.unique(slot[slot >= 0])
         with torch.no_grad():
-            for s in range(0, tiles_a.size, chunk_size):
-                part = slice(s, s + chunk_size)
-                t = torch.as_tensor(times_a[part], dtype=_DT)
-                m, v = _predict_offset(lay, L, b, slot[part], t, tau2=tau2, rho=rho)
-                shift[part], ovar[part] = m.numpy(), v.numpy()
+            for a in range(0, seen_tiles.size, tile_chunk):
+                block = seen_tiles[a : a + tile_chunk]
+                sub = lay.subset(block)
+                L, b = _factor(sub, tau2, rho, kappa)
+                rows = np.flatnonzero(np.isin(slot, block))
+                local = np.searchsorted(block, slot[rows])
+                for s in range(0, rows.size, chunk_size):
+                    part = rows[s : s + chunk_size]
+                    t = torch.as_tensor(times_a[part], dtype=_DT)
+                    m, v = _predict_offset(
+                        sub, L, b, local[s : s + chunk_size], t, tau2=tau2, rho=rho
+                    )
+                    shift[part], ovar[part] = m.numpy(), v.numpy()
         noise = comp @ kappa.numpy()
         return TileEffectPrediction(shift=shift, offset_var=ovar, noise_var=noise, seen=slot >= 0)
 

@@ -58,7 +58,9 @@ def test_prediction_matches_the_dense_reference() -> None:
     q_tiles = np.array(["t000", "t007", "t013", "t029", "unseen", "t007"])
     q_times = np.array([3.0, 11.0, 0.0, 6.5, 2.0, 20.0])
     q_comp = rng.uniform(0.01, 0.3, (q_tiles.size, 2))
-    pred = effect.predict(tiles=q_tiles, times=q_times, components=q_comp, chunk_size=4)
+    pred = effect.predict(
+        tiles=q_tiles, times=q_times, components=q_comp, chunk_size=2, tile_chunk=3
+    )
     for i, (tile, t) in enumerate(zip(q_tiles, q_times, strict=True)):
         mean, var = _dense_offset(effect, tile, t)
         assert pred.shift[i] == pytest.approx(mean, abs=1e-10)
