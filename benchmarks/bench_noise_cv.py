@@ -25,6 +25,12 @@ run in parallel (set ``OMP_NUM_THREADS=1`` for each)::
 writes ``OUT/VARIANT.json`` and prints the bucket table and, for each urban/rural cell outside
 95 ± 2%, the tiles that hold most of its misses. ``--seed S`` deals the rows into other folds
 and initialises the model with ``S`` (a second cross-validation seed; use its own ``--out``).
+
+``--tile-effect`` adds the per-tile offset (:mod:`geodbk.tile_effect`, fitted on the fold's
+validation rows and conditioned on each tile's train and validation quarters); the results go
+to ``VARIANT-tile_*``, whose ``.npz`` also keeps the GP's own predictions (``mean_gp``,
+``var_gp``) and its latent mean, variance and noise components at every row, so that
+``tile --fold K`` refits the tile effect alone, without retraining the GP.
 """
 
 from __future__ import annotations
@@ -77,10 +83,7 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     from geodbk.geo.timeaxis import TimeScaling
 
     rows = load_rows(Path(args.run), args.target)
-    ids = fold_ids(len(rows), folds=args.folds, seed=args.seed)
-    test = ids == args.fold
-    val = ids == (args.fold + 1) % args.folds
-    train = ~test & ~val
+    train, val, test = fold_masks(len(rows), args)
     opts = VARIANTS[args.variant]
     X = rows[["x1", "x2"]].to_numpy(dtype=np.float64)
     if opts["time"]:
@@ -105,13 +108,16 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     fit_kw: dict[str, Any] = {"tests": tests[train], "tests_val": tests[val]}
     predict_kw: dict[str, Any] = {"tests": tests[test]}
+    noise_all: dict[str, Any] = {"tests": tests}
     if opts["devices"]:
         fit_kw |= {"devices": devices[train], "devices_val": devices[val]}
         predict_kw["devices"] = devices[test]
+        noise_all["devices"] = devices
     if opts.get("urban", False):
         urban = rows["urban"].to_numpy(dtype=bool)
         fit_kw |= {"urban": urban[train], "urban_val": urban[val]}
         predict_kw["urban"] = urban[test]
+        noise_all["urban"] = urban
     model.fit(X[train], y[train], X[val], y[val], **fit_kw)
     pred = model.predict(X[test], **predict_kw)
     out = Path(args.out)
@@ -119,7 +125,7 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     val_nll = min(h["val_nll"] for h in model.history_)
     extra: dict[str, Any] = {}
     if args.tile_effect:
-        extra = tile_effect_fold(model, rows, X, y, train, val, test, fit_kw, predict_kw)
+        extra = tile_effect_fold(model, rows, X, y, (train, val, test), noise_all)
         extra |= {"mean_gp": pred.mean, "var_gp": pred.var}
         pred = extra.pop("prediction")
     np.savez(
@@ -145,50 +151,100 @@ def tile_effect_fold(
     rows: pd.DataFrame,
     X: np.ndarray,
     y: np.ndarray,
-    train: np.ndarray,
-    val: np.ndarray,
-    test: np.ndarray,
-    fit_kw: dict[str, Any],
-    predict_kw: dict[str, Any],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    noise_all: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """The GP's latent mean, variance and noise components at every row (saved, so that
+    ``tile`` can refit the tile effect without retraining), plus the tile effect's prediction
+    of the test rows (:func:`tile_effect_from_latents`)."""
+    pred = model.predict(X, quantity="latent", **noise_all)
+    names, comp = model.noise_components(n=len(y), **noise_all)
+    latents = {
+        "latent_mean": pred.mean,
+        "latent_var": pred.var_f,
+        "components": comp,
+        "component_names": np.array(names),
+    }
+    return tile_effect_from_latents(rows, y, latents, masks) | latents
+
+
+def tile_effect_from_latents(
+    rows: pd.DataFrame,
+    y: np.ndarray,
+    latents: dict[str, Any],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> dict[str, Any]:
     """Fit the tile effect on the fold's train/validation rows and predict its test rows.
 
-    The offsets are conditioned on each tile's train and validation quarters (time step: the
-    quarter index); returns the prediction and the fitted parameters for the ``.npz``."""
+    :meth:`geodbk.tile_effect.TileEffect.fit` on the train residuals ``y - latent_mean``
+    (parameters by the validation rows), conditioned then on the train and validation
+    quarters of each tile (time step: the quarter index); returns the prediction and the
+    fitted parameters for the ``.npz``."""
     from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+    from geodbk.predictive import Prediction
+    from geodbk.tile_effect import TileEffect
 
+    train, val, test = masks
     tiles = rows["quadkey"].astype(str).to_numpy()
     times = quarter_indices(rows["quarter"].astype(str)).astype(np.float64)
-    split_kw = {k: v for k, v in fit_kw.items() if not k.endswith("_val")}
-    val_kw = {k[: -len("_val")]: v for k, v in fit_kw.items() if k.endswith("_val")}
+    residual = y - latents["latent_mean"]
+    var_f, comp = latents["latent_var"], latents["components"]
+
+    def part(mask: np.ndarray) -> dict[str, Any]:
+        return {
+            "tiles": tiles[mask],
+            "times": times[mask],
+            "residual": residual[mask],
+            "var_f": var_f[mask],
+            "components": comp[mask],
+        }
+
     t0 = time.perf_counter()
-    effect = fit_tile_effect(
-        model,
-        X=X[train],
-        y=y[train],
-        tiles=tiles[train],
-        times=times[train],
-        X_val=X[val],
-        y_val=y[val],
-        tiles_val=tiles[val],
-        times_val=times[val],
-        noise=split_kw,
-        noise_val=val_kw,
+    effect = TileEffect.fit(
+        **part(train),
+        **{f"val_{k}": v for k, v in part(val).items()},
+        component_names=[str(c) for c in latents["component_names"]],
+    ).with_rows(**part(val))
+    got = effect.predict(
+        tiles=tiles[test], times=times[test], var_f=var_f[test], components=comp[test]
     )
-    pred = predict_with_tile_effect(
-        model, effect, X[test], tiles=tiles[test], times=times[test], noise=predict_kw
+    pred = Prediction(
+        mean=latents["latent_mean"][test] + got.shift,
+        var=got.tile_var + got.noise_var,
+        var_f=got.tile_var,
     )
     p = effect.params
     return {
         "prediction": pred,
         "tile_tau2": p.tau2,
         "tile_rho": p.rho,
+        "tile_latent_scale": p.latent_scale,
         "tile_noise_scale": np.array(p.noise_scale),
         "tile_val_nll": p.val_nll,
         "tile_val_nll_without": p.val_nll_without,
         "tile_seconds": time.perf_counter() - t0,
     }
+
+
+def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
+    """Refit the tile effect of one fold from its saved latents (no GP retraining)."""
+    rows = load_rows(Path(args.run), args.target)
+    train, val, test = fold_masks(len(rows), args)
+    path = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
+    saved = dict(np.load(path))
+    y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
+    extra = tile_effect_from_latents(rows, y, saved, (train, val, test))
+    pred = extra.pop("prediction")
+    np.savez(path, **(saved | extra | {"mean": pred.mean, "var": pred.var}))
+    return {"variant": run_name(args), "fold": args.fold, "tile_val_nll": extra["tile_val_nll"]}
+
+
+def fold_masks(n: int, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, val, test) row masks of fold ``args.fold``: test = the fold, val = the next."""
+    ids = fold_ids(n, folds=args.folds, seed=args.seed)
+    test = ids == args.fold
+    val = ids == (args.fold + 1) % args.folds
+    return ~test & ~val, val, test
 
 
 def coverage_intervals(
@@ -293,7 +349,14 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
             "tile effect over folds: "
             + ", ".join(
                 f"{key} {np.mean([f[key] for f in tile], axis=0)}"
-                for key in ("tau2", "rho", "noise_scale", "val_nll", "val_nll_without")
+                for key in (
+                    "tau2",
+                    "rho",
+                    "latent_scale",
+                    "noise_scale",
+                    "val_nll",
+                    "val_nll_without",
+                )
             )
         )
     report = clean_json(report)
@@ -328,7 +391,7 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``fold`` (one fit) or ``pool`` (score the pooled folds)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fold", "pool"])
+    p.add_argument("what", choices=["fold", "pool", "tile"])
     p.add_argument("--run", required=True)
     p.add_argument("--target", default="download")
     p.add_argument("--variant", default="time-power", choices=sorted(VARIANTS))
@@ -349,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         "rows; results go to VARIANT-tile_*",
     )
     args = p.parse_args(argv)
+    if args.what == "tile":
+        args.tile_effect = True
+        print(json.dumps(refit_tile_effect(args)), file=sys.stderr)
+        return 0
     result = run_fold(args) if args.what == "fold" else pool(args)
     if args.what == "fold":
         print(json.dumps(result), file=sys.stderr)

@@ -12,23 +12,37 @@ stationary AR(1) process over time steps ``t`` (quarters),
     \\operatorname{Cov}[u_j(t), u_j(t')] = \\tau^2 \\rho^{|t - t'|},
 
 independent between tiles (``rho = 1`` is a constant offset per tile). Given the fitted GP's
-posterior mean ``m`` and latent variance ``v_f``, the residuals of a tile's conditioning rows
-``r = y - m(x)`` are modelled as ``r ~ N(0, K + E)`` with ``K_{ll'} = tau² rho^{|t_l - t_l'|}``
-and ``E = diag(v_f,l + s2'_l)``, where the noise is refitted as a non-negative rescaling of the
-GP's own noise components, ``s2'_i = sum_k kappa_k c_ik`` (e.g. ``c = [floor, s2_meas / tests,
-s2_dev / devices]``: the offset takes over part of what the floor held). A new row of tile ``j``
-at time ``t*`` then has the Gaussian predictive
+posterior mean ``m`` and latent variance ``v_f``, the residuals ``r = y - m(x)`` of a tile's
+conditioning rows are the GP's error at the tile plus the offset plus noise. All rows of a tile
+sit at the same place, so the GP's error is taken as one shared draw ``delta_j`` with variance
+``lambda v_f`` (fully correlated between the tile's rows; ``lambda`` rescales the GP's latent
+variance), and ``c_j(t) = delta_j + u_j(t)`` is what the tile's history informs:
+
+.. math::
+
+    r \\sim N(0, K + E), \\quad
+    K_{ll'} = \\tau^2 \\rho^{|t_l - t_{l'}|} + \\lambda \\sqrt{v_{f,l} v_{f,l'}}, \\quad
+    E = \\operatorname{diag}(s2'_l),
+
+where the noise is refitted as a non-negative rescaling of the GP's own noise components,
+``s2'_i = sum_k kappa_k c_ik`` (e.g. ``c = [floor, s2_meas / tests, s2_dev / devices]``: the
+offset takes over what the floor held). A new row of tile ``j`` at time ``t*`` then has the
+Gaussian predictive
 
 .. math::
 
     \\text{mean} = m(x_*) + k_*^\\top (K + E)^{-1} r, \\qquad
-    \\text{var} = v_f(x_*) + \\tau^2 - k_*^\\top (K + E)^{-1} k_* + s2'_*,
+    \\text{var} = \\tau^2 + \\lambda v_f(x_*) - k_*^\\top (K + E)^{-1} k_* + s2'_*,
 
-with ``k_* = tau² rho^{|t* - t_l|}``, solved by a Cholesky factor of ``K + E`` per tile and
-triangular solves. A tile without conditioning rows gets ``mean = m(x*)`` and the prior
-``tau²``. The parameters ``(tau², rho, kappa)`` are chosen by **validation NLL**: validation
-rows are predicted from the training rows of their tile, so the fit scores exactly what a
-held-out row will see. Everything is in the units of ``y`` (log10 for Ookla targets).
+(the first three terms are the tile variance, which replaces the GP's latent variance),
+with ``k_{*l} = tau² rho^{|t* - t_l|} + lambda sqrt(v_f(x*) v_f,l)``, solved by a Cholesky
+factor of ``K + E`` per tile and triangular solves. Adding ``v_f`` on top of an offset fitted to
+the same residuals would count the GP's error twice (a first version did, and over-covered the
+well-measured tiles). A tile without conditioning rows gets ``mean = m(x*)`` and the prior
+``tau² + lambda v_f(x*)``. The parameters ``(tau², rho, lambda, kappa)`` are chosen by
+**validation NLL**: validation rows are predicted from the training rows of their tile, so the
+fit scores exactly what a held-out row will see. Everything is in the units of ``y`` (log10
+for Ookla targets).
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import numpy as np
 import torch
 
 from geodbk.atomic import atomic_path, atomic_write_json
+from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError, ModelFileError
 
 __all__ = [
@@ -56,6 +71,8 @@ __all__ = [
 ]
 
 _DT = torch.float64
+#: First absolute jitter of the Cholesky of ``K + E`` (units of y²; grown tenfold on failure).
+_JITTER = 1e-9
 #: Default number of a tile's most recent rows kept for conditioning (20 quarters fit).
 MAX_ROWS = 32
 _ROWS_FILE = "tile_effect_rows.parquet"
@@ -74,6 +91,8 @@ class TileEffectParameters:
         Correlation of the offset between consecutive time steps, in (0, 1].
     noise_scale
         ``kappa_k``, the multiplier of each noise component (same order as ``components``).
+    latent_scale
+        ``lambda``, the multiplier of the GP's latent variance.
     components
         Names of the GP's noise components, e.g. ``("floor", "meas", "dev")``.
     val_nll
@@ -85,6 +104,7 @@ class TileEffectParameters:
     rho: float
     noise_scale: tuple[float, ...]
     components: tuple[str, ...]
+    latent_scale: float = 1.0
     val_nll: float | None = None
     val_nll_without: float | None = None
 
@@ -103,9 +123,10 @@ class TileEffectPrediction:
     Attributes
     ----------
     shift
-        Posterior mean of the offset, added to the GP mean.
-    offset_var
-        Posterior variance of the offset (``tau²`` for a tile without conditioning rows).
+        Posterior mean of the GP's error plus the offset, added to the GP mean.
+    tile_var
+        Posterior variance of the tile's mean ``f + u`` at the row: it replaces the GP's
+        latent variance (``tau² + lambda v_f`` for a tile without conditioning rows).
     noise_var
         Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``.
     seen
@@ -113,7 +134,7 @@ class TileEffectPrediction:
     """
 
     shift: np.ndarray
-    offset_var: np.ndarray
+    tile_var: np.ndarray
     noise_var: np.ndarray
     seen: np.ndarray
 
@@ -183,46 +204,76 @@ def _layout(
     return _Layout(uniq, as_t(t), as_t(r), as_t(vf), as_t(comp), torch.as_tensor(mask))
 
 
+def _tile_covariance(
+    t_a: torch.Tensor,
+    v_a: torch.Tensor,
+    t_b: torch.Tensor,
+    v_b: torch.Tensor,
+    *,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    lam: torch.Tensor,
+) -> torch.Tensor:
+    """``tau² rho^{|t_a - t_b|} + lambda sqrt(v_a v_b)``: offset plus the shared GP error."""
+    return offset_covariance(t_a, t_b, tau2=tau2, rho=rho) + lam * torch.sqrt(v_a * v_b)
+
+
 def _factor(
-    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, kappa: torch.Tensor
+    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, lam: torch.Tensor, kappa: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert)."""
     pair = lay.mask[:, :, None] & lay.mask[:, None, :]
-    K = offset_covariance(lay.times[:, :, None], lay.times[:, None, :], tau2=tau2, rho=rho)
+    K = _tile_covariance(
+        lay.times[:, :, None],
+        lay.var_f[:, :, None],
+        lay.times[:, None, :],
+        lay.var_f[:, None, :],
+        tau2=tau2,
+        rho=rho,
+        lam=lam,
+    )
     K = torch.where(pair, K, torch.zeros((), dtype=_DT))
-    e = lay.var_f + (lay.components * kappa).sum(-1)
+    e = (lay.components * kappa).sum(-1)
     e = torch.where(lay.mask, e, torch.ones((), dtype=_DT))
-    L = torch.linalg.cholesky(K + torch.diag_embed(e))
+    L = stable_cholesky(K + torch.diag_embed(e), jitter=_JITTER)
     b = torch.linalg.solve_triangular(L, lay.residual[..., None], upper=False)[..., 0]
     return L, b
 
 
-def _predict_offset(
+def _predict_tile(
     lay: _Layout,
     L: torch.Tensor,
     b: torch.Tensor,
     slot: np.ndarray,
     times: torch.Tensor,
+    var_f: torch.Tensor,
     *,
     tau2: torch.Tensor,
     rho: torch.Tensor,
+    lam: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Offset mean and variance of rows in tile ``slot`` (-1: no conditioning rows)."""
-    n = slot.size
-    shift = torch.zeros(n, dtype=_DT)
-    var = tau2 * torch.ones(n, dtype=_DT)
+    """Shift and tile variance of rows in tile ``slot`` (-1: no conditioning rows)."""
+    shift = torch.zeros(slot.size, dtype=_DT)
+    var = tau2 + lam * var_f
     seen = slot >= 0
     if not seen.any():
         return shift, var
     idx = torch.as_tensor(slot[seen])
-    ks = offset_covariance(
-        times[torch.as_tensor(seen)][:, None], lay.times[idx], tau2=tau2, rho=rho
+    sel = torch.as_tensor(seen)
+    ks = _tile_covariance(
+        times[sel][:, None],
+        var_f[sel][:, None],
+        lay.times[idx],
+        lay.var_f[idx],
+        tau2=tau2,
+        rho=rho,
+        lam=lam,
     )
     ks = torch.where(lay.mask[idx], ks, torch.zeros((), dtype=_DT))
     a = torch.linalg.solve_triangular(L[idx], ks[..., None], upper=False)[..., 0]
     pos = torch.as_tensor(np.flatnonzero(seen))
     shift = shift.index_put((pos,), (a * b[idx]).sum(-1))
-    var = var.index_put((pos,), (tau2 - (a * a).sum(-1)).clamp_min(0.0))
+    var = var.index_put((pos,), (var[sel] - (a * a).sum(-1)).clamp_min(0.0))
     return shift, var
 
 
@@ -241,7 +292,7 @@ def _as_rows(
     tiles_a = np.asarray(tiles).astype(str)
     n = tiles_a.size
     times_a = np.asarray(times, dtype=np.float64).reshape(-1)
-    var_a = np.asarray(var_f, dtype=np.float64).reshape(-1)
+    var_a = np.maximum(np.asarray(var_f, dtype=np.float64).reshape(-1), 0.0)  # rounding < 0
     comp = np.asarray(components, dtype=np.float64)
     comp = comp.reshape(n, -1) if comp.ndim < 2 else comp
     cols = [times_a, var_a] + ([] if residual is None else [np.asarray(residual, np.float64)])
@@ -289,11 +340,12 @@ class TileEffect:
         """Number of distinct tiles with conditioning rows."""
         return int(np.unique(self.tiles).size)
 
-    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return (
             torch.tensor(p.tau2, dtype=_DT),
             torch.tensor(p.rho, dtype=_DT),
+            torch.tensor(p.latent_scale, dtype=_DT),
             torch.tensor(p.noise_scale, dtype=_DT),
         )
 
@@ -368,20 +420,31 @@ class TileEffect:
         vvf = torch.as_tensor(val[3], dtype=_DT)
         vc = torch.as_tensor(val[4], dtype=_DT)
         floor_share = float(np.mean(train[4][:, 0])) if names else 0.1
+        # tau², rho, lambda, kappa: start with half the floor in the offset, rho 0.9, as is
         raw = torch.tensor(
-            [math.log(max(0.5 * floor_share, 1e-6)), math.log(0.9 / 0.1)] + [0.0] * len(names),
+            [math.log(max(0.5 * floor_share, 1e-6)), math.log(0.9 / 0.1), 0.0] + [0.0] * len(names),
             dtype=_DT,
             requires_grad=True,
         )
 
-        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return torch.exp(p[0]), torch.sigmoid(p[1]).clamp(1e-6, 1.0), torch.exp(p[2:])
+        # bounds keep K + E finite where the objective flattens out (e.g. lambda -> inf is the
+        # unshrunk per-tile mean when every validation tile has training rows)
+        scale = max(float(np.var(train[2])), 1e-12)
+        log_tau2 = (math.log(1e-8 * scale), math.log(100.0 * scale))
+
+        def unpack(
+            p: torch.Tensor,
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            rho = torch.sigmoid(p[1]).clamp(1e-6, 1.0)
+            tau2 = torch.exp(p[0].clamp(*log_tau2))
+            lam = torch.exp(p[2].clamp(math.log(1e-6), math.log(1e3)))
+            return tau2, rho, lam, torch.exp(p[3:].clamp(math.log(1e-8), math.log(1e3)))
 
         def val_nll(p: torch.Tensor) -> torch.Tensor:
-            tau2, rho, kappa = unpack(p)
-            L, b = _factor(lay, tau2, rho, kappa)
-            shift, ovar = _predict_offset(lay, L, b, slot, vt, tau2=tau2, rho=rho)
-            var = vvf + ovar + (vc * kappa).sum(-1)
+            tau2, rho, lam, kappa = unpack(p)
+            L, b = _factor(lay, tau2, rho, lam, kappa)
+            shift, tile_var = _predict_tile(lay, L, b, slot, vt, vvf, tau2=tau2, rho=rho, lam=lam)
+            var = tile_var + (vc * kappa).sum(-1)
             return 0.5 * (torch.log(2 * math.pi * var) + (vr - shift) ** 2 / var).mean()
 
         opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
@@ -394,7 +457,7 @@ class TileEffect:
 
         opt.step(closure)
         with torch.no_grad():
-            tau2, rho, kappa = unpack(raw)
+            tau2, rho, lam, kappa = unpack(raw)
             best = float(val_nll(raw))
             base_var = vvf + vc.sum(-1)
             without = float(0.5 * (torch.log(2 * math.pi * base_var) + vr**2 / base_var).mean())
@@ -403,6 +466,7 @@ class TileEffect:
             rho=float(rho),
             noise_scale=tuple(float(k) for k in kappa),
             components=names,
+            latent_scale=float(lam),
             val_nll=best,
             val_nll_without=without,
         )
@@ -436,19 +500,22 @@ class TileEffect:
         *,
         tiles: Any,
         times: Any,
+        var_f: Any,
         components: Any,
         chunk_size: int = 8192,
         tile_chunk: int = 4096,
     ) -> TileEffectPrediction:
-        """The offset's posterior and the refitted noise at rows (tile, time).
+        """The tile's posterior and the refitted noise at rows (tile, time).
 
-        Add ``shift`` to the GP mean and ``offset_var + noise_var`` to its latent variance
-        (the observation) or ``offset_var`` alone (the tile's mean speed).
+        Add ``shift`` to the GP mean; ``tile_var`` replaces the GP's latent variance (the
+        tile's mean speed) and ``tile_var + noise_var`` is the observation's variance.
 
         Parameters
         ----------
         tiles, times
             Tile id and time step of each row.
+        var_f
+            The GP's latent variance at these rows.
         components
             The GP's noise components at these rows (n, k) (their ``tests``/``devices``).
         chunk_size
@@ -456,31 +523,38 @@ class TileEffect:
         tile_chunk
             Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
         """
-        tiles_a, times_a, _, _, comp = _as_rows(
-            tiles, times, None, np.zeros(np.size(tiles)), components, what="prediction rows"
+        tiles_a, times_a, _, vf, comp = _as_rows(
+            tiles, times, None, var_f, components, what="prediction rows"
         )
         lay = self._layout()
-        tau2, rho, kappa = self._tensors()
+        tau2, rho, lam, kappa = self._tensors()
         slot = _slots(lay.tiles, tiles_a)
         shift = np.zeros(tiles_a.size)
-        ovar = np.full(tiles_a.size, self.params.tau2)
+        tile_var = self.params.tau2 + self.params.latent_scale * vf
         seen_tiles = np.unique(slot[slot >= 0])
         with torch.no_grad():
             for a in range(0, seen_tiles.size, tile_chunk):
                 block = seen_tiles[a : a + tile_chunk]
                 sub = lay.subset(block)
-                L, b = _factor(sub, tau2, rho, kappa)
+                L, b = _factor(sub, tau2, rho, lam, kappa)
                 rows = np.flatnonzero(np.isin(slot, block))
                 local = np.searchsorted(block, slot[rows])
                 for s in range(0, rows.size, chunk_size):
                     part = rows[s : s + chunk_size]
-                    t = torch.as_tensor(times_a[part], dtype=_DT)
-                    m, v = _predict_offset(
-                        sub, L, b, local[s : s + chunk_size], t, tau2=tau2, rho=rho
+                    m, v = _predict_tile(
+                        sub,
+                        L,
+                        b,
+                        local[s : s + chunk_size],
+                        torch.as_tensor(times_a[part], dtype=_DT),
+                        torch.as_tensor(vf[part], dtype=_DT),
+                        tau2=tau2,
+                        rho=rho,
+                        lam=lam,
                     )
-                    shift[part], ovar[part] = m.numpy(), v.numpy()
+                    shift[part], tile_var[part] = m.numpy(), v.numpy()
         noise = comp @ kappa.numpy()
-        return TileEffectPrediction(shift=shift, offset_var=ovar, noise_var=noise, seen=slot >= 0)
+        return TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=slot >= 0)
 
     def save(self, folder: str | Path) -> None:
         """Write ``tile_effect.json`` and ``tile_effect_rows.parquet`` in ``folder`` (atomic)."""
@@ -631,17 +705,16 @@ def predict_with_tile_effect(
 ) -> Any:
     """The model's prediction with the tile effect: a :class:`geodbk.predictive.Prediction`.
 
-    ``mean = m(x) + shift``, ``var_f = v_f(x) + offset_var`` (the tile's mean speed) and, for
-    ``quantity="observation"``, ``var = var_f + s2'`` with the refitted noise
-    ``s2' = sum_k kappa_k c_k`` of the rows' ``tests``/``devices``; for ``"latent"``,
-    ``var = var_f``.
+    ``mean = m(x) + shift``, ``var_f = tile_var`` (the tile's mean speed: the GP's error and
+    the offset given the tile's history) and, for ``quantity="observation"``,
+    ``var = var_f + s2'`` with the refitted noise ``s2' = sum_k kappa_k c_k`` of the rows'
+    ``tests``/``devices``; for ``"latent"``, ``var = var_f``.
     """
     from geodbk.predictive import Prediction
 
     kw = noise or {}
     pred = model.predict(X, quantity="latent", chunk_size=chunk_size, **kw)
     _, comp = model.noise_components(n=len(pred), **kw)
-    part = effect.predict(tiles=tiles, times=times, components=comp)
-    var_f = pred.var_f + part.offset_var
-    var = var_f + part.noise_var if quantity == "observation" else var_f.copy()
-    return Prediction(mean=pred.mean + part.shift, var=var, var_f=var_f)
+    part = effect.predict(tiles=tiles, times=times, var_f=pred.var_f, components=comp)
+    var = part.tile_var + part.noise_var if quantity == "observation" else part.tile_var.copy()
+    return Prediction(mean=pred.mean + part.shift, var=var, var_f=part.tile_var)

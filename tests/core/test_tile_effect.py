@@ -24,19 +24,21 @@ def _rows(rng: np.random.Generator, n_tiles: int, *, tau2: float, rho: float, no
     return np.array(tiles), np.array(times), np.array(y)
 
 
-def _dense_offset(effect: TileEffect, tile: str, time: float) -> tuple[float, float]:
-    """Posterior mean and variance of the offset by the dense joint Gaussian (float64)."""
+def _dense_tile(effect: TileEffect, tile: str, time: float, var_f: float) -> tuple[float, float]:
+    """Posterior mean and variance of the tile's GP error plus offset by the dense joint
+    Gaussian (float64): K = tau² rho^|dt| + lambda sqrt(v v'), E = diag(kappa' c)."""
     p = effect.params
+    prior = p.tau2 + p.latent_scale * var_f
     rows = np.flatnonzero(effect.tiles == tile)
     rows = rows[np.argsort(effect.times[rows], kind="stable")][-effect.max_rows :]
     if rows.size == 0:
-        return 0.0, p.tau2
-    t = effect.times[rows]
-    K = p.tau2 * p.rho ** np.abs(t[:, None] - t[None, :])
-    E = np.diag(effect.var_f[rows] + effect.components[rows] @ np.array(p.noise_scale))
-    k = p.tau2 * p.rho ** np.abs(time - t)
+        return 0.0, prior
+    t, v = effect.times[rows], effect.var_f[rows]
+    K = p.tau2 * p.rho ** np.abs(t[:, None] - t[None, :]) + p.latent_scale * np.sqrt(np.outer(v, v))
+    E = np.diag(effect.components[rows] @ np.array(p.noise_scale))
+    k = p.tau2 * p.rho ** np.abs(time - t) + p.latent_scale * np.sqrt(var_f * v)
     sol = np.linalg.solve(K + E, np.column_stack([effect.residual[rows], k]))
-    return float(k @ sol[:, 0]), float(p.tau2 - k @ sol[:, 1])
+    return float(k @ sol[:, 0]), float(prior - k @ sol[:, 1])
 
 
 def test_prediction_matches_the_dense_reference() -> None:
@@ -44,7 +46,7 @@ def test_prediction_matches_the_dense_reference() -> None:
     tiles, times, r = _rows(rng, 30, tau2=0.3, rho=0.8, noise=0.2)
     comp = np.column_stack([np.full(r.size, 0.1), rng.uniform(0.01, 0.2, r.size)])
     params = TileEffectParameters(
-        tau2=0.25, rho=0.7, noise_scale=(0.6, 1.3), components=("floor", "meas")
+        tau2=0.25, rho=0.7, noise_scale=(0.6, 1.3), components=("floor", "meas"), latent_scale=1.7
     )
     effect = TileEffect(
         params,
@@ -58,18 +60,19 @@ def test_prediction_matches_the_dense_reference() -> None:
     q_tiles = np.array(["t000", "t007", "t013", "t029", "unseen", "t007"])
     q_times = np.array([3.0, 11.0, 0.0, 6.5, 2.0, 20.0])
     q_comp = rng.uniform(0.01, 0.3, (q_tiles.size, 2))
+    q_vf = rng.uniform(0.0, 0.05, q_tiles.size)
     pred = effect.predict(
-        tiles=q_tiles, times=q_times, components=q_comp, chunk_size=2, tile_chunk=3
+        tiles=q_tiles, times=q_times, var_f=q_vf, components=q_comp, chunk_size=2, tile_chunk=3
     )
     for i, (tile, t) in enumerate(zip(q_tiles, q_times, strict=True)):
-        mean, var = _dense_offset(effect, tile, t)
-        assert pred.shift[i] == pytest.approx(mean, abs=1e-10)
-        assert pred.offset_var[i] == pytest.approx(var, abs=1e-10)
+        mean, var = _dense_tile(effect, tile, t, q_vf[i])
+        assert pred.shift[i] == pytest.approx(mean, abs=1e-8)  # jitter 1e-9 on K + E
+        assert pred.tile_var[i] == pytest.approx(var, abs=1e-8)
     np.testing.assert_allclose(pred.noise_var, q_comp @ np.array([0.6, 1.3]), rtol=1e-12)
     assert pred.seen.tolist() == [True, True, True, True, False, True]
-    assert pred.shift[4] == 0.0 and pred.offset_var[4] == pytest.approx(0.25)
+    assert pred.shift[4] == 0.0 and pred.tile_var[4] == pytest.approx(0.25 + 1.7 * q_vf[4])
     # far from the tile's quarters the offset forgets: back towards the prior
-    assert pred.offset_var[5] > pred.offset_var[1]
+    assert pred.tile_var[5] - 1.7 * q_vf[5] > pred.tile_var[1] - 1.7 * q_vf[1]
 
 
 def _split(tiles, times, y, rng):
@@ -116,12 +119,12 @@ def test_with_rows_conditions_on_more_rows() -> None:
     kw = {"var_f": [0.0], "components": [[0.1]]}
     effect = TileEffect(params, tiles=["a"], times=[0.0], residual=[1.0], **kw)
     more = effect.with_rows(tiles=["a"], times=[1.0], residual=[1.0], **kw)
-    one = effect.predict(tiles=["a"], times=[2.0], components=[[0.1]])
-    two = more.predict(tiles=["a"], times=[2.0], components=[[0.1]])
-    # rho = 1: a constant offset, the precision-weighted mean of the residuals
+    q = {"tiles": ["a"], "times": [2.0], "var_f": [0.0], "components": [[0.1]]}
+    one, two = effect.predict(**q), more.predict(**q)
+    # rho = 1, no GP error: a constant offset, the precision-weighted mean of the residuals
     assert one.shift[0] == pytest.approx(0.5 / 0.6)
     assert two.shift[0] == pytest.approx(20.0 / 22.0)
-    assert two.offset_var[0] == pytest.approx(1.0 / (1 / 0.5 + 2 / 0.1))
+    assert two.tile_var[0] == pytest.approx(1.0 / (1 / 0.5 + 2 / 0.1))
 
 
 def test_save_and_load_round_trip(tmp_path) -> None:
@@ -132,10 +135,15 @@ def test_save_and_load_round_trip(tmp_path) -> None:
     assert TileEffect.exists(tmp_path)
     back = TileEffect.load(tmp_path)
     assert back.params == effect.params
-    q = {"tiles": tiles[:20], "times": times[:20] + 0.5, "components": np.full((20, 1), 0.2)}
+    q = {
+        "tiles": tiles[:20],
+        "times": times[:20] + 0.5,
+        "var_f": np.full(20, 0.01),
+        "components": np.full((20, 1), 0.2),
+    }
     a, b = effect.predict(**q), back.predict(**q)
     np.testing.assert_array_equal(a.shift, b.shift)
-    np.testing.assert_array_equal(a.offset_var, b.offset_var)
+    np.testing.assert_array_equal(a.tile_var, b.tile_var)
 
 
 def test_bad_input_is_refused(tmp_path) -> None:

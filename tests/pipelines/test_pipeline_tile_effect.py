@@ -87,15 +87,20 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
     part = effect.predict(
         tiles=pred["quadkey"].to_numpy(),
         times=quarter_indices(pred["quarter"]).astype(float),
+        var_f=gp.var_f,
         components=comp,
     )
     np.testing.assert_allclose(pred["mean"], gp.mean + part.shift, rtol=1e-6, atol=1e-8)
-    want_sd = np.sqrt(gp.var_f + part.offset_var + part.noise_var)
+    want_sd = np.sqrt(part.tile_var + part.noise_var)
     np.testing.assert_allclose(pred["std"], want_sd, rtol=1e-5)
     # the demo's tiles are not in every quarter: some test rows' tiles are seen, some are not
     assert 0.2 < part.seen.mean() < 1.0
     assert (part.shift[~part.seen] == 0).all()
-    np.testing.assert_allclose(part.offset_var[~part.seen], effect.params.tau2)
+    prior = effect.params.tau2 + effect.params.latent_scale * gp.var_f[~part.seen]
+    np.testing.assert_allclose(part.tile_var[~part.seen], prior)
+    # a tile's history narrows its variance below the prior
+    seen_prior = effect.params.tau2 + effect.params.latent_scale * gp.var_f[part.seen]
+    assert (part.tile_var[part.seen] < seen_prior).all()
 
 
 def test_retraining_without_removes_the_tile_effect(runs: dict[str, Path], tmp_path: Path) -> None:
