@@ -99,10 +99,20 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--tile-effect",
-        action="store_true",
+        dest="tile_effect",
+        action="store_const",
+        const="on",
         default=None,
         help="add a per-tile offset learned from each tile's other quarters (AR(1) over "
-        "quarters, chosen by validation NLL; config `tile_effect: true`); in memory only",
+        "quarters, chosen by validation NLL; config `tile_effect: on`); in memory only. "
+        "Default (`auto`): on in memory when the tiles span 2+ quarters and have a val split",
+    )
+    p.add_argument(
+        "--no-tile-effect",
+        dest="tile_effect",
+        action="store_const",
+        const="off",
+        help="no per-tile offset: every product is the GP alone (config `tile_effect: off`)",
     )
     p.add_argument(
         "--distributed",
@@ -152,7 +162,7 @@ def resolve_config(
     noise: str | None = None,
     time: bool | None = None,
     streaming: bool | None = None,
-    tile_effect: bool | None = None,
+    tile_effect: str | bool | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
@@ -162,8 +172,40 @@ def resolve_config(
         noise=noise,
         time=time,
         streaming=streaming,
-        tile_effect=tile_effect,
+        tile_effect=(
+            ("on" if tile_effect else "off") if isinstance(tile_effect, bool) else tile_effect
+        ),
     )
+
+
+def resolve_tile_effect(
+    cfg: TrainConfig, gdf: Any, *, n_val: int, source: Path | str = "tiles.parquet"
+) -> TrainConfig:
+    """Resolve ``tile_effect: auto`` for in-memory training, and check an explicit ``on``.
+
+    ``auto`` becomes ``on`` when the table has ``quadkey`` and ``quarter`` columns with at
+    least 2 distinct quarters (a tile's other quarters are what the offset learns from) and the
+    validation split has rows (they choose its parameters), else ``off``. ``on`` without
+    ``quadkey`` or validation rows raises :class:`DataError` naming the fix.
+    """
+    if cfg.tile_effect == "off":
+        return cfg
+    has_tiles = "quadkey" in gdf.columns
+    quarters = gdf["quarter"].nunique() if "quarter" in gdf.columns else 1
+    if cfg.tile_effect == "auto":
+        on = has_tiles and quarters >= 2 and n_val > 0
+        return cfg.replace(tile_effect="on" if on else "off")
+    if not has_tiles:
+        raise DataError(
+            f"--tile-effect needs a 'quadkey' column in {source}; re-run `geodbk ingest`, or "
+            "train with --no-tile-effect"
+        )
+    if n_val == 0:
+        raise DataError(
+            "--tile-effect is chosen by validation NLL but the val split is empty; re-ingest "
+            "with a validation share (geodbk ingest --split) or train with --no-tile-effect"
+        )
+    return cfg
 
 
 def resolve_noise(
@@ -387,7 +429,7 @@ def run_train(
     noise: str | None = None,
     time: bool | None = None,
     streaming: bool | None = None,
-    tile_effect: bool | None = None,
+    tile_effect: str | bool | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -424,9 +466,11 @@ def run_train(
         :meth:`geodbk.DBKRegressor.fit_parquet` (the train split is never held in memory;
         checkpoints and ``resume`` work as in memory). Not with ``distributed``.
     tile_effect
-        Flag override of the config's ``tile_effect``: after training, fit a per-tile offset
+        Flag override of the config's ``tile_effect`` (``"on"``/``True``, ``"off"``/``False``;
+        ``auto``, the default, is resolved by :func:`resolve_tile_effect`, and is ``off`` under
+        ``streaming`` and ``distributed``): after training, fit a per-tile offset
         (:func:`fit_run_tile_effect`) and save it with the model; its parameters go to the
-        metadata's ``tile_effect``. In memory only.
+        metadata's ``tile_effect``.
     """
     from geodbk import DBKRegressor
 
@@ -442,11 +486,13 @@ def run_train(
         streaming=streaming,
         tile_effect=tile_effect,
     )
-    if cfg.tile_effect and distributed:
+    if cfg.tile_effect == "on" and distributed:
         raise DataError(
             "--tile-effect is not supported with --distributed yet; train in one process "
-            "(drop --distributed) or drop --tile-effect"
+            "(drop --distributed) or use --no-tile-effect"
         )
+    if cfg.streaming or distributed:
+        cfg = cfg.replace(tile_effect="off") if cfg.tile_effect == "auto" else cfg
     if cfg.streaming and distributed:
         raise DataError(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
@@ -494,6 +540,7 @@ def run_train(
         (X, y), (Xv, yv) = parts["train"], parts["val"]
         classes = urban_classes(gdf["urban"], gdf["split"])
         cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles, urban_classes=classes)
+        cfg = resolve_tile_effect(cfg, gdf, n_val=len(yv), source=rd.tiles)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
@@ -593,7 +640,7 @@ def run_train(
         )
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
     effect = None
-    if cfg.tile_effect:
+    if cfg.tile_effect == "on":
         effect = fit_run_tile_effect(model, gdf, target, parts=parts, noise_kw=noise_kw)
         metadata["tile_effect"] = effect.params.to_dict()
         log.info("tile effect: %s", metadata["tile_effect"])
@@ -628,13 +675,6 @@ def fit_run_tile_effect(
     from geodbk.geo.timeaxis import quarter_indices
     from geodbk.tile_effect import fit_tile_effect
 
-    if "quadkey" not in gdf.columns:
-        raise DataError("--tile-effect needs a 'quadkey' column in tiles.parquet; re-run ingest")
-    if len(parts["val"][1]) == 0:
-        raise DataError(
-            "--tile-effect is chosen by validation NLL but the val split is empty; re-ingest "
-            "with a validation share (geodbk ingest --split) or drop --tile-effect"
-        )
     tiles = split_tests(gdf, target, column="quadkey")
     if "quarter" in gdf.columns:
         quarter = split_tests(gdf, target, column="quarter")

@@ -37,8 +37,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     write_tile_table(gdf, base / "tiles.parquet", meta)
     tiled = base.with_name("tiled")
     shutil.copytree(base, tiled)
-    run_train(base, target="download", config=CFG, progress=False)
-    run_train(tiled, target="download", config=CFG, progress=False, tile_effect=True)
+    run_train(base, target="download", config=CFG, progress=False, tile_effect="off")
+    run_train(tiled, target="download", config=CFG, progress=False)  # auto: 4 quarters, val
     run_report(base, target="download")
     run_report(tiled, target="download")
     return {"plain": base, "tiled": tiled}
@@ -106,7 +106,9 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
 def test_retraining_without_removes_the_tile_effect(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "again"
     shutil.copytree(runs["tiled"], run)
-    run_train(run, target="download", config=CFG.replace(epochs=1), progress=False)
+    run_train(
+        run, target="download", config=CFG.replace(epochs=1), progress=False, tile_effect=False
+    )
     assert not TileEffect.exists(run / "models" / "download")
     run_report(run, target="download")
     assert "tile_effect" not in _metrics(run)
@@ -125,19 +127,43 @@ def test_a_foreign_tile_effect_is_refused(runs: dict[str, Path], tmp_path: Path)
         run_report(run, target="download")
 
 
-def test_cli_flag_and_refusals(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_flags_config_and_refusals(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "cli"
     shutil.copytree(runs["plain"], run)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(dump_config(CFG.replace(epochs=1)))
     argv = ["train", "--run", str(run), "--target", "download", "--config", str(cfg)]
+    model_json = run / "models" / "download" / "model.json"
+    assert cli.main([*argv, "--no-progress", "--no-tile-effect"]) == 0
+    md = json.loads(model_json.read_text())["metadata"]
+    assert md["config"]["tile_effect"] == "off" and "tile_effect" not in md
     assert cli.main([*argv, "--no-progress", "--tile-effect"]) == 0
-    md = json.loads((run / "models" / "download" / "model.json").read_text())["metadata"]
-    assert md["config"]["tile_effect"] is True and "tile_effect" in md
+    md = json.loads(model_json.read_text())["metadata"]
+    assert md["config"]["tile_effect"] == "on" and "tile_effect" in md
+    # YAML booleans work; a typo names the key
+    cfg.write_text(dump_config(CFG.replace(epochs=1)) + "\ntile_effect: false\n")
+    assert cli.main([*argv, "--no-progress"]) == 0
+    assert json.loads(model_json.read_text())["metadata"]["config"]["tile_effect"] == "off"
+    with pytest.raises(DataError, match="tile_effect"):
+        TrainConfig(tile_effect="yes")
     with pytest.raises(DataError, match="tile_effect"):
         TrainConfig(streaming=True, tile_effect=True)
     with pytest.raises(DataError, match="--distributed"):
         run_train(run, target="download", config=CFG, tile_effect=True, distributed=True)
+
+
+def test_auto_is_off_for_one_quarter_and_out_of_core(tmp_path: Path) -> None:
+    """auto: a one-quarter table has no other quarters to learn from; --streaming is off."""
+    from pipeline_helpers import make_run
+
+    run = make_run(tmp_path / "one", n=300)
+    cfg = CFG.replace(epochs=1)
+    run_train(run, target="download", config=cfg, progress=False)
+    md = json.loads((run / "models" / "download" / "model.json").read_text())["metadata"]
+    assert md["config"]["tile_effect"] == "off"
+    run_train(run, target="download", config=cfg.replace(streaming=True), progress=False)
+    md = json.loads((run / "models" / "download" / "model.json").read_text())["metadata"]
+    assert md["config"]["tile_effect"] == "off" and md["config"]["streaming"] is True
 
 
 def test_tile_coverage_uses_each_tiles_offset(runs: dict[str, Path]) -> None:
