@@ -391,9 +391,10 @@ def _history_csv(history: list[dict[str, Any]]) -> str:
 
 
 def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
-    """Config keys that must match to resume (epochs, patience and chunking may change)."""
+    """Config keys that must match to resume (epochs, patience, chunking and the tile effect,
+    fitted after training, may change)."""
     d = cfg.to_dict()
-    for key in ("epochs", "patience", "predict_chunk_size", "device"):
+    for key in ("epochs", "patience", "predict_chunk_size", "device", "tile_effect"):
         d.pop(key)
     return d
 

@@ -150,6 +150,12 @@ def test_cli_flags_config_and_refusals(runs: dict[str, Path], tmp_path: Path) ->
         TrainConfig(streaming=True, tile_effect=True)
     with pytest.raises(DataError, match="--distributed"):
         run_train(run, target="download", config=CFG, tile_effect=True, distributed=True)
+    # fitted after training: not a key a resumed run must match
+    from pipelines.train import _resume_keys
+
+    assert _resume_keys(CFG.replace(tile_effect="on")) == _resume_keys(
+        CFG.replace(tile_effect="off")
+    )
 
 
 def test_auto_is_off_for_one_quarter_and_out_of_core(tmp_path: Path) -> None:
