@@ -142,7 +142,10 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_name(args: argparse.Namespace) -> str:
-    """File stem of a variant's results: ``VARIANT`` or ``VARIANT-tile`` (``--tile-effect``)."""
+    """File stem of a variant's results: ``VARIANT``, ``VARIANT-tile`` (``--tile-effect``) or
+    ``VARIANT-tileu`` (``tile --by-urban``)."""
+    if getattr(args, "by_urban", False):
+        return f"{args.variant}-tileu"
     return f"{args.variant}-tile" if args.tile_effect else args.variant
 
 
@@ -230,12 +233,21 @@ def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
     """Refit the tile effect of one fold from its saved latents (no GP retraining)."""
     rows = load_rows(Path(args.run), args.target)
     train, val, test = fold_masks(len(rows), args)
-    path = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
-    saved = dict(np.load(path))
+    src = Path(args.out) / f"{args.variant}-tile_fold_{args.fold}.npz"
+    saved = dict(np.load(src))
     y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
-    extra = tile_effect_from_latents(rows, y, saved, (train, val, test))
+    latents = dict(saved)
+    if args.by_urban:  # each noise term rescaled separately for urban and rural tiles
+        u = rows["urban"].to_numpy(dtype=float)[:, None]
+        names = [str(c) for c in saved["component_names"]]
+        latents["components"] = np.hstack([saved["components"] * u, saved["components"] * (1 - u)])
+        latents["component_names"] = np.array(
+            [f"{c}_urban" for c in names] + [f"{c}_rural" for c in names]
+        )
+    extra = tile_effect_from_latents(rows, y, latents, (train, val, test))
     pred = extra.pop("prediction")
-    np.savez(path, **(saved | extra | {"mean": pred.mean, "var": pred.var}))
+    out = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
+    np.savez(out, **(saved | extra | {"mean": pred.mean, "var": pred.var}))
     return {"variant": run_name(args), "fold": args.fold, "tile_val_nll": extra["tile_val_nll"]}
 
 
@@ -410,6 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add the per-tile offset (geodbk.tile_effect) fitted on the fold's validation "
         "rows; results go to VARIANT-tile_*",
+    )
+    p.add_argument(
+        "--by-urban",
+        action="store_true",
+        help="with `tile`: rescale each noise term separately for urban and rural tiles "
+        "(results VARIANT-tileu_*); with `pool`: score those",
     )
     args = p.parse_args(argv)
     if args.what == "tile":
