@@ -185,8 +185,16 @@ def predict_table(
                 if tile_effect is None:
                     pred = model.predict(X[ok], chunk_size=chunk, **kw)
                 else:
-                    pred = _predict_tiles(
-                        model, tile_effect, X[ok], cols, ok, kw, tile_column, time_column, chunk
+                    from geodbk.tile_effect import predict_at_quarters
+
+                    pred = predict_at_quarters(
+                        model,
+                        tile_effect,
+                        X[ok],
+                        tiles=np.asarray(cols[tile_column])[ok],
+                        quarters=np.asarray(cols[time_column])[ok] if time_column else None,
+                        noise=kw,
+                        chunk_size=chunk,
                     )
                 mean[ok], std[ok] = pred.mean, pred.std
                 std_f[ok] = np.sqrt(np.maximum(np.asarray(pred.var_f), 0.0))
@@ -201,31 +209,6 @@ def predict_table(
         if writer is not None:
             writer.close()
     return n
-
-
-def _predict_tiles(
-    model: Any,
-    effect: Any,
-    X: np.ndarray,
-    cols: dict[str, np.ndarray],
-    ok: Any,
-    noise: dict[str, Any],
-    tile_column: str,
-    time_column: str | None,
-    chunk: int,
-) -> Any:
-    """:func:`geodbk.tile_effect.predict_with_tile_effect` for one batch's rows ``ok``."""
-    from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.tile_effect import predict_with_tile_effect
-
-    tiles = np.asarray(cols[tile_column]).astype(str)[ok]
-    if time_column:
-        times = quarter_indices(np.asarray(cols[time_column]).astype(str)[ok]).astype(np.float64)
-    else:
-        times = np.zeros(tiles.size)
-    return predict_with_tile_effect(
-        model, effect, X, tiles=tiles, times=times, noise=noise, chunk_size=chunk
-    )
 
 
 #: Maps one batch's columns to the model inputs (n, d).

@@ -67,6 +67,7 @@ __all__ = [
     "TileEffectPrediction",
     "fit_tile_effect",
     "offset_covariance",
+    "predict_at_quarters",
     "predict_with_tile_effect",
 ]
 
@@ -718,3 +719,31 @@ def predict_with_tile_effect(
     part = effect.predict(tiles=tiles, times=times, var_f=pred.var_f, components=comp)
     var = part.tile_var + part.noise_var if quantity == "observation" else part.tile_var.copy()
     return Prediction(mean=pred.mean + part.shift, var=var, var_f=part.tile_var)
+
+
+def predict_at_quarters(
+    model: Any,
+    effect: TileEffect,
+    X: Any,
+    *,
+    tiles: Any,
+    quarters: Any = None,
+    noise: dict[str, Any] | None = None,
+    chunk_size: int = 65536,
+) -> Any:
+    """:func:`predict_with_tile_effect` with quarter labels (``2023Q4``) as the time steps.
+
+    ``quarters`` is one label per row, a single label for every row, or ``None`` (one time
+    step: a table without quarters).
+    """
+    from geodbk.geo.timeaxis import quarter_indices
+
+    ids = np.asarray(tiles).astype(str)
+    if quarters is None:
+        times = np.zeros(ids.size)
+    else:
+        labels = np.broadcast_to(np.asarray(quarters).astype(str), ids.shape)
+        times = quarter_indices(labels).astype(np.float64)
+    return predict_with_tile_effect(
+        model, effect, X, tiles=ids, times=times, noise=noise, chunk_size=chunk_size
+    )

@@ -186,18 +186,15 @@ def _predict_tiles(
     urban: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_predict` (one speed test) plus each tile's offset at ``quarter``."""
-    from geodbk.geo.timeaxis import quarter_index
     from geodbk.predictive import noise_kwargs
-    from geodbk.tile_effect import predict_with_tile_effect
+    from geodbk.tile_effect import predict_at_quarters
 
-    ids = np.asarray(tiles.column("quadkey").to_pylist(), dtype=str)
-    step = float(quarter_index(quarter)) if quarter else 0.0
-    pred = predict_with_tile_effect(
+    pred = predict_at_quarters(
         model,
         effect,
         X,
-        tiles=ids,
-        times=np.full(ids.size, step),
+        tiles=tiles.column("quadkey").to_pylist(),
+        quarters=quarter,
         noise=noise_kwargs(model, None, urban=urban),
         chunk_size=chunk,
     )
