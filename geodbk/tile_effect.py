@@ -336,11 +336,6 @@ class TileEffect:
             )
         self._layout_cache: _Layout | None = None
 
-    @property
-    def n_tiles(self) -> int:
-        """Number of distinct tiles with conditioning rows."""
-        return int(np.unique(self.tiles).size)
-
     def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return (
