@@ -11,7 +11,10 @@ stationary AR(1) process over time steps ``t`` (quarters),
     y_i = f(x_i) + u_{j(i)}(t_i) + \\varepsilon_i, \\qquad
     \\operatorname{Cov}[u_j(t), u_j(t')] = \\tau^2 \\rho^{|t - t'|},
 
-independent between tiles (``rho = 1`` is a constant offset per tile). Given the fitted GP's
+independent between tiles (``rho = 1`` is a constant offset per tile). Tiles can be put in
+groups (e.g. urban and rural, :func:`urban_groups`), each with its own ``tau²``: how far a tile
+strays from its neighbourhood differs between town centres and the countryside, while ``rho``,
+``lambda`` and ``kappa`` stay shared. Given the fitted GP's
 posterior mean ``m`` and latent variance ``v_f``, the residuals ``r = y - m(x)`` of a tile's
 conditioning rows are the GP's error at the tile plus the offset plus noise. All rows of a tile
 sit at the same place, so the GP's error is taken as one shared draw ``delta_j`` with variance
@@ -39,7 +42,8 @@ with ``k_{*l} = tau² rho^{|t* - t_l|} + lambda sqrt(v_f(x*) v_f,l)``, solved by
 factor of ``K + E`` per tile and triangular solves. Adding ``v_f`` on top of an offset fitted to
 the same residuals would count the GP's error twice (a first version did, and over-covered the
 well-measured tiles). A tile without conditioning rows gets ``mean = m(x*)`` and the prior
-``tau² + lambda v_f(x*)``. The parameters ``(tau², rho, lambda, kappa)`` are chosen by
+``tau² + lambda v_f(x*)`` (its group's ``tau²``). The parameters ``(tau², rho, lambda, kappa)``
+are chosen by
 **validation NLL**: validation rows are predicted from the training rows of their tile, so the
 fit scores exactly what a held-out row will see. Everything is in the units of ``y`` (log10
 for Ookla targets).
@@ -69,6 +73,7 @@ __all__ = [
     "offset_covariance",
     "predict_at_quarters",
     "predict_with_tile_effect",
+    "urban_groups",
 ]
 
 _DT = torch.float64
@@ -78,6 +83,8 @@ _JITTER = 1e-9
 MAX_ROWS = 32
 _ROWS_FILE = "tile_effect_rows.parquet"
 _PARAMS_FILE = "tile_effect.json"
+#: The group of every tile when no groups are given.
+ALL = "all"
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ class TileEffectParameters:
     Attributes
     ----------
     tau2
-        Prior variance of a tile's offset, ``tau²``.
+        Prior variance of a tile's offset, ``tau²``, per tile group (``{"all": tau²}`` without
+        groups; a float is read as that).
     rho
         Correlation of the offset between consecutive time steps, in (0, 1].
     noise_scale
@@ -101,7 +109,7 @@ class TileEffectParameters:
         GP alone, on the same rows.
     """
 
-    tau2: float
+    tau2: dict[str, float]
     rho: float
     noise_scale: tuple[float, ...]
     components: tuple[str, ...]
@@ -109,9 +117,30 @@ class TileEffectParameters:
     val_nll: float | None = None
     val_nll_without: float | None = None
 
+    def __post_init__(self) -> None:
+        tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
+        object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The tile groups, sorted (``("all",)`` without groups)."""
+        return tuple(self.tau2)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TileEffectParameters:
+        """Inverse of :meth:`to_dict` (also reads files where ``tau2`` is one float)."""
+        return cls(
+            **{
+                **raw,
+                "noise_scale": tuple(raw["noise_scale"]),
+                "components": tuple(raw["components"]),
+            }
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         out = asdict(self)
+        out["tau2"] = dict(self.tau2)
         out["noise_scale"] = list(self.noise_scale)
         out["components"] = list(self.components)
         return out
@@ -157,6 +186,7 @@ class _Layout:
     var_f: torch.Tensor  # (T, M)
     components: torch.Tensor  # (T, M, k)
     mask: torch.Tensor  # (T, M) bool
+    group: torch.Tensor  # (T,) group code of each tile (that of its latest row)
 
     def subset(self, index: np.ndarray) -> _Layout:
         """The tiles at positions ``index`` (sorted), as a layout of their own."""
@@ -168,6 +198,7 @@ class _Layout:
             self.var_f[i],
             self.components[i],
             self.mask[i],
+            self.group[i],
         )
 
 
@@ -177,6 +208,7 @@ def _layout(
     residual: np.ndarray,
     var_f: np.ndarray,
     components: np.ndarray,
+    group_codes: np.ndarray,
     *,
     max_rows: int,
 ) -> _Layout:
@@ -201,8 +233,10 @@ def _layout(
     vf[code, slot] = var_f[src]
     comp[code, slot] = components[src]
     mask[code, slot] = True
+    latest = order[start + count - 1] if uniq.size else np.zeros(0, dtype=np.int64)
+    group = torch.as_tensor(np.asarray(group_codes, dtype=np.int64)[latest])
     as_t = lambda a: torch.as_tensor(a, dtype=_DT)  # noqa: E731
-    return _Layout(uniq, as_t(t), as_t(r), as_t(vf), as_t(comp), torch.as_tensor(mask))
+    return _Layout(uniq, as_t(t), as_t(r), as_t(vf), as_t(comp), torch.as_tensor(mask), group)
 
 
 def _tile_covariance(
@@ -222,14 +256,15 @@ def _tile_covariance(
 def _factor(
     lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, lam: torch.Tensor, kappa: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert)."""
+    """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert);
+    ``tau2`` holds one ``tau²`` per group."""
     pair = lay.mask[:, :, None] & lay.mask[:, None, :]
     K = _tile_covariance(
         lay.times[:, :, None],
         lay.var_f[:, :, None],
         lay.times[:, None, :],
         lay.var_f[:, None, :],
-        tau2=tau2,
+        tau2=tau2[lay.group][:, None, None],
         rho=rho,
         lam=lam,
     )
@@ -248,25 +283,30 @@ def _predict_tile(
     slot: np.ndarray,
     times: torch.Tensor,
     var_f: torch.Tensor,
+    group: torch.Tensor,
     *,
     tau2: torch.Tensor,
     rho: torch.Tensor,
     lam: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shift and tile variance of rows in tile ``slot`` (-1: no conditioning rows)."""
+    """Shift and tile variance of rows in tile ``slot`` (-1: no conditioning rows).
+
+    ``tau2`` holds one ``tau²`` per group and ``group`` each row's group code: it sets the prior
+    of a row whose tile has no conditioning rows; a seen tile's own group sets the rest."""
     shift = torch.zeros(slot.size, dtype=_DT)
-    var = tau2 + lam * var_f
+    var = tau2[group] + lam * var_f
     seen = slot >= 0
     if not seen.any():
         return shift, var
     idx = torch.as_tensor(slot[seen])
     sel = torch.as_tensor(seen)
+    tile_tau2 = tau2[lay.group[idx]]
     ks = _tile_covariance(
         times[sel][:, None],
         var_f[sel][:, None],
         lay.times[idx],
         lay.var_f[idx],
-        tau2=tau2,
+        tau2=tile_tau2[:, None],
         rho=rho,
         lam=lam,
     )
@@ -274,7 +314,8 @@ def _predict_tile(
     a = torch.linalg.solve_triangular(L[idx], ks[..., None], upper=False)[..., 0]
     pos = torch.as_tensor(np.flatnonzero(seen))
     shift = shift.index_put((pos,), (a * b[idx]).sum(-1))
-    var = var.index_put((pos,), (var[sel] - (a * a).sum(-1)).clamp_min(0.0))
+    prior = tile_tau2 + lam * var_f[sel]
+    var = var.index_put((pos,), (prior - (a * a).sum(-1)).clamp_min(0.0))
     return shift, var
 
 
@@ -305,6 +346,34 @@ def _as_rows(
     return tiles_a, times_a, res, var_a, comp  # type: ignore[return-value]
 
 
+def urban_groups(urban: Any) -> np.ndarray:
+    """Tile groups ``"urban"`` / ``"rural"`` from an urban flag per row (True: urban)."""
+    return np.where(np.asarray(urban, dtype=bool).reshape(-1), "urban", "rural")
+
+
+def _group_labels(groups: Any, n: int, *, what: str) -> np.ndarray:
+    """One group label per row (``"all"`` when ``groups`` is None)."""
+    if groups is None:
+        return np.full(n, ALL)
+    labels = np.asarray(groups).astype(str).reshape(-1)
+    if labels.size != n:
+        raise ValueError(f"{what}: {labels.size} group labels for {n} rows")
+    return labels
+
+
+def _group_codes(labels: np.ndarray, names: Sequence[str], *, what: str) -> np.ndarray:
+    """Position of each label in ``names`` (a :class:`DataError` names unknown ones)."""
+    names_a = np.asarray(names, dtype=str)
+    code = np.searchsorted(names_a, labels).clip(0, max(names_a.size - 1, 0))
+    bad = names_a[code] != labels if names_a.size else np.ones(labels.size, dtype=bool)
+    if bad.any():
+        raise DataError(
+            f"{what}: tile group(s) {sorted(set(labels[bad].tolist()))} are not among the "
+            f"fitted groups {list(names)}; pass the groups the tile effect was fitted with"
+        )
+    return code
+
+
 class TileEffect:
     """A fitted tile effect: parameters plus the conditioning rows it predicts from.
 
@@ -321,6 +390,7 @@ class TileEffect:
         residual: np.ndarray,
         var_f: np.ndarray,
         components: np.ndarray,
+        groups: Any = None,
         max_rows: int = MAX_ROWS,
     ) -> None:
         self.params = params
@@ -329,6 +399,8 @@ class TileEffect:
             tiles, times, residual, var_f, components, what="tile effect rows"
         )
         self.residual = np.asarray(res)
+        self.groups = _group_labels(groups, self.tiles.size, what="tile effect rows")
+        self._group_code = _group_codes(self.groups, params.groups, what="tile effect rows")
         if self.components.shape[1] != len(params.components):
             raise ValueError(
                 f"{self.components.shape[1]} noise components given, parameters name "
@@ -339,7 +411,7 @@ class TileEffect:
     def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return (
-            torch.tensor(p.tau2, dtype=_DT),
+            torch.tensor(list(p.tau2.values()), dtype=_DT),
             torch.tensor(p.rho, dtype=_DT),
             torch.tensor(p.latent_scale, dtype=_DT),
             torch.tensor(p.noise_scale, dtype=_DT),
@@ -353,6 +425,7 @@ class TileEffect:
                 self.residual,
                 self.var_f,
                 self.components,
+                self._group_code,
                 max_rows=self.max_rows,
             )
         return self._layout_cache
@@ -372,11 +445,13 @@ class TileEffect:
         val_var_f: Any,
         val_components: Any,
         component_names: Sequence[str],
+        groups: Any = None,
+        val_groups: Any = None,
         max_rows: int = MAX_ROWS,
         max_iter: int = 100,
     ) -> TileEffect:
-        """Choose ``(tau², rho, kappa)`` by the validation NLL of rows predicted from their
-        tile's training rows, and return the tile effect conditioned on the training rows.
+        """Choose ``(tau², rho, lambda, kappa)`` by the validation NLL of rows predicted from
+        their tile's training rows, and return the tile effect conditioned on the training rows.
 
         Parameters
         ----------
@@ -388,6 +463,10 @@ class TileEffect:
             The same for the validation rows (the objective).
         component_names
             Names of the k noise components.
+        groups, val_groups
+            Optional group label of each training / validation row (e.g. :func:`urban_groups`):
+            one ``tau²`` per group. Every group needs validation rows. A tile's group is that of
+            its latest row.
         max_rows
             At most this many latest rows per tile condition the offset.
         max_iter
@@ -407,18 +486,37 @@ class TileEffect:
         names = tuple(str(c) for c in component_names)
         if train[4].shape[1] != len(names) or val[4].shape[1] != len(names):
             raise ValueError(f"noise components must have {len(names)} columns: {names}")
+        if (groups is None) != (val_groups is None):
+            raise ValueError(
+                "give groups for both the training and the validation rows, or neither"
+            )
+        g_train = _group_labels(groups, train[0].size, what="training rows")
+        g_val = _group_labels(val_groups, val[0].size, what="validation rows")
+        group_names = tuple(sorted(set(g_train.tolist()) | set(g_val.tolist())))
+        missing = sorted(set(group_names) - set(g_val.tolist()))
+        if missing:
+            raise DataError(
+                f"tile group(s) {missing} have no validation rows, so their tau² cannot be "
+                "chosen; fit without groups or give each group validation rows"
+            )
+        code_train = _group_codes(g_train, group_names, what="training rows")
+        code_val = torch.as_tensor(_group_codes(g_val, group_names, what="validation rows"))
         # only the tiles with validation rows enter the objective
         used = np.isin(train[0], val[0])
-        lay = _layout(*(np.asarray(a)[used] for a in train), max_rows=max_rows)
+        t_tiles, t_times, t_res, t_var, t_comp = (np.asarray(a)[used] for a in train)
+        lay = _layout(t_tiles, t_times, t_res, t_var, t_comp, code_train[used], max_rows=max_rows)
         slot = _slots(lay.tiles, val[0])
         vt = torch.as_tensor(val[1], dtype=_DT)
         vr = torch.as_tensor(val[2], dtype=_DT)
         vvf = torch.as_tensor(val[3], dtype=_DT)
         vc = torch.as_tensor(val[4], dtype=_DT)
         floor_share = float(np.mean(train[4][:, 0])) if names else 0.1
-        # tau², rho, lambda, kappa: start with half the floor in the offset, rho 0.9, as is
+        n_g = len(group_names)
+        # tau² per group, rho, lambda, kappa: half the floor in the offset, rho 0.9, as is
         raw = torch.tensor(
-            [math.log(max(0.5 * floor_share, 1e-6)), math.log(0.9 / 0.1), 0.0] + [0.0] * len(names),
+            [math.log(max(0.5 * floor_share, 1e-6))] * n_g
+            + [math.log(0.9 / 0.1), 0.0]
+            + [0.0] * len(names),
             dtype=_DT,
             requires_grad=True,
         )
@@ -431,15 +529,17 @@ class TileEffect:
         def unpack(
             p: torch.Tensor,
         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-            rho = torch.sigmoid(p[1]).clamp(1e-6, 1.0)
-            tau2 = torch.exp(p[0].clamp(*log_tau2))
-            lam = torch.exp(p[2].clamp(math.log(1e-6), math.log(1e3)))
-            return tau2, rho, lam, torch.exp(p[3:].clamp(math.log(1e-8), math.log(1e3)))
+            tau2 = torch.exp(p[:n_g].clamp(*log_tau2))
+            rho = torch.sigmoid(p[n_g]).clamp(1e-6, 1.0)
+            lam = torch.exp(p[n_g + 1].clamp(math.log(1e-6), math.log(1e3)))
+            return tau2, rho, lam, torch.exp(p[n_g + 2 :].clamp(math.log(1e-8), math.log(1e3)))
 
         def val_nll(p: torch.Tensor) -> torch.Tensor:
             tau2, rho, lam, kappa = unpack(p)
             L, b = _factor(lay, tau2, rho, lam, kappa)
-            shift, tile_var = _predict_tile(lay, L, b, slot, vt, vvf, tau2=tau2, rho=rho, lam=lam)
+            shift, tile_var = _predict_tile(
+                lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam
+            )
             var = tile_var + (vc * kappa).sum(-1)
             return 0.5 * (torch.log(2 * math.pi * var) + (vr - shift) ** 2 / var).mean()
 
@@ -458,7 +558,7 @@ class TileEffect:
             base_var = vvf + vc.sum(-1)
             without = float(0.5 * (torch.log(2 * math.pi * base_var) + vr**2 / base_var).mean())
         params = TileEffectParameters(
-            tau2=float(tau2),
+            tau2={g: float(v) for g, v in zip(group_names, tau2, strict=True)},
             rho=float(rho),
             noise_scale=tuple(float(k) for k in kappa),
             components=names,
@@ -473,13 +573,22 @@ class TileEffect:
             residual=train[2],
             var_f=train[3],
             components=train[4],
+            groups=None if groups is None else g_train,
             max_rows=max_rows,
         )
 
     def with_rows(
-        self, *, tiles: Any, times: Any, residual: Any, var_f: Any, components: Any
+        self,
+        *,
+        tiles: Any,
+        times: Any,
+        residual: Any,
+        var_f: Any,
+        components: Any,
+        groups: Any = None,
     ) -> TileEffect:
-        """A copy that also conditions on these rows (same parameters)."""
+        """A copy that also conditions on these rows (same parameters; ``groups`` as in
+        :meth:`fit`)."""
         new = _as_rows(tiles, times, residual, var_f, components, what="added rows")
         return TileEffect(
             self.params,
@@ -488,6 +597,9 @@ class TileEffect:
             residual=np.concatenate([self.residual, np.asarray(new[2])]),
             var_f=np.concatenate([self.var_f, new[3]]),
             components=np.concatenate([self.components, new[4]]),
+            groups=np.concatenate(
+                [self.groups, _group_labels(groups, new[0].size, what="added rows")]
+            ),
             max_rows=self.max_rows,
         )
 
@@ -498,6 +610,7 @@ class TileEffect:
         times: Any,
         var_f: Any,
         components: Any,
+        groups: Any = None,
         chunk_size: int = 8192,
         tile_chunk: int = 4096,
     ) -> TileEffectPrediction:
@@ -514,6 +627,9 @@ class TileEffect:
             The GP's latent variance at these rows.
         components
             The GP's noise components at these rows (n, k) (their ``tests``/``devices``).
+        groups
+            Group label of each row, needed when the effect has more than one group (it sets
+            the prior ``tau²`` of a tile without conditioning rows).
         chunk_size
             Rows solved at a time.
         tile_chunk
@@ -522,11 +638,17 @@ class TileEffect:
         tiles_a, times_a, _, vf, comp = _as_rows(
             tiles, times, None, var_f, components, what="prediction rows"
         )
+        if groups is None and self.params.groups != (ALL,):
+            raise ValueError(
+                f"this tile effect has a tau² per group {list(self.params.groups)}: give groups"
+            )
+        labels = _group_labels(groups, tiles_a.size, what="prediction rows")
+        code = _group_codes(labels, self.params.groups, what="prediction rows")
         lay = self._layout()
         tau2, rho, lam, kappa = self._tensors()
         slot = _slots(lay.tiles, tiles_a)
         shift = np.zeros(tiles_a.size)
-        tile_var = self.params.tau2 + self.params.latent_scale * vf
+        tile_var = tau2.numpy()[code] + self.params.latent_scale * vf
         seen_tiles = np.unique(slot[slot >= 0])
         with torch.no_grad():
             for a in range(0, seen_tiles.size, tile_chunk):
@@ -544,6 +666,7 @@ class TileEffect:
                         local[s : s + chunk_size],
                         torch.as_tensor(times_a[part], dtype=_DT),
                         torch.as_tensor(vf[part], dtype=_DT),
+                        torch.as_tensor(code[part]),
                         tau2=tau2,
                         rho=rho,
                         lam=lam,
@@ -564,6 +687,7 @@ class TileEffect:
             "time": self.times,
             "residual": self.residual,
             "var_f": self.var_f,
+            "group": pa.array(self.groups, pa.string()),
         }
         for k, name in enumerate(self.params.components):
             cols[f"noise_{name}"] = self.components[:, k]
@@ -597,14 +721,9 @@ class TileEffect:
             )
         raw = json.loads(params_path.read_text())
         max_rows = int(raw.pop("max_rows", MAX_ROWS))
-        params = TileEffectParameters(
-            **{
-                **raw,
-                "noise_scale": tuple(raw["noise_scale"]),
-                "components": tuple(raw["components"]),
-            }
-        )
+        params = TileEffectParameters.from_dict(raw)
         table = pq.read_table(rows_path)
+        groups = table.column("group").to_pylist() if "group" in table.column_names else None
         comp = np.column_stack(
             [table.column(f"noise_{c}").to_numpy() for c in params.components]
         ).reshape(table.num_rows, len(params.components))
@@ -615,6 +734,7 @@ class TileEffect:
             residual=table.column("residual").to_numpy(),
             var_f=table.column("var_f").to_numpy(),
             components=comp,
+            groups=groups,
             max_rows=max_rows,
         )
 
@@ -641,6 +761,8 @@ def fit_tile_effect(
     times_val: Any,
     noise: dict[str, Any] | None = None,
     noise_val: dict[str, Any] | None = None,
+    groups: Any = None,
+    groups_val: Any = None,
     max_rows: int = MAX_ROWS,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
@@ -662,6 +784,9 @@ def fit_tile_effect(
     noise, noise_val
         ``predict`` keywords of each split's noise covariates (``tests``, ``devices``,
         ``urban``; see :func:`geodbk.predictive.noise_kwargs`).
+    groups, groups_val
+        Optional tile group of each row of each split (e.g. :func:`urban_groups`): one
+        ``tau²`` per group.
     max_rows
         Latest rows per tile that condition its offset.
     """
@@ -681,10 +806,17 @@ def fit_tile_effect(
         val_var_f=vfv,
         val_components=compv,
         component_names=names,
+        groups=groups,
+        val_groups=groups_val,
         max_rows=max_rows,
     )
     return effect.with_rows(
-        tiles=tiles_val, times=times_val, residual=rv, var_f=vfv, components=compv
+        tiles=tiles_val,
+        times=times_val,
+        residual=rv,
+        var_f=vfv,
+        components=compv,
+        groups=groups_val,
     )
 
 
@@ -696,6 +828,7 @@ def predict_with_tile_effect(
     tiles: Any,
     times: Any,
     noise: dict[str, Any] | None = None,
+    groups: Any = None,
     quantity: str = "observation",
     chunk_size: int = 65536,
 ) -> Any:
@@ -704,14 +837,17 @@ def predict_with_tile_effect(
     ``mean = m(x) + shift``, ``var_f = tile_var`` (the tile's mean speed: the GP's error and
     the offset given the tile's history) and, for ``quantity="observation"``,
     ``var = var_f + s2'`` with the refitted noise ``s2' = sum_k kappa_k c_k`` of the rows'
-    ``tests``/``devices``; for ``"latent"``, ``var = var_f``.
+    ``tests``/``devices``; for ``"latent"``, ``var = var_f``. ``groups``: each row's tile group
+    (needed when the effect has a ``tau²`` per group).
     """
     from geodbk.predictive import Prediction
 
     kw = noise or {}
     pred = model.predict(X, quantity="latent", chunk_size=chunk_size, **kw)
     _, comp = model.noise_components(n=len(pred), **kw)
-    part = effect.predict(tiles=tiles, times=times, var_f=pred.var_f, components=comp)
+    part = effect.predict(
+        tiles=tiles, times=times, var_f=pred.var_f, components=comp, groups=groups
+    )
     var = part.tile_var + part.noise_var if quantity == "observation" else part.tile_var.copy()
     return Prediction(mean=pred.mean + part.shift, var=var, var_f=part.tile_var)
 
@@ -724,6 +860,7 @@ def predict_at_quarters(
     tiles: Any,
     quarters: Any = None,
     noise: dict[str, Any] | None = None,
+    groups: Any = None,
     chunk_size: int = 65536,
 ) -> Any:
     """:func:`predict_with_tile_effect` with quarter labels (``2023Q4``) as the time steps.
@@ -740,5 +877,5 @@ def predict_at_quarters(
         labels = np.broadcast_to(np.asarray(quarters).astype(str), ids.shape)
         times = quarter_indices(labels).astype(np.float64)
     return predict_with_tile_effect(
-        model, effect, X, tiles=ids, times=times, noise=noise, chunk_size=chunk_size
+        model, effect, X, tiles=ids, times=times, noise=noise, groups=groups, chunk_size=chunk_size
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from geodbk import likelihoods
 from geodbk.errors import DataError, ModelFileError
-from geodbk.tile_effect import TileEffect, TileEffectParameters
+from geodbk.tile_effect import TileEffect, TileEffectParameters, urban_groups
 
 
 def _rows(rng: np.random.Generator, n_tiles: int, *, tau2: float, rho: float, noise: float):
@@ -24,19 +26,23 @@ def _rows(rng: np.random.Generator, n_tiles: int, *, tau2: float, rho: float, no
     return np.array(tiles), np.array(times), np.array(y)
 
 
-def _dense_tile(effect: TileEffect, tile: str, time: float, var_f: float) -> tuple[float, float]:
+def _dense_tile(
+    effect: TileEffect, tile: str, time: float, var_f: float, group: str = "all"
+) -> tuple[float, float]:
     """Posterior mean and variance of the tile's GP error plus offset by the dense joint
-    Gaussian (float64): K = tau² rho^|dt| + lambda sqrt(v v'), E = diag(kappa' c)."""
+    Gaussian (float64): K = tau²_g rho^|dt| + lambda sqrt(v v'), E = diag(kappa' c), with the
+    tau² of the tile's group g (its latest row's; the row's own for an unseen tile)."""
     p = effect.params
-    prior = p.tau2 + p.latent_scale * var_f
     rows = np.flatnonzero(effect.tiles == tile)
     rows = rows[np.argsort(effect.times[rows], kind="stable")][-effect.max_rows :]
+    tau2 = p.tau2[effect.groups[rows[-1]] if rows.size else group]
+    prior = tau2 + p.latent_scale * var_f
     if rows.size == 0:
         return 0.0, prior
     t, v = effect.times[rows], effect.var_f[rows]
-    K = p.tau2 * p.rho ** np.abs(t[:, None] - t[None, :]) + p.latent_scale * np.sqrt(np.outer(v, v))
+    K = tau2 * p.rho ** np.abs(t[:, None] - t[None, :]) + p.latent_scale * np.sqrt(np.outer(v, v))
     E = np.diag(effect.components[rows] @ np.array(p.noise_scale))
-    k = p.tau2 * p.rho ** np.abs(time - t) + p.latent_scale * np.sqrt(var_f * v)
+    k = tau2 * p.rho ** np.abs(time - t) + p.latent_scale * np.sqrt(var_f * v)
     sol = np.linalg.solve(K + E, np.column_stack([effect.residual[rows], k]))
     return float(k @ sol[:, 0]), float(prior - k @ sol[:, 1])
 
@@ -75,8 +81,85 @@ def test_prediction_matches_the_dense_reference() -> None:
     assert pred.tile_var[5] - 1.7 * q_vf[5] > pred.tile_var[1] - 1.7 * q_vf[1]
 
 
-def _split(tiles, times, y, rng):
+def test_prediction_with_a_tau2_per_group_matches_the_dense_reference() -> None:
+    rng = np.random.default_rng(5)
+    tiles, times, r = _rows(rng, 30, tau2=0.3, rho=0.8, noise=0.2)
+    urban = np.array([int(t[1:]) % 3 == 0 for t in tiles])  # constant within a tile
+    comp = np.column_stack([np.full(r.size, 0.1), rng.uniform(0.01, 0.2, r.size)])
+    params = TileEffectParameters(
+        tau2={"urban": 0.6, "rural": 0.05},
+        rho=0.9,
+        noise_scale=(0.5, 1.1),
+        components=("floor", "meas"),
+        latent_scale=0.8,
+    )
+    assert params.groups == ("rural", "urban")
+    effect = TileEffect(
+        params,
+        tiles=tiles,
+        times=times,
+        residual=r,
+        var_f=rng.uniform(0.0, 0.05, r.size),
+        components=comp,
+        groups=urban_groups(urban),
+    )
+    q_tiles = np.array(["t000", "t001", "t003", "t004", "new_u", "new_r"])
+    q_groups = np.array(["urban", "rural", "urban", "rural", "urban", "rural"])
+    q_times = np.array([3.0, 11.0, 0.0, 6.5, 2.0, 2.0])
+    q_vf = rng.uniform(0.0, 0.05, q_tiles.size)
+    pred = effect.predict(
+        tiles=q_tiles,
+        times=q_times,
+        var_f=q_vf,
+        components=rng.uniform(0.01, 0.3, (q_tiles.size, 2)),
+        groups=q_groups,
+    )
+    for i in range(q_tiles.size):
+        mean, var = _dense_tile(effect, q_tiles[i], q_times[i], q_vf[i], q_groups[i])
+        assert pred.shift[i] == pytest.approx(mean, abs=1e-8)
+        assert pred.tile_var[i] == pytest.approx(var, abs=1e-8)
+    # an unseen tile takes its own group's prior
+    assert pred.tile_var[4] == pytest.approx(0.6 + 0.8 * q_vf[4])
+    assert pred.tile_var[5] == pytest.approx(0.05 + 0.8 * q_vf[5])
+    with pytest.raises(ValueError, match="give groups"):
+        effect.predict(tiles=q_tiles, times=q_times, var_f=q_vf, components=np.ones((6, 2)))
+    with pytest.raises(DataError, match="suburban"):
+        effect.predict(
+            tiles=q_tiles[:1],
+            times=q_times[:1],
+            var_f=q_vf[:1],
+            components=np.ones((1, 2)),
+            groups=["suburban"],
+        )
+
+
+def test_fit_learns_a_tau2_per_group() -> None:
+    rng = np.random.default_rng(6)
+    a = _rows(rng, 300, tau2=0.4, rho=0.95, noise=0.1)
+    b = _rows(rng, 300, tau2=0.02, rho=0.95, noise=0.1)
+    tiles = np.concatenate([a[0], np.char.add("b", b[0])])
+    times, y = np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]])
+    groups = np.where(np.char.startswith(tiles, "b"), "quiet", "busy")
     val = rng.random(y.size) < 0.2
+    kw = _split_at(tiles, times, y, val)
+    grouped = TileEffect.fit(**kw, groups=groups[~val], val_groups=groups[val])
+    pooled = TileEffect.fit(**kw)
+    tau2 = grouped.params.tau2
+    assert set(tau2) == {"busy", "quiet"}
+    assert 0.25 < tau2["busy"] < 0.6 and tau2["quiet"] < 0.08
+    assert grouped.params.val_nll < pooled.params.val_nll - 0.01
+    # each group needs validation rows; groups for both splits or neither
+    with pytest.raises(DataError, match="quiet"):
+        TileEffect.fit(**kw, groups=groups[~val], val_groups=np.full(val.sum(), "busy"))
+    with pytest.raises(ValueError, match="neither"):
+        TileEffect.fit(**kw, groups=groups[~val])
+
+
+def _split(tiles, times, y, rng):
+    return _split_at(tiles, times, y, rng.random(y.size) < 0.2)
+
+
+def _split_at(tiles, times, y, val):
     return {
         "tiles": tiles[~val],
         "times": times[~val],
@@ -97,7 +180,7 @@ def test_fit_recovers_a_persistent_offset_and_lowers_validation_nll() -> None:
     tiles, times, y = _rows(rng, 400, tau2=0.3, rho=0.95, noise=0.1)
     effect = TileEffect.fit(**_split(tiles, times, y, rng))
     p = effect.params
-    assert 0.2 < p.tau2 < 0.45
+    assert 0.2 < p.tau2["all"] < 0.45
     assert p.rho > 0.8
     # the GP noise was 0.2 for a true 0.1: the refit halves it
     assert 0.35 < p.noise_scale[0] < 0.7
@@ -109,7 +192,7 @@ def test_fit_without_an_offset_keeps_the_noise() -> None:
     rng = np.random.default_rng(2)
     tiles, times, y = _rows(rng, 400, tau2=1e-8, rho=0.5, noise=0.2)
     effect = TileEffect.fit(**_split(tiles, times, y, rng))
-    assert effect.params.tau2 < 0.02
+    assert effect.params.tau2["all"] < 0.02
     assert 0.85 < effect.params.noise_scale[0] < 1.15
     assert effect.params.val_nll == pytest.approx(effect.params.val_nll_without, abs=0.01)
 
@@ -144,6 +227,46 @@ def test_save_and_load_round_trip(tmp_path) -> None:
     a, b = effect.predict(**q), back.predict(**q)
     np.testing.assert_array_equal(a.shift, b.shift)
     np.testing.assert_array_equal(a.tile_var, b.tile_var)
+
+
+def test_save_and_load_keep_the_groups(tmp_path) -> None:
+    rng = np.random.default_rng(7)
+    tiles, times, y = _rows(rng, 60, tau2=0.3, rho=0.9, noise=0.1)
+    groups = urban_groups(np.char.endswith(tiles, "1"))
+    val = rng.random(y.size) < 0.3
+    effect = TileEffect.fit(
+        **_split_at(tiles, times, y, val), groups=groups[~val], val_groups=groups[val]
+    )
+    effect.save(tmp_path)
+    back = TileEffect.load(tmp_path)
+    assert back.params == effect.params and back.params.groups == ("rural", "urban")
+    np.testing.assert_array_equal(back.groups, effect.groups)
+    q = {
+        "tiles": np.append(tiles[:10], "unseen"),
+        "times": np.append(times[:10], 3.0),
+        "var_f": np.full(11, 0.01),
+        "components": np.full((11, 1), 0.2),
+        "groups": np.append(groups[:10], "urban"),
+    }
+    np.testing.assert_array_equal(effect.predict(**q).tile_var, back.predict(**q).tile_var)
+
+
+def test_a_file_with_one_tau2_still_loads(tmp_path) -> None:
+    """Files written before the groups (``tau2`` one float, no ``group`` column)."""
+    import pyarrow.parquet as pq
+
+    params = TileEffectParameters(tau2=0.5, rho=1.0, noise_scale=(1.0,), components=("noise",))
+    TileEffect(
+        params, tiles=["a"], times=[0.0], residual=[1.0], var_f=[0.0], components=[[0.1]]
+    ).save(tmp_path)
+    doc_path, rows_path = TileEffect.files(tmp_path)
+    doc = json.loads(doc_path.read_text())
+    doc_path.write_text(json.dumps({**doc, "tau2": 0.5}))
+    pq.write_table(pq.read_table(rows_path).drop_columns(["group"]), rows_path)
+    back = TileEffect.load(tmp_path)
+    assert back.params.tau2 == {"all": 0.5} and back.groups.tolist() == ["all"]
+    got = back.predict(tiles=["a"], times=[1.0], var_f=[0.0], components=[[0.1]])
+    assert got.shift[0] == pytest.approx(0.5 / 0.6)
 
 
 def test_bad_input_is_refused(tmp_path) -> None:
