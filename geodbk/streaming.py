@@ -153,7 +153,9 @@ def predict_table(
     counts and counts below 1 are read as 1. With a ``tile_effect``
     (:class:`geodbk.tile_effect.TileEffect`) each row's tile (``tile_column``) and quarter
     (``time_column``, as a quarter index; ``None``: one time step) add the tile's offset
-    (:func:`geodbk.tile_effect.predict_with_tile_effect`). Returns the number of rows written.
+    (:func:`geodbk.tile_effect.predict_with_tile_effect`); an effect with a ``tau²`` per
+    urban/rural group reads each row's group from ``urban_column``. Returns the number of rows
+    written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -185,8 +187,16 @@ def predict_table(
                 if tile_effect is None:
                     pred = model.predict(X[ok], chunk_size=chunk, **kw)
                 else:
-                    from geodbk.tile_effect import predict_at_quarters
+                    from geodbk.tile_effect import predict_at_quarters, urban_groups
 
+                    groups = None
+                    if tile_effect.grouped:
+                        if not urban_column:
+                            raise ValueError(
+                                "this tile effect has a tau² per urban/rural group: give "
+                                "urban_column"
+                            )
+                        groups = urban_groups(np.asarray(cols[urban_column], dtype=bool)[ok])
                     pred = predict_at_quarters(
                         model,
                         tile_effect,
@@ -194,6 +204,7 @@ def predict_table(
                         tiles=np.asarray(cols[tile_column])[ok],
                         quarters=np.asarray(cols[time_column])[ok] if time_column else None,
                         noise=kw,
+                        groups=groups,
                         chunk_size=chunk,
                     )
                 mean[ok], std[ok] = pred.mean, pred.std

@@ -408,6 +408,11 @@ class TileEffect:
             )
         self._layout_cache: _Layout | None = None
 
+    @property
+    def grouped(self) -> bool:
+        """Whether the effect has a ``tau²`` per group (then :meth:`predict` needs groups)."""
+        return self.params.groups != (ALL,)
+
     def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return (
@@ -638,7 +643,7 @@ class TileEffect:
         tiles_a, times_a, _, vf, comp = _as_rows(
             tiles, times, None, var_f, components, what="prediction rows"
         )
-        if groups is None and self.params.groups != (ALL,):
+        if groups is None and self.grouped:
             raise ValueError(
                 f"this tile effect has a tau² per group {list(self.params.groups)}: give groups"
             )

@@ -330,12 +330,18 @@ def run_one(
 def _tile_effect_prediction(
     model: Any, data: dict[str, np.ndarray], covariates: dict[str, np.ndarray]
 ) -> tuple[Any, dict[str, Any]]:
-    """Test-split prediction of ``model`` plus a tile effect fitted on its train/val rows."""
-    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+    """Test-split prediction of ``model`` plus a tile effect fitted on its train/val rows.
+
+    Urban and rural tiles get their own ``tau²`` when each class has enough validation rows
+    (:func:`pipelines.train.urban_groups_supported`, as ``tile_effect_groups: auto``)."""
+    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect, urban_groups
+    from pipelines.train import urban_groups_supported
 
     split = data["split"]
     tr, va, te = split == "train", split == "val", split == "test"
     X, y, tiles, times = data["X"], data["y"], data["quadkey"], data["time_step"]
+    groups = urban_groups(data["urban"]) if urban_groups_supported(data["urban"][va]) else None
+    part = lambda mask: None if groups is None else groups[mask]  # noqa: E731
     effect = fit_tile_effect(
         model,
         X=X[tr],
@@ -348,6 +354,8 @@ def _tile_effect_prediction(
         times_val=times[va],
         noise={k: v[tr] for k, v in covariates.items()},
         noise_val={k: v[va] for k, v in covariates.items()},
+        groups=part(tr),
+        groups_val=part(va),
     )
     pred = predict_with_tile_effect(
         model,
@@ -356,6 +364,7 @@ def _tile_effect_prediction(
         tiles=tiles[te],
         times=times[te],
         noise={k: v[te] for k, v in covariates.items()},
+        groups=part(te),
     )
     return pred, effect.params.to_dict()
 

@@ -115,6 +115,14 @@ def register(subparsers: Any) -> None:
         help="no per-tile offset: every product is the GP alone (config `tile_effect: off`)",
     )
     p.add_argument(
+        "--tile-effect-groups",
+        choices=("auto", "urban", "none"),
+        default=None,
+        help="tile groups with their own offset variance: urban (urban and rural tiles), none "
+        "(one for all) or auto (default: urban when the tiles have `urban` and each class has "
+        "100+ val rows; config `tile_effect_groups`)",
+    )
+    p.add_argument(
         "--distributed",
         action="store_true",
         help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
@@ -144,6 +152,7 @@ def _main(args: argparse.Namespace) -> int:
             time=args.time,
             streaming=args.streaming,
             tile_effect=args.tile_effect,
+            tile_effect_groups=args.tile_effect_groups,
         )
     finally:
         if args.distributed:
@@ -163,6 +172,7 @@ def resolve_config(
     time: bool | None = None,
     streaming: bool | None = None,
     tile_effect: str | bool | None = None,
+    tile_effect_groups: str | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
@@ -175,6 +185,7 @@ def resolve_config(
         tile_effect=(
             ("on" if tile_effect else "off") if isinstance(tile_effect, bool) else tile_effect
         ),
+        tile_effect_groups=tile_effect_groups,
     )
 
 
@@ -394,7 +405,14 @@ def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
     """Config keys that must match to resume (epochs, patience, chunking and the tile effect,
     fitted after training, may change)."""
     d = cfg.to_dict()
-    for key in ("epochs", "patience", "predict_chunk_size", "device", "tile_effect"):
+    for key in (
+        "epochs",
+        "patience",
+        "predict_chunk_size",
+        "device",
+        "tile_effect",
+        "tile_effect_groups",
+    ):
         d.pop(key)
     return d
 
@@ -431,6 +449,7 @@ def run_train(
     time: bool | None = None,
     streaming: bool | None = None,
     tile_effect: str | bool | None = None,
+    tile_effect_groups: str | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -472,6 +491,10 @@ def run_train(
         ``streaming`` and ``distributed``): after training, fit a per-tile offset
         (:func:`fit_run_tile_effect`) and save it with the model; its parameters go to the
         metadata's ``tile_effect``.
+    tile_effect_groups
+        Flag override of the config's ``tile_effect_groups`` (``auto``, ``urban``, ``none``;
+        resolved by :func:`resolve_tile_effect_groups` before training when the tile effect is
+        on).
     """
     from geodbk import DBKRegressor
 
@@ -486,6 +509,7 @@ def run_train(
         time=time,
         streaming=streaming,
         tile_effect=tile_effect,
+        tile_effect_groups=tile_effect_groups,
     )
     if cfg.tile_effect == "on" and distributed:
         raise DataError(
@@ -542,6 +566,8 @@ def run_train(
         classes = urban_classes(gdf["urban"], gdf["split"])
         cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles, urban_classes=classes)
         cfg = resolve_tile_effect(cfg, gdf, n_val=len(yv), source=rd.tiles)
+        if cfg.tile_effect == "on":
+            cfg = resolve_tile_effect_groups(cfg, gdf, target, source=rd.tiles)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
@@ -642,7 +668,9 @@ def run_train(
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
     effect = None
     if cfg.tile_effect == "on":
-        effect = fit_run_tile_effect(model, gdf, target, parts=parts, noise_kw=noise_kw)
+        effect = fit_run_tile_effect(
+            model, gdf, target, parts=parts, noise_kw=noise_kw, groups=cfg.tile_effect_groups
+        )
         metadata["tile_effect"] = effect.params.to_dict()
         log.info("tile effect: %s", metadata["tile_effect"])
     model.save(model_dir, metadata=metadata)
@@ -666,15 +694,18 @@ def fit_run_tile_effect(
     *,
     parts: dict[str, tuple[np.ndarray, np.ndarray]],
     noise_kw: dict[str, np.ndarray],
+    groups: str = "none",
 ) -> Any:
     """Fit the tile effect (:func:`geodbk.tile_effect.fit_tile_effect`) of a trained model.
 
     Tile ids are the ``quadkey`` column and time steps the quarter indices of ``quarter``
     (all rows one step without it: a constant offset per tile). Validation rows choose the
-    parameters, then condition the offsets with the training rows.
+    parameters, then condition the offsets with the training rows. ``groups="urban"`` gives
+    urban and rural tiles their own ``tau²`` (:func:`geodbk.tile_effect.urban_groups` of the
+    ``urban`` column).
     """
     from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.tile_effect import fit_tile_effect
+    from geodbk.tile_effect import fit_tile_effect, urban_groups
 
     tiles = split_tests(gdf, target, column="quadkey")
     if "quarter" in gdf.columns:
@@ -684,6 +715,9 @@ def fit_run_tile_effect(
         times = {k: np.zeros(v.size) for k, v in tiles.items()}
     noise = {k: v for k, v in noise_kw.items() if not k.endswith("_val")}
     noise_val = {k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")}
+    group: dict[str, np.ndarray | None] = {"train": None, "val": None}
+    if groups == "urban":
+        group = {k: urban_groups(v) for k, v in split_tests(gdf, target, column="urban").items()}
     return fit_tile_effect(
         model,
         X=parts["train"][0],
@@ -696,7 +730,53 @@ def fit_run_tile_effect(
         times_val=times["val"],
         noise=noise,
         noise_val=noise_val,
+        groups=group["train"],
+        groups_val=group["val"],
     )
+
+
+#: Validation rows each urban/rural class needs for ``tile_effect_groups: auto`` to pick
+#: ``urban`` (its own ``tau²`` is chosen on them).
+MIN_GROUP_VAL_ROWS = 100
+
+
+def urban_groups_supported(urban_val: np.ndarray) -> bool:
+    """Whether each urban/rural class has :data:`MIN_GROUP_VAL_ROWS` validation rows (then
+    ``tile_effect_groups: auto`` gives each class its own ``tau²``)."""
+    urban_val = np.asarray(urban_val, dtype=bool)
+    return min(int(urban_val.sum()), int((~urban_val).sum())) >= MIN_GROUP_VAL_ROWS
+
+
+def resolve_tile_effect_groups(
+    cfg: TrainConfig, gdf: Any, target: str, *, source: Path | str = "tiles.parquet"
+) -> TrainConfig:
+    """Resolve ``tile_effect_groups: auto`` and check an explicit ``urban``.
+
+    ``auto`` becomes ``urban`` when the table has an ``urban`` column and each class has at
+    least :data:`MIN_GROUP_VAL_ROWS` validation rows, else ``none``. ``urban`` without the
+    column, or with a class that has no validation rows, raises :class:`DataError`.
+    """
+    if cfg.tile_effect_groups == "none":
+        return cfg
+    if "urban" not in gdf.columns:
+        if cfg.tile_effect_groups == "urban":
+            raise DataError(
+                f"--tile-effect-groups urban needs an 'urban' column in {source}; re-run "
+                "`geodbk ingest` with census layers, or use --tile-effect-groups none"
+            )
+        return cfg.replace(tile_effect_groups="none")
+    val = split_tests(gdf, target, column="urban")["val"]
+    per_class = min(int(val.sum()), int((~val).sum()))
+    if cfg.tile_effect_groups == "auto":
+        chosen = "urban" if urban_groups_supported(val) else "none"
+        log.info("tile effect groups: %s (%d val rows in the smaller class)", chosen, per_class)
+        return cfg.replace(tile_effect_groups=chosen)
+    if per_class == 0:
+        raise DataError(
+            f"--tile-effect-groups urban: one urban/rural class has no validation rows in "
+            f"{source}, so its tau² cannot be chosen; use --tile-effect-groups none"
+        )
+    return cfg
 
 
 def save_tile_effect(model_dir: Path, effect: Any) -> None:

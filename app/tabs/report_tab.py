@@ -58,14 +58,22 @@ def tile_effect_note(metrics: dict[str, Any]) -> str | None:
     params = metrics.get("tile_effect")
     if not isinstance(params, dict):
         return None
-    tau2, rho = _num(params.get("tau2")), _num(params.get("rho"))
+    rho = _num(params.get("rho"))
     without, with_ = _num(params.get("val_nll_without")), _num(params.get("val_nll"))
     return (
         "Scored with the tile effect (`geodbk train --tile-effect`): each test tile is shifted "
         "by its own persistent offset, learned from its other quarters "
-        f"(τ² = {tau2:.4f} log10², ρ = {rho:.3f} per quarter; validation NLL {without:.3f} "
-        f"without, {with_:.3f} with). The maps show the GP alone."
+        f"(τ² = {_tau2_text(params.get('tau2'))} log10², ρ = {rho:.3f} per quarter; "
+        f"validation NLL {without:.3f} without, {with_:.3f} with). The maps show the GP alone."
     )
+
+
+def _tau2_text(tau2: Any) -> str:
+    """``0.1700`` for one offset variance, ``0.1400 rural, 0.2100 urban`` for one per group."""
+    if isinstance(tau2, dict) and list(tau2) != ["all"]:
+        return ", ".join(f"{_num(v):.4f} {group}" for group, v in tau2.items())
+    value = tau2.get("all") if isinstance(tau2, dict) else tau2
+    return f"{_num(value):.4f}"
 
 
 QUARTER_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -325,13 +325,15 @@ def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
     run = shutil.copytree(synthetic_root / "synth", root / "tiled")
     path = run / "report" / "download" / "metrics.json"
     metrics = json.loads(path.read_text())
-    params = {"tau2": 0.1234, "rho": 0.97, "val_nll": 0.66, "val_nll_without": 0.79}
+    tau2 = {"rural": 0.1234, "urban": 0.2345}  # one offset variance per class
+    params = {"tau2": tau2, "rho": 0.97, "val_nll": 0.66, "val_nll_without": 0.79}
     path.write_text(json.dumps({**metrics, "tile_effect": params}))
     at = make_app(root, "tiled")
     at.run()
     captions = texts(open_tab(at, "Coverage report"), "caption")
     note = [c for c in captions if "tile effect" in c]
-    assert note and "τ² = 0.1234" in note[0] and "0.790 without, 0.660 with" in note[0]
+    assert note and "τ² = 0.1234 rural, 0.2345 urban log10²" in note[0]
+    assert "0.790 without, 0.660 with" in note[0]
     at = make_app(synthetic_root, "synth")
     at.run()
     assert not [c for c in texts(open_tab(at, "Coverage report"), "caption") if "tile effect" in c]
@@ -365,3 +367,13 @@ def test_a_page_load_paints_the_raster_first_then_the_full_map(
     at.selectbox(key="layer").set_value("pi_width").run()
     assert_clean(at)
     assert [light for light, _ in calls] == [True, False, False]
+
+
+def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
+    """Reports written before the groups hold one float; ``{"all": x}`` reads the same."""
+    from app.tabs.report_tab import tile_effect_note
+
+    base = {"rho": 0.9, "val_nll": 0.6, "val_nll_without": 0.7}
+    for tau2 in (0.25, {"all": 0.25}):
+        note = tile_effect_note({"tile_effect": {**base, "tau2": tau2}})
+        assert note is not None and "τ² = 0.2500 log10²" in note

@@ -12,7 +12,7 @@ import pytest
 
 from geodbk.errors import DataError, ModelFileError
 from geodbk.geo.table import read_tile_table, write_tile_table
-from geodbk.tile_effect import TileEffect
+from geodbk.tile_effect import TileEffect, urban_groups
 from pipelines import cli
 from pipelines.config import TrainConfig, demo_config, dump_config
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
@@ -55,8 +55,11 @@ def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> 
     md = json.loads((model_dir / "model.json").read_text())["metadata"]
     params = md["tile_effect"]
     assert params["components"] == ["floor", "meas", "dev"]  # tests+devices, the default noise
-    # the injected offset has variance 0.09; the GP's smooth misfit adds to it
-    assert params["tau2"] > 0.03
+    # auto: the demo has urban and rural tiles, each with 100+ val rows: a tau² per class
+    assert md["config"]["tile_effect_groups"] == "urban"
+    assert list(params["tau2"]) == ["rural", "urban"]
+    # the injected offset has variance 0.09 in both classes; the GP's smooth misfit adds to it
+    assert min(params["tau2"].values()) > 0.03
     assert params["val_nll"] < params["val_nll_without"] - 0.1
     plain, tiled = _metrics(runs["plain"]), _metrics(runs["tiled"])
     assert "tile_effect" not in plain
@@ -64,7 +67,9 @@ def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> 
     assert tiled["all"]["nll"] < plain["all"]["nll"] - 0.1
     assert 0.85 < tiled["all"]["coverage"] < 1.0
     text = (runs["tiled"] / "report" / "download" / "report.md").read_text()
-    assert "## Tile effect" in text and f"{params['tau2']:.4f}" in text
+    assert "## Tile effect" in text
+    assert f"{params['tau2']['rural']:.4f} for rural tiles" in text
+    assert f"{params['tau2']['urban']:.4f} for urban tiles" in text
 
 
 def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) -> None:
@@ -89,6 +94,7 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
         times=quarter_indices(pred["quarter"]).astype(float),
         var_f=gp.var_f,
         components=comp,
+        groups=urban_groups(pred["urban"]),
     )
     np.testing.assert_allclose(pred["mean"], gp.mean + part.shift, rtol=1e-6, atol=1e-8)
     want_sd = np.sqrt(part.tile_var + part.noise_var)
@@ -96,11 +102,11 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
     # the demo's tiles are not in every quarter: some test rows' tiles are seen, some are not
     assert 0.2 < part.seen.mean() < 1.0
     assert (part.shift[~part.seen] == 0).all()
-    prior = effect.params.tau2 + effect.params.latent_scale * gp.var_f[~part.seen]
-    np.testing.assert_allclose(part.tile_var[~part.seen], prior)
-    # a tile's history narrows its variance below the prior
-    seen_prior = effect.params.tau2 + effect.params.latent_scale * gp.var_f[part.seen]
-    assert (part.tile_var[part.seen] < seen_prior).all()
+    tau2 = np.where(pred["urban"], effect.params.tau2["urban"], effect.params.tau2["rural"])
+    prior = tau2 + effect.params.latent_scale * gp.var_f
+    np.testing.assert_allclose(part.tile_var[~part.seen], prior[~part.seen])
+    # a tile's history narrows its variance below the prior of its class
+    assert (part.tile_var[part.seen] < prior[part.seen]).all()
 
 
 def test_retraining_without_removes_the_tile_effect(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -119,7 +125,7 @@ def test_a_foreign_tile_effect_is_refused(runs: dict[str, Path], tmp_path: Path)
     shutil.copytree(runs["tiled"], run)
     path = run / "models" / "download" / "tile_effect.json"
     doc = json.loads(path.read_text())
-    path.write_text(json.dumps({**doc, "tau2": doc["tau2"] * 2}))
+    path.write_text(json.dumps({**doc, "tau2": {k: 2 * v for k, v in doc["tau2"].items()}}))
     with pytest.raises(ModelFileError, match="do not belong to this model"):
         run_report(run, target="download")
     (run / "models" / "download" / "tile_effect_rows.parquet").unlink()
@@ -140,6 +146,14 @@ def test_cli_flags_config_and_refusals(runs: dict[str, Path], tmp_path: Path) ->
     assert cli.main([*argv, "--no-progress", "--tile-effect"]) == 0
     md = json.loads(model_json.read_text())["metadata"]
     assert md["config"]["tile_effect"] == "on" and "tile_effect" in md
+    # one tau² for every tile on request
+    assert cli.main([*argv, "--no-progress", "--tile-effect-groups", "none"]) == 0
+    md = json.loads(model_json.read_text())["metadata"]
+    assert md["config"]["tile_effect_groups"] == "none" and list(md["tile_effect"]["tau2"]) == [
+        "all"
+    ]
+    run_report(run, target="download")
+    assert list(_metrics(run)["tile_effect"]["tau2"]) == ["all"]
     # YAML booleans work; a typo names the key
     cfg.write_text(dump_config(CFG.replace(epochs=1)) + "\ntile_effect: false\n")
     assert cli.main([*argv, "--no-progress"]) == 0
@@ -148,13 +162,15 @@ def test_cli_flags_config_and_refusals(runs: dict[str, Path], tmp_path: Path) ->
         TrainConfig(tile_effect="yes")
     with pytest.raises(DataError, match="tile_effect"):
         TrainConfig(streaming=True, tile_effect=True)
+    with pytest.raises(DataError, match="tile_effect_groups"):
+        TrainConfig(tile_effect_groups="tracts")
     with pytest.raises(DataError, match="--distributed"):
         run_train(run, target="download", config=CFG, tile_effect=True, distributed=True)
     # fitted after training: not a key a resumed run must match
     from pipelines.train import _resume_keys
 
     assert _resume_keys(CFG.replace(tile_effect="on")) == _resume_keys(
-        CFG.replace(tile_effect="off")
+        CFG.replace(tile_effect="off", tile_effect_groups="none")
     )
 
 
@@ -205,3 +221,42 @@ def test_tile_coverage_uses_each_tiles_offset(runs: dict[str, Path]) -> None:
     assert rows[0]["urban"] == 1.0 and rows[0]["rural"] == 0.0
     plain = service_coverage(*args, metadata=md)
     assert plain[0]["urban"] == 0.0 and plain[0]["rural"] == 0.0
+
+
+def test_groups_are_resolved_from_the_urban_column() -> None:
+    """auto: urban when each class has 100+ val rows, else none; urban without the column or
+    without val rows in a class is refused."""
+    import pandas as pd
+
+    from pipelines.train import resolve_tile_effect_groups
+
+    def table(n_urban_val: int, n_rural_val: int) -> pd.DataFrame:
+        n = n_urban_val + n_rural_val + 50
+        return pd.DataFrame(
+            {
+                "x1": np.zeros(n),
+                "x2": np.zeros(n),
+                "log10_download": np.ones(n),
+                "split": ["val"] * (n_urban_val + n_rural_val) + ["train"] * 50,
+                "urban": [True] * n_urban_val + [False] * n_rural_val + [True] * 50,
+            }
+        )
+
+    auto = CFG.replace(tile_effect="on")
+    resolved = resolve_tile_effect_groups(auto, table(100, 100), "download")
+    assert resolved.tile_effect_groups == "urban"
+    assert resolve_tile_effect_groups(auto, table(100, 99), "download").tile_effect_groups == "none"
+    assert (
+        resolve_tile_effect_groups(
+            auto, table(100, 100).drop(columns="urban"), "download"
+        ).tile_effect_groups
+        == "none"
+    )
+    urban = auto.replace(tile_effect_groups="urban")
+    assert resolve_tile_effect_groups(urban, table(5, 3), "download").tile_effect_groups == "urban"
+    with pytest.raises(DataError, match="no validation rows"):
+        resolve_tile_effect_groups(urban, table(5, 0), "download")
+    with pytest.raises(DataError, match=r"'urban' column in t\.parquet"):
+        resolve_tile_effect_groups(
+            urban, table(5, 5).drop(columns="urban"), "download", source="t.parquet"
+        )
