@@ -125,7 +125,9 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
     val_nll = min(h["val_nll"] for h in model.history_)
     extra: dict[str, Any] = {}
     if args.tile_effect:
-        extra = tile_effect_fold(model, rows, X, y, (train, val, test), noise_all)
+        extra = tile_effect_fold(
+            model, rows, X, y, (train, val, test), noise_all, tile_groups(rows, args)
+        )
         extra |= {"mean_gp": pred.mean, "var_gp": pred.var}
         pred = extra.pop("prediction")
     np.savez(
@@ -142,11 +144,22 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_name(args: argparse.Namespace) -> str:
-    """File stem of a variant's results: ``VARIANT``, ``VARIANT-tile`` (``--tile-effect``) or
-    ``VARIANT-tileu`` (``tile --by-urban``)."""
-    if getattr(args, "by_urban", False):
-        return f"{args.variant}-tileu"
-    return f"{args.variant}-tile" if args.tile_effect else args.variant
+    """File stem of a variant's results: ``VARIANT``, or with the tile effect ``VARIANT-tile``
+    plus ``u`` (``tile --by-urban``: each noise term rescaled per class) and ``g``
+    (``--groups urban``: a tau² per class), e.g. ``VARIANT-tileg``."""
+    if not args.tile_effect:
+        return args.variant
+    suffix = ("u" if getattr(args, "by_urban", False) else "") + (
+        "g" if getattr(args, "groups", "none") == "urban" else ""
+    )
+    return f"{args.variant}-tile{suffix}"
+
+
+def tile_groups(rows: pd.DataFrame, args: argparse.Namespace) -> np.ndarray | None:
+    """Each row's tile group for ``--groups urban`` (None: one tau² for every tile)."""
+    from geodbk.tile_effect import urban_groups
+
+    return urban_groups(rows["urban"].to_numpy(dtype=bool)) if args.groups == "urban" else None
 
 
 def tile_effect_fold(
@@ -156,6 +169,7 @@ def tile_effect_fold(
     y: np.ndarray,
     masks: tuple[np.ndarray, np.ndarray, np.ndarray],
     noise_all: dict[str, np.ndarray],
+    groups: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The GP's latent mean, variance and noise components at every row (saved, so that
     ``tile`` can refit the tile effect without retraining), plus the tile effect's prediction
@@ -168,7 +182,7 @@ def tile_effect_fold(
         "components": comp,
         "component_names": np.array(names),
     }
-    return tile_effect_from_latents(rows, y, latents, masks) | latents
+    return tile_effect_from_latents(rows, y, latents, masks, groups) | latents
 
 
 def tile_effect_from_latents(
@@ -176,8 +190,10 @@ def tile_effect_from_latents(
     y: np.ndarray,
     latents: dict[str, Any],
     masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    groups: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Fit the tile effect on the fold's train/validation rows and predict its test rows.
+    """Fit the tile effect on the fold's train/validation rows and predict its test rows
+    (``groups``: each row's tile group, one tau² per group).
 
     :meth:`geodbk.tile_effect.TileEffect.fit` on the train residuals ``y - latent_mean``
     (parameters by the validation rows), conditioned then on the train and validation
@@ -200,6 +216,7 @@ def tile_effect_from_latents(
             "residual": residual[mask],
             "var_f": var_f[mask],
             "components": comp[mask],
+            "groups": None if groups is None else groups[mask],
         }
 
     t0 = time.perf_counter()
@@ -208,9 +225,9 @@ def tile_effect_from_latents(
         **{f"val_{k}": v for k, v in part(val).items()},
         component_names=[str(c) for c in latents["component_names"]],
     ).with_rows(**part(val))
-    got = effect.predict(
-        tiles=tiles[test], times=times[test], var_f=var_f[test], components=comp[test]
-    )
+    test_rows = part(test)
+    test_rows.pop("residual")
+    got = effect.predict(**test_rows)
     pred = Prediction(
         mean=latents["latent_mean"][test] + got.shift,
         var=got.tile_var + got.noise_var,
@@ -219,7 +236,8 @@ def tile_effect_from_latents(
     p = effect.params
     return {
         "prediction": pred,
-        "tile_tau2": p.tau2,
+        "tile_tau2": np.array(list(p.tau2.values())),
+        "tile_groups": np.array(p.groups),
         "tile_rho": p.rho,
         "tile_latent_scale": p.latent_scale,
         "tile_noise_scale": np.array(p.noise_scale),
@@ -233,7 +251,12 @@ def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
     """Refit the tile effect of one fold from its saved latents (no GP retraining)."""
     rows = load_rows(Path(args.run), args.target)
     train, val, test = fold_masks(len(rows), args)
-    src = Path(args.out) / f"{args.variant}-tile_fold_{args.fold}.npz"
+    # the GP latents are the same in every tile-effect file of the fold
+    src = next(
+        path
+        for stem in ("tile", "tileg")
+        if (path := Path(args.out) / f"{args.variant}-{stem}_fold_{args.fold}.npz").is_file()
+    )
     saved = dict(np.load(src))
     y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
     latents = dict(saved)
@@ -244,7 +267,7 @@ def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
         latents["component_names"] = np.array(
             [f"{c}_urban" for c in names] + [f"{c}_rural" for c in names]
         )
-    extra = tile_effect_from_latents(rows, y, latents, (train, val, test))
+    extra = tile_effect_from_latents(rows, y, latents, (train, val, test), tile_groups(rows, args))
     pred = extra.pop("prediction")
     out = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
     np.savez(out, **(saved | extra | {"mean": pred.mean, "var": pred.var}))
@@ -428,6 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with `tile`: rescale each noise term separately for urban and rural tiles "
         "(results VARIANT-tileu_*); with `pool`: score those",
+    )
+    p.add_argument(
+        "--groups",
+        choices=["urban", "none"],
+        default="urban",
+        help="with the tile effect: a tau² per urban/rural class (default, as `geodbk train`; "
+        "results VARIANT-tileg_*) or one for every tile (`none`: VARIANT-tile_*)",
     )
     args = p.parse_args(argv)
     if args.what == "tile":

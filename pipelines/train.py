@@ -52,7 +52,7 @@ examples:
 
 The config file is YAML with any of the keys: expansion, objective, rank, hidden, alpha, beta,
 batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size, noise,
-noise_power, noise_init, time.
+noise_power, noise_init, time, streaming, tile_effect, tile_effect_groups.
 --noise tests+devices (config `noise: tests+devices`): s2_i = s2_floor + s2_meas/tests_i +
 s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1).
 --noise tests+urban / tests+devices+urban: the floor s2_floor is learned per urban/rural class
@@ -61,6 +61,9 @@ Neither with --streaming or --distributed. The default `auto` is tests+devices w
 has both columns and training is in memory, else tests (or constant without `tests`).
 --time (config `time: true`): inputs [x1, x2, t], t = the quarter scaled to [-1, 1] over the
 train split's quarters (needs at least 2 of them); then `geodbk predict --quarter/--trend`.
+--tile-effect (default when the tiles span 2+ quarters and have a val split): each tile's own
+persistent offset, learned from its other quarters, with its own spread (tau²) for urban and
+rural tiles (--tile-effect-groups auto|urban|none); the report scores the test tiles with it.
 Flags override the file; the file overrides the defaults (the seed's Ookla settings).
 exit codes: 0 ok, 2 usage, 3 bad data/config, 4 bad model file, 5 missing run directory.
 """
