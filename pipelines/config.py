@@ -110,8 +110,8 @@ class TrainConfig:
         --tile-effect-groups``): ``urban`` (urban and rural tiles, from the ``urban`` column),
         ``none`` (one ``tau²``) or ``auto`` (default): ``urban`` when the table has ``urban``
         and each class has at least 100 validation rows, else ``none`` (cross-validated on
-        Hawaii: every urban/rural cell inside 95 ± 2% in three of three runs, against two of
-        three with one ``tau²``; docs/benchmarks/noise.md §20). Resolved by ``geodbk train``
+        Hawaii: every urban/rural cell inside 95 ± 2% in four of four runs, against two of
+        four with one ``tau²``; docs/benchmarks/noise.md §20). Resolved by ``geodbk train``
         when the tile effect is on.
     """
 
