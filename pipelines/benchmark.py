@@ -237,8 +237,9 @@ def run_one(
     its own ``tests`` (and ``devices``, class). ``data["X"]`` has a third column ``t`` for a
     time-aware benchmark (:func:`load_benchmark_data` with ``time=True``). ``tile_effect``
     adds the per-tile offset (:func:`geodbk.tile_effect.fit_tile_effect`, chosen on the val
-    split) to the trained model before the test rows are scored; it needs the latent/noise
-    split of the ``DBKRegressor`` family, and other models raise ``ValueError``.
+    split) to the trained model before the test rows are scored; it needs the model's latent
+    prediction and ``noise_components`` (every registry model has them; others raise
+    ``ValueError``).
     """
     import torch
 
@@ -262,7 +263,7 @@ def run_one(
     )
     covariates = noise_options(name, model, noise, data)
     if tile_effect and not hasattr(model, "noise_components"):
-        raise ValueError(f"{name} has no tile-effect option (DBKRegressor family only)")
+        raise ValueError(f"{name} has no tile-effect option (no noise_components)")
     if tile_effect and not va.any():
         raise DataError("--tile-effect is chosen on the val split, which is empty")
     if covariates and "noise_init" not in (overrides or {}):
@@ -613,8 +614,8 @@ def run_benchmark(
     ``time`` gives every model the input ``[x1, x2, t]`` (``t``: the quarter, scaled over the
     train split's quarters as ``geodbk train --time`` does), so that a time-aware DBK is compared
     with time-aware baselines. ``tile_effect`` adds the per-tile offset of
-    ``geodbk train --tile-effect`` to every model that supports it (the ``DBKRegressor``
-    family; the others are recorded as failed).
+    ``geodbk train --tile-effect`` to every model (each exposes its latent prediction and its
+    noise terms; a model without them would be recorded as failed).
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
@@ -801,7 +802,7 @@ def register(subparsers: Any) -> None:
         "--tile-effect",
         action="store_true",
         help="add the per-tile offset of geodbk train --tile-effect (fitted on the val split) to "
-        "every model of the DBKRegressor family; recorded as failures for the others",
+        "every model, with its own noise terms rescaled",
     )
     p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"

@@ -495,6 +495,30 @@ class TorchBaseline:
             out = s2.detach().to("cpu", torch.float64).numpy()
         return np.broadcast_to(out, t_np.shape).astype(np.float64) * self.y_sd_**2
 
+    def noise_components(
+        self, tests: Any = None, devices: Any = None, *, urban: Any = None, n: int | None = None
+    ) -> tuple[tuple[str, ...], np.ndarray]:
+        """The learned noise split into its terms, in y's units: ``(names, (n, k))``, as
+        :meth:`geodbk.DBKRegressor.noise_components`.
+
+        The columns sum to :meth:`noise_variance`: ``("noise",)`` for constant noise,
+        ``("floor", "meas")`` for ``noise="tests"`` (``y_sd² s2_floor``, ``y_sd² s2_meas /
+        tests^p``). The baselines take no ``devices`` or ``urban`` covariate (given ones are
+        ignored, as by :meth:`noise_variance`). The tile effect (:mod:`geodbk.tile_effect`)
+        rescales each term.
+        """
+        del devices, urban
+        module = self._check_fitted()
+        size = n if n is not None else (1 if tests is None else int(np.size(tests)))
+        t_np = np.ones(size)
+        if tests is not None and self.tests_aware:
+            t_np = as_tests(np.asarray(tests, dtype=np.float64).reshape(-1), "tests", size)
+        noise = self._noise(module)
+        with torch.no_grad():
+            cov = self._tensor(t_np) if self.tests_aware else None
+            comp = noise.components(cov, n=size).detach().to("cpu", torch.float64).numpy()
+        return tuple(noise.component_names), comp * self.y_sd_**2
+
     def noise_parameters(self) -> dict[str, Any]:
         """The learned noise in y's units (JSON-ready floats), as ``DBKRegressor``'s.
 

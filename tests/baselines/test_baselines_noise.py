@@ -79,6 +79,11 @@ def test_torch_baselines_tests_noise_contract(name: str, tmp_path: Path) -> None
     assert s2 == pytest.approx(params["s2_floor"] + params["s2_meas"] / 20, rel=1e-5)
     if name != "svdbk":
         np.testing.assert_allclose(many.var - many.var_f, s2, rtol=1e-5)
+    # the noise split into its terms (what the tile effect rescales) sums to the noise
+    names, comp = model.noise_components([1.0, 20.0, 20.0], devices=[1.0, 2.0, 3.0])
+    assert names == ("floor", "meas") and comp.shape == (3, 2)
+    np.testing.assert_allclose(comp.sum(1), model.noise_variance([1.0, 20.0, 20.0]), rtol=1e-6)
+    assert comp[0, 1] == pytest.approx(20 * comp[1, 1], rel=1e-6)
     with pytest.raises(ValueError, match="quantity"):
         model.predict(x[:5], quantity="mean")
     with pytest.raises(DataError, match=">= 1"):
@@ -195,3 +200,60 @@ def test_legacy_bundle_noise_option_loads_as_constant(tmp_path: Path) -> None:
     assert back.noise == "constant" and back.noise_init == model.noise_init
     np.testing.assert_allclose(back.predict(X[:4]).var, model.predict(X[:4]).var)
     assert back.noise_parameters()["noise"] == "constant"
+
+
+@pytest.mark.parametrize("noise", ["constant", "tests"])
+def test_torch_baselines_take_the_tile_effect(noise: str) -> None:
+    """CaGP's latent prediction and noise terms are what the tile effect is built on: a
+    persistent offset per tile, seen in other quarters, is recovered."""
+    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+
+    rng = np.random.default_rng(3)
+    n_tiles, quarters = 60, 4
+    centre = rng.uniform(-1, 1, size=(n_tiles, 2))
+    offset = rng.normal(0.0, 0.5, n_tiles)
+    tile = np.repeat(np.arange(n_tiles), quarters)
+    time = np.tile(np.arange(quarters, dtype=float), n_tiles)
+    tests = rng.integers(1, 10, tile.size).astype(float)
+    x = centre[tile]
+    y = np.sin(2 * x[:, 0]) + offset[tile] + rng.normal(size=tile.size) * np.sqrt(0.05 / tests)
+    ids = np.array([f"t{j}" for j in tile])
+    test, val = time == 3, time == 2
+    train = ~test & ~val
+    model = _build("cagp", noise=noise, epochs=5)
+    kw = {"tests": tests} if noise == "tests" else {}
+    part = lambda m: {k: v[m] for k, v in kw.items()}  # noqa: E731
+    model.fit(
+        x[train],
+        y[train],
+        x[val],
+        y[val],
+        **part(train),
+        **{f"{k}_val": v[val] for k, v in kw.items()},
+    )
+    effect = fit_tile_effect(
+        model,
+        X=x[train],
+        y=y[train],
+        tiles=ids[train],
+        times=time[train],
+        X_val=x[val],
+        y_val=y[val],
+        tiles_val=ids[val],
+        times_val=time[val],
+        noise=part(train),
+        noise_val=part(val),
+    )
+    names, _ = model.noise_components(n=1)
+    assert effect.params.components == names
+    with_effect = predict_with_tile_effect(
+        model, effect, x[test], tiles=ids[test], times=time[test], noise=part(test)
+    )
+    alone = model.predict(x[test], **part(test))
+
+    def nll(pred) -> float:
+        return float(
+            np.mean(0.5 * (np.log(2 * np.pi * pred.var) + (y[test] - pred.mean) ** 2 / pred.var))
+        )
+
+    assert nll(with_effect) < nll(alone) - 0.2

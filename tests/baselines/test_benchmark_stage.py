@@ -318,23 +318,21 @@ def _repeated_tiles_run(path: Path) -> Path:
 
 
 def test_benchmark_tile_effect(tmp_path: Path) -> None:
-    """--tile-effect: DBK-RBF and PP-DKL (constant noise) gain from each tile's other quarters;
-    a torch baseline is recorded as failed; the fitted parameters are in the report."""
+    """--tile-effect: DBK-RBF, PP-DKL and a torch baseline (SoftKI; constant noise) gain from
+    each tile's other quarters; the fitted parameters are in the report."""
     run = _repeated_tiles_run(tmp_path / "run")
     models = ["dbk-rbf", "pp-dkl", "softki"]
     kw = {**TINY_BUDGET, "epochs": 4}
-    plain = run_benchmark(run, target="download", models=models[:2], **kw)
+    plain = run_benchmark(run, target="download", models=models, **kw)
     tiled = run_benchmark(run, target="download", models=models, tile_effect=True, **kw)
     assert tiled["budget"]["tile_effect"] is True
-    for name in models[:2]:
+    for name in models:
         entry = tiled["models"][name]
         assert entry["status"] == "ok", entry["failures"]
         params = entry["runs"][0]["tile_effect"]
         assert params["components"] == ["noise"] and params["val_nll"] < params["val_nll_without"]
         nll = entry["summary"]["all"]["nll"]["mean"]
         assert nll < plain["models"][name]["summary"]["all"]["nll"]["mean"] - 0.2, name
-    failed = tiled["models"]["softki"]
-    assert failed["status"] == "failed" and "tile-effect" in failed["failures"][0]["reason"]
     options = "--target download --models dbk-rbf --epochs 1 --rank 8 --threads 1"
     assert (
         main(["benchmark", "--run", str(run), *options.split(), "--tile-effect", "--no-isolate"])
