@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +341,32 @@ def test_benchmark_tile_effect(tmp_path: Path) -> None:
     )
     report = json.loads((run / "benchmark" / "download.json").read_text())
     assert report["models"]["dbk-rbf"]["runs"][0]["tile_effect"]["rho"] > 0
+
+
+def test_the_benchmark_stage_runs_without_the_geo_stack() -> None:
+    """benchmarks/benchmark_stage_only.py parses and runs ``geodbk benchmark``'s options where
+    geopandas, shapely, pyproj and rioxarray cannot be imported (the lent GPU machine)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import runpy, sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('geopandas', 'shapely', 'pyproj', 'rioxarray'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "sys.argv = ['benchmark_stage_only.py', '--help']\n"
+        "runpy.run_path('benchmarks/benchmark_stage_only.py', run_name='__main__')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--tile-effect" in out.stdout and "--models" in out.stdout
