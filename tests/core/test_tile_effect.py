@@ -47,6 +47,20 @@ def _dense_tile(
     return float(k @ sol[:, 0]), float(prior - k @ sol[:, 1])
 
 
+def _effect(params, rng, tiles, times, residual, components, **kw) -> TileEffect:
+    """A tile effect on these rows with random GP latent variances in [0, 0.05]."""
+    var_f = rng.uniform(0.0, 0.05, residual.size)
+    return TileEffect(
+        params,
+        tiles=tiles,
+        times=times,
+        residual=residual,
+        var_f=var_f,
+        components=components,
+        **kw,
+    )
+
+
 def test_prediction_matches_the_dense_reference() -> None:
     rng = np.random.default_rng(0)
     tiles, times, r = _rows(rng, 30, tau2=0.3, rho=0.8, noise=0.2)
@@ -54,15 +68,8 @@ def test_prediction_matches_the_dense_reference() -> None:
     params = TileEffectParameters(
         tau2=0.25, rho=0.7, noise_scale=(0.6, 1.3), components=("floor", "meas"), latent_scale=1.7
     )
-    effect = TileEffect(
-        params,
-        tiles=tiles,
-        times=times,
-        residual=r,
-        var_f=rng.uniform(0.0, 0.05, r.size),
-        components=comp,
-        max_rows=5,  # truncates the tiles seen in more than 5 quarters
-    )
+    # max_rows=5 truncates the tiles seen in more than 5 quarters
+    effect = _effect(params, rng, tiles, times, r, comp, max_rows=5)
     q_tiles = np.array(["t000", "t007", "t013", "t029", "unseen", "t007"])
     q_times = np.array([3.0, 11.0, 0.0, 6.5, 2.0, 20.0])
     q_comp = rng.uniform(0.01, 0.3, (q_tiles.size, 2))
@@ -94,15 +101,7 @@ def test_prediction_with_a_tau2_per_group_matches_the_dense_reference() -> None:
         latent_scale=0.8,
     )
     assert params.groups == ("rural", "urban")
-    effect = TileEffect(
-        params,
-        tiles=tiles,
-        times=times,
-        residual=r,
-        var_f=rng.uniform(0.0, 0.05, r.size),
-        components=comp,
-        groups=urban_groups(urban),
-    )
+    effect = _effect(params, rng, tiles, times, r, comp, groups=urban_groups(urban))
     q_tiles = np.array(["t000", "t001", "t003", "t004", "new_u", "new_r"])
     q_groups = np.array(["urban", "rural", "urban", "rural", "urban", "rural"])
     q_times = np.array([3.0, 11.0, 0.0, 6.5, 2.0, 2.0])
