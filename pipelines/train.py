@@ -743,11 +743,16 @@ def fit_run_tile_effect(
 MIN_GROUP_VAL_ROWS = 100
 
 
+def _smaller_class_rows(urban_val: np.ndarray) -> int:
+    """Rows of the smaller urban/rural class."""
+    urban_val = np.asarray(urban_val, dtype=bool)
+    return min(int(urban_val.sum()), int((~urban_val).sum()))
+
+
 def urban_groups_supported(urban_val: np.ndarray) -> bool:
     """Whether each urban/rural class has :data:`MIN_GROUP_VAL_ROWS` validation rows (then
     ``tile_effect_groups: auto`` gives each class its own ``tau²``)."""
-    urban_val = np.asarray(urban_val, dtype=bool)
-    return min(int(urban_val.sum()), int((~urban_val).sum())) >= MIN_GROUP_VAL_ROWS
+    return _smaller_class_rows(urban_val) >= MIN_GROUP_VAL_ROWS
 
 
 def resolve_tile_effect_groups(
@@ -768,10 +773,9 @@ def resolve_tile_effect_groups(
                 "`geodbk ingest` with census layers, or use --tile-effect-groups none"
             )
         return cfg.replace(tile_effect_groups="none")
-    val = split_tests(gdf, target, column="urban")["val"]
-    per_class = min(int(val.sum()), int((~val).sum()))
+    per_class = _smaller_class_rows(split_tests(gdf, target, column="urban")["val"])
     if cfg.tile_effect_groups == "auto":
-        chosen = "urban" if urban_groups_supported(val) else "none"
+        chosen = "urban" if per_class >= MIN_GROUP_VAL_ROWS else "none"
         log.info("tile effect groups: %s (%d val rows in the smaller class)", chosen, per_class)
         return cfg.replace(tile_effect_groups=chosen)
     if per_class == 0:
