@@ -50,11 +50,20 @@ TREND_LAYERS: dict[str, str] = {
 
 MAX_CLICK_POINTS = 2000
 
-#: What the uncertainty layers describe (the median is the same for all three).
+#: What a raster layer describes (the names of ``geodbk.quantities``; "average" is the tile
+#: average of K tests, offered for grids without a tile effect).
 QUANTITIES: dict[str, str] = {
-    "single": "A single speed test",
+    "tile": "What a tile here typically gets (tile)",
+    "latent": "Neighbourhood level f(x) (area)",
+    "single": "A single speed test (test)",
     "average": "Tile average of K speed tests",
-    "latent": "Latent mean speed f(x)",
+}
+#: The grid quantity name of each key of :data:`QUANTITIES`.
+QUANTITY_NAMES: dict[str, str] = {
+    "tile": "tile",
+    "latent": "area",
+    "single": "test",
+    "average": "test",
 }
 
 
@@ -63,14 +72,27 @@ class LayerSpec:
     """Which quantity a raster shows (hashable, used as a cache key).
 
     ``quantity`` (a key of :data:`QUANTITIES`) and ``tests`` (K for ``"average"``) choose what
-    the interval, sd and probability layers describe; see :func:`quantity_std`.
+    the median, interval, sd and probability layers describe; see :func:`quantity_std`.
     """
 
     kind: str  # a key of LAYERS except "tiles", or "kernel"
     threshold: float = 0.0
     above: bool = True
-    quantity: str = "single"
+    quantity: str = "tile"
     tests: float = 1.0
+
+
+def has_tile_effect(grid: Grid) -> bool:
+    """Whether ``geodbk predict`` used a tile effect for this grid (attribute ``tile_effect``)."""
+    try:
+        return int(grid.attrs.get("tile_effect", 0) or 0) == 1
+    except (TypeError, ValueError):
+        return False
+
+
+def quantities_of(grid: Grid) -> dict[str, str]:
+    """The quantities a grid can show: "average" needs a grid without a tile effect."""
+    return {k: v for k, v in QUANTITIES.items() if k != "average" or not has_tile_effect(grid)}
 
 
 def noise_variance(grid: Grid, tests: float) -> float | NDArray[np.float64] | None:
@@ -105,19 +127,32 @@ def noise_variance(grid: Grid, tests: float) -> float | NDArray[np.float64] | No
     return None
 
 
+def quantity_mean(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:
+    """Mean (log10) of what ``spec.quantity`` asks for: ``area_mean`` for the area quantity,
+    ``tile_mean`` for the tile and test quantities, ``mean`` for grids without them."""
+    name = "area_mean" if spec.quantity == "latent" else "tile_mean"
+    out: NDArray[np.float64] = grid.arrays.get(name, grid.arrays["mean"])
+    return out
+
+
 def quantity_std(grid: Grid, spec: LayerSpec) -> NDArray[np.float64] | None:
     """Predictive sd (log10) of what ``spec.quantity`` asks for, or ``None`` to use ``std``.
 
-    ``latent``: ``std_f``. ``single`` / ``average``: ``sqrt(std_f² + s2(K))`` with K = 1 or
-    ``spec.tests`` (:func:`noise_variance`). ``None`` when the grid lacks ``std_f`` or the
-    noise attributes (older grids: the stored ``std`` and intervals are shown).
+    ``latent``: ``std_f``. ``tile``: the grid's ``tile_sd`` (older grids: ``sqrt(std_f² +
+    s2_floor)``, the tile quantity of a model without a tile effect). ``single``: ``test_sd``
+    (older grids: ``sqrt(std_f² + s2(1))``). ``average``: ``sqrt(std_f² + s2(K))`` with
+    K = ``spec.tests`` (:func:`noise_variance`; grids without a tile effect). ``None`` when the
+    grid lacks what is needed (the stored ``std`` and intervals are shown).
     """
+    stored = {"tile": "tile_sd", "single": "test_sd"}.get(spec.quantity)
+    if stored is not None and stored in grid.arrays:
+        return grid.arrays[stored]
     if "std_f" not in grid.arrays:
         return None
     std_f = grid.arrays["std_f"]
     if spec.quantity == "latent":
         return std_f
-    k = spec.tests if spec.quantity == "average" else 1.0
+    k = {"tile": math.inf, "average": spec.tests}.get(spec.quantity, 1.0)
     s2 = noise_variance(grid, k)
     if s2 is None:
         return None
@@ -126,26 +161,29 @@ def quantity_std(grid: Grid, spec: LayerSpec) -> NDArray[np.float64] | None:
 
 
 def quantity_label(grid: Grid, spec: LayerSpec) -> str:
-    """Short description of what the uncertainty layers show, for legends."""
+    """Short description of what the layers show, for legends: the quantity's name first."""
     if spec.quantity == "latent":
-        return "latent mean f(x)"
+        return "area: neighbourhood level f(x)"
+    if spec.quantity == "tile":
+        return "tile: what a tile here typically gets"
     if grid.attrs.get("noise_model") == "constant":
-        return "one observation (constant-noise model)"
+        return "test: one observation (constant-noise model)"
     if quantity_std(grid, spec) is None:
-        return str(grid.attrs.get("quantity", "as predicted"))
+        return str(grid.attrs.get("quantity_description", grid.attrs.get("quantity", "")))
     if spec.quantity == "average" and spec.tests != 1:
-        return f"tile average of {spec.tests:g} tests"
-    return "single speed test"
+        return f"test: tile average of {spec.tests:g} tests"
+    return "test: single speed test"
 
 
 def layer_values(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:
     """The 2-D array a raster layer shows, in natural units (probabilities in [0, 1])."""
+    mean = quantity_mean(grid, spec)
     if spec.kind == "median":
-        return grid.natural("mean")
+        return to_natural(mean, grid.target)
     sd = quantity_std(grid, spec)
     if sd is not None and spec.kind in ("pi_width", "pi_lower", "pi_upper"):
-        lower = to_natural(grid.arrays["mean"] - Z95 * sd, grid.target)
-        upper = to_natural(grid.arrays["mean"] + Z95 * sd, grid.target)
+        lower = to_natural(mean - Z95 * sd, grid.target)
+        upper = to_natural(mean + Z95 * sd, grid.target)
         out: NDArray[np.float64] = {"pi_lower": lower, "pi_upper": upper}.get(
             spec.kind, upper - lower
         )
@@ -156,7 +194,7 @@ def layer_values(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:
         return sd if sd is not None else grid.arrays["std"]
     if spec.kind == "prob":
         t = natural_to_log10(spec.threshold, grid.target)
-        m, s = grid.arrays["mean"], (sd if sd is not None else grid.arrays["std"])
+        m, s = mean, (sd if sd is not None else grid.arrays["std"])
         # P(Y >= t) or P(Y <= t): the same formula as the pipelines' p_below/p_above grids.
         return prob_threshold(m, s, 10**t, spec.above)
     raise ValueError(f"unknown layer {spec.kind!r}")
@@ -166,9 +204,9 @@ def layer_legend(grid: Grid, spec: LayerSpec, scale: ColorScale) -> Legend:
     """Legend title, unit and note for a layer."""
     unit = UNITS[grid.target]
     t = grid.target
-    if spec.kind == "median":
-        return Legend(f"Predicted {t}, median", scale, unit)
     what = quantity_label(grid, spec)
+    if spec.kind == "median":
+        return Legend(f"Predicted {t}, median ({what})", scale, unit)
     base = t
     t = f"{t} ({what})"
     if spec.kind == "pi_width":

@@ -61,6 +61,7 @@ from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters, years_between
+from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
 from pipelines.gridfile import GridWriter
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -167,6 +168,14 @@ def register(subparsers: Any) -> None:
         help="with a tests+devices model: the K tests come from M distinct devices (default: "
         "M = K, each test from its own device); other models ignore it",
     )
+    p.add_argument(
+        "--quantity",
+        choices=list(QUANTITIES),
+        default=DEFAULT_MAP_QUANTITY,
+        help="what the mean, interval and probability layers describe: tile (default) = what a "
+        "zoom-16 tile here typically gets, its own history included where it has one; area = "
+        "the neighbourhood level f(x); test = one speed test (or --tests K)",
+    )
     t = p.add_mutually_exclusive_group()
     t.add_argument(
         "--quarter",
@@ -198,6 +207,7 @@ def _main(args: argparse.Namespace) -> int:
         devices=args.devices,
         quarter=args.quarter,
         trend=args.trend,
+        quantity=args.quantity,
     )
     return 0
 
@@ -269,6 +279,63 @@ def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
     return f"tile average of {tests:g} speed tests (tests={tests:g})"
 
 
+#: The ``quantity`` attribute of the area variables (``std_f``, ``area_mean``, ``latent_*``).
+AREA_LABEL = "area: latent f(x)"
+#: Zoom of an Ookla tile: a grid cell's tile is the zoom-16 tile of its centre.
+TILE_ZOOM = 16
+#: The quantity's parts written to every grid, whatever ``--quantity`` is.
+PART_VARS = ("area_mean", "tile_mean", "tile_offset", "tile_sd", "test_sd", "tile_history")
+
+
+def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    """The zoom-16 quadkey of the tile holding each point."""
+    from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
+
+    x, y = lonlat_to_tile(lon, lat, TILE_ZOOM)
+    return tile_to_quadkey(x, y, TILE_ZOOM)
+
+
+def _pooled_tile_time(observed: Sequence[str]) -> float:
+    """A pooled map's tile-effect time step: the table's latest quarter (0 without quarters,
+    as the tile effect was then fitted)."""
+    return float(quarter_index(observed[-1])) if observed else 0.0
+
+
+def describe_map_quantity(
+    model: Any, quantity: str, tests: float, devices: float | None, *, effect: Any
+) -> tuple[str, str]:
+    """``(label, description)`` of a grid's quantity: the label names it in each variable's
+    ``quantity`` attribute and band description (``tile: tile effect``, ``area: latent f(x)``,
+    ``test: single speed test (tests=1)``); the description is the grid's
+    ``quantity_description``."""
+    if quantity == "area":
+        return AREA_LABEL, "neighbourhood level f(x): the latent mean surface, noise excluded"
+    if quantity == "tile":
+        if effect is not None:
+            return "tile: tile effect", (
+                "what a zoom-16 tile typically gets: f(x) plus the tile's own offset, informed "
+                "by the tile's history where it has one, else the prior spread of an unseen "
+                "tile's offset (tile effect)"
+            )
+        return "tile: noise floor", (
+            "what a zoom-16 tile typically gets: f(x) plus the model's noise floor (the limit "
+            "of many tests; no tile effect was fitted)"
+        )
+    text = describe_quantity(model, tests, devices)
+    return f"test: {text}", text
+
+
+def _tile_effect_attrs(effect: Any) -> dict[str, Any]:
+    """Grid attributes of the tile effect's parameters (none without one)."""
+    if effect is None:
+        return {}
+    p = effect.params
+    out: dict[str, Any] = {f"tile_effect_tau2_{g}": float(v) for g, v in p.tau2.items()}
+    out["tile_effect_rho"] = float(p.rho)
+    out["tile_effect_latent_scale"] = float(p.latent_scale)
+    return out
+
+
 def predict_block(
     model: Any,
     spec: TargetSpec,
@@ -279,27 +346,48 @@ def predict_block(
     tests: float = 1.0,
     devices: float | None = None,
     urban: np.ndarray | None = None,
+    quantity: str = "test",
+    effect: Any = None,
+    tiles: np.ndarray | None = None,
+    times: np.ndarray | float | None = None,
 ) -> dict[str, np.ndarray]:
     """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays.
 
-    Observation variables are for the tile average of ``tests`` speed tests (tests-aware
-    models; ``tests=1``: a single test) from ``devices`` devices (``tests+devices`` models;
-    ``None``: ``devices = tests``), with each row's urban/rural noise floor (``urban``, (n,)
-    bool; models with ``noise_urban``, which then also get the variable ``urban``, 1/0);
-    ``std_f`` and ``latent_*`` are the latent f(x).
+    ``mean``, ``std``, the interval, natural-unit and exceedance variables describe
+    ``quantity`` (:mod:`geodbk.quantities`: ``area``, ``tile`` or ``test``; ``test`` is the tile
+    average of ``tests`` speed tests from ``devices`` devices, ``tests=1``: a single test).
+    Whatever the quantity, ``area_mean``/``std_f`` (and ``latent_*``, ``area_mean -+ 1.96
+    std_f``) are the area quantity f(x), ``tile_mean``/``tile_sd`` the tile quantity,
+    ``tile_offset`` the tile's offset (0 without history), ``tile_history`` 1 where the tile has
+    history in ``effect``, and ``test_sd`` one speed test (K = 1). ``effect`` is the model's
+    tile effect (``None``: the tile quantity uses the noise floor) with each row's zoom-16
+    ``tiles`` and time step ``times``; ``urban`` (n,) bool is each row's class (the noise floor
+    of ``noise_urban`` models, which then also get the variable ``urban``, and the ``tau²``
+    group of a grouped tile effect).
     """
     from geodbk.predictive import noise_kwargs
+    from geodbk.quantities import observation_noise_variance, predict_quantity
 
-    kw = noise_kwargs(model, tests, devices, urban=urban)
-    pred = model.predict(X, chunk_size=chunk_size, **kw)
-    mean = np.asarray(pred.mean, dtype=np.float64)
-    std = np.asarray(pred.std, dtype=np.float64)
+    q = predict_quantity(
+        model,
+        X,
+        quantity=quantity,
+        effect=effect,
+        tiles=tiles,
+        times=times,
+        urban=urban,
+        tests=tests,
+        devices=devices,
+        chunk_size=chunk_size,
+    )
+    mean = q.mean
+    std = q.sd
     lower = mean - 1.96 * std
     upper = mean + 1.96 * std
     out = {
         "mean": mean,
         "std": std,
-        "std_f": np.sqrt(np.maximum(np.asarray(pred.var_f, dtype=np.float64), 0.0)),
+        "std_f": np.sqrt(q.area_var),
         "pi_lower": lower,
         "pi_upper": upper,
         "pi_width": upper - lower,
@@ -308,14 +396,23 @@ def predict_block(
         "pi_upper_natural": spec.to_natural(upper),
     }
     out["pi_width_natural"] = out["pi_upper_natural"] - out["pi_lower_natural"]
-    out["latent_pi_lower"] = mean - 1.96 * out["std_f"]
-    out["latent_pi_upper"] = mean + 1.96 * out["std_f"]
+    out["latent_pi_lower"] = q.area_mean - 1.96 * out["std_f"]
+    out["latent_pi_upper"] = q.area_mean + 1.96 * out["std_f"]
     out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
     out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
         p_below = ndtr((spec.natural_to_log10(t) - mean) / std)
         out[spec.threshold_name(t)] = p_below if spec.higher_is_better else 1.0 - p_below
-    if "urban" in kw:
+    out["area_mean"] = q.area_mean
+    out["tile_mean"] = q.area_mean + q.offset
+    out["tile_offset"] = q.offset
+    out["tile_sd"] = np.sqrt(q.tile_var)
+    single = q.noise_var
+    if tests != 1 or devices is not None:
+        single = observation_noise_variance(model, len(mean), effect=effect, urban=urban)
+    out["test_sd"] = np.sqrt(q.tile_var + single)
+    out["tile_history"] = q.seen.astype(np.float64)
+    if "urban" in noise_kwargs(model, tests, devices, urban=urban):
         out["urban"] = np.asarray(urban, dtype=np.float64)
     return out
 
@@ -423,18 +520,27 @@ def observed_quarters(rd: RunDir, metadata: dict[str, Any]) -> list[str]:
 
 
 def _var_attrs(
-    spec: TargetSpec, thresholds: Sequence[float], quantity: str = "observation"
+    spec: TargetSpec,
+    thresholds: Sequence[float],
+    quantity: str,
+    *,
+    tile_label: str,
+    test_label: str,
 ) -> dict[str, dict[str, str]]:
+    """Per-variable attributes; ``quantity`` labels the variables of the grid's quantity,
+    ``tile_label``/``test_label`` the tile and one-test parts."""
     lg = f"log10 {spec.column}"
-    latent = "latent mean f(x)"
     attrs = {
         "mean": {"long_name": f"predictive mean of log10 {spec.name}", "units": lg},
-        "std": {"long_name": "predictive sd (noise included)", "units": lg},
+        "std": {"long_name": "predictive sd of the grid's quantity", "units": lg},
         "std_f": {"long_name": "latent sd (noise excluded)", "units": lg},
         "pi_lower": {"long_name": "95% prediction interval, lower", "units": lg},
         "pi_upper": {"long_name": "95% prediction interval, upper", "units": lg},
         "pi_width": {"long_name": "95% prediction interval width", "units": lg},
-        "mean_natural": {"long_name": f"predictive median {spec.name}", "units": spec.unit},
+        "mean_natural": {
+            "long_name": f"predictive median {spec.name} of the grid's quantity",
+            "units": spec.unit,
+        },
         "pi_lower_natural": {"long_name": "95% PI lower", "units": spec.unit},
         "pi_upper_natural": {"long_name": "95% PI upper", "units": spec.unit},
         "pi_width_natural": {"long_name": "95% PI width", "units": spec.unit},
@@ -448,13 +554,38 @@ def _var_attrs(
             "quantity": "urban/rural class (RUN/urban_areas.geojson)",
         },
     }
+    attrs.update(
+        {
+            "area_mean": {"long_name": f"mean of log10 {spec.name}, area quantity", "units": lg},
+            "tile_mean": {"long_name": f"mean of log10 {spec.name}, tile quantity", "units": lg},
+            "tile_offset": {
+                "long_name": "posterior mean of the tile's own offset (tile_mean - area_mean)",
+                "units": lg,
+            },
+            "tile_sd": {"long_name": "sd of the tile quantity", "units": lg},
+            "test_sd": {"long_name": "sd of one speed test (tests=1)", "units": lg},
+            "tile_history": {
+                "long_name": "1 where the cell's zoom-16 tile has measured history, else 0",
+                "units": "1",
+            },
+        }
+    )
+    fixed = {
+        "std_f": AREA_LABEL,
+        "area_mean": AREA_LABEL,
+        "tile_mean": tile_label,
+        "tile_offset": tile_label,
+        "tile_sd": tile_label,
+        "tile_history": tile_label,
+        "test_sd": test_label,
+    }
     for name, a in attrs.items():
         if name == "urban":
             continue
-        if name in ("mean", "mean_natural"):
-            a["quantity"] = "median (latent mean f(x); the same for every quantity)"
-        elif name == "std_f" or name.startswith("latent_"):
-            a["quantity"] = latent
+        if name in fixed:
+            a["quantity"] = fixed[name]
+        elif name.startswith("latent_"):
+            a["quantity"] = AREA_LABEL
         else:
             a["quantity"] = quantity
     for t in thresholds:
@@ -524,6 +655,7 @@ def run_predict(
     devices: float | None = None,
     quarter: str | Sequence[str] | None = None,
     trend: str | None = None,
+    quantity: str = DEFAULT_MAP_QUANTITY,
 ) -> Path:
     """Predict ``target`` on the region grid and write ``RUN/grids/TARGET.nc``; return its path.
 
@@ -560,6 +692,11 @@ def run_predict(
     trend
         Time-aware models only: ``Q1:Q2`` writes only the trend grid
         ``grids/TARGET_trend_Q1_Q2.nc`` (see :func:`trend_block`).
+    quantity
+        What ``mean``, ``std``, the interval and the exceedance probabilities describe:
+        ``tile`` (default), ``area`` or ``test`` (:mod:`geodbk.quantities`). Each cell's tile is
+        the zoom-16 tile of its centre; its time step the grid's quarter (a pooled model: the
+        table's latest quarter).
 
     Returns
     -------
@@ -572,7 +709,7 @@ def run_predict(
         ``--quarter``/``--trend`` with a pooled model (retrain with ``--time``), both given, or
         a malformed quarter.
     """
-    from pipelines.train import load_model
+    from pipelines.train import load_model, load_tile_effect
 
     if not (np.isfinite(tests) and tests >= 1):
         raise DataError(f"--tests must be >= 1, got {tests}")
@@ -580,6 +717,10 @@ def run_predict(
         raise DataError(f"--devices must be >= 1, got {devices}")
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")
+    try:
+        check_quantity(quantity)
+    except ValueError as exc:
+        raise DataError(f"--quantity: {exc}") from None
 
     rd = require_run(run)
     spec = target_spec(target)
@@ -688,24 +829,40 @@ def run_predict(
             evaluate=lambda lon, lat: evaluate_trend(scaled(lon, lat)),
         )
 
-    names = [*LOG_VARS, *NATURAL_VARS, *LATENT_VARS, *(spec.threshold_name(t) for t in thr)]
-    urban_geom = read_urban(rd, target=target) if getattr(model, "noise_urban", False) else None
-    names += ["urban"] if urban_geom is not None else []
-    quantity = describe_quantity(model, tests, devices)
+    names = [
+        *LOG_VARS,
+        *NATURAL_VARS,
+        *LATENT_VARS,
+        *(spec.threshold_name(t) for t in thr),
+        *PART_VARS,
+    ]
+    effect = None if quantity == "area" else load_tile_effect(rd, target, model)
+    needs_urban = getattr(model, "noise_urban", False) or bool(
+        effect is not None and effect.grouped
+    )
+    urban_geom = read_urban(rd, target=target) if needs_urban else None
+    names += ["urban"] if getattr(model, "noise_urban", False) else []
+    label, description = describe_map_quantity(model, quantity, tests, devices, effect=effect)
+    tile_label = describe_map_quantity(model, "tile", tests, devices, effect=effect)[0]
+    test_label = describe_map_quantity(model, "test", 1.0, None, effect=effect)[0]
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
     )
-    var_attrs = _var_attrs(spec, thr, quantity)
+    var_attrs = _var_attrs(spec, thr, label, tile_label=tile_label, test_label=test_label)
     grid_vars: dict[str, tuple[Any, dict[str, Any]]] = {
         n: (np.float32, var_attrs.get(n, {})) for n in names
     }
+    tile_time = _pooled_tile_time(observed) if ts is None else None
     base_attrs = {
         **common,
         "units": f"log10 {spec.column} (natural: {spec.unit})",
         "natural_units": spec.unit,
         "thresholds": list(thr),
-        "interval": "95% predictive interval mean +- 1.96 std (log10 scale)",
+        "interval": f"95% interval of the {quantity} quantity: mean +- 1.96 std (log10 scale)",
         "quantity": quantity,
+        "quantity_description": description,
+        "tile_effect": int(effect is not None),
+        **_tile_effect_attrs(effect),
         "tests": float(tests),
         **(
             {"devices": float(tests if devices is None else devices)}
@@ -754,7 +911,18 @@ def run_predict(
 
                 urban = np.asarray(shapely.intersects_xy(urban_geom, lon, lat), dtype=bool)
             return predict_block(
-                model, spec, X, thr, chunk_size=chunk, tests=tests, devices=devices, urban=urban
+                model,
+                spec,
+                X,
+                thr,
+                chunk_size=chunk,
+                tests=tests,
+                devices=devices,
+                urban=urban,
+                quantity=quantity,
+                effect=effect,
+                tiles=tile_ids(lon, lat) if effect is not None else None,
+                times=float(quarter_index(q)) if q is not None else tile_time,
             )
 
         log.info("predicting %s for %s", target, label)

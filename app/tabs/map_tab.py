@@ -67,7 +67,7 @@ def render(ctx: RunContext) -> None:
     if kind in maps.TREND_LAYERS:
         _render_trend(ctx, kind, trends, c2)
         return
-    quantity, tests = _quantity_controls(kind)
+    quantity, tests = _quantity_controls(ctx, kind)
     spec = maps.LayerSpec(kind, quantity=quantity, tests=tests)
     if kind == "prob":
         default = DEFAULT_THRESHOLDS[t][0]
@@ -212,21 +212,23 @@ def _choose_grid(ctx: RunContext, qgrids: list[QuarterGrid]) -> QuarterGrid:
     return chosen
 
 
-def _quantity_controls(kind: str) -> tuple[str, float]:
-    """ "What the map shows": a single speed test, the tile average of K tests, or f(x)."""
-    if kind in ("median", "tiles"):
-        return "single", 1.0
+def _quantity_controls(ctx: RunContext, kind: str) -> tuple[str, float]:
+    """ "What the map shows": what a tile typically gets, the neighbourhood level f(x), a
+    single speed test, or (grids without a tile effect) the tile average of K tests."""
+    if kind == "tiles":
+        return "tile", 1.0
+    options = maps.quantities_of(ctx.grid()) if ctx.files.has_grid else dict(maps.QUANTITIES)
     q1, q2 = st.columns([2.2, 2.8])
     quantity = q1.selectbox(
         "What the map shows",
-        list(maps.QUANTITIES),
-        format_func=maps.QUANTITIES.__getitem__,
+        list(options),
+        format_func=options.__getitem__,
         key="quantity",
-        help="A single speed test at a location (widest), the average of K tests in a tile "
-        "(the noise shrinks as s2_floor + s2_meas / K, plus s2_dev / K for a tests+devices "
-        "model, taking the K tests from K devices; a model with a noise floor per "
-        "urban/rural class uses each cell's own floor), or the latent mean speed f(x) "
-        "(no test noise). The median is the same for all three.",
+        help="tile (the default): what a zoom-16 tile here typically gets, its own measured "
+        "history included where it has one (a tile without history carries the spread of "
+        "tiles around their neighbourhood); area: the neighbourhood level f(x), the smooth "
+        "surface; test: what one speed test here would measure (widest). The tile average of "
+        "K tests is offered for grids made without a tile effect.",
     )
     tests = 1.0
     if quantity == "average":

@@ -1,4 +1,4 @@
-"""Dashboard choice of what the map shows: single test, tile average of K tests, latent f(x)."""
+"""Dashboard choice of what the map shows: tile, area f(x), single test, tile average of K."""
 
 from __future__ import annotations
 
@@ -13,21 +13,36 @@ def test_quantities_match_the_grid_and_order(tiny_run: Path) -> None:
     path = tiny_run / "grids" / "download.nc"
     grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
     inside = grid.in_region
-    single = maps.layer_values(grid, maps.LayerSpec("std"))
-    # predict's default grid is a single speed test: the derived sd equals the stored one
-    assert np.allclose(single[inside], grid.arrays["std"][inside], rtol=1e-3)
+    tile = maps.layer_values(grid, maps.LayerSpec("std"))
+    # predict's default grid is the tile quantity, and so is the dashboard's default layer
+    assert grid.attrs["quantity"] == "tile"
+    assert np.allclose(tile[inside], grid.arrays["std"][inside], rtol=1e-6)
+    single = maps.layer_values(grid, maps.LayerSpec("std", quantity="single"))
+    assert np.allclose(single[inside], grid.arrays["test_sd"][inside], rtol=1e-6)
+    assert np.all(single[inside] >= tile[inside])
+    median = maps.layer_values(grid, maps.LayerSpec("median"))
+    area_median = maps.layer_values(grid, maps.LayerSpec("median", quantity="latent"))
+    assert np.allclose(median[inside], grid.natural("tile_mean")[inside], rtol=1e-5)
+    assert np.allclose(area_median[inside], grid.natural("area_mean")[inside], rtol=1e-5)
     avg = maps.layer_values(grid, maps.LayerSpec("std", quantity="average", tests=16))
     latent = maps.layer_values(grid, maps.LayerSpec("std", quantity="latent"))
     assert np.allclose(latent[inside], grid.arrays["std_f"][inside])
-    if grid.attrs.get("noise_model") in ("tests", "tests+devices"):
+    # the tile average of K tests is derived from the GP's own noise: offered (and ordered
+    # between f and one test) only for grids made without a tile effect
+    assert ("average" in maps.quantities_of(grid)) != maps.has_tile_effect(grid)
+    tests_aware = grid.attrs.get("noise_model") in ("tests", "tests+devices")
+    if tests_aware and not maps.has_tile_effect(grid):
         assert np.all(latent[inside] < avg[inside]) and np.all(avg[inside] < single[inside])
+
     width = maps.layer_values(grid, maps.LayerSpec("pi_width", quantity="latent"))
     lo = maps.layer_values(grid, maps.LayerSpec("pi_lower", quantity="latent"))
     hi = maps.layer_values(grid, maps.LayerSpec("pi_upper", quantity="latent"))
     assert np.allclose(width[inside], (hi - lo)[inside])
     assert np.allclose(lo[inside], grid.arrays["latent_pi_lower_natural"][inside], rtol=1e-3)
     legend = maps.layer_legend(grid, maps.LayerSpec("std", quantity="latent"), None)  # type: ignore[arg-type]
-    assert "latent mean f(x)" in legend.title
+    assert "area: neighbourhood level f(x)" in legend.title
+    tile_legend = maps.layer_legend(grid, maps.LayerSpec("median"), None)  # type: ignore[arg-type]
+    assert "tile: what a tile here typically gets" in tile_legend.title
 
 
 def test_old_grids_without_noise_attributes_fall_back_to_stored_std(tiny_run: Path) -> None:

@@ -48,7 +48,7 @@ def test_map_and_inspect_use_the_class_floor(
     at.run()
     assert_clean(at)
     at.selectbox(key="layer").set_value("pi_width").run()
-    at.selectbox(key="quantity").set_value("average").run()
+    at.selectbox(key="quantity").set_value("single").run()
     assert_clean(at)
     # a town point: the model is evaluated there with the urban floor (no fallback warning)
     rows, cols = np.nonzero(inside & (np.nan_to_num(grid.arrays["urban"]) == 1.0))

@@ -35,13 +35,19 @@ def test_train_predict_report_with_devices(tmp_path: Path) -> None:
     assert md["noise"]["noise"] == "tests+devices" and md["noise"]["s2_dev"] > 0
 
     assert (
-        cli.main(["predict", *base, "--resolution", "0.05", "--tests", "4", "--devices", "2"]) == 0
+        cli.main(
+            ["predict", *base, "--resolution", "0.05", "--tests", "4", "--devices", "2"]
+            + ["--quantity", "test"]
+        )
+        == 0
     )
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         a = ds.attrs
         assert a["noise_model"] == "tests+devices" and a["tests"] == 4 and a["devices"] == 2
-        assert a["quantity"] == "tile average of 4 speed tests from 2 devices (tests=4, devices=2)"
-        assert ds["std"].attrs["quantity"] == a["quantity"]
+        assert a["quantity"] == "test"
+        text = "tile average of 4 speed tests from 2 devices (tests=4, devices=2)"
+        assert a["quantity_description"] == text
+        assert ds["std"].attrs["quantity"] == f"test: {text}"
         s2 = grid_noise_s2(a, 4, 2)
         m = ds["in_region"].values
         assert np.allclose(ds["std"].values[m] ** 2, ds["std_f"].values[m] ** 2 + s2, rtol=1e-3)

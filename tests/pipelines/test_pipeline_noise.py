@@ -54,19 +54,20 @@ def test_constant_noise_run_and_predict_tests(tmp_path: Path) -> None:
     run_train(run, target="download", config=CFG, progress=False, noise="constant")
     model = DBKRegressor.load(run / "models" / "download")
     assert not model.tests_aware and model.metadata_["noise"]["noise"] == "constant"
-    run_predict(run, target="download", resolution=0.05, extent="region", tests=4)
+    run_predict(run, target="download", resolution=0.05, extent="region", tests=4, quantity="test")
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
-        assert ds.attrs["quantity"] == "observation (constant noise)"
+        assert ds.attrs["quantity"] == "test"
+        assert ds.attrs["quantity_description"] == "observation (constant noise)"
         assert ds.attrs["noise_model"] == "constant"
     run_report(run, target="download")
     metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
     assert "by_tests" in metrics  # the tiles have `tests`, whatever the noise model
 
     run_train(run, target="download", config=CFG, progress=False)  # auto -> tests+devices
-    run_predict(run, target="download", resolution=0.05, extent="region", tests=4)
+    run_predict(run, target="download", resolution=0.05, extent="region", tests=4, quantity="test")
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert ds.attrs["noise_model"] == "tests+devices"
-        assert ds.attrs["quantity"] == "tile average of 4 speed tests (tests=4)"
+        assert ds.attrs["quantity_description"] == "tile average of 4 speed tests (tests=4)"
         m = ds["in_region"].values
         s2 = grid_noise_s2(ds.attrs, 4)
         assert np.allclose(ds["std"].values[m] ** 2, ds["std_f"].values[m] ** 2 + s2, rtol=1e-3)

@@ -85,15 +85,26 @@ def test_grid_contents_and_mask(run: Path) -> None:
         assert np.allclose(ds["mean_natural"].values[m], 10 ** mean[m] / 1000, rtol=1e-4)
         assert np.all(ds["p_below_100mbps"].values[m] >= ds["p_below_25mbps"].values[m])
         assert ds.attrs["target"] == "download" and ds.attrs["created"]
-        # observation layers: a single speed test by default; std_f / latent_*: f(x)
-        assert ds.attrs["quantity"] == "single speed test (tests=1)" and ds.attrs["tests"] == 1
-        assert ds["std"].attrs["quantity"] == ds.attrs["quantity"]
-        assert ds["std_f"].attrs["quantity"] == "latent mean f(x)"
+        # the tile quantity by default (one quarter: no tile effect, so f(x) plus the noise
+        # floor); std_f / latent_*: the area quantity f(x); test_sd: one speed test
+        assert ds.attrs["quantity"] == "tile" and ds.attrs["tests"] == 1
+        assert ds.attrs["tile_effect"] == 0
+        assert ds["std"].attrs["quantity"] == "tile: noise floor"
+        assert ds["std_f"].attrs["quantity"] == "area: latent f(x)"
+        assert ds["test_sd"].attrs["quantity"] == "test: single speed test (tests=1)"
         sf = ds["std_f"].values[m]
+        np.testing.assert_allclose(ds["std"].values[m], ds["tile_sd"].values[m])
+        np.testing.assert_allclose(mean[m], ds["area_mean"].values[m], rtol=1e-6)
+        assert np.all(ds["tile_offset"].values[m] == 0) and np.all(
+            ds["tile_history"].values[m] == 0
+        )
+        assert np.all(ds["test_sd"].values[m] > ds["std"].values[m])
         assert np.all(ds["std"].values[m] > sf)
         assert np.allclose(ds["latent_pi_upper"].values[m], mean[m] + 1.96 * sf, atol=1e-5)
         s2 = grid_noise_s2(ds.attrs, 1)
-        assert np.allclose(ds["std"].values[m] ** 2, sf**2 + s2, rtol=1e-3)
+        assert np.allclose(ds["test_sd"].values[m] ** 2, sf**2 + s2, rtol=1e-3)
+        floor = ds.attrs["noise_s2_floor"]
+        assert np.allclose(ds["tile_sd"].values[m] ** 2, sf**2 + floor, rtol=1e-3)
 
 
 def test_grid_extent_cut_to_tiles(run: Path, tmp_path: Path) -> None:
@@ -117,8 +128,9 @@ def test_export_bands_and_sidecar(run: Path) -> None:
     assert names[0] == "mean" and names == side["bands"]
     assert list(arr.attrs["long_name"]) == side["band_descriptions"]
     desc = dict(zip(side["bands"], side["band_descriptions"], strict=True))
-    assert desc["std"] == "std: single speed test (tests=1)"
-    assert desc["std_f"] == "std_f: latent mean f(x)"
+    assert desc["std"] == "std: tile: noise floor"
+    assert desc["test_sd"] == "test_sd: test: single speed test (tests=1)"
+    assert desc["std_f"] == "std_f: area: latent f(x)"
     assert arr.rio.encoded_nodata == -9999.0
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert np.allclose(arr.values[0], ds["mean"].values, equal_nan=True)

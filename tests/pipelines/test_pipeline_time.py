@@ -158,7 +158,7 @@ def test_other_quarters_differ_and_future_is_flagged(run: Path) -> None:
         lon2, lat2 = np.meshgrid(q2["x"].values, q2["y"].values)
         X2 = scale_lonlat(lon2[inside], lat2[inside], model.metadata_["input_scaling"])
         X = model_inputs(X2, model.metadata_, quarter="2023Q2")
-        np.testing.assert_allclose(q2["mean"].values[inside], model.predict(X).mean, rtol=1e-5)
+        np.testing.assert_allclose(q2["area_mean"].values[inside], model.predict(X).mean, rtol=1e-5)
 
 
 def test_trend_grid(run: Path) -> None:
@@ -185,7 +185,7 @@ def test_trend_grid(run: Path) -> None:
         np.testing.assert_allclose(tr["ratio_per_year"].values[inside], 10.0**ch, rtol=1e-5)
         np.testing.assert_allclose(tr["ratio_lower"].values[inside], 10.0**lo, rtol=1e-5)
         # the change of the latent mean is the difference of the two quarters' maps
-        want = (q4["mean"].values - q1["mean"].values)[inside] / 0.75
+        want = (q4["area_mean"].values - q1["area_mean"].values)[inside] / 0.75
         np.testing.assert_allclose(ch, want, atol=2e-5)
         assert np.isnan(tr["change_per_year"].values[~inside]).all()
 
@@ -306,7 +306,8 @@ def test_export_all_keeps_working(run: Path) -> None:
     assert sorted(t.name for t in tifs) == ["download.tif", "upload.tif"]
     up = json.loads((run / "exports" / "upload.json").read_text())
     assert up["quarter"] == "pooled 2023Q1:2023Q4" and up["time_aware"] == 0
-    assert "std: single speed test (tests=1)" in up["band_descriptions"]
+    assert "test_sd: test: single speed test (tests=1)" in up["band_descriptions"]
+    assert "std_f: area: latent f(x)" in up["band_descriptions"]
     down = json.loads((run / "exports" / "download.json").read_text())
     assert down["quarter"] == "2023Q4"
     assert all(d.endswith(", 2023Q4") for d in down["band_descriptions"])
@@ -337,3 +338,69 @@ def test_lazy_grid_of_a_quarter(run: Path) -> None:
         grid_dataset(
             _model(run, "upload"), spec, grid, scaling=sc, thresholds=(25,), quarter="2023Q2"
         )
+
+
+@pytest.mark.parametrize("target", ["download", "upload"])
+def test_tile_quantity_maps_use_the_tile_effect(run: Path, target: str) -> None:
+    """The default map is the tile quantity: a cell whose zoom-16 tile was measured gets the
+    tile's offset at the map's quarter (time-aware) or the table's latest (pooled); a cell
+    without history gets the prior spread of an unseen tile's offset."""
+    import geopandas as gpd
+
+    from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
+    from pipelines.predict import PART_VARS
+    from pipelines.train import load_tile_effect
+
+    rd = RunDir(run)
+    model = _model(run, target)
+    effect = load_tile_effect(rd, target, model)
+    assert effect is not None
+    table = gpd.read_parquet(rd.tiles, columns=["quadkey", "split", "geometry"])
+    measured = set(table["quadkey"][table["split"] != "test"])  # the test split stays held out
+    with xr.open_dataset(run / "grids" / f"{target}.nc") as ds:
+        assert ds.attrs["quantity"] == "tile" and ds.attrs["tile_effect"] == 1
+        assert ds["std"].attrs["quantity"] == "tile: tile effect"
+        for v in PART_VARS:
+            assert v in ds, v
+        inside = ds["in_region"].values
+        lon, lat = np.meshgrid(ds["x"].values, ds["y"].values)
+        keys = tile_to_quadkey(*lonlat_to_tile(lon[inside], lat[inside], 16), 16)
+        v = {n: ds[n].values[inside].astype(np.float64) for n in (*PART_VARS, "mean", "std")}
+    has = np.isin(keys, list(measured))
+    assert has.any() and (~has).any()
+    np.testing.assert_array_equal(v["tile_history"] == 1, has)
+    np.testing.assert_allclose(v["mean"], v["tile_mean"], rtol=1e-6)
+    np.testing.assert_allclose(v["tile_mean"], v["area_mean"] + v["tile_offset"], atol=1e-5)
+    np.testing.assert_allclose(v["std"], v["tile_sd"], rtol=1e-6)
+    assert np.all(v["test_sd"] >= v["tile_sd"]) and np.all(v["tile_offset"][~has] == 0)
+    assert np.abs(v["tile_offset"][has]).max() > 0.01
+    with xr.open_dataset(run / "grids" / f"{target}.nc") as ds:
+        std_f = ds["std_f"].values[inside].astype(np.float64)
+        urban = None if "urban" not in ds else ds["urban"].values[inside]
+    p = effect.params
+    if not effect.grouped:
+        prior = p.tau2["all"] + p.latent_scale * std_f[~has] ** 2
+        np.testing.assert_allclose(v["tile_sd"][~has] ** 2, prior, rtol=1e-4)
+    else:
+        assert urban is None or urban.size  # grouped: each cell's class sets its prior
+        assert np.all(v["tile_sd"][~has] ** 2 >= min(p.tau2.values()) - 1e-9)
+
+
+def test_area_and_test_quantities_on_request(run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    r = tmp_path / "copy"
+    shutil.copytree(run, r)
+    run_predict(r, target="upload", quantity="area", **GRID)
+    with xr.open_dataset(r / "grids" / "upload.nc") as ds:
+        inside = ds["in_region"].values
+        assert ds.attrs["quantity"] == "area" and ds.attrs["tile_effect"] == 0
+        np.testing.assert_allclose(ds["std"].values[inside], ds["std_f"].values[inside])
+        np.testing.assert_allclose(ds["mean"].values[inside], ds["area_mean"].values[inside])
+    run_predict(r, target="upload", quantity="test", **GRID)
+    with xr.open_dataset(r / "grids" / "upload.nc") as ds:
+        inside = ds["in_region"].values
+        assert ds.attrs["quantity"] == "test" and ds.attrs["tile_effect"] == 1
+        np.testing.assert_allclose(ds["std"].values[inside], ds["test_sd"].values[inside])
+    with pytest.raises(DataError, match="--quantity"):
+        run_predict(r, target="upload", quantity="latent", **GRID)

@@ -44,11 +44,16 @@ def test_train_predict_report_export_with_urban_floor(tmp_path: Path) -> None:
     floor, floor_urban = md["noise"]["s2_floor"], md["noise"]["s2_floor_urban"]
     assert floor > 0 and floor_urban > 0 and abs(floor_urban - floor) > 0.005 * floor
 
-    assert cli.main(["predict", *base, "--resolution", "0.02", "--tests", "4"]) == 0
+    assert (
+        cli.main(
+            [*["predict", *base, "--resolution", "0.02"], "--tests", "4", "--quantity", "test"]
+        )
+        == 0
+    )
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         a = dict(ds.attrs)
         assert a["noise_s2_floor_urban"] == pytest.approx(md["noise"]["s2_floor_urban"])
-        assert "urban/rural noise floor" in a["quantity"]
+        assert "urban/rural noise floor" in a["quantity_description"]
         inside = ds["in_region"].values
         urban = ds["urban"].values
         lon, lat = np.meshgrid(ds["x"].values, ds["y"].values)

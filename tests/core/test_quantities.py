@@ -1,0 +1,115 @@
+"""The area, tile and test quantities (geodbk.quantities) against their definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geodbk import DBKRegressor
+from geodbk.quantities import (
+    QUANTITIES,
+    check_quantity,
+    observation_noise_variance,
+    predict_quantity,
+)
+from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+
+
+@pytest.fixture(scope="module")
+def fitted() -> dict:
+    """A tests-aware DBK on 50 tiles x 4 quarters with a persistent offset per tile, and its
+    tile effect (fitted on quarters 0-1, chosen on quarter 2)."""
+    rng = np.random.default_rng(7)
+    n_tiles, quarters = 50, 4
+    centre = rng.uniform(-1, 1, size=(n_tiles, 2))
+    offset = rng.normal(0.0, 0.4, n_tiles)
+    tile = np.repeat(np.arange(n_tiles), quarters)
+    time = np.tile(np.arange(quarters, dtype=float), n_tiles)
+    tests = rng.integers(1, 10, tile.size).astype(float)
+    x = centre[tile]
+    y = np.sin(2 * x[:, 0]) + offset[tile] + rng.normal(size=tile.size) * np.sqrt(0.05 / tests)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    val, train = time == 2, time < 2
+    model = DBKRegressor(
+        rank=16, hidden=16, epochs=8, batch_size=64, noise="tests", device="cpu", seed=0
+    )
+    model.fit(x[train], y[train], x[val], y[val], tests=tests[train], tests_val=tests[val])
+    effect = fit_tile_effect(
+        model,
+        X=x[train],
+        y=y[train],
+        tiles=ids[train],
+        times=time[train],
+        X_val=x[val],
+        y_val=y[val],
+        tiles_val=ids[val],
+        times_val=time[val],
+        noise={"tests": tests[train]},
+        noise_val={"tests": tests[val]},
+    )
+    at = time == 3
+    new = rng.uniform(-1, 1, size=(20, 2))  # places whose tile was never measured
+    X = np.vstack([x[at], new])
+    tiles = np.concatenate([ids[at], [f"new{i}" for i in range(20)]])
+    return {"model": model, "effect": effect, "X": X, "tiles": tiles, "seen": at.sum()}
+
+
+def test_check_quantity_names_the_choices() -> None:
+    assert [check_quantity(q) for q in QUANTITIES] == ["area", "tile", "test"]
+    with pytest.raises(ValueError, match="area, tile, test"):
+        check_quantity("latent")
+
+
+def test_quantities_with_a_tile_effect_match_their_definitions(fitted: dict) -> None:
+    model, effect, X, tiles = fitted["model"], fitted["effect"], fitted["X"], fitted["tiles"]
+    kw = {"effect": effect, "tiles": tiles, "times": 3.0, "tests": 1.0}
+    area = predict_quantity(model, X, quantity="area", **kw)
+    tile = predict_quantity(model, X, quantity="tile", **kw)
+    test = predict_quantity(model, X, quantity="test", **kw)
+    latent = model.predict(X, quantity="latent")
+    np.testing.assert_allclose(area.mean, latent.mean)
+    np.testing.assert_allclose(area.var, latent.var_f)
+    # tile / test are the tile effect's latent / observation predictions
+    times = np.full(len(tiles), 3.0)
+    ref_tile = predict_with_tile_effect(
+        model, effect, X, tiles=tiles, times=times, noise={"tests": 1.0}, quantity="latent"
+    )
+    ref_test = predict_with_tile_effect(
+        model, effect, X, tiles=tiles, times=times, noise={"tests": 1.0}
+    )
+    np.testing.assert_allclose(tile.mean, ref_tile.mean)
+    np.testing.assert_allclose(tile.var, ref_tile.var)
+    np.testing.assert_allclose(test.mean, ref_test.mean)
+    np.testing.assert_allclose(test.var, ref_test.var)
+    # the ordering, and the parts add up
+    assert np.all(test.var >= tile.var) and np.all(tile.var >= 0)
+    np.testing.assert_allclose(tile.mean, area.mean + tile.offset)
+    np.testing.assert_allclose(test.var - tile.var, test.noise_var)
+    seen = fitted["seen"]
+    assert tile.seen[:seen].all() and not tile.seen[seen:].any()
+    assert np.all(tile.offset[seen:] == 0)
+    # an unseen tile carries the prior spread of an offset: tau² + lambda var_f > var_f
+    p = effect.params
+    np.testing.assert_allclose(
+        tile.var[seen:], p.tau2["all"] + p.latent_scale * area.var[seen:], rtol=1e-10
+    )
+    assert tile.tile_basis == "tile effect"
+
+
+def test_quantities_without_a_tile_effect_use_the_noise_floor(fitted: dict) -> None:
+    model, X = fitted["model"], fitted["X"]
+    tile = predict_quantity(model, X, quantity="tile")
+    test = predict_quantity(model, X, quantity="test", tests=4.0)
+    obs = model.predict(X, tests=4.0)
+    floor = model.noise_parameters()["s2_floor"]
+    np.testing.assert_allclose(tile.var, obs.var_f + floor, rtol=1e-6)
+    np.testing.assert_allclose(test.var, obs.var, rtol=1e-6)
+    np.testing.assert_allclose(test.mean, obs.mean)
+    assert tile.tile_basis == "noise floor" and not tile.seen.any()
+    one = observation_noise_variance(model, len(X))
+    np.testing.assert_allclose(tile.var + one, model.predict(X, tests=1.0).var, rtol=1e-6)
+
+
+def test_a_tile_effect_needs_tiles_and_times(fitted: dict) -> None:
+    with pytest.raises(ValueError, match="tiles= and times="):
+        predict_quantity(fitted["model"], fitted["X"], quantity="tile", effect=fitted["effect"])
