@@ -86,6 +86,13 @@ examples:
   geodbk predict --run runs/hawaii --target download --quarter 2022Q4   # time-aware models
   geodbk predict --run runs/hawaii --target download --quarter all
   geodbk predict --run runs/hawaii --target download --trend 2019Q4:2023Q4
+  geodbk predict --run runs/hawaii --target download --quantity area    # the smooth f(x)
+  geodbk predict --run runs/hawaii --target download --at locations.csv  # a list of places
+
+What the maps show (--quantity): tile (default) = what a zoom-16 tile at the place typically
+gets, informed by the tile's own measured history where it has one; area = the neighbourhood
+level f(x); test = one speed test (--tests K: the average of K tests). Every grid also holds
+area_mean, tile_mean, tile_offset, tile_sd, test_sd and tile_history (docs/quantities.md).
 
 Default resolution: the size of a zoom-16 Ookla tile at the region's central latitude,
 coarsened (if needed) so the grid has at most 1,000,000 cells. Default extent: the region's
@@ -191,10 +198,36 @@ def register(subparsers: Any) -> None:
         help="time-aware models: change per year between two quarters "
         "(grids/TARGET_trend_Q1_Q2.nc)",
     )
+    p.add_argument(
+        "--at",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="predict at the places of a parquet/CSV/GeoJSON file (a 'quadkey' column, "
+        "'lon'/'lat' columns or point geometries) instead of a grid; writes "
+        "predictions/TARGET_<file stem>.parquet with the file's own columns kept",
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.at is not None:
+        from pipelines.predict_at import run_predict_at
+
+        if args.trend is not None:
+            raise DataError("--at predicts at places for one quarter; drop --trend")
+        if args.quarter is not None and ("," in args.quarter or ":" in args.quarter):
+            raise DataError(f"--at takes one --quarter (e.g. 2023Q4), got {args.quarter!r}")
+        run_predict_at(
+            args.run,
+            args.at,
+            target=args.target,
+            quantity=args.quantity,
+            quarter=args.quarter,
+            tests=args.tests,
+            devices=args.devices,
+        )
+        return 0
     run_predict(
         args.run,
         target=args.target,

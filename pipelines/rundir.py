@@ -127,6 +127,10 @@ class RunDir:
             return self.root / "grids" / f"{target}.nc"
         return self.root / "grids" / f"{target}_{quarter}.nc"
 
+    def predictions_at(self, target: str, stem: str) -> Path:
+        """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM``."""
+        return self.root / "predictions" / f"{target}_{stem}.parquet"
+
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""
         return self.root / "grids" / f"{target}_trend_{first}_{last}.nc"

@@ -1,0 +1,182 @@
+"""Read a list of places to predict at: quadkeys, lon/lat columns or point geometries.
+
+:func:`read_locations` takes a parquet (plain or GeoParquet), CSV or GeoJSON file (e.g. a list
+of serviceable locations) and returns each row's lon/lat in EPSG:4326 plus the input's own
+columns (its ids). The place of a row is, in this order of preference, the centre of its
+``quadkey`` tile, its ``lon``/``lat`` columns (also ``longitude``/``latitude``, ``lng``,
+``x``/``y``), or its point geometry (reprojected to EPSG:4326; other geometries use their
+representative point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from geodbk.errors import DataError
+from geodbk.geo.quadkey import quadkey_centroid, valid_quadkeys
+
+__all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
+
+#: Column names read as longitude / latitude (case-insensitive), in order of preference.
+LON_NAMES = ("lon", "longitude", "lng", "long", "x")
+LAT_NAMES = ("lat", "latitude", "y")
+_SUFFIXES = {".parquet": "parquet", ".geoparquet": "parquet", ".csv": "csv", ".txt": "csv"}
+_GEOJSON = (".geojson", ".json")
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Places read from a file.
+
+    Attributes
+    ----------
+    ids
+        The input's own columns (geometry dropped), one row per place.
+    lon, lat
+        EPSG:4326 coordinates (float64).
+    source
+        How the places were found: ``quadkey``, ``lon/lat`` or ``geometry``.
+    """
+
+    ids: pd.DataFrame
+    lon: np.ndarray
+    lat: np.ndarray
+    source: str
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    suffix = path.suffix.lower()
+    try:
+        if suffix in _GEOJSON:
+            import geopandas as gpd
+
+            return gpd.read_file(path)
+        if _SUFFIXES.get(suffix) == "parquet":
+            import pyarrow.parquet as pq
+
+            if b"geo" in (pq.read_schema(path).metadata or {}):
+                import geopandas as gpd
+
+                return gpd.read_parquet(path)
+            return pd.read_parquet(path)
+        if _SUFFIXES.get(suffix) == "csv":
+            return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from exc
+    except Exception as exc:  # pyogrio / pyarrow raise several types of their own
+        raise DataError(f"cannot read {path}: {exc}") from exc
+    raise DataError(f"{path}: unknown file type {suffix!r}; give a .parquet, .csv or .geojson file")
+
+
+def _column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
+    lower = {str(c).lower(): str(c) for c in frame.columns}
+    return next((lower[n] for n in names if n in lower), None)
+
+
+def _numbers(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise DataError(
+            f"{path}: column {column!r} has {bad.size} value(s) that are not numbers (first at "
+            f"row {int(bad[0]) + 1}: {frame[column].iloc[bad[0]]!r}); fix or drop those rows"
+        )
+    return values
+
+
+def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    raw = frame[column]
+    if pd.api.types.is_numeric_dtype(raw):
+        raise DataError(
+            f"{path}: column {column!r} holds numbers, so quadkeys that start with 0 have lost "
+            "their leading zeros; store the quadkeys as text (e.g. quote them in the CSV, or "
+            "cast the column to string before writing) and try again"
+        )
+    keys = raw.astype(str).str.strip().to_numpy()
+    bad = np.flatnonzero(~valid_quadkeys(keys))
+    if bad.size:
+        raise DataError(
+            f"{path}: column {column!r} has {bad.size} value(s) that are not quadkeys (digits "
+            f"0-3; first at row {int(bad[0]) + 1}: {keys[bad[0]]!r}); fix or drop those rows"
+        )
+    lengths = np.unique([len(k) for k in keys])
+    if lengths.size > 1:
+        raise DataError(
+            f"{path}: column {column!r} mixes quadkeys of {lengths.size} lengths "
+            f"({', '.join(map(str, lengths))} digits), i.e. different zooms; usually leading "
+            "zeros were lost on the way (the file was written with quadkeys as numbers): "
+            "store them as text, all of one zoom (Ookla tiles: 16 digits)"
+        )
+    lon, lat = quadkey_centroid(keys)
+    return np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64)
+
+
+def _from_geometry(frame: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Lon/lat of a GeoDataFrame's points (other geometries: a representative point)."""
+    import shapely
+
+    gdf = frame
+    if gdf.crs is not None and gdf.crs.to_epsg() != 4326:
+        gdf = gdf.to_crs(4326)
+    geom = np.asarray(gdf.geometry.values, dtype=object)
+    empty = np.flatnonzero(shapely.is_missing(geom) | shapely.is_empty(geom))
+    if empty.size:
+        raise DataError(
+            f"{path}: {empty.size} feature(s) have no geometry (first at row "
+            f"{int(empty[0]) + 1}); give them a point or drop them"
+        )
+    pts = shapely.point_on_surface(geom)
+    return shapely.get_x(pts), shapely.get_y(pts)
+
+
+def read_locations(path: str | Path) -> Locations:
+    """The places listed in ``path`` (see the module docstring).
+
+    Raises
+    ------
+    DataError
+        When the file is missing or unreadable, has no rows, has no quadkey, lon/lat or
+        geometry column, or has values that are not quadkeys or numbers, or coordinates
+        outside lon [-180, 180] / lat [-90, 90]; the message names the file and the column.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (give a .parquet, .csv or .geojson list of places)")
+    frame = _read_frame(path)
+    if len(frame) == 0:
+        raise DataError(f"{path} has no rows")
+    geo_name = str(frame.geometry.name) if hasattr(frame, "crs") else None
+    qk, lon_c, lat_c = (
+        _column(frame, ("quadkey",)),
+        _column(frame, LON_NAMES),
+        _column(frame, LAT_NAMES),
+    )
+    if qk is not None:
+        lon, lat = _from_quadkeys(frame, qk, path)
+        source = "quadkey"
+    elif lon_c is not None and lat_c is not None:
+        lon, lat = _numbers(frame, lon_c, path), _numbers(frame, lat_c, path)
+        source = "lon/lat"
+    elif geo_name is not None:
+        lon, lat = _from_geometry(frame, path)
+        source = "geometry"
+    else:
+        raise DataError(
+            f"{path}: found no place columns among {list(map(str, frame.columns))}; give a "
+            "'quadkey' column (text), 'lon'/'lat' columns (EPSG:4326 degrees) or point "
+            "geometries (GeoJSON / GeoParquet)"
+        )
+    outside = np.flatnonzero((np.abs(lon) > 180) | (np.abs(lat) > 90))
+    if outside.size:
+        raise DataError(
+            f"{path}: {outside.size} place(s) have coordinates outside lon [-180, 180] / lat "
+            f"[-90, 90] (first at row {int(outside[0]) + 1}: {lon[outside[0]]}, "
+            f"{lat[outside[0]]}); are the columns swapped or in a projected CRS?"
+        )
+    ids = pd.DataFrame(frame.drop(columns=[geo_name])) if geo_name is not None else frame
+    return Locations(ids=ids.reset_index(drop=True), lon=lon, lat=lat, source=source)

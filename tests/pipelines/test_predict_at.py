@@ -1,0 +1,141 @@
+"""``geodbk predict --at FILE``: quadkeys, lon/lat and points; outside-region rows; bad files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+import shapely
+
+from geodbk import DBKRegressor
+from geodbk.errors import DataError
+from geodbk.quantities import predict_quantity
+from pipelines import cli
+from pipelines.predict_at import OUTPUT_COLUMNS, run_predict_at
+from pipelines.rundir import RunDir, model_inputs, scale_lonlat
+from pipelines.train import load_tile_effect
+
+
+@pytest.fixture(scope="module")
+def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    r = tmp_path_factory.mktemp("at") / "run"
+    shutil.copytree(tiny_run, r)
+    return r
+
+
+@pytest.fixture(scope="module")
+def measured(run: Path) -> pd.DataFrame:
+    """A few measured tiles of the training split (their history conditions the tile effect)."""
+    table = pd.read_parquet(run / "tiles.parquet", columns=["quadkey", "lon", "lat", "split"])
+    train = table[table["split"] == "train"].drop_duplicates("quadkey")
+    return pd.DataFrame(train[["quadkey", "lon", "lat"]].head(12)).reset_index(drop=True)
+
+
+def test_quadkeys_in_a_csv_get_their_tiles_history(run: Path, measured: pd.DataFrame) -> None:
+    src = run.parent / "sites.csv"
+    frame = pd.DataFrame({"site_id": [f"S{i}" for i in range(len(measured))]})
+    frame["quadkey"] = measured["quadkey"]
+    frame.to_csv(src, index=False)
+    out = run_predict_at(run, src, target="download")
+    assert out == RunDir(run).predictions_at("download", "sites")
+    got = pd.read_parquet(out)
+    assert list(got.columns) == ["site_id", "input_quadkey", *OUTPUT_COLUMNS]
+    assert got["site_id"].tolist() == frame["site_id"].tolist()
+    assert got["quadkey"].tolist() == measured["quadkey"].tolist()
+    assert got["tile_history"].all() and not got["outside_region"].any()
+    assert (got["quantity"] == "tile").all()
+    # the same numbers as the library at the tiles' centres
+    model = DBKRegressor.load(run / "models" / "download", device="cpu")
+    effect = load_tile_effect(RunDir(run), "download", model)
+    md = model.metadata_
+    quarter = got["quarter"].iloc[0]
+    X = model_inputs(
+        scale_lonlat(got["lon"].to_numpy(), got["lat"].to_numpy(), md["input_scaling"]),
+        md,
+        quarter=quarter if md.get("time_scaling") else None,
+    )
+    from geodbk.geo.timeaxis import quarter_index
+
+    q = predict_quantity(
+        model,
+        X,
+        quantity="tile",
+        effect=effect,
+        tiles=got["quadkey"].to_numpy(),
+        times=float(quarter_index(quarter.split(":")[-1])),
+        urban=None if effect is None or not effect.grouped else _urban(run, got),
+    )
+    np.testing.assert_allclose(got["mean"], q.mean, rtol=1e-6)
+    np.testing.assert_allclose(got["sd"], q.sd, rtol=1e-6)
+    np.testing.assert_allclose(got["upper"] - got["lower"], 3.92 * got["sd"], rtol=1e-9)
+    np.testing.assert_allclose(got["median"], 10 ** got["mean"] / 1000, rtol=1e-9)
+
+
+def _urban(run: Path, got: pd.DataFrame) -> np.ndarray:
+    geom = gpd.read_file(run / "urban_areas.geojson").geometry.union_all()
+    return np.asarray(shapely.intersects_xy(geom, got["lon"], got["lat"]), dtype=bool)
+
+
+def test_lon_lat_with_a_place_outside_the_region(run: Path, measured: pd.DataFrame) -> None:
+    src = run.parent / "points.csv"
+    lon = [*measured["lon"].head(3), 10.0]
+    lat = [*measured["lat"].head(3), 50.0]
+    pd.DataFrame({"id": [1, 2, 3, 4], "Longitude": lon, "Latitude": lat}).to_csv(src, index=False)
+    base = ["predict", "--run", str(run), "--target", "upload", "--at", str(src)]
+    assert cli.main(base) == 0
+    assert cli.main([*base, "--quantity", "test"]) == 0
+    got = pd.read_parquet(run / "predictions" / "upload_points.parquet")
+    assert got["outside_region"].tolist() == [False, False, False, True]
+    assert got.loc[:2, "mean"].notna().all() and np.isnan(got.loc[3, ["mean", "sd"]]).all()
+    assert (got["quantity"] == "test").all()
+
+
+def test_points_in_a_geojson_and_the_area_quantity(run: Path, measured: pd.DataFrame) -> None:
+    src = run.parent / "anchors.geojson"
+    pts = gpd.GeoDataFrame(
+        {"name": ["a", "b"]},
+        geometry=gpd.points_from_xy(measured["lon"].head(2), measured["lat"].head(2)),
+        crs=4326,
+    ).to_crs(3857)  # reprojected back to lon/lat on reading
+    pts.to_file(src, driver="GeoJSON")
+    out = run_predict_at(run, src, target="latency", quantity="area")
+    got = pd.read_parquet(out)
+    np.testing.assert_allclose(got["lon"], measured["lon"].head(2), atol=1e-7)
+    assert (got["quantity"] == "area").all() and got["name"].tolist() == ["a", "b"]
+    assert not got["tile_history"].any()  # the area quantity ignores tiles
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ({"quadkey": [23012301230123012, 3012301230123012]}, "numbers.*leading zeros"),
+        ({"quadkey": ["0230123012301230", "23012301230123"]}, "lengths"),
+        ({"quadkey": ["0230123012301239"]}, "not quadkeys"),
+        ({"lon": ["-99.5", "east"], "lat": ["39.6", "39.7"]}, "'lon'.*not numbers"),
+        ({"lon": [39.6], "lat": [-99.5]}, "swapped"),
+        ({"site": ["a"]}, "no place columns"),
+    ],
+)
+def test_bad_files_are_refused_naming_file_and_column(
+    run: Path, content: dict, match: str, tmp_path: Path
+) -> None:
+    src = tmp_path / "bad.parquet"
+    pd.DataFrame(content).to_parquet(src)
+    with pytest.raises(DataError, match=match) as info:
+        run_predict_at(run, src, target="download")
+    assert str(src) in str(info.value)
+    assert not (run / "predictions" / "download_bad.parquet").exists()
+
+
+def test_cli_reports_a_missing_file_cleanly(run: Path, capsys: pytest.CaptureFixture) -> None:
+    code = cli.main(
+        ["predict", "--run", str(run), "--target", "download", "--at", str(run / "nope.csv")]
+    )
+    err = capsys.readouterr().err
+    assert code == 3 and "nope.csv: no such file" in err and "Traceback" not in err
+    assert json.dumps(err)  # a message, not an exception
