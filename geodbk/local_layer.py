@@ -1,0 +1,556 @@
+"""The local layer: the tile effect plus a short-range spatial field over tile offsets.
+
+On top of a fitted GP with mean ``m`` and latent variance ``v_f``, the residual of row ``i``
+(tile ``j``, time ``t``) is modelled as
+
+.. math::
+
+    r_i = \\delta_j + s(x_j) + u_j(t_i) + \\varepsilon_i, \\qquad
+    \\operatorname{Cov}[s(x), s(x')] = \\sigma^2 C(\\lVert x - x' \\rVert / \\ell),
+
+with the GP's error at the tile ``delta_j`` (variance ``lambda v_f``, one draw per tile), the
+tile's AR(1) offset ``u_j`` (``tau²_g rho^|dt|``, :mod:`geodbk.tile_effect`), the noise, and a
+stationary Matérn-3/2 field ``s`` over tile centres (``C(h) = (1 + √3 h) exp(-√3 h)``, range
+``ell`` in km) that tiles share with their neighbours. ``rho``, ``lambda`` and the noise scales
+``kappa`` come from the fitted tile effect; ``sigma²``, ``ell`` and the tile effect's
+``tau²`` per group are refitted by validation NLL.
+
+Prediction of ``c_*(t*) = delta_* + s(x_*) + u_*(t*)`` at a place (nearest-neighbour GP):
+
+1. Each measured tile ``j`` is reduced to the generalised-least-squares estimate of its
+   constant part ``delta_j + s_j`` from its rows, ``b_j = 1'A_j^{-1} r_j / 1'A_j^{-1} 1`` with
+   variance ``w_j = 1 / 1'A_j^{-1} 1`` and ``A_j = tau² rho^|dt| + E_j``. This is exact: the
+   rows' likelihood depends on the constant part only through ``b_j``.
+2. The ``k`` nearest measured tiles other than the place's own (k-d tree) krige the field:
+   ``mu = k_*' (K + D)^{-1} b`` and ``sigma²_nb = sigma² - k_*' (K + D)^{-1} k_*`` with
+   ``K = sigma² C``, ``D = diag(lambda v_j + w_j)`` and ``k_* = sigma² C(d_*)``.
+3. The place's own rows (if its tile has history) then condition the tile effect with the
+   prior mean ``mu`` and the constant prior variance ``lambda v_f + sigma²_nb``:
+   ``shift = mu + k'(K_own + E)^{-1}(r - mu)``, ``var = tau² + lambda v_* + sigma²_nb -
+   k'(K_own + E)^{-1} k``. Given ``delta_* + s_*``, the own rows and the neighbours are
+   independent, so steps 2-3 are the exact conditional when ``k`` covers every tile (and
+   ``v_f`` is constant within a tile); a tile without history gets ``mu`` and
+   ``tau² + lambda v_* + sigma²_nb``.
+
+``sigma² = 0`` gives back the tile effect alone. Distances are in km on a local
+equirectangular projection (:func:`lonlat_to_km`). Targets are solved in chunks, so memory is
+``chunk * k²`` whatever the number of places.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.spatial import cKDTree
+
+from geodbk.bases import stable_cholesky
+from geodbk.errors import DataError
+from geodbk.tile_effect import (
+    TileEffect,
+    TileEffectPrediction,
+    _as_rows,
+    _factor,
+    _group_codes,
+    _group_labels,
+    _Layout,
+    _slots,
+    _tile_covariance,
+)
+
+__all__ = [
+    "EARTH_RADIUS_KM",
+    "LocalLayer",
+    "SpatialParameters",
+    "lonlat_to_km",
+    "matern32",
+]
+
+_DT = torch.float64
+_JITTER = 1e-9
+EARTH_RADIUS_KM = 6371.0088
+#: Default number of neighbouring tiles that krige the spatial field.
+NEIGHBOURS = 16
+
+
+def lonlat_to_km(lon: Any, lat: Any, *, lat0: float) -> np.ndarray:
+    """``(n, 2)`` km coordinates on the equirectangular projection centred at latitude
+    ``lat0``: ``x = R cos(lat0) lon``, ``y = R lat`` (radians); accurate to < 1% over a few
+    hundred km."""
+    lon_r = np.radians(np.asarray(lon, dtype=np.float64))
+    lat_r = np.radians(np.asarray(lat, dtype=np.float64))
+    return np.column_stack(
+        [EARTH_RADIUS_KM * math.cos(math.radians(lat0)) * lon_r, EARTH_RADIUS_KM * lat_r]
+    )
+
+
+def matern32(distance: torch.Tensor, range_km: torch.Tensor) -> torch.Tensor:
+    """Matérn-3/2 correlation ``(1 + √3 d/ell) exp(-√3 d/ell)``."""
+    h = math.sqrt(3.0) * distance / range_km
+    return (1.0 + h) * torch.exp(-h)
+
+
+@dataclass(frozen=True)
+class SpatialParameters:
+    """The spatial part of the local layer (units of ``y``; range in km).
+
+    Attributes
+    ----------
+    sigma2
+        Variance of the spatial field ``s``.
+    range_km
+        Matérn-3/2 range ``ell``.
+    tau2
+        The tile effect's ``tau²`` per group, refitted with the field.
+    neighbours
+        Neighbouring tiles that krige the field at a place.
+    lat0
+        Latitude of the projection to km.
+    val_nll, val_nll_without
+        Validation NLL with the layer and with the tile effect alone, on the same rows.
+    """
+
+    sigma2: float
+    range_km: float
+    tau2: dict[str, float]
+    neighbours: int = NEIGHBOURS
+    lat0: float = 0.0
+    val_nll: float | None = None
+    val_nll_without: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out = asdict(self)
+        out["tau2"] = dict(self.tau2)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SpatialParameters:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**raw, "tau2": {str(k): float(v) for k, v in raw["tau2"].items()}})
+
+
+@dataclass(frozen=True)
+class _Summaries:
+    """Per measured tile: GLS level ``b``, its variance ``w`` and the mean ``v_f``."""
+
+    b: torch.Tensor
+    w: torch.Tensor
+    v: torch.Tensor
+
+
+def _summaries(
+    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, kappa: torch.Tensor
+) -> _Summaries:
+    """``b_j = 1'A^{-1}r / 1'A^{-1}1``, ``w_j = 1 / 1'A^{-1}1`` with ``A = tau² rho^|dt| + E``
+    (padding inert), and the tile's mean ``v_f``."""
+    L, z = _factor(lay, tau2, rho, torch.zeros((), dtype=_DT), kappa)
+    ones = lay.mask.to(_DT)
+    a = torch.linalg.solve_triangular(L, ones[..., None], upper=False)[..., 0]
+    info = (a * a).sum(-1)
+    b = (a * z).sum(-1) / info
+    count = ones.sum(-1).clamp_min(1.0)
+    v = (lay.var_f * ones).sum(-1) / count
+    return _Summaries(b=b, w=1.0 / info, v=v)
+
+
+def _krige(
+    summ: _Summaries,
+    nb: torch.Tensor,
+    d_nb: torch.Tensor,
+    d_star: torch.Tensor,
+    *,
+    sigma2: torch.Tensor,
+    range_km: torch.Tensor,
+    lam: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Kriging of the field at targets from their neighbours ``nb`` (m, k) (-1: none):
+    ``(mu, sigma²_nb)`` (m,)."""
+    valid = nb >= 0
+    idx = nb.clamp_min(0)
+    K = sigma2 * matern32(d_nb, range_km)
+    pair = valid[:, :, None] & valid[:, None, :]
+    K = torch.where(pair, K, torch.zeros((), dtype=_DT))
+    noise = lam * summ.v[idx] + summ.w[idx]
+    diag = torch.where(valid, noise, torch.ones((), dtype=_DT))
+    L = stable_cholesky(K + torch.diag_embed(diag), jitter=_JITTER)
+    ks = torch.where(valid, sigma2 * matern32(d_star, range_km), torch.zeros((), dtype=_DT))
+    b = torch.where(valid, summ.b[idx], torch.zeros((), dtype=_DT))
+    sol = torch.linalg.solve_triangular(L, torch.stack([ks, b], dim=-1), upper=False)
+    mu = (sol[..., 0] * sol[..., 1]).sum(-1)
+    var = (sigma2 - (sol[..., 0] ** 2).sum(-1)).clamp_min(0.0)
+    return mu, var
+
+
+class _Neighbours:
+    """k nearest measured tiles of each target, its own tile excluded (a k-d tree in km)."""
+
+    def __init__(self, xy: np.ndarray, k: int) -> None:
+        self.xy = np.asarray(xy, dtype=np.float64)
+        self.k = int(min(max(k, 0), len(self.xy)))
+        self.tree = cKDTree(self.xy) if len(self.xy) else None
+
+    def query(self, xy: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(nb (m, k), d_nb (m, k, k), d_star (m, k))``; ``own``: each target's own tile
+        slot (-1: none), left out of its neighbours (its slot then holds -1)."""
+        m = xy.shape[0]
+        if self.tree is None or self.k == 0:
+            return np.full((m, 0), -1), np.zeros((m, 0, 0)), np.zeros((m, 0))
+        kq = min(self.k + 1, len(self.xy))
+        d, nb = self.tree.query(xy, k=kq)
+        d, nb = d.reshape(m, kq), nb.reshape(m, kq)
+        is_own = nb == np.asarray(own)[:, None]
+        order = np.argsort(is_own, axis=1, kind="stable")[:, : self.k]
+        nb = np.take_along_axis(nb, order, axis=1)
+        d = np.take_along_axis(d, order, axis=1)
+        nb = np.where(nb == np.asarray(own)[:, None], -1, nb)
+        p = self.xy[nb]
+        d_nb = np.sqrt(((p[:, :, None, :] - p[:, None, :, :]) ** 2).sum(-1))
+        return nb, d_nb, d
+
+
+class LocalLayer:
+    """A fitted local layer: a tile effect plus a nearest-neighbour spatial field.
+
+    Build it with :meth:`fit` from a tile effect conditioned on the training rows; condition
+    on more rows with :meth:`with_effect`.
+    """
+
+    def __init__(
+        self, effect: TileEffect, params: SpatialParameters, *, tile_xy: np.ndarray
+    ) -> None:
+        self.effect = effect
+        self.params = params
+        lay = effect._layout()
+        xy = np.asarray(tile_xy, dtype=np.float64).reshape(-1, 2)
+        if xy.shape[0] != lay.tiles.size:
+            raise ValueError(
+                f"tile_xy has {xy.shape[0]} rows for {lay.tiles.size} measured tiles (one per "
+                "distinct tile of the effect, in sorted tile order)"
+            )
+        if not np.isfinite(xy).all():
+            raise DataError("local layer: non-finite tile positions")
+        self.tile_xy = xy
+        self._neighbours = _Neighbours(xy, params.neighbours)
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        p, e = self.params, self.effect.params
+        return {
+            "tau2": torch.tensor([p.tau2[g] for g in e.groups], dtype=_DT),
+            "rho": torch.tensor(e.rho, dtype=_DT),
+            "lam": torch.tensor(e.latent_scale, dtype=_DT),
+            "kappa": torch.tensor(e.noise_scale, dtype=_DT),
+            "sigma2": torch.tensor(p.sigma2, dtype=_DT),
+            "range": torch.tensor(p.range_km, dtype=_DT),
+        }
+
+    @classmethod
+    def fit(
+        cls,
+        effect: TileEffect,
+        *,
+        tile_xy: np.ndarray,
+        val_tiles: Any,
+        val_xy: Any,
+        val_times: Any,
+        val_residual: Any,
+        val_var_f: Any,
+        val_components: Any,
+        val_groups: Any = None,
+        lat0: float = 0.0,
+        neighbours: int = NEIGHBOURS,
+        max_iter: int = 60,
+    ) -> LocalLayer:
+        """Choose ``sigma²``, ``ell`` and ``tau²`` per group by the validation NLL of rows
+        predicted from their own tile's rows and their neighbours' (both from ``effect``,
+        conditioned on the training rows). ``rho``, ``lambda`` and ``kappa`` stay the
+        effect's. Validation rows are given like :meth:`TileEffect.fit`'s, plus ``val_xy``
+        (n, 2) km positions of their tiles.
+        """
+        names = effect.params.components
+        tiles, times, res, vf, comp = _as_rows(
+            val_tiles, val_times, val_residual, val_var_f, val_components, what="validation rows"
+        )
+        if tiles.size == 0:
+            raise DataError("the local layer is chosen by validation NLL: give validation rows")
+        if comp.shape[1] != len(names):
+            raise ValueError(f"noise components must have {len(names)} columns: {names}")
+        labels = _group_labels(val_groups, tiles.size, what="validation rows")
+        if val_groups is None and effect.grouped:
+            raise ValueError(f"the tile effect has groups {list(effect.params.groups)}: give them")
+        code = torch.as_tensor(_group_codes(labels, effect.params.groups, what="validation rows"))
+        lay = effect._layout()
+        start = cls(
+            effect,
+            SpatialParameters(
+                sigma2=0.0,
+                range_km=1.0,
+                tau2=dict(effect.params.tau2),
+                neighbours=neighbours,
+                lat0=lat0,
+            ),
+            tile_xy=tile_xy,
+        )
+        own = _slots(lay.tiles, tiles)
+        nb, d_nb, d_star = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
+        nb_t, dnb_t, ds_t = (torch.as_tensor(a) for a in (nb, d_nb, d_star))
+        vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, res, vf, comp))
+        fixed = start._tensors()
+        n_g = len(effect.params.groups)
+        tau0 = np.array([max(v, 1e-8) for v in effect.params.tau2.values()])
+        scale = float(np.mean(tau0))
+        raw = torch.tensor(
+            [*np.log(0.7 * tau0), math.log(0.3 * scale), math.log(2.0)],
+            dtype=_DT,
+            requires_grad=True,
+        )
+        bounds = (math.log(1e-8 * scale), math.log(100.0 * scale))
+
+        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            tau2 = torch.exp(p[:n_g].clamp(*bounds))
+            sigma2 = torch.exp(p[n_g].clamp(*bounds))
+            rng = torch.exp(p[n_g + 1].clamp(math.log(0.05), math.log(200.0)))
+            return tau2, sigma2, rng
+
+        def nll(p: torch.Tensor, *, spatial: bool = True) -> torch.Tensor:
+            tau2, sigma2, rng = unpack(p)
+            if not spatial:
+                tau2, sigma2 = fixed["tau2"], torch.zeros((), dtype=_DT)
+            shift, var = _predict_rows(
+                lay,
+                nb_t,
+                dnb_t,
+                ds_t,
+                own,
+                vt,
+                vv,
+                code,
+                tau2=tau2,
+                rho=fixed["rho"],
+                lam=fixed["lam"],
+                kappa=fixed["kappa"],
+                sigma2=sigma2,
+                range_km=rng,
+            )
+            total = var + (vc * fixed["kappa"]).sum(-1)
+            return 0.5 * (torch.log(2 * math.pi * total) + (vr - shift) ** 2 / total).mean()
+
+        opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = nll(raw)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        with torch.no_grad():
+            tau2, sigma2, rng = unpack(raw)
+            best, without = float(nll(raw)), float(nll(raw, spatial=False))
+        params = SpatialParameters(
+            sigma2=float(sigma2),
+            range_km=float(rng),
+            tau2={g: float(v) for g, v in zip(effect.params.groups, tau2, strict=True)},
+            neighbours=neighbours,
+            lat0=lat0,
+            val_nll=best,
+            val_nll_without=without,
+        )
+        return cls(effect, params, tile_xy=tile_xy)
+
+    def with_effect(self, effect: TileEffect, *, tile_xy: np.ndarray) -> LocalLayer:
+        """The same parameters over another tile effect (e.g. one that also conditions on the
+        validation rows); ``tile_xy`` for its measured tiles."""
+        return LocalLayer(effect, self.params, tile_xy=tile_xy)
+
+    def predict(
+        self,
+        *,
+        tiles: Any,
+        xy: Any,
+        times: Any,
+        var_f: Any,
+        components: Any,
+        groups: Any = None,
+        chunk_size: int = 16384,
+    ) -> tuple[TileEffectPrediction, np.ndarray]:
+        """The tile's posterior at rows (tile, km position, time) and the neighbours' pull.
+
+        Returns the tile effect's prediction (``shift``, ``tile_var``, ``noise_var``, ``seen``)
+        with the field included, and ``mu``, the neighbours' kriged pull on the tile's level
+        (part of ``shift``).
+        """
+        tiles_a, times_a, _, vf, comp = _as_rows(
+            tiles, times, None, var_f, components, what="prediction rows"
+        )
+        xy_a = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+        if xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all():
+            raise DataError("prediction rows: one finite km position per row is needed")
+        if groups is None and self.effect.grouped:
+            raise ValueError(f"this layer has groups {list(self.effect.params.groups)}: give them")
+        labels = _group_labels(groups, tiles_a.size, what="prediction rows")
+        code = _group_codes(labels, self.effect.params.groups, what="prediction rows")
+        lay = self.effect._layout()
+        own = _slots(lay.tiles, tiles_a)
+        t = self._tensors()
+        shift = np.zeros(tiles_a.size)
+        tile_var = np.zeros(tiles_a.size)
+        pull = np.zeros(tiles_a.size)
+        with torch.no_grad():
+            summ = _summaries(lay, t["tau2"], t["rho"], t["kappa"])
+            for s in range(0, tiles_a.size, chunk_size):
+                part = slice(s, s + chunk_size)
+                nb, d_nb, d_star = self._neighbours.query(xy_a[part], own[part])
+                m, v, mu = _predict_rows(
+                    lay,
+                    torch.as_tensor(nb),
+                    torch.as_tensor(d_nb),
+                    torch.as_tensor(d_star),
+                    own[part],
+                    torch.as_tensor(times_a[part], dtype=_DT),
+                    torch.as_tensor(vf[part], dtype=_DT),
+                    torch.as_tensor(code[part]),
+                    tau2=t["tau2"],
+                    rho=t["rho"],
+                    lam=t["lam"],
+                    kappa=t["kappa"],
+                    sigma2=t["sigma2"],
+                    range_km=t["range"],
+                    summaries=summ,
+                    with_pull=True,
+                )
+                shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), mu.numpy()
+        noise = comp @ t["kappa"].numpy()
+        pred = TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=own >= 0)
+        return pred, pull
+
+
+def _predict_rows(
+    lay: _Layout,
+    nb: torch.Tensor,
+    d_nb: torch.Tensor,
+    d_star: torch.Tensor,
+    own: np.ndarray,
+    times: torch.Tensor,
+    var_f: torch.Tensor,
+    group: torch.Tensor,
+    *,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    lam: torch.Tensor,
+    kappa: torch.Tensor,
+    sigma2: torch.Tensor,
+    range_km: torch.Tensor,
+    summaries: _Summaries | None = None,
+    with_pull: bool = False,
+) -> Any:
+    """Shift and tile variance of target rows (module docstring, steps 1-3); with
+    ``with_pull`` also the kriged pull ``mu``."""
+    summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa)
+    n = own.size
+    if nb.shape[1] > 0:
+        mu, s2nb = _krige(summ, nb, d_nb, d_star, sigma2=sigma2, range_km=range_km, lam=lam)
+    else:
+        mu, s2nb = torch.zeros(n, dtype=_DT), sigma2.expand(n).clone()
+    shift = mu.clone()
+    var = tau2[group] + lam * var_f + s2nb
+    seen = own >= 0
+    if seen.any():
+        tiles_idx = np.unique(own[seen])
+        sub_lay = lay.subset(tiles_idx)
+        local = np.searchsorted(tiles_idx, own[seen])
+        sel = torch.as_tensor(seen)
+        # the own tile's rows, centred on the pull, with the kriging variance as a constant
+        # prior part: r - mu ~ N(0, tau² rho^|dt| + lambda sqrt(v v') + s2nb + E)
+        pos = torch.as_tensor(local)
+        m_rows = mu[sel]
+        s2_rows = s2nb[sel]
+        lay_t = _Layout(
+            sub_lay.tiles[local],
+            sub_lay.times[pos],
+            sub_lay.residual[pos] - m_rows[:, None],
+            sub_lay.var_f[pos],
+            sub_lay.components[pos],
+            sub_lay.mask[pos],
+            sub_lay.group[pos],
+        )
+        L, b = _factor_with_constant(lay_t, tau2, rho, lam, kappa, s2_rows)
+        sh, v = _predict_tile_with_constant(
+            lay_t,
+            L,
+            b,
+            times[sel],
+            var_f[sel],
+            tau2=tau2,
+            rho=rho,
+            lam=lam,
+            constant=s2_rows,
+        )
+        where = torch.as_tensor(np.flatnonzero(seen))
+        shift = shift.index_put((where,), m_rows + sh)
+        var = var.index_put((where,), v)
+    if with_pull:
+        return shift, var, mu
+    return shift, var
+
+
+def _factor_with_constant(
+    lay: _Layout,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    lam: torch.Tensor,
+    kappa: torch.Tensor,
+    constant: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cholesky factor of ``K + c_i 11' + E`` per target ``i`` (``K``, ``E`` as in
+    :func:`geodbk.tile_effect._factor`, padding inert) and ``L^{-1} r``."""
+    pair = lay.mask[:, :, None] & lay.mask[:, None, :]
+    K = _tile_covariance(
+        lay.times[:, :, None],
+        lay.var_f[:, :, None],
+        lay.times[:, None, :],
+        lay.var_f[:, None, :],
+        tau2=tau2[lay.group][:, None, None],
+        rho=rho,
+        lam=lam,
+    )
+    K = torch.where(pair, K + constant[:, None, None], torch.zeros((), dtype=_DT))
+    e = (lay.components * kappa).sum(-1)
+    e = torch.where(lay.mask, e, torch.ones((), dtype=_DT))
+    L = stable_cholesky(K + torch.diag_embed(e), jitter=_JITTER)
+    b = torch.linalg.solve_triangular(L, lay.residual[..., None], upper=False)[..., 0]
+    return L, b
+
+
+def _predict_tile_with_constant(
+    lay: _Layout,
+    L: torch.Tensor,
+    b: torch.Tensor,
+    times: torch.Tensor,
+    var_f: torch.Tensor,
+    *,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    lam: torch.Tensor,
+    constant: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shift ``k'(K + E)^{-1} r`` and variance ``prior - k'(K + E)^{-1} k`` of target ``i`` at
+    ``times[i]`` from layout row ``i``, with ``k = tau² rho^|dt| + lambda sqrt(v v') + c_i``
+    and ``prior = tau² + lambda v + c_i``."""
+    ks = _tile_covariance(
+        times[:, None],
+        var_f[:, None],
+        lay.times,
+        lay.var_f,
+        tau2=tau2[lay.group][:, None],
+        rho=rho,
+        lam=lam,
+    )
+    ks = torch.where(lay.mask, ks + constant[:, None], torch.zeros((), dtype=_DT))
+    a = torch.linalg.solve_triangular(L, ks[..., None], upper=False)[..., 0]
+    shift = (a * b).sum(-1)
+    prior = tau2[lay.group] + lam * var_f + constant
+    return shift, (prior - (a * a).sum(-1)).clamp_min(0.0)

@@ -1,0 +1,188 @@
+"""The local layer (geodbk.local_layer): dense float64 reference, neighbours, fitting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km, matern32
+from geodbk.tile_effect import TileEffect, TileEffectParameters
+
+TAU2, RHO, LAM, KAPPA, SIGMA2, RANGE = 0.04, 0.8, 1.5, 1.2, 0.09, 2.5
+
+
+def _c(d: np.ndarray) -> np.ndarray:
+    return matern32(torch.as_tensor(d), torch.tensor(RANGE)).numpy()
+
+
+def _data(rng: np.random.Generator, n_tiles: int = 14):
+    """Tiles in a 10 km box, 1-6 rows each over 8 quarters, one GP variance per tile."""
+    xy = rng.uniform(0, 10, size=(n_tiles, 2))
+    v_tile = rng.uniform(0.005, 0.03, n_tiles)
+    tiles, times, pos, v, noise = [], [], [], [], []
+    for j in range(n_tiles):
+        q = np.sort(rng.choice(8, size=int(rng.integers(1, 7)), replace=False)).astype(float)
+        tiles += [f"t{j:02d}"] * q.size
+        times += list(q)
+        pos += [xy[j]] * q.size
+        v += [v_tile[j]] * q.size
+        noise += list(rng.uniform(0.01, 0.2, q.size))
+    return (
+        np.array(tiles),
+        np.array(times),
+        np.array(pos),
+        np.array(v),
+        np.array(noise)[:, None],
+        xy,
+    )
+
+
+def _dense(tiles, times, pos, v, noise, residual, target) -> tuple[float, float]:
+    """Conditional mean and variance of delta + s + u at the target (tile, time, xy, v) by
+    the dense joint Gaussian of all rows (float64)."""
+    tile_t, time_t, xy_t, v_t = target
+    d = np.sqrt(((pos[:, None] - pos[None]) ** 2).sum(-1))
+    same = tiles[:, None] == tiles[None]
+    S = SIGMA2 * _c(d) + same * (
+        TAU2 * RHO ** np.abs(times[:, None] - times[None]) + LAM * v[0:1] * 0
+    )
+    S = S + same * LAM * np.sqrt(np.outer(v, v)) + np.diag(KAPPA * noise[:, 0])
+    k = SIGMA2 * _c(np.sqrt(((pos - xy_t) ** 2).sum(-1)))
+    own = tiles == tile_t
+    k = k + own * (TAU2 * RHO ** np.abs(time_t - times) + LAM * np.sqrt(v_t * v))
+    sol = np.linalg.solve(S, np.column_stack([residual, k]))
+    return float(k @ sol[:, 0]), float(SIGMA2 + TAU2 + LAM * v_t - k @ sol[:, 1])
+
+
+def _layer(tiles, times, v, noise, residual, xy, *, neighbours: int) -> LocalLayer:
+    params = TileEffectParameters(
+        tau2={"all": TAU2},
+        rho=RHO,
+        noise_scale=(KAPPA,),
+        components=("noise",),
+        latent_scale=LAM,
+    )
+    effect = TileEffect(
+        params, tiles=tiles, times=times, residual=residual, var_f=v, components=noise
+    )
+    spatial = SpatialParameters(
+        sigma2=SIGMA2, range_km=RANGE, tau2={"all": TAU2}, neighbours=neighbours
+    )
+    order = np.argsort(np.unique(tiles))
+    return LocalLayer(effect, spatial, tile_xy=xy[order])
+
+
+def test_prediction_matches_the_dense_joint_gaussian() -> None:
+    rng = np.random.default_rng(0)
+    tiles, times, pos, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    layer = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
+    # a measured tile at a later quarter, and a new tile between measured ones
+    targets = [("t03", 8.0, xy[3], v[tiles == "t03"][0]), ("new", 5.0, np.array([4.0, 6.0]), 0.02)]
+    pred, pull = layer.predict(
+        tiles=[t[0] for t in targets],
+        xy=np.array([t[2] for t in targets]),
+        times=[t[1] for t in targets],
+        var_f=[t[3] for t in targets],
+        components=np.full((2, 1), 0.05),
+    )
+    for i, target in enumerate(targets):
+        mean, var = _dense(tiles, times, pos, v, noise, residual, target)
+        assert pred.shift[i] == pytest.approx(mean, rel=1e-8, abs=1e-10)
+        assert pred.tile_var[i] == pytest.approx(var, rel=1e-8, abs=1e-10)
+    assert pred.seen.tolist() == [True, False]
+    assert pull[1] == pytest.approx(pred.shift[1])  # an unseen tile is all neighbours' pull
+
+
+def test_zero_field_gives_back_the_tile_effect() -> None:
+    rng = np.random.default_rng(1)
+    tiles, times, _, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    layer = _layer(tiles, times, v, noise, residual, xy, neighbours=8)
+    zero = LocalLayer(
+        layer.effect,
+        SpatialParameters(sigma2=0.0, range_km=RANGE, tau2={"all": TAU2}, neighbours=8),
+        tile_xy=layer.tile_xy,
+    )
+    kw = {"tiles": ["t02", "t05", "zz"], "times": [7.0, 2.0, 3.0], "var_f": [0.01, 0.02, 0.03]}
+    kw["components"] = np.full((3, 1), 0.1)
+    mine, _ = zero.predict(xy=np.array([xy[2], xy[5], [1.0, 1.0]]), **kw)
+    ref = layer.effect.predict(**kw)
+    np.testing.assert_allclose(mine.shift, ref.shift, atol=1e-12)
+    np.testing.assert_allclose(mine.tile_var, ref.tile_var, rtol=1e-10)
+
+
+def test_nearest_neighbours_converge_to_the_dense_answer() -> None:
+    rng = np.random.default_rng(2)
+    tiles, times, pos, v, noise, xy = _data(rng, n_tiles=30)
+    residual = rng.normal(0, 0.3, tiles.size)
+    target = ("new", 4.0, np.array([5.0, 5.0]), 0.02)
+    exact = _dense(tiles, times, pos, v, noise, residual, target)
+    errors = []
+    for k in (1, 4, 12, 30):
+        layer = _layer(tiles, times, v, noise, residual, xy, neighbours=k)
+        pred, _ = layer.predict(
+            tiles=["new"], xy=target[2][None], times=[4.0], var_f=[0.02], components=[[0.05]]
+        )
+        errors.append(abs(pred.shift[0] - exact[0]) + abs(pred.tile_var[0] - exact[1]))
+    assert errors[-1] < 1e-9
+    assert errors[2] < errors[0]
+
+
+def test_fit_finds_a_spatial_field_and_lowers_validation_nll() -> None:
+    """Offsets drawn from a field with a 3 km range: unseen tiles borrow from neighbours."""
+    rng = np.random.default_rng(3)
+    n = 400
+    xy = rng.uniform(0, 30, size=(n, 2))
+    d = np.sqrt(((xy[:, None] - xy[None]) ** 2).sum(-1))
+    field = rng.multivariate_normal(np.zeros(n), 0.1 * _c(d * RANGE / 3.0) + 1e-9 * np.eye(n))
+    white = rng.normal(0, math.sqrt(0.02), n)
+    rows = 4
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    noise = np.full((tile.size, 1), 0.03)
+    y = field[tile] + white[tile] + rng.normal(0, math.sqrt(0.03), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    held = rng.random(n) < 0.2  # leave-tile-out: validation tiles have no training rows
+    train, val = ~held[tile], held[tile]
+    params = TileEffectParameters(
+        tau2={"all": 0.12}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
+    )
+    effect = TileEffect(
+        params,
+        tiles=ids[train],
+        times=times[train],
+        residual=y[train],
+        var_f=np.full(train.sum(), 1e-4),
+        components=noise[train],
+    )
+    train_tiles = np.unique(ids[train])
+    tile_xy = xy[[int(t[1:]) for t in train_tiles]]
+    layer = LocalLayer.fit(
+        effect,
+        tile_xy=tile_xy,
+        val_tiles=ids[val],
+        val_xy=xy[tile[val]],
+        val_times=times[val],
+        val_residual=y[val],
+        val_var_f=np.full(val.sum(), 1e-4),
+        val_components=noise[val],
+        neighbours=12,
+    )
+    p = layer.params
+    assert p.val_nll is not None and p.val_nll_without is not None
+    assert p.val_nll < p.val_nll_without - 0.1
+    # the field takes over most of the offset variance (sigma² and the range trade off
+    # against each other, so only their presence is checked)
+    assert p.sigma2 > 0.03 and p.tau2["all"] < 0.06 and p.range_km > 0.5
+
+
+def test_lonlat_to_km_distances() -> None:
+    xy = lonlat_to_km([-157.8, -157.8, -157.7], [21.3, 21.4, 21.3], lat0=21.3)
+    assert np.hypot(*(xy[1] - xy[0])) == pytest.approx(11.12, rel=1e-3)
+    assert np.hypot(*(xy[2] - xy[0])) == pytest.approx(
+        11.12 * math.cos(math.radians(21.3)), rel=1e-3
+    )
