@@ -262,13 +262,16 @@ class LocalLayer:
         val_groups: Any = None,
         lat0: float = 0.0,
         neighbours: int = NEIGHBOURS,
+        keep_total: bool = True,
         max_iter: int = 60,
     ) -> LocalLayer:
         """Choose ``sigma²``, ``ell`` and ``tau²`` per group by the validation NLL of rows
         predicted from their own tile's rows and their neighbours' (both from ``effect``,
         conditioned on the training rows). ``rho``, ``lambda`` and ``kappa`` stay the
         effect's. Validation rows are given like :meth:`TileEffect.fit`'s, plus ``val_xy``
-        (n, 2) km positions of their tiles.
+        (n, 2) km positions of their tiles. ``keep_total``: keep each group's total offset
+        variance at the effect's ``tau²`` and fit only the share ``sigma²`` of it that
+        neighbours share (``tau²_g - sigma²`` stays white), and the range.
         """
         names = effect.params.components
         tiles, times, res, vf, comp = _as_rows(
@@ -302,17 +305,22 @@ class LocalLayer:
         n_g = len(effect.params.groups)
         tau0 = np.array([max(v, 1e-8) for v in effect.params.tau2.values()])
         scale = float(np.mean(tau0))
-        raw = torch.tensor(
-            [*np.log(0.7 * tau0), math.log(0.3 * scale), math.log(2.0)],
-            dtype=_DT,
-            requires_grad=True,
+        start_raw = (
+            [0.0, math.log(2.0)]
+            if keep_total
+            else [*np.log(0.7 * tau0), math.log(0.3 * scale), math.log(2.0)]
         )
+        raw = torch.tensor(start_raw, dtype=_DT, requires_grad=True)
         bounds = (math.log(1e-8 * scale), math.log(100.0 * scale))
+        total = torch.as_tensor(tau0, dtype=_DT)
 
         def unpack(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            rng = torch.exp(p[-1].clamp(math.log(0.05), math.log(200.0)))
+            if keep_total:  # sigma² a share of the smallest tau²; each tau² gives it up
+                sigma2 = torch.sigmoid(p[0]).clamp(1e-6, 1.0 - 1e-6) * total.min()
+                return total - sigma2, sigma2, rng
             tau2 = torch.exp(p[:n_g].clamp(*bounds))
             sigma2 = torch.exp(p[n_g].clamp(*bounds))
-            rng = torch.exp(p[n_g + 1].clamp(math.log(0.05), math.log(200.0)))
             return tau2, sigma2, rng
 
         def nll(p: torch.Tensor, *, spatial: bool = True) -> torch.Tensor:

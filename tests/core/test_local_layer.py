@@ -132,7 +132,8 @@ def test_nearest_neighbours_converge_to_the_dense_answer() -> None:
     assert errors[2] < errors[0]
 
 
-def test_fit_finds_a_spatial_field_and_lowers_validation_nll() -> None:
+@pytest.mark.parametrize("keep_total", [True, False])
+def test_fit_finds_a_spatial_field_and_lowers_validation_nll(keep_total: bool) -> None:
     """Offsets drawn from a field with a 3 km range: unseen tiles borrow from neighbours."""
     rng = np.random.default_rng(3)
     n = 400
@@ -171,6 +172,7 @@ def test_fit_finds_a_spatial_field_and_lowers_validation_nll() -> None:
         val_var_f=np.full(val.sum(), 1e-4),
         val_components=noise[val],
         neighbours=12,
+        keep_total=keep_total,
     )
     p = layer.params
     assert p.val_nll is not None and p.val_nll_without is not None
@@ -178,6 +180,8 @@ def test_fit_finds_a_spatial_field_and_lowers_validation_nll() -> None:
     # the field takes over most of the offset variance (sigma² and the range trade off
     # against each other, so only their presence is checked)
     assert p.sigma2 > 0.03 and p.tau2["all"] < 0.06 and p.range_km > 0.5
+    if keep_total:  # the effect's offset variance is shared out, not grown
+        assert p.sigma2 + p.tau2["all"] == pytest.approx(0.12)
 
 
 def test_lonlat_to_km_distances() -> None:
