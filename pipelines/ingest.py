@@ -261,7 +261,7 @@ def run_ingest(
 
 
 #: The ``--split`` choices.
-SPLIT_KINDS: tuple[str, ...] = ("random", "block", "forecast")
+SPLIT_KINDS: tuple[str, ...] = ("random", "tile", "block", "forecast")
 
 
 def _check_forecast_quarters(
@@ -434,8 +434,10 @@ def register(subparsers: Any) -> None:
         "--split",
         choices=SPLIT_KINDS,
         default="random",
-        help="random 8:1:1 rows, spatial blocks (--block-size), or forecast: the last quarter "
-        "= test, the one before = val, earlier quarters = train (needs >= 3 quarters)",
+        help="random 8:1:1 rows; tile: every quarter of 10%% of the tiles is test and of "
+        "another 10%% val (a tile never measured); spatial blocks (--block-size); or forecast: "
+        "the last quarter = test, the one before = val, earlier quarters = train (needs >= 3 "
+        "quarters)",
     )
     p.add_argument("--seed", type=int, default=0, help="split seed (default 0)")
     p.add_argument(

@@ -141,6 +141,11 @@ def split_sentence(split: dict[str, Any] | None) -> str:
             f"Split: spatial blocks of {s.get('block_size_deg')}° held out whole (seed "
             f"{s.get('seed')}); test tiles lie in areas without training tiles.{tail}"
         )
+    if kind == "tile":
+        return (
+            f"Split: whole tiles held out (seed {s.get('seed')}); every quarter of a test tile "
+            f"is held out, so test tiles were never measured but have measured neighbours.{tail}"
+        )
     if kind == "random":
         return (
             f"Split: random rows (seed {s.get('seed')}); test rows come from every quarter "

@@ -132,6 +132,35 @@ def block_split(
     return labels, info
 
 
+def tile_split(
+    quadkeys: npt.ArrayLike, *, seed: int = 0, fractions: Sequence[float] = DEFAULT_FRACTIONS
+) -> tuple[npt.NDArray[np.object_], dict[str, Any]]:
+    """Leave-tile-out split: every quarter of a held-out tile is held out with it.
+
+    The distinct tiles are shuffled with ``default_rng(seed)``; ``round(T * test)`` tiles go to
+    test, ``round(T * val)`` to val and the rest to train, and every row of a tile takes its
+    tile's label. Val and test then measure interpolation at the finest scale: a tile never
+    measured, between measured neighbours (between ``random``, held-out quarters of known
+    tiles, and ``block``, held-out areas).
+
+    Returns
+    -------
+    labels, info
+        Labels per row and ``{"tiles": {split: number of tiles}}``.
+    """
+    f = _check_fractions(fractions)
+    keys = np.asarray(quadkeys).astype(str)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    n_tiles = uniq.size
+    n_val, n_test = round(n_tiles * f[1]), round(n_tiles * f[2])
+    perm = np.random.default_rng(seed).permutation(n_tiles)
+    tile_label = np.full(n_tiles, "train", dtype=object)
+    tile_label[perm[:n_test]] = "test"
+    tile_label[perm[n_test : n_test + n_val]] = "val"
+    info = {"tiles": {s: int((tile_label == s).sum()) for s in SPLITS}}
+    return tile_label[inv], info
+
+
 def forecast_split(quarters: npt.ArrayLike) -> tuple[npt.NDArray[np.object_], dict[str, Any]]:
     """Forecast split: the last quarter is the test set, the one before it validation.
 
@@ -190,8 +219,8 @@ def prepare_tile_table(
     urban
         Urban label per row.
     split
-        ``random`` (seeded 8:1:1 over rows), ``block`` (held-out spatial blocks) or
-        ``forecast`` (last quarter = test, the one before = val; see :func:`forecast_split`).
+        ``random`` (seeded 8:1:1 over rows), ``tile`` (every quarter of 10% of the tiles held
+        out, :func:`tile_split`), ``block`` (held-out spatial blocks) or ``forecast`` (last quarter = test, the one before = val; see :func:`forecast_split`).
     seed
         Split seed.
     block_size
@@ -232,13 +261,17 @@ def prepare_tile_table(
         )
         info.update(extra)
         info["unit"] = "block"
+    elif split == "tile":
+        labels, extra = tile_split(df["quadkey"].to_numpy(), seed=seed, fractions=f)
+        info.update(extra)
+        info["unit"] = "tile"
     elif split == "forecast":
         labels, extra = forecast_split(df["quarter"].to_numpy())
         info.update(extra)
         info["unit"] = "quarter"
         info.pop("fractions")
     else:
-        raise DataError(f"unknown split {split!r}: use random, block or forecast")
+        raise DataError(f"unknown split {split!r}: use random, tile, block or forecast")
     df["split"] = pd.array(labels, dtype=str) if len(labels) else pd.array([], dtype=str)
     info["counts"] = {s: int((labels == s).sum()) for s in SPLITS}
     columns = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns] + ["geometry"]

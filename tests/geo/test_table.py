@@ -37,6 +37,29 @@ def test_block_split_holds_out_whole_blocks() -> None:
     assert info["blocks"]["train"] > 50
 
 
+def test_tile_split_holds_out_every_quarter_of_a_tile() -> None:
+    rng = np.random.default_rng(0)
+    keys = np.array([f"{i:016d}" for i in rng.integers(0, 2000, 9000)])  # ~4.5 rows per tile
+    labels, info = table.tile_split(keys, seed=5)
+    for key in np.unique(keys)[:300]:
+        assert len(set(labels[keys == key])) == 1
+    tiles = np.unique(keys).size
+    assert sum(info["tiles"].values()) == tiles
+    assert info["tiles"]["test"] == round(0.1 * tiles) == info["tiles"]["val"]
+    again, _ = table.tile_split(keys, seed=5)
+    other, _ = table.tile_split(keys, seed=6)
+    assert (labels == again).all() and (labels != other).any()
+    test_tiles = set(keys[labels == "test"])
+    assert not test_tiles & set(keys[labels == "train"])
+
+
+def test_prepare_tile_table_with_the_tile_split(tmp_path: Path) -> None:
+    _, meta = _prepared(tmp_path, split="tile")
+    info = meta["split"]
+    assert info["kind"] == "tile" and info["unit"] == "tile"
+    assert sum(info["counts"].values()) == 200 and info["tiles"]["test"] == 20
+
+
 def _prepared(tmp_path: Path, split: str = "random") -> tuple[Path, dict]:
     path = tmp_path / "2023-01-01_performance_mobile_tiles.parquet"
     make_tiles(200).to_parquet(path)
