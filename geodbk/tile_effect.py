@@ -51,6 +51,7 @@ for Ookla targets).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -70,6 +71,7 @@ __all__ = [
     "TileEffectParameters",
     "TileEffectPrediction",
     "fit_tile_effect",
+    "holdout_rows",
     "offset_covariance",
     "predict_at_quarters",
     "predict_with_tile_effect",
@@ -85,6 +87,11 @@ _ROWS_FILE = "tile_effect_rows.parquet"
 _PARAMS_FILE = "tile_effect.json"
 #: The group of every tile when no groups are given.
 ALL = "all"
+#: Fewest objective rows with a measured tile for the validation objective; below it the
+#: parameters are chosen on a hold-out of the training rows (:func:`holdout_rows`).
+MIN_OBJECTIVE_ROWS = 100
+#: Share of the multi-row training tiles that give one row to the training hold-out.
+HOLDOUT_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,13 @@ class TileEffectParameters:
     val_nll
         Validation NLL (nats per row) with the tile effect, and ``val_nll_without`` with the
         GP alone, on the same rows.
+    objective
+        Which rows chose the parameters: ``validation`` (validation rows of tiles with
+        training rows) or ``training hold-out`` (one held-out row of a share of the multi-row
+        training tiles, when too few validation rows have a measured tile:
+        :func:`holdout_rows`).
+    objective_rows
+        How many rows the objective had.
     """
 
     tau2: dict[str, float]
@@ -116,6 +130,8 @@ class TileEffectParameters:
     latent_scale: float = 1.0
     val_nll: float | None = None
     val_nll_without: float | None = None
+    objective: str = "validation"
+    objective_rows: int | None = None
 
     def __post_init__(self) -> None:
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
@@ -372,6 +388,29 @@ def _group_codes(labels: np.ndarray, names: Sequence[str], *, what: str) -> np.n
             f"fitted groups {list(names)}; pass the groups the tile effect was fitted with"
         )
     return code
+
+
+def holdout_rows(tiles: Any, *, seed: int = 0, share: float = HOLDOUT_SHARE) -> np.ndarray:
+    """A training hold-out for the tile effect's parameters (bool mask over the rows).
+
+    Of the tiles with 2 or more rows, ``round(share * count)`` (at least 1) are drawn with
+    ``default_rng(seed)``, and one row of each, drawn the same way, is held out: predicted from
+    its tile's other rows it plays the part of a validation row with a measured tile (on tile
+    and block splits no validation tile has training rows).
+    """
+    ids = np.asarray(tiles).astype(str).reshape(-1)
+    _, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    multi = np.flatnonzero(counts >= 2)
+    mask = np.zeros(ids.size, dtype=bool)
+    if multi.size == 0:
+        return mask
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(multi, size=max(1, round(share * multi.size)), replace=False)
+    order = rng.permutation(ids.size)  # a random row of each chosen tile: its first in order
+    picked = np.isin(inv[order], chosen)
+    _, first = np.unique(inv[order][picked], return_index=True)
+    mask[order[picked][first]] = True
+    return mask
 
 
 class TileEffect:
@@ -769,6 +808,7 @@ def fit_tile_effect(
     groups: Any = None,
     groups_val: Any = None,
     max_rows: int = MAX_ROWS,
+    seed: int = 0,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
@@ -776,6 +816,10 @@ def fit_tile_effect(
     (from ``model.predict(..., quantity="latent")`` and ``model.noise_components``) condition
     the offsets; ``(tau², rho, kappa)`` minimise the validation NLL (:meth:`TileEffect.fit`);
     the validation rows are then added to the conditioning rows (:meth:`TileEffect.with_rows`).
+    When fewer than :data:`MIN_OBJECTIVE_ROWS` validation rows have a tile with training rows
+    (tile and block splits), the parameters are chosen on a hold-out of the training rows
+    (:func:`holdout_rows`, drawn with ``seed``) instead; the effect is then conditioned on all
+    training rows and the validation rows alike. ``params.objective`` records which.
 
     Parameters
     ----------
@@ -799,20 +843,54 @@ def fit_tile_effect(
     mv, vfv, _, compv = _latent_and_components(model, X_val, noise_val or {})
     r = np.asarray(y, dtype=np.float64) - m
     rv = np.asarray(y_val, dtype=np.float64) - mv
-    effect = TileEffect.fit(
-        tiles=tiles,
-        times=times,
+    tiles_a = np.asarray(tiles).astype(str)
+    tiles_v = np.asarray(tiles_val).astype(str)
+    times_a = np.asarray(times, dtype=np.float64)
+    groups_a = None if groups is None else np.asarray(groups).astype(str)
+    with_history = np.isin(tiles_v, tiles_a)
+    if with_history.sum() >= MIN_OBJECTIVE_ROWS:
+        fit_rows, objective = np.ones(tiles_a.size, dtype=bool), "validation"
+        obj = (tiles_v, np.asarray(times_val, dtype=np.float64), rv, vfv, compv)
+        obj_groups = groups_val
+    else:
+        held = holdout_rows(tiles_a, seed=seed)
+        if held.sum() < min(MIN_OBJECTIVE_ROWS, 10):
+            raise DataError(
+                f"the tile effect needs rows of measured tiles to choose its parameters: "
+                f"{int(with_history.sum())} validation rows have a tile with training rows and "
+                f"only {int(held.sum())} training tiles have 2+ rows; train with "
+                "--no-tile-effect, or ingest more quarters"
+            )
+        fit_rows, objective = ~held, "training hold-out"
+        obj = (tiles_a[held], times_a[held], r[held], vf[held], comp[held])
+        obj_groups = None if groups_a is None else groups_a[held]
+    fitted = TileEffect.fit(
+        tiles=tiles_a[fit_rows],
+        times=times_a[fit_rows],
+        residual=r[fit_rows],
+        var_f=vf[fit_rows],
+        components=comp[fit_rows],
+        val_tiles=obj[0],
+        val_times=obj[1],
+        val_residual=obj[2],
+        val_var_f=obj[3],
+        val_components=obj[4],
+        component_names=names,
+        groups=None if groups_a is None else groups_a[fit_rows],
+        val_groups=obj_groups,
+        max_rows=max_rows,
+    )
+    params = dataclasses.replace(
+        fitted.params, objective=objective, objective_rows=int(obj[0].size)
+    )
+    effect = TileEffect(
+        params,
+        tiles=tiles_a,
+        times=times_a,
         residual=r,
         var_f=vf,
         components=comp,
-        val_tiles=tiles_val,
-        val_times=times_val,
-        val_residual=rv,
-        val_var_f=vfv,
-        val_components=compv,
-        component_names=names,
-        groups=groups,
-        val_groups=groups_val,
+        groups=groups_a,
         max_rows=max_rows,
     )
     return effect.with_rows(
