@@ -8,7 +8,9 @@ answers three different questions about a place x (units of y, log10 for Ookla t
 - ``tile``: what the zoom-16 tile at x typically gets, ``f(x) + u_j(t)`` with the tile's
   offset ``u_j``. With a tile effect, a tile with history has ``mean = m + shift`` and the
   tile variance of :meth:`TileEffect.predict` (its history informs both); a tile without
-  history has ``mean = m`` and the prior ``tau²_g + lambda var_f``. Without a tile effect the
+  history has ``mean = m`` and the prior ``tau²_g + lambda var_f``. With a local layer
+  (:mod:`geodbk.local_layer`) the nearest measured tiles also pull the offset and narrow its
+  variance through a short-range spatial field. Without a tile effect the
   persistent part of the noise stands in for the offset: ``var = var_f + s2_floor`` (the limit
   of many tests; for a constant-noise model the whole ``s2``);
 - ``test``: one new speed test (or the tile average of ``tests`` tests from ``devices``
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from geodbk.local_layer import LocalLayer
 from geodbk.predictive import noise_kwargs
 from geodbk.tile_effect import TileEffect, urban_groups
 
@@ -73,7 +76,11 @@ class QuantityPrediction:
     area_mean, area_var
         The GP's ``m(x)`` and ``var_f(x)`` (the ``area`` quantity).
     offset
-        Posterior mean of the tile's offset added to ``m`` (0 without tile history).
+        Posterior mean of the tile's offset added to ``m`` (0 without tile history or local
+        layer).
+    pull
+        The neighbouring tiles' part of ``offset`` (the local layer's kriged spatial field;
+        0 without one).
     tile_var
         Variance of the ``tile`` quantity.
     noise_var
@@ -81,7 +88,8 @@ class QuantityPrediction:
     seen
         Whether the place's tile has history in the tile effect.
     tile_basis
-        How ``tile_var`` was obtained: ``"tile effect"`` or ``"noise floor"`` (no tile effect).
+        How ``tile_var`` was obtained: ``"local layer"``, ``"tile effect"`` or ``"noise
+        floor"`` (no tile effect).
     """
 
     quantity: str
@@ -90,6 +98,7 @@ class QuantityPrediction:
     area_mean: np.ndarray
     area_var: np.ndarray
     offset: np.ndarray
+    pull: np.ndarray
     tile_var: np.ndarray
     noise_var: np.ndarray
     seen: np.ndarray
@@ -150,8 +159,10 @@ def predict_quantity(
     *,
     quantity: str,
     effect: TileEffect | None = None,
+    layer: LocalLayer | None = None,
     tiles: Any = None,
     times: Any = None,
+    xy: Any = None,
     urban: Any = None,
     tests: Any = 1.0,
     devices: Any = None,
@@ -170,9 +181,15 @@ def predict_quantity(
         ``area``, ``tile`` or ``test`` (see the module docstring).
     effect
         The model's tile effect, or ``None`` (then ``tile`` uses the noise floor).
+    layer
+        The model's local layer (tile effect plus spatial field; it replaces ``effect``), or
+        ``None``.
     tiles, times
         Tile id (zoom-16 quadkey) and time step (quarter index) of each place; needed with
-        ``effect``.
+        ``effect`` or ``layer``.
+    xy
+        km position of each place (:func:`geodbk.local_layer.lonlat_to_km` with the layer's
+        ``lat0``); needed with ``layer``.
     urban
         Urban flag of each place (bool, (n,)): the noise floor of a model with one per class
         and the ``tau²`` group of a grouped tile effect.
@@ -188,7 +205,10 @@ def predict_quantity(
     pred = model.predict(x_np, quantity="latent", chunk_size=chunk_size, **noise_kw)
     area_mean = np.asarray(pred.mean, dtype=np.float64)
     area_var = np.maximum(np.asarray(pred.var_f, dtype=np.float64), 0.0)
+    if layer is not None:
+        effect = layer.effect
     comp, floor, noise_var = _noise_parts(model, n, effect=effect, noise_kw=noise_kw)
+    pull = np.zeros(n)
     if effect is None:
         offset = np.zeros(n)
         tile_var = area_var + floor
@@ -201,15 +221,21 @@ def predict_quantity(
             raise ValueError(
                 f"this tile effect has a tau² per group {list(effect.params.groups)}: give urban="
             )
-        part = effect.predict(
-            tiles=tiles,
-            times=np.broadcast_to(np.asarray(times, dtype=np.float64), (n,)),
-            var_f=area_var,
-            components=comp,
-            groups=urban_groups(urban) if effect.grouped else None,
-        )
+        step = np.array(np.broadcast_to(np.asarray(times, dtype=np.float64), (n,)))
+        groups = urban_groups(urban) if effect.grouped else None
+        if layer is not None:
+            if xy is None:
+                raise ValueError("with a local layer, give xy= (km positions) for every place")
+            part, pull = layer.predict(
+                tiles=tiles, xy=xy, times=step, var_f=area_var, components=comp, groups=groups
+            )
+            basis = "local layer"
+        else:
+            part = effect.predict(
+                tiles=tiles, times=step, var_f=area_var, components=comp, groups=groups
+            )
+            basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
-        basis = "tile effect"
     if quantity == "area":
         mean, var = area_mean, area_var
     elif quantity == "tile":
@@ -223,6 +249,7 @@ def predict_quantity(
         area_mean=area_mean,
         area_var=area_var,
         offset=np.asarray(offset, dtype=np.float64),
+        pull=np.asarray(pull, dtype=np.float64),
         tile_var=np.asarray(tile_var, dtype=np.float64),
         noise_var=np.asarray(noise_var, dtype=np.float64),
         seen=np.asarray(seen, dtype=bool),

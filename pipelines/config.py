@@ -97,8 +97,8 @@ class TrainConfig:
         A persistent per-tile offset (``geodbk train --tile-effect``,
         :mod:`geodbk.tile_effect`): after the GP is trained, each tile's residuals in its other
         quarters shift its prediction, through an AR(1) offset over quarters whose variance,
-        correlation and the refitted noise are chosen by validation NLL. It acts where a row's
-        tile is known (the report's test tiles and tile coverage), not on grid maps. ``on``,
+        correlation and the refitted noise are chosen by validation NLL. It gives the ``tile``
+        quantity of maps, ``--at`` predictions and the report (:mod:`geodbk.quantities`). ``on``,
         ``off`` (YAML ``true``/``false`` also work) or ``auto`` (default), resolved by
         ``geodbk train`` before the config is saved: ``on`` when training is in memory and the
         table has ``quadkey``, at least 2 quarters and a validation split (cross-validated on
@@ -113,6 +113,12 @@ class TrainConfig:
         Hawaii: every urban/rural cell inside 95 ± 2% in four of four runs, against two of
         four with one ``tau²``; docs/benchmarks/noise.md §20). Resolved by ``geodbk train``
         when the tile effect is on.
+    local_layer
+        A short-range spatial field over tile offsets on top of the tile effect
+        (:mod:`geodbk.local_layer`): a tile is pulled toward its measured neighbours (k-d
+        tree, 16 nearest tiles), with the field's share of the offset variance and its range
+        chosen by validation NLL. ``auto`` (default) = ``on`` whenever the tile effect is;
+        ``off`` keeps the tile effect alone (measured on Hawaii: docs/quantities.md).
     """
 
     expansion: str = "rbf"
@@ -136,10 +142,13 @@ class TrainConfig:
     streaming: bool = False
     tile_effect: str = "auto"
     tile_effect_groups: str = "auto"
+    local_layer: str = "auto"
 
     def __post_init__(self) -> None:
-        if isinstance(self.tile_effect, bool):  # YAML true / false (the dataclass is frozen)
-            object.__setattr__(self, "tile_effect", "on" if self.tile_effect else "off")
+        for key in ("tile_effect", "local_layer"):  # YAML true / false (the class is frozen)
+            value = getattr(self, key)
+            if isinstance(value, bool):
+                object.__setattr__(self, key, "on" if value else "off")
         self.validate(source="config")
 
     def validate(self, *, source: str) -> None:
@@ -183,6 +192,7 @@ class TrainConfig:
                 "noise 'tests' or train in memory)",
             ),
             ("tile_effect", self.tile_effect in _TILE_EFFECTS, f"one of {_TILE_EFFECTS}"),
+            ("local_layer", self.local_layer in _TILE_EFFECTS, f"one of {_TILE_EFFECTS}"),
             (
                 "tile_effect_groups",
                 self.tile_effect_groups in _TILE_EFFECT_GROUPS,
@@ -213,7 +223,7 @@ class TrainConfig:
         """
         d = self.to_dict()
         d.pop("predict_chunk_size")
-        for key in ("time", "streaming", "tile_effect", "tile_effect_groups"):
+        for key in ("time", "streaming", "tile_effect", "tile_effect_groups", "local_layer"):
             d.pop(key)
         if d["noise"] == "auto":
             d["noise"] = "constant"
@@ -250,6 +260,7 @@ _FIELD_TYPES: dict[str, type] = {
     "streaming": bool,
     "tile_effect": str,
     "tile_effect_groups": str,
+    "local_layer": str,
 }
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.

@@ -317,7 +317,15 @@ AREA_LABEL = "area: latent f(x)"
 #: Zoom of an Ookla tile: a grid cell's tile is the zoom-16 tile of its centre.
 TILE_ZOOM = 16
 #: The quantity's parts written to every grid, whatever ``--quantity`` is.
-PART_VARS = ("area_mean", "tile_mean", "tile_offset", "tile_sd", "test_sd", "tile_history")
+PART_VARS = (
+    "area_mean",
+    "tile_mean",
+    "tile_offset",
+    "tile_pull",
+    "tile_sd",
+    "test_sd",
+    "tile_history",
+)
 
 
 def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
@@ -335,7 +343,13 @@ def _pooled_tile_time(observed: Sequence[str]) -> float:
 
 
 def describe_map_quantity(
-    model: Any, quantity: str, tests: float, devices: float | None, *, effect: Any
+    model: Any,
+    quantity: str,
+    tests: float,
+    devices: float | None,
+    *,
+    effect: Any,
+    layer: Any = None,
 ) -> tuple[str, str]:
     """``(label, description)`` of a grid's quantity: the label names it in each variable's
     ``quantity`` attribute and band description (``tile: tile effect``, ``area: latent f(x)``,
@@ -344,6 +358,12 @@ def describe_map_quantity(
     if quantity == "area":
         return AREA_LABEL, "neighbourhood level f(x): the latent mean surface, noise excluded"
     if quantity == "tile":
+        if layer is not None:
+            return "tile: local layer", (
+                "what a zoom-16 tile typically gets: f(x) plus the tile's own offset, informed "
+                "by the tile's history where it has one and pulled toward its measured "
+                "neighbours by a short-range spatial field (local layer)"
+            )
         if effect is not None:
             return "tile: tile effect", (
                 "what a zoom-16 tile typically gets: f(x) plus the tile's own offset, informed "
@@ -356,6 +376,18 @@ def describe_map_quantity(
         )
     text = describe_quantity(model, tests, devices)
     return f"test: {text}", text
+
+
+def _local_layer_attrs(layer: Any) -> dict[str, Any]:
+    """Grid attributes of the local layer's spatial field (none without one)."""
+    if layer is None:
+        return {}
+    p = layer.params
+    return {
+        "local_layer_sigma2": float(p.sigma2),
+        "local_layer_range_km": float(p.range_km),
+        "local_layer_neighbours": int(p.neighbours),
+    }
 
 
 def _tile_effect_attrs(effect: Any) -> dict[str, Any]:
@@ -381,8 +413,10 @@ def predict_block(
     urban: np.ndarray | None = None,
     quantity: str = "test",
     effect: Any = None,
+    layer: Any = None,
     tiles: np.ndarray | None = None,
     times: np.ndarray | float | None = None,
+    xy: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """All grid variables for inputs ``X`` (n, 2), as 1-D float64 arrays.
 
@@ -391,10 +425,12 @@ def predict_block(
     average of ``tests`` speed tests from ``devices`` devices, ``tests=1``: a single test).
     Whatever the quantity, ``area_mean``/``std_f`` (and ``latent_*``, ``area_mean -+ 1.96
     std_f``) are the area quantity f(x), ``tile_mean``/``tile_sd`` the tile quantity,
-    ``tile_offset`` the tile's offset (0 without history), ``tile_history`` 1 where the tile has
-    history in ``effect``, and ``test_sd`` one speed test (K = 1). ``effect`` is the model's
-    tile effect (``None``: the tile quantity uses the noise floor) with each row's zoom-16
-    ``tiles`` and time step ``times``; ``urban`` (n,) bool is each row's class (the noise floor
+    ``tile_offset`` the tile's offset (0 without history), ``tile_pull`` the neighbouring
+    tiles' part of it (local layer), ``tile_history`` 1 where the tile has history in
+    ``effect``, and ``test_sd`` one speed test (K = 1). ``effect`` is the model's tile effect
+    (``None``: the tile quantity uses the noise floor) and ``layer`` its local layer (then
+    ``xy``, km positions, is needed), with each row's zoom-16 ``tiles`` and time step
+    ``times``; ``urban`` (n,) bool is each row's class (the noise floor
     of ``noise_urban`` models, which then also get the variable ``urban``, and the ``tau²``
     group of a grouped tile effect).
     """
@@ -406,8 +442,10 @@ def predict_block(
         X,
         quantity=quantity,
         effect=effect,
+        layer=layer,
         tiles=tiles,
         times=times,
+        xy=xy,
         urban=urban,
         tests=tests,
         devices=devices,
@@ -439,6 +477,7 @@ def predict_block(
     out["area_mean"] = q.area_mean
     out["tile_mean"] = q.area_mean + q.offset
     out["tile_offset"] = q.offset
+    out["tile_pull"] = q.pull
     out["tile_sd"] = np.sqrt(q.tile_var)
     single = q.noise_var
     if tests != 1 or devices is not None:
@@ -595,6 +634,10 @@ def _var_attrs(
                 "long_name": "posterior mean of the tile's own offset (tile_mean - area_mean)",
                 "units": lg,
             },
+            "tile_pull": {
+                "long_name": "the measured neighbouring tiles' part of tile_offset (local layer)",
+                "units": lg,
+            },
             "tile_sd": {"long_name": "sd of the tile quantity", "units": lg},
             "test_sd": {"long_name": "sd of one speed test (tests=1)", "units": lg},
             "tile_history": {
@@ -608,6 +651,7 @@ def _var_attrs(
         "area_mean": AREA_LABEL,
         "tile_mean": tile_label,
         "tile_offset": tile_label,
+        "tile_pull": tile_label,
         "tile_sd": tile_label,
         "tile_history": tile_label,
         "test_sd": test_label,
@@ -742,7 +786,8 @@ def run_predict(
         ``--quarter``/``--trend`` with a pooled model (retrain with ``--time``), both given, or
         a malformed quarter.
     """
-    from pipelines.train import load_model, load_tile_effect
+    from pipelines.layers import layer_xy, load_map_layers
+    from pipelines.train import load_model
 
     if not (np.isfinite(tests) and tests >= 1):
         raise DataError(f"--tests must be >= 1, got {tests}")
@@ -869,15 +914,16 @@ def run_predict(
         *(spec.threshold_name(t) for t in thr),
         *PART_VARS,
     ]
-    effect = None if quantity == "area" else load_tile_effect(rd, target, model)
+    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
     needs_urban = getattr(model, "noise_urban", False) or bool(
         effect is not None and effect.grouped
     )
     urban_geom = read_urban(rd, target=target) if needs_urban else None
     names += ["urban"] if getattr(model, "noise_urban", False) else []
-    label, description = describe_map_quantity(model, quantity, tests, devices, effect=effect)
-    tile_label = describe_map_quantity(model, "tile", tests, devices, effect=effect)[0]
-    test_label = describe_map_quantity(model, "test", 1.0, None, effect=effect)[0]
+    how = {"effect": effect, "layer": layer}
+    label, description = describe_map_quantity(model, quantity, tests, devices, **how)
+    tile_label = describe_map_quantity(model, "tile", tests, devices, **how)[0]
+    test_label = describe_map_quantity(model, "test", 1.0, None, **how)[0]
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
     )
@@ -895,7 +941,9 @@ def run_predict(
         "quantity": quantity,
         "quantity_description": description,
         "tile_effect": int(effect is not None),
+        "local_layer": int(layer is not None),
         **_tile_effect_attrs(effect),
+        **_local_layer_attrs(layer),
         "tests": float(tests),
         **(
             {"devices": float(tests if devices is None else devices)}
@@ -954,8 +1002,10 @@ def run_predict(
                 urban=urban,
                 quantity=quantity,
                 effect=effect,
+                layer=layer,
                 tiles=tile_ids(lon, lat) if effect is not None else None,
                 times=float(quarter_index(q)) if q is not None else tile_time,
+                xy=layer_xy(layer, lon, lat),
             )
 
         log.info("predicting %s for %s", target, label)

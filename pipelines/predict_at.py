@@ -4,7 +4,8 @@ Writes ``RUN/predictions/TARGET_<file stem>.parquet`` with one row per input row
 own columns, then ``quadkey`` (the zoom-16 tile of the place), ``lon``, ``lat``, ``mean``,
 ``sd``, ``lower``, ``upper`` (log10 of the target's raw unit, kbps or ms, like
 ``tiles.parquet``), ``median``, ``lower_natural``, ``upper_natural`` (Mbps or ms),
-``tile_history`` (the tile has measured history), ``quantity`` and ``quarter``, and
+``tile_history`` (the tile has measured history), ``tile_pull`` (the measured neighbours'
+part of the tile's level, local layer), ``quantity`` and ``quarter``, and
 ``outside_region`` (True: the place lies outside the run's region; its values are then
 missing rather than extrapolated). Input columns whose names clash with these are renamed
 ``input_<name>``.
@@ -49,6 +50,7 @@ OUTPUT_COLUMNS = (
     "lower_natural",
     "upper_natural",
     "tile_history",
+    "tile_pull",
     "quantity",
     "quarter",
     "outside_region",
@@ -84,7 +86,8 @@ def run_predict_at(
     tests, devices
         The tests (and devices) of the ``test`` quantity.
     """
-    from pipelines.train import load_model, load_tile_effect
+    from pipelines.layers import layer_xy, load_map_layers
+    from pipelines.train import load_model
 
     try:
         check_quantity(quantity)
@@ -116,11 +119,12 @@ def run_predict_at(
 
     region = read_region(rd)
     inside = np.asarray(shapely.intersects_xy(region, places.lon, places.lat), dtype=bool)
-    effect = None if quantity == "area" else load_tile_effect(rd, target, model)
+    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
     keys = tile_ids(places.lon, places.lat)
     n = keys.size
     values = {c: np.full(n, np.nan) for c in ("mean", "sd")}
     seen = np.zeros(n, dtype=bool)
+    pull = np.full(n, np.nan)
     if inside.any():
         urban = None
         if getattr(model, "noise_urban", False) or (effect is not None and effect.grouped):
@@ -143,13 +147,16 @@ def run_predict_at(
             X,
             quantity=quantity,
             effect=effect,
+            layer=layer,
             tiles=keys[inside],
             times=time,
+            xy=layer_xy(layer, places.lon[inside], places.lat[inside]),
             urban=urban,
             tests=tests,
             devices=devices,
         )
         values["mean"][inside], values["sd"][inside], seen[inside] = q.mean, q.sd, q.seen
+        pull[inside] = q.pull
     lower = values["mean"] - 1.96 * values["sd"]
     upper = values["mean"] + 1.96 * values["sd"]
     ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in OUTPUT_COLUMNS})
@@ -169,6 +176,7 @@ def run_predict_at(
                     "lower_natural": spec.to_natural(lower),
                     "upper_natural": spec.to_natural(upper),
                     "tile_history": seen,
+                    "tile_pull": pull,
                     "quantity": quantity,
                     "quarter": label,
                     "outside_region": ~inside,

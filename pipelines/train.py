@@ -31,6 +31,7 @@ from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
 from geodbk.validation import counts_or_one
 from pipelines.config import TrainConfig, dump_config, load_config
+from pipelines.layers import save_local_layer
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -126,6 +127,16 @@ def register(subparsers: Any) -> None:
         "100+ val rows; config `tile_effect_groups`)",
     )
     p.add_argument(
+        "--no-local-layer",
+        dest="local_layer",
+        action="store_const",
+        const="off",
+        default=None,
+        help="keep the tile effect alone: no short-range spatial field pulling a tile toward "
+        "its measured neighbours (config `local_layer: off`; default auto = on with the tile "
+        "effect)",
+    )
+    p.add_argument(
         "--distributed",
         action="store_true",
         help="data-parallel training under torchrun (DDP; see docs/scaling.md)",
@@ -156,6 +167,7 @@ def _main(args: argparse.Namespace) -> int:
             streaming=args.streaming,
             tile_effect=args.tile_effect,
             tile_effect_groups=args.tile_effect_groups,
+            local_layer=args.local_layer,
         )
     finally:
         if args.distributed:
@@ -176,6 +188,7 @@ def resolve_config(
     streaming: bool | None = None,
     tile_effect: str | bool | None = None,
     tile_effect_groups: str | None = None,
+    local_layer: str | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
     cfg = load_config(config_path, base=base)
@@ -189,6 +202,7 @@ def resolve_config(
             ("on" if tile_effect else "off") if isinstance(tile_effect, bool) else tile_effect
         ),
         tile_effect_groups=tile_effect_groups,
+        local_layer=local_layer,
     )
 
 
@@ -197,18 +211,38 @@ def resolve_tile_effect(
 ) -> TrainConfig:
     """Resolve ``tile_effect: auto`` for in-memory training, and check an explicit ``on``.
 
+    The effect learns from a tile's other quarters and chooses its parameters on rows of
+    measured tiles: validation rows whose tile has training rows, or, on tile and block splits
+    where none has, a hold-out of the training rows (:func:`geodbk.tile_effect.holdout_rows`).
     ``auto`` becomes ``on`` when the table has ``quadkey`` and ``quarter`` columns with at
-    least 2 distinct quarters (a tile's other quarters are what the offset learns from) and the
-    validation split has rows (they choose its parameters), else ``off``. ``on`` without
-    ``quadkey`` or validation rows raises :class:`DataError` naming the fix.
+    least 2 distinct quarters, a validation split, and either kind of objective rows, else
+    ``off`` (logged). ``on`` without them raises :class:`DataError` naming the fix, before any
+    training.
     """
+    from geodbk.tile_effect import MIN_OBJECTIVE_ROWS
+
     if cfg.tile_effect == "off":
         return cfg
     has_tiles = "quadkey" in gdf.columns
     quarters = gdf["quarter"].nunique() if "quarter" in gdf.columns else 1
+    objective = 0
+    if has_tiles and "split" in gdf.columns:
+        split = gdf["split"].to_numpy()
+        keys = gdf["quadkey"].astype(str).to_numpy()
+        train_keys = keys[split == "train"]
+        with_history = int(np.isin(keys[split == "val"], train_keys).sum())
+        _, counts = np.unique(train_keys, return_counts=True)
+        objective = max(with_history, int((counts >= 2).sum()))
+    ok = has_tiles and quarters >= 2 and n_val > 0 and objective >= 10
     if cfg.tile_effect == "auto":
-        on = has_tiles and quarters >= 2 and n_val > 0
-        return cfg.replace(tile_effect="on" if on else "off")
+        if not ok:
+            log.info(
+                "tile effect off: it needs a quadkey column, 2+ quarters, a val split and "
+                "tiles measured in 2+ quarters (%s quarters, %d val rows)",
+                quarters,
+                n_val,
+            )
+        return cfg.replace(tile_effect="on" if ok else "off")
     if not has_tiles:
         raise DataError(
             f"--tile-effect needs a 'quadkey' column in {source}; re-run `geodbk ingest`, or "
@@ -219,6 +253,27 @@ def resolve_tile_effect(
             "--tile-effect is chosen by validation NLL but the val split is empty; re-ingest "
             "with a validation share (geodbk ingest --split) or train with --no-tile-effect"
         )
+    if quarters < 2 or objective < 10:
+        raise DataError(
+            f"--tile-effect learns from a tile's other quarters, but {source} has {quarters} "
+            f"quarter(s) and {objective} tiles measured in 2+ training quarters (at least 10 "
+            f"needed, {MIN_OBJECTIVE_ROWS} preferred); ingest more quarters or train with "
+            "--no-tile-effect"
+        )
+    return cfg
+
+
+def resolve_local_layer(cfg: TrainConfig) -> TrainConfig:
+    """Resolve ``local_layer: auto`` (``on`` exactly when the tile effect is) and refuse an
+    explicit ``on`` without the tile effect, which the layer sits on."""
+    if cfg.local_layer == "auto" or cfg.tile_effect != "on":
+        if cfg.local_layer == "on" and cfg.tile_effect != "on":
+            raise DataError(
+                "local_layer: on needs the tile effect, which is off for this run (a single "
+                "quarter, no validation split, --streaming/--distributed or --no-tile-effect); "
+                "drop `local_layer: on` or turn the tile effect on"
+            )
+        return cfg.replace(local_layer="on" if cfg.tile_effect == "on" else "off")
     return cfg
 
 
@@ -415,6 +470,7 @@ def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
         "device",
         "tile_effect",
         "tile_effect_groups",
+        "local_layer",
     ):
         d.pop(key)
     return d
@@ -453,6 +509,7 @@ def run_train(
     streaming: bool | None = None,
     tile_effect: str | bool | None = None,
     tile_effect_groups: str | None = None,
+    local_layer: str | None = None,
 ) -> Path:
     """Train one target and write ``RUN/models/TARGET/``; return that folder.
 
@@ -498,6 +555,11 @@ def run_train(
         Flag override of the config's ``tile_effect_groups`` (``auto``, ``urban``, ``none``;
         resolved by :func:`resolve_tile_effect_groups` before training when the tile effect is
         on).
+    local_layer
+        Flag override of the config's ``local_layer`` (``auto`` = ``on`` with the tile
+        effect, ``off``): fit the spatial field over tile offsets
+        (:func:`pipelines.layers.fit_run_local_layer`) after the tile effect; its parameters go
+        to the metadata's ``local_layer``.
     """
     from geodbk import DBKRegressor
 
@@ -513,6 +575,7 @@ def run_train(
         streaming=streaming,
         tile_effect=tile_effect,
         tile_effect_groups=tile_effect_groups,
+        local_layer=local_layer,
     )
     if cfg.tile_effect == "on" and distributed:
         raise DataError(
@@ -572,6 +635,7 @@ def run_train(
         if cfg.tile_effect == "on":
             cfg = resolve_tile_effect_groups(cfg, gdf, target, source=rd.tiles)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
+    cfg = resolve_local_layer(cfg)
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
     model_dir = rd.model_dir(target)
@@ -669,17 +733,41 @@ def run_train(
             urban_val=noise_kw.get("urban_val"),
         )
         log.info("time extrapolation: %s", metadata["time_extrapolation"])
-    effect = None
-    if cfg.tile_effect == "on":
-        effect = fit_run_tile_effect(
-            model, gdf, target, parts=parts, noise_kw=noise_kw, groups=cfg.tile_effect_groups
-        )
-        metadata["tile_effect"] = effect.params.to_dict()
-        log.info("tile effect: %s", metadata["tile_effect"])
+    # the GP first: a failure in a post-fit step never loses the training
     model.save(model_dir, metadata=metadata)
-    save_tile_effect(model_dir, effect)
+    save_tile_effect(model_dir, None)
+    save_local_layer(model_dir, None)
     atomic_write_text(model_dir / "config.yaml", dump_config(cfg))
     atomic_write_text(model_dir / "history.csv", _history_csv(history))
+    if cfg.tile_effect == "on":
+        effect = layer = None
+        try:
+            effect = fit_run_tile_effect(
+                model,
+                gdf,
+                target,
+                parts=parts,
+                noise_kw=noise_kw,
+                groups=cfg.tile_effect_groups,
+                seed=cfg.seed,
+            )
+            log.info("tile effect: %s", effect.params.to_dict())
+            if cfg.local_layer == "on":
+                layer = fit_local_layer_of_run(
+                    model, effect, gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg
+                )
+        except Exception as exc:  # any failure: the saved GP stays, the message says so
+            raise DataError(
+                f"the GP was trained and saved to {model_dir}, but fitting the tile effect "
+                f"failed: {exc}. Its maps use f(x) plus the noise floor for the tile quantity; "
+                f"retrain with --no-tile-effect to make that the saved choice"
+            ) from exc
+        metadata["tile_effect"] = effect.params.to_dict()
+        if layer is not None:
+            metadata["local_layer"] = layer.params.to_dict()
+        save_tile_effect(model_dir, effect)
+        save_local_layer(model_dir, layer)
+        model.save(model_dir, metadata=metadata)
     log.info(
         "wrote %s (best epoch %s of %d, %.1f s)",
         model_dir,
@@ -698,6 +786,7 @@ def fit_run_tile_effect(
     parts: dict[str, tuple[np.ndarray, np.ndarray]],
     noise_kw: dict[str, np.ndarray],
     groups: str = "none",
+    seed: int = 0,
 ) -> Any:
     """Fit the tile effect (:func:`geodbk.tile_effect.fit_tile_effect`) of a trained model.
 
@@ -735,6 +824,7 @@ def fit_run_tile_effect(
         noise_val=noise_val,
         groups=group["train"],
         groups_val=group["val"],
+        seed=seed,
     )
 
 
@@ -831,6 +921,43 @@ def choose_time_extrapolation(
         scores[policy] = float(gaussian_nll(y_val, pred.mean, pred.var))
     best = min(scores, key=lambda k: scores[k])
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
+
+
+def fit_local_layer_of_run(
+    model: Any,
+    effect: Any,
+    gdf: Any,
+    target: str,
+    *,
+    parts: dict[str, tuple[np.ndarray, np.ndarray]],
+    noise_kw: dict[str, np.ndarray],
+    cfg: TrainConfig,
+) -> Any:
+    """The local layer on ``effect`` (:func:`pipelines.layers.fit_run_local_layer`), with the
+    validation rows' tiles, quarters, noise covariates and groups read like the effect's."""
+    from geodbk.tile_effect import urban_groups
+    from pipelines.layers import fit_run_local_layer
+
+    tiles = split_tests(gdf, target, column="quadkey")["val"]
+    times = (
+        quarter_indices(split_tests(gdf, target, column="quarter")["val"]).astype(np.float64)
+        if "quarter" in gdf.columns
+        else np.zeros(tiles.size)
+    )
+    group = None
+    if cfg.tile_effect_groups == "urban":
+        group = urban_groups(split_tests(gdf, target, column="urban")["val"])
+    return fit_run_local_layer(
+        model,
+        effect,
+        n_train=len(parts["train"][1]),
+        X_val=parts["val"][0],
+        y_val=parts["val"][1],
+        tiles_val=tiles,
+        times_val=times,
+        noise_val={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
+        groups_val=group,
+    )
 
 
 def load_model(rd: RunDir, target: str) -> Any:

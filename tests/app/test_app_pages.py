@@ -43,7 +43,8 @@ def test_demo_opens_on_the_map_with_a_legend(
     map_tab = tab(at, "Map")
     assert element_types(map_tab)["deck_gl_json_chart"] == 1
     legends = _legend_titles(map_tab)
-    assert len(legends) == 1 and "Predicted download, median (Mbps)" in legends[0]
+    assert len(legends) == 1 and "Predicted download, median" in legends[0]
+    assert "tile: what a tile here typically gets" in legends[0] and "(Mbps)" in legends[0]
 
 
 def test_demo_map_every_layer_target_and_overlay(

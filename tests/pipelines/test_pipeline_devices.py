@@ -34,13 +34,8 @@ def test_train_predict_report_with_devices(tmp_path: Path) -> None:
     assert md["config"]["noise"] == "tests+devices" and md["config"]["noise_init"] == 0.5
     assert md["noise"]["noise"] == "tests+devices" and md["noise"]["s2_dev"] > 0
 
-    assert (
-        cli.main(
-            ["predict", *base, "--resolution", "0.05", "--tests", "4", "--devices", "2"]
-            + ["--quantity", "test"]
-        )
-        == 0
-    )
+    args = ["--resolution", "0.05", "--tests", "4", "--devices", "2", "--quantity", "test"]
+    assert cli.main(["predict", *base, *args]) == 0
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         a = ds.attrs
         assert a["noise_model"] == "tests+devices" and a["tests"] == 4 and a["devices"] == 2

@@ -45,8 +45,10 @@ def test_model_bundle(run: Path) -> None:
     assert md["target"] == "download" and md["log_column"] == "log10_download"
     assert set(md["input_scaling"]) == {"lon_min", "lon_max", "lat_min", "lat_max"}
     # noise "auto" is resolved from the tiles (`tests` and `devices` columns) before saving,
-    # tile_effect "auto" too (off: the table has one quarter)
-    resolved = CFG.replace(noise="tests+devices", noise_init=0.5, tile_effect="off").to_dict()
+    # tile_effect and local_layer "auto" too (off: the table has one quarter)
+    resolved = CFG.replace(
+        noise="tests+devices", noise_init=0.5, tile_effect="off", local_layer="off"
+    ).to_dict()
     assert md["config"] == resolved and md["geodbk_version"]
     noise_keys = {"noise", "s2_floor", "s2_meas", "power", "s2_dev", "power_devices"}
     assert model.tests_aware and set(md["noise"]) == noise_keys

@@ -341,49 +341,67 @@ def test_lazy_grid_of_a_quarter(run: Path) -> None:
 
 
 @pytest.mark.parametrize("target", ["download", "upload"])
-def test_tile_quantity_maps_use_the_tile_effect(run: Path, target: str) -> None:
-    """The default map is the tile quantity: a cell whose zoom-16 tile was measured gets the
-    tile's offset at the map's quarter (time-aware) or the table's latest (pooled); a cell
-    without history gets the prior spread of an unseen tile's offset."""
+def test_tile_quantity_maps_use_the_local_layer(run: Path, target: str) -> None:
+    """The default map is the tile quantity of the local layer (tile effect plus spatial
+    field): each cell is its zoom-16 tile at the map's quarter (time-aware) or the table's
+    latest (pooled), the same numbers as :func:`geodbk.quantities.predict_quantity`."""
     import geopandas as gpd
 
     from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
+    from geodbk.geo.timeaxis import quarter_index
+    from geodbk.quantities import predict_quantity
+    from pipelines.layers import layer_xy, load_map_layers
     from pipelines.predict import PART_VARS
-    from pipelines.train import load_tile_effect
 
     rd = RunDir(run)
     model = _model(run, target)
-    effect = load_tile_effect(rd, target, model)
-    assert effect is not None
+    effect, layer = load_map_layers(rd, target, model)
+    assert effect is not None and layer is not None
+    assert model.metadata_["config"]["local_layer"] == "on"
     table = gpd.read_parquet(rd.tiles, columns=["quadkey", "split", "geometry"])
     measured = set(table["quadkey"][table["split"] != "test"])  # the test split stays held out
     with xr.open_dataset(run / "grids" / f"{target}.nc") as ds:
         assert ds.attrs["quantity"] == "tile" and ds.attrs["tile_effect"] == 1
-        assert ds["std"].attrs["quantity"] == "tile: tile effect"
+        assert ds.attrs["local_layer"] == 1
+        assert ds["std"].attrs["quantity"] == "tile: local layer"
         for v in PART_VARS:
             assert v in ds, v
         inside = ds["in_region"].values
         lon, lat = np.meshgrid(ds["x"].values, ds["y"].values)
-        keys = tile_to_quadkey(*lonlat_to_tile(lon[inside], lat[inside], 16), 16)
+        lon, lat = lon[inside], lat[inside]
         v = {n: ds[n].values[inside].astype(np.float64) for n in (*PART_VARS, "mean", "std")}
+        urban = ds["urban"].values[inside] == 1 if "urban" in ds else None
+    keys = tile_to_quadkey(*lonlat_to_tile(lon, lat, 16), 16)
     has = np.isin(keys, list(measured))
     assert has.any() and (~has).any()
     np.testing.assert_array_equal(v["tile_history"] == 1, has)
     np.testing.assert_allclose(v["mean"], v["tile_mean"], rtol=1e-6)
     np.testing.assert_allclose(v["tile_mean"], v["area_mean"] + v["tile_offset"], atol=1e-5)
     np.testing.assert_allclose(v["std"], v["tile_sd"], rtol=1e-6)
-    assert np.all(v["test_sd"] >= v["tile_sd"]) and np.all(v["tile_offset"][~has] == 0)
+    assert np.all(v["test_sd"] >= v["tile_sd"])
+    # a tile without history is all neighbours' pull
+    np.testing.assert_allclose(v["tile_offset"][~has], v["tile_pull"][~has], atol=1e-6)
     assert np.abs(v["tile_offset"][has]).max() > 0.01
-    with xr.open_dataset(run / "grids" / f"{target}.nc") as ds:
-        std_f = ds["std_f"].values[inside].astype(np.float64)
-        urban = None if "urban" not in ds else ds["urban"].values[inside]
-    p = effect.params
-    if not effect.grouped:
-        prior = p.tau2["all"] + p.latent_scale * std_f[~has] ** 2
-        np.testing.assert_allclose(v["tile_sd"][~has] ** 2, prior, rtol=1e-4)
-    else:
-        assert urban is None or urban.size  # grouped: each cell's class sets its prior
-        assert np.all(v["tile_sd"][~has] ** 2 >= min(p.tau2.values()) - 1e-9)
+    md = model.metadata_
+    quarter = md["quarters"][-1] if md.get("time_scaling") else None
+    if urban is None and effect.grouped:
+        geom = gpd.read_file(rd.urban_areas).geometry.union_all()
+        import shapely
+
+        urban = np.asarray(shapely.intersects_xy(geom, lon, lat), dtype=bool)
+    q = predict_quantity(
+        model,
+        model_inputs(scale_lonlat(lon, lat, md["input_scaling"]), md, quarter=quarter),
+        quantity="tile",
+        effect=effect,
+        layer=layer,
+        tiles=keys,
+        times=float(quarter_index(quarter or md["tiles_metadata"]["quarters"][-1])),
+        xy=layer_xy(layer, lon, lat),
+        urban=urban,
+    )
+    np.testing.assert_allclose(v["tile_mean"], q.mean, atol=1e-5)
+    np.testing.assert_allclose(v["tile_sd"], q.sd, rtol=1e-5)
 
 
 def test_area_and_test_quantities_on_request(run: Path, tmp_path: Path) -> None:

@@ -1,0 +1,150 @@
+"""The local layer's run-directory side: fit it after training, save it, load it for maps.
+
+The layer (:class:`geodbk.local_layer.LocalLayer`) sits on the model's tile effect. It is fitted
+by :func:`fit_run_local_layer` on the validation rows (each predicted from its own tile's
+training rows and its nearest measured tiles'), then conditioned on the training and
+validation rows like the tile effect, and saved as ``models/TARGET/local_layer.json`` (its
+parameters; the rows are the tile effect's). Tile positions are the centres of the zoom-16
+quadkeys, in km on the projection centred at the training tiles' mean latitude.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geodbk.atomic import atomic_write_json
+from geodbk.errors import ModelFileError
+from geodbk.geo.quadkey import quadkey_centroid
+from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
+
+log = logging.getLogger("geodbk")
+
+__all__ = [
+    "LAYER_FILE",
+    "fit_run_local_layer",
+    "layer_xy",
+    "load_local_layer",
+    "load_map_layers",
+    "save_local_layer",
+    "tile_positions",
+]
+
+LAYER_FILE = "local_layer.json"
+
+
+def tile_positions(quadkeys: Any, *, lat0: float) -> np.ndarray:
+    """``(n, 2)`` km positions of the tiles' centres (:func:`geodbk.local_layer.lonlat_to_km`)."""
+    lon, lat = quadkey_centroid(np.asarray(quadkeys).astype(str))
+    return lonlat_to_km(lon, lat, lat0=lat0)
+
+
+def _effect_positions(effect: Any, lat0: float) -> np.ndarray:
+    return tile_positions(effect._layout().tiles, lat0=lat0)
+
+
+def fit_run_local_layer(
+    model: Any,
+    effect: Any,
+    *,
+    n_train: int,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    tiles_val: np.ndarray,
+    times_val: np.ndarray,
+    noise_val: dict[str, Any],
+    groups_val: np.ndarray | None,
+) -> LocalLayer:
+    """Fit the local layer on top of ``effect`` (conditioned on the training rows, then the
+    validation rows: its first ``n_train`` rows are the training rows) and return it
+    conditioned on all of ``effect``'s rows."""
+    from geodbk.tile_effect import TileEffect
+
+    train_effect = TileEffect(
+        effect.params,
+        tiles=effect.tiles[:n_train],
+        times=effect.times[:n_train],
+        residual=effect.residual[:n_train],
+        var_f=effect.var_f[:n_train],
+        components=effect.components[:n_train],
+        groups=effect.groups[:n_train] if effect.grouped else None,
+        max_rows=effect.max_rows,
+    )
+    _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
+    lat0 = float(np.mean(lat)) if len(lat) else 0.0
+    pred = model.predict(X_val, quantity="latent", **noise_val)
+    _, comp = model.noise_components(n=len(pred), **noise_val)
+    layer = LocalLayer.fit(
+        train_effect,
+        tile_xy=_effect_positions(train_effect, lat0),
+        val_tiles=tiles_val,
+        val_xy=tile_positions(tiles_val, lat0=lat0),
+        val_times=times_val,
+        val_residual=np.asarray(y_val, dtype=np.float64) - pred.mean,
+        val_var_f=pred.var_f,
+        val_components=comp,
+        val_groups=groups_val,
+        lat0=lat0,
+    )
+    log.info(
+        "local layer: sigma2 %.4g, range %.2f km, tau2 %s; validation NLL %.4f (tile effect "
+        "alone %.4f)",
+        layer.params.sigma2,
+        layer.params.range_km,
+        layer.params.tau2,
+        layer.params.val_nll,
+        layer.params.val_nll_without,
+    )
+    return layer.with_effect(effect, tile_xy=_effect_positions(effect, lat0))
+
+
+def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:
+    """Write the layer's parameters next to the model, or remove a stale file (``None``)."""
+    path = Path(model_dir) / LAYER_FILE
+    if layer is None:
+        path.unlink(missing_ok=True)
+        return
+    atomic_write_json(path, layer.params.to_dict())
+
+
+def load_map_layers(rd: Any, target: str, model: Any) -> tuple[Any, Any]:
+    """``(tile effect, local layer)`` saved with ``target``'s model (each ``None`` when the
+    model was trained without)."""
+    from pipelines.train import load_tile_effect
+
+    effect = load_tile_effect(rd, target, model)
+    md = getattr(model, "metadata_", None) or {}
+    layer = load_local_layer(rd.model_dir(target), effect, expected=md.get("local_layer"))
+    return effect, layer
+
+
+def layer_xy(layer: Any, lon: Any, lat: Any) -> np.ndarray | None:
+    """km positions of places for ``layer`` (``None`` without a layer)."""
+    if layer is None:
+        return None
+    return lonlat_to_km(lon, lat, lat0=layer.params.lat0)
+
+
+def load_local_layer(model_dir: Path, effect: Any, *, expected: dict[str, Any] | None) -> Any:
+    """The saved layer on ``effect``, or ``None`` when the model has none (``expected``: the
+    model metadata's ``local_layer``, which the file must match)."""
+    if expected is None or effect is None:
+        return None
+    path = Path(model_dir) / LAYER_FILE
+    try:
+        raw = json.loads(path.read_text())
+        params = SpatialParameters.from_dict(raw)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelFileError(
+            f"{path} is missing or unreadable ({exc}); retrain the model with `geodbk train`"
+        ) from None
+    if params.to_dict() != SpatialParameters.from_dict(expected).to_dict():
+        raise ModelFileError(
+            f"{path} does not belong to this model (another training run wrote it); retrain "
+            "with `geodbk train`"
+        )
+    return LocalLayer(effect, params, tile_xy=_effect_positions(effect, params.lat0))
