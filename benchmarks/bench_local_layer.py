@@ -5,15 +5,17 @@ GP's residuals (PyKrige), side by side on one run's test split.
 Needs a run directory with a trained GP (``geodbk train ... --no-tile-effect``; the layers are
 fitted here on the same residuals, so every variant shares one GP)::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random \\
-        --target download --out docs/benchmarks/local_layer/random_download.json
+    OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random-download-pooled \\
+        --target download --out docs/benchmarks/local_layer/random-download-pooled.json
 
-Fitting: the tile effect's ``(tau², rho, lambda, kappa)`` by the validation NLL of validation
-rows with training history (random split) or, when too few validation rows have history
-(tile and block splits), by an internal hold-out of one training row of a share of the
-multi-row training tiles; the local layer's ``sigma²``, range and ``tau²`` by the validation
-NLL (validation rows predicted from their own tile's training rows and their neighbours').
-Both are then conditioned on the training and validation rows and scored on the test rows:
+Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,
+:func:`pipelines.layers.fit_run_local_layer`): the tile effect's ``(tau², rho, lambda,
+kappa)`` by the validation NLL of validation rows with training history (random split) or, when
+too few validation rows have history (tile and block splits), by a hold-out of one training row
+of 20% of the multi-row training tiles; the local layer's share of ``tau²`` and range by the
+validation NLL (validation rows predicted from their own tile's training rows and their
+neighbours'). Both are conditioned on the training and validation rows and scored on the test
+rows:
 
 - row level: NLL (nats), 95% coverage and interval width, overall, urban and rural;
 - map level (``map``): test tiles with at least 30 tests over their test quarters; the tile
@@ -51,26 +53,36 @@ def _rows(run: Path, target: str) -> pd.DataFrame:
     return frame[np.isfinite(frame["y"])].reset_index(drop=True)
 
 
-def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, Any]:
+    """The GP's latent mean and variance, noise components and the row inputs."""
     from geodbk.geo.timeaxis import quarter_indices
     from geodbk.predictive import noise_kwargs
+    from pipelines.rundir import model_inputs
 
-    X = frame[["x1", "x2"]].to_numpy(np.float64)
-    kw = noise_kwargs(
+    md = model.metadata_
+    quarters = frame["quarter"].astype(str).to_numpy()
+    X = model_inputs(
+        frame[["x1", "x2"]].to_numpy(np.float64),
+        md,
+        quarter=quarters if md.get("time_scaling") else None,
+    )
+    noise = noise_kwargs(
         model,
         frame["tests"].to_numpy(np.float64),
         frame["devices"].clip(lower=1).to_numpy(np.float64),
         urban=frame["urban"].to_numpy(bool),
     )
-    pred = model.predict(X, quantity="latent", **kw)
-    names, comp = model.noise_components(n=len(frame), **kw)
+    pred = model.predict(X, quantity="latent", **noise)
+    names, comp = model.noise_components(n=len(frame), **noise)
     return {
+        "X": X,
+        "noise": noise,
         "mean": pred.mean,
         "var_f": pred.var_f,
         "comp": comp,
         "names": np.asarray(names),
         "residual": frame["y"].to_numpy() - pred.mean,
-        "times": quarter_indices(frame["quarter"].astype(str).to_numpy()).astype(np.float64),
+        "times": quarter_indices(quarters).astype(np.float64),
     }
 
 
@@ -127,41 +139,20 @@ def _map_scores(
     return out
 
 
-def _holdout(tiles: np.ndarray, times: np.ndarray, *, seed: int, share: float = 0.2) -> np.ndarray:
-    """One random row of ``share`` of the training tiles that have 2+ rows (bool mask)."""
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame({"tile": tiles, "i": np.arange(tiles.size)})
-    counts = frame.groupby("tile")["i"].transform("size").to_numpy()
-    multi = np.unique(tiles[counts >= 2])
-    chosen = set(rng.choice(multi, size=max(1, int(share * multi.size)), replace=False))
-    pick = frame[frame["tile"].isin(chosen)].sample(frac=1.0, random_state=seed)
-    first = pick.groupby("tile")["i"].first().to_numpy()
-    mask = np.zeros(tiles.size, dtype=bool)
-    mask[first] = True
-    del times
-    return mask
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; see the module docstring."""
     import torch
 
     from geodbk import DBKRegressor
-    from geodbk.local_layer import LocalLayer, lonlat_to_km
-    from geodbk.tile_effect import TileEffect, urban_groups
+    from geodbk.tile_effect import fit_tile_effect, urban_groups
+    from pipelines.layers import fit_run_local_layer, tile_positions
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)
     p.add_argument("--target", default="download")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--neighbours", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-kriging", action="store_true")
-    p.add_argument(
-        "--keep-total",
-        action="store_true",
-        help="the field takes a share of the tile effect's tau² instead of refitting tau²",
-    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -172,105 +163,68 @@ def main(argv: list[str] | None = None) -> int:
     split = frame["split"].to_numpy()
     urban = frame["urban"].to_numpy(bool)
     groups = urban_groups(urban)
-    lat0 = float(frame["lat"].mean())
-    xy = lonlat_to_km(frame["lon"], frame["lat"], lat0=lat0)
     tiles = frame["quadkey"].astype(str).to_numpy()
     tr, va, te = (split == s for s in ("train", "val", "test"))
 
-    def rows(m: np.ndarray) -> dict[str, Any]:
-        return {
-            "tiles": tiles[m],
-            "times": gp["times"][m],
-            "residual": gp["residual"][m],
-            "var_f": gp["var_f"][m],
-            "components": gp["comp"][m],
-        }
+    def noise(m: np.ndarray) -> dict[str, Any]:
+        return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
 
-    with_history = np.isin(tiles[va], tiles[tr])
-    objective = "validation"
-    fit_rows, obj_rows = tr.copy(), va & np.isin(tiles, tiles[tr])
-    if with_history.sum() < 100:
-        objective = "training hold-out"
-        held = np.zeros(tiles.size, dtype=bool)
-        held[np.flatnonzero(tr)[_holdout(tiles[tr], gp["times"][tr], seed=args.seed)]] = True
-        fit_rows, obj_rows = tr & ~held, held
-    names = tuple(str(n) for n in gp["names"])
-    fit = rows(fit_rows)
-    obj = rows(obj_rows)
-    effect_fit = TileEffect.fit(
-        tiles=fit["tiles"],
-        times=fit["times"],
-        residual=fit["residual"],
-        var_f=fit["var_f"],
-        components=fit["components"],
-        val_tiles=obj["tiles"],
-        val_times=obj["times"],
-        val_residual=obj["residual"],
-        val_var_f=obj["var_f"],
-        val_components=obj["components"],
-        component_names=names,
-        groups=groups[fit_rows],
-        val_groups=groups[obj_rows],
+    y_all = frame["y"].to_numpy()
+    # exactly what `geodbk train` fits (its objective chosen by the split)
+    effect = fit_tile_effect(
+        model,
+        X=gp["X"][tr],
+        y=y_all[tr],
+        tiles=tiles[tr],
+        times=gp["times"][tr],
+        X_val=gp["X"][va],
+        y_val=y_all[va],
+        tiles_val=tiles[va],
+        times_val=gp["times"][va],
+        noise=noise(tr),
+        noise_val=noise(va),
+        groups=groups[tr],
+        groups_val=groups[va],
+        seed=args.seed,
     )
     t_effect = time.perf_counter()
-    # the effect on all training rows (same parameters), for the layer's fit on validation
-    train = rows(tr)
-    effect_train = TileEffect(effect_fit.params, **train, groups=groups[tr])
-
-    def positions(effect: TileEffect) -> np.ndarray:
-        known = effect._layout().tiles
-        first = pd.Series(np.arange(tiles.size), index=tiles).groupby(level=0).first()
-        return xy[first.loc[known].to_numpy()]
-
-    val = rows(va)
-    layer_train = LocalLayer.fit(
-        effect_train,
-        tile_xy=positions(effect_train),
-        val_tiles=val["tiles"],
-        val_xy=xy[va],
-        val_times=val["times"],
-        val_residual=val["residual"],
-        val_var_f=val["var_f"],
-        val_components=val["components"],
-        val_groups=groups[va],
-        lat0=lat0,
-        neighbours=args.neighbours,
-        keep_total=args.keep_total,
+    layer = fit_run_local_layer(
+        model,
+        effect,
+        n_train=int(tr.sum()),
+        X_val=gp["X"][va],
+        y_val=y_all[va],
+        tiles_val=tiles[va],
+        times_val=gp["times"][va],
+        noise_val=noise(va),
+        groups_val=groups[va],
     )
     t_layer = time.perf_counter()
-    both = tr | va
-    effect_all = TileEffect(effect_fit.params, **rows(both), groups=groups[both])
-    layer_all = layer_train.with_effect(effect_all, tile_xy=positions(effect_all))
-    test = rows(te)
-    y = frame["y"].to_numpy()[te]
+    lat0 = layer.params.lat0
+    xy = tile_positions(tiles, lat0=lat0)
+    y = y_all[te]
     u = urban[te]
-    gp_var_obs = gp["var_f"][te] + gp["comp"][te].sum(1)
+    comp = gp["comp"][te]
     results: dict[str, Any] = {}
     # the GP alone: row = observation; map = area quantity (f, var_f)
     results["gp"] = {
-        "rows": _scores(y, gp["mean"][te], gp_var_obs, u),
-        "map": _map_scores(frame[te], gp["mean"][te], gp["var_f"][te], gp["comp"][te].sum(1)),
+        "rows": _scores(y, gp["mean"][te], gp["var_f"][te] + comp.sum(1), u),
+        "map": _map_scores(frame[te], gp["mean"][te], gp["var_f"][te], comp.sum(1)),
     }
-    part = effect_all.predict(
-        tiles=test["tiles"],
-        times=test["times"],
-        var_f=test["var_f"],
-        components=test["components"],
-        groups=groups[te],
-    )
+    kw = {
+        "tiles": tiles[te],
+        "times": gp["times"][te],
+        "var_f": gp["var_f"][te],
+        "components": comp,
+        "groups": groups[te],
+    }
+    part = effect.predict(**kw)
     results["tile_effect"] = {
         "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u),
         "map": _map_scores(frame[te], gp["mean"][te] + part.shift, part.tile_var, part.noise_var),
         "test_rows_with_history": float(part.seen.mean()),
     }
-    lpart, pull = layer_all.predict(
-        tiles=test["tiles"],
-        xy=xy[te],
-        times=test["times"],
-        var_f=test["var_f"],
-        components=test["components"],
-        groups=groups[te],
-    )
+    lpart, pull = layer.predict(xy=xy[te], **kw)
     results["local_layer"] = {
         "rows": _scores(y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u),
         "map": _map_scores(
@@ -281,15 +235,19 @@ def main(argv: list[str] | None = None) -> int:
     t_krige = None
     if not args.no_kriging:
         t1 = time.perf_counter()
-        results["kriging"] = _kriging(frame, gp, xy, both, te, seed=args.seed)
+        results["kriging"] = _kriging(frame, gp, xy, tr | va, te, seed=args.seed)
         t_krige = time.perf_counter() - t1
+    md = model.metadata_
     out = {
         "run": str(args.run),
         "target": args.target,
+        "time_aware": bool(md.get("time_scaling")),
         "split": (json.loads((args.run / "ingest_report.json").read_text()).get("split") or {}),
         "rows": {"train": int(tr.sum()), "val": int(va.sum()), "test": int(te.sum())},
-        "tile_effect": {**effect_fit.params.to_dict(), "objective": objective},
-        "local_layer": {**layer_train.params.to_dict()},
+        "gp": {k: md["config"][k] for k in ("rank", "hidden", "epochs", "noise")}
+        | {"best_epoch": md.get("best_epoch")},
+        "tile_effect": effect.params.to_dict(),
+        "local_layer": layer.params.to_dict(),
         "results": results,
         "seconds": {
             "total": time.perf_counter() - t0,

@@ -131,6 +131,15 @@ def render(ctx: RunContext) -> None:
                 f"sd of log10 = {summary.sd_log10:.3f}."
             )
             st.altair_chart(_density_chart(summary, unit), width="stretch")
+        parts = quantity_parts(ctx, lon, lat, grid_path)
+        if parts is not None:
+            st.markdown("**What this place gets** (grid cell; 95% intervals)")
+            st.dataframe(parts, hide_index=True, width="stretch")
+            st.caption(
+                "area: the neighbourhood level f(x); tile: what the zoom-16 tile here typically "
+                "gets (f plus the tile's own offset: its measured history, and the pull of its "
+                "measured neighbours); test: one speed test here (the tile plus test noise)."
+            )
         region_note = _region_note(ctx, lon, lat)
         st.markdown(f"**Area:** {area}{region_note}")
         if tiles is not None and f"value_{t}" in tiles.columns:
@@ -147,6 +156,59 @@ def render(ctx: RunContext) -> None:
             )
             st.markdown("**Nearest observed tiles**")
             st.dataframe(table, hide_index=True, width="stretch")
+
+
+def quantity_parts(
+    ctx: RunContext, lon: float, lat: float, grid_path: Path | None
+) -> pd.DataFrame | None:
+    """The grid cell's area, tile and test quantities and the tile's offset and neighbours'
+    pull, in natural units (``None`` for grids written without these variables)."""
+    if grid_path is None:
+        return None
+    grid = ctx.grid(grid_path)
+    needed = ("area_mean", "std_f", "tile_mean", "tile_sd", "test_sd", "tile_offset")
+    if any(n not in grid.arrays for n in needed):
+        return None
+    cell = grid.cell_of(lon, lat)
+    if cell is None or not np.isfinite(grid.arrays["tile_mean"][cell]):
+        return None
+    shift = np.log10(RAW_TO_NATURAL[ctx.target])
+    value = {
+        n: float(grid.arrays[n][cell])
+        for n in (*needed, "tile_pull", "tile_history")
+        if n in grid.arrays
+    }
+    rows = []
+    for name, mean, sd in (
+        ("area: neighbourhood level f(x)", value["area_mean"], value["std_f"]),
+        ("tile: what a tile here typically gets", value["tile_mean"], value["tile_sd"]),
+        ("test: one speed test", value["tile_mean"], value["test_sd"]),
+    ):
+        s = PointSummary.from_log10(mean - shift, sd)
+        rows.append(
+            {
+                "quantity": name,
+                "median": format_value(s.median),
+                "95% interval": f"{format_value(s.lower)}–{format_value(s.upper)}",
+            }
+        )
+    history = "measured history" if value.get("tile_history", 0.0) > 0.5 else "no history"
+    rows.append(
+        {
+            "quantity": f"tile's offset ({history})",
+            "median": f"×{10 ** value['tile_offset']:.2f}",
+            "95% interval": "",
+        }
+    )
+    if "tile_pull" in value:
+        rows.append(
+            {
+                "quantity": "of which its neighbours' pull",
+                "median": f"×{10 ** value['tile_pull']:.2f}",
+                "95% interval": "",
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _choose_quarter(ctx: RunContext) -> tuple[str | None, float | None]:
