@@ -18,9 +18,10 @@ neighbours'). Both are conditioned on the training and validation rows and score
 rows:
 
 - row level: NLL (nats), 95% coverage and interval width, overall, urban and rural;
-- map level (``map``): test tiles with at least 30 tests over their test quarters; the tile
-  quantity at the tile's latest test quarter against the tile's tests-weighted level: 95%
-  coverage, median |error| (log10) and the share off by more than 2x.
+- map level (``map``, :mod:`pipelines.map_calibration`, as the report's ``map_calibration``):
+  test tiles with at least 30 tests over their test quarters, the quantity (tile, or f for the
+  GP alone) against the tile's tests-weighted level: 95% coverage, median |error| (log10) and
+  the share off by more than 2x.
 
 The kriging anchor: each training/validation tile's mean residual at its centre (km), an
 exponential variogram fitted by PyKrige on a random 3,000 tiles, then ordinary kriging with the
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import time
 from pathlib import Path
@@ -43,7 +43,6 @@ import numpy as np
 import pandas as pd
 
 Z95 = 1.959963984540054
-LOG2 = math.log10(2.0)
 
 
 def _rows(run: Path, target: str) -> pd.DataFrame:
@@ -100,43 +99,19 @@ def _scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray)
     return out
 
 
-def _map_scores(
-    test: pd.DataFrame,
-    mean: np.ndarray,
-    var: np.ndarray,
-    noise: np.ndarray,
-    *,
-    min_tests: int = 30,
-) -> dict:
-    """The tile quantity against each test tile's tests-weighted level ``sum w y / sum w``
-    (``w``: tests) over its test quarters. The prediction of that level is the same average of
-    the tile quantity at each test row's quarter (mean ``sum w m / sum w``, sd ``sum w sd /
-    sum w``: fully correlated quarters, the widest case), and the level's own noise
-    ``sum w² n / (sum w)²`` (``n``: each row's observation noise under the same model) is
-    added to its variance."""
-    frame = test.assign(wm=test["tests"] * mean, wsd=test["tests"] * np.sqrt(var))
-    frame["wy"] = frame["y"] * frame["tests"]
-    frame["w2n"] = frame["tests"] ** 2 * noise
-    g = frame.groupby("quadkey")
-    total = g["tests"].sum()
-    keep = total[total >= min_tests].index
-    level = (g["wy"].sum() / total).loc[keep]
-    pred = (g["wm"].sum() / total).loc[keep]
-    sd = np.sqrt(((g["wsd"].sum() / total) ** 2 + g["w2n"].sum() / total**2).loc[keep])
-    err = (pred - level).to_numpy()
-    sd = sd.to_numpy()
-    urban = g["urban"].last().loc[keep].to_numpy(bool)
-    out: dict[str, Any] = {"tiles": int(keep.size), "min_tests": min_tests}
-    for name, m in (("all", np.ones_like(urban)), ("urban", urban), ("rural", ~urban)):
-        if not m.any():
-            continue
-        out[name] = {
-            "tiles": int(m.sum()),
-            "coverage95": float((np.abs(err[m]) <= Z95 * sd[m]).mean()),
-            "median_abs_error": float(np.median(np.abs(err[m]))),
-            "off_by_2x": float((np.abs(err[m]) > LOG2).mean()),
-        }
-    return out
+def _map_scores(test: pd.DataFrame, mean: Any, var: Any, noise: Any) -> dict:
+    """:func:`pipelines.map_calibration.map_calibration` of the test rows."""
+    from pipelines.map_calibration import map_calibration
+
+    return map_calibration(
+        tiles=test["quadkey"].to_numpy(),
+        y=test["y"].to_numpy(),
+        tests=test["tests"].to_numpy(),
+        urban=test["urban"].to_numpy(bool),
+        mean=mean,
+        var=var,
+        noise=noise,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         "map": _map_scores(frame[te], gp["mean"][te] + part.shift, part.tile_var, part.noise_var),
         "test_rows_with_history": float(part.seen.mean()),
     }
-    lpart, pull = layer.predict(xy=xy[te], **kw)
+    lpart = layer.predict(xy=xy[te], **kw)
+    pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
     results["local_layer"] = {
         "rows": _scores(y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u),
         "map": _map_scores(

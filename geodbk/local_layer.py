@@ -40,6 +40,7 @@ equirectangular projection (:func:`lonlat_to_km`). Targets are solved in chunks,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -216,14 +217,22 @@ class LocalLayer:
     """A fitted local layer: a tile effect plus a nearest-neighbour spatial field.
 
     Build it with :meth:`fit` from a tile effect conditioned on the training rows; condition
-    on more rows with :meth:`with_effect`.
+    on more rows with :meth:`with_effect`. Its :meth:`predict` takes the same rows as
+    :meth:`TileEffect.predict` (plus their km positions, or a ``positions`` function of the
+    tile ids given here), so it can stand in for the tile effect wherever rows are predicted.
     """
 
     def __init__(
-        self, effect: TileEffect, params: SpatialParameters, *, tile_xy: np.ndarray
+        self,
+        effect: TileEffect,
+        params: SpatialParameters,
+        *,
+        tile_xy: np.ndarray,
+        positions: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.effect = effect
         self.params = params
+        self.positions = positions
         lay = effect._layout()
         xy = np.asarray(tile_xy, dtype=np.float64).reshape(-1, 2)
         if xy.shape[0] != lay.tiles.size:
@@ -235,6 +244,11 @@ class LocalLayer:
             raise DataError("local layer: non-finite tile positions")
         self.tile_xy = xy
         self._neighbours = _Neighbours(xy, params.neighbours)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the underlying tile effect has a ``tau²`` per group."""
+        return self.effect.grouped
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         p, e = self.params, self.effect.params
@@ -369,31 +383,42 @@ class LocalLayer:
         )
         return cls(effect, params, tile_xy=tile_xy)
 
-    def with_effect(self, effect: TileEffect, *, tile_xy: np.ndarray) -> LocalLayer:
+    def with_effect(
+        self,
+        effect: TileEffect,
+        *,
+        tile_xy: np.ndarray,
+        positions: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> LocalLayer:
         """The same parameters over another tile effect (e.g. one that also conditions on the
         validation rows); ``tile_xy`` for its measured tiles."""
-        return LocalLayer(effect, self.params, tile_xy=tile_xy)
+        return LocalLayer(
+            effect, self.params, tile_xy=tile_xy, positions=positions or self.positions
+        )
 
     def predict(
         self,
         *,
         tiles: Any,
-        xy: Any,
         times: Any,
         var_f: Any,
         components: Any,
         groups: Any = None,
+        xy: Any = None,
         chunk_size: int = 16384,
-    ) -> tuple[TileEffectPrediction, np.ndarray]:
-        """The tile's posterior at rows (tile, km position, time) and the neighbours' pull.
-
-        Returns the tile effect's prediction (``shift``, ``tile_var``, ``noise_var``, ``seen``)
-        with the field included, and ``mu``, the neighbours' kriged pull on the tile's level
-        (part of ``shift``).
+    ) -> TileEffectPrediction:
+        """The tile's posterior at rows (tile, time, km position ``xy``; default the
+        ``positions`` of the tile ids), with the field included: ``shift``, ``tile_var``,
+        ``noise_var``, ``seen`` as :meth:`TileEffect.predict`, and ``pull``, the neighbours'
+        kriged part of ``shift``.
         """
         tiles_a, times_a, _, vf, comp = _as_rows(
             tiles, times, None, var_f, components, what="prediction rows"
         )
+        if xy is None:
+            if self.positions is None:
+                raise ValueError("give xy= (km positions), or build the layer with positions=")
+            xy = self.positions(tiles_a)
         xy_a = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
         if xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all():
             raise DataError("prediction rows: one finite km position per row is needed")
@@ -432,8 +457,9 @@ class LocalLayer:
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), mu.numpy()
         noise = comp @ t["kappa"].numpy()
-        pred = TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=own >= 0)
-        return pred, pull
+        return TileEffectPrediction(
+            shift=shift, tile_var=tile_var, noise_var=noise, seen=own >= 0, pull=pull
+        )
 
 
 def _predict_rows(

@@ -199,6 +199,8 @@ def predict_quantity(
         Rows evaluated at a time by the GP.
     """
     check_quantity(quantity)
+    if isinstance(effect, LocalLayer):  # a layer stands in for its tile effect
+        layer, effect = effect, None
     x_np = np.asarray(X)
     n = int(x_np.shape[0])
     noise_kw = noise_kwargs(model, tests, devices, urban=urban)
@@ -224,11 +226,10 @@ def predict_quantity(
         step = np.array(np.broadcast_to(np.asarray(times, dtype=np.float64), (n,)))
         groups = urban_groups(urban) if effect.grouped else None
         if layer is not None:
-            if xy is None:
-                raise ValueError("with a local layer, give xy= (km positions) for every place")
-            part, pull = layer.predict(
+            part = layer.predict(
                 tiles=tiles, xy=xy, times=step, var_f=area_var, components=comp, groups=groups
             )
+            pull = part.pull if part.pull is not None else pull
             basis = "local layer"
         else:
             part = effect.predict(

@@ -177,12 +177,16 @@ class TileEffectPrediction:
         Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``.
     seen
         Whether the row's tile has conditioning rows.
+    pull
+        The neighbouring tiles' part of ``shift`` (a :class:`geodbk.local_layer.LocalLayer`'s
+        kriged field; ``None`` for the tile effect alone).
     """
 
     shift: np.ndarray
     tile_var: np.ndarray
     noise_var: np.ndarray
     seen: np.ndarray
+    pull: np.ndarray | None = None
 
 
 def offset_covariance(

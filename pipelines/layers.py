@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ def tile_positions(quadkeys: Any, *, lat0: float) -> np.ndarray:
     """``(n, 2)`` km positions of the tiles' centres (:func:`geodbk.local_layer.lonlat_to_km`)."""
     lon, lat = quadkey_centroid(np.asarray(quadkeys).astype(str))
     return lonlat_to_km(lon, lat, lat0=lat0)
+
+
+def _positions_of(lat0: float) -> Callable[[np.ndarray], np.ndarray]:
+    """Tile ids (quadkeys) -> km positions on the projection at ``lat0``."""
+
+    def positions(quadkeys: np.ndarray) -> np.ndarray:
+        return tile_positions(quadkeys, lat0=lat0)
+
+    return positions
 
 
 def _effect_positions(effect: Any, lat0: float) -> np.ndarray:
@@ -99,7 +109,9 @@ def fit_run_local_layer(
         layer.params.val_nll,
         layer.params.val_nll_without,
     )
-    return layer.with_effect(effect, tile_xy=_effect_positions(effect, lat0))
+    return layer.with_effect(
+        effect, tile_xy=_effect_positions(effect, lat0), positions=_positions_of(lat0)
+    )
 
 
 def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:
@@ -147,4 +159,9 @@ def load_local_layer(model_dir: Path, effect: Any, *, expected: dict[str, Any] |
             f"{path} does not belong to this model (another training run wrote it); retrain "
             "with `geodbk train`"
         )
-    return LocalLayer(effect, params, tile_xy=_effect_positions(effect, params.lat0))
+    return LocalLayer(
+        effect,
+        params,
+        tile_xy=_effect_positions(effect, params.lat0),
+        positions=_positions_of(params.lat0),
+    )

@@ -177,7 +177,7 @@ def _predict(
 
 def _predict_tiles(
     model: Any,
-    effect: Any,
+    tile_model: Any,
     X: np.ndarray,
     tiles: pa.Table,
     quarter: str | None,
@@ -185,21 +185,23 @@ def _predict_tiles(
     *,
     urban: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_predict` (one speed test) plus each tile's offset at ``quarter``."""
-    from geodbk.predictive import noise_kwargs
-    from geodbk.tile_effect import predict_at_quarters, urban_groups
+    """Mean and sd of the ``tile`` quantity (:mod:`geodbk.quantities`) of distinct tiles: with a
+    tile effect or local layer ``tile_model`` each tile's offset at ``quarter``, without one
+    f(x) plus the noise floor."""
+    from geodbk.geo.timeaxis import quarter_index
+    from geodbk.quantities import predict_quantity
 
-    pred = predict_at_quarters(
+    q = predict_quantity(
         model,
-        effect,
         X,
-        tiles=tiles.column("quadkey").to_pylist(),
-        quarters=quarter,
-        noise=noise_kwargs(model, None, urban=urban),
-        groups=urban_groups(urban) if effect.grouped else None,
+        quantity="tile",
+        effect=tile_model,
+        tiles=np.asarray(tiles.column("quadkey").to_pylist()).astype(str),
+        times=float(quarter_index(quarter)) if quarter else 0.0,
+        urban=urban,
         chunk_size=chunk,
     )
-    return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
+    return q.mean, q.sd
 
 
 def _served_prob(spec: TargetSpec, mean: np.ndarray, std: np.ndarray, thr: float) -> np.ndarray:
@@ -230,6 +232,17 @@ def _grid_area_share(rd: RunDir, spec: TargetSpec, thr: float) -> float | None:
             served += float(w[inside & (p_bad <= 1 - SERVED_PROB)].sum())
             total += float(w[inside].sum())
     return served / total if total > 0 else None
+
+
+def _grid_quantity(rd: RunDir, spec: TargetSpec) -> str | None:
+    """The ``quantity`` attribute of ``grids/TARGET.nc`` (older grids: their description)."""
+    path = rd.grid(spec.name)
+    if not path.is_file():
+        return None
+    import xarray as xr
+
+    with xr.open_dataset(path) as ds:
+        return str(ds.attrs.get("quantity", "")) or None
 
 
 def latest_quarter(quarters: Iterable[str]) -> str:
@@ -411,13 +424,17 @@ def service_coverage(
     tile_effect: Any = None,
     tile_quarter: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles"}`` (shares).
+    """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles",
+    "quantity", "area_quantity"}`` (shares).
 
     ``tiles`` are the distinct tiles (:attr:`TileScan.tiles`); they are predicted ``chunk`` at a
-    time and only the served counts are kept. A time-aware model (``metadata["inputs"]`` holds
-    ``t``) predicts every tile at ``quarter`` (the table's latest, as ``grids/TARGET.nc``); a
-    pooled one ignores it. With a ``tile_effect`` each tile also gets its own offset at
-    ``tile_quarter`` (the table's latest quarter).
+    time and only the served counts are kept. A tile is judged on the ``tile`` quantity, what
+    it typically gets (:mod:`geodbk.quantities`), not on one speed test: with a
+    ``tile_effect`` (a tile effect or a local layer) each tile's own offset at ``tile_quarter``
+    (the table's latest quarter), without one f(x) plus the noise floor. A time-aware model
+    (``metadata["inputs"]`` holds ``t``) predicts every tile at ``quarter`` (the table's
+    latest, as ``grids/TARGET.nc``); a pooled one ignores it. The area share is read from the
+    grid's exceedance layers, whose quantity (``area_quantity``) is the grid's own.
     """
     md = metadata or {}
     n = tiles.num_rows
@@ -435,20 +452,20 @@ def service_coverage(
         )
         u = urban[start : start + step]
         X = model_inputs(X2, md, quarter=quarter)
-        if tile_effect is None:
-            mean, std = _predict(model, X, chunk, urban=u)
-        else:
-            mean, std = _predict_tiles(model, tile_effect, X, part, tile_quarter, chunk, urban=u)
+        mean, std = _predict_tiles(model, tile_effect, X, part, tile_quarter, chunk, urban=u)
         for j, t in enumerate(thresholds):
             served = _served_prob(spec, mean, std, t) >= SERVED_PROB
             counts[j] += (int(served.sum()), int(served[u].sum()), int(served[~u].sum()))
     rows = []
     rel = "≥" if spec.higher_is_better else "≤"
+    area_quantity = _grid_quantity(rd, spec)
     for j, t in enumerate(thresholds):
         rows.append(
             {
                 "threshold": float(t),
                 "label": f"{rel} {t:g} {spec.unit}",
+                "quantity": "tile",
+                "area_quantity": area_quantity,
                 "n_tiles": n,
                 "tiles": int(counts[j, 0]) / n if n else None,
                 "area": _grid_area_share(rd, spec, t),
@@ -665,13 +682,16 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
 
     from geodbk.geo.table import read_table_metadata
     from geodbk.streaming import count_rows, streaming_mean_std
+    from pipelines.layers import load_map_layers
+    from pipelines.map_calibration import map_calibration_of_run
     from pipelines.predict import read_region
-    from pipelines.train import load_model, load_tile_effect
+    from pipelines.train import load_model
 
     rd = require_run(run)
     spec = target_spec(target)
     model = load_model(rd, target)
-    tile_effect = load_tile_effect(rd, target, model)
+    tile_effect, layer = load_map_layers(rd, target, model)
+    tile_model = layer if layer is not None else tile_effect
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     tiles_meta = read_table_metadata(rd.tiles)
@@ -703,7 +723,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         chunk=chunk,
         has_tests=has_tests,
         has_devices=has_devices,
-        tile_effect=tile_effect,
+        tile_effect=tile_model,
     )
     scored = _read_scored(out_dir / "predictions.parquet", has_tests=has_tests)
     y, mean, std, urban = scored["y"], scored["mean"], scored["std"], scored["urban"]
@@ -727,6 +747,11 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     metrics_doc["by_quarter"] = by_quarter
     if tile_effect is not None:
         metrics_doc["tile_effect"] = tile_effect.params.to_dict()
+    if layer is not None:
+        metrics_doc["local_layer"] = layer.params.to_dict()
+    metrics_doc["map_calibration"] = map_calibration_of_run(
+        rd, spec, model, tile_model, metadata=md, chunk=chunk
+    )
     atomic_write_json(out_dir / "metrics.json", clean_json(metrics_doc))
 
     curves = {}
@@ -747,7 +772,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         chunk,
         metadata=md,
         quarter=current,
-        tile_effect=tile_effect,
+        tile_effect=tile_model,
         tile_quarter=latest,
     )
     tile_extent = scan.extent
@@ -824,6 +849,9 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         _by_tests_section(doc, metrics_doc["by_tests"], md.get("noise"))
     if tile_effect is not None:
         _tile_effect_section(doc, tile_effect.params.to_dict())
+    if layer is not None:
+        _local_layer_section(doc, layer.params.to_dict())
+    _map_calibration_section(doc, metrics_doc["map_calibration"])
     _by_quarter_section(doc, by_quarter, time_info)
     atomic_write_text(out_dir / "report.md", doc.markdown())
     atomic_write_text(out_dir / "report.html", doc.html())
@@ -895,9 +923,64 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
         f"× {params.get('latent_scale', 1.0):.2f}); the observation noise was refitted as "
         f"{scales}. Validation NLL {_fmt(params.get('val_nll_without'))} without the offset, "
         f"{_fmt(params.get('val_nll'))} with it. Tiles never seen in training get the GP mean "
-        "with the prior variance of error and offset. The tile shares of service coverage use "
-        "each tile's offset at the table's latest quarter; the grid maps and area shares show "
-        "the GP alone."
+        "with the prior variance of error and offset. The tile quantity of the maps, of "
+        "`predict --at` and of the tile shares of service coverage uses each tile's offset "
+        "(at the table's latest quarter for the shares). "
+        + (
+            f"The parameters were chosen on {params.get('objective_rows')} held-out training "
+            "rows (no validation tile had training rows)."
+            if params.get("objective") == "training hold-out"
+            else ""
+        )
+    )
+
+
+def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
+    """What the local layer's spatial field is and what it was fitted to."""
+    doc.heading("Local layer")
+    doc.para(
+        "On top of the tile effect, a short-range spatial field (Matérn-3/2, range "
+        f"{params['range_km']:.2f} km, variance {params['sigma2']:.4f} log10 units²) pulls each "
+        f"tile toward its {params['neighbours']} nearest measured tiles; the offset's remaining "
+        f"white part has τ² = {_tau2_text(params['tau2'])}. Validation NLL "
+        f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
+        f"{_fmt(params.get('val_nll'))} with the field."
+    )
+
+
+def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
+    """How well the map's tile quantity covers the levels of well-measured held-out tiles."""
+    doc.heading("Map calibration")
+    if not cal.get("tile", {}).get("all"):
+        doc.para(
+            f"No test tile has {cal.get('min_tests')} or more tests over its test quarters, so "
+            "the map's own calibration cannot be measured on this split."
+        )
+        return
+    doc.para(
+        f"Test tiles with at least {cal['min_tests']} tests over their test quarters: the "
+        "95% interval of the map's quantity against the tile's tests-weighted level (its "
+        "own test noise added). tile: what the map shows by default; area: the smooth f(x) "
+        "alone."
+    )
+    rows = []
+    for quantity in ("tile", "area"):
+        for group in ("all", "urban", "rural"):
+            r = cal.get(quantity, {}).get(group)
+            if r:
+                rows.append(
+                    [
+                        quantity,
+                        group,
+                        str(r["tiles"]),
+                        _fmt(r["coverage95"], True),
+                        _fmt(r["median_abs_error"]),
+                        _fmt(r["off_by_2x"], True),
+                    ]
+                )
+    doc.table(
+        ["quantity", "tiles", "n", "95% coverage", "median |error| (log10)", "off by > 2×"],
+        rows,
     )
 
 
@@ -1019,10 +1102,13 @@ def _build_doc(
     )
     doc.image("figures/sd_maps.png", "empirical vs predicted sd maps")
     doc.heading("Service coverage")
+    area_quantity = next((r.get("area_quantity") for r in coverage_rows), None)
     doc.para(
         f"Share of distinct tiles, of region area (grid cells, cos-lat weighted) and of urban / "
         f"rural tiles where the {spec.name} is on the good side of the threshold with "
-        f"probability ≥ {SERVED_PROB:.0%}."
+        f"probability ≥ {SERVED_PROB:.0%}. Tiles are judged on the tile quantity (what a "
+        "tile typically gets, not one speed test); the area share on the grid's "
+        f"{area_quantity or 'missing'} quantity."
     )
     doc.table(
         ["threshold", "tiles", "area", "urban tiles", "rural tiles"],

@@ -284,16 +284,71 @@ def service_table(summary: dict[str, Any] | None) -> pd.DataFrame | None:
             k: (100 * r[k] if isinstance(r.get(k), int | float) else math.nan)
             for k in ("tiles", "area", "urban", "rural")
         }
+        tile_q = str(r.get("quantity") or "one test")
+        area_q = str(r.get("area_quantity") or "grid")
         out.append(
             {
                 "served when": r.get("label", r.get("threshold")),
-                "tiles (%)": pct["tiles"],
-                "area (%)": pct["area"],
+                f"tiles (%), {tile_q}": pct["tiles"],
+                f"area (%), {area_q}": pct["area"],
                 "urban tiles (%)": pct["urban"],
                 "rural tiles (%)": pct["rural"],
             }
         )
     return pd.DataFrame(out)
+
+
+def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
+    """``metrics["map_calibration"]`` as one row per quantity and group (``None`` without)."""
+    cal = metrics.get("map_calibration")
+    if not isinstance(cal, dict):
+        return None
+    rows = []
+    for quantity in ("tile", "area"):
+        for group in ("all", "urban", "rural"):
+            r = (cal.get(quantity) or {}).get(group)
+            if isinstance(r, dict):
+                rows.append(
+                    {
+                        "quantity": quantity,
+                        "group": group,
+                        "tiles": r.get("tiles"),
+                        "95% coverage": _num(r.get("coverage95")),
+                        "median |error| (log10)": _num(r.get("median_abs_error")),
+                        "off by > 2×": _num(r.get("off_by_2x")),
+                    }
+                )
+    return pd.DataFrame(rows) if rows else None
+
+
+def _render_map_calibration(metrics: dict[str, Any]) -> None:
+    """The map's own calibration on well-measured held-out tiles (``map_calibration``)."""
+    cal = metrics.get("map_calibration")
+    if not isinstance(cal, dict):
+        return
+    st.markdown("#### Map calibration: what well-measured held-out tiles get")
+    table = map_calibration_table(metrics)
+    if table is None:
+        st.info(
+            f"No test tile has {cal.get('min_tests', 30)} or more tests over its test quarters: "
+            "the map's own calibration cannot be measured on this split."
+        )
+        return
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "95% coverage": st.column_config.NumberColumn(format="percent"),
+            "off by > 2×": st.column_config.NumberColumn(format="percent"),
+            "median |error| (log10)": st.column_config.NumberColumn(format="%.3f"),
+        },
+    )
+    st.caption(
+        f"Test tiles with at least {cal.get('min_tests', 30)} tests: the map's 95% interval "
+        "against each tile's tests-weighted level. tile = what the maps show by default (each "
+        "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%."
+    )
 
 
 def _read_optional(path: Path, reader: Any) -> Any:
@@ -352,6 +407,7 @@ def render(ctx: RunContext) -> None:
             st.dataframe(both[["model", "group", "MAE", "NLL", "95% coverage"]], hide_index=True)
 
     _render_by_quarter(metrics)
+    _render_map_calibration(metrics)
 
     svc = service_table(summary)
     c1, c2 = st.columns(2)
@@ -361,7 +417,10 @@ def render(ctx: RunContext) -> None:
             st.altair_chart(_reliability_chart(rel), width="stretch")
     with c2:
         if svc is not None:
-            st.markdown("**Service coverage** (served = threshold met with ≥ 90% probability)")
+            st.markdown(
+                "**Service coverage** (served = threshold met with ≥ 90% probability by the "
+                "named quantity: tile = what a tile typically gets)"
+            )
             st.dataframe(
                 svc,
                 hide_index=True,

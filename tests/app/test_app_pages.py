@@ -199,6 +199,12 @@ def test_demo_coverage_report_and_model_tabs(
     table = report.dataframe[0].value
     assert list(table["group"]) == ["urban", "rural", "all"]
     assert {"MAE", "NLL", "95% coverage"} <= set(table.columns)
+    # the map's own calibration and the quantity that judged service coverage are named
+    frames = [d.value for d in report.dataframe]
+    cal = next(f for f in frames if "median |error| (log10)" in f.columns)
+    assert list(cal["quantity"])[:3] == ["tile"] * 3 and "area" in set(cal["quantity"])
+    svc = next(f for f in frames if "served when" in f.columns)
+    assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
     model = open_tab(at, "Model")
     kinds = element_types(model)
     assert kinds["metric"] == 6 and kinds["vega_lite_chart"] == 2 and kinds["code"] == 1

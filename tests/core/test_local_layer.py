@@ -82,7 +82,7 @@ def test_prediction_matches_the_dense_joint_gaussian() -> None:
     layer = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
     # a measured tile at a later quarter, and a new tile between measured ones
     targets = [("t03", 8.0, xy[3], v[tiles == "t03"][0]), ("new", 5.0, np.array([4.0, 6.0]), 0.02)]
-    pred, pull = layer.predict(
+    pred = layer.predict(
         tiles=[t[0] for t in targets],
         xy=np.array([t[2] for t in targets]),
         times=[t[1] for t in targets],
@@ -94,7 +94,9 @@ def test_prediction_matches_the_dense_joint_gaussian() -> None:
         assert pred.shift[i] == pytest.approx(mean, rel=1e-8, abs=1e-10)
         assert pred.tile_var[i] == pytest.approx(var, rel=1e-8, abs=1e-10)
     assert pred.seen.tolist() == [True, False]
-    assert pull[1] == pytest.approx(pred.shift[1])  # an unseen tile is all neighbours' pull
+    assert pred.pull is not None and pred.pull[1] == pytest.approx(
+        pred.shift[1]
+    )  # an unseen tile is all neighbours' pull
 
 
 def test_zero_field_gives_back_the_tile_effect() -> None:
@@ -109,7 +111,7 @@ def test_zero_field_gives_back_the_tile_effect() -> None:
     )
     kw = {"tiles": ["t02", "t05", "zz"], "times": [7.0, 2.0, 3.0], "var_f": [0.01, 0.02, 0.03]}
     kw["components"] = np.full((3, 1), 0.1)
-    mine, _ = zero.predict(xy=np.array([xy[2], xy[5], [1.0, 1.0]]), **kw)
+    mine = zero.predict(xy=np.array([xy[2], xy[5], [1.0, 1.0]]), **kw)
     ref = layer.effect.predict(**kw)
     np.testing.assert_allclose(mine.shift, ref.shift, atol=1e-12)
     np.testing.assert_allclose(mine.tile_var, ref.tile_var, rtol=1e-10)
@@ -124,7 +126,7 @@ def test_nearest_neighbours_converge_to_the_dense_answer() -> None:
     errors = []
     for k in (1, 4, 12, 30):
         layer = _layer(tiles, times, v, noise, residual, xy, neighbours=k)
-        pred, _ = layer.predict(
+        pred = layer.predict(
             tiles=["new"], xy=target[2][None], times=[4.0], var_f=[0.02], components=[[0.05]]
         )
         errors.append(abs(pred.shift[0] - exact[0]) + abs(pred.tile_var[0] - exact[1]))

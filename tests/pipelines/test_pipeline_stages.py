@@ -147,7 +147,9 @@ def test_report_outputs(run: Path) -> None:
     tiles = pd.read_parquet(run / "tiles.parquet", columns=["split"])
     assert len(preds) == int((tiles["split"] == "test").sum())
     metrics = json.loads((d / "metrics.json").read_text())
-    assert set(metrics) == {"urban", "rural", "all", "by_tests", "by_quarter"}
+    assert set(metrics) == {"urban", "rural", "all", "by_tests", "by_quarter", "map_calibration"}
+    cal = metrics.pop("map_calibration")
+    assert cal["quantity"] == "tile" and cal["min_tests"] == 30
     by_quarter = metrics.pop("by_quarter")
     assert sum(q["n"] for q in by_quarter.values()) == len(preds)
     by_tests = metrics.pop("by_tests")

@@ -73,13 +73,17 @@ def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> 
 
 
 def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) -> None:
-    """predictions.parquet of the tiled run = the plain GP of the same model + the offset."""
+    """predictions.parquet of the tiled run = the plain GP of the same model + the offset of
+    its local layer (the tile effect plus its neighbours' pull, on by default)."""
     from geodbk import DBKRegressor
     from geodbk.geo.timeaxis import quarter_indices
+    from pipelines.layers import load_map_layers
+    from pipelines.rundir import RunDir
 
     run = runs["tiled"]
     model = DBKRegressor.load(run / "models" / "download", device="cpu")
-    effect = TileEffect.load(run / "models" / "download")
+    effect, layer = load_map_layers(RunDir(run), "download", model)
+    assert layer is not None
     pred = pq.read_table(run / "report" / "download" / "predictions.parquet").to_pandas()
     tiles, _ = read_tile_table(run / "tiles.parquet")
     rows = tiles.set_index(["quadkey", "quarter"]).loc[
@@ -89,16 +93,18 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
     kw = {"tests": pred["tests"].to_numpy(), "devices": pred["devices"].to_numpy()}
     gp = model.predict(X, quantity="latent", **kw)
     _, comp = model.noise_components(**kw)
-    part = effect.predict(
-        tiles=pred["quadkey"].to_numpy(),
-        times=quarter_indices(pred["quarter"]).astype(float),
-        var_f=gp.var_f,
-        components=comp,
-        groups=urban_groups(pred["urban"]),
-    )
-    np.testing.assert_allclose(pred["mean"], gp.mean + part.shift, rtol=1e-6, atol=1e-8)
-    want_sd = np.sqrt(part.tile_var + part.noise_var)
-    np.testing.assert_allclose(pred["std"], want_sd, rtol=1e-5)
+    rows_kw = {
+        "tiles": pred["quadkey"].to_numpy(),
+        "times": quarter_indices(pred["quarter"]).astype(float),
+        "var_f": gp.var_f,
+        "components": comp,
+        "groups": urban_groups(pred["urban"]),
+    }
+    full = layer.predict(**rows_kw)
+    np.testing.assert_allclose(pred["mean"], gp.mean + full.shift, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(pred["std"], np.sqrt(full.tile_var + full.noise_var), rtol=1e-5)
+    # the tile effect's own part: history narrows a seen tile below its class prior
+    part = effect.predict(**rows_kw)
     # the demo's tiles are not in every quarter: some test rows' tiles are seen, some are not
     assert 0.2 < part.seen.mean() < 1.0
     assert (part.shift[~part.seen] == 0).all()

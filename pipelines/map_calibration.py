@@ -1,0 +1,159 @@
+"""The map's own calibration: does the tile quantity cover what well-measured tiles get?
+
+For each held-out (test) tile with at least ``min_tests`` speed tests over its test rows, the
+tile's level is the tests-weighted mean of its log10 values, ``L = sum w y / sum w`` (``w``:
+tests). The map's prediction of that level is the same average of the quantity at each test
+row's quarter: mean ``sum w m / sum w`` and sd ``sum w s / sum w`` (the quarters taken fully
+correlated, the widest case), and the level's own noise ``sum w² n / (sum w)²`` (``n``: each
+row's observation noise under the same model) is added to its variance. Reported per quantity
+(``tile``: what maps show; ``area``: the smooth f(x)), overall, urban and rural: the share of
+tiles whose level lies inside the 95% interval, the median |error| (log10) and the share off by
+more than a factor 2 (|error| > log10 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from geodbk.predictive import Z95
+
+__all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run"]
+
+#: Tests a held-out tile needs over its test rows to be scored.
+MIN_TESTS = 30
+LOG10_2 = math.log10(2.0)
+
+
+def map_calibration(
+    *,
+    tiles: Any,
+    y: Any,
+    tests: Any,
+    urban: Any,
+    mean: Any,
+    var: Any,
+    noise: Any,
+    min_tests: int = MIN_TESTS,
+) -> dict[str, Any]:
+    """Coverage, median |error| and share off by > 2x of the tiles' levels (module docstring).
+
+    Parameters
+    ----------
+    tiles, y, tests, urban
+        Test rows: tile id, log10 value, number of tests, urban flag.
+    mean, var
+        The quantity's mean and variance at each row.
+    noise
+        Each row's observation-noise variance (for the level's own noise).
+    min_tests
+        Tests a tile needs over its rows to be scored.
+
+    Returns
+    -------
+    dict
+        ``{"tiles", "min_tests", "all", "urban", "rural"}``; a group without tiles is left out.
+    """
+    frame = pd.DataFrame(
+        {
+            "tile": np.asarray(tiles).astype(str),
+            "w": np.asarray(tests, dtype=np.float64),
+            "urban": np.asarray(urban, dtype=bool),
+        }
+    )
+    w = frame["w"].to_numpy()
+    frame["wy"] = w * np.asarray(y, dtype=np.float64)
+    frame["wm"] = w * np.asarray(mean, dtype=np.float64)
+    frame["ws"] = w * np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
+    frame["w2n"] = w**2 * np.asarray(noise, dtype=np.float64)
+    g = frame.groupby("tile", sort=True)
+    sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n")}
+    keep = sums["w"] >= min_tests
+    total = sums["w"][keep]
+    level = sums["wy"][keep] / total
+    pred = sums["wm"][keep] / total
+    sd = np.sqrt((sums["ws"][keep] / total) ** 2 + sums["w2n"][keep] / total**2)
+    is_urban = g["urban"].last().to_numpy()[keep]
+    err = pred - level
+    out: dict[str, Any] = {"tiles": int(keep.sum()), "min_tests": int(min_tests)}
+    for name, m in (("all", np.ones_like(is_urban)), ("urban", is_urban), ("rural", ~is_urban)):
+        if not m.any():
+            continue
+        out[name] = {
+            "tiles": int(m.sum()),
+            "coverage95": float((np.abs(err[m]) <= Z95 * sd[m]).mean()),
+            "median_abs_error": float(np.median(np.abs(err[m]))),
+            "off_by_2x": float((np.abs(err[m]) > LOG10_2).mean()),
+        }
+    return out
+
+
+def map_calibration_of_run(
+    rd: Any,
+    spec: Any,
+    model: Any,
+    tile_model: Any,
+    *,
+    metadata: dict[str, Any],
+    chunk: int,
+    min_tests: int = MIN_TESTS,
+) -> dict[str, Any]:
+    """:func:`map_calibration` of a run's test split for the ``tile`` and ``area`` quantities.
+
+    ``tile_model`` is the model's tile effect or local layer (``None``: the tile quantity is
+    f(x) plus the noise floor). The test rows are read from ``tiles.parquet`` (a few columns;
+    the test split is a tenth of the table).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from geodbk.geo.timeaxis import quarter_indices
+    from geodbk.quantities import predict_quantity
+    from geodbk.validation import counts_or_one
+    from pipelines.rundir import model_inputs
+
+    names = set(pq.read_schema(rd.tiles).names)
+    cols = ["quadkey", "quarter", "x1", "x2", "urban", spec.log_column]
+    cols += [c for c in ("tests", "devices") if c in names]
+    test = pq.read_table(
+        rd.tiles,
+        columns=cols,
+        filters=(pc.field("split") == "test") & pc.is_finite(pc.field(spec.log_column)),
+    ).to_pandas()
+    result: dict[str, Any] = {"min_tests": min_tests, "quantity": "tile"}
+    if test.empty or "tests" not in test:
+        return result
+    tests = counts_or_one(test["tests"].to_numpy())
+    devices = counts_or_one(test["devices"].to_numpy()) if "devices" in test else None
+    quarters = test["quarter"].astype(str).to_numpy()
+    time_aware = bool(metadata.get("time_scaling"))
+    X = model_inputs(
+        test[["x1", "x2"]].to_numpy(np.float64), metadata, quarter=quarters if time_aware else None
+    )
+    common = {
+        "tiles": test["quadkey"].astype(str).to_numpy(),
+        "times": quarter_indices(quarters).astype(np.float64),
+        "urban": test["urban"].to_numpy(bool),
+        "tests": tests,
+        "devices": devices,
+        "chunk_size": chunk,
+    }
+    rows = {
+        "tiles": common["tiles"],
+        "y": test[spec.log_column].to_numpy(np.float64),
+        "tests": tests,
+        "urban": common["urban"],
+        "min_tests": min_tests,
+    }
+    for quantity in ("tile", "area"):
+        effect = tile_model if quantity == "tile" else None
+        q = predict_quantity(model, X, quantity=quantity, effect=effect, **common)
+        # the rows' own noise under the same model: var(test) - var(quantity) (for f alone,
+        # all of the GP's noise)
+        t = predict_quantity(model, X, quantity="test", effect=effect, **common)
+        noise = t.var - q.var
+        result[quantity] = map_calibration(mean=q.mean, var=q.var, noise=noise, **rows)
+    return result

@@ -1,0 +1,70 @@
+"""The map's own calibration (pipelines.map_calibration) and its place in the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines.map_calibration import map_calibration
+from pipelines.report import run_report
+
+
+def test_levels_weights_and_filter_by_hand() -> None:
+    # tile a: two rows (10 + 30 tests), level (10*1 + 30*2)/40 = 1.75; prediction 1.80 +- 1.96*0.1
+    # tile b: 20 tests only -> left out; tile c: one rural row, 50 tests, off by 0.5 (> log10 2)
+    cal = map_calibration(
+        tiles=["a", "a", "b", "c"],
+        y=[1.0, 2.0, 0.0, 3.0],
+        tests=[10, 30, 20, 50],
+        urban=[True, True, True, False],
+        mean=[1.8, 1.8, 0.0, 3.5],
+        var=[0.01, 0.01, 0.01, 0.04],
+        noise=[0.0, 0.0, 0.0, 0.0],
+    )
+    assert cal["tiles"] == 2 and cal["min_tests"] == 30
+    assert cal["urban"]["tiles"] == 1 and cal["rural"]["tiles"] == 1
+    assert cal["urban"]["coverage95"] == 1.0 and cal["rural"]["coverage95"] == 0.0
+    assert cal["urban"]["median_abs_error"] == pytest.approx(0.05)
+    assert cal["all"]["median_abs_error"] == pytest.approx((0.05 + 0.5) / 2)
+    assert cal["all"]["off_by_2x"] == pytest.approx(0.5)
+
+
+def test_the_levels_own_noise_widens_the_interval() -> None:
+    kw = {"tiles": ["a"], "y": [0.0], "tests": [40], "urban": [False], "mean": [0.3]}
+    tight = map_calibration(var=[0.01], noise=[0.0], **kw)
+    noisy = map_calibration(var=[0.01], noise=[40 * 0.03], **kw)  # level noise 40²·n/40² = n
+    assert tight["all"]["coverage95"] == 0.0
+    assert 0.3 <= 1.96 * math.sqrt(0.01 + 40 * 0.03)
+    assert noisy["all"]["coverage95"] == 1.0
+
+
+def test_no_eligible_tile_gives_no_groups() -> None:
+    cal = map_calibration(
+        tiles=["a"], y=[1.0], tests=[3], urban=[True], mean=[1.0], var=[0.1], noise=[0.0]
+    )
+    assert cal == {"tiles": 0, "min_tests": 30}
+
+
+def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    run_report(run, target="download", thresholds=None)
+    metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
+    cal = metrics["map_calibration"]
+    for quantity in ("tile", "area"):
+        r = cal[quantity]["all"]
+        assert r["tiles"] > 10
+        assert all(np.isfinite(r[k]) for k in ("coverage95", "median_abs_error", "off_by_2x"))
+    # the tile quantity knows each tile's history: closer to the levels than f alone
+    assert cal["tile"]["all"]["median_abs_error"] < cal["area"]["all"]["median_abs_error"]
+    text = (run / "report" / "download" / "report.md").read_text()
+    assert "## Map calibration" in text and "## Local layer" in text
+    assert "tile quantity" in text
+    summary = json.loads((run / "report" / "download" / "summary.json").read_text())
+    row = summary["service_coverage"][0]
+    assert row["quantity"] == "tile" and row["area_quantity"] == "tile"
