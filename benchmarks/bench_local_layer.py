@@ -8,6 +8,8 @@ fitted here on the same residuals, so every variant shares one GP)::
     OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random-download-pooled \\
         --target download --out docs/benchmarks/local_layer/random-download-pooled.json
 
+``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md).
+
 Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,
 :func:`pipelines.layers.fit_run_local_layer`): the tile effect's ``(tau², rho, lambda,
 kappa)`` by the validation NLL of validation rows with training history (random split) or, when
@@ -85,7 +87,12 @@ def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def _scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray) -> dict:
+def _scores(
+    y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
+) -> dict:
+    """NLL, 95% coverage and width overall, urban and rural, and by tests bucket."""
+    from pipelines.scoring import by_tests_scores
+
     z = (y - mean) / np.sqrt(var)
     nll = 0.5 * (np.log(2 * np.pi * var) + z**2)
     inside = np.abs(z) <= Z95
@@ -96,6 +103,7 @@ def _scores(y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray)
             "coverage95": float(inside[m].mean()),
             "width95": float((2 * Z95 * np.sqrt(var[m])).mean()),
         }
+    out["by_tests"] = by_tests_scores(y, mean, np.sqrt(var), urban, tests)
     return out
 
 
@@ -114,6 +122,39 @@ def _map_scores(test: pd.DataFrame, mean: Any, var: Any, noise: Any) -> dict:
     )
 
 
+def table(folder: Path) -> str:
+    """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
+    coverage of the rows, and coverage / median |error| of well-measured tiles' levels."""
+    lines = [
+        "| run | model | test NLL | row cov. | tests-bucket cells in 95 ± 2 | map tiles "
+        "| map cov. (urban / rural) | median \\|err\\| | off > 2x |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for path in sorted(folder.glob("*.json")):
+        d = json.loads(path.read_text())
+        for name, res in d["results"].items():
+            r, m = res["rows"]["all"], res["map"]
+            cov = " / ".join(
+                f"{100 * m[g]['coverage95']:.1f}" if g in m else "–" for g in ("urban", "rural")
+            )
+            a = m.get("all", {})
+            cells = [
+                b[g]["coverage"]
+                for b in (res["rows"].get("by_tests") or {}).values()
+                for g in ("urban", "rural")
+                if isinstance(b.get(g), dict) and b[g].get("n", 0) >= 30
+            ]
+            inside = sum(0.93 <= c <= 0.97 for c in cells)
+            lines.append(
+                f"| {path.stem} | {name} | {r['nll']:.3f} | {100 * r['coverage95']:.1f} | "
+                f"{inside}/{len(cells)} | "
+                f"{m.get('tiles', 0)} | {100 * a.get('coverage95', float('nan')):.1f} ({cov}) | "
+                f"{a.get('median_abs_error', float('nan')):.3f} | "
+                f"{100 * a.get('off_by_2x', float('nan')):.1f} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; see the module docstring."""
     import torch
@@ -122,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     from geodbk.tile_effect import fit_tile_effect, urban_groups
     from pipelines.layers import fit_run_local_layer, tile_positions
 
+    if argv is None:
+        import sys
+
+        argv = sys.argv[1:]
+    if argv[:1] == ["--table"]:
+        print(table(Path(argv[1])))
+        return 0
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)
     p.add_argument("--target", default="download")
@@ -179,11 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     xy = tile_positions(tiles, lat0=lat0)
     y = y_all[te]
     u = urban[te]
+    tests = frame["tests"].to_numpy(np.float64)[te]
     comp = gp["comp"][te]
     results: dict[str, Any] = {}
     # the GP alone: row = observation; map = area quantity (f, var_f)
     results["gp"] = {
-        "rows": _scores(y, gp["mean"][te], gp["var_f"][te] + comp.sum(1), u),
+        "rows": _scores(y, gp["mean"][te], gp["var_f"][te] + comp.sum(1), u, tests),
         "map": _map_scores(frame[te], gp["mean"][te], gp["var_f"][te], comp.sum(1)),
     }
     kw = {
@@ -195,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     part = effect.predict(**kw)
     results["tile_effect"] = {
-        "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u),
+        "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
         "map": _map_scores(frame[te], gp["mean"][te] + part.shift, part.tile_var, part.noise_var),
         "test_rows_with_history": float(part.seen.mean()),
     }
     lpart = layer.predict(xy=xy[te], **kw)
     pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
     results["local_layer"] = {
-        "rows": _scores(y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u),
+        "rows": _scores(
+            y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u, tests
+        ),
         "map": _map_scores(
             frame[te], gp["mean"][te] + lpart.shift, lpart.tile_var, lpart.noise_var
         ),
@@ -293,7 +344,7 @@ def _kriging(
     u = frame["urban"].to_numpy(bool)[test]
     return {
         "variogram": {"model": "exponential", "psill_range_nugget": [float(v) for v in params]},
-        "rows": _scores(y, mean, ss + row_noise, u),
+        "rows": _scores(y, mean, ss + row_noise, u, frame["tests"].to_numpy(np.float64)[test]),
         "map": _map_scores(frame[test], mean, ss, row_noise),
     }
 

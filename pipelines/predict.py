@@ -6,26 +6,24 @@ spooled to disk and assembled into a classic NetCDF file (64-bit offset; readabl
 ``xarray.open_dataset(path)`` and no HDF5 library) by :class:`pipelines.gridfile.GridWriter`,
 then moved into place atomically.
 
-Variables (float32, NaN outside the region): ``mean``, ``std``, ``pi_lower``, ``pi_upper``,
-``pi_width`` (log10 of kbps or ms; ``std`` is the predictive sd of a tile's observed value, noise
-included; the interval is the 95% predictive interval mean ± 1.96 std), ``mean_natural``,
-``pi_lower_natural``, ``pi_upper_natural``, ``pi_width_natural`` (Mbps or ms; ``mean_natural``
-is 10**mean, the predictive median), ``std_f`` (latent sd, noise excluded), one exceedance
-probability per threshold (speeds: ``p_below_25mbps`` = P(speed < 25 Mbps); latency:
-``p_above_100ms`` = P(latency > 100 ms)), the latent layer ``latent_pi_lower``,
-``latent_pi_upper`` (+ ``_natural``: mean ± 1.96 std_f, the 95% credible interval of the latent
-mean f(x)) and ``in_region`` (bool).
-
-What the observation variables describe (``--tests K``, attribute ``quantity``): with a
-tests-aware model, the tile average of K speed tests, ``std² = std_f² + s2_floor + s2_meas/K^p``
-(default K = 1: a single speed test); with a ``tests+devices`` model, the tile average of K tests
-from M devices (``--devices M``, default M = K), ``std² = std_f² + s2_floor + s2_meas/K^p +
-s2_dev/M^q``; with a constant-noise model, an observation with the one learned ``s2``. A model
-with a noise floor per urban/rural class (``--noise ...+urban``) uses each cell's own class: the
-cell centre inside ``RUN/urban_areas.geojson`` is urban (``s2_floor_urban``), elsewhere rural
-(``s2_floor``); such grids gain the variable ``urban`` (1 urban, 0 rural). Every variable's
-``quantity`` attribute (and the GeoTIFF band description) says which; the grid attributes hold
-the noise parameters so other K can be derived from ``std_f``.
+Variables (float32, NaN outside the region). What the map shows is a named quantity
+(``--quantity``, :mod:`geodbk.quantities`; the grid attribute ``quantity``): ``tile`` (default,
+what the zoom-16 tile at the cell centre typically gets: f(x) plus the tile's own offset from the
+model's tile effect and local layer, informed by the tile's history and its measured
+neighbours), ``area`` (the neighbourhood level f(x)) or ``test`` (one speed test, or with
+``--tests K`` the tile average of K tests from ``--devices M`` devices). ``mean``, ``std``,
+``pi_lower``, ``pi_upper``, ``pi_width`` (log10 of kbps or ms; the 95% interval mean ± 1.96 std),
+``mean_natural``, ``pi_lower_natural``, ``pi_upper_natural``, ``pi_width_natural`` (Mbps or ms;
+``mean_natural`` = 10**mean, the median) and one exceedance probability per threshold (speeds:
+``p_below_25mbps`` = P(speed < 25 Mbps); latency: ``p_above_100ms``) describe that quantity.
+Every grid also holds the parts: ``area_mean`` and ``std_f`` (the area quantity, with
+``latent_pi_lower``/``latent_pi_upper`` (+ ``_natural``) its 95% interval), ``tile_mean``,
+``tile_sd``, ``tile_offset``, ``tile_pull`` (the neighbours' part of the offset),
+``tile_history`` (1 where the tile has measured history), ``test_sd`` (one speed test) and
+``in_region`` (bool). Each variable's ``quantity`` attribute (and GeoTIFF band description)
+names its quantity; the grid attributes record the noise and tile-effect parameters. A model
+with a noise floor per urban/rural class (or a tile effect with a τ² per class) uses each
+cell's class from ``RUN/urban_areas.geojson``; the first kind of grid gains ``urban`` (1/0).
 
 Quarters (issue 10). Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
 ``quarter_status``. A pooled model (trained without ``--time``) maps all quarters at once:
