@@ -53,20 +53,27 @@ def main(argv: list[str] | None = None) -> int:
         return np.power(10.0, x) / divisor
 
     fig, ax = plt.subplots(figsize=(9, 4.2))
-    bands = (
-        ("test: one speed test", v["tile_mean"], v["test_sd"], "#fde725", 0.35),
-        ("tile: what the tile typically gets", v["tile_mean"], v["tile_sd"], "#21918c", 0.35),
-        ("area: neighbourhood level f(x)", v["area_mean"], v["std_f"], "#440154", 0.35),
-    )
-    for label, mean, sd, colour, alpha in bands:
+    for label, sd, colour, alpha in (
+        ("test: one speed test", v["test_sd"], "#fde725", 0.45),
+        ("tile: what the tile typically gets", v["tile_sd"], "#21918c", 0.35),
+    ):
         ax.fill_between(
             lon,
-            natural(mean - Z95 * sd),
-            natural(mean + Z95 * sd),
+            natural(v["tile_mean"] - Z95 * sd),
+            natural(v["tile_mean"] + Z95 * sd),
             color=colour,
             alpha=alpha,
             label=f"{label}, 95% interval",
             linewidth=0,
+        )
+    for sign in (-1.0, 1.0):
+        ax.plot(
+            lon,
+            natural(v["area_mean"] + sign * Z95 * v["std_f"]),
+            color="#440154",
+            lw=1.0,
+            ls="--",
+            label="area: neighbourhood level f(x), 95% interval" if sign > 0 else None,
         )
     ax.plot(lon, natural(v["area_mean"]), color="#440154", lw=1.5, label="area median")
     ax.plot(lon, natural(v["tile_mean"]), color="#21918c", lw=1.2, label="tile median")

@@ -194,23 +194,23 @@ class _Neighbours:
         self.k = int(min(max(k, 0), len(self.xy)))
         self.tree = cKDTree(self.xy) if len(self.xy) else None
 
-    def query(self, xy: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(nb (m, k), d_nb (m, k, k), d_star (m, k))``; ``own``: each target's own tile
+    def query(self, xy: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        """``(nb (m, k), d_nb (m, k, k), d_star (m, k))`` (``d_nb``: the neighbours' distances
+        to each other, as a tensor); ``own``: each target's own tile
         slot (-1: none), left out of its neighbours (its slot then holds -1)."""
         m = xy.shape[0]
         if self.tree is None or self.k == 0:
-            return np.full((m, 0), -1), np.zeros((m, 0, 0)), np.zeros((m, 0))
+            return np.full((m, 0), -1), torch.zeros((m, 0, 0), dtype=_DT), np.zeros((m, 0))
         kq = min(self.k + 1, len(self.xy))
-        d, nb = self.tree.query(xy, k=kq)
+        d, nb = self.tree.query(xy, k=kq, workers=-1)
         d, nb = d.reshape(m, kq), nb.reshape(m, kq)
         is_own = nb == np.asarray(own)[:, None]
         order = np.argsort(is_own, axis=1, kind="stable")[:, : self.k]
         nb = np.take_along_axis(nb, order, axis=1)
         d = np.take_along_axis(d, order, axis=1)
         nb = np.where(nb == np.asarray(own)[:, None], -1, nb)
-        p = self.xy[nb]
-        d_nb = np.sqrt(((p[:, :, None, :] - p[:, None, :, :]) ** 2).sum(-1))
-        return nb, d_nb, d
+        p = torch.as_tensor(self.xy[nb])
+        return nb, torch.cdist(p, p), d
 
 
 class LocalLayer:
@@ -244,6 +244,7 @@ class LocalLayer:
             raise DataError("local layer: non-finite tile positions")
         self.tile_xy = xy
         self._neighbours = _Neighbours(xy, params.neighbours)
+        self._summary_cache: _Summaries | None = None
 
     @property
     def grouped(self) -> bool:
@@ -433,14 +434,16 @@ class LocalLayer:
         tile_var = np.zeros(tiles_a.size)
         pull = np.zeros(tiles_a.size)
         with torch.no_grad():
-            summ = _summaries(lay, t["tau2"], t["rho"], t["kappa"])
+            if self._summary_cache is None:
+                self._summary_cache = _summaries(lay, t["tau2"], t["rho"], t["kappa"])
+            summ = self._summary_cache
             for s in range(0, tiles_a.size, chunk_size):
                 part = slice(s, s + chunk_size)
                 nb, d_nb, d_star = self._neighbours.query(xy_a[part], own[part])
                 m, v, mu = _predict_rows(
                     lay,
                     torch.as_tensor(nb),
-                    torch.as_tensor(d_nb),
+                    d_nb,
                     torch.as_tensor(d_star),
                     own[part],
                     torch.as_tensor(times_a[part], dtype=_DT),

@@ -1,0 +1,97 @@
+"""Cost of the tile quantity's maps against the area quantity's: time and peak memory of
+``geodbk predict`` for grids of about 10^5, 10^6 and 10^7 cells.
+
+Each (cells, quantity) runs in its own process (so its peak RSS is its own), on a run with a
+trained model whose tile effect and local layer are saved (``geodbk train`` defaults)::
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_tile_maps.py --run runs/hip --target download \\
+        --cells 100000 1000000 10000000 --out docs/benchmarks/tile_maps.json
+
+Time on a quiet machine only (``uptime`` load below 0.5, nothing else running); the JSON records
+the load before each measurement, the thread count and the cells in the region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CHILD = """
+import json, resource, sys, time
+from pipelines.predict import run_predict
+import xarray as xr
+run, target, quantity, res = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+t0 = time.perf_counter()
+path = run_predict(run, target=target, quantity=quantity, resolution=res, extent="tiles")
+seconds = time.perf_counter() - t0
+with xr.open_dataset(path) as ds:
+    cells = int(ds.sizes["x"] * ds.sizes["y"])
+    inside = int(ds["in_region"].values.sum())
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "cells": cells, "in_region": inside, "peak_rss_mb": rss}))
+"""
+
+
+def _resolution(run: Path, cells: int) -> float:
+    """Square cells of the tiles' extent (+ the predict margin) giving about ``cells`` cells."""
+    import geopandas as gpd
+
+    from pipelines.predict import grid_bounds
+    from pipelines.rundir import RunDir
+
+    region = gpd.read_file(run / "region.geojson").geometry.union_all()
+    w, s, e, n = grid_bounds(RunDir(run), region.bounds, extent="tiles")
+    return math.sqrt((e - w) * (n - s) / cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurements; see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--run", type=Path, required=True)
+    p.add_argument("--target", default="download")
+    p.add_argument("--cells", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for cells in args.cells:
+        res = _resolution(args.run, cells)
+        for quantity in ("area", "tile"):
+            load = os.getloadavg()[0]
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(args.run), args.target, quantity, str(res)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            row = {
+                "target_cells": cells,
+                "quantity": quantity,
+                "resolution_deg": res,
+                "load_before": load,
+                **json.loads(out.stdout.strip().splitlines()[-1]),
+            }
+            rows.append(row)
+            print(json.dumps(row))
+    result = {
+        "run": str(args.run),
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+        "machine": f"{platform.machine()} {platform.processor()}, {os.cpu_count()} cores",
+        "created": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+        "command": "python benchmarks/bench_tile_maps.py " + " ".join(argv or sys.argv[1:]),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
