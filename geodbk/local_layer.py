@@ -60,6 +60,8 @@ from geodbk.tile_effect import (
     _Layout,
     _slots,
     _tile_covariance,
+    mean_gaussian_nll,
+    minimize_lbfgs,
 )
 
 __all__ = [
@@ -358,18 +360,9 @@ class LocalLayer:
                 sigma2=sigma2,
                 range_km=rng,
             )
-            total = var + (vc * fixed["kappa"]).sum(-1)
-            return 0.5 * (torch.log(2 * math.pi * total) + (vr - shift) ** 2 / total).mean()
+            return mean_gaussian_nll(vr, shift, var + (vc * fixed["kappa"]).sum(-1))
 
-        opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = nll(raw)
-            loss.backward()
-            return loss
-
-        opt.step(closure)
+        minimize_lbfgs(nll, raw, max_iter=max_iter)
         with torch.no_grad():
             tau2, sigma2, rng = unpack(raw)
             best, without = float(nll(raw)), float(nll(raw, spatial=False))

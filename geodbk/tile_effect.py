@@ -72,6 +72,8 @@ __all__ = [
     "TileEffectPrediction",
     "fit_tile_effect",
     "holdout_rows",
+    "mean_gaussian_nll",
+    "minimize_lbfgs",
     "offset_covariance",
     "predict_at_quarters",
     "predict_with_tile_effect",
@@ -187,6 +189,27 @@ class TileEffectPrediction:
     noise_var: np.ndarray
     seen: np.ndarray
     pull: np.ndarray | None = None
+
+
+def mean_gaussian_nll(
+    residual: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
+) -> torch.Tensor:
+    """``mean(0.5 (log(2 pi var) + (residual - mean)² / var))``, nats per row."""
+    return 0.5 * (torch.log(2 * math.pi * var) + (residual - mean) ** 2 / var).mean()
+
+
+def minimize_lbfgs(objective: Any, raw: torch.Tensor, *, max_iter: int) -> None:
+    """Minimise ``objective(raw)`` over the tensor ``raw`` (requires_grad) in place with
+    L-BFGS and a strong-Wolfe line search."""
+    opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = objective(raw)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
 
 
 def offset_covariance(
@@ -588,23 +611,13 @@ class TileEffect:
             shift, tile_var = _predict_tile(
                 lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam
             )
-            var = tile_var + (vc * kappa).sum(-1)
-            return 0.5 * (torch.log(2 * math.pi * var) + (vr - shift) ** 2 / var).mean()
+            return mean_gaussian_nll(vr, shift, tile_var + (vc * kappa).sum(-1))
 
-        opt = torch.optim.LBFGS([raw], max_iter=max_iter, line_search_fn="strong_wolfe")
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = val_nll(raw)
-            loss.backward()
-            return loss
-
-        opt.step(closure)
+        minimize_lbfgs(val_nll, raw, max_iter=max_iter)
         with torch.no_grad():
             tau2, rho, lam, kappa = unpack(raw)
             best = float(val_nll(raw))
-            base_var = vvf + vc.sum(-1)
-            without = float(0.5 * (torch.log(2 * math.pi * base_var) + vr**2 / base_var).mean())
+            without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
         params = TileEffectParameters(
             tau2={g: float(v) for g, v in zip(group_names, tau2, strict=True)},
             rho=float(rho),

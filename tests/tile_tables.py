@@ -84,3 +84,36 @@ def write_synthetic_tile_table(
     path.mkdir(parents=True, exist_ok=True)
     write_tile_table(gdf, path / "tiles.parquet", meta)
     return path
+
+
+def fit_effect_on_masks(
+    model: object,
+    *,
+    x: np.ndarray,
+    y: np.ndarray,
+    ids: np.ndarray,
+    times: np.ndarray,
+    train: np.ndarray,
+    val: np.ndarray,
+    tests: np.ndarray | None = None,
+) -> object:
+    """:func:`geodbk.tile_effect.fit_tile_effect` on the rows of the ``train`` and ``val``
+    masks (``tests``: the rows' number of tests, for a tests-aware model)."""
+    from geodbk.tile_effect import fit_tile_effect
+
+    def noise(m: np.ndarray) -> dict[str, np.ndarray]:
+        return {} if tests is None else {"tests": tests[m]}
+
+    return fit_tile_effect(
+        model,
+        X=x[train],
+        y=y[train],
+        tiles=ids[train],
+        times=times[train],
+        X_val=x[val],
+        y_val=y[val],
+        tiles_val=ids[val],
+        times_val=times[val],
+        noise=noise(train),
+        noise_val=noise(val),
+    )

@@ -111,7 +111,8 @@ def test_demo_clicked_point_is_summarised(
     inspect = open_tab(at, "Inspect a point")
     assert at.selectbox(key="inspect_source").value == "Clicked point"
     kinds = element_types(inspect)
-    assert kinds["metric"] == 3 and kinds["dataframe"] == 1 and kinds["deck_gl_json_chart"] == 1
+    # the nearest tiles, and the cell's parts (area / tile / test, offset, neighbours' pull)
+    assert kinds["metric"] == 3 and kinds["dataframe"] == 2 and kinds["deck_gl_json_chart"] == 1
     labels = [m.label for m in inspect.metric]
     assert labels == ["Median (Mbps)", "95% interval (Mbps)", "sd (Mbps)"]
     assert any("Model evaluated at this exact point" in c for c in texts(inspect, "caption"))

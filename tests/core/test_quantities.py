@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tile_tables import fit_effect_on_masks
 
 from geodbk import DBKRegressor
 from geodbk.quantities import (
@@ -12,7 +13,7 @@ from geodbk.quantities import (
     observation_noise_variance,
     predict_quantity,
 )
-from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect
+from geodbk.tile_effect import predict_with_tile_effect
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +35,8 @@ def fitted() -> dict:
         rank=16, hidden=16, epochs=8, batch_size=64, noise="tests", device="cpu", seed=0
     )
     model.fit(x[train], y[train], x[val], y[val], tests=tests[train], tests_val=tests[val])
-    effect = fit_tile_effect(
-        model,
-        X=x[train],
-        y=y[train],
-        tiles=ids[train],
-        times=time[train],
-        X_val=x[val],
-        y_val=y[val],
-        tiles_val=ids[val],
-        times_val=time[val],
-        noise={"tests": tests[train]},
-        noise_val={"tests": tests[val]},
+    effect = fit_effect_on_masks(
+        model, x=x, y=y, ids=ids, times=time, train=train, val=val, tests=tests
     )
     at = time == 3
     new = rng.uniform(-1, 1, size=(20, 2))  # places whose tile was never measured

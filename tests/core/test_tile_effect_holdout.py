@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tile_tables import fit_effect_on_masks
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
@@ -42,17 +43,7 @@ def test_leave_tile_out_split_fits_on_a_training_holdout() -> None:
     train = ~val
     model = DBKRegressor(rank=16, hidden=16, epochs=5, batch_size=64, device="cpu", seed=0)
     model.fit(x[train], y[train], x[val], y[val])
-    effect = fit_tile_effect(
-        model,
-        X=x[train],
-        y=y[train],
-        tiles=ids[train],
-        times=time[train],
-        X_val=x[val],
-        y_val=y[val],
-        tiles_val=ids[val],
-        times_val=time[val],
-    )
+    effect = fit_effect_on_masks(model, x=x, y=y, ids=ids, times=time, train=train, val=val)
     p = effect.params
     assert p.objective == "training hold-out"
     assert p.objective_rows == round(0.2 * 180)

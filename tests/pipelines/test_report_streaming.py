@@ -27,6 +27,7 @@ import pipelines.rundir
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.geo.table import read_tile_table, write_tile_table
+from geodbk.quantities import predict_quantity
 from pipelines import figures
 from pipelines.config import demo_config
 from pipelines.predict import grid_bounds, read_region
@@ -108,8 +109,11 @@ def _expected(run: Path, target: str) -> dict[str, Any]:
         x1=("x1", "first"), x2=("x2", "first"), urban=("urban", "first")
     )
     time_aware = "t" in md["inputs"]
-    tile_pred = model.predict(
-        model_inputs(tiles[["x1", "x2"]].to_numpy(dtype=float), md, quarter="2023Q4")
+    # service coverage judges a tile on the tile quantity (no tile effect: f + noise floor)
+    tile_pred = predict_quantity(
+        model,
+        model_inputs(tiles[["x1", "x2"]].to_numpy(dtype=float), md, quarter="2023Q4"),
+        quantity="tile",
     )
     held = table[table["split"].isin(["val", "test"])]
     h_pred = predict(held, held["quarter"].to_numpy())
@@ -132,7 +136,7 @@ def _expected(run: Path, target: str) -> dict[str, Any]:
         "std": pred.std,
         "tiles": tiles,
         "tile_mean": tile_pred.mean,
-        "tile_std": tile_pred.std,
+        "tile_std": tile_pred.sd,
         "n_cells": int(np.isfinite(emp).sum()),
     }
 
@@ -185,6 +189,8 @@ def test_report_streams_and_matches_in_memory_scores(run: Path, target: str) -> 
     want["by_quarter"] = by_quarter_scores(y, exp["mean"], exp["std"], urban, test["quarter"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert list(metrics["by_quarter"]) == list(QUARTERS)
+    calibration = metrics.pop("map_calibration")
+    assert calibration["quantity"] == "tile" and {"tile", "area"} <= set(calibration)
     _close(metrics, want)
 
     summary = json.loads((out / "summary.json").read_text())
