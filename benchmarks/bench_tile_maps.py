@@ -30,7 +30,7 @@ from pipelines.predict import run_predict
 import xarray as xr
 run, target, quantity, res = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 t0 = time.perf_counter()
-path = run_predict(run, target=target, quantity=quantity, resolution=res, extent="tiles")
+path = run_predict(run, target=target, quantity=quantity, resolution=res, extent="tiles", force=True)
 seconds = time.perf_counter() - t0
 with xr.open_dataset(path) as ds:
     cells = int(ds.sizes["x"] * ds.sizes["y"])

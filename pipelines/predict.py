@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -149,7 +150,13 @@ def register(subparsers: Any) -> None:
         "--max-cells",
         type=int,
         default=DEFAULT_MAX_CELLS,
-        help="cap on the default grid size (default %(default)s)",
+        help="cap on the grid size: the default resolution is coarsened to it, and an explicit "
+        "--resolution / --tile-zoom beyond it is refused without --force (default %(default)s)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
     )
     p.add_argument(
         "--extent",
@@ -229,6 +236,7 @@ def _main(args: argparse.Namespace) -> int:
     run_predict(
         args.run,
         target=args.target,
+        force=args.force,
         resolution=args.resolution,
         tile_zoom=args.tile_zoom,
         thresholds=args.thresholds,
@@ -731,6 +739,7 @@ def run_predict(
     quarter: str | Sequence[str] | None = None,
     trend: str | None = None,
     quantity: str = DEFAULT_MAP_QUANTITY,
+    force: bool = False,
 ) -> Path:
     """Predict ``target`` on the region grid and write ``RUN/grids/TARGET.nc``; return its path.
 
@@ -767,6 +776,9 @@ def run_predict(
     trend
         Time-aware models only: ``Q1:Q2`` writes only the trend grid
         ``grids/TARGET_trend_Q1_Q2.nc`` (see :func:`trend_block`).
+    force
+        Write a grid of more than ``max_cells`` cells that an explicit ``resolution`` or
+        ``tile_zoom`` asks for (refused otherwise, before any work).
     quantity
         What ``mean``, ``std``, the interval and the exceedance probabilities describe:
         ``tile`` (default), ``area`` or ``test`` (:mod:`geodbk.quantities`). Each cell's tile is
@@ -797,6 +809,7 @@ def run_predict(
         check_quantity(quantity)
     except ValueError as exc:
         raise DataError(f"--quantity: {exc}") from None
+    check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
 
     rd = require_run(run)
     spec = target_spec(target)
@@ -839,6 +852,8 @@ def run_predict(
     geom = read_region(rd)
     bounds = grid_bounds(rd, geom.bounds, extent=extent)
     grid = make_grid(bounds, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+    explicit = resolution is not None or tile_zoom is not None
+    check_grid_size(grid, bounds, max_cells=max_cells, force=force or not explicit, n_vars=40)
     block_rows = block_rows_for(grid.shape[1], max_block_cells=max_block_cells)
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     common: dict[str, Any] = {
@@ -1021,6 +1036,68 @@ def run_predict(
     return written[-1]
 
 
+def _check_finite(values: dict[str, np.ndarray], names: Sequence[str], *, out: Path) -> None:
+    """Refuse to write a grid with non-finite values inside the region (the previous file, if
+    any, is kept): the model's parameters or inputs are broken."""
+    for name in names:
+        bad = int((~np.isfinite(values[name])).sum())
+        if bad:
+            raise DataError(
+                f"the model gave {bad:,} non-finite '{name}' values inside the region, so "
+                f"{out} was not written (an earlier file is kept); the model file may be "
+                "damaged: retrain it with `geodbk train`"
+            )
+
+
+def check_grid_options(
+    *, resolution: float | None, tile_zoom: int | None, max_cells: int
+) -> None:
+    """Refuse a non-finite or non-positive ``--resolution``, a ``--tile-zoom`` outside 1-23
+    and a ``--max-cells`` below 1, naming the option and a valid value."""
+    from geodbk.geo.quadkey import MAX_ZOOM
+
+    if resolution is not None and not (math.isfinite(resolution) and resolution > 0):
+        raise DataError(
+            f"--resolution must be a positive cell size in degrees (e.g. 0.01), got {resolution}"
+        )
+    if tile_zoom is not None and not 1 <= int(tile_zoom) <= MAX_ZOOM:
+        raise DataError(
+            f"--tile-zoom must be a web-mercator zoom from 1 to {MAX_ZOOM} (Ookla tiles: 16), "
+            f"got {tile_zoom}"
+        )
+    if not int(max_cells) >= 1:
+        raise DataError(f"--max-cells must be at least 1 (default 1000000), got {max_cells}")
+
+
+def check_grid_size(
+    grid: Grid,
+    bounds: tuple[float, float, float, float],
+    *,
+    max_cells: int,
+    force: bool,
+    n_vars: int,
+) -> None:
+    """Refuse, before any work, a grid too coarse to map (fewer than 2 cells along an axis) and,
+    without ``force``, one of more than ``max_cells`` cells (its estimated output size named;
+    ``n_vars`` float32 variables). The default resolution is coarsened to about ``max_cells``
+    already, so callers pass ``force`` for it."""
+    ny, nx = grid.shape
+    w, s, e, n = bounds
+    if nx < 2 or ny < 2:
+        raise DataError(
+            f"a {grid.dx:g}° cell gives a {ny} x {nx} grid over the map's box "
+            f"({e - w:.3g}° x {n - s:.3g}°): too coarse to map; use --resolution below "
+            f"{min(e - w, n - s) / 2:.3g}"
+        )
+    if grid.size > max_cells and not force:
+        gb = grid.size * n_vars * 4 / 1e9
+        raise DataError(
+            f"a {ny:,} x {nx:,} grid has {grid.size:,} cells (about {gb:.1f} GB of output), "
+            f"more than --max-cells {max_cells:,}; use a coarser --resolution, raise "
+            "--max-cells, or pass --force to write it"
+        )
+
+
 def _write_grid(
     out: Path,
     grid: Grid,
@@ -1058,12 +1135,18 @@ def _write_grid(
                 lon2, lat2 = np.meshgrid(grid.x, grid.y[rows])
                 values = evaluate(lon2[mask], lat2[mask])
                 n_in += int(mask.sum())
+                _check_finite(values, names, out=out)
             for name in names:
                 block = np.full(mask.shape, np.nan, dtype=np.float32)
                 if values:
                     block[mask] = values[name]
                 blocks[name] = block
             writer.write_rows(rows, blocks)
+        if n_in == 0:
+            raise DataError(
+                f"no cell centre of the {ny} x {nx} grid lies inside the region, so {out} would "
+                "be empty; use a finer --resolution (or --extent region)"
+            )
         writer.close()
     except BaseException:
         writer.abort()

@@ -967,6 +967,15 @@ def load_model(rd: RunDir, target: str) -> Any:
 
     path = require_model(rd, target)
     model = DBKRegressor.load(path)
+    scale = (getattr(model, "y_mean_", 0.0), getattr(model, "y_std_", 1.0))
+    if not (np.isfinite(scale).all() and scale[1] > 0):
+        from geodbk.errors import ModelFileError
+
+        raise ModelFileError(
+            f"{path}/model.json holds a target mean/sd of {scale[0]!r}/{scale[1]!r} (a finite "
+            f"mean and a positive sd are needed); the file is damaged: retrain with `geodbk "
+            f"train --run {rd.root} --target {target}`"
+        )
     md = getattr(model, "metadata_", None) or {}
     if md.get("target") not in (None, target):
         from geodbk.errors import ModelFileError
