@@ -1049,9 +1049,7 @@ def _check_finite(values: dict[str, np.ndarray], names: Sequence[str], *, out: P
             )
 
 
-def check_grid_options(
-    *, resolution: float | None, tile_zoom: int | None, max_cells: int
-) -> None:
+def check_grid_options(*, resolution: float | None, tile_zoom: int | None, max_cells: int) -> None:
     """Refuse a non-finite or non-positive ``--resolution``, a ``--tile-zoom`` outside 1-23
     and a ``--max-cells`` below 1, naming the option and a valid value."""
     from geodbk.geo.quadkey import MAX_ZOOM
