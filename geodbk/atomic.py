@@ -42,7 +42,8 @@ def atomic_path(path: str | os.PathLike[str], *, suffix: str | None = None) -> I
                 os.fsync(handle.fileno())
         os.replace(tmp, dest)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        # the cleanup must not hide the original error (e.g. on a read-only or full disk)
+        with contextlib.suppress(OSError):
             tmp.unlink()
         raise
 

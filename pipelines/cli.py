@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -73,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        previous = None
+    try:
         return int(args.func(args) or 0)
     except GeodbkError as exc:
         print(f"geodbk {args.stage}: error: {exc}", file=sys.stderr)
@@ -80,6 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"geodbk {args.stage}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM ends a stage like Ctrl-C: its temporary files are removed on the way out."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Example file (every key optional)::
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,10 @@ class TrainConfig:
                     f"{source}: key {f.name!r} must be {want.__name__}, "
                     f"got {type(value).__name__} {value!r}"
                 )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if _FIELD_TYPES[f.name] is float and not math.isfinite(float(value)):
+                raise DataError(f"{source}: key {f.name!r} must be a finite number, got {value!r}")
         checks: list[tuple[str, bool, str]] = [
             ("expansion", self.expansion in _EXPANSIONS, f"one of {_EXPANSIONS}"),
             ("objective", self.objective in _OBJECTIVES, f"one of {_OBJECTIVES}"),
@@ -297,6 +302,10 @@ def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> 
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise DataError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         raise DataError(f"config file {path} is not valid YAML: {exc}") from exc
     if raw is None:
@@ -309,11 +318,26 @@ def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> 
             raise DataError(
                 f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
             )
-    values = {**base.to_dict(), **raw}
+    values = {**base.to_dict(), **{k: _numeric(k, v) for k, v in raw.items()}}
     try:
         return TrainConfig(**values)
     except DataError as exc:
         raise DataError(str(exc).replace("config:", f"config file {path}:", 1)) from None
+
+
+def _numeric(key: str, value: Any) -> Any:
+    """A numeric string for a numeric key read as its number: YAML 1.1 reads ``1e-3`` (no
+    dot) as a string. Anything else is returned as it is, for the type check to judge."""
+    want = _FIELD_TYPES.get(key)
+    if want in (int, float) and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return value
+        if want is int and number.is_integer():
+            return int(number)
+        return number if want is float else value
+    return value
 
 
 def dump_config(config: TrainConfig) -> str:

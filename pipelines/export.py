@@ -29,6 +29,7 @@ from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
+from pipelines.gridfile import sweep_spools
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -36,6 +37,7 @@ from pipelines.rundir import (
     require_grid,
     require_model,
     require_run,
+    target_lock,
     target_spec,
     time_scaling_of,
 )
@@ -176,8 +178,23 @@ def export_target(
     """Export one target of one run; return the ``.tif`` path.
 
     ``quarter`` (one quarter) or ``trend`` (``(Q1, Q2)``) pick a time-aware model's quarter or
-    trend grid; neither: ``grids/TARGET.nc``.
+    trend grid; neither: ``grids/TARGET.nc``. Runs under the run's target lock
+    (:func:`pipelines.rundir.target_lock`) and first removes what a killed export of the same
+    file left behind.
     """
+    with target_lock(rd, target, stage="export"):
+        return _export_target(rd, target, fmt=fmt, quarter=quarter, trend=trend)
+
+
+def _export_target(
+    rd: RunDir,
+    target: str,
+    *,
+    fmt: str,
+    quarter: str | None,
+    trend: tuple[str, str] | None,
+) -> Path:
+    """:func:`export_target` without the lock."""
     import xarray as xr
 
     target_spec(target)
@@ -194,6 +211,7 @@ def export_target(
     else:
         grid_path = require_grid(rd, target)
     tif, sidecar = export_paths(rd, target, quarter=quarter, trend=trend)
+    sweep_spools(tif)
     model_json = read_json(model_dir / "model.json")
     md = model_json.get("metadata", model_json)
     with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:

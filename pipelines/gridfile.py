@@ -14,6 +14,7 @@ decodes them to bool), every grid variable has ``grid_mapping = "spatial_ref"`` 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ import numpy as np
 from scipy.io import netcdf_file
 
 from geodbk.atomic import atomic_path
+
+log = logging.getLogger("geodbk")
 
 _NC_TYPES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int8): "b"}
 
@@ -62,6 +65,22 @@ def _attr(value: Any) -> Any:
     return str(value)
 
 
+def sweep_spools(path: Path) -> list[Path]:
+    """Remove what a killed writer of ``path`` left next to it: spool folders
+    ``.NAME.*`` and atomic temporaries ``.NAME.*.part*`` (callers hold the run's target lock,
+    so none is in use). Returns what was removed."""
+    removed = []
+    for leftover in Path(path).parent.glob(f".{Path(path).name}.*"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+        removed.append(leftover)
+    if removed:
+        log.info("removed %d leftover temporary file(s) of %s", len(removed), path)
+    return removed
+
+
 class GridWriter:
     """Write variables of a (y, x) grid in row blocks, then assemble the NetCDF file.
 
@@ -96,6 +115,7 @@ class GridWriter:
         self.variables = {n: (np.dtype(d), dict(a)) for n, (d, a) in variables.items()}
         self.attrs = dict(attrs)
         self.crs_attrs = dict(crs_attrs)
+        sweep_spools(self.path)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
         self._spools = {n: self._tmp / f"{n}.bin" for n in self.variables}
         self._rows_done = np.zeros(len(self.y), dtype=bool)

@@ -68,6 +68,7 @@ from pipelines.rundir import (
     RunDir,
     TargetSpec,
     config_hash,
+    locked_stage,
     model_inputs,
     require_run,
     scale_lonlat,
@@ -724,6 +725,7 @@ def crs_attributes() -> dict[str, Any]:
     return dict(ds["spatial_ref"].attrs)
 
 
+@locked_stage("predict")
 def run_predict(
     run: str | Path,
     *,

@@ -31,7 +31,14 @@ from pipelines.predict import (
     read_urban,
     tile_ids,
 )
-from pipelines.rundir import model_inputs, require_run, scale_lonlat, target_spec, time_scaling_of
+from pipelines.rundir import (
+    locked_stage,
+    model_inputs,
+    require_run,
+    scale_lonlat,
+    target_spec,
+    time_scaling_of,
+)
 
 log = logging.getLogger("geodbk")
 
@@ -57,6 +64,7 @@ OUTPUT_COLUMNS = (
 )
 
 
+@locked_stage("predict")
 def run_predict_at(
     run: str | Path,
     at: str | Path,

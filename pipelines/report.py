@@ -69,6 +69,7 @@ from pipelines.rundir import (
     TARGETS,
     RunDir,
     TargetSpec,
+    locked_stage,
     model_inputs,
     require_run,
     target_spec,
@@ -666,6 +667,7 @@ def table2_rows(
     return rows
 
 
+@locked_stage("report")
 def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | None = None) -> Path:
     """Score the test split of ``target`` and write ``RUN/report/TARGET/``; return that folder.
 

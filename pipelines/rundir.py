@@ -9,12 +9,17 @@ first when something is missing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import logging
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -147,6 +152,68 @@ class RunDir:
     def trained_targets(self) -> list[str]:
         """Targets with a saved model bundle (``models/TARGET/model.json``), in canonical order."""
         return [t for t in TARGETS if (self.model_dir(t) / "model.json").is_file()]
+
+
+@contextlib.contextmanager
+def target_lock(rd: RunDir, target: str, *, stage: str) -> Iterator[None]:
+    """Hold ``RUN/.locks/TARGET.lock`` (an exclusive ``flock``) while a stage writes ``target``'s
+    outputs; a second train, predict or report of the same run and target is refused with the
+    first one's stage and pid. The kernel drops the lock when the process dies, so a killed
+    stage never blocks the next one.
+
+    Raises
+    ------
+    DataError
+        When another stage holds the lock, or the run directory cannot be written.
+    """
+    folder = rd.root / ".locks"
+    path = folder / f"{target}.lock"
+    try:
+        folder.mkdir(exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")  # held until the finally below
+    except OSError as exc:
+        raise DataError(
+            f"cannot write in {rd.root} ({exc.strerror or exc}); give the run directory write "
+            "permission and free space, or copy it to a writable place"
+        ) from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise DataError(
+                f"{target} in {rd.root} is being written by another geodbk stage ({holder}); "
+                "wait for it to finish, or stop it, and run this again"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"geodbk {stage}, pid {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the flock
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def locked_stage(stage: str) -> Callable[[_F], _F]:
+    """Run a stage ``fn(run, ..., target=T, ...)`` under :func:`target_lock` (skipped on the
+    non-zero ranks of a distributed run, which write nothing)."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def locked(run: str | Path, *args: Any, target: str, **kwargs: Any) -> Any:
+            if os.environ.get("RANK", "0") != "0":
+                return fn(run, *args, target=target, **kwargs)
+            rd = require_run(run)
+            with target_lock(rd, target, stage=stage):
+                return fn(run, *args, target=target, **kwargs)
+
+        return locked  # type: ignore[return-value]
+
+    return wrap
 
 
 def require_run(run: str | Path) -> RunDir:

@@ -37,6 +37,7 @@ from pipelines.rundir import (
     RunDir,
     config_hash,
     load_tiles,
+    locked_stage,
     require_run,
     scaling_of,
     target_spec,
@@ -493,6 +494,7 @@ def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
     return True
 
 
+@locked_stage("train")
 def run_train(
     run: str | Path,
     *,

@@ -221,6 +221,43 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
     return df, null_geoms
 
 
+#: Ookla's tiles are zoom-16 quadkeys (16 digits).
+TILE_ZOOM = 16
+
+
+def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
+    """The ``quadkey`` column as text. A column of numbers has lost its leading zeros: they are
+    put back (zero-padded to 16 digits, logged). A file whose quadkeys are all of another
+    length is refused (cut quadkeys, or numbers written as text); single rows of another length
+    are dropped as ``quadkey_not_zoom16``."""
+    if pd.api.types.is_numeric_dtype(keys):
+        whole = pd.to_numeric(keys, errors="coerce")
+        text = pd.Series(
+            np.where(whole.isna(), "", whole.fillna(0).astype("int64").astype(str)), dtype=str
+        )
+        short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
+        text = text.where(text == "", text.str.zfill(TILE_ZOOM))
+        if short:
+            log.warning(
+                "%s: the quadkey column holds numbers; %d quadkeys had lost their leading "
+                "zeros and were zero-padded back to 16 digits (store quadkeys as text)",
+                tf.path,
+                short,
+            )
+        return text.to_numpy(dtype=str)
+    text = pd.Series(np.where(keys.isna(), "", keys.astype(str).str.strip()), dtype=str)
+    lengths = text[text != ""].str.len()
+    if len(lengths) and not (lengths == TILE_ZOOM).any():
+        common = int(lengths.mode().iloc[0])
+        raise DataError(
+            f"{tf.path}: column 'quadkey' holds {common}-digit quadkeys (zoom {common}), but "
+            "Ookla tiles are zoom-16 quadkeys of 16 digits; if they were written as numbers "
+            "their leading zeros are lost (re-export with quadkeys as text), and if they were "
+            "cut, use the original file"
+        )
+    return text.to_numpy(dtype=str)
+
+
 def _count(dropped: dict[str, int], reason: str, n: int) -> None:
     if n:
         dropped[reason] = dropped.get(reason, 0) + int(n)
@@ -231,8 +268,7 @@ def _clean(
 ) -> pd.DataFrame:
     """Validate rows of one file: normalise dtypes, drop unusable rows counting the reasons."""
     out = pd.DataFrame(index=pd.RangeIndex(len(df)))
-    keys = df["quadkey"]
-    out["quadkey"] = np.where(keys.isna(), "", keys.astype(str).str.strip()).astype(str)
+    out["quadkey"] = _quadkeys(df["quadkey"], tf)
     if "quarter" in df.columns:
         q = df["quarter"].astype(str).str.strip().str.upper().str.replace(r"[-_ ]", "", regex=True)
         ok_q = q.str.fullmatch(r"\d{4}Q[1-4]")
@@ -260,6 +296,7 @@ def _clean(
     measures = out[list(REQUIRED_COLUMNS[1:])].to_numpy()
     checks: list[tuple[str, np.ndarray]] = [
         ("bad_quadkey", ~qk.valid_quadkeys(out["quadkey"].to_numpy())),
+        ("quadkey_not_zoom16", out["quadkey"].str.len().to_numpy() != TILE_ZOOM),
         ("missing_value", ~np.isfinite(measures).all(axis=1)),
         ("non_positive_download", ~(out["avg_d_kbps"].to_numpy() > 0)),
         ("non_positive_upload", ~(out["avg_u_kbps"].to_numpy() > 0)),
