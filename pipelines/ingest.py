@@ -209,6 +209,7 @@ def run_ingest(
             "sources": layer.sources,
             **layer.info,
             "polygons_in_region": len(layer.polygons),
+            "checks": urban_checks(n_urban, len(table)),
         }
     )
     metadata: dict[str, Any] = {
@@ -258,6 +259,26 @@ def run_ingest(
     )
     log.info("ingest: split %s", _split_summary(split_info))
     return report
+
+
+#: Above this share of one class, the urban labels are suspect (a broken census input).
+ONE_CLASS_SHARE = 0.99
+
+
+def urban_checks(n_urban: int, n: int) -> dict[str, Any]:
+    """The urban/rural sanity checks recorded in ``ingest_report.json``: each class's share
+    and a warning (also logged) when one class is empty or holds more than 99% of the rows,
+    which a damaged or mismatched census file produces."""
+    share = n_urban / n if n else 0.0
+    out: dict[str, Any] = {"urban_share": share, "warning": None}
+    if n and (n_urban == 0 or n_urban == n or max(share, 1 - share) > ONE_CLASS_SHARE):
+        side = "urban" if share > 0.5 else "rural"
+        out["warning"] = (
+            f"{max(share, 1 - share):.1%} of the rows are {side}: check the census input "
+            "(the right state's file, intact geometries, a rural list that covers the state)"
+        )
+        log.warning("ingest: %s", out["warning"])
+    return out
 
 
 #: The ``--split`` choices.

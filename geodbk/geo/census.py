@@ -15,6 +15,7 @@ Every layer is reprojected to EPSG:4326 whatever its CRS.
 from __future__ import annotations
 
 import io
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ import shapely
 
 from geodbk.errors import DataError
 from geodbk.geo.regions import WGS84, read_vector
+
+log = logging.getLogger("geodbk")
 
 _UA_CODE_FIELDS = ("UACE20", "UACE10", "UACE", "GEOID20", "GEOID10", "GEOID")
 _UA_NAME_FIELDS = ("NAME20", "NAME10", "NAME", "NAMELSAD20", "NAMELSAD10")
@@ -85,6 +88,11 @@ class UrbanLayer:
         return UrbanLayer(self.kind, polys, self.sources, dict(self.info))
 
 
+def _null_geometries(gdf: gpd.GeoDataFrame) -> int:
+    """How many null or empty geometries :func:`geodbk.geo.regions.read_vector` dropped."""
+    return int(gdf.attrs.get("null_geometries", 0))
+
+
 def _pick(gdf: pd.DataFrame, fields: Iterable[str]) -> str | None:
     return next((f for f in fields if f in gdf.columns), None)
 
@@ -100,6 +108,7 @@ def read_urban_areas(
             f"{path}: not a Census urban-area layer (no UACE20, UACE10 or GEOID field); use "
             "tl_2020_us_uac20.zip, or --tracts/--rural-tracts or --counties/--rucc"
         )
+    null_geometries = _null_geometries(gdf)
     name_f = _pick(gdf, _UA_NAME_FIELDS)
     polys = gpd.GeoDataFrame(
         {
@@ -109,7 +118,12 @@ def read_urban_areas(
         geometry=gdf.geometry.to_numpy(),
         crs=WGS84,
     )
-    info = {"units": len(polys), "urban_units": len(polys), "code_field": code_f}
+    info = {
+        "units": len(polys),
+        "urban_units": len(polys),
+        "code_field": code_f,
+        "null_geometries": null_geometries,
+    }
     return UrbanLayer("urban_areas", polys, [str(path)], info)
 
 
@@ -161,8 +175,27 @@ def read_tract_urban(
     f = _pick(gdf, _TRACT_FIELDS)
     if f is None:
         raise DataError(f"{tracts}: not a census-tract layer (no GEOID or GEOID10 field)")
-    geoid = gdf[f].astype(str).str.strip().str.zfill(11)
+    raw = gdf[f].astype(str).str.strip()
+    if len(raw) and raw.str.len().max() <= 5:
+        raise DataError(
+            f"{tracts}: field {f} holds {int(raw.str.len().max())}-digit codes (states or "
+            "counties?), not 11-digit census-tract GEOIDs; pass the tract layer "
+            "(e.g. tl_2010_15_tract10.zip) as --tracts"
+        )
+    null_geometries = _null_geometries(gdf)
+    geoid = raw.str.zfill(11)
     is_urban = ~geoid.isin(rural).to_numpy()
+    states = sorted(set(geoid.str[:2]))
+    covers = not len(geoid) or any(g[:2] in states for g in rural)
+    if not covers:
+        log.warning(
+            "%s: the rural-tract list has no tract of state(s) %s of %s, so every tile is "
+            "labelled urban; unless the state has no rural tract at all, pass the rural list "
+            "that covers it (the FCC list covers all states)",
+            rural_tracts,
+            ", ".join(states),
+            tracts,
+        )
     polys = gpd.GeoDataFrame(
         {"code": geoid.to_numpy()[is_urban], "name": geoid.to_numpy()[is_urban]},
         geometry=gdf.geometry.to_numpy()[is_urban],
@@ -174,6 +207,8 @@ def read_tract_urban(
         "rural_units": int((~is_urban).sum()),
         "rural_list_size": len(rural),
         "code_field": f,
+        "null_geometries": null_geometries,
+        "rural_list_covers_state": covers,
     }
     return UrbanLayer("tracts", polys, [str(tracts), str(rural_tracts)], info)
 
@@ -230,8 +265,15 @@ def read_county_urban(
         fips = gdf["STATEFP"].astype(str).str.zfill(2) + gdf["COUNTYFP"].astype(str).str.zfill(3)
     else:
         raise DataError(f"{counties}: not a county layer (no GEOID or STATEFP+COUNTYFP fields)")
+    null_geometries = _null_geometries(gdf)
     rucc_of = fips.map(codes)
     missing = int(rucc_of.isna().sum())
+    if len(fips) and missing == len(fips):
+        raise DataError(
+            f"{rucc}: no county FIPS of {counties} is in the RUCC table (no join key in "
+            "common), so no tile could be labelled; pass the RUCC file that covers these "
+            "counties"
+        )
     is_urban = rucc_of.isin(urban_codes).to_numpy()
     polys = gpd.GeoDataFrame(
         {"code": fips.to_numpy()[is_urban], "name": fips.to_numpy()[is_urban]},
@@ -243,6 +285,7 @@ def read_county_urban(
         "urban_units": int(is_urban.sum()),
         "counties_without_rucc": missing,
         "urban_codes": list(urban_codes),
+        "null_geometries": null_geometries,
     }
     return UrbanLayer("counties", polys, [str(counties), str(rucc)], info)
 

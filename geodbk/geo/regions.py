@@ -74,7 +74,15 @@ def read_vector(
         gdf = gdf.set_crs(WGS84)
     elif gdf.crs != WGS84:
         gdf = gdf.to_crs(WGS84)
-    gdf = gdf[gdf.geometry.notna() & ~gdf.geometry.is_empty].reset_index(drop=True)
+    usable = gdf.geometry.notna() & ~gdf.geometry.is_empty
+    null = int((~usable).sum())
+    if len(gdf) and null == len(gdf):
+        raise DataError(
+            f"{p}: every one of the {len(gdf)} {what} geometries is null or empty (a damaged "
+            "or incomplete .shp?), so nothing could be labelled or mapped; use an intact copy"
+        )
+    gdf = gdf[usable].reset_index(drop=True)
+    gdf.attrs["null_geometries"] = null  # dropped here; callers record the count
     return gdf
 
 
