@@ -14,6 +14,7 @@ import io
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from html import escape
 
 import numpy as np
 from numpy.typing import NDArray
@@ -284,7 +285,8 @@ def legend_ticks(legend: Legend) -> list[tuple[float, float]]:
 
 
 def legend_html(legend: Legend, width_px: int = 360) -> str:
-    """Render a legend as a small HTML colour bar with tick labels in real units."""
+    """Render a legend as a small HTML colour bar with tick labels in real units; every text
+    (title, unit, note: they may come from run files) is HTML-escaped."""
     table = lut(legend.scale.cmap)
     stops = ", ".join(
         f"rgb({r},{g},{b}) {100 * i / 10:.0f}%"
@@ -292,16 +294,20 @@ def legend_html(legend: Legend, width_px: int = 360) -> str:
     )
     labels = "".join(
         f'<span style="position:absolute;left:{100 * p:.1f}%;transform:translateX(-50%);'
-        f'white-space:nowrap">{format_value(v)}</span>'
+        f'white-space:nowrap">{escape(format_value(v))}</span>'
         for p, v in legend_ticks(legend)
     )
-    unit = f" ({legend.unit})" if legend.unit else ""
+    unit = f" ({escape(legend.unit)})" if legend.unit else ""
     scale_note = " · log scale" if legend.scale.log else ""
-    note = f'<div style="font-size:0.75rem;color:#666">{legend.note}</div>' if legend.note else ""
+    note = (
+        f'<div style="font-size:0.75rem;color:#666">{escape(legend.note)}</div>'
+        if legend.note
+        else ""
+    )
     return (
         f'<div class="geodbk-legend" style="max-width:{width_px}px;font-size:0.8rem;'
         f'margin:0.2rem 0 0.6rem 0">'
-        f'<div style="font-weight:600;margin-bottom:2px">{legend.title}{unit}'
+        f'<div style="font-weight:600;margin-bottom:2px">{escape(legend.title)}{unit}'
         f'<span style="font-weight:400;color:#666">{scale_note}</span></div>'
         f'<div style="height:12px;border-radius:2px;background:linear-gradient(to right, {stops})">'
         f"</div>"
