@@ -507,7 +507,7 @@ def _predict_rows(
             sub_lay.mask[pos],
             sub_lay.group[pos],
         )
-        L, b = _factor_with_constant(lay_t, tau2, rho, lam, kappa, s2_rows)
+        L, b = _factor(lay_t, tau2, rho, lam, kappa, constant=s2_rows)
         sh, v = _predict_tile_with_constant(
             lay_t,
             L,
@@ -525,34 +525,6 @@ def _predict_rows(
     if with_pull:
         return shift, var, mu
     return shift, var
-
-
-def _factor_with_constant(
-    lay: _Layout,
-    tau2: torch.Tensor,
-    rho: torch.Tensor,
-    lam: torch.Tensor,
-    kappa: torch.Tensor,
-    constant: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cholesky factor of ``K + c_i 11' + E`` per target ``i`` (``K``, ``E`` as in
-    :func:`geodbk.tile_effect._factor`, padding inert) and ``L^{-1} r``."""
-    pair = lay.mask[:, :, None] & lay.mask[:, None, :]
-    K = _tile_covariance(
-        lay.times[:, :, None],
-        lay.var_f[:, :, None],
-        lay.times[:, None, :],
-        lay.var_f[:, None, :],
-        tau2=tau2[lay.group][:, None, None],
-        rho=rho,
-        lam=lam,
-    )
-    K = torch.where(pair, K + constant[:, None, None], torch.zeros((), dtype=_DT))
-    e = (lay.components * kappa).sum(-1)
-    e = torch.where(lay.mask, e, torch.ones((), dtype=_DT))
-    L = stable_cholesky(K + torch.diag_embed(e), jitter=_JITTER)
-    b = torch.linalg.solve_triangular(L, lay.residual[..., None], upper=False)[..., 0]
-    return L, b
 
 
 def _predict_tile_with_constant(

@@ -297,10 +297,16 @@ def _tile_covariance(
 
 
 def _factor(
-    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, lam: torch.Tensor, kappa: torch.Tensor
+    lay: _Layout,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    lam: torch.Tensor,
+    kappa: torch.Tensor,
+    constant: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert);
-    ``tau2`` holds one ``tau²`` per group."""
+    ``tau2`` holds one ``tau²`` per group; ``constant`` (one per layout row) is added to every
+    pair of the row's real slots (a constant prior part, e.g. a kriging variance)."""
     pair = lay.mask[:, :, None] & lay.mask[:, None, :]
     K = _tile_covariance(
         lay.times[:, :, None],
@@ -311,6 +317,8 @@ def _factor(
         rho=rho,
         lam=lam,
     )
+    if constant is not None:
+        K = K + constant[:, None, None]
     K = torch.where(pair, K, torch.zeros((), dtype=_DT))
     e = (lay.components * kappa).sum(-1)
     e = torch.where(lay.mask, e, torch.ones((), dtype=_DT))
