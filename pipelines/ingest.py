@@ -87,9 +87,10 @@ def run_ingest(
     quarters
         Quarter selection, e.g. ``2019Q1:2023Q4``.
     split
-        ``random`` (seeded 8:1:1), ``block`` (held-out spatial blocks of ``block_size`` deg) or
-        ``forecast`` (the last quarter = test, the one before = val, earlier ones = train; needs
-        at least 3 quarters).
+        ``random`` (seeded 8:1:1 over rows), ``tile`` (every quarter of 10% of the tiles is
+        test and of another 10% val: :func:`geodbk.geo.table.tile_split`), ``block`` (held-out
+        spatial blocks of ``block_size`` deg) or ``forecast`` (the last quarter = test, the one
+        before = val, earlier ones = train; needs at least 3 quarters).
     seed
         Split seed.
     block_size
@@ -305,9 +306,15 @@ def _check_forecast_quarters(
 
 
 def _split_summary(info: dict[str, Any]) -> str:
-    """``forecast: test 2023Q4, val 2023Q3, train 2023Q1..2023Q2; rows 5000/2600/2700``."""
+    """One line per split kind, e.g. ``tile (seed 0); tiles train/val/test 800/100/100; rows
+    train/val/test 3200/400/400`` or ``forecast: test 2023Q4, val 2023Q3, train
+    2023Q1..2023Q2; rows train/val/test 5000/2600/2700``."""
     counts = info.get("counts", {})
     rows = f"rows train/val/test {counts.get('train')}/{counts.get('val')}/{counts.get('test')}"
+    for unit in ("tiles", "blocks"):
+        if isinstance(info.get(unit), dict):
+            n = info[unit]
+            rows = f"{unit} train/val/test {n.get('train')}/{n.get('val')}/{n.get('test')}; {rows}"
     if info.get("kind") == "forecast":
         train = info.get("train_quarters") or []
         span = train[0] if len(train) == 1 else f"{train[0]}..{train[-1]}"

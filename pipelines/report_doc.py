@@ -118,8 +118,9 @@ def _quarter_span(quarters: Sequence[str]) -> str:
 def split_sentence(split: dict[str, Any] | None) -> str:
     """One sentence naming the train/val/test split of ``tiles.parquet`` (its ``split`` metadata).
 
-    ``random``: rows drawn at random from every quarter; ``block``: whole spatial blocks held out;
-    ``forecast``: the last quarter is the test set and the one before it validation.
+    ``random``: rows drawn at random from every quarter; ``tile``: whole tiles held out (every
+    quarter); ``block``: whole spatial blocks held out; ``forecast``: the last quarter is the
+    test set and the one before it validation.
     """
     s = split if isinstance(split, dict) else {}
     kind = s.get("kind", "unknown")

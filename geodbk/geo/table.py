@@ -220,7 +220,8 @@ def prepare_tile_table(
         Urban label per row.
     split
         ``random`` (seeded 8:1:1 over rows), ``tile`` (every quarter of 10% of the tiles held
-        out, :func:`tile_split`), ``block`` (held-out spatial blocks) or ``forecast`` (last quarter = test, the one before = val; see :func:`forecast_split`).
+        out, :func:`tile_split`), ``block`` (held-out spatial blocks) or ``forecast`` (last
+        quarter = test, the one before = val; see :func:`forecast_split`).
     seed
         Split seed.
     block_size
