@@ -94,6 +94,11 @@ ALL = "all"
 MIN_OBJECTIVE_ROWS = 100
 #: Share of the multi-row training tiles that give one row to the training hold-out.
 HOLDOUT_SHARE = 0.2
+#: The training hold-out takes at least this many rows where half the multi-row training tiles
+#: allow it (a small region's 20% would give too few rows to choose the parameters on).
+HOLDOUT_FLOOR = 200
+#: Fewest objective rows the tile effect is fitted on; with fewer it is refused.
+MIN_HOLDOUT_ROWS = 10
 
 
 @dataclass(frozen=True)
@@ -425,13 +430,20 @@ def _group_codes(labels: np.ndarray, names: Sequence[str], *, what: str) -> np.n
     return code
 
 
-def holdout_rows(tiles: Any, *, seed: int = 0, share: float = HOLDOUT_SHARE) -> np.ndarray:
+def holdout_rows(
+    tiles: Any,
+    *,
+    seed: int = 0,
+    share: float = HOLDOUT_SHARE,
+    floor: int = HOLDOUT_FLOOR,
+) -> np.ndarray:
     """A training hold-out for the tile effect's parameters (bool mask over the rows).
 
-    Of the tiles with 2 or more rows, ``round(share * count)`` (at least 1) are drawn with
-    ``default_rng(seed)``, and one row of each, drawn the same way, is held out: predicted from
-    its tile's other rows it plays the part of a validation row with a measured tile (on tile
-    and block splits no validation tile has training rows).
+    Of the ``M`` tiles with 2 or more rows, ``max(round(share * M), min(floor, M // 2))`` (at
+    least 1) are drawn with ``default_rng(seed)``, and one row of each, drawn the same way, is
+    held out: predicted from its tile's other rows it plays the part of a validation row with a
+    measured tile (on tile and block splits no validation tile has training rows). Tiles with
+    one row never give a row.
     """
     ids = np.asarray(tiles).astype(str).reshape(-1)
     _, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
@@ -440,12 +452,29 @@ def holdout_rows(tiles: Any, *, seed: int = 0, share: float = HOLDOUT_SHARE) -> 
     if multi.size == 0:
         return mask
     rng = np.random.default_rng(seed)
-    chosen = rng.choice(multi, size=max(1, round(share * multi.size)), replace=False)
+    size = min(multi.size, max(1, round(share * multi.size), min(floor, multi.size // 2)))
+    chosen = rng.choice(multi, size=size, replace=False)
     order = rng.permutation(ids.size)  # a random row of each chosen tile: its first in order
     picked = np.isin(inv[order], chosen)
     _, first = np.unique(inv[order][picked], return_index=True)
     mask[order[picked][first]] = True
     return mask
+
+
+def choose_objective(tiles: Any, tiles_val: Any, *, seed: int = 0) -> tuple[str, np.ndarray]:
+    """Which rows choose the tile effect's parameters.
+
+    ``("validation", mask)`` with ``mask`` all true over the validation rows when at least
+    :data:`MIN_OBJECTIVE_ROWS` of them have a tile with training rows; else ``("training
+    hold-out", mask)`` with ``mask`` over the training rows (:func:`holdout_rows`): on tile and
+    block splits, where no validation tile has training rows. Fewer than
+    :data:`MIN_HOLDOUT_ROWS` true rows mean the tile effect cannot be fitted.
+    """
+    ids = np.asarray(tiles).astype(str).reshape(-1)
+    ids_val = np.asarray(tiles_val).astype(str).reshape(-1)
+    if int(np.isin(ids_val, ids).sum()) >= MIN_OBJECTIVE_ROWS:
+        return "validation", np.ones(ids_val.size, dtype=bool)
+    return "training hold-out", holdout_rows(ids, seed=seed)
 
 
 class TileEffect:
@@ -843,8 +872,9 @@ def fit_tile_effect(
     the validation rows are then added to the conditioning rows (:meth:`TileEffect.with_rows`).
     When fewer than :data:`MIN_OBJECTIVE_ROWS` validation rows have a tile with training rows
     (tile and block splits), the parameters are chosen on a hold-out of the training rows
-    (:func:`holdout_rows`, drawn with ``seed``) instead; the effect is then conditioned on all
-    training rows and the validation rows alike. ``params.objective`` records which.
+    instead (:func:`choose_objective`), each predicted from its tile's other training rows; the
+    effect is then conditioned on all training rows and the validation rows alike.
+    ``params.objective`` and ``params.objective_rows`` record which rows chose them.
 
     Parameters
     ----------
@@ -863,6 +893,13 @@ def fit_tile_effect(
         ``tau²`` per group.
     max_rows
         Latest rows per tile that condition its offset.
+    seed
+        Seed of the training hold-out.
+
+    Raises
+    ------
+    DataError
+        When neither objective has :data:`MIN_HOLDOUT_ROWS` rows.
     """
     m, vf, names, comp = _latent_and_components(model, X, noise or {})
     mv, vfv, _, compv = _latent_and_components(model, X_val, noise_val or {})
@@ -872,23 +909,23 @@ def fit_tile_effect(
     tiles_v = np.asarray(tiles_val).astype(str)
     times_a = np.asarray(times, dtype=np.float64)
     groups_a = None if groups is None else np.asarray(groups).astype(str)
-    with_history = np.isin(tiles_v, tiles_a)
-    if with_history.sum() >= MIN_OBJECTIVE_ROWS:
-        fit_rows, objective = np.ones(tiles_a.size, dtype=bool), "validation"
+    objective, chosen = choose_objective(tiles_a, tiles_v, seed=seed)
+    if chosen.sum() < MIN_HOLDOUT_ROWS:
+        raise DataError(
+            f"the tile effect needs rows of measured tiles to choose its parameters: "
+            f"{int(np.isin(tiles_v, tiles_a).sum())} validation rows have a tile with training "
+            f"rows and a hold-out of the training tiles with 2+ rows gives {int(chosen.sum())} "
+            f"(at least {MIN_HOLDOUT_ROWS} needed); train with --no-tile-effect, or ingest more "
+            "quarters"
+        )
+    if objective == "validation":
+        fit_rows = np.ones(tiles_a.size, dtype=bool)
         obj = (tiles_v, np.asarray(times_val, dtype=np.float64), rv, vfv, compv)
         obj_groups = groups_val
     else:
-        held = holdout_rows(tiles_a, seed=seed)
-        if held.sum() < min(MIN_OBJECTIVE_ROWS, 10):
-            raise DataError(
-                f"the tile effect needs rows of measured tiles to choose its parameters: "
-                f"{int(with_history.sum())} validation rows have a tile with training rows and "
-                f"only {int(held.sum())} training tiles have 2+ rows; train with "
-                "--no-tile-effect, or ingest more quarters"
-            )
-        fit_rows, objective = ~held, "training hold-out"
-        obj = (tiles_a[held], times_a[held], r[held], vf[held], comp[held])
-        obj_groups = None if groups_a is None else groups_a[held]
+        fit_rows = ~chosen
+        obj = (tiles_a[chosen], times_a[chosen], r[chosen], vf[chosen], comp[chosen])
+        obj_groups = None if groups_a is None else groups_a[chosen]
     fitted = TileEffect.fit(
         tiles=tiles_a[fit_rows],
         times=times_a[fit_rows],

@@ -109,8 +109,10 @@ def register(subparsers: Any) -> None:
         const="on",
         default=None,
         help="add a per-tile offset learned from each tile's other quarters (AR(1) over "
-        "quarters, chosen by validation NLL; config `tile_effect: on`); in memory only. "
-        "Default (`auto`): on in memory when the tiles span 2+ quarters and have a val split",
+        "quarters, chosen by validation NLL, or on tile and block splits by the NLL of "
+        "held-out training rows; config `tile_effect: on`); in memory only. Default (`auto`): "
+        "on in memory when the tiles span 2+ quarters, have a val split and either kind of "
+        "objective rows",
     )
     p.add_argument(
         "--no-tile-effect",
@@ -125,7 +127,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="tile groups with their own offset variance: urban (urban and rural tiles), none "
         "(one for all) or auto (default: urban when the tiles have `urban` and each class has "
-        "100+ val rows; config `tile_effect_groups`)",
+        "100+ objective rows; config `tile_effect_groups`)",
     )
     p.add_argument(
         "--no-local-layer",
@@ -207,41 +209,58 @@ def resolve_config(
     )
 
 
+def tile_effect_objective(gdf: Any, target: str, *, seed: int = 0) -> tuple[str, np.ndarray]:
+    """The rows that would choose the tile effect's parameters for ``target``
+    (:func:`geodbk.tile_effect.choose_objective` of the ``quadkey`` column, rows as in
+    :func:`split_tests`): ``("validation", mask over the val rows)`` or ``("training
+    hold-out", mask over the train rows)``."""
+    from geodbk.tile_effect import choose_objective
+
+    tiles = split_tests(gdf, target, column="quadkey")
+    return choose_objective(tiles["train"], tiles["val"], seed=seed)
+
+
 def resolve_tile_effect(
-    cfg: TrainConfig, gdf: Any, *, n_val: int, source: Path | str = "tiles.parquet"
+    cfg: TrainConfig,
+    gdf: Any,
+    *,
+    target: str,
+    n_val: int,
+    source: Path | str = "tiles.parquet",
 ) -> TrainConfig:
     """Resolve ``tile_effect: auto`` for in-memory training, and check an explicit ``on``.
 
     The effect learns from a tile's other quarters and chooses its parameters on rows of
-    measured tiles: validation rows whose tile has training rows, or, on tile and block splits
-    where none has, a hold-out of the training rows (:func:`geodbk.tile_effect.holdout_rows`).
-    ``auto`` becomes ``on`` when the table has ``quadkey`` and ``quarter`` columns with at
-    least 2 distinct quarters, a validation split, and either kind of objective rows, else
-    ``off`` (logged). ``on`` without them raises :class:`DataError` naming the fix, before any
-    training.
+    measured tiles (:func:`tile_effect_objective`): validation rows whose tile has training
+    rows, or, on tile and block splits where (almost) none has, a seeded hold-out of one row of
+    multi-row training tiles. ``auto`` becomes ``on`` when the table has ``quadkey`` and
+    ``quarter`` columns with at least 2 distinct quarters, a validation split and at least
+    :data:`geodbk.tile_effect.MIN_HOLDOUT_ROWS` objective rows, else ``off`` (logged). ``on``
+    without them raises :class:`DataError` naming the fix, before any training.
     """
-    from geodbk.tile_effect import MIN_OBJECTIVE_ROWS
+    from geodbk.tile_effect import MIN_HOLDOUT_ROWS
 
     if cfg.tile_effect == "off":
         return cfg
     has_tiles = "quadkey" in gdf.columns
     quarters = gdf["quarter"].nunique() if "quarter" in gdf.columns else 1
-    objective = 0
+    kind, rows = "none", 0
     if has_tiles and "split" in gdf.columns:
-        split = gdf["split"].to_numpy()
-        keys = gdf["quadkey"].astype(str).to_numpy()
-        train_keys = keys[split == "train"]
-        with_history = int(np.isin(keys[split == "val"], train_keys).sum())
-        _, counts = np.unique(train_keys, return_counts=True)
-        objective = max(with_history, int((counts >= 2).sum()))
-    ok = has_tiles and quarters >= 2 and n_val > 0 and objective >= 10
+        kind, mask = tile_effect_objective(gdf, target, seed=cfg.seed)
+        rows = int(mask.sum())
+    ok = has_tiles and quarters >= 2 and n_val > 0 and rows >= MIN_HOLDOUT_ROWS
     if cfg.tile_effect == "auto":
-        if not ok:
+        if ok:
+            log.info("tile effect on: parameters chosen on %d %s rows", rows, kind)
+        else:
             log.info(
-                "tile effect off: it needs a quadkey column, 2+ quarters, a val split and "
-                "tiles measured in 2+ quarters (%s quarters, %d val rows)",
+                "tile effect off: it needs a quadkey column, 2+ quarters, a val split and %d+ "
+                "rows of measured tiles to choose its parameters (%s quarters, %d val rows, %d "
+                "objective rows)",
+                MIN_HOLDOUT_ROWS,
                 quarters,
                 n_val,
+                rows,
             )
         return cfg.replace(tile_effect="on" if ok else "off")
     if not has_tiles:
@@ -251,15 +270,17 @@ def resolve_tile_effect(
         )
     if n_val == 0:
         raise DataError(
-            "--tile-effect is chosen by validation NLL but the val split is empty; re-ingest "
-            "with a validation share (geodbk ingest --split) or train with --no-tile-effect"
+            "--tile-effect conditions on the validation rows but the val split of "
+            f"{source} is empty; re-ingest with a validation share (geodbk ingest --split) or "
+            "train with --no-tile-effect"
         )
-    if quarters < 2 or objective < 10:
+    if quarters < 2 or rows < MIN_HOLDOUT_ROWS:
         raise DataError(
             f"--tile-effect learns from a tile's other quarters, but {source} has {quarters} "
-            f"quarter(s) and {objective} tiles measured in 2+ training quarters (at least 10 "
-            f"needed, {MIN_OBJECTIVE_ROWS} preferred); ingest more quarters or train with "
-            "--no-tile-effect"
+            f"quarter(s), and {rows} rows of measured tiles ({kind}) to choose its parameters "
+            f"on (at least {MIN_HOLDOUT_ROWS} needed: validation rows whose tile has training "
+            "rows, or one held-out row of training tiles measured in 2+ quarters); ingest more "
+            "quarters or train with --no-tile-effect"
         )
     return cfg
 
@@ -633,7 +654,7 @@ def run_train(
         (X, y), (Xv, yv) = parts["train"], parts["val"]
         classes = urban_classes(gdf["urban"], gdf["split"])
         cfg = resolve_noise(cfg, gdf.columns, source=rd.tiles, urban_classes=classes)
-        cfg = resolve_tile_effect(cfg, gdf, n_val=len(yv), source=rd.tiles)
+        cfg = resolve_tile_effect(cfg, gdf, target=target, n_val=len(yv), source=rd.tiles)
         if cfg.tile_effect == "on":
             cfg = resolve_tile_effect_groups(cfg, gdf, target, source=rd.tiles)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
@@ -743,6 +764,7 @@ def run_train(
     atomic_write_text(model_dir / "history.csv", _history_csv(history))
     if cfg.tile_effect == "on":
         effect = layer = None
+        step = "the tile effect"
         try:
             effect = fit_run_tile_effect(
                 model,
@@ -755,14 +777,16 @@ def run_train(
             )
             log.info("tile effect: %s", effect.params.to_dict())
             if cfg.local_layer == "on":
+                step = "the local layer"
                 layer = fit_local_layer_of_run(
                     model, effect, gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg
                 )
         except Exception as exc:  # any failure: the saved GP stays, the message says so
             raise DataError(
-                f"the GP was trained and saved to {model_dir}, but fitting the tile effect "
-                f"failed: {exc}. Its maps use f(x) plus the noise floor for the tile quantity; "
-                f"retrain with --no-tile-effect to make that the saved choice"
+                f"the GP was trained and saved to {model_dir} without a tile effect or local "
+                f"layer, but fitting {step} failed: {type(exc).__name__}: {exc}. Its maps "
+                "use f(x) plus the noise floor for the tile quantity; retrain with "
+                "--no-tile-effect to make that the saved choice"
             ) from exc
         metadata["tile_effect"] = effect.params.to_dict()
         if layer is not None:
@@ -794,7 +818,9 @@ def fit_run_tile_effect(
 
     Tile ids are the ``quadkey`` column and time steps the quarter indices of ``quarter``
     (all rows one step without it: a constant offset per tile). Validation rows choose the
-    parameters, then condition the offsets with the training rows. ``groups="urban"`` gives
+    parameters, or, when too few of them have a measured tile (tile and block splits), a
+    hold-out of the training rows drawn with ``seed`` (:func:`tile_effect_objective`); the
+    validation rows then condition the offsets with the training rows. ``groups="urban"`` gives
     urban and rural tiles their own ``tau²`` (:func:`geodbk.tile_effect.urban_groups` of the
     ``urban`` column).
     """
@@ -830,8 +856,8 @@ def fit_run_tile_effect(
     )
 
 
-#: Validation rows each urban/rural class needs for ``tile_effect_groups: auto`` to pick
-#: ``urban`` (its own ``tau²`` is chosen on them).
+#: Objective rows (validation rows, or the training hold-out) each urban/rural class needs for
+#: ``tile_effect_groups: auto`` to pick ``urban`` (its own ``tau²`` is chosen on them).
 MIN_GROUP_VAL_ROWS = 100
 
 
@@ -852,9 +878,11 @@ def resolve_tile_effect_groups(
 ) -> TrainConfig:
     """Resolve ``tile_effect_groups: auto`` and check an explicit ``urban``.
 
-    ``auto`` becomes ``urban`` when the table has an ``urban`` column and each class has at
-    least :data:`MIN_GROUP_VAL_ROWS` validation rows, else ``none``. ``urban`` without the
-    column, or with a class that has no validation rows, raises :class:`DataError`.
+    Each class's ``tau²`` is chosen on its rows among the tile effect's objective rows
+    (:func:`tile_effect_objective`: the validation rows, or the training hold-out on tile and
+    block splits). ``auto`` becomes ``urban`` when the table has an ``urban`` column and each
+    class has at least :data:`MIN_GROUP_VAL_ROWS` of them, else ``none``. ``urban`` without
+    the column, or with a class that has no objective rows, raises :class:`DataError`.
     """
     if cfg.tile_effect_groups == "none":
         return cfg
@@ -865,14 +893,20 @@ def resolve_tile_effect_groups(
                 "`geodbk ingest` with census layers, or use --tile-effect-groups none"
             )
         return cfg.replace(tile_effect_groups="none")
-    per_class = _smaller_class_rows(split_tests(gdf, target, column="urban")["val"])
+    urban = split_tests(gdf, target, column="urban")
+    kind, mask = "validation", np.ones(urban["val"].size, dtype=bool)
+    if "quadkey" in gdf.columns:
+        kind, mask = tile_effect_objective(gdf, target, seed=cfg.seed)
+    per_class = _smaller_class_rows(urban["val" if kind == "validation" else "train"][mask])
     if cfg.tile_effect_groups == "auto":
         chosen = "urban" if per_class >= MIN_GROUP_VAL_ROWS else "none"
-        log.info("tile effect groups: %s (%d val rows in the smaller class)", chosen, per_class)
+        log.info(
+            "tile effect groups: %s (%d %s rows in the smaller class)", chosen, per_class, kind
+        )
         return cfg.replace(tile_effect_groups=chosen)
     if per_class == 0:
         raise DataError(
-            f"--tile-effect-groups urban: one urban/rural class has no validation rows in "
+            f"--tile-effect-groups urban: one urban/rural class has no {kind} rows in "
             f"{source}, so its tau² cannot be chosen; use --tile-effect-groups none"
         )
     return cfg

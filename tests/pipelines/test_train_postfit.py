@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from geodbk import DBKRegressor
@@ -47,6 +50,10 @@ def test_a_failed_post_fit_step_keeps_the_trained_gp(
         raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0")
 
     monkeypatch.setattr(train_stage, "fit_run_tile_effect", broken)
+    folder = RunDir(run).model_dir("upload")
+    folder.mkdir(parents=True, exist_ok=True)  # an earlier run's tile effect and layer
+    for stale in ("tile_effect.json", "tile_effect_rows.parquet", "local_layer.json"):
+        (folder / stale).write_text("{}")
     with pytest.raises(DataError, match="trained and saved") as info:
         train_stage.run_train(run, target="upload", config=CFG, progress=False)
     assert "max()" in str(info.value)
@@ -55,4 +62,68 @@ def test_a_failed_post_fit_step_keeps_the_trained_gp(
     assert "tile_effect" not in model.metadata_ and len(model.metadata_["history"]) == 2
     assert (folder / "history.csv").is_file() and (folder / "config.yaml").is_file()
     assert not (folder / "tile_effect.json").exists()
+    assert not (folder / "tile_effect_rows.parquet").exists()
     assert not (folder / "local_layer.json").exists()
+
+
+def _table(train_tiles: list[int], val_tiles: list[int], quarters: int) -> pd.DataFrame:
+    """One row per tile and quarter; every quarter of a val tile is val (leave-tile-out)."""
+    rows = [
+        (f"{t:016d}", f"2023Q{q + 1}", "train" if t in train_tiles else "val")
+        for t in train_tiles + val_tiles
+        for q in range(quarters)
+    ]
+    n = len(rows)
+    return pd.DataFrame(
+        {
+            "quadkey": [r[0] for r in rows],
+            "quarter": [r[1] for r in rows],
+            "split": [r[2] for r in rows],
+            "x1": np.zeros(n),
+            "x2": np.zeros(n),
+            "log10_download": np.ones(n),
+            "urban": np.arange(n) % 2 == 0,
+        }
+    )
+
+
+def test_auto_resolves_to_what_a_leave_tile_out_split_allows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    auto = CFG.replace(tile_effect="auto")
+    on = CFG.replace(tile_effect="on")
+    enough = _table(list(range(100)), list(range(100, 120)), quarters=2)  # 50 held-out rows
+    resolved = train_stage.resolve_tile_effect(auto, enough, target="download", n_val=40)
+    assert resolved.tile_effect == "on"
+    assert train_stage.resolve_tile_effect(on, enough, target="download", n_val=40) == on
+    kind, mask = train_stage.tile_effect_objective(enough, "download")
+    assert kind == "training hold-out" and mask.sum() == 50
+    few = _table(list(range(12)), list(range(12, 20)), quarters=2)  # 6 held-out rows
+    with caplog.at_level(logging.INFO, logger="geodbk"):
+        resolved = train_stage.resolve_tile_effect(auto, few, target="download", n_val=16)
+    assert resolved.tile_effect == "off" and "tile effect off" in caplog.text
+    with pytest.raises(DataError, match=r"6 rows of measured tiles \(training hold-out\)"):
+        train_stage.resolve_tile_effect(on, few, target="download", n_val=16, source="t.parquet")
+    one_quarter = _table(list(range(100)), list(range(100, 120)), quarters=1)
+    with pytest.raises(DataError, match="1 quarter"):
+        train_stage.resolve_tile_effect(on, one_quarter, target="download", n_val=20)
+
+
+def test_groups_are_counted_on_the_training_holdout() -> None:
+    cfg = CFG.replace(tile_effect="on", tile_effect_groups="auto")
+    table = _table(list(range(600)), list(range(600, 700)), quarters=2)  # 200 held-out rows
+    table["urban"] = table["split"] == "val"  # every training row rural, every val row urban
+    resolved = train_stage.resolve_tile_effect_groups(cfg, table, "download")
+    assert resolved.tile_effect_groups == "none"  # the objective rows are all rural
+    with pytest.raises(DataError, match="no training hold-out rows"):
+        train_stage.resolve_tile_effect_groups(
+            cfg.replace(tile_effect_groups="urban"), table, "download"
+        )
+
+
+def test_explicit_on_is_refused_before_training(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run_ingest(run=run, **{**demo_ingest_kwargs(), "split": "tile", "quarters": "2023Q4"})
+    with pytest.raises(DataError, match="--tile-effect learns from a tile's other quarters"):
+        train_stage.run_train(run, target="download", config=CFG, tile_effect="on", progress=False)
+    assert not (RunDir(run).model_dir("download") / "model.json").exists()
