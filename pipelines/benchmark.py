@@ -333,15 +333,23 @@ def _tile_effect_prediction(
 ) -> tuple[Any, dict[str, Any]]:
     """Test-split prediction of ``model`` plus a tile effect fitted on its train/val rows.
 
-    Urban and rural tiles get their own ``tau²`` when each class has enough validation rows
-    (:func:`pipelines.train.urban_groups_supported`, as ``tile_effect_groups: auto``)."""
-    from geodbk.tile_effect import fit_tile_effect, predict_with_tile_effect, urban_groups
+    Urban and rural tiles get their own ``tau²`` when each class has enough rows among those
+    that choose the parameters (:func:`geodbk.tile_effect.choose_objective`: the validation
+    rows, or the training hold-out on tile and block splits; as ``tile_effect_groups: auto``)."""
+    from geodbk.tile_effect import (
+        choose_objective,
+        fit_tile_effect,
+        predict_with_tile_effect,
+        urban_groups,
+    )
     from pipelines.train import urban_groups_supported
 
     split = data["split"]
     tr, va, te = split == "train", split == "val", split == "test"
     X, y, tiles, times = data["X"], data["y"], data["quadkey"], data["time_step"]
-    groups = urban_groups(data["urban"]) if urban_groups_supported(data["urban"][va]) else None
+    kind, rows = choose_objective(tiles[tr], tiles[va])
+    urban_obj = data["urban"][va][rows] if kind == "validation" else data["urban"][tr][rows]
+    groups = urban_groups(data["urban"]) if urban_groups_supported(urban_obj) else None
     part = lambda mask: None if groups is None else groups[mask]  # noqa: E731
     effect = fit_tile_effect(
         model,
