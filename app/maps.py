@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,18 @@ def quantity_label(grid: Grid, spec: LayerSpec) -> str:
     if spec.quantity == "average" and spec.tests != 1:
         return f"test: tile average of {spec.tests:g} tests"
     return "test: single speed test"
+
+
+def licence_caption(attrs: Mapping[str, Any] | None) -> str | None:
+    """``Data: SOURCE. Licence: LICENSE (TERMS).`` from a grid's or report's recorded licence
+    attributes (``source``, ``license``, ``license_terms`` or ``terms``); ``None`` without."""
+    a = attrs or {}
+    if not a.get("license"):
+        return None
+    terms = a.get("license_terms") or a.get("terms")
+    return f"Data: {a.get('source', '')}. Licence: {a['license']}" + (
+        f" ({terms})." if terms else "."
+    )
 
 
 def layer_values(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:

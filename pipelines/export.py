@@ -31,12 +31,15 @@ from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
 from pipelines.gridfile import sweep_spools
 from pipelines.rundir import (
+    LICENCE_KEYS,
     TARGETS,
     RunDir,
+    licence_attrs,
     read_json,
     require_grid,
     require_model,
     require_run,
+    run_licence,
     target_lock,
     target_spec,
     time_scaling_of,
@@ -222,6 +225,11 @@ def _export_target(
         if ds.attrs.get("product") == "trend":
             for k in ("first_quarter", "last_quarter", "years"):
                 time_info[k] = _plain(ds.attrs.get(k))
+        licence = (
+            {k: str(ds.attrs.get(k, "")) for k in LICENCE_KEYS}
+            if "license" in ds.attrs
+            else licence_attrs(run_licence(rd))
+        )
         provenance = {
             "run": str(rd.root.resolve()),
             "target": target,
@@ -239,6 +247,7 @@ def _export_target(
             "crs": "EPSG:4326",
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "geodbk_version": __version__,
+            **licence,
             **time_info,
         }
         tags = {
@@ -246,6 +255,7 @@ def _export_target(
             "geodbk_run": provenance["run"],
             "geodbk_config_hash": str(provenance["config_hash"]),
             "geodbk_version": __version__,
+            **{k: v for k, v in licence.items() if v},
             **{f"geodbk_{k}": str(v) for k, v in time_info.items()},
         }
         write_geotiff(

@@ -22,6 +22,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.errors import DataError
 from geodbk.geo.census import UrbanLayer, resolve_urban
+from geodbk.geo.licence import data_licence
 from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, Scaling, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
@@ -218,6 +219,7 @@ def run_ingest(
         "scaling": {**scaling.to_dict(), "by": scale_by},
         "split": split_info,
         "sources": [s["path"] for s in read.sources],
+        "data_licence": data_licence(s["path"] for s in read.sources),
         "type": read.type or type or "unknown",
         "quarters": quarters_kept,
         "region": the_region.to_dict(),

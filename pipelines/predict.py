@@ -68,9 +68,11 @@ from pipelines.rundir import (
     RunDir,
     TargetSpec,
     config_hash,
+    licence_attrs,
     locked_stage,
     model_inputs,
     require_run,
+    run_licence,
     scale_lonlat,
     target_spec,
     time_scaling_of,
@@ -867,6 +869,7 @@ def run_predict(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
         "time_aware": int(ts is not None),
+        **licence_attrs(run_licence(rd)),
     }
     if ts is not None:
         common["trained_quarters"] = f"{ts.first}:{ts.last}"

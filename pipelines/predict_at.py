@@ -13,12 +13,15 @@ missing rather than extrapolated). Input columns whose names clash with these ar
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
@@ -32,9 +35,11 @@ from pipelines.predict import (
     tile_ids,
 )
 from pipelines.rundir import (
+    licence_attrs,
     locked_stage,
     model_inputs,
     require_run,
+    run_licence,
     scale_lonlat,
     target_spec,
     time_scaling_of,
@@ -106,6 +111,7 @@ def run_predict_at(
     rd = require_run(run)
     spec = target_spec(target)
     places = read_locations(at)
+    licence = licence_attrs(run_licence(rd))
     model = load_model(rd, target)
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
     ts = time_scaling_of(md)
@@ -200,8 +206,10 @@ def run_predict_at(
         )
     path = rd.predictions_at(target, Path(at).stem)
     path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(out, preserve_index=False)
+    meta = {**(table.schema.metadata or {}), b"geodbk_data_licence": json.dumps(licence).encode()}
     with atomic_path(path) as tmp:
-        out.to_parquet(tmp, index=False)
+        pq.write_table(table.replace_schema_metadata(meta), tmp)
     log.info(
         "wrote %s (%d places from %s, %d outside the region; %s quantity, %s)",
         path,

@@ -61,6 +61,7 @@ from scipy.special import ndtr
 from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text
 from geodbk.errors import DataError
+from geodbk.geo.licence import licence_line
 from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
@@ -72,6 +73,7 @@ from pipelines.rundir import (
     locked_stage,
     model_inputs,
     require_run,
+    run_licence,
     target_spec,
     time_scaling_of,
 )
@@ -694,6 +696,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     model = load_model(rd, target)
     tile_effect, layer = load_map_layers(rd, target, model)
     tile_model = layer if layer is not None else tile_effect
+    licence = run_licence(rd)
     md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     tiles_meta = read_table_metadata(rd.tiles)
@@ -841,6 +844,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         },
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
+        "data_licence": licence,
     }
     atomic_write_json(out_dir / "summary.json", clean_json(summary))
 
@@ -855,6 +859,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         _local_layer_section(doc, layer.params.to_dict())
     _map_calibration_section(doc, metrics_doc["map_calibration"])
     _by_quarter_section(doc, by_quarter, time_info)
+    doc.heading("Data and licence")
+    doc.para(licence_line(licence))
     atomic_write_text(out_dir / "report.md", doc.markdown())
     atomic_write_text(out_dir / "report.html", doc.html())
     log.info(

@@ -216,6 +216,27 @@ def locked_stage(stage: str) -> Callable[[_F], _F]:
     return wrap
 
 
+def run_licence(rd: RunDir) -> dict[str, str]:
+    """The data licence recorded in ``tiles.parquet`` at ingest (:mod:`geodbk.geo.licence`);
+    a run ingested before it was recorded is taken to hold Ookla's data."""
+    from geodbk.geo.licence import OOKLA_LICENCE
+    from geodbk.geo.table import read_table_metadata
+
+    recorded = read_table_metadata(rd.tiles).get("data_licence")
+    return dict(recorded) if isinstance(recorded, dict) else dict(OOKLA_LICENCE)
+
+
+#: The licence's attribute names in grids, GeoTIFF tags, sidecars and ``--at`` files.
+LICENCE_KEYS = ("source", "license", "license_url", "license_terms")
+
+
+def licence_attrs(licence: dict[str, str]) -> dict[str, str]:
+    """The licence as file attributes/tags: ``source``, ``license``, ``license_url``,
+    ``license_terms`` (ACDD/CF names)."""
+    values = (licence.get(k, "") for k in ("source", "license", "license_url", "terms"))
+    return dict(zip(LICENCE_KEYS, values, strict=True))
+
+
 def require_run(run: str | Path) -> RunDir:
     """Check that ``run`` is an ingested run directory and return its :class:`RunDir`.
 

@@ -115,6 +115,9 @@ def render(ctx: RunContext) -> None:
     st.markdown(legend_html(legend), unsafe_allow_html=True)
     _draw(url, grid.bounds, extras, light)
     _caption(ctx, kind, chosen, len(qgrids))
+    licence = maps.licence_caption(grid.attrs)
+    if licence:
+        st.caption(licence)
     _clicked_summary(ctx, grid)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import loaders
+from app import loaders, maps
 from app.context import RunContext
 from app.runs import TARGETS
 from app.ui import missing
@@ -430,6 +430,9 @@ def render(ctx: RunContext) -> None:
                 },
             )
 
+    licence = maps.licence_caption((summary or {}).get("data_licence"))
+    if licence:
+        st.caption(licence)
     # The reliability diagram is drawn interactively above when possible: no repeated PNG then.
     skip = {"reliability.png"} if rel is not None else set()
     figs = [

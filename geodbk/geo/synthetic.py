@@ -36,6 +36,7 @@ import shapely
 
 from geodbk.atomic import atomic_path, atomic_write_text
 from geodbk.geo import quadkey as qk
+from geodbk.geo.licence import SYNTHETIC_KEY
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -430,8 +431,9 @@ def generate(out: str | Path, *, config: SyntheticConfig | None = None) -> dict[
                 / f"type={kind}/year={year}/quarter={qn}"
                 / f"{year}-{3 * (qn - 1) + 1:02d}-01_performance_{kind}_tiles.parquet"
             )
+            marked = table.replace_schema_metadata({SYNTHETIC_KEY: b"1"})  # no Ookla licence
             with atomic_path(path) as tmp:
-                pq.write_table(table, tmp, compression="snappy")
+                pq.write_table(marked, tmp, compression="snappy")
             summary["files"].append(str(path))
             summary["tiles"][f"{kind} {year}Q{qn}"] = table.num_rows
     urban_path = out_dir / "census/synthetic_uac20.geojson"

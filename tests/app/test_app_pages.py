@@ -45,6 +45,8 @@ def test_demo_opens_on_the_map_with_a_legend(
     legends = _legend_titles(map_tab)
     assert len(legends) == 1 and "Predicted download, median" in legends[0]
     assert "tile: what a tile here typically gets" in legends[0] and "(Mbps)" in legends[0]
+    # the data's licence under the map (the demo region is geodbk's own synthetic data)
+    assert any("Licence: no third-party licence" in c for c in texts(map_tab, "caption"))
 
 
 def test_demo_map_every_layer_target_and_overlay(
@@ -206,6 +208,7 @@ def test_demo_coverage_report_and_model_tabs(
     assert list(cal["quantity"])[:3] == ["tile"] * 3 and "area" in set(cal["quantity"])
     svc = next(f for f in frames if "served when" in f.columns)
     assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
+    assert any(c.startswith("Data: geodbk's synthetic") for c in texts(report, "caption"))
     model = open_tab(at, "Model")
     kinds = element_types(model)
     assert kinds["metric"] == 6 and kinds["vega_lite_chart"] == 2 and kinds["code"] == 1

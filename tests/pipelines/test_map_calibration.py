@@ -65,6 +65,9 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     text = (run / "report" / "download" / "report.md").read_text()
     assert "## Map calibration" in text and "## Local layer" in text
     assert "tile quantity" in text
+    # the demo region is geodbk's synthetic data: no third-party licence, and it says so
+    assert "## Data and licence" in text and "no third-party licence" in text
     summary = json.loads((run / "report" / "download" / "summary.json").read_text())
+    assert summary["data_licence"]["license"].startswith("no third-party licence")
     row = summary["service_coverage"][0]
     assert row["quantity"] == "tile" and row["area_quantity"] == "tile"

@@ -90,6 +90,7 @@ def test_grid_contents_and_mask(run: Path) -> None:
         # the tile quantity by default (one quarter: no tile effect, so f(x) plus the noise
         # floor); std_f / latent_*: the area quantity f(x); test_sd: one speed test
         assert ds.attrs["quantity"] == "tile" and ds.attrs["tests"] == 1
+        assert ds.attrs["license"] == "CC BY-NC-SA 4.0" and "Ookla" in ds.attrs["source"]
         assert ds.attrs["tile_effect"] == 0
         assert ds["std"].attrs["quantity"] == "tile: noise floor"
         assert ds["std_f"].attrs["quantity"] == "area: latent f(x)"
@@ -138,6 +139,9 @@ def test_export_bands_and_sidecar(run: Path) -> None:
         assert np.allclose(arr.values[0], ds["mean"].values, equal_nan=True)
     for key in ("run", "model", "config_hash", "created", "geodbk_version"):
         assert side[key], key
+    # tiles.parquet without a recorded licence: Ookla's, on the sidecar and the GeoTIFF tags
+    assert side["license"] == "CC BY-NC-SA 4.0" and "Ookla" in side["source"]
+    assert arr.attrs["license"] == "CC BY-NC-SA 4.0"
 
 
 def test_report_outputs(run: Path) -> None:

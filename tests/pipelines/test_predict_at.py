@@ -9,6 +9,7 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import shapely
 
@@ -48,6 +49,8 @@ def test_quadkeys_in_a_csv_get_their_tiles_history(run: Path, measured: pd.DataF
     assert got["site_id"].tolist() == frame["site_id"].tolist()
     assert got["quadkey"].tolist() == measured["quadkey"].tolist()
     assert got["tile_history"].all() and not got["outside_region"].any()
+    meta = json.loads(pq.read_schema(out).metadata[b"geodbk_data_licence"])
+    assert meta["license"].startswith("no third-party licence")  # the demo region: synthetic
     assert (got["quantity"] == "tile").all()
     # the same numbers as the library at the tiles' centres
     model = DBKRegressor.load(run / "models" / "download", device="cpu")
