@@ -1,14 +1,16 @@
 """Cost of the tile quantity's maps against the area quantity's: time and peak memory of
 ``geodbk predict`` for grids of about 10^5, 10^6 and 10^7 cells.
 
-Each (cells, quantity) runs in its own process (so its peak RSS is its own), on a run with a
+Each (cells, quantity) runs in its own process (so its peak RSS is its own): ``seconds`` is the
+first call (what ``geodbk predict`` costs, imports of the geo stack included), ``warm_seconds``
+a second call in the same process (the model and map work alone). On a run with a
 trained model whose tile effect and local layer are saved (``geodbk train`` defaults)::
 
     OMP_NUM_THREADS=2 python benchmarks/bench_tile_maps.py --run runs/hip --target download \\
         --cells 100000 1000000 10000000 --out docs/benchmarks/tile_maps.json
 
-Time on a quiet machine only (``uptime`` load below 0.5, nothing else running); the JSON records
-the load before each measurement, the thread count and the cells in the region.
+Each measurement waits until the 1-minute load is below 0.5 (nothing else may run); the JSON
+records the load it started at, the thread count and the cells in the region.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ run, target, quantity, res = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.ar
 t0 = time.perf_counter()
 path = run_predict(run, target=target, quantity=quantity, resolution=res, extent="tiles", force=True)
 seconds = time.perf_counter() - t0
+t1 = time.perf_counter()
+run_predict(run, target=target, quantity=quantity, resolution=res, extent="tiles", force=True)
+warm = time.perf_counter() - t1
 with xr.open_dataset(path) as ds:
     cells = int(ds.sizes["x"] * ds.sizes["y"])
     inside = int(ds["in_region"].values.sum())
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "cells": cells, "in_region": inside, "peak_rss_mb": rss}))
+print(json.dumps({"seconds": seconds, "warm_seconds": warm, "cells": cells, "in_region": inside,
+                  "peak_rss_mb": rss}))
 """
 
 
@@ -52,6 +58,19 @@ def _resolution(run: Path, cells: int) -> float:
     return math.sqrt((e - w) * (n - s) / cells)
 
 
+#: 1-minute load average below which a measurement starts (a quiet machine).
+QUIET_LOAD = 0.5
+
+
+def _wait_for_quiet(limit_s: float = 600.0) -> float:
+    """Wait (up to ``limit_s``) until the 1-minute load is below :data:`QUIET_LOAD`; return
+    the load the measurement starts at."""
+    start = time.monotonic()
+    while os.getloadavg()[0] >= QUIET_LOAD and time.monotonic() - start < limit_s:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the measurements; see the module docstring."""
     p = argparse.ArgumentParser(description=__doc__)
@@ -64,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for cells in args.cells:
         res = _resolution(args.run, cells)
         for quantity in ("area", "tile"):
-            load = os.getloadavg()[0]
+            load = _wait_for_quiet()
             out = subprocess.run(
                 [sys.executable, "-c", CHILD, str(args.run), args.target, quantity, str(res)],
                 check=True,

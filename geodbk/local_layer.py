@@ -160,6 +160,27 @@ def _summaries(
     return _Summaries(b=b, w=1.0 / info, v=v)
 
 
+def _kriging_matrix(
+    d_nb: torch.Tensor,
+    pair: torch.Tensor,
+    diag: torch.Tensor,
+    *,
+    sigma2: torch.Tensor,
+    range_km: torch.Tensor,
+) -> torch.Tensor:
+    """``sigma² C(d)`` on the valid pairs, 0 elsewhere, plus ``diag`` on the diagonal. Without
+    autograd (prediction) it is built in place in one (m, k, k) buffer: this is the largest
+    array of a map's tile quantity."""
+    if torch.is_grad_enabled():
+        K = torch.where(pair, sigma2 * matern32(d_nb, range_km), torch.zeros((), dtype=_DT))
+        return K + torch.diag_embed(diag)
+    K = d_nb * (math.sqrt(3.0) / range_km)  # h
+    decay = torch.exp(-K)
+    K.add_(1.0).mul_(decay).mul_(sigma2).masked_fill_(~pair, 0.0)
+    K.diagonal(dim1=-2, dim2=-1).add_(diag)
+    return K
+
+
 def _krige(
     summ: _Summaries,
     nb: torch.Tensor,
@@ -174,12 +195,12 @@ def _krige(
     ``(mu, sigma²_nb)`` (m,)."""
     valid = nb >= 0
     idx = nb.clamp_min(0)
-    K = sigma2 * matern32(d_nb, range_km)
     pair = valid[:, :, None] & valid[:, None, :]
-    K = torch.where(pair, K, torch.zeros((), dtype=_DT))
     noise = lam * summ.v[idx] + summ.w[idx]
     diag = torch.where(valid, noise, torch.ones((), dtype=_DT))
-    L = stable_cholesky(K + torch.diag_embed(diag), jitter=_JITTER)
+    L = stable_cholesky(
+        _kriging_matrix(d_nb, pair, diag, sigma2=sigma2, range_km=range_km), jitter=_JITTER
+    )
     ks = torch.where(valid, sigma2 * matern32(d_star, range_km), torch.zeros((), dtype=_DT))
     b = torch.where(valid, summ.b[idx], torch.zeros((), dtype=_DT))
     sol = torch.linalg.solve_triangular(L, torch.stack([ks, b], dim=-1), upper=False)
