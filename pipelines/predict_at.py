@@ -16,33 +16,25 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import shapely
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
 from geodbk.geo.locations import read_locations
-from geodbk.geo.timeaxis import format_quarter, quarter_index
-from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, predict_quantity
-from pipelines.predict import (
-    observed_quarters,
-    read_region,
-    read_urban,
-    tile_ids,
-)
+from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
+from pipelines.places import load_place_predictor
+from pipelines.predict import read_region, tile_ids
 from pipelines.rundir import (
     licence_attrs,
     locked_stage,
-    model_inputs,
     require_run,
     run_licence,
-    scale_lonlat,
     target_spec,
-    time_scaling_of,
 )
 
 log = logging.getLogger("geodbk")
@@ -99,9 +91,6 @@ def run_predict_at(
     tests, devices
         The tests (and devices) of the ``test`` quantity.
     """
-    from pipelines.layers import layer_xy, load_map_layers
-    from pipelines.train import load_model
-
     try:
         check_quantity(quantity)
     except ValueError as exc:
@@ -112,60 +101,20 @@ def run_predict_at(
     spec = target_spec(target)
     places = read_locations(at)
     licence = licence_attrs(run_licence(rd))
-    model = load_model(rd, target)
-    md: dict[str, Any] = dict(getattr(model, "metadata_", None) or {})
-    ts = time_scaling_of(md)
-    observed = observed_quarters(rd, md)
-    if ts is None and quarter is not None:
-        raise DataError(
-            f"--quarter needs a time-aware model, but {rd.model_dir(target)} pools all quarters; "
-            f"retrain with `geodbk train --run {rd.root} --target {target} --time`"
-        )
-    if ts is not None:
-        if quarter is None and not observed:
-            raise DataError(f"{rd.model_dir(target)}: the model metadata lists no quarters")
-        label = format_quarter(quarter_index(quarter or observed[-1]))
-        time = float(quarter_index(label))
-    else:
-        label = f"pooled {observed[0]}:{observed[-1]}" if observed else "pooled"
-        time = float(quarter_index(observed[-1])) if observed else 0.0
-    import shapely
-
+    predictor = load_place_predictor(rd, target, quantity=quantity, quarter=quarter)
+    label = predictor.quarter
     region = read_region(rd)
     inside = np.asarray(shapely.intersects_xy(region, places.lon, places.lat), dtype=bool)
-    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
     keys = tile_ids(places.lon, places.lat)
     n = keys.size
     values = {c: np.full(n, np.nan) for c in ("mean", "sd")}
     seen = np.zeros(n, dtype=bool)
     pull = np.full(n, np.nan)
     if inside.any():
-        urban = None
-        if getattr(model, "noise_urban", False) or (effect is not None and effect.grouped):
-            geom = read_urban(rd, target=target)
-            urban = np.asarray(
-                shapely.intersects_xy(geom, places.lon[inside], places.lat[inside]), dtype=bool
-            )
-        scaling = md.get("input_scaling")
-        if not scaling:
-            from pipelines.rundir import load_tiles, scaling_of
-
-            scaling = scaling_of(load_tiles(rd)[1], source=rd.tiles)
-        X = model_inputs(
-            scale_lonlat(places.lon[inside], places.lat[inside], scaling),
-            md,
-            quarter=label if ts is not None else None,
-        )
-        q = predict_quantity(
-            model,
-            X,
+        q = predictor.predict(
+            places.lon[inside],
+            places.lat[inside],
             quantity=quantity,
-            effect=effect,
-            layer=layer,
-            tiles=keys[inside],
-            times=time,
-            xy=layer_xy(layer, places.lon[inside], places.lat[inside]),
-            urban=urban,
             tests=tests,
             devices=devices,
         )
