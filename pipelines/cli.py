@@ -27,6 +27,8 @@ STAGES: tuple[str, ...] = (
     "ingest",
     "train",
     "predict",
+    "service",
+    "summarize",
     "export",
     "report",
     "benchmark",
