@@ -1,7 +1,8 @@
 """Colour mapping of grids to RGBA/PNG for pydeck BitmapLayers, and legends in real units.
 
-Colour maps: sequential ``viridis`` for predicted values (mean, bounds, observed tiles),
-``magma`` for uncertainty (interval width, sd), ``YlGnBu`` for probabilities, ``cividis``
+Colour maps: sequential ``viridis`` for predicted values (mean, bounds, observed tiles), drawn
+so that yellow is always the better service (reversed for latency, where lower is better:
+:func:`value_cmap`), ``magma`` for uncertainty (interval width, sd), ``YlGnBu`` for probabilities, ``cividis``
 for kernel slices and the diverging ``coolwarm`` (centred on no change, blue = improved) for
 trends. Positive quantities spanning more than a decade are coloured on a log scale
 with tick labels in natural units (Mbps or ms).
@@ -28,6 +29,17 @@ CMAPS: dict[str, str] = {
     # Diverging, centred on "no change"; reversed so blue = higher (speeds: improved).
     "change": "coolwarm_r",
 }
+
+
+#: Targets where a lower value is the better service.
+LOWER_IS_BETTER: frozenset[str] = frozenset({"latency"})
+
+
+def value_cmap(target: str) -> str:
+    """The colour map of a target's values: ``viridis`` (yellow = fast) for speeds, reversed
+    for latency so that yellow is the better service on every target's map."""
+    cmap = CMAPS["value"]
+    return f"{cmap}_r" if target in LOWER_IS_BETTER else cmap
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from app import loaders
+from app.basemap import BASEMAP_CREDIT, BASEMAP_STYLE, basemap_available
 from app.kernel import RefPoint, preset_points
 from app.quarters import (
     QuarterGrid,
@@ -49,6 +50,8 @@ class RunContext:
     target: str
     show_region: bool
     show_urban: bool
+    #: Map style URL of the base map (``None``: no base map).
+    basemap: str | None = None
 
     @property
     def unit(self) -> str:
@@ -243,6 +246,14 @@ def sidebar() -> RunContext | None:
         disabled=not inv.urban_areas.is_file(),
         help=None if inv.urban_areas.is_file() else "This run has no urban_areas.geojson.",
     )
+    online = basemap_available()
+    want_basemap = sb.checkbox(
+        "Street base map",
+        value=online,
+        key="show_basemap",
+        disabled=not online,
+        help=BASEMAP_CREDIT if online else "Offline: the base map's server cannot be reached.",
+    )
     sb.caption(f"Runs folder: `{display_path(root)}` · run: `{display_path(run)}`")
 
     if not inv.exists:
@@ -257,5 +268,10 @@ def sidebar() -> RunContext | None:
             st.info(f"Create it with:\n\n```\n{inv.command('demo')}\n```")
         return None
     return RunContext(
-        root=root, inv=inv, target=str(target), show_region=show_region, show_urban=show_urban
+        root=root,
+        inv=inv,
+        target=str(target),
+        show_region=show_region,
+        show_urban=show_urban,
+        basemap=BASEMAP_STYLE if (online and want_basemap) else None,
     )

@@ -1,7 +1,7 @@
 """pydeck layer builders: raster BitmapLayer, outlines, observed tiles, click targets, markers.
 
-No base map is drawn (there may be no network): the region boundary and urban outlines give
-orientation. Decks are sent as compact JSON, and outlines are one ``PathLayer`` (a GeoJsonLayer
+No base map is drawn unless asked for (:data:`app.basemap.BASEMAP_STYLE`, when the machine
+is online): the region boundary and urban outlines give orientation. Decks are sent as compact JSON, and outlines are one ``PathLayer`` (a GeoJsonLayer
 per overlay would cost a set of shader programs each; with software WebGL every program costs
 a noticeable part of a second before the first frame).
 """
@@ -256,13 +256,15 @@ def deck(
     tooltip: bool = True,
     width_px: int = 900,
     height_px: int = 520,
+    basemap: str | None = None,
 ) -> pdk.Deck:
-    """Assemble a deck with no base map (:data:`NO_BASE_MAP`) and an ``{label}`` HTML tooltip."""
+    """Assemble a deck with an ``{label}`` HTML tooltip, drawn over the map style ``basemap``
+    (a style URL) or over no base map at all (:data:`NO_BASE_MAP`, the default)."""
     out = CompactDeck(
         layers=list(layers),
         initial_view_state=fit_view(bounds, width_px, height_px),
         map_style=None,
         tooltip={"html": "{label}", "style": {"fontSize": "12px"}} if tooltip else False,
     )
-    out.map_style = NO_BASE_MAP
+    out.map_style = basemap or NO_BASE_MAP
     return out

@@ -25,6 +25,7 @@ from app.colormaps import (
     format_value,
     mercator_rows,
     png_data_url,
+    value_cmap,
 )
 from app.context import RunContext
 from app.loaders import Z95, Grid, LoadError, Stamp, load_grid, load_trend, stamp
@@ -263,7 +264,7 @@ def value_scale(grid: Grid, others: Sequence[Grid] = ()) -> ColorScale:
             _pooled(grids, lambda g: g.natural("pi_upper")),
         ]
     )
-    return auto_scale(both, CMAPS["value"], quantiles=(0.01, 0.99))
+    return auto_scale(both, value_cmap(grid.target), quantiles=(0.01, 0.99))
 
 
 def layer_scale(grid: Grid, spec: LayerSpec, others: Sequence[Grid] = ()) -> ColorScale:
@@ -277,7 +278,7 @@ def layer_scale(grid: Grid, spec: LayerSpec, others: Sequence[Grid] = ()) -> Col
     grids = [grid, *others]
     if spec.kind == "median":
         values = _pooled(grids, lambda g: g.natural("mean"))
-        return auto_scale(values, CMAPS["value"], quantiles=(0.01, 0.99))
+        return auto_scale(values, value_cmap(grid.target), quantiles=(0.01, 0.99))
     if spec.kind in ("pi_lower", "pi_upper"):
         return value_scale(grid, others)
     if spec.kind == "pi_width":

@@ -10,6 +10,8 @@ import pytest
 
 # The reference machine has 2 cores; keep torch to them (set before torch is imported anywhere).
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# No network check for the dashboard's base map in tests (app/basemap.py).
+os.environ.setdefault("GEODBK_BASEMAP", "off")
 
 import torch
 

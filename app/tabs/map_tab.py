@@ -19,7 +19,14 @@ import streamlit as st
 
 from app import layers as L
 from app import maps
-from app.colormaps import CMAPS, Legend, auto_scale, colors_for, format_value, legend_html
+from app.colormaps import (
+    Legend,
+    auto_scale,
+    colors_for,
+    format_value,
+    legend_html,
+    value_cmap,
+)
 from app.context import RunContext
 from app.loaders import Grid, stamp
 from app.points import point_from_selection
@@ -113,7 +120,7 @@ def render(ctx: RunContext) -> None:
         return [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx), *_point_marker()]
 
     st.markdown(legend_html(legend), unsafe_allow_html=True)
-    _draw(url, grid.bounds, extras, light)
+    _draw(url, grid.bounds, extras, light, basemap=ctx.basemap)
     _caption(ctx, kind, chosen, len(qgrids))
     licence = maps.licence_caption(grid.attrs)
     if licence:
@@ -160,11 +167,14 @@ def _draw(
     bounds: L.Bounds,
     extras: Callable[[], list[pdk.Layer]],
     light: bool,
+    *,
+    basemap: str | None = None,
 ) -> None:
-    """The map: the raster, plus (unless ``light``) click targets, outlines and the marker."""
+    """The map: the raster, plus (unless ``light``) click targets, outlines and the marker,
+    over the base map style ``basemap`` (``None``: none)."""
     layer_list = [L.bitmap_layer(url, bounds), *([] if light else extras())]
     st.pydeck_chart(
-        L.deck(layer_list, bounds, height_px=MAP_HEIGHT),
+        L.deck(layer_list, bounds, height_px=MAP_HEIGHT, basemap=basemap),
         height=MAP_HEIGHT,
         on_select=lambda: _on_click("map_chart"),
         selection_mode="single-object",
@@ -312,7 +322,7 @@ def _render_tiles(ctx: RunContext, col: st.delta_generator.DeltaGenerator) -> No
     # One scale for every quarter (robust range of all observed tiles), so quarters compare;
     # observed tiles spread far wider than the smooth predicted median, hence their own range.
     all_values = table.frame[f"value_{t}"].to_numpy(dtype=float)
-    scale = auto_scale(all_values, CMAPS["value"])
+    scale = auto_scale(all_values, value_cmap(t))
     frame = frame.assign(
         label=[
             f"<b>{format_value(v, unit)}</b> observed ({q})<br/>{n} tests · "
@@ -344,7 +354,7 @@ def _render_tiles(ctx: RunContext, col: st.delta_generator.DeltaGenerator) -> No
         unsafe_allow_html=True,
     )
     st.pydeck_chart(
-        L.deck(layer_list, bounds, height_px=MAP_HEIGHT),
+        L.deck(layer_list, bounds, height_px=MAP_HEIGHT, basemap=ctx.basemap),
         height=MAP_HEIGHT,
         on_select=lambda: _on_click("tiles_chart"),
         selection_mode="single-object",
@@ -385,7 +395,7 @@ def _render_trend(
         return [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx), *_point_marker()]
 
     st.markdown(legend_html(legend), unsafe_allow_html=True)
-    _draw(url, grid.bounds, extras, light)
+    _draw(url, grid.bounds, extras, light, basemap=ctx.basemap)
     first = str(grid.attrs.get("first_quarter", trend.first))
     last = str(grid.attrs.get("last_quarter", trend.last))
     years = float(grid.attrs.get("years", trend.years))

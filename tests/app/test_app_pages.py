@@ -362,9 +362,9 @@ def test_a_page_load_paints_the_raster_first_then_the_full_map(
     calls: list[tuple[bool, list[str]]] = []
     draw = map_tab._draw
 
-    def spy(url: str, bounds: object, extras: object, light: bool) -> None:
+    def spy(url: str, bounds: object, extras: object, light: bool, **kw: object) -> None:
         calls.append((light, [] if light else [lyr.id for lyr in extras()]))  # type: ignore[operator]
-        draw(url, bounds, extras, light)  # type: ignore[arg-type]
+        draw(url, bounds, extras, light, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(map_tab, "_draw", spy)
     at.run()

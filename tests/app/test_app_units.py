@@ -384,3 +384,34 @@ def test_first_frame_raster_is_capped_and_sampled_from_block_middles() -> None:
     url = raster_url(small, small_lats, ColorScale("viridis", 0.0, float(values.max())))
     png = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert png.size == (nx // 3, ny // 3)
+
+
+def test_value_cmap_draws_the_better_service_yellow_for_every_target() -> None:
+    from app.colormaps import lut, value_cmap
+
+    fast = lut(value_cmap("download"))[-1]  # the top of the speed scale
+    low_latency = lut(value_cmap("latency"))[0]  # the bottom of the latency scale
+    assert value_cmap("download") == value_cmap("upload") != value_cmap("latency")
+    np.testing.assert_array_equal(fast, low_latency)
+    assert fast[0] > 200 and fast[1] > 200 and fast[2] < 100  # yellow
+
+
+def test_deck_draws_a_base_map_only_when_given_a_style() -> None:
+    from app.basemap import BASEMAP_STYLE, reachable
+
+    layers = [bitmap_layer("data:image/png;base64,AAAA", (0.0, 0.0, 1.0, 1.0))]
+    assert json.loads(deck(layers, (0.0, 0.0, 1.0, 1.0)).to_json())["mapStyle"] == NO_BASE_MAP
+    styled = deck(layers, (0.0, 0.0, 1.0, 1.0), basemap=BASEMAP_STYLE)
+    assert json.loads(styled.to_json())["mapStyle"] == BASEMAP_STYLE
+    assert reachable("127.0.0.1", port=9, timeout_s=0.5) is False  # nothing listens there
+
+
+def test_basemap_is_off_without_a_network_check_when_the_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.basemap as bm
+
+    monkeypatch.setenv("GEODBK_BASEMAP", "off")
+    monkeypatch.setattr(bm, "reachable", lambda *a, **k: pytest.fail("network was checked"))
+    bm.basemap_available.clear()
+    assert bm.basemap_available() is False
