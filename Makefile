@@ -37,7 +37,7 @@ install-dev: $(VENV)/.installed-dev
 
 demo: install
 	$(BIN)/geodbk demo --run runs/demo
-	$(BIN)/streamlit run app
+	$(BIN)/geodbk dashboard --runs-dir runs
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -33,6 +33,7 @@ STAGES: tuple[str, ...] = (
     "report",
     "benchmark",
     "demo",
+    "dashboard",
 )
 
 log = logging.getLogger("geodbk")

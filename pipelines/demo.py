@@ -35,7 +35,7 @@ examples:
   geodbk demo --run /tmp/demo --epochs 10
   geodbk demo --quick               # tiny settings (seconds), for smoke tests
 
-then: streamlit run app   (the dashboard reads runs/demo)
+then: geodbk dashboard   (the dashboard reads runs/demo)
 exit codes: 0 ok, 3 bad data (data/ missing), 5 run directory problem.
 """
 
@@ -160,5 +160,5 @@ def run_demo(
     atomic_write_json(
         run / "demo_timings.json", {"config": cfg.to_dict(), "quick": quick, "seconds": timings}
     )
-    log.info("demo run ready in %s (%.0f s); next: streamlit run app", run, timings["total"])
+    log.info("demo run ready in %s (%.0f s); next: geodbk dashboard", run, timings["total"])
     return run
