@@ -9,8 +9,12 @@
 - Census: the 2020 urban areas (``tl_2020_us_uac20.zip``) and the state boundaries
   (``cb_2018_us_state_500k.zip``).
 
-Downloads go to ``NAME.part`` first and are resumed with a Range request when interrupted; a
-finished file is moved into place atomically. Progress bars use tqdm. Only the standard library
+Downloads go to ``NAME.part`` first and are resumed with a Range request when interrupted
+(with ``If-Range`` and the server's ETag or Last-Modified, so a file that changed on the server
+restarts instead of being spliced); a finished file is checked (a ``.parquet`` must carry the
+parquet magic at both ends and a readable footer, a ``.zip`` a readable zip directory) and only
+then moved into place atomically. A cached file that fails the check is removed and fetched
+again, so an HTML error page served in place of a file is never kept. Progress bars use tqdm. Only the standard library
 (urllib) talks HTTP.
 """
 
@@ -24,6 +28,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +92,58 @@ def _open(url: str, *, method: str = "GET", headers: dict[str, str] | None = Non
         ) from exc
 
 
+#: Bytes at both ends of every parquet file.
+PARQUET_MAGIC = b"PAR1"
+
+
+def content_problem(path: Path, *, suffix: str | None = None) -> str | None:
+    """What is wrong with a downloaded file's content for ``suffix`` (default its own), or
+    ``None``: a ``.parquet`` needs ``PAR1`` at its start and end and a footer pyarrow can read;
+    a ``.zip`` a zip directory that opens. Other suffixes are not checked."""
+    suffix = (suffix or path.suffix).lower()
+    if suffix not in (".parquet", ".zip"):
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+        fh.seek(max(size - 4, 0))
+        tail = fh.read(4)
+    start = head[:40].decode("ascii", "replace").strip()
+    seen = f"it starts with {start!r}" if head else "it is empty"
+    if suffix == ".parquet":
+        if head[:4] != PARQUET_MAGIC or tail != PARQUET_MAGIC:
+            return f"not a parquet file ({size} bytes; {seen})"
+        try:
+            pq.read_metadata(path)
+        except Exception as exc:  # pyarrow raises several types
+            return f"a damaged parquet file ({exc})"
+        return None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            zf.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"not a zip archive ({size} bytes; {seen}; {exc})"
+    return None
+
+
+def _validator_path(part: Path) -> Path:
+    return part.with_name(part.name + ".validator")
+
+
+def _validator(resp: Any) -> str | None:
+    """The response's ETag (else Last-Modified): what ``If-Range`` sends on a resume."""
+    headers = getattr(resp, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("ETag") or headers.get("Last-Modified")
+    return str(value) if value else None
+
+
+def _discard(*paths: Path) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
 def remote_size(url: str) -> int:
     """Size in bytes of a remote file (HEAD request)."""
     with _open(url, method="HEAD") as resp:
@@ -97,32 +154,47 @@ def remote_size(url: str) -> int:
 
 
 def fetch(url: str, dest: str | Path, *, progress: bool = True) -> Path:
-    """Download ``url`` to ``dest`` resumably; an existing ``dest`` is kept (the cache).
+    """Download ``url`` to ``dest`` resumably; an existing ``dest`` that passes
+    :func:`content_problem` is kept (the cache), one that fails is removed and fetched again.
 
     Bytes go to ``dest.part``; if it exists (an interrupted download), the transfer continues from
-    its end with a ``Range`` request (restarting when the server ignores ranges). On completion the
-    part file is moved onto ``dest``.
+    its end with a ``Range`` request and ``If-Range`` (the ETag or Last-Modified of the first
+    response), restarting when the server ignores the range or the file changed. On completion
+    the part file is checked and moved onto ``dest``; a file whose content does not match its
+    name (an HTML page as ``.parquet``) is removed and a :class:`DownloadError` raised.
     """
     dest = Path(dest)
     if dest.is_file():
-        log.info("cached: %s", dest)
-        return dest
+        problem = content_problem(dest)
+        if problem is None:
+            log.info("cached: %s", dest)
+            return dest
+        log.warning("cached %s is %s: removing it and fetching it again", dest, problem)
+        dest.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    validator = _validator_path(part)
     have = part.stat().st_size if part.is_file() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
+    if have and validator.is_file():
+        headers["If-Range"] = validator.read_text().strip()
     resp = _open(url, headers=headers)
     if isinstance(resp, urllib.error.HTTPError):  # 416: the part file is already complete
         resp.close()
         if have and have == remote_size(url):
-            os.replace(part, dest)
-            return dest
-        part.unlink(missing_ok=True)
+            return _finish(part, dest, url=url)
+        _discard(part, validator)
         return fetch(url, dest, progress=progress)
     with resp:
         status = getattr(resp, "status", 200)
         if have and status != 206:
-            have = 0  # server ignored the range: start over
+            have = 0  # server ignored the range, or the file changed: start over
+        if not have:
+            tag = _validator(resp)
+            if tag:
+                validator.write_text(tag)
+            else:
+                validator.unlink(missing_ok=True)
         length = resp.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
         mode = "ab" if have else "wb"
@@ -158,7 +230,22 @@ def fetch(url: str, dest: str | Path, *, progress: bool = True) -> Path:
         raise DownloadError(
             f"{url}: transfer ended at {got} of {total} bytes; run the command again to resume"
         )
+    return _finish(part, dest, url=url)
+
+
+def _finish(part: Path, dest: Path, *, url: str) -> Path:
+    """Check a complete ``part`` file's content and move it onto ``dest``; a file that fails
+    :func:`content_problem` is removed with a :class:`DownloadError`."""
+    validator = _validator_path(part)
+    problem = content_problem(part, suffix=dest.suffix)
+    if problem is not None:
+        _discard(part, validator)
+        raise DownloadError(
+            f"{url}: the server sent {problem}, not the {dest.suffix} file asked for (an error "
+            "or sign-in page?); nothing was kept. Check the address (--base-url) and try again"
+        )
     os.replace(part, dest)
+    validator.unlink(missing_ok=True)
     return dest
 
 
@@ -254,7 +341,7 @@ def fetch_ookla(
     url = _join(base_url, key)
     dest = Path(cache) / "ookla" / key
     sidecar = dest.with_name(dest.name + ".json")
-    if dest.is_file() and sidecar.is_file():
+    if dest.is_file() and sidecar.is_file() and content_problem(dest) is None:
         info: dict[str, Any] = json.loads(sidecar.read_text())
         if info.get("bbox") in (None, list(bbox) if bbox else None):
             log.info("cached: %s", dest)

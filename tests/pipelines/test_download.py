@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ class _Server:
         self.bytes_sent = 0
         self.honour_ranges = True
         self.truncate_at: int | None = None
+        self.etags = False  # send an ETag and honour If-Range
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +59,9 @@ class _Server:
                     self.send_error(404)
                     return
                 data = f.read_bytes()
+                etag = f'"{hashlib.sha256(data).hexdigest()[:16]}"'
+                if server.etags and self.headers.get("If-Range") not in (None, etag):
+                    rng = None  # the file changed since the part was fetched: send it whole
                 if rng and server.honour_ranges:
                     a, b = rng.removeprefix("bytes=").split("-")
                     start = int(a)
@@ -73,6 +78,8 @@ class _Server:
                     body = data
                     self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
+                if server.etags:
+                    self.send_header("ETag", etag)
                 self.end_headers()
                 if server.truncate_at is not None:
                     body = body[: server.truncate_at]  # then the connection closes early
@@ -194,6 +201,63 @@ def test_missing_remote_file_is_clear(server: _Server, tmp_path: Path) -> None:
     with pytest.raises(dl.DownloadError, match="HTTP 404"):
         dl.fetch(server.url + "nope.zip", tmp_path / "nope.zip", progress=False)
     assert not (tmp_path / "nope.zip").exists()
+
+
+def test_an_html_page_served_as_parquet_is_refused_and_not_kept(
+    server: _Server, tmp_path: Path
+) -> None:
+    key = dl.ookla_key("mobile", "2023Q4")
+    (server.root / key).parent.mkdir(parents=True)
+    (server.root / key).write_text("<!DOCTYPE html><html><body>Sign in</body></html>")
+    dest = tmp_path / "got" / "x.parquet"
+    with pytest.raises(dl.DownloadError, match=r"not a parquet file .*<!DOCTYPE html"):
+        dl.fetch(server.url + key, dest, progress=False)
+    assert list(dest.parent.iterdir()) == []  # neither the file nor its .part is kept
+    assert (
+        cli.main(
+            [
+                "download",
+                "--cache",
+                str(tmp_path / "c"),
+                "--type",
+                "mobile",
+                "--quarters",
+                "2023Q4",
+                "--base-url",
+                server.url,
+                "--no-census",
+            ]
+        )
+        == 1
+    )
+
+
+def test_a_bad_cached_file_is_fetched_again(server: _Server, tmp_path: Path) -> None:
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3]}), good)
+    (server.root / "f.parquet").write_bytes(good.read_bytes())
+    dest = tmp_path / "cache" / "f.parquet"
+    dest.parent.mkdir()
+    dest.write_text("<html>cached error page</html>")
+    dl.fetch(server.url + "f.parquet", dest, progress=False)
+    assert pq.read_table(dest).column("a").to_pylist() == [1, 2, 3]
+
+
+def test_resume_restarts_when_the_file_changed_on_the_server(
+    server: _Server, tmp_path: Path
+) -> None:
+    server.etags = True
+    old = np.random.default_rng(3).bytes(100_000)
+    new = np.random.default_rng(4).bytes(100_000)
+    (server.root / "v.bin").write_bytes(old)
+    server.truncate_at = 40_000
+    dest = tmp_path / "v.bin"
+    with pytest.raises(dl.DownloadError, match="resume"):
+        dl.fetch(server.url + "v.bin", dest, progress=False)
+    (server.root / "v.bin").write_bytes(new)  # a new version between the two runs
+    dl.fetch(server.url + "v.bin", dest, progress=False)
+    assert dest.read_bytes() == new  # not old[:40000] + new[40000:]
+    assert server.requests[-1][2] == "bytes=40000-"  # it did ask to resume
 
 
 def test_row_group_selection_with_tile_xy(server: _Server, tmp_path: Path) -> None:
