@@ -213,39 +213,103 @@ def read_tract_urban(
     return UrbanLayer("tracts", polys, [str(tracts), str(rural_tracts)], info)
 
 
+def _norm(name: object) -> str:
+    """A column or attribute name reduced to upper-case letters and digits (BOM dropped)."""
+    return re.sub(r"[^A-Z0-9]", "", str(name).replace("\ufeff", "").upper())
+
+
+#: Normalised names of a county FIPS column in the RUCC and ERS county-level files.
+_FIPS_NAMES = ("FIPS", "FIPSCODE", "FIPSTXT", "GEOID", "COUNTYFIPS", "STCOFIPS", "FIPSSTCO")
+_RUCC_NAME = re.compile(r"^(RUCC|RURALURBANCONTINUUMCODE)(\d{4})?$")
+
+
+def _rucc_year(name: object) -> int | None:
+    """The year of a RUCC column or attribute name (0 without one), else ``None``."""
+    m = _RUCC_NAME.match(_norm(name))
+    return None if m is None else int(m.group(2) or 0)
+
+
+def _read_table(p: Path) -> pd.DataFrame:
+    """A CSV (UTF-8 with or without BOM, else Latin-1) or Excel file as strings."""
+    if p.suffix.lower() in (".xls", ".xlsx"):
+        return pd.read_excel(p, dtype=str)
+    try:
+        return pd.read_csv(p, dtype=str, encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        return pd.read_csv(p, dtype=str, encoding="latin-1")
+
+
+def _fips_column(df: pd.DataFrame) -> str | None:
+    """The county FIPS column: by name, else the first column whose values are 4-5 digit codes."""
+    by_name = {_norm(c): c for c in df.columns}
+    for name in _FIPS_NAMES:
+        if name in by_name:
+            return str(by_name[name])
+    for c in df.columns:
+        values = _digits(df[c]).dropna()
+        if len(values) and values.str.fullmatch(r"\d{4,5}").mean() > 0.9:
+            return str(c)
+    return None
+
+
+def _digits(values: pd.Series) -> pd.Series:
+    """Codes as digit strings: thousands separators, spaces and a trailing ``.0`` removed."""
+    text = values.astype("string").str.strip().str.replace(",", "", regex=False)
+    return text.str.replace(r"\.0+$", "", regex=True)
+
+
 def read_rucc(path: str | Path) -> dict[str, int]:
     """Read USDA rural-urban continuum codes: county FIPS (5 digits) -> RUCC (1-9).
 
-    Accepts the wide files (``FIPS``, ``RUCC_2013``/``RUCC_2003``/``RUCC_2023``, ...) and the
-    long 2023 file (``FIPS``, ``Attribute`` = ``RUCC_2023``, ``Value``); CSV or Excel.
+    Columns are found by name pattern and content, so every ERS layout reads:
+
+    - the RUCC files (2003, 2013, 2023), wide (``FIPS``, ``RUCC_2013``) or long (``FIPS``,
+      ``Attribute`` = ``RUCC_2023``, ``Value``);
+    - the ERS county-level data sets (population, unemployment, education), wide with e.g.
+      ``FIPStxt``/``FIPS_Code`` and ``Rural-urban_Continuum Code_2013``, or long with
+      ``Attribute`` = ``Rural_Urban_Continuum_Code_2013``.
+
+    CSV (UTF-8 with or without BOM, or Latin-1) or Excel; thousands separators and ``.0``
+    suffixes in codes are ignored. With several years, the latest is used.
     """
     p = Path(path)
     try:
-        if p.suffix.lower() in (".xls", ".xlsx"):
-            df = pd.read_excel(p, dtype=str)
-        else:
-            df = pd.read_csv(p, dtype=str, encoding_errors="replace")
+        df = _read_table(p)
     except Exception as exc:
         raise DataError(f"{p}: cannot read the RUCC file ({type(exc).__name__}: {exc})") from exc
-    cols = {c.strip().upper(): c for c in df.columns}
-    fips_c = cols.get("FIPS") or cols.get("GEOID") or cols.get("FIPS_CODE")
+    df.columns = [str(c).replace("\ufeff", "").strip() for c in df.columns]
+    fips_c = _fips_column(df)
     if fips_c is None:
-        raise DataError(f"{p}: no FIPS column in the RUCC file")
-    if "ATTRIBUTE" in cols and "VALUE" in cols:
-        sub = df[df[cols["ATTRIBUTE"]].astype(str).str.upper().str.startswith("RUCC")]
-        codes, fips = sub[cols["VALUE"]], sub[fips_c]
+        raise DataError(
+            f"{p}: no county FIPS column in the RUCC file (looked for FIPS, FIPS_Code, FIPStxt, "
+            f"GEOID or a column of 5-digit codes; columns: {', '.join(map(str, df.columns))})"
+        )
+    by_name = {_norm(c): c for c in df.columns}
+    if "ATTRIBUTE" in by_name and "VALUE" in by_name:
+        attr = df[by_name["ATTRIBUTE"]]
+        years = attr.map(_rucc_year)
+        if years.notna().sum() == 0:
+            raise DataError(
+                f"{p}: no RUCC attribute (RUCC_2023, Rural_Urban_Continuum_Code_2013, ...) in the "
+                "long file's Attribute column"
+            )
+        sub = df[years == years.max()]
+        codes, fips = sub[by_name["VALUE"]], sub[fips_c]
     else:
-        rucc_c = next((cols[c] for c in sorted(cols, reverse=True) if c.startswith("RUCC")), None)
-        if rucc_c is None:
-            raise DataError(f"{p}: no RUCC_2013/RUCC_2023 column in the RUCC file")
+        ranked = sorted((y, str(c)) for c in df.columns if (y := _rucc_year(c)) is not None)
+        if not ranked:
+            raise DataError(
+                f"{p}: no RUCC column (RUCC_2013, RUCC_2023, Rural-urban_Continuum Code_2013, "
+                f"...) in the RUCC file; columns: {', '.join(map(str, df.columns))}"
+            )
+        rucc_c = ranked[-1][1]
         codes, fips = df[rucc_c], df[fips_c]
-    num = pd.to_numeric(codes, errors="coerce")
-    ok = num.between(1, 9)
+    num = pd.to_numeric(_digits(codes), errors="coerce")
+    key = _digits(fips)
+    ok = num.between(1, 9) & key.str.fullmatch(r"\d{1,5}").fillna(False)
     if not ok.any():
-        raise DataError(f"{p}: no valid RUCC codes (1-9) in the file")
-    return dict(
-        zip(fips[ok].astype(str).str.strip().str.zfill(5), num[ok].astype(int), strict=True)
-    )
+        raise DataError(f"{p}: no valid RUCC codes (1-9) with a county FIPS in the file")
+    return dict(zip(key[ok].str.zfill(5), num[ok].astype(int), strict=True))
 
 
 def read_county_urban(

@@ -5,6 +5,7 @@ affine scaling of lon/lat to [-1, 1]² by the region's bounding box.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,67 @@ _STATE_NAME_FIELDS = ("NAME", "NAME20", "NAME10")
 _STATE_FIPS_FIELDS = ("GEOID", "STATEFP", "GEOID20", "STATEFP20", "GEOID10", "STATEFP10")
 
 
+#: Vector formats looked for inside a zip archive.
+_ZIP_LAYER_SUFFIXES = (".shp", ".gpkg", ".geojson", ".json")
+#: Separator of ``ARCHIVE.zip!member`` (the layer to read inside a zip with several).
+ZIP_MEMBER_SEPARATOR = "!"
+
+
+def _is_junk(member: str) -> bool:
+    """macOS resource forks (``__MACOSX/``, ``._name``) and other hidden entries."""
+    parts = member.split("/")
+    return "__MACOSX" in parts or any(part.startswith(".") for part in parts if part)
+
+
+def zip_layer(path: Path, member: str | None = None, *, what: str = "vector") -> str:
+    """The GDAL path (``/vsizip/ARCHIVE/member``) of the vector layer inside a zip archive.
+
+    The archive may hold the layer in a folder, beside macOS ``__MACOSX/._*`` entries (skipped).
+    With several layers, ``member`` (a member path or file name) chooses one; without it the
+    error lists them and says how to choose (``ARCHIVE.zip!member.shp``).
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = [n for n in zf.namelist() if not n.endswith("/") and not _is_junk(n)]
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"{path}: not a readable zip archive ({exc})") from exc
+    layers = [n for n in names if n.lower().endswith(_ZIP_LAYER_SUFFIXES)]
+    if member is not None:
+        chosen = [n for n in layers if n == member or n.rsplit("/", 1)[-1] == member]
+        if len(chosen) != 1:
+            raise DataError(
+                f"{path}: no single layer {member!r} in the archive; it holds "
+                f"{', '.join(layers) or 'no vector layer'}"
+            )
+        return f"/vsizip/{path.resolve()}/{chosen[0]}"
+    if not layers:
+        raise DataError(
+            f"{path}: the zip archive holds no {what} layer (.shp, .gpkg or .geojson); it holds "
+            f"{', '.join(names[:10]) or 'nothing'}"
+        )
+    if len(layers) > 1:
+        raise DataError(
+            f"{path}: the zip archive holds {len(layers)} layers ({', '.join(layers)}); name "
+            f"the {what} layer as {path}{ZIP_MEMBER_SEPARATOR}{layers[0].rsplit('/', 1)[-1]}"
+        )
+    return f"/vsizip/{path.resolve()}/{layers[0]}"
+
+
+def _source(path: str | Path, *, what: str) -> tuple[Path, str]:
+    """``(file on disk, what GDAL opens)`` for a vector path: a zip archive (optionally
+    ``ARCHIVE.zip!member``) resolves to its one layer (:func:`zip_layer`)."""
+    text = str(path)
+    member = None
+    if ZIP_MEMBER_SEPARATOR in text and not Path(text).exists():
+        text, member = text.split(ZIP_MEMBER_SEPARATOR, 1)
+    p = Path(text)
+    if not p.exists():
+        raise DataError(f"{p}: no such {what} file")
+    if p.suffix.lower() == ".zip" or (member is not None and zipfile.is_zipfile(p)):
+        return p, zip_layer(p, member, what=what)
+    return p, str(p)
+
+
 def read_vector(
     path: str | Path,
     *,
@@ -35,7 +97,8 @@ def read_vector(
     Parameters
     ----------
     path
-        The file.
+        The file. A zip archive is searched for its layer (:func:`zip_layer`: in a folder, with
+        macOS ``__MACOSX`` entries skipped); ``ARCHIVE.zip!name.shp`` picks one of several.
     bbox
         Optional ``(west, south, east, north)`` in EPSG:4326: only features intersecting it are
         read (the box is transformed to the file's CRS first).
@@ -47,22 +110,24 @@ def read_vector(
     DataError
         If the file is missing, unreadable or has no CRS-compatible geometry.
     """
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such {what} file")
+    p, source = _source(path, what=what)
     try:
         import pyogrio
 
         file_bbox = None
         if bbox is not None:
-            info = pyogrio.read_info(p)
+            info = pyogrio.read_info(source)
             crs = info.get("crs")
             file_bbox = bbox
             if crs and gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).crs != crs:
                 file_bbox = tuple(
                     gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).to_crs(crs).total_bounds
                 )
-        gdf = gpd.read_file(p, bbox=file_bbox) if file_bbox is not None else gpd.read_file(p)
+        gdf = (
+            gpd.read_file(source, bbox=file_bbox)
+            if file_bbox is not None
+            else gpd.read_file(source)
+        )
     except Exception as exc:
         raise DataError(
             f"{p}: cannot read this {what} file ({type(exc).__name__}: {exc}); use a shapefile "
