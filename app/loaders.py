@@ -158,10 +158,21 @@ def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFram
     )
 
 
-#: xarray engine of the pipelines' grids (classic NetCDF, ``pipelines.gridfile``). Naming it
-#: skips xarray's engine guessing, which imports every installed backend plugin (rioxarray's
-#: among them): about 1 s on the first page load of a fresh server.
-GRID_ENGINE = "scipy"
+#: xarray engine by a file's first bytes: NetCDF-4 (HDF5, what ``pipelines.gridfile`` writes)
+#: or classic NetCDF (older runs). Naming it skips xarray's engine guessing, which imports every
+#: installed backend plugin (rioxarray's among them): about 1 s on the first page load of a
+#: fresh server.
+GRID_ENGINES: dict[bytes, str] = {b"\x89HDF": "h5netcdf", b"CDF": "scipy"}
+
+
+def grid_engine(path: str | Path) -> str | None:
+    """The xarray engine that reads a grid file (``None``: let xarray guess)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    return next((e for magic, e in GRID_ENGINES.items() if head.startswith(magic)), None)
 
 
 @dataclass(frozen=True)
@@ -311,7 +322,7 @@ class LazyVariables(Mapping[str, NDArray[np.float64]]):
         import xarray as xr
 
         try:
-            with xr.open_dataset(self._path, engine=GRID_ENGINE) as ds:
+            with xr.open_dataset(self._path, engine=grid_engine(self._path)) as ds:
                 var = ds[name]
                 if self._transpose[name]:
                     var = var.transpose(*self._dims)
@@ -337,7 +348,7 @@ def _read_grid(path: str, target: str, required: tuple[str, ...], primary: str) 
     try:
         import xarray as xr
 
-        with xr.open_dataset(path, engine=GRID_ENGINE) as ds:
+        with xr.open_dataset(path, engine=grid_engine(path)) as ds:
             data_vars = {str(k): tuple(str(d) for d in v.dims) for k, v in ds.data_vars.items()}
             coords = {
                 str(k): np.asarray(v.values, dtype=np.float64)
@@ -403,7 +414,7 @@ def load_grid_attrs(path: str, stamp_: Stamp) -> dict[str, Any]:
     try:
         import xarray as xr
 
-        with xr.open_dataset(path, engine=GRID_ENGINE) as ds:
+        with xr.open_dataset(path, engine=grid_engine(path)) as ds:
             return {str(k): _plain(v) for k, v in ds.attrs.items()}
     except Exception as exc:
         raise _fail(path, exc) from exc

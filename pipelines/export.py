@@ -231,12 +231,12 @@ def _export_target(
             else licence_attrs(run_licence(rd))
         )
         provenance = {
-            "run": str(rd.root.resolve()),
+            "run": rd.root.resolve().name,
             "target": target,
-            "model": str(model_dir),
+            "model": rd.relative(model_dir),
             "config_hash": ds.attrs.get("model_config_hash") or md.get("config_hash"),
             "config": md.get("config"),
-            "grid": str(grid_path),
+            "grid": rd.relative(grid_path),
             "grid_created": ds.attrs.get("created"),
             "bands": bands,
             "units": {b: ds[b].attrs.get("units", "") for b in bands},

@@ -1,61 +1,41 @@
-"""Stream a large (y, x) grid to a NetCDF file with bounded memory.
+"""Stream a large (y, x) grid to a NetCDF-4 file with bounded memory.
 
-The grid is written row block by row block into per-variable spool files (raw big-endian
-arrays on disk, next to the destination); :meth:`GridWriter.close` then assembles a classic
-NetCDF (64-bit offset, "CDF-2") file by copying each spool into place in 1 MiB pieces, and moves
-it onto the destination atomically. Peak memory is one row block, whatever the grid size.
-
-The classic format is used because it is readable by xarray's built-in ``scipy`` engine with
-no HDF5 library (``xr.open_dataset(path)``); it has no compression. CF conventions: float
-variables carry ``_FillValue`` NaN, bool variables are int8 with ``dtype = "bool"`` (xarray
-decodes them to bool), every grid variable has ``grid_mapping = "spatial_ref"`` and the
-``spatial_ref`` variable holds the CRS as rioxarray writes it.
+The grid is written row block by row block straight into a NetCDF-4 (HDF5) file through
+h5netcdf, chunked by row blocks and compressed (zlib with byte shuffle), at a hidden temporary
+path next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
+Peak memory is one row block, whatever the grid size. Paths and attributes may hold any Unicode
+text. CF conventions (``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN,
+bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to bool), every grid
+variable has ``grid_mapping = "spatial_ref"`` and the ``spatial_ref`` variable holds the CRS as
+rioxarray writes it. Read with ``xr.open_dataset(path)`` (engine ``h5netcdf``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import h5netcdf
 import numpy as np
-from scipy.io import netcdf_file
-
-from geodbk.atomic import atomic_path
 
 log = logging.getLogger("geodbk")
 
-_NC_TYPES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int8): "b"}
-
-
-class _StreamingNetCDF(netcdf_file):
-    """scipy's classic-NetCDF writer, taking large variables' data from spool files."""
-
-    def __init__(self, path: Path, sources: Mapping[str, Path]) -> None:
-        super().__init__(str(path), "w", version=2)
-        self.__dict__["_sources"] = dict(sources)
-
-    def _write_var_data(self, name: str) -> None:
-        sources: dict[str, Path] = self.__dict__["_sources"]
-        if name not in sources:
-            super()._write_var_data(name)
-            return
-        var = self.variables[name]
-        begin = self.fp.tell()
-        self.fp.seek(var._begin)
-        self._pack_begin(begin)
-        self.fp.seek(begin)
-        with open(sources[name], "rb") as src:
-            shutil.copyfileobj(src, self.fp, 1 << 20)
-        count = var.data.size * var.data.itemsize
-        self._write_var_padding(var, var._vsize - count)
+#: CF version the grids follow.
+CONVENTIONS = "CF-1.8"
+#: zlib level of the grid variables (1: fast; NaN-filled ocean compresses to almost nothing).
+COMPRESSION_LEVEL = 1
+#: Cells per HDF5 chunk (whole rows).
+CHUNK_CELLS = 262_144
 
 
 def _attr(value: Any) -> Any:
-    """Attribute value acceptable to the classic format (str, number, 1-D array)."""
+    """Attribute value for NetCDF-4 (str, number, 1-D array)."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, list | tuple):
@@ -66,9 +46,9 @@ def _attr(value: Any) -> Any:
 
 
 def sweep_spools(path: Path) -> list[Path]:
-    """Remove what a killed writer of ``path`` left next to it: spool folders
-    ``.NAME.*`` and atomic temporaries ``.NAME.*.part*`` (callers hold the run's target lock,
-    so none is in use). Returns what was removed."""
+    """Remove what a killed writer of ``path`` left next to it: hidden temporaries
+    ``.NAME.*`` (files or folders; callers hold the run's target lock, so none is in use).
+    Returns what was removed."""
     removed = []
     for leftover in Path(path).parent.glob(f".{Path(path).name}.*"):
         if leftover.is_dir():
@@ -82,7 +62,8 @@ def sweep_spools(path: Path) -> list[Path]:
 
 
 class GridWriter:
-    """Write variables of a (y, x) grid in row blocks, then assemble the NetCDF file.
+    """Write variables of a (y, x) grid in row blocks into a NetCDF-4 file, then move it into
+    place.
 
     Parameters
     ----------
@@ -116,52 +97,51 @@ class GridWriter:
         self.attrs = dict(attrs)
         self.crs_attrs = dict(crs_attrs)
         sweep_spools(self.path)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
-        self._spools = {n: self._tmp / f"{n}.bin" for n in self.variables}
+        self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.part.nc")
         self._rows_done = np.zeros(len(self.y), dtype=bool)
-        for spool in self._spools.values():
-            spool.touch()
-
-    def _disk_dtype(self, name: str) -> np.dtype[Any]:
-        dt = self.variables[name][0]
-        return np.dtype(">i1") if dt == np.dtype(bool) else dt.newbyteorder(">")
+        self._nc: Any = h5netcdf.File(self._tmp, "w")
+        try:
+            self._layout(self._nc)
+        except BaseException:
+            self.abort()
+            raise
 
     def write_rows(self, rows: slice, values: Mapping[str, np.ndarray]) -> None:
         """Write rows ``rows`` of every variable; ``values[name]`` has shape (rows, nx)."""
         nx = len(self.x)
         n_rows = rows.stop - rows.start
-        for name in self.variables:
+        for name, (dt, _) in self.variables.items():
             arr = np.asarray(values[name])
             if arr.shape != (n_rows, nx):
                 raise ValueError(f"{name}: block shape {arr.shape}, expected {(n_rows, nx)}")
-            dt = self._disk_dtype(name)
-            with open(self._spools[name], "r+b") as fh:
-                fh.seek(rows.start * nx * dt.itemsize)
-                fh.write(arr.astype(dt).tobytes())
+            disk = np.int8 if dt == np.dtype(bool) else dt
+            self._nc.variables[name][rows, :] = arr.astype(disk)
         self._rows_done[rows] = True
 
     def close(self) -> Path:
-        """Assemble the file atomically at :attr:`path`; every row must have been written."""
+        """Move the complete file onto :attr:`path`; every row must have been written."""
         try:
             if not self._rows_done.all():
                 raise ValueError(f"{int((~self._rows_done).sum())} grid rows were never written")
-            with atomic_path(self.path) as tmp:
-                nc = _StreamingNetCDF(tmp, self._spools)
-                try:
-                    self._layout(nc)
-                finally:
-                    nc.close()
-        finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._nc.close()
+            with open(self._tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
         return self.path
 
     def abort(self) -> None:
-        """Remove the spool files without writing the destination."""
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        """Close and remove the temporary file without writing the destination."""
+        with contextlib.suppress(Exception):
+            self._nc.close()
+        with contextlib.suppress(OSError):
+            self._tmp.unlink()
 
     def _layout(self, nc: Any) -> None:
-        nc.createDimension("y", len(self.y))
-        nc.createDimension("x", len(self.x))
+        ny, nx = len(self.y), len(self.x)
+        nc.dimensions = {"y": ny, "x": nx}
         for name, values, attrs in (
             (
                 "y",
@@ -184,24 +164,27 @@ class GridWriter:
                 },
             ),
         ):
-            v = nc.createVariable(name, "d", (name,))
-            v[:] = values
-            for k, val in attrs.items():
-                setattr(v, k, val)
-        ref = nc.createVariable("spatial_ref", "i", ())
-        ref.data[()] = 0
-        for k, val in self.crs_attrs.items():
-            setattr(ref, k, _attr(val))
+            v = nc.create_variable(name, (name,), "f8", data=values)
+            v.attrs.update(attrs)
+        ref = nc.create_variable("spatial_ref", (), "i4", data=np.int32(0))
+        ref.attrs.update({k: _attr(val) for k, val in self.crs_attrs.items()})
+        chunks = (max(1, min(ny, CHUNK_CELLS // max(nx, 1))), nx)
         for name, (dt, attrs) in self.variables.items():
-            code = "b" if dt == np.dtype(bool) else _NC_TYPES[dt]
-            var = nc.createVariable(name, code, ("y", "x"))
-            if code in "fd":
-                var._FillValue = np.array(np.nan, dtype=dt)
-            else:
-                var._attributes["dtype"] = "bool"  # xarray decodes int8 + this to bool
-            for k, val in attrs.items():
-                setattr(var, k, _attr(val))
-            var.grid_mapping = "spatial_ref"
-            var.coordinates = "spatial_ref"
-        for k, val in self.attrs.items():
-            setattr(nc, k, _attr(val))
+            is_bool = dt == np.dtype(bool)
+            var = nc.create_variable(
+                name,
+                ("y", "x"),
+                np.int8 if is_bool else dt,
+                chunks=chunks,
+                compression="gzip",
+                compression_opts=COMPRESSION_LEVEL,
+                shuffle=True,
+                fillvalue=None if is_bool else np.array(np.nan, dtype=dt),
+            )
+            if is_bool:
+                var.attrs["dtype"] = "bool"  # xarray decodes int8 + this to bool
+            var.attrs.update({k: _attr(val) for k, val in attrs.items()})
+            var.attrs["grid_mapping"] = "spatial_ref"
+            var.attrs["coordinates"] = "spatial_ref"
+        nc.attrs.update({k: _attr(val) for k, val in self.attrs.items()})
+        nc.attrs.setdefault("Conventions", CONVENTIONS)

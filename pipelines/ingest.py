@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -214,11 +214,14 @@ def run_ingest(
             "checks": urban_checks(n_urban, len(table)),
         }
     )
+    shown = _shown_paths(tiles)
+    if urban_meta is not None and layer is not None:
+        urban_meta["sources"] = _names(layer.sources)
     metadata: dict[str, Any] = {
         "schema_version": 1,
         "scaling": {**scaling.to_dict(), "by": scale_by},
         "split": split_info,
-        "sources": [s["path"] for s in read.sources],
+        "sources": [shown(s["path"]) for s in read.sources],
         "data_licence": data_licence(s["path"] for s in read.sources),
         "type": read.type or type or "unknown",
         "quarters": quarters_kept,
@@ -240,12 +243,12 @@ def run_ingest(
         outputs_urban = None
     report = {
         **{k: v for k, v in metadata.items() if k != "schema_version"},
-        "sources": read.sources,
+        "sources": [{**s, "path": shown(s["path"])} for s in read.sources],
         "per_quarter": per_quarter,
         "outputs": {
-            "tiles": str(run_dir / "tiles.parquet"),
-            "region": str(run_dir / "region.geojson"),
-            "urban_areas": outputs_urban,
+            "tiles": "tiles.parquet",
+            "region": "region.geojson",
+            "urban_areas": None if outputs_urban is None else "urban_areas.geojson",
         },
         "seconds": round(time.perf_counter() - t0, 3),
     }
@@ -484,3 +487,23 @@ def register(subparsers: Any) -> None:
         help="bounding box used for the [-1,1]² scaling (default: the region's)",
     )
     p.set_defaults(func=_main)
+
+
+def _names(paths: Sequence[Any]) -> list[Any]:
+    """File names of input paths (``None`` kept): outputs record no absolute local path."""
+    return [None if p is None else Path(str(p)).name for p in paths]
+
+
+def _shown_paths(tiles: Sequence[PathLike]) -> Callable[[str], str]:
+    """How an Ookla input file is named in outputs: relative to the ``--tiles`` folder it was
+    found in (``parquet/performance/type=mobile/...``), else its file name."""
+    roots = [Path(t).resolve() for t in tiles if Path(t).is_dir()]
+
+    def shown(path: str) -> str:
+        p = Path(path).resolve()
+        for root in roots:
+            if p.is_relative_to(root):
+                return p.relative_to(root).as_posix()
+        return p.name
+
+    return shown

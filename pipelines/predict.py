@@ -2,8 +2,8 @@
 
 Writes ``RUN/grids/TARGET.nc`` (see ``docs/architecture.md``). The grid is evaluated and written
 in row blocks (at most ~262k cells each), so memory stays bounded for any grid size: blocks are
-spooled to disk and assembled into a classic NetCDF file (64-bit offset; readable with
-``xarray.open_dataset(path)`` and no HDF5 library) by :class:`pipelines.gridfile.GridWriter`,
+written into a compressed NetCDF-4 file (CF-1.8; ``xarray.open_dataset(path)``) by
+:class:`pipelines.gridfile.GridWriter`,
 then moved into place atomically.
 
 Variables (float32, NaN outside the region). What the map shows is a named quantity
@@ -862,7 +862,7 @@ def run_predict(
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     common: dict[str, Any] = {
         "target": target,
-        "model_path": str(rd.model_dir(target)),
+        "model_path": rd.relative(rd.model_dir(target)),
         "model_config_hash": md.get("config_hash") or config_hash(md.get("config", {})),
         "resolution_deg": [grid.dx, grid.dy],
         "extent": extent,

@@ -818,8 +818,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     summary = {
         "target": target,
         "units": {"log10": label, "natural": spec.unit},
-        "run": str(rd.root),
-        "model": str(rd.model_dir(target)),
+        "run": rd.root.resolve().name,
+        "model": rd.relative(rd.model_dir(target)),
         "config_hash": md.get("config_hash"),
         "best_epoch": md.get("best_epoch"),
         "y_train_mean": mean_train,
@@ -1051,7 +1051,7 @@ def _build_doc(
     doc = Doc(f"geodbk report: {spec.name} ({rd.root.name})")
     doc.bullets(
         [
-            f"Run `{rd.root}`; model `{rd.model_dir(spec.name)}` "
+            f"Run `{rd.root.resolve().name}`; model `{rd.relative(rd.model_dir(spec.name))}` "
             f"(config hash {md.get('config_hash')}), geodbk {__version__}.",
             f"DBK-{cfg.get('expansion', 'rbf').upper()} trained with {cfg.get('objective', '?')}: "
             f"r={cfg.get('rank')}, h={cfg.get('hidden')}, α={cfg.get('alpha')}, β={cfg.get('beta')}, "

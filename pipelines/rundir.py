@@ -122,6 +122,15 @@ class RunDir:
     def model_dir(self, target: str) -> Path:
         return self.root / "models" / target
 
+    def relative(self, path: str | Path) -> str:
+        """``path`` relative to the run directory (POSIX separators), for output metadata:
+        no output records an absolute local path. A path outside the run gives its file name."""
+        p = Path(path)
+        try:
+            return p.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return p.name
+
     def checkpoint_dir(self, target: str) -> Path:
         return self.model_dir(target) / "checkpoints"
 

@@ -726,7 +726,7 @@ def run_train(
         "input_scaling": scaling,
         "config": cfg.to_dict(),
         "config_hash": config_hash(cfg.to_dict()),
-        "run": str(rd.root),
+        "run": rd.root.resolve().name,
         "n_train": len(y) if shards is None else shards.n_global,
         "n_val": len(yv),
         "y_train_mean": model.y_mean_,

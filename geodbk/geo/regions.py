@@ -226,7 +226,8 @@ class Region:
     kind
         ``state``, ``polygon``, ``bbox`` or ``tiles`` (extent of the data, no filter given).
     source
-        The file it was read from (``None`` for a bbox).
+        The name of the file it was read from (``None`` for a bbox); no local path is kept,
+        since the region is recorded in outputs.
     attrs
         Extra identifiers (``STUSPS``, ``GEOID``, ...).
     """
@@ -324,7 +325,11 @@ def state_region(states_file: str | Path, state: str) -> Region:
     name_f = next((f for f in _STATE_NAME_FIELDS if f in rows.columns), None)
     name = str(first[name_f]) if name_f else key
     return Region(
-        name=name, geometry=_dissolve(rows), kind="state", source=str(states_file), attrs=attrs
+        name=name,
+        geometry=_dissolve(rows),
+        kind="state",
+        source=Path(states_file).name,
+        attrs=attrs,
     )
 
 
@@ -339,7 +344,7 @@ def polygon_region(path: str | Path) -> Region:
         raise DataError(f"{path}: {exc}") from None
     name_f = next((f for f in ("NAME", "name", *_STATE_NAME_FIELDS) if f in gdf.columns), None)
     name = str(gdf.iloc[0][name_f]) if name_f and len(gdf) == 1 else Path(path).stem
-    return Region(name=name, geometry=geom, kind="polygon", source=str(path))
+    return Region(name=name, geometry=geom, kind="polygon", source=Path(path).name)
 
 
 def bbox_region(west: float, south: float, east: float, north: float) -> Region:

@@ -104,3 +104,18 @@ def test_non_finite_predictions_keep_the_earlier_grid(
     monkeypatch.setattr(predict, "predict_block", broken)
     _probe(run, _predict(run), capsys, code=3, names=("non-finite 'mean'", "earlier file"))
     assert not list((run / "grids").glob(".download.nc.*"))  # no spool left behind
+
+
+def test_a_run_path_with_any_unicode_predicts_and_exports(tiny_run: Path, tmp_path: Path) -> None:
+    import xarray as xr
+
+    r = tmp_path / "rün ✓ 東京" / "run"
+    shutil.copytree(tiny_run, r)
+    (r / "grids" / "download.nc").unlink()
+    assert cli.main(_predict(r)) == 0
+    assert cli.main(["export", "--run", str(r), "--target", "download"]) == 0
+    with xr.open_dataset(r / "grids" / "download.nc") as ds:
+        assert ds.attrs["Conventions"].startswith("CF-")
+        assert ds["mean"].encoding.get("zlib") or ds["mean"].encoding.get("compression")
+        assert int(ds["in_region"].sum()) > 0
+    assert (r / "exports" / "download.tif").stat().st_size > 0
