@@ -13,7 +13,6 @@ missing rather than extrapolated). Input columns whose names clash with these ar
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from pipelines.places import load_place_predictor
 from pipelines.predict import read_region, tile_ids
 from pipelines.rundir import (
     licence_attrs,
+    licence_schema_metadata,
     locked_stage,
     require_run,
     run_licence,
@@ -156,7 +156,7 @@ def run_predict_at(
     path = rd.predictions_at(target, Path(at).stem)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(out, preserve_index=False)
-    meta = {**(table.schema.metadata or {}), b"geodbk_data_licence": json.dumps(licence).encode()}
+    meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence)}
     with atomic_path(path) as tmp:
         pq.write_table(table.replace_schema_metadata(meta), tmp)
     log.info(

@@ -70,6 +70,7 @@ from pipelines.rundir import (
     TARGETS,
     RunDir,
     TargetSpec,
+    licence_schema_metadata,
     locked_stage,
     model_inputs,
     require_run,
@@ -514,8 +515,10 @@ def write_test_predictions(
     has_tests: bool,
     has_devices: bool = False,
     tile_effect: Any = None,
+    licence: dict[str, str] | None = None,
 ) -> int:
-    """Stream the test split through ``model`` into ``dst`` (``predictions.parquet``, atomic).
+    """Stream the test split through ``model`` into ``dst`` (``predictions.parquet``, atomic,
+    with the data ``licence`` in its metadata; default the run's).
 
     :func:`geodbk.streaming.predict_table` writes the test rows with a finite target (each at
     its own quarter for a time-aware model, with its own ``tests`` for a tests-aware one) to a
@@ -532,6 +535,7 @@ def write_test_predictions(
     from geodbk.streaming import predict_table
 
     time_aware = time_scaling_of(metadata) is not None
+    licence = run_licence(rd) if licence is None else licence
     keep = ["quadkey", "quarter", "urban", spec.log_column, "lon", "lat"]
     counts = ["tests"] if has_tests else []
     counts += ["devices"] if has_devices else []
@@ -575,7 +579,8 @@ def write_test_predictions(
                         )
                     table = pa.table(cols)
                     if writer is None:
-                        writer = pq.ParquetWriter(str(tmp), table.schema)
+                        schema = table.schema.with_metadata(licence_schema_metadata(licence))
+                        writer = pq.ParquetWriter(str(tmp), schema)
                     writer.write_table(table)
             finally:
                 if writer is not None:

@@ -246,6 +246,15 @@ def licence_attrs(licence: dict[str, str]) -> dict[str, str]:
     return dict(zip(LICENCE_KEYS, values, strict=True))
 
 
+#: Key of the data licence (JSON) in the metadata of every parquet file geodbk writes.
+PARQUET_LICENCE_KEY = b"geodbk_data_licence"
+
+
+def licence_schema_metadata(licence: dict[str, str]) -> dict[bytes, bytes]:
+    """The licence as parquet schema metadata (:data:`PARQUET_LICENCE_KEY`, JSON)."""
+    return {PARQUET_LICENCE_KEY: json.dumps(licence, sort_keys=True).encode()}
+
+
 def require_run(run: str | Path) -> RunDir:
     """Check that ``run`` is an ingested run directory and return its :class:`RunDir`.
 

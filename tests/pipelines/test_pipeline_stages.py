@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import rioxarray
 import xarray as xr
@@ -148,6 +149,8 @@ def test_report_outputs(run: Path) -> None:
     d = run / "report" / "download"
     preds = pd.read_parquet(d / "predictions.parquet")
     assert {"quadkey", "quarter", "urban", "y", "mean", "std"} <= set(preds.columns)
+    meta = pq.read_schema(d / "predictions.parquet").metadata
+    assert json.loads(meta[b"geodbk_data_licence"])["license"] == "CC BY-NC-SA 4.0"
     tiles = pd.read_parquet(run / "tiles.parquet", columns=["split"])
     assert len(preds) == int((tiles["split"] == "test").sum())
     metrics = json.loads((d / "metrics.json").read_text())
