@@ -122,6 +122,26 @@ class RunContext:
         md = self.model_json().get("metadata")
         return md if isinstance(md, dict) else {}
 
+    def stale_model(self) -> str | None:
+        """Why the target's model (and the maps made from it) no longer match the run's tile
+        table, or ``None``: the model records the ``ingest_id`` it was trained on, and a later
+        ingest wrote another."""
+        try:
+            trained = (self.model_metadata().get("tiles_metadata") or {}).get("ingest_id")
+            if not trained or not self.inv.has_tiles:
+                return None
+            tiles = self.inv.tiles
+            current = loaders.load_tile_metadata(str(tiles), loaders.stamp(tiles)).get("ingest_id")
+        except loaders.LoadError:
+            return None
+        if not current or current == trained:
+            return None
+        return (
+            f"The {self.target} model was trained on an earlier ingest of this run: tiles.parquet "
+            "has been re-ingested since (another region, split or data), so its maps and report "
+            f"describe the old table. Retrain with `{self.cmd('train')}`."
+        )
+
     def time_aware(self) -> bool:
         """Whether the target's model takes the quarter as an input (``inputs`` lists ``t``)."""
         return is_time_aware(self.model_metadata())

@@ -53,6 +53,9 @@ def main() -> None:
     st.markdown(
         f"### {ctx.target.capitalize()} ({ctx.unit}) · run `{ctx.inv.path.name}`",
     )
+    stale = ctx.stale_model()
+    if stale:
+        st.warning(stale)
     tabs = st.tabs(list(TABS), key="view", bind="query-params")
     for tab, (label, (module, stage)) in zip(tabs, TABS.items(), strict=True):
         if tab.open is False:

@@ -6,12 +6,14 @@ parsed arguments and returning an exit code). Run as ``geodbk STAGE ...`` or
 ``python -m pipelines.cli STAGE ...``.
 
 Exit codes: 0 success, 1 unexpected geodbk error, 2 usage error, 3 bad input data,
-4 bad model file, 5 missing or partial run directory, 130 interrupted.
+4 bad model file, 5 missing or partial run directory, 6 the disk refused a write (full,
+read-only, no permission), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import signal
@@ -37,6 +39,17 @@ STAGES: tuple[str, ...] = (
 )
 
 log = logging.getLogger("geodbk")
+
+#: ``errno`` values of a write the disk refused, and what to do about each.
+DISK_ERRORS: dict[int, str] = {
+    errno.ENOSPC: "free some space (or write the run elsewhere)",
+    errno.EDQUOT: "free some space within your quota (or write the run elsewhere)",
+    errno.EROFS: "the file system is read-only: copy the run to a writable place",
+    errno.EACCES: "you may not write there: fix the permissions or copy the run",
+    errno.EPERM: "you may not write there: fix the permissions or copy the run",
+}
+#: Exit code of a write the disk refused.
+DISK_EXIT_CODE = 6
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"geodbk {args.stage}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        where = exc.filename or "the run directory"
+        print(
+            f"geodbk {args.stage}: error: cannot write {where} ({exc.strerror}); "
+            f"{DISK_ERRORS[exc.errno]}, then run the command again. Outputs written before "
+            "are unchanged (each is replaced only once complete).",
+            file=sys.stderr,
+        )
+        return DISK_EXIT_CODE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

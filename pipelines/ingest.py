@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import json
 import logging
+import os
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -230,30 +236,25 @@ def run_ingest(
         "counts": counts,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
+        "ingest_id": uuid.uuid4().hex,
     }
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_region_geojson(the_region, run_dir / "region.geojson")
-    urban_path = run_dir / "urban_areas.geojson"
-    if layer is not None and len(layer.polygons):
-        atomic_write_text(urban_path, layer.outlines().to_json(drop_id=True))
-        outputs_urban: str | None = str(urban_path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            urban_path.unlink()  # a stale layer from an earlier run would mislead the dashboard
-        outputs_urban = None
-    report = {
-        **{k: v for k, v in metadata.items() if k != "schema_version"},
-        "sources": [{**s, "path": shown(s["path"])} for s in read.sources],
-        "per_quarter": per_quarter,
-        "outputs": {
-            "tiles": "tiles.parquet",
-            "region": "region.geojson",
-            "urban_areas": None if outputs_urban is None else "urban_areas.geojson",
-        },
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    atomic_write_json(run_dir / "ingest_report.json", report)
-    write_tile_table(table, run_dir / "tiles.parquet", metadata)
+    for leftover in run_dir.glob(".ingest-staging-*"):  # of a killed ingest
+        shutil.rmtree(leftover, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=".ingest-staging-", dir=run_dir))
+    try:
+        _stage_and_publish(
+            staging,
+            run_dir,
+            table=table,
+            metadata=metadata,
+            region=the_region,
+            layer=layer,
+            report=_ingest_report(metadata, read, shown, per_quarter, layer, t0),
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    report = json.loads((run_dir / "ingest_report.json").read_text())
     log.info(
         "ingest: %d rows read, %d kept (%d urban, %d rural), dropped %s -> %s",
         counts["read"],
@@ -265,6 +266,78 @@ def run_ingest(
     )
     log.info("ingest: split %s", _split_summary(split_info))
     return report
+
+
+#: Files one ingest writes together, in the order they are moved into place
+#: (``ingest_manifest.json``, which lists them, goes last).
+INGEST_FILES = ("region.geojson", "urban_areas.geojson", "tiles.parquet", "ingest_report.json")
+MANIFEST = "ingest_manifest.json"
+
+
+def _ingest_report(
+    metadata: dict[str, Any],
+    read: Any,
+    shown: Callable[[str], str],
+    per_quarter: dict[str, Any],
+    layer: UrbanLayer | None,
+    t0: float,
+) -> dict[str, Any]:
+    """``ingest_report.json``: the table metadata, the sources, per-quarter counts, outputs."""
+    has_urban = layer is not None and len(layer.polygons) > 0
+    return {
+        **{k: v for k, v in metadata.items() if k != "schema_version"},
+        "sources": [{**s, "path": shown(s["path"])} for s in read.sources],
+        "per_quarter": per_quarter,
+        "outputs": {
+            "tiles": "tiles.parquet",
+            "region": "region.geojson",
+            "urban_areas": "urban_areas.geojson" if has_urban else None,
+        },
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _stage_and_publish(
+    staging: Path,
+    run_dir: Path,
+    *,
+    table: Any,
+    metadata: dict[str, Any],
+    region: Region,
+    layer: UrbanLayer | None,
+    report: dict[str, Any],
+) -> None:
+    """Write the ingest's files into ``staging`` (a failure, e.g. a full disk, leaves the run
+    as it was), then move them into ``run_dir`` and write ``ingest_manifest.json`` (the
+    ``ingest_id`` and every file's size and SHA-256) last. An earlier urban layer is removed
+    when this ingest has none."""
+    write_region_geojson(region, staging / "region.geojson")
+    if layer is not None and len(layer.polygons):
+        atomic_write_text(staging / "urban_areas.geojson", layer.outlines().to_json(drop_id=True))
+    write_tile_table(table, staging / "tiles.parquet", metadata)
+    atomic_write_json(staging / "ingest_report.json", report)
+    staged = [name for name in INGEST_FILES if (staging / name).is_file()]
+    manifest = {
+        "ingest_id": metadata["ingest_id"],
+        "created": metadata["created"],
+        "files": {name: _file_digest(staging / name) for name in staged},
+    }
+    for name in INGEST_FILES:
+        if name in staged:
+            os.replace(staging / name, run_dir / name)
+        else:  # a stale layer from an earlier ingest would mislead the dashboard
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / name).unlink()
+    atomic_write_json(run_dir / MANIFEST, manifest)
+
+
+def _file_digest(path: Path) -> dict[str, Any]:
+    """Size and SHA-256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 #: Above this share of one class, the urban labels are suspect (a broken census input).

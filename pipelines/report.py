@@ -75,6 +75,7 @@ from pipelines.rundir import (
     model_inputs,
     require_run,
     run_licence,
+    stale_model_message,
     target_spec,
     time_scaling_of,
 )
@@ -821,6 +822,7 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     }
 
     summary = {
+        "stale_model": stale_model_message(rd, target, md),
         "target": target,
         "units": {"log10": label, "natural": spec.unit},
         "run": rd.root.resolve().name,
@@ -1054,6 +1056,9 @@ def _build_doc(
     cfg = md.get("config", {})
     timings = md.get("timings", {})
     doc = Doc(f"geodbk report: {spec.name} ({rd.root.name})")
+    stale = stale_model_message(rd, spec.name, md)
+    if stale:
+        doc.para(f"Warning: {stale}.")
     doc.bullets(
         [
             f"Run `{rd.root.resolve().name}`; model `{rd.relative(rd.model_dir(spec.name))}` "

@@ -246,6 +246,26 @@ def licence_attrs(licence: dict[str, str]) -> dict[str, str]:
     return dict(zip(LICENCE_KEYS, values, strict=True))
 
 
+def stale_model_message(rd: RunDir, target: str, metadata: dict[str, Any]) -> str | None:
+    """Why ``target``'s model no longer matches the run's tile table, or ``None``: the model
+    records the ``ingest_id`` of the table it was trained on, and a later ``geodbk ingest``
+    wrote a new one (another region, split or data). Models without the record are not
+    judged."""
+    from geodbk.geo.table import read_table_metadata
+
+    trained_on = (metadata.get("tiles_metadata") or {}).get("ingest_id")
+    if not trained_on or not rd.tiles.is_file():
+        return None
+    current = read_table_metadata(rd.tiles).get("ingest_id")
+    if not current or current == trained_on:
+        return None
+    return (
+        f"the {target} model was trained on an earlier ingest of {rd.root.name} (tiles.parquet "
+        f"has been re-ingested since: another region, split or data); its maps and reports "
+        f"describe the old table. Retrain: geodbk train --run {rd.root} --target {target}"
+    )
+
+
 #: Key of the data licence (JSON) in the metadata of every parquet file geodbk writes.
 PARQUET_LICENCE_KEY = b"geodbk_data_licence"
 

@@ -29,6 +29,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
+from geodbk.training import CHECKPOINT_NAME
 from geodbk.validation import counts_or_one
 from pipelines.config import TrainConfig, dump_config, load_config
 from pipelines.layers import save_local_layer
@@ -40,6 +41,7 @@ from pipelines.rundir import (
     locked_stage,
     require_run,
     scaling_of,
+    stale_model_message,
     target_spec,
 )
 
@@ -666,6 +668,8 @@ def run_train(
     do_resume = _check_resume(ckpt_dir, cfg, resume)
     if is_main:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if not do_resume:  # the old state belongs to the old config: never pair them
+            (ckpt_dir / CHECKPOINT_NAME).unlink(missing_ok=True)
         atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
     log.info(
         "training %s on %d rows (val %d) with %s; checkpoints in %s%s",
@@ -741,7 +745,9 @@ def run_train(
         },
         "geodbk_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "tiles_metadata": {k: meta.get(k) for k in ("type", "quarters", "region", "split")},
+        "tiles_metadata": {
+            k: meta.get(k) for k in ("type", "quarters", "region", "split", "ingest_id")
+        },
     }
     if time_scaling is not None:
         metadata["time_scaling"] = time_scaling.to_dict()
@@ -1018,6 +1024,9 @@ def load_model(rd: RunDir, target: str) -> Any:
 
         raise ModelFileError(f"{path} holds a {md.get('target')!r} model, not {target!r}")
     log.info("read model %s", path)
+    stale = stale_model_message(rd, target, md)
+    if stale:
+        log.warning("%s", stale)
     return model
 
 

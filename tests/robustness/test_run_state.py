@@ -166,3 +166,110 @@ def test_bad_config_values_are_named(tmp_path: Path, data: bytes, match: str) ->
     with pytest.raises(DataError, match=match) as info:
         load_config(path)
     assert str(path) in str(info.value)
+
+
+def _ingest_argv(run: Path, *extra: str) -> list[str]:
+    from pipelines.ingest import demo_ingest_kwargs
+
+    kw = demo_ingest_kwargs()
+    return [
+        "ingest", "--tiles", str(kw["tiles"][0]), "--type", "mobile", "--run", str(run),
+        "--state", "SY", "--states-file", str(kw["states_file"]),
+        "--urban-areas", str(kw["urban_areas"]), "--quarters", "2023Q1:2023Q4", *extra,
+    ]  # fmt: skip
+
+
+INGEST_SET = ("region.geojson", "urban_areas.geojson", "tiles.parquet", "ingest_report.json")
+
+
+def test_a_full_disk_during_ingest_leaves_the_earlier_set_whole(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import errno
+
+    import pipelines.ingest as ingest
+
+    r = tmp_path / "run"
+    shutil.copytree(tiny_run, r)
+    before = {n: (r / n).read_bytes() for n in INGEST_SET}
+
+    def full(table: object, path: Path, metadata: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ingest, "write_tile_table", full)
+    assert cli.main(_ingest_argv(r, "--split", "block")) == cli.DISK_EXIT_CODE
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "free some space" in err
+    assert "Traceback" not in err
+    assert {n: (r / n).read_bytes() for n in INGEST_SET} == before
+    assert not list(r.glob(".ingest-staging-*"))
+
+
+def test_a_full_disk_during_predict_keeps_the_grid(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import errno
+
+    from pipelines.gridfile import GridWriter
+
+    grid = run / "grids" / "download.nc"
+    before = grid.read_bytes()
+
+    def full(self: GridWriter, rows: slice, values: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(GridWriter, "write_rows", full)
+    assert cli.main(["predict", "--run", str(run), "--target", "download"]) == cli.DISK_EXIT_CODE
+    err = capsys.readouterr().err
+    assert f"cannot write {grid}" in err and "Traceback" not in err
+    assert grid.read_bytes() == before
+    assert not list(grid.parent.glob(".download.nc.*"))
+
+
+def test_a_re_ingest_marks_the_models_reports_stale(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+
+    r = tmp_path / "run"
+    shutil.copytree(tiny_run, r)
+    manifest = json.loads((r / "ingest_manifest.json").read_text())
+    assert set(manifest["files"]) == set(INGEST_SET)
+    assert cli.main(["report", "--run", str(r), "--target", "download"]) == 0
+    assert json.loads((r / "report/download/summary.json").read_text())["stale_model"] is None
+    assert cli.main(_ingest_argv(r, "--split", "block")) == 0
+    new = json.loads((r / "ingest_manifest.json").read_text())
+    assert new["ingest_id"] != manifest["ingest_id"]
+    with caplog.at_level("WARNING", logger="geodbk"):
+        assert cli.main(["report", "--run", str(r), "--target", "download"]) == 0
+    stale = json.loads((r / "report/download/summary.json").read_text())["stale_model"]
+    assert "earlier ingest" in stale and "geodbk train" in stale
+    assert (
+        "Warning: the download model was trained on an earlier ingest"
+        in (r / "report/download/report.md").read_text()
+    )
+    assert any("earlier ingest" in m for m in caplog.messages)
+
+
+def test_a_failed_train_never_pairs_a_new_config_with_an_old_checkpoint(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geodbk import DBKRegressor
+    from pipelines.config import load_config
+
+    r = tmp_path / "run"
+    shutil.copytree(tiny_run, r)
+    ckpt = r / "models" / "download" / "checkpoints"
+    assert (ckpt / "last.pt").is_file()
+    old = load_config(ckpt / "config.yaml")
+
+    def fails(self: DBKRegressor, *args: object, **kwargs: object) -> None:
+        raise DataError("simulated failure in the first epoch")
+
+    monkeypatch.setattr(DBKRegressor, "fit", fails)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"rank: {old.rank * 2}\nhidden: {old.hidden}\nepochs: 2\n")
+    argv = ["train", "--run", str(r), "--target", "download", "--config", str(cfg)]
+    assert cli.main(argv) == 3
+    assert load_config(ckpt / "config.yaml").rank == old.rank * 2
+    assert not (ckpt / "last.pt").exists()  # the old state, made with the old config, is gone
