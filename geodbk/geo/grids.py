@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import shapely
+from affine import Affine
 from shapely.geometry.base import BaseGeometry
 
 #: Default cap on the number of grid cells (rows x columns).
@@ -55,6 +55,13 @@ class Grid:
             raise ValueError("block_rows must be >= 1")
         for start in range(0, len(self.y), block_rows):
             yield slice(start, min(start + block_rows, len(self.y)))
+
+    def transform(self, rows: slice | None = None) -> Affine:
+        """The affine transform (pixel corner to lon/lat) of the grid, or of rows ``rows``."""
+        top = self.y[0] if rows is None else self.y[rows][0]
+        return Affine(
+            self.dx, 0.0, float(self.x[0]) - self.dx / 2, 0.0, -self.dy, float(top) + self.dy / 2
+        )
 
     def cell_area_weights(self, rows: slice | None = None) -> np.ndarray:
         """Relative cell areas (cos(lat)), shape (rows, 1), for area-weighted shares."""
@@ -121,7 +128,9 @@ def make_grid(
 
 
 def region_mask(geometry: BaseGeometry, grid: Grid, rows: slice | None = None) -> np.ndarray:
-    """Boolean mask, True where the cell centre lies inside (or on) ``geometry``.
+    """Boolean mask, True where the cell centre lies inside ``geometry``, by rasterising the
+    polygons onto the grid's transform (``rasterio.features.geometry_mask``: a cell is inside
+    when its centre is) rather than testing every centre against the polygons.
 
     Parameters
     ----------
@@ -137,10 +146,15 @@ def region_mask(geometry: BaseGeometry, grid: Grid, rows: slice | None = None) -
     numpy.ndarray
         ``bool`` array of shape (rows, nx).
     """
-    lat = grid.y if rows is None else grid.y[rows]
-    lon2, lat2 = np.meshgrid(grid.x, lat)
-    shapely.prepare(geometry)
-    return np.asarray(shapely.intersects_xy(geometry, lon2, lat2), dtype=bool)
+    from rasterio.features import geometry_mask
+
+    n_rows = len(grid.y) if rows is None else len(grid.y[rows])
+    if geometry.is_empty or n_rows == 0:
+        return np.zeros((n_rows, len(grid.x)), dtype=bool)
+    mask = geometry_mask(
+        [geometry], out_shape=(n_rows, len(grid.x)), transform=grid.transform(rows), invert=True
+    )
+    return np.asarray(mask, dtype=bool)
 
 
 def block_rows_for(nx: int, *, max_block_cells: int = 262_144) -> int:
