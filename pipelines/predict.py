@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -55,6 +56,7 @@ from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
+from tqdm import tqdm
 
 from geodbk import __version__
 from geodbk.errors import DataError
@@ -1130,7 +1132,14 @@ def _write_grid(
     )
     n_in = 0
     try:
-        for rows in grid.row_blocks(block_rows):
+        blocks_iter = tqdm(
+            list(grid.row_blocks(block_rows)),
+            desc=out.name,
+            unit="block",
+            disable=not sys.stderr.isatty(),
+            leave=False,
+        )
+        for rows in blocks_iter:
             mask = region_mask(geom, grid, rows)
             blocks: dict[str, np.ndarray] = {"in_region": mask}
             values: dict[str, np.ndarray] = {}
