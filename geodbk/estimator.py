@@ -724,6 +724,16 @@ class DBKRegressor:
         )
         return self.y_std_ * mean, self.y_std_**2 * var
 
+    def latent_draws(self, X: Any, eps: Any, *, chunk_size: int = 8192) -> Any:
+        """Joint posterior draws of the latent f at ``X`` (n, d) from the weight draws ``eps``
+        (r, S): :class:`geodbk.joint.LatentDraws` with the mean (n,), the correlated
+        deviations ``y_sd u'B eps`` (n, S) and the independent residual variance (n,) of the
+        variance-corrected objectives. Calls with the same ``eps`` share the weight draws, so
+        their deviations are jointly distributed (:class:`geodbk.joint.JointSampler`)."""
+        from geodbk.joint import JointSampler
+
+        return JointSampler(self, eps).draws(X, chunk_size=chunk_size)
+
     def features(self, X: Any, *, chunk_size: int = 65536) -> np.ndarray:
         """Basis functions ``phi(X)``, (n, r) float64 (standardised-target units)."""
         model = self._check_fitted()
