@@ -6,7 +6,7 @@ the test split overall, urban/rural and by tests bucket, and prints one JSON lin
 average of its own number of tests; ``"covariate": "devices"`` uses the ``devices`` column in
 place of ``tests`` as the noise covariate.
 
-Example (the figures in docs/benchmarks/noise.md)::
+Example (figures: docs/decisions/noise_model.md)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_noise.py --run runs/h9 --target download \\
         --configs '[{"name": "tests", "noise": "tests", "noise_init": 0.5, "rank": 256,

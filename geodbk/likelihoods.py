@@ -82,7 +82,7 @@ class TestsNoise(nn.Module):
     0 rural): ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban``, both learned and
     positive (``s2_floor`` is then the rural floor), for data where tile-level heterogeneity
     differs between towns and the country. On the Hawaii tiles it did not change
-    cross-validated NLL (docs/benchmarks/noise.md §16), so it is opt-in.
+    cross-validated NLL (docs/decisions/noise_model.md), so it is opt-in.
 
     The covariate is ``tests`` (b,) or a (b, k) tensor whose columns are ``tests``, then
     ``devices`` (with ``devices=True``), then the urban flag (with ``urban=True``).

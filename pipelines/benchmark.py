@@ -267,7 +267,8 @@ def run_one(
     if tile_effect and not va.any():
         raise DataError("--tile-effect is chosen on the val split, which is empty")
     if covariates and "noise_init" not in (overrides or {}):
-        # From 1e-2 the per-test noise cannot grow within a short budget (docs/benchmarks/noise.md).
+        # From 1e-2 the per-test noise cannot grow within a short budget
+        # (docs/decisions/noise_model.md).
         model.set_params(noise_init=0.5)
     fit_kw: dict[str, Any] = {c: v[tr] for c, v in covariates.items()}
     if va.any():

@@ -68,10 +68,10 @@ class TrainConfig:
         the ``tests`` and ``devices`` columns), ``tests+urban`` / ``tests+devices+urban`` (those
         with a floor per urban/rural class, ``s2_floor(urban_i)``; needs both classes in the
         train split; opt-in: it did not change cross-validated NLL on Hawaii,
-        docs/benchmarks/noise.md §16), ``constant`` (one ``s2``) or ``auto``, resolved by
+        docs/decisions/noise_model.md), ``constant`` (one ``s2``) or ``auto``, resolved by
         ``geodbk train`` before the config is saved: ``tests+devices`` when the tile table has
         ``tests`` and ``devices`` columns and the model trains in memory (validation NLL
-        favoured it on every Hawaii target, §14-15), ``tests`` under
+        favoured it on every Hawaii target), ``tests`` under
         ``--streaming``/``--distributed`` or without ``devices``, ``constant`` without
         ``tests``. The ``devices`` and ``urban`` terms are not supported with ``streaming`` or
         ``--distributed``.
@@ -82,7 +82,7 @@ class TrainConfig:
         Initial noise variance in standardised units (of a single test for ``noise: tests``);
         ``0`` (default) picks the noise model's default: 0.01 for ``constant`` (the seed's) and
         0.5 for ``tests`` and ``tests+devices`` (measured on Hawaii: from 0.01 the per-tile noise barely moves within
-        a CPU budget while var_f absorbs the residual variance; docs/benchmarks/noise.md).
+        a CPU budget while var_f absorbs the residual variance; docs/decisions/noise_model.md).
     time
         Time-aware model (``geodbk train --time``): the inputs are ``[x1, x2, t]`` with
         ``t = 2 (i - i_first) / (i_last - i_first) - 1`` the tile's quarter index ``i`` scaled
@@ -104,7 +104,7 @@ class TrainConfig:
         ``geodbk train`` before the config is saved: ``on`` when training is in memory and the
         table has ``quadkey``, at least 2 quarters and a validation split (cross-validated on
         Hawaii it lowered NLL by 0.1-0.2 and put every tests bucket, urban and rural, inside
-        95 ± 2%: docs/benchmarks/noise.md §19), else ``off``. ``on`` is refused with
+        95 ± 2%: docs/decisions/tile_effect.md), else ``off``. ``on`` is refused with
         ``streaming`` and ``--distributed``.
     tile_effect_groups
         Groups of tiles with their own offset variance ``tau²`` (``geodbk train
@@ -112,7 +112,7 @@ class TrainConfig:
         ``none`` (one ``tau²``) or ``auto`` (default): ``urban`` when the table has ``urban``
         and each class has at least 100 validation rows, else ``none`` (cross-validated on
         Hawaii: every urban/rural cell inside 95 ± 2% in four of four runs, against two of
-        four with one ``tau²``; docs/benchmarks/noise.md §20). Resolved by ``geodbk train``
+        four with one ``tau²``; docs/decisions/tile_effect.md). Resolved by ``geodbk train``
         when the tile effect is on.
     local_layer
         A short-range spatial field over tile offsets on top of the tile effect

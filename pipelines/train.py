@@ -315,8 +315,8 @@ def resolve_noise(
     ``devices_supported`` (in-memory training; ``--streaming`` and ``--distributed`` pass
     ``False`` and get ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
     devices term is the default because validation NLL favoured it on every Hawaii target
-    (docs/benchmarks/noise.md §14-15); the floor per urban/rural class (``+urban``) is not,
-    because cross-validated NLL did not change with it (§16). An explicit noise needs its
+    (docs/decisions/noise_model.md); the floor per urban/rural class (``+urban``) is not,
+    because cross-validated NLL did not change with it. An explicit noise needs its
     columns (``source``: the table, for the message) and ``+urban`` needs ``urban_classes ==
     2`` (urban and rural tiles in the train split). ``noise_init: 0`` becomes the noise
     model's default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
