@@ -720,6 +720,28 @@ def grid_bounds(
     return box if box[2] > box[0] and box[3] > box[1] else region_bounds
 
 
+def map_grid(
+    rd: RunDir,
+    *,
+    resolution: float | None,
+    tile_zoom: int | None,
+    max_cells: int,
+    extent: str,
+    force: bool = False,
+    n_vars: int = 40,
+) -> tuple[Any, Grid]:
+    """The region (union of ``RUN/region.geojson``) and the grid ``geodbk predict`` maps:
+    :func:`grid_bounds` of ``extent``, :func:`~geodbk.geo.grids.make_grid` of the resolution
+    (default: zoom-16 cells coarsened to ``max_cells``), refused by :func:`check_grid_size`
+    when too coarse, or larger than ``max_cells`` at an explicit resolution without ``force``."""
+    geom = read_region(rd)
+    bounds = grid_bounds(rd, geom.bounds, extent=extent)
+    grid = make_grid(bounds, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+    explicit = resolution is not None or tile_zoom is not None
+    check_grid_size(grid, bounds, max_cells=max_cells, force=force or not explicit, n_vars=n_vars)
+    return geom, grid
+
+
 def crs_attributes() -> dict[str, Any]:
     """Attributes of the ``spatial_ref`` variable for EPSG:4326, as rioxarray writes them."""
     import rioxarray  # noqa: F401  (registers .rio)
@@ -855,11 +877,14 @@ def run_predict(
     thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
     if any(t <= 0 for t in thr):
         raise DataError(f"thresholds must be > 0, got {thr}")
-    geom = read_region(rd)
-    bounds = grid_bounds(rd, geom.bounds, extent=extent)
-    grid = make_grid(bounds, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
-    explicit = resolution is not None or tile_zoom is not None
-    check_grid_size(grid, bounds, max_cells=max_cells, force=force or not explicit, n_vars=40)
+    geom, grid = map_grid(
+        rd,
+        resolution=resolution,
+        tile_zoom=tile_zoom,
+        max_cells=max_cells,
+        extent=extent,
+        force=force,
+    )
     block_rows = block_rows_for(grid.shape[1], max_block_cells=max_block_cells)
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     common: dict[str, Any] = {
