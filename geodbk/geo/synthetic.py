@@ -237,6 +237,27 @@ def _latent(
     return {"download": d, "upload": up, "latency": lat}
 
 
+def latent_field(
+    lon: Any,
+    lat: Any,
+    *,
+    target: str,
+    kind: str = "mobile",
+    quarter: int = 0,
+    config: SyntheticConfig | None = None,
+) -> FloatArray:
+    """The true latent level of :func:`generate`'s region at lon/lat (degrees): log10 kbps
+    (download, upload) or log10 ms (latency) of ``kind`` tiles in quarter ``quarter`` (0 = the
+    first generated quarter). A generated tile's value is this plus Gaussian noise of variance
+    ``s2_floor + s2_meas / tests`` (then rounded to whole kbps or ms), so this is the surface a
+    model's ``f`` estimates. Same fields as :func:`generate` with the same ``config``."""
+    cfg = config or SyntheticConfig()
+    fields = _Fields(cfg, np.random.default_rng(cfg.seed))  # generate() draws them first
+    x = np.asarray(lon, dtype=np.float64).ravel()
+    y = np.asarray(lat, dtype=np.float64).ravel()
+    return _latent(fields.covariates(x, y), kind, int(quarter), cfg)[target]
+
+
 def _wkt(w: FloatArray, s: FloatArray, e: FloatArray, n: FloatArray) -> list[str]:
     return [
         f"POLYGON(({a!r} {d!r}, {c!r} {d!r}, {c!r} {b!r}, {a!r} {b!r}, {a!r} {d!r}))"
