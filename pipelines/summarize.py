@@ -92,8 +92,8 @@ def register(subparsers: Any) -> None:
         "summarize",
         help="area summaries (counties, tracts, service areas) with joint uncertainty",
         description=(
-            "Summarise a trained target over the polygons of a file (counties, tracts, your "
-            "service areas): area means and shares served with 90% intervals from joint "
+            "Summarise a trained target over the polygons of a file (counties, tracts, your\n"
+            "service areas): area means and shares served with 90% intervals from joint\n"
             "posterior samples, beside the observed tiles' test-weighted figures."
         ),
         epilog=EPILOG,
@@ -130,14 +130,21 @@ def register(subparsers: Any) -> None:
         help="what is averaged over each area's cells: tile (default) = what a zoom-16 tile "
         "typically gets; area = the neighbourhood level f(x); test = one speed test",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the samples (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the samples (default 0)"
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--resolution", type=float, default=None, help="cell size in degrees")
-    g.add_argument("--tile-zoom", type=int, default=None, help="cell size of tiles of zoom Z")
+    g.add_argument(
+        "--resolution", type=float, default=None, metavar="DEG", help="cell size in degrees"
+    )
+    g.add_argument(
+        "--tile-zoom", type=int, default=None, metavar="Z", help="cell size of tiles of zoom Z"
+    )
     p.add_argument(
         "--max-cells",
         type=int,
         default=DEFAULT_MAX_CELLS,
+        metavar="N",
         help="cap on the grid size, as for `geodbk predict` (default %(default)s)",
     )
     p.add_argument(
