@@ -45,6 +45,17 @@ def _attr(value: Any) -> Any:
     return str(value)
 
 
+def fill_value(dtype: Any, attrs: Mapping[str, Any]) -> np.ndarray:
+    """The ``_FillValue`` of a grid variable: NaN for floats; an integer variable (e.g. class
+    codes) names its own in ``attrs["_FillValue"]``."""
+    dt = np.dtype(dtype)
+    if np.issubdtype(dt, np.integer):
+        if "_FillValue" not in attrs:
+            raise ValueError("an integer grid variable needs a '_FillValue' attribute")
+        return np.array(attrs["_FillValue"], dtype=dt)
+    return np.array(np.nan, dtype=dt)
+
+
 def sweep_spools(path: Path) -> list[Path]:
     """Remove what a killed writer of ``path`` left next to it: hidden temporaries
     ``.NAME.*`` (files or folders; callers hold the run's target lock, so none is in use).
@@ -72,7 +83,8 @@ class GridWriter:
     x, y
         1-D coordinates (lon ascending, lat descending).
     variables
-        ``{name: (dtype, attrs)}``; dtype float32, float64 or bool.
+        ``{name: (dtype, attrs)}``; dtype float32, float64, bool, or an integer type whose
+        attrs give its ``_FillValue``.
     attrs
         Global attributes.
     crs_attrs
@@ -179,11 +191,11 @@ class GridWriter:
                 compression="gzip",
                 compression_opts=COMPRESSION_LEVEL,
                 shuffle=True,
-                fillvalue=None if is_bool else np.array(np.nan, dtype=dt),
+                fillvalue=None if is_bool else fill_value(dt, attrs),
             )
             if is_bool:
                 var.attrs["dtype"] = "bool"  # xarray decodes int8 + this to bool
-            var.attrs.update({k: _attr(val) for k, val in attrs.items()})
+            var.attrs.update({k: _attr(val) for k, val in attrs.items() if k != "_FillValue"})
             var.attrs["grid_mapping"] = "spatial_ref"
             var.attrs["coordinates"] = "spatial_ref"
         nc.attrs.update({k: _attr(val) for k, val in self.attrs.items()})

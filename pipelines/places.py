@@ -8,16 +8,17 @@ the quarter, the tile effect and local layer, the urban layer when the model nee
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import shapely
 
 from geodbk.errors import DataError
-from geodbk.geo.timeaxis import format_quarter, quarter_index
+from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.quantities import QuantityPrediction, check_quantity, predict_quantity
-from pipelines.layers import layer_xy, load_map_layers
+from pipelines.layers import layer_xy, load_map_layers, tile_positions
 from pipelines.predict import observed_quarters, read_urban, tile_ids
 from pipelines.rundir import (
     RunDir,
@@ -85,31 +86,84 @@ class PlacePredictor:
         lat: np.ndarray,
         *,
         quantity: str,
-        tests: float = 1.0,
-        devices: float | None = None,
+        tests: Any = 1.0,
+        devices: Any = None,
         chunk_size: int = 65536,
+        quarters: Any = None,
     ) -> QuantityPrediction:
         """``quantity`` at places (lon/lat in degrees, inside the region): each place's tile
-        is the zoom-16 tile of its point, its time step :attr:`time`."""
+        is the zoom-16 tile of its point, its time step :attr:`time`.
+
+        ``quarters`` (optional): one quarter per place (e.g. rows of the tile table), used
+        instead of :attr:`quarter` for a time-aware model's input and as each place's tile
+        time step. ``tests``/``devices`` may also be one value per place."""
         check_quantity(quantity)
         lon = np.asarray(lon, dtype=np.float64)
         lat = np.asarray(lat, dtype=np.float64)
         use = quantity != "area"
         effect, layer = (self.effect, self.layer) if use else (None, None)
+        if quarters is None:
+            times: Any = self.time
+            X = self.inputs(lon, lat)
+        else:
+            per_row = np.asarray(quarters).astype(str)
+            times = quarter_indices(per_row).astype(np.float64)
+            X2 = scale_lonlat(lon, lat, self.scaling)
+            X = model_inputs(X2, self.metadata, quarter=per_row if self.time_aware else None)
         return predict_quantity(
             self.model,
-            self.inputs(lon, lat),
+            X,
             quantity=quantity,
             effect=effect,
             layer=layer,
             tiles=tile_ids(lon, lat) if effect is not None else None,
-            times=self.time,
+            times=times,
             xy=layer_xy(layer, lon, lat),
             urban=self.urban(lon, lat),
             tests=tests,
             devices=devices,
             chunk_size=chunk_size,
         )
+
+    def without_rows(self, tiles: Any, quarters: Any = None) -> PlacePredictor:
+        """A copy whose tile effect and local layer are conditioned without the rows of these
+        tiles and quarters (e.g. the validation split; ``quarters=None``: a table without
+        quarters, every row at time step 0), so those rows are predicted as held out; the same
+        predictor when no such row conditions them."""
+        if self.effect is None:
+            return self
+        effect = self.effect
+        ids = np.asarray(tiles).astype(str)
+        steps = (
+            np.zeros(ids.size, dtype=np.int64)
+            if quarters is None
+            else quarter_indices(np.asarray(quarters).astype(str))
+        )
+        drop = pd.MultiIndex.from_arrays([ids, steps])
+        rows = pd.MultiIndex.from_arrays(
+            [np.asarray(effect.tiles).astype(str), np.asarray(effect.times).astype(np.int64)]
+        )
+        keep = ~np.asarray(rows.isin(drop), dtype=bool)
+        if keep.all():
+            return self
+        from geodbk.tile_effect import TileEffect
+
+        held = TileEffect(
+            effect.params,
+            tiles=effect.tiles[keep],
+            times=effect.times[keep],
+            residual=effect.residual[keep],
+            var_f=effect.var_f[keep],
+            components=effect.components[keep],
+            groups=effect.groups[keep] if effect.grouped else None,
+            max_rows=effect.max_rows,
+        )
+        layer = None
+        if self.layer is not None:
+            measured = np.unique(np.asarray(held.tiles).astype(str))  # the effect's tile order
+            xy = tile_positions(measured, lat0=self.layer.params.lat0)
+            layer = self.layer.with_effect(held, tile_xy=xy)
+        return replace(self, effect=held, layer=layer)
 
 
 def load_place_predictor(

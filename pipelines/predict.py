@@ -63,7 +63,7 @@ from geodbk.errors import DataError
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters, years_between
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
-from pipelines.gridfile import GridWriter
+from pipelines.gridfile import GridWriter, fill_value
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
     TARGETS,
@@ -1139,7 +1139,8 @@ def _write_grid(
     evaluate: Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]],
 ) -> Path:
     """Evaluate ``evaluate(lon, lat)`` (cell centres inside the region) block by block and
-    write the float variables (NaN outside the region) plus ``in_region`` to ``out``."""
+    write the variables (NaN outside the region; an integer variable its ``_FillValue``) plus
+    ``in_region`` to ``out``."""
     ny, nx = grid.shape
     names = list(variables)
     all_vars = {**variables, "in_region": (bool, {"long_name": "cell centre inside the region"})}
@@ -1174,7 +1175,8 @@ def _write_grid(
                 n_in += int(mask.sum())
                 _check_finite(values, names, out=out)
             for name in names:
-                block = np.full(mask.shape, np.nan, dtype=np.float32)
+                dtype, var_attrs = variables[name]
+                block = np.full(mask.shape, fill_value(dtype, var_attrs), dtype=dtype)
                 if values:
                     block[mask] = values[name]
                 blocks[name] = block

@@ -29,6 +29,7 @@ def write_geotiff(
     compress: str = "DEFLATE",
     tags: dict[str, str] | None = None,
     descriptions: Sequence[str] | None = None,
+    dtype: str = "float32",
 ) -> Path:
     """Write ``variables`` of ``ds`` as one multi-band GeoTIFF, atomically.
 
@@ -51,6 +52,10 @@ def write_geotiff(
         Extra dataset-level GDAL metadata tags.
     descriptions
         Band descriptions, one per variable (default: the variable names).
+    dtype
+        Band type: ``float32`` (default) or an integer type such as ``uint8`` for class codes
+        (values are rounded; give a ``nodata`` the type can hold, e.g. 255; COG overviews of
+        integer bands take the nearest value instead of the average).
 
     Returns
     -------
@@ -68,10 +73,18 @@ def write_geotiff(
     if missing:
         raise ValueError(f"variables not in dataset: {missing}")
     crs = ds.rio.crs
+    out_type = np.dtype(dtype)
+    if np.issubdtype(out_type, np.integer) and not (
+        np.iinfo(out_type).min <= nodata <= np.iinfo(out_type).max
+    ):
+        raise ValueError(f"nodata {nodata} does not fit the band type {out_type}")
     bands = []
     for name in variables:
         band = ds[name].astype(np.float32)
-        bands.append(band.where(~np.isnan(band), np.float32(nodata)).drop_attrs())
+        band = band.where(~np.isnan(band), np.float32(nodata))
+        if out_type != np.float32:
+            band = band.round().astype(out_type)
+        bands.append(band.drop_attrs())
     import xarray as xr
 
     arr = xr.concat(bands, dim="band").assign_coords(band=np.arange(1, len(variables) + 1))
@@ -79,16 +92,18 @@ def write_geotiff(
     if descriptions is not None and len(descriptions) != len(variables):
         raise ValueError("give one description per variable")
     arr.attrs = {"long_name": tuple(descriptions if descriptions is not None else variables)}
-    arr = arr.rio.write_crs(crs or "EPSG:4326").rio.write_nodata(np.float32(nodata))
+    arr = arr.rio.write_crs(crs or "EPSG:4326").rio.write_nodata(out_type.type(nodata))
     arr.rio.set_spatial_dims(x_dim="x", y_dim="y", inplace=True)
     options: dict[str, Any] = {"compress": compress}
+    # class codes are not averaged into overviews
+    resampling = "average" if out_type.kind == "f" else "nearest"
     if fmt == "cog":
-        options.update(driver="COG", overview_resampling="average", blocksize=256)
+        options.update(driver="COG", overview_resampling=resampling, blocksize=256)
     else:
         options.update(driver="GTiff", tiled=True, blockxsize=256, blockysize=256)
     path = Path(path)
     if _is_dask(arr.data):
-        _write_dask(arr, path, fmt=fmt, compress=compress, tags=tags or {})
+        _write_dask(arr, path, fmt=fmt, compress=compress, tags=tags or {}, resampling=resampling)
         return path
     with atomic_path(path) as tmp:
         arr.rio.to_raster(tmp, tags=tags or {}, windowed=(fmt == "gtiff"), **options)
@@ -103,7 +118,15 @@ def _is_dask(data: Any) -> bool:
     return bool(is_dask_collection(data))
 
 
-def _write_dask(arr: Any, path: Path, *, fmt: str, compress: str, tags: dict[str, str]) -> None:
+def _write_dask(
+    arr: Any,
+    path: Path,
+    *,
+    fmt: str,
+    compress: str,
+    tags: dict[str, str],
+    resampling: str = "average",
+) -> None:
     """Write a Dask-backed (band, y, x) array chunk by chunk with bounded memory.
 
     The array is rechunked to all bands x multiples of the 256-pixel tile, so each chunk is
@@ -139,7 +162,7 @@ def _write_dask(arr: Any, path: Path, *, fmt: str, compress: str, tags: dict[str
                 driver="COG",
                 compress=compress,
                 blocksize=256,
-                overview_resampling="average",
+                overview_resampling=resampling,
                 bigtiff="IF_SAFER",
             )
         finally:

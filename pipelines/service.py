@@ -1,0 +1,439 @@
+"""``geodbk service``: the probability of each service class (BEAD tiers) per cell or place.
+
+From a run's download, upload and latency models, for the typical speed at each place (the
+``tile`` quantity; ``--quantity area`` or ``test`` for the others), the probability of meeting
+each tier -- download and upload at or above the tier's speeds AND latency at or below
+``--latency-ms`` -- with the three targets joined by a Gaussian copula estimated from the
+models' validation residuals (:mod:`pipelines.copula`), and from those the probability of each
+class (default BEAD tiers 25/3 and 100/20 Mbps with 100 ms: unserved, underserved, served;
+:mod:`geodbk.service`).
+
+Writes into ``RUN/service/``:
+
+- ``classes.nc``: the grid of ``geodbk predict`` (same resolution and extent options) with
+  ``p_unserved``, ``p_underserved``, ``p_served`` (other tier lists: ``p_<class>`` of
+  :func:`geodbk.service.class_names`), ``p_tier_<j>`` (probability of meeting tier j),
+  ``service_class`` (int8 code of the most probable class, CF ``flag_values`` /
+  ``flag_meanings``, -1 outside the region) and ``in_region``; attributes: tiers, latency,
+  quantity and its description, the copula's correlation, quarter, licence;
+- ``service_class.tif`` (uint8, 255 outside the region) and ``p_unserved.tif`` (float32, -9999
+  outside), GeoTIFF or COG, with the licence and quantity in their tags;
+- ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
+- ``copula.json``: the copula's correlation, the rows it came from and how.
+
+A time-aware model's map is of the table's latest quarter, or of ``--quarter Q`` (then the
+files are ``classes_Q.nc``, ``service_class_Q.tif``, ``p_unserved_Q.tif``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geodbk import __version__
+from geodbk.atomic import atomic_write_json
+from geodbk.errors import DataError
+from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
+from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
+from geodbk.geo.timeaxis import format_quarter, quarter_index
+from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES
+from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
+from pipelines.gridfile import sweep_spools
+from pipelines.predict import _write_grid, check_grid_options, map_grid, observed_quarters
+from pipelines.rundir import (
+    RunDir,
+    licence_attrs,
+    require_run,
+    run_licence,
+    target_lock,
+)
+from pipelines.service_classes import (
+    SERVICE_QUANTITY_LABEL,
+    Service,
+    load_service,
+    resolve_tiers,
+)
+
+log = logging.getLogger("geodbk")
+
+__all__ = ["CLASS_NODATA", "register", "run_service", "service_dir"]
+
+#: Lock name of the stage (``RUN/.locks/service.lock``).
+LOCK = "service"
+#: ``service_class`` outside the region: -1 in the grid, 255 in the GeoTIFF.
+CLASS_FILL = -1
+CLASS_NODATA = 255
+
+EPILOG = """\
+examples:
+  geodbk service --run runs/hawaii                      # BEAD tiers 25/3, 100/20 Mbps, 100 ms
+  geodbk service --run runs/hawaii --format cog
+  geodbk service --run runs/hawaii --tiers 10/1,25/3,100/20 --latency-ms 50
+  geodbk service --run runs/hawaii --quantity area      # the neighbourhood level f(x)
+  geodbk service --run runs/hawaii --at locations.csv   # at a list of places
+  geodbk service --run runs/hawaii --quarter 2022Q4     # time-aware models
+
+Needs the download, upload and latency models (`geodbk train --run RUN --target T` for each).
+A place meets a tier when download >= DOWN and upload >= UP Mbps and latency <= --latency-ms;
+unserved = meets no tier, underserved = meets the first but not the second, served = meets the
+second. The three targets are joined by a Gaussian copula of the models' residuals on the
+validation split (RUN/service/copula.json). Writes RUN/service/classes.nc (p_unserved,
+p_underserved, p_served, p_tier_1, p_tier_2, service_class, in_region), service_class.tif,
+p_unserved.tif, or with --at RUN/service/classes_<file stem>.parquet.
+exit codes: 0 ok, 2 usage, 3 bad option or data (--tiers, --latency-ms, --at file), 4 damaged
+model, 5 missing run directory or model (the message gives the train command).
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``service`` sub-command."""
+    p = subparsers.add_parser(
+        "service",
+        help="probability of each service class (BEAD tiers) per cell or place (service/)",
+        description=(
+            "Probability that each cell (or each place of a file) is unserved, underserved or\n"
+            "served: download AND upload at the tiers' speeds AND latency at most --latency-ms,\n"
+            "from the three models joined by a copula of their validation residuals."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--run", required=True, type=Path, help="run directory")
+    p.add_argument(
+        "--tiers",
+        default=",".join(t.label for t in BEAD_TIERS),
+        metavar="D/U,...",
+        help="nested speed tiers DOWN/UP in Mbps, lowest first (default %(default)s: the BEAD "
+        "tiers; below the first = unserved, below the second = underserved)",
+    )
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=DEFAULT_LATENCY_MS,
+        metavar="MS",
+        help="latency at or below which a place can count as served at any tier "
+        "(default %(default)g)",
+    )
+    p.add_argument(
+        "--quantity",
+        choices=list(QUANTITIES),
+        default=DEFAULT_MAP_QUANTITY,
+        help="what the classes are of: tile (default) = the typical speed of the zoom-16 tile "
+        "at the place; area = the neighbourhood level f(x); test = one speed test",
+    )
+    p.add_argument(
+        "--at",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="classes at the places of a parquet/CSV/GeoJSON file (a 'quadkey' column, "
+        "'lon'/'lat' columns or point geometries) instead of a grid; writes "
+        "service/classes_<file stem>.parquet with the file's own columns kept",
+    )
+    p.add_argument(
+        "--quarter",
+        default=None,
+        metavar="Q",
+        help="time-aware models: the quarter to classify, e.g. 2023Q2 (default: the table's "
+        "latest)",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--resolution", type=float, default=None, metavar="DEG", help="cell size in degrees"
+    )
+    g.add_argument(
+        "--tile-zoom", type=int, default=None, metavar="Z", help="cell size of tiles of zoom Z"
+    )
+    p.add_argument(
+        "--max-cells",
+        type=int,
+        default=DEFAULT_MAX_CELLS,
+        metavar="N",
+        help="cap on the grid size, as for `geodbk predict` (default %(default)s)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
+    )
+    p.add_argument(
+        "--extent",
+        choices=["tiles", "region"],
+        default="tiles",
+        help="grid box: the region cut to the observed tiles (default) or the whole region",
+    )
+    p.add_argument(
+        "--format",
+        choices=["gtiff", "cog"],
+        default="gtiff",
+        help="GeoTIFF (default) or Cloud-Optimised GeoTIFF for the two rasters",
+    )
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    run_service(
+        args.run,
+        tiers=args.tiers,
+        latency_ms=args.latency_ms,
+        quantity=args.quantity,
+        at=args.at,
+        quarter=args.quarter,
+        resolution=args.resolution,
+        tile_zoom=args.tile_zoom,
+        max_cells=args.max_cells,
+        extent=args.extent,
+        force=args.force,
+        fmt=args.format,
+    )
+    return 0
+
+
+def service_dir(rd: RunDir) -> Path:
+    """``RUN/service``."""
+    return rd.root / "service"
+
+
+def _suffix(rd: RunDir, service: Service, quarter: str | None) -> str:
+    """``""`` for the current map, ``"_Q"`` for another quarter of time-aware models."""
+    if quarter is None:
+        return ""
+    label = format_quarter(quarter_index(quarter))
+    latest = {observed_quarters(rd, p.metadata)[-1] for p in service.predictors.values()}
+    return "" if latest == {label} else f"_{label}"
+
+
+def _variables(service: Service) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """The grid's variables (``in_region`` is added by the writer)."""
+    label = SERVICE_QUANTITY_LABEL[service.quantity]
+    names = service.classes
+    out: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for name, text in zip(names, service.class_descriptions(), strict=True):
+        out[f"p_{name}"] = (
+            np.float32,
+            {"long_name": f"P({name}): {text}", "units": "1", "quantity": label},
+        )
+    for j, tier in enumerate(service.tiers, start=1):
+        out[f"p_tier_{j}"] = (
+            np.float32,
+            {
+                "long_name": (
+                    f"P(tier {j} met: download >= {tier.down_mbps:g} Mbps, upload >= "
+                    f"{tier.up_mbps:g} Mbps, latency <= {service.latency_ms:g} ms)"
+                ),
+                "units": "1",
+                "tier": tier.label,
+                "quantity": label,
+            },
+        )
+    out["service_class"] = (
+        np.int8,
+        {
+            "long_name": "most probable service class",
+            "flag_values": np.arange(len(names), dtype=np.int8),
+            "flag_meanings": " ".join(names),
+            "_FillValue": CLASS_FILL,
+            "quantity": label,
+        },
+    )
+    return out
+
+
+def _common_attrs(rd: RunDir, service: Service) -> dict[str, Any]:
+    """Attributes of the grid: the service's, the run's licence and provenance."""
+    return {
+        "title": f"geodbk service classes ({service.tier_labels} Mbps, {service.quarter})",
+        "product": "service_classes",
+        **service.attributes(rd),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "geodbk_version": __version__,
+        **licence_attrs(run_licence(rd)),
+    }
+
+
+def _write_classes_grid(
+    rd: RunDir,
+    service: Service,
+    out: Path,
+    *,
+    resolution: float | None,
+    tile_zoom: int | None,
+    max_cells: int,
+    extent: str,
+    force: bool,
+) -> Path:
+    """Evaluate the classes on ``geodbk predict``'s grid and write ``out`` (NetCDF)."""
+    variables = _variables(service)
+    geom, grid = map_grid(
+        rd,
+        resolution=resolution,
+        tile_zoom=tile_zoom,
+        max_cells=max_cells,
+        extent=extent,
+        force=force,
+        n_vars=len(variables) + 1,
+    )
+    attrs = {**_common_attrs(rd, service), "resolution_deg": [grid.dx, grid.dy], "extent": extent}
+    log.info("service classes (%s Mbps, latency <= %g ms)", service.tier_labels, service.latency_ms)
+    return _write_grid(
+        out,
+        grid,
+        geom,
+        block_rows=block_rows_for(grid.shape[1]),
+        variables=variables,
+        attrs=attrs,
+        evaluate=service.predict,
+    )
+
+
+def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
+    """GeoTIFF tags: the licence, the quantity, the tiers, the copula and provenance."""
+    keys = (
+        "quantity",
+        "quantity_description",
+        "tiers",
+        "latency_ms",
+        "classes",
+        "quarter",
+        "copula_targets",
+        "copula_rows",
+        "created",
+    )
+    tags = {f"geodbk_{k}": str(grid_attrs[k]) for k in keys if k in grid_attrs}
+    corr = np.asarray(grid_attrs.get("copula_correlation", []), dtype=np.float64)
+    tags["geodbk_copula_correlation"] = " ".join(f"{v:.6g}" for v in corr.ravel())
+    tags["geodbk_run"] = rd.root.resolve().name
+    tags["geodbk_version"] = __version__
+    licence = {k: str(grid_attrs.get(k, "")) for k in ("source", "license", "license_url")}
+    licence["license_terms"] = str(grid_attrs.get("license_terms", ""))
+    return {**tags, **{k: v for k, v in licence.items() if v}}
+
+
+def _export_rasters(rd: RunDir, grid_path: Path, *, suffix: str, fmt: str) -> list[Path]:
+    """``service_class{suffix}.tif`` (uint8) and ``p_unserved{suffix}.tif`` (float32) from the
+    grid, with the licence and quantity in their tags and band descriptions."""
+    import xarray as xr
+
+    folder = service_dir(rd)
+    written = []
+    with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
+        tags = _raster_tags(rd, dict(ds.attrs))
+        label = str(ds.attrs.get("quantity_label", ds.attrs.get("quantity", "")))
+        codes = ", ".join(f"{i} {n}" for i, n in enumerate(str(ds.attrs["classes"]).split()))
+        bands = {
+            "service_class": (f"service_class: most probable class ({codes}); {label}", "uint8"),
+            "p_unserved": (f"p_unserved: P(unserved); {label}", "float32"),
+        }
+        for name, (description, dtype) in bands.items():
+            tif = folder / f"{name}{suffix}.tif"
+            sweep_spools(tif)
+            integer = dtype == "uint8"
+            write_geotiff(
+                ds,
+                tif,
+                variables=[name],
+                fmt=fmt,
+                tags={**tags, "geodbk_band": name},
+                descriptions=[description],
+                dtype=dtype,
+                nodata=CLASS_NODATA if integer else DEFAULT_NODATA,
+            )
+            log.info("wrote %s (%s)", tif, fmt)
+            written.append(tif)
+    return written
+
+
+def run_service(
+    run: str | Path,
+    *,
+    tiers: str | Sequence[Tier] = BEAD_TIERS,
+    latency_ms: float = DEFAULT_LATENCY_MS,
+    quantity: str = DEFAULT_MAP_QUANTITY,
+    at: str | Path | None = None,
+    quarter: str | None = None,
+    resolution: float | None = None,
+    tile_zoom: int | None = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+    extent: str = "tiles",
+    force: bool = False,
+    fmt: str = "gtiff",
+) -> Path:
+    """Write the service classes of ``run`` (see the module docstring); return the grid's
+    path, or the parquet's with ``at``.
+
+    Parameters
+    ----------
+    run
+        Run directory with trained download, upload and latency models.
+    tiers
+        Nested tiers, ``"25/3,100/20"`` or :class:`geodbk.service.Tier`\\ s (default BEAD).
+    latency_ms
+        Latency a place must not exceed to meet any tier.
+    quantity
+        ``tile`` (default: the typical speed at the tile), ``area`` or ``test``.
+    at
+        A file of places (:func:`geodbk.geo.locations.read_locations`) instead of the grid.
+    quarter
+        Time-aware models: the quarter (default the table's latest); pooled models refuse it.
+    resolution, tile_zoom, max_cells, extent, force
+        The grid, as for :func:`pipelines.predict.run_predict`.
+    fmt
+        ``gtiff`` or ``cog`` for the rasters.
+
+    Raises
+    ------
+    DataError
+        Bad tiers, latency, quantity, grid options, ``at`` file or quarter; too few validation
+        rows for the copula.
+    RunDirectoryError
+        No run directory, or a missing model (each named with its ``geodbk train`` command).
+    """
+    resolve_tiers(tiers, latency_ms)
+    if fmt not in ("gtiff", "cog"):
+        raise DataError(f"--format must be gtiff or cog, got {fmt!r}")
+    if quarter is not None and ("," in quarter or ":" in quarter):
+        raise DataError(f"--quarter takes one quarter (e.g. 2023Q4), got {quarter!r}")
+    if at is None:
+        check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+    rd = require_run(run)
+    places = None
+    if at is not None:
+        from geodbk.geo.locations import read_locations
+
+        places = read_locations(at)
+    with target_lock(rd, LOCK, stage="service"):
+        service = load_service(
+            rd, tiers=tiers, latency_ms=latency_ms, quantity=quantity, quarter=quarter
+        )
+        if places is not None and at is not None:
+            from pipelines.service_at import write_classes_at
+
+            out = write_classes_at(rd, service, places, stem=Path(at).stem)
+        else:
+            suffix = _suffix(rd, service, quarter)
+            out = _write_classes_grid(
+                rd,
+                service,
+                service_dir(rd) / f"classes{suffix}.nc",
+                resolution=resolution,
+                tile_zoom=tile_zoom,
+                max_cells=max_cells,
+                extent=extent,
+                force=force,
+            )
+            _export_rasters(rd, out, suffix=suffix, fmt=fmt)
+        copula = {
+            **service.copula.to_dict(),
+            "models": {t: rd.relative(rd.model_dir(t)) for t in service.predictors},
+            "quarter": service.quarter,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        atomic_write_json(service_dir(rd) / "copula.json", copula)
+    log.info("wrote %s and %s", out, service_dir(rd) / "copula.json")
+    return out
