@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from geodbk.errors import DataError
@@ -91,7 +91,8 @@ def _validation_rows(rd: RunDir, targets: tuple[str, ...]) -> dict[str, np.ndarr
         )
     optional = [c for c in ("quarter", "tests", "devices") if c in schema.names]
     table = pq.read_table(rd.tiles, columns=[*wanted, *optional])
-    table = table.filter(pc.equal(table["split"], "val"))
+    split = np.asarray(table["split"].to_numpy(zero_copy_only=False)).astype(str)
+    table = table.filter(pa.array(split == "val"))
     cols = {c: table[c].to_numpy(zero_copy_only=False) for c in table.column_names}
     ok = np.ones(table.num_rows, dtype=bool)
     for c in logs:

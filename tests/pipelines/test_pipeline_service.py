@@ -215,6 +215,25 @@ def test_missing_model_names_it_and_the_train_command(
     assert not (r / "service").exists()
 
 
+def test_too_few_validation_rows_stop_with_exit_3(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+
+    r = _copy_inputs(tiny_run, tmp_path / "run")
+    table = pq.read_table(r / "tiles.parquet")
+    split = np.asarray(table["split"].to_pylist(), dtype=object)
+    val = np.flatnonzero(split == "val")
+    split[val[10:]] = "test"  # 10 validation rows left
+    i = table.schema.get_field_index("split")
+    table = table.set_column(i, "split", pa.array(split.tolist(), type=table["split"].type))
+    pq.write_table(table, r / "tiles.parquet")
+    assert cli.main(["service", "--run", str(r)]) == 3
+    err = capsys.readouterr().err
+    assert "has 10 rows with download, upload and latency" in err and "at least 30" in err
+    assert not (r / "service" / "classes.nc").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "match"),
     [
