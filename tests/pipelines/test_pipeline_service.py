@@ -267,3 +267,12 @@ def test_help_lists_options_and_examples(capsys: pytest.CaptureFixture[str]) -> 
     text = capsys.readouterr().out
     for word in ("--tiers", "--latency-ms", "--quantity", "--at", "examples:", "copula"):
         assert word in text
+
+
+def test_no_service_output_holds_an_absolute_path(run: Path) -> None:
+    needle = str(run.resolve()).encode()
+    files = [p for p in (run / "service").iterdir() if p.is_file()]
+    assert {"classes.nc", "copula.json", "service_class.tif", "p_unserved.tif"} <= {
+        p.name for p in files
+    }
+    assert not [p.name for p in files if needle in p.read_bytes()]
