@@ -1,4 +1,4 @@
-"""The page: sidebar, then five tabs; only the open tab runs (lazy tabs)."""
+"""The page: sidebar, then the tabs; only the open tab runs (lazy tabs)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ TABS: dict[str, tuple[str, str]] = {
     "Map": ("map_tab", "predict"),
     "Kernel slices": ("kernel_tab", "train"),
     "Inspect a point": ("inspect_tab", "predict"),
+    "Service": ("service_tab", "service"),
+    "Areas": ("areas_tab", "summarize"),
     "Coverage report": ("report_tab", "report"),
     "Model": ("model_tab", "train"),
 }

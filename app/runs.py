@@ -250,6 +250,10 @@ class RunInventory:
             return f"geodbk demo --run {run}"
         if stage == "ingest":
             return f"geodbk ingest --run {run} ...   (or geodbk demo --run {run})"
+        if stage == "service":
+            return f"geodbk service --run {run}"
+        if stage == "summarize":
+            return f"geodbk summarize --run {run} --target {target or 'download'} --areas FILE"
         return f"geodbk {stage} --run {run} --target {target or 'download'}"
 
 

@@ -9,7 +9,7 @@ from apptest_helpers import AppFactory, assert_clean, element_types, open_tab, t
 
 from app.maps import LAYERS
 
-TABS = ["Map", "Kernel slices", "Inspect a point", "Coverage report", "Model"]
+TABS = ["Map", "Kernel slices", "Inspect a point", "Service", "Areas", "Coverage report", "Model"]
 
 
 def _legend_titles(node: object) -> list[str]:

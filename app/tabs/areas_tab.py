@@ -1,0 +1,149 @@
+"""Areas tab: the area summaries of ``geodbk summarize`` (one file per target and polygon
+file) as a choropleth of the typical speed, a table with 90% intervals and a CSV download."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pydeck as pdk
+import streamlit as st
+
+from app import layers as L
+from app import maps
+from app.colormaps import Legend, auto_scale, colors_for, format_value, legend_html, value_cmap
+from app.context import RunContext
+from app.loaders import Stamp, stamp
+from app.ui import missing
+
+MAP_HEIGHT = 520
+#: Polygons are simplified to this tolerance (degrees, about 50 m) before they are sent to the
+#: browser: agency outlines are far more detailed than a map at state scale can show.
+DRAW_TOLERANCE_DEG = 0.0005
+#: Columns shown in the table (those the file has), in this order.
+TABLE_COLUMNS = (
+    "id",
+    "name",
+    "n_cells",
+    "area_km2",
+    "mean_natural",
+    "lower_natural",
+    "upper_natural",
+    "independent_lower_natural",
+    "independent_upper_natural",
+    "n_tiles",
+    "n_tests",
+    "tiles_raw_mean_natural",
+)
+
+
+def summary_files(ctx: RunContext) -> list[Path]:
+    """``RUN/summaries/TARGET_*.parquet`` of the chosen target, newest first."""
+    folder = ctx.inv.path / "summaries"
+    if not folder.is_dir():
+        return []
+    files = folder.glob(f"{ctx.target}_*.parquet")
+    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_summary(
+    path: str, stamp_: Stamp
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any], L.Bounds]:
+    """The summary table (geometry as simplified GeoJSON features), its provenance, its licence
+    and the areas' bounds."""
+    import geopandas as gpd
+    import pyarrow.parquet as pq
+
+    gdf = gpd.read_parquet(path)
+    meta = pq.read_schema(path).metadata or {}
+    info = json.loads(meta.get(b"geodbk_summary", b"{}"))
+    licence = json.loads(meta.get(b"geodbk_data_licence", b"{}"))
+    mapped = gdf[gdf["n_cells"] > 0] if "n_cells" in gdf and (gdf["n_cells"] > 0).any() else gdf
+    w, s, e, n = (float(v) for v in mapped.total_bounds)  # the areas the map covers
+    gdf = gdf.set_geometry(gdf.geometry.simplify(DRAW_TOLERANCE_DEG, preserve_topology=True))
+    geo = json.loads(gdf.to_json(drop_id=True))
+    frame = pd.DataFrame(gdf.drop(columns="geometry"))
+    frame["_feature"] = geo["features"]
+    return frame, info, licence, (w, s, e, n)
+
+
+def share_columns(frame: pd.DataFrame) -> list[str]:
+    """The tier share columns (``share_ge_25mbps``, ...; not their bounds)."""
+    return [
+        c for c in frame.columns if c.startswith("share_") and not c.endswith(("_lower", "_upper"))
+    ]
+
+
+def render(ctx: RunContext) -> None:
+    """Render the areas tab."""
+    files = summary_files(ctx)
+    if not files:
+        missing(
+            f"This run has no area summaries for {ctx.target}.",
+            f"geodbk summarize --run {ctx.inv.path} --target {ctx.target} --areas COUNTIES.zip",
+        )
+        return
+    path = st.selectbox("Areas file", files, format_func=lambda p: p.name, key="areas_file")
+    frame, info, licence, bounds = load_summary(str(path), stamp(path))
+    shares = share_columns(frame)
+    options = ["mean_natural", *shares]
+    unit = ctx.unit
+
+    def label(c: str) -> str:
+        return "typical speed (area mean)" if c == "mean_natural" else c.replace("_", " ")
+
+    shown = st.selectbox("Colour by", options, format_func=label, key="areas_colour")
+    values = frame[shown].to_numpy(dtype=float)
+    if shown == "mean_natural":
+        scale = auto_scale(values, value_cmap(ctx.target))
+        legend = Legend(f"Area mean of the {info.get('quantity', 'tile')} quantity", scale, unit)
+    else:
+        scale = auto_scale(np.array([0.0, 1.0]), "RdYlGn", limits=(0.0, 1.0))
+        legend = Legend(f"Share of area: {label(shown)}", scale, "")
+    colours = colors_for(values, scale, alpha=200)
+    features = []
+    for feature, colour, row in zip(frame["_feature"], colours, frame.itertuples(), strict=True):
+        mean, lo, hi = (
+            getattr(row, c, np.nan) for c in ("mean_natural", "lower_natural", "upper_natural")
+        )
+        text = f"<b>{row.id}</b><br/>{format_value(mean, unit)} (90%: {format_value(lo)}–{format_value(hi)})"
+        features.append(
+            {**feature, "properties": {"label": text, "fill": [int(c) for c in colour]}}
+        )
+    layer = pdk.Layer(
+        "GeoJsonLayer",
+        {"type": "FeatureCollection", "features": features},
+        id="areas",
+        pickable=True,
+        stroked=True,
+        filled=True,
+        get_fill_color="properties.fill",
+        get_line_color=[60, 60, 60, 160],
+        line_width_min_pixels=0.5,
+    )
+    st.markdown(legend_html(legend), unsafe_allow_html=True)
+    st.pydeck_chart(
+        L.deck(
+            [layer, *maps.overlay_layers(ctx)], bounds, height_px=MAP_HEIGHT, basemap=ctx.basemap
+        ),
+        height=MAP_HEIGHT,
+    )
+    cols = [c for c in TABLE_COLUMNS if c in frame.columns]
+    cols += [c for s in shares for c in (s, f"{s}_lower", f"{s}_upper") if c in frame.columns]
+    st.dataframe(frame[cols], hide_index=True, use_container_width=True)
+    csv = path.with_suffix(".csv")
+    if csv.is_file():
+        st.download_button("Download the table (CSV)", csv.read_bytes(), csv.name, "text/csv")
+    st.caption(
+        f"{len(frame)} areas, {info.get('samples', '?')} joint posterior samples, quantity "
+        f"{info.get('quantity', '?')}, quarter {info.get('quarter', '?')}. Intervals are 90%; "
+        "the independent-cells interval shows what treating the cells as independent would give. "
+        "`tiles_raw_mean_natural` is the plain test-weighted mean of the observed tiles."
+    )
+    credit = maps.licence_caption({**licence, "license_terms": licence.get("terms")})
+    if credit:
+        st.caption(credit)

@@ -1,0 +1,125 @@
+"""Service tab: the most probable BEAD service class of each cell (``geodbk service``) on a
+classed map whose colours read without a key (red unserved, amber underserved, green served),
+and a headline strip of the area-weighted expected shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pydeck as pdk
+import streamlit as st
+from numpy.typing import NDArray
+
+from app import layers as L
+from app import maps
+from app.colormaps import mercator_rows, png_data_url
+from app.context import RunContext
+from app.loaders import Stamp, grid_engine, stamp
+from app.ui import missing
+
+#: RGBA of each class code: red, amber, green (a traffic light needs no legend key).
+CLASS_COLOURS: dict[int, tuple[int, int, int, int]] = {
+    0: (215, 48, 39, 235),
+    1: (253, 174, 97, 235),
+    2: (26, 152, 80, 235),
+}
+MAP_HEIGHT = 520
+
+
+def classes_path(ctx: RunContext) -> Path:
+    """``RUN/service/classes.nc``."""
+    return ctx.inv.path / "service" / "classes.nc"
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def load_classes(path: str, stamp_: Stamp) -> dict[str, Any]:
+    """The class codes, class probabilities, coordinates and attributes of a classes grid."""
+    import xarray as xr
+
+    with xr.open_dataset(path, engine=grid_engine(path)) as ds:
+        probs = [str(v) for v in ds.data_vars if str(v).startswith("p_") and "tier" not in str(v)]
+        raw = np.asarray(ds["service_class"].values, dtype=np.float64)  # NaN: outside the region
+        return {
+            "codes": np.where(np.isfinite(raw), raw, -1).astype(np.int16),
+            "probs": {p: np.asarray(ds[p].values, dtype=np.float64) for p in probs},
+            "meanings": str(ds["service_class"].attrs.get("flag_meanings", "")).split(),
+            "lon": np.asarray(ds["x"].values, dtype=np.float64),
+            "lat": np.asarray(ds["y"].values, dtype=np.float64),
+            "attrs": {str(k): v for k, v in ds.attrs.items()},
+        }
+
+
+def class_rgba(codes: NDArray[np.int16], n_classes: int) -> NDArray[np.uint8]:
+    """RGBA image of class codes (transparent outside the region, codes < 0); with more than
+    three classes the middle ones share the amber."""
+    rgba = np.zeros((*codes.shape, 4), dtype=np.uint8)
+    for code in range(n_classes):
+        colour = CLASS_COLOURS[0 if code == 0 else 2 if code == n_classes - 1 else 1]
+        rgba[codes == code] = colour
+    return rgba
+
+
+def area_shares(data: dict[str, Any]) -> dict[str, float]:
+    """Area-weighted (cos latitude) mean of each class probability over the region's cells:
+    the expected share of the area in each class."""
+    w = np.cos(np.deg2rad(data["lat"]))[:, None] * np.ones(data["codes"].shape)
+    out = {}
+    for name, p in data["probs"].items():
+        inside = np.isfinite(p)
+        out[name.removeprefix("p_")] = float((p * w)[inside].sum() / w[inside].sum())
+    return out
+
+
+def render(ctx: RunContext) -> None:
+    """Render the service tab."""
+    path = classes_path(ctx)
+    if not path.is_file():
+        missing(
+            "This run has no service classes (all three targets joined).",
+            f"geodbk service --run {ctx.inv.path}",
+        )
+        return
+    data = load_classes(str(path), stamp(path))
+    attrs = data["attrs"]
+    names = data["meanings"] or ["unserved", "underserved", "served"]
+    shares = area_shares(data)
+    latency = attrs.get("latency_ms", "")
+    try:
+        latency_text = f"{float(latency):g}"
+    except (TypeError, ValueError):
+        latency_text = str(latency)
+    st.markdown(
+        f"**Service classes**: {attrs.get('quantity_label', attrs.get('quantity', ''))}; tiers "
+        f"{attrs.get('tiers', '')} Mbps, latency ≤ {latency_text} ms"
+    )
+    cols = st.columns(len(names))
+    for col, name in zip(cols, names, strict=True):
+        col.metric(f"Expected share of area {name}", f"{100 * shares.get(name, float('nan')):.1f}%")
+    codes = data["codes"]
+    image = class_rgba(codes, len(names))[mercator_rows(data["lat"])]
+    dx = float(abs(data["lon"][1] - data["lon"][0])) if data["lon"].size > 1 else 0.01
+    dy = float(abs(data["lat"][0] - data["lat"][1])) if data["lat"].size > 1 else 0.01
+    bounds = (
+        float(data["lon"][0] - dx / 2),
+        float(data["lat"][-1] - dy / 2),
+        float(data["lon"][-1] + dx / 2),
+        float(data["lat"][0] + dy / 2),
+    )
+    layer_list: list[pdk.Layer] = [L.bitmap_layer(png_data_url(image), bounds, "classes")]
+    layer_list += maps.overlay_layers(ctx)
+    st.pydeck_chart(
+        L.deck(layer_list, bounds, height_px=MAP_HEIGHT, basemap=ctx.basemap), height=MAP_HEIGHT
+    )
+    description = str(attrs.get("quantity_description", "")).rstrip(".")
+    st.caption(
+        "Most probable class of each cell: red "
+        f"{names[0]}, amber {', '.join(names[1:-1]) or '-'}, green {names[-1]}. "
+        f"{description[:1].upper()}{description[1:]}. The shares are expectations "
+        "(the mean of each cell's class probability); their intervals come from "
+        "`geodbk summarize`."
+    )
+    licence = maps.licence_caption(attrs)
+    if licence:
+        st.caption(licence)
