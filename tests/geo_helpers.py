@@ -1,4 +1,5 @@
-"""Builders of small tile files for the geo and ingest tests."""
+"""Builders of small tile files for the geo, ingest and robustness tests (in tests/, so that
+every test folder can import them, alone or in the full suite)."""
 
 from __future__ import annotations
 
