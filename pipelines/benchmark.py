@@ -47,6 +47,19 @@ TARGETS = ("download", "upload", "latency")
 GROUPS = ("all", "urban", "rural")
 METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
 
+#: What ``geodbk benchmark --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Train several Gaussian-process models on the same split and budget and compare them.
+
+Reads RUN/tiles.parquet, trains every model of --models for every seed with the same epoch
+budget, batch size, rank and backbone width, and writes RUN/benchmark/TARGET.json and
+TARGET.md: per model (mean and sd over seeds), on the test split and its urban and rural
+parts, MAE, NLL, CRPS, 95% coverage and interval width, training time, prediction speed and
+peak memory. Each model and seed runs in its own process, so a crash, an out-of-memory kill,
+a divergence or a refusal is recorded with its reason and never stops the others.
+Details: docs/cli.md, "geodbk benchmark".
+"""
+
 EPILOG = """examples:
   geodbk benchmark --run runs/hawaii-mobile --target download --models all --epochs 20 --seeds 0
   geodbk benchmark --run runs/demo --target upload --models dbk-rbf,sv-dkl,cagp --seeds 0,1,2
@@ -56,6 +69,8 @@ EPILOG = """examples:
 
 model names: dbk-rbf, dbk-silu, exact-dbk, exact-rbf, sv-rbf, sv-dkl, pp-dkl, vbll, svdbk,
 cagp, solve-gp, softki (or 'all')
+exit codes: 0 ok (a model that failed is recorded in the table with its reason), 2 usage,
+3 bad option or data (unknown model, --set key), 5 missing run directory or tile table.
 """
 
 
@@ -76,7 +91,9 @@ def load_benchmark_data(
 
     path = Path(run) / "tiles.parquet"
     if not path.is_file():
-        raise RunDirectoryError(f"{path} not found: run `geodbk ingest --out {run}` first")
+        raise RunDirectoryError(
+            f"{path} not found: run `geodbk ingest --run {run} --tiles ...` first"
+        )
     if target not in TARGETS:
         raise DataError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
     try:
@@ -755,7 +772,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "benchmark",
         help="compare DBK with the baseline GPs on one run's split (quality, time, memory)",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

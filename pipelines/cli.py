@@ -58,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="geodbk",
         description=(
             "Internet-quality maps with calibrated uncertainty. Stages read and write a run "
-            "directory: ingest -> train -> predict -> export / report. "
-            "`geodbk demo` runs them all on the embedded synthetic region."
+            "directory: download -> ingest -> train -> predict -> export / report, and for "
+            "policy answers service (BEAD service classes) and summarize (area summaries with "
+            "joint uncertainty). `geodbk demo` runs the main stages on the embedded synthetic "
+            "region; `geodbk dashboard` shows the runs. `geodbk STAGE --help` for each stage."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

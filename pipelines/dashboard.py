@@ -24,6 +24,16 @@ LOCAL_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8501
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"
 
+#: What ``geodbk dashboard --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Open the dashboard on this machine only.
+
+Starts the Streamlit dashboard bound to 127.0.0.1 (reachable from this machine only) with
+usage statistics off, whatever the working directory: the settings are passed on the command
+line, so the .streamlit/config.toml of another directory cannot widen them. Stop it with
+Ctrl-C.
+"""
+
 EPILOG = """examples:
   geodbk dashboard                          # runs/ of the working directory, port 8501
   geodbk dashboard --runs-dir /data/geodbk-runs --run hawaii --port 8600
@@ -38,7 +48,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "dashboard",
         help="open the dashboard on this machine (127.0.0.1, no usage statistics)",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -47,6 +47,17 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
+#: What ``geodbk export --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Write GeoTIFF or Cloud-Optimized GeoTIFF maps from the grids of `geodbk predict`.
+
+For each target, reads RUN/grids/TARGET.nc and writes RUN/exports/TARGET.tif (one float32 band
+per grid variable, each band described as "NAME: QUANTITY", nodata -9999 outside the region,
+DEFLATE; --format cog adds overviews) and RUN/exports/TARGET.json, the provenance sidecar (run,
+target, model, config hash, grid, bands, quarter, licence, geodbk version). The data licence
+is also written into the GeoTIFF tags. Details: docs/cli.md, "geodbk export".
+"""
+
 EPILOG = """\
 examples:
   geodbk export --run runs/hawaii --target download
@@ -67,7 +78,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "export",
         help="write GeoTIFF/COG uncertainty maps (exports/TARGET.tif + .json)",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -488,7 +488,10 @@ examples:
       --urban-areas data/census/synthetic_uac20.geojson --quarters 2023Q1:2023Q4 \\
       --split forecast
 
-Writes RUN/tiles.parquet, RUN/region.geojson, RUN/urban_areas.geojson, RUN/ingest_report.json.
+Writes RUN/tiles.parquet, RUN/region.geojson, RUN/urban_areas.geojson, RUN/ingest_report.json
+and RUN/ingest_manifest.json, as one set (a failed ingest leaves the earlier set in place).
+exit codes: 0 ok, 2 usage, 3 bad input data (tiles, census files, options; the message names
+the file, column or option and the fix), 6 the disk refused a write.
 """
 
 

@@ -25,7 +25,7 @@ names its quantity; the grid attributes record the noise and tile-effect paramet
 with a noise floor per urban/rural class (or a tile effect with a τ² per class) uses each
 cell's class from ``RUN/urban_areas.geojson``; the first kind of grid gains ``urban`` (1/0).
 
-Quarters (issue 10). Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
+Quarters. Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
 ``quarter_status``. A pooled model (trained without ``--time``) maps all quarters at once:
 ``quarter = "pooled 2019Q1:2023Q4"``, ``quarter_status = "pooled"``. A time-aware model maps
 the quarters of ``--quarter SPEC`` (default: the latest quarter of the table; ``2023Q2``,
@@ -82,6 +82,26 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
+#: What ``geodbk predict --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Map a trained target on a regular grid over the region, or at a list of places (--at).
+
+Writes RUN/grids/TARGET.nc, a compressed NetCDF-4 file (CF-1.8; open it with
+xarray.open_dataset) with NaN outside the region. For the quantity the map shows (--quantity,
+default tile) it holds the median (mean_natural, in Mbps or ms), the 95% interval
+(pi_lower_natural, pi_upper_natural, pi_width_natural), the same on the log10 scale, and one
+exceedance probability per threshold (p_below_25mbps = P(speed < 25 Mbps); latency:
+p_above_100ms). Every grid also holds the parts of each quantity (area_mean, std_f, tile_mean,
+tile_sd, tile_offset, tile_pull, tile_history, test_sd) and names its quantity, quarter, noise
+and licence in its attributes.
+
+A pooled model maps all quarters at once. A time-aware model (geodbk train --time) maps the
+quarters of --quarter (default the latest; the latest goes to grids/TARGET.nc, any other Q to
+grids/TARGET_Q.nc), and --trend Q1:Q2 writes grids/TARGET_trend_Q1_Q2.nc: the change per year
+of the neighbourhood level with its 95% interval and P(improved). Details: docs/cli.md,
+"geodbk predict".
+"""
+
 EPILOG = """\
 examples:
   geodbk predict --run runs/hawaii --target download
@@ -135,7 +155,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "predict",
         help="predict a target on a regular grid over the region (grids/TARGET.nc)",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -113,6 +113,19 @@ PREDICTION_COLUMNS: tuple[str, ...] = (
     "tests",
 )
 
+#: What ``geodbk report --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Score a trained target on the test split, urban and rural apart, with figures.
+
+Writes RUN/report/TARGET/: predictions.parquet (every test tile's prediction), metrics.json
+(MAE, NLL, CRPS, 95% coverage and interval width for urban, rural and all tiles, by number
+of speed tests and by quarter, and the map calibration of the tile and area quantities at
+well-measured test tiles), summary.json (the constant-mean baseline, reliability curves and
+the service-coverage table, each naming the quantity that judged it), report.md, report.html
+and figures/. Test tiles are scored with their own number of tests and their tile's history,
+as the model was trained. Details: docs/cli.md, "geodbk report".
+"""
+
 EPILOG = """\
 examples:
   geodbk report --run runs/hawaii --target download
@@ -127,7 +140,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
         help="test metrics urban/rural, calibration and coverage figures (report/TARGET/)",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -47,6 +47,19 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
+#: What ``geodbk train --help`` says, for users (the module docstring is for developers).
+DESCRIPTION = """\
+Fit the default model (DBK-RBF trained with the dPPGP objective) for one target of a run.
+
+Reads RUN/tiles.parquet: the train split fits the model, the val split picks the best epoch
+and stops training early. Writes RUN/models/TARGET/: the model (weights.safetensors and
+model.json, with the input scaling, target transform, config and training history),
+config.yaml (the full resolved config), history.csv and checkpoints/ for --resume.
+When the tiles span two or more quarters it then fits each tile's own offset (the tile
+effect) and the local layer that lets a tile borrow from its measured neighbours; these make
+the default `tile` maps of `geodbk predict`. Details: docs/cli.md, "geodbk train".
+"""
+
 EPILOG = """\
 examples:
   geodbk train --run runs/hawaii --target download
@@ -68,7 +81,7 @@ train split's quarters (needs at least 2 of them); then `geodbk predict --quarte
 --tile-effect (default when the tiles span 2+ quarters and have a val split): each tile's own
 persistent offset, learned from its other quarters, with its own spread (tau²) for urban and
 rural tiles (--tile-effect-groups auto|urban|none); the report scores the test tiles with it.
-Flags override the file; the file overrides the defaults (the seed's Ookla settings).
+Flags override the file; the file overrides the defaults (the settings of the DBK paper for Ookla data: docs/decisions/defaults.md).
 exit codes: 0 ok, 2 usage, 3 bad data/config, 4 bad model file, 5 missing run directory.
 """
 
@@ -78,7 +91,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train",
         help="train a DBK-RBF (dPPGP) model for one target",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -12,7 +12,7 @@ from pipeline_helpers import make_run
 
 from pipelines import cli
 
-STAGES = ("train", "predict", "export", "report", "demo")
+STAGES = cli.STAGES
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -22,6 +22,9 @@ def test_help_has_examples(stage: str, capsys: pytest.CaptureFixture[str]) -> No
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and f"geodbk {stage}" in out and "exit codes" in out
+    # written for users: no Sphinx markup, no issue numbers, no project history
+    for developer_text in ("``", ":class:", ":func:", ":mod:", ":data:", "issue ", "seed's"):
+        assert developer_text not in out, (stage, developer_text)
 
 
 def test_missing_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
