@@ -9,7 +9,10 @@ Writes, under ``OUT`` (``python -m geodbk.geo.synthetic --out data``):
 - ``census/synthetic_uac20.geojson``: the towns' urban areas in the TIGER ``tl_2020_us_uac20``
   schema (``UACE20``, ``GEOID20``, ``NAME20``, ``NAMELSAD20``, ...);
 - ``census/synthetic_state_boundaries.geojson``: Synthetica and its neighbour "Nexta" in the
-  ``cb_2018_us_state_500k`` schema (``STUSPS``, ``NAME``, ``GEOID``, ...), so ``--state SY`` works.
+  ``cb_2018_us_state_500k`` schema (``STUSPS``, ``NAME``, ``GEOID``, ...), so ``--state SY`` works;
+- ``census/synthetic_counties.geojson``: Synthetica's six counties (a 3 x 2 grid of its bounding
+  box cut to its boundary) in the TIGER ``tl_2020_us_county`` schema (``GEOID``, ``NAME``,
+  ``NAMELSAD``, ...), the areas of ``geodbk summarize`` in the demo.
 
 The model (documented in ``docs/data.md``): tiles appear where people test — towns, roads and a
 thin rural background, with rural gaps — with Poisson-gamma ``tests`` counts (about half the
@@ -419,6 +422,33 @@ def _state_layer(fields: _Fields) -> gpd.GeoDataFrame:
     return gdf
 
 
+#: Names of the synthetic counties, west to east, north row first.
+COUNTY_NAMES = ("Alder", "Birch", "Cedar", "Dogwood", "Elm", "Fir")
+
+
+def _county_layer(fields: _Fields) -> gpd.GeoDataFrame:
+    """Synthetica's counties: a 3 x 2 grid of the state's bounding box cut to its boundary."""
+    w, s, e, n = fields.boundary.bounds
+    lons = np.linspace(w, e, 4)
+    lats = np.linspace(n, s, 3)
+    rows, geoms = [], []
+    for k, (i, j) in enumerate((i, j) for i in range(2) for j in range(3)):
+        cell = shapely.box(lons[j], lats[i + 1], lons[j + 1], lats[i])
+        fips = f"{2 * k + 1:03d}"
+        rows.append(
+            {
+                "STATEFP": "91",
+                "COUNTYFP": fips,
+                "GEOID": f"91{fips}",
+                "NAME": COUNTY_NAMES[k],
+                "NAMELSAD": f"{COUNTY_NAMES[k]} County",
+                "LSAD": "06",
+            }
+        )
+        geoms.append(cell.intersection(fields.boundary))
+    return gpd.GeoDataFrame(rows, geometry=geoms, crs="EPSG:4326")
+
+
 def _write_geojson(gdf: gpd.GeoDataFrame, path: Path) -> None:
     data = json.loads(gdf.to_json(drop_id=True))
     atomic_write_text(path, json.dumps(data, separators=(",", ":")) + "\n")
@@ -459,9 +489,11 @@ def generate(out: str | Path, *, config: SyntheticConfig | None = None) -> dict[
             summary["tiles"][f"{kind} {year}Q{qn}"] = table.num_rows
     urban_path = out_dir / "census/synthetic_uac20.geojson"
     states_path = out_dir / "census/synthetic_state_boundaries.geojson"
+    counties_path = out_dir / "census/synthetic_counties.geojson"
     _write_geojson(_urban_layer(fields, np.random.default_rng([cfg.seed, 3])), urban_path)
     _write_geojson(_state_layer(fields), states_path)
-    summary["files"] += [str(urban_path), str(states_path)]
+    _write_geojson(_county_layer(fields), counties_path)
+    summary["files"] += [str(urban_path), str(states_path), str(counties_path)]
     return summary
 
 

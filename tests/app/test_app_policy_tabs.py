@@ -70,3 +70,17 @@ def test_cells_outside_the_region_stay_transparent(policy_root: Path) -> None:
     assert 0 < inside.sum() < inside.size
     rgba = class_rgba(data["codes"], 3)
     assert (rgba[~inside, 3] == 0).all() and (rgba[inside, 3] > 0).all()
+
+
+def test_a_run_without_policy_outputs_names_the_commands(
+    make_app: AppFactory, tiny_run: Path, tmp_path: Path
+) -> None:
+    run = shutil.copytree(tiny_run, tmp_path / "bare")
+    shutil.rmtree(run / "service")
+    shutil.rmtree(run / "summaries")
+    at = make_app(tmp_path, "bare")
+    at.run()
+    service = " ".join(i.value for i in open_tab(at, "Service").info)
+    assert "no service classes" in service and "geodbk service --run" in service
+    areas = " ".join(i.value for i in open_tab(at, "Areas").info)
+    assert "no area summaries" in areas and "geodbk summarize --run" in areas

@@ -31,8 +31,28 @@ def test_run_directory_is_complete(tiny_run: Path) -> None:
             f"report/{t}/report.md",
             f"report/{t}/report.html",
             f"report/{t}/figures/reliability.png",
+            f"summaries/{t}_synthetic_counties.parquet",
+            f"summaries/{t}_synthetic_counties.csv",
         ):
             assert (tiny_run / rel).is_file(), rel
+    for rel in ("classes.nc", "copula.json", "service_class.tif", "p_unserved.tif"):
+        assert (tiny_run / "service" / rel).is_file(), rel
+
+
+def test_demo_summarises_every_county(tiny_run: Path) -> None:
+    import geopandas as gpd
+
+    from pipelines.demo import demo_counties
+
+    counties = gpd.read_file(demo_counties())
+    for t in TARGETS:
+        summary = gpd.read_parquet(tiny_run / f"summaries/{t}_synthetic_counties.parquet")
+        assert sorted(summary["id"]) == sorted(counties["GEOID"])
+        covered = summary["n_cells"] > 0
+        assert covered.sum() >= 4  # the counties hold the tiles' extent, not only the margins
+        inside = summary.loc[covered]
+        assert (inside["lower_natural"] <= inside["mean_natural"]).all()
+        assert (inside["mean_natural"] <= inside["upper_natural"]).all()
 
 
 @pytest.mark.parametrize(
