@@ -184,7 +184,14 @@ def run_demo(
     for target in targets:
         timed(f"report_{target}", run_report, run, target=target)
     if set(targets) >= set(TARGETS):
-        timed("service", run_service, run, fmt=fmt, max_cells=cells)
+        timed(
+            "service",
+            run_service,
+            run,
+            fmt=fmt,
+            max_cells=cells,
+            headline_samples=100 if quick else 500,
+        )
     for target in targets:
         timed(
             f"summarize_{target}",

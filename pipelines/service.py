@@ -59,6 +59,7 @@ from pipelines.service_classes import (
     load_service,
     resolve_tiers,
 )
+from pipelines.service_headline import HEADLINE_SAMPLES, write_headline
 
 log = logging.getLogger("geodbk")
 
@@ -174,6 +175,14 @@ def register(subparsers: Any) -> None:
         default="gtiff",
         help="GeoTIFF (default) or Cloud-Optimised GeoTIFF for the two rasters",
     )
+    p.add_argument(
+        "--headline-samples",
+        type=int,
+        default=HEADLINE_SAMPLES,
+        metavar="S",
+        help="joint posterior samples of the headline shares of area and tiles in each class "
+        "(service/headline.json; default %(default)s; 0 skips them)",
+    )
     p.set_defaults(func=_main)
 
 
@@ -191,6 +200,7 @@ def _main(args: argparse.Namespace) -> int:
         extent=args.extent,
         force=args.force,
         fmt=args.format,
+        headline_samples=args.headline_samples,
     )
     return 0
 
@@ -363,6 +373,7 @@ def run_service(
     extent: str = "tiles",
     force: bool = False,
     fmt: str = "gtiff",
+    headline_samples: int = HEADLINE_SAMPLES,
 ) -> Path:
     """Write the service classes of ``run`` (see the module docstring); return the grid's
     path, or the parquet's with ``at``.
@@ -385,6 +396,9 @@ def run_service(
         The grid, as for :func:`pipelines.predict.run_predict`.
     fmt
         ``gtiff`` or ``cog`` for the rasters.
+    headline_samples
+        Joint samples of the headline shares (``service/headline{suffix}.json``,
+        :func:`pipelines.service_headline.write_headline`); 0 skips them. Grid only.
 
     Raises
     ------
@@ -397,6 +411,10 @@ def run_service(
     resolve_tiers(tiers, latency_ms)
     if fmt not in ("gtiff", "cog"):
         raise DataError(f"--format must be gtiff or cog, got {fmt!r}")
+    if not 0 <= headline_samples <= 100_000:
+        raise DataError(
+            f"--headline-samples must be between 0 and 100000 (e.g. 500), got {headline_samples}"
+        )
     if quarter is not None and ("," in quarter or ":" in quarter):
         raise DataError(f"--quarter takes one quarter (e.g. 2023Q4), got {quarter!r}")
     if at is None:
@@ -428,6 +446,26 @@ def run_service(
                 force=force,
             )
             _export_rasters(rd, out, suffix=suffix, fmt=fmt)
+            headline_path = service_dir(rd) / f"headline{suffix}.json"
+            if not headline_samples and headline_path.is_file():
+                headline_path.unlink()  # it described the earlier classes grid
+                log.info("removed %s (no headline asked for this grid)", headline_path)
+            if headline_samples:
+                headline = write_headline(
+                    rd,
+                    service,
+                    out,
+                    headline_path,
+                    samples=headline_samples,
+                )
+                log.info(
+                    "share of area %s",
+                    ", ".join(
+                        f"{c} {100 * v['mean']:.1f}% (90%: {100 * v['lower']:.1f}-"
+                        f"{100 * v['upper']:.1f}%)"
+                        for c, v in ((c, headline["area"][c]) for c in service.classes)
+                    ),
+                )
         copula = {
             **service.copula.to_dict(),
             "models": {t: rd.relative(rd.model_dir(t)) for t in service.predictors},

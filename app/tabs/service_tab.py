@@ -33,6 +33,28 @@ def classes_path(ctx: RunContext) -> Path:
     return ctx.inv.path / "service" / "classes.nc"
 
 
+def load_headline(path: Path) -> dict[str, Any] | None:
+    """``RUN/service/headline.json`` (shares of area and tiles with intervals) when it was
+    written for this classes grid, else None."""
+    import json
+
+    headline = path.parent / "headline.json"
+    if not headline.is_file() or headline.stat().st_mtime < path.stat().st_mtime - 60:
+        return None  # absent, or older than the grid it would describe
+    try:
+        data = json.loads(headline.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "area" in data else None
+
+
+def share_text(entry: dict[str, Any] | None) -> str:
+    """``"90%: 59.6–60.3%"`` from a headline entry ``{mean, lower, upper}``."""
+    if not entry:
+        return ""
+    return f"90%: {100 * entry['lower']:.1f}–{100 * entry['upper']:.1f}%"
+
+
 @st.cache_data(show_spinner=False, max_entries=4)
 def load_classes(path: str, stamp_: Stamp) -> dict[str, Any]:
     """The class codes, class probabilities, coordinates and attributes of a classes grid."""
@@ -94,9 +116,16 @@ def render(ctx: RunContext) -> None:
         f"**Service classes**: {attrs.get('quantity_label', attrs.get('quantity', ''))}; tiers "
         f"{attrs.get('tiers', '')} Mbps, latency ≤ {latency_text} ms"
     )
+    headline = load_headline(path)
     cols = st.columns(len(names))
     for col, name in zip(cols, names, strict=True):
         col.metric(f"Expected share of area {name}", f"{100 * shares.get(name, float('nan')):.1f}%")
+        if headline:
+            tiles = headline.get("tiles", {}).get(name)
+            col.caption(
+                f"{share_text(headline['area'].get(name))}"
+                + (f" · of tiles {100 * tiles['mean']:.1f}% ({share_text(tiles)})" if tiles else "")
+            )
     codes = data["codes"]
     image = class_rgba(codes, len(names))[mercator_rows(data["lat"])]
     dx = float(abs(data["lon"][1] - data["lon"][0])) if data["lon"].size > 1 else 0.01
@@ -117,8 +146,14 @@ def render(ctx: RunContext) -> None:
         "Most probable class of each cell: red "
         f"{names[0]}, amber {', '.join(names[1:-1]) or '-'}, green {names[-1]}. "
         f"{description[:1].upper()}{description[1:]}. The shares are expectations "
-        "(the mean of each cell's class probability); their intervals come from "
-        "`geodbk summarize`."
+        "(the mean of each cell's class probability)"
+        + (
+            f"; the 90% intervals come from {headline.get('samples')} joint posterior samples "
+            "of the three models (`service/headline.json`), the shares of tiles from the run's "
+            "observed tiles."
+            if headline
+            else "; run `geodbk service` again for their intervals."
+        )
     )
     licence = maps.licence_caption(attrs)
     if licence:

@@ -24,7 +24,7 @@ def policy_root(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     boxes = [shapely.box(w, s, xm, ym), shapely.box(xm, s, e, ym), shapely.box(w, ym, e, n)]
     areas = root / "districts.geojson"
     gpd.GeoDataFrame({"GEOID": ["01", "02", "03"]}, geometry=boxes, crs=4326).to_file(areas)
-    assert cli.main(["service", "--run", str(run)]) == 0
+    assert (run / "service" / "headline.json").is_file()  # the demo ran geodbk service
     argv = ["summarize", "--run", str(run), "--target", "download", "--areas", str(areas)]
     assert cli.main([*argv, "--samples", "50"]) == 0
     return root
@@ -42,7 +42,9 @@ def test_the_service_tab_shows_classes_and_expected_shares(
     }
     total = sum(float(v.rstrip("%")) for v in metrics.values())
     assert total == pytest.approx(100.0, abs=0.2)
-    assert any("red unserved" in c for c in texts(tab, "caption"))
+    captions = texts(tab, "caption")
+    assert any("red unserved" in c and "joint posterior samples" in c for c in captions)
+    assert sum(c.startswith("90%: ") and "of tiles" in c for c in captions) == 3
     chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
     assert chart["layers"][0]["id"] == "classes"
 

@@ -42,7 +42,7 @@ def _copy_inputs(src: Path, dst: Path, *, targets: tuple[str, ...] = SERVICE_TAR
 def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the quick demo run with the default service outputs written by the CLI."""
     r = _copy_inputs(tiny_run, tmp_path_factory.mktemp("service") / "run")
-    assert cli.main(["service", "--run", str(r)]) == 0
+    assert cli.main(["service", "--run", str(r), "--headline-samples", "100"]) == 0
     return r
 
 
@@ -186,6 +186,7 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
         quantity="area",
         quarter=first,
         fmt="cog",
+        headline_samples=20,
     )
     assert out == r / "service" / f"classes_{first}.nc"  # another quarter than the latest
     assert (r / "service" / f"service_class_{first}.tif").is_file()
@@ -200,6 +201,8 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
         assert ds.attrs["quantity_description"].startswith("level of the area")
         assert float(ds.attrs["latency_ms"]) == 50.0
         assert ds["p_unserved"].attrs["quantity"].startswith("area")
+    headline = json.loads((r / "service" / f"headline_{first}.json").read_text())
+    assert headline["classes"] == list(names) and headline["quantity"] == "area"
 
 
 def test_missing_model_names_it_and_the_train_command(

@@ -1,0 +1,101 @@
+"""Headline shares of the service classes: joint samples agree with the class map, intervals
+are written with the grid, and the options are checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from pipelines import cli
+from pipelines.rundir import RunDir
+from pipelines.service_classes import SERVICE_TARGETS, load_service
+from pipelines.service_headline import class_share_draws, region_cells, subsample
+
+INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
+
+
+@pytest.fixture(scope="module")
+def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quick demo run's inputs and models, with the service outputs written by the CLI."""
+    r = tmp_path_factory.mktemp("headline") / "run"
+    r.mkdir()
+    for name in INPUTS:
+        if (tiny_run / name).is_file():
+            shutil.copy2(tiny_run / name, r / name)
+    for t in SERVICE_TARGETS:
+        shutil.copytree(tiny_run / "models" / t, r / "models" / t)
+    argv = ["service", "--run", str(r), "--max-cells", "3000", "--headline-samples", "200"]
+    assert cli.main(argv) == 0
+    return r
+
+
+def test_headline_has_a_mean_and_interval_per_class(run: Path) -> None:
+    headline = json.loads((run / "service" / "headline.json").read_text())
+    assert headline["quantity"] == "tile" and headline["samples"] == 200
+    for kind in ("area", "tiles"):
+        shares = headline[kind]
+        assert shares["used"] == shares["places"] > 0
+        total = sum(shares[c]["mean"] for c in headline["classes"])
+        assert total == pytest.approx(1.0, abs=1e-9)
+        for c in headline["classes"]:
+            # a skewed share (a rare class) can have its mean above the 95% quantile
+            assert 0 <= shares[c]["lower"] <= shares[c]["upper"] <= 1
+            assert 0 <= shares[c]["mean"] <= 1
+
+
+def test_sampled_shares_agree_with_the_class_map(run: Path) -> None:
+    """With independent targets (identity copula) the mean of the sampled shares is the map's
+    expected share: the weighted mean of the cells' class probabilities."""
+    rd = RunDir(run)
+    service = load_service(rd)
+    independent = dataclasses.replace(
+        service, copula=dataclasses.replace(service.copula, correlation=np.eye(3))
+    )
+    lon, lat, weight = region_cells(run / "service" / "classes.nc")
+    keep = subsample(len(lon), limit=800)
+    lon, lat, weight = lon[keep], lat[keep], weight[keep]
+    draws = class_share_draws(independent, lon, lat, weight, samples=400, seed=3)
+    np.testing.assert_allclose(draws.draws.sum(axis=0), 1.0, atol=1e-12)
+    probs = independent.predict(lon, lat)
+    for k, name in enumerate(independent.classes):
+        expected = float(np.sum(weight * probs[f"p_{name}"]) / weight.sum())
+        mc_error = draws.draws[k].std() / np.sqrt(draws.draws.shape[1]) + 1e-3
+        assert abs(draws.draws[k].mean() - expected) < 4 * mc_error, name
+
+
+def test_one_cell_per_place_weights_matter(run: Path) -> None:
+    rd = RunDir(run)
+    service = load_service(rd)
+    lon, lat, _ = region_cells(run / "service" / "classes.nc")
+    lon, lat = lon[:2], lat[:2]
+    only_first = class_share_draws(service, lon, lat, np.array([1.0, 0.0]), samples=50, seed=0)
+    alone = class_share_draws(service, lon[:1], lat[:1], np.array([1.0]), samples=50, seed=0)
+    np.testing.assert_array_equal(only_first.draws, alone.draws)  # one sample = one class
+    assert set(np.unique(alone.draws)) <= {0.0, 1.0}
+
+
+def test_no_headline_removes_the_earlier_one(run: Path, tmp_path: Path) -> None:
+    r = shutil.copytree(run, tmp_path / "run")
+    assert (r / "service" / "headline.json").is_file()
+    argv = ["service", "--run", str(r), "--max-cells", "3000", "--headline-samples", "0"]
+    assert cli.main(argv) == 0
+    assert not (r / "service" / "headline.json").exists()
+    with xr.open_dataset(r / "service" / "classes.nc") as ds:
+        assert "p_served" in ds
+
+
+@pytest.mark.parametrize("value", ["-1", "100001"])
+def test_bad_headline_samples_exit_3(
+    run: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (run / "service" / "headline.json").read_bytes()
+    assert cli.main(["service", "--run", str(run), "--headline-samples", value]) == 3
+    err = capsys.readouterr().err
+    assert "--headline-samples" in err and "Traceback" not in err
+    assert (run / "service" / "headline.json").read_bytes() == before
