@@ -181,8 +181,6 @@ def run_demo(
                     max_cells=cells,
                 )
     timed("export", run_export, run, fmt=fmt)
-    for target in targets:
-        timed(f"report_{target}", run_report, run, target=target)
     if set(targets) >= set(TARGETS):
         timed(
             "service",
@@ -203,6 +201,8 @@ def run_demo(
             samples=200 if quick else 1000,
             max_cells=cells,
         )
+    for target in targets:
+        timed(f"report_{target}", run_report, run, target=target)
     timings["total"] = round(time.perf_counter() - t_all, 2)
     atomic_write_json(
         run / "demo_timings.json", {"config": cfg.to_dict(), "quick": quick, "seconds": timings}

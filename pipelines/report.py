@@ -64,6 +64,7 @@ from geodbk.errors import DataError
 from geodbk.geo.licence import licence_line
 from geodbk.validation import counts_or_one
 from pipelines import figures
+from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -879,6 +880,8 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
         _local_layer_section(doc, layer.params.to_dict())
     _map_calibration_section(doc, metrics_doc["map_calibration"])
     _by_quarter_section(doc, by_quarter, time_info)
+    area_summaries_section(doc, rd, spec)
+    service_headline_section(doc, rd)
     doc.heading("Data and licence")
     doc.para(licence_line(licence))
     atomic_write_text(out_dir / "report.md", doc.markdown())

@@ -1,0 +1,142 @@
+"""Report sections for the policy outputs: area summaries of one target and the service headline.
+
+Both read what ``geodbk summarize`` and ``geodbk service`` wrote into the run directory
+(``RUN/summaries/TARGET_<stem>.parquet``, ``RUN/service/headline.json``); a run without them
+gets a one-line pointer to the command instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from pipelines.report_doc import Doc
+from pipelines.rundir import RunDir, TargetSpec
+
+__all__ = ["area_summaries_section", "service_headline_section"]
+
+log = logging.getLogger("geodbk")
+
+#: Areas listed per summary file in the report (those with the worst typical level first).
+REPORT_AREAS = 15
+_COLUMNS = ("id", "name", "n_cells", "n_tiles", "mean_natural", "lower_natural", "upper_natural")
+
+
+def summary_files(rd: RunDir, target: str) -> list[Path]:
+    """``RUN/summaries/TARGET_*.parquet``, sorted by name."""
+    return sorted((rd.root / "summaries").glob(f"{target}_*.parquet"))
+
+
+def _interval(mean: Any, lower: Any, upper: Any, *, pct: bool = False) -> str:
+    values = [float(v) if v is not None else math.nan for v in (mean, lower, upper)]
+    if not math.isfinite(values[0]):
+        return "–"
+    if pct:
+        return f"{100 * values[0]:.1f}% ({100 * values[1]:.1f}–{100 * values[2]:.1f}%)"
+    digits = 1 if abs(values[0]) >= 10 else 2
+    return f"{values[0]:.{digits}f} ({values[1]:.{digits}f}–{values[2]:.{digits}f})"
+
+
+def share_label(column: str) -> str:
+    """``share_ge_25mbps`` -> ``share ≥ 25 Mbps``; ``share_le_100ms`` -> ``share ≤ 100 ms``."""
+    text = column.replace("share_ge_", "share ≥ ").replace("share_le_", "share ≤ ")
+    if text.endswith("mbps"):
+        return text.removesuffix("mbps") + " Mbps"
+    if text.endswith("ms"):
+        return text.removesuffix("ms") + " ms"
+    return text.replace("_", " ")
+
+
+def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
+    """ "Area summaries": per summary file of the target, what it holds and the areas with the
+    lowest typical level (area mean with its 90% joint interval, the first tier's share)."""
+    doc.heading("Area summaries")
+    files = summary_files(rd, spec.name)
+    if not files:
+        doc.para(
+            "No area summaries for this target. Write them with "
+            f"`geodbk summarize --run {rd.root.name} --target {spec.name} --areas FILE` "
+            "(counties, tracts or your service areas)."
+        )
+        return
+    for path in files:
+        try:
+            table = pq.read_table(path)
+        except (OSError, ValueError) as exc:
+            log.warning("report: cannot read %s (%s); its section is left out", path, exc)
+            doc.para(f"`{rd.relative(path)}` could not be read ({exc}); run summarize again.")
+            continue
+        meta = json.loads((table.schema.metadata or {}).get(b"geodbk_summary", b"{}"))
+        names = set(table.column_names)
+        shares = [c for c in table.column_names if c.startswith("share_") and c + "_lower" in names]
+        rows = table.select([c for c in table.column_names if c != "geometry"]).to_pylist()
+        covered = [r for r in rows if r.get("n_cells") and r.get("mean_natural") is not None]
+        covered.sort(key=lambda r: float(r["mean_natural"]), reverse=not spec.higher_is_better)
+        samples = meta.get("samples") or (rows[0].get("samples") if rows else "?")
+        quantity = rows[0].get("quantity", "tile") if rows else "tile"
+        worst = "lowest" if spec.higher_is_better else "highest"
+        doc.heading(f"{meta.get('areas_file', path.name)}", 3)
+        doc.para(
+            f"`{rd.relative(path)}` (and `.csv`): {len(rows)} areas, {len(covered)} holding map "
+            f"cells; {samples} joint posterior samples of the {quantity} quantity, quarter "
+            f"{rows[0].get('quarter', '?') if rows else '?'}. Listed: the {min(REPORT_AREAS, len(covered))} "
+            f"areas with the {worst} area mean ({spec.unit}, geometric mean over the area's "
+            "cells, with its 90% interval); the share of area at or beyond the first tier with "
+            "its 90% interval. Every area is in the file."
+        )
+        header = ["area", "cells", "tiles", f"area mean ({spec.unit})"]
+        if shares:
+            header.append(share_label(shares[0]))
+        table_rows = []
+        for r in covered[:REPORT_AREAS]:
+            label = str(r.get("name") or r.get("id"))
+            line = [
+                label,
+                str(r.get("n_cells", "")),
+                str(r.get("n_tiles", "")),
+                _interval(r["mean_natural"], r.get("lower_natural"), r.get("upper_natural")),
+            ]
+            if shares:
+                s = shares[0]
+                line.append(_interval(r.get(s), r.get(f"{s}_lower"), r.get(f"{s}_upper"), pct=True))
+            table_rows.append(line)
+        doc.table(header, table_rows)
+
+
+def service_headline_section(doc: Doc, rd: RunDir) -> None:
+    """ "Service classes (all three targets)": the shares of area and of observed tiles in each
+    class with their 90% intervals, from ``RUN/service/headline.json`` when it exists."""
+    path = rd.root / "service" / "headline.json"
+    if not path.is_file():
+        return
+    try:
+        headline = json.loads(path.read_text(encoding="utf-8"))
+        classes = list(headline["classes"])
+        area, tiles = headline["area"], headline["tiles"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("report: cannot read %s (%s); its section is left out", path, exc)
+        return
+    doc.heading("Service classes (download, upload and latency together)")
+    doc.para(
+        f"From `{rd.relative(path)}` (`geodbk service`): tiers {headline.get('tiers')} Mbps with "
+        f"latency at most {float(headline.get('latency_ms', 'nan')):g} ms, judged on the "
+        f"{headline.get('quantity_description', headline.get('quantity'))}; quarter "
+        f"{headline.get('quarter')}. Mean and 90% interval of {headline.get('samples')} joint "
+        "posterior samples of the three models."
+    )
+    doc.table(
+        ["class", "share of area", "share of observed tiles"],
+        [
+            [
+                c,
+                _interval(area[c]["mean"], area[c]["lower"], area[c]["upper"], pct=True),
+                _interval(tiles[c]["mean"], tiles[c]["lower"], tiles[c]["upper"], pct=True),
+            ]
+            for c in classes
+        ],
+    )

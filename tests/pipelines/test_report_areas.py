@@ -1,0 +1,61 @@
+"""The report's policy sections: area summaries (worst areas first) and the service headline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelines.report_areas import area_summaries_section, service_headline_section, share_label
+from pipelines.report_doc import Doc
+from pipelines.rundir import RunDir, target_spec
+
+
+def _tables(doc: Doc) -> list[tuple[list[str], list[list[str]]]]:
+    return [val for kind, val in doc.blocks if kind == "table"]
+
+
+@pytest.mark.parametrize("target", ["download", "latency"])
+def test_area_section_lists_the_worst_areas_first(tiny_run: Path, target: str) -> None:
+    doc = Doc("t")
+    area_summaries_section(doc, RunDir(tiny_run), target_spec(target))
+    (header, rows), *_ = _tables(doc)
+    assert header[-1] == ("share ≥ 25 Mbps" if target == "download" else "share ≤ 100 ms")
+    means = [float(r[3].split(" ")[0]) for r in rows]
+    assert len(rows) == 6  # the six synthetic counties
+    assert means == sorted(means, reverse=target == "latency")
+
+
+def test_without_summaries_the_section_names_the_command(tiny_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy2(tiny_run / "tiles.parquet", run / "tiles.parquet")
+    doc = Doc("t")
+    area_summaries_section(doc, RunDir(run), target_spec("upload"))
+    assert any("geodbk summarize" in str(v) for k, v in doc.blocks if k == "p")
+    service_headline_section(doc, RunDir(run))  # no headline: no section
+    assert not any(k == "h" and "Service" in v[1] for k, v in doc.blocks)
+
+
+def test_headline_section_matches_the_file(tiny_run: Path) -> None:
+    doc = Doc("t")
+    service_headline_section(doc, RunDir(tiny_run))
+    headline = json.loads((tiny_run / "service" / "headline.json").read_text())
+    (header, rows), *_ = _tables(doc)
+    assert [r[0] for r in rows] == headline["classes"]
+    first = headline["area"][headline["classes"][0]]
+    assert rows[0][1].startswith(f"{100 * first['mean']:.1f}%")
+
+
+def test_report_md_holds_both_sections(tiny_run: Path) -> None:
+    text = (tiny_run / "report" / "download" / "report.md").read_text()
+    assert "### synthetic_counties.geojson" in text  # the demo summarises before it reports
+    assert "## Service classes (download, upload and latency together)" in text
+    assert text.index("## Area summaries") < text.index("## Data and licence")
+
+
+def test_share_labels() -> None:
+    assert share_label("share_ge_100mbps") == "share ≥ 100 Mbps"
+    assert share_label("share_le_50ms") == "share ≤ 50 ms"
