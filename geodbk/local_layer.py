@@ -181,31 +181,63 @@ def _kriging_matrix(
     return K
 
 
+@dataclass(frozen=True)
+class _Hood:
+    """The neighbour sets of m targets, each factored once however many targets share it.
+
+    Attributes
+    ----------
+    nb
+        (m, k) neighbour slots of each target, sorted within the row (-1: none).
+    d_star
+        (m, k) each target's distance to its neighbours, in ``nb``'s order.
+    sets
+        (u, k) the distinct rows of ``nb``.
+    d_sets
+        (u, k, k) the distances between the neighbours of each set.
+    inverse
+        (m,) the set of each target.
+    """
+
+    nb: torch.Tensor
+    d_star: torch.Tensor
+    sets: torch.Tensor
+    d_sets: torch.Tensor
+    inverse: torch.Tensor
+
+    @property
+    def k(self) -> int:
+        return int(self.nb.shape[1])
+
+
 def _krige(
     summ: _Summaries,
-    nb: torch.Tensor,
-    d_nb: torch.Tensor,
-    d_star: torch.Tensor,
+    hood: _Hood,
     *,
     sigma2: torch.Tensor,
     range_km: torch.Tensor,
     lam: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kriging of the field at targets from their neighbours ``nb`` (m, k) (-1: none):
-    ``(mu, sigma²_nb)`` (m,)."""
-    valid = nb >= 0
-    idx = nb.clamp_min(0)
-    pair = valid[:, :, None] & valid[:, None, :]
+    """Kriging of the field at targets from their neighbours: ``(mu, sigma²_nb)`` (m,), with
+    ``mu = k*' K^{-1} b`` and ``sigma²_nb = sigma² - k*' K^{-1} k*`` (``K``: the neighbours'
+    field covariance plus their summaries' noise). ``K``'s Cholesky factor and ``K^{-1} b`` are
+    computed once per distinct neighbour set (``hood.sets``)."""
+    valid_set = hood.sets >= 0
+    idx = hood.sets.clamp_min(0)
+    pair = valid_set[:, :, None] & valid_set[:, None, :]
     noise = lam * summ.v[idx] + summ.w[idx]
-    diag = torch.where(valid, noise, torch.ones((), dtype=_DT))
+    diag = torch.where(valid_set, noise, torch.ones((), dtype=_DT))
     L = stable_cholesky(
-        _kriging_matrix(d_nb, pair, diag, sigma2=sigma2, range_km=range_km), jitter=_JITTER
+        _kriging_matrix(hood.d_sets, pair, diag, sigma2=sigma2, range_km=range_km),
+        jitter=_JITTER,
     )
-    ks = torch.where(valid, sigma2 * matern32(d_star, range_km), torch.zeros((), dtype=_DT))
-    b = torch.where(valid, summ.b[idx], torch.zeros((), dtype=_DT))
-    sol = torch.linalg.solve_triangular(L, torch.stack([ks, b], dim=-1), upper=False)
-    mu = (sol[..., 0] * sol[..., 1]).sum(-1)
-    var = (sigma2 - (sol[..., 0] ** 2).sum(-1)).clamp_min(0.0)
+    b = torch.where(valid_set, summ.b[idx], torch.zeros((), dtype=_DT))
+    alpha = torch.cholesky_solve(b[..., None], L)[..., 0]  # K^{-1} b per set
+    valid = hood.nb >= 0
+    ks = torch.where(valid, sigma2 * matern32(hood.d_star, range_km), torch.zeros((), dtype=_DT))
+    mu = (ks * alpha[hood.inverse]).sum(-1)
+    sol = torch.linalg.solve_triangular(L[hood.inverse], ks[..., None], upper=False)[..., 0]
+    var = (sigma2 - (sol**2).sum(-1)).clamp_min(0.0)
     return mu, var
 
 
@@ -217,13 +249,21 @@ class _Neighbours:
         self.k = int(min(max(k, 0), len(self.xy)))
         self.tree = cKDTree(self.xy) if len(self.xy) else None
 
-    def query(self, xy: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
-        """``(nb (m, k), d_nb (m, k, k), d_star (m, k))`` (``d_nb``: the neighbours' distances
-        to each other, as a tensor); ``own``: each target's own tile
-        slot (-1: none), left out of its neighbours (its slot then holds -1)."""
+    def query(self, xy: np.ndarray, own: np.ndarray) -> _Hood:
+        """The k nearest measured tiles of each target as a :class:`_Hood`; ``own``: each
+        target's own tile slot (-1: none), left out of its neighbours (its slot then holds
+        -1). Each row is sorted by slot, so that targets with the same neighbours share one
+        set."""
         m = xy.shape[0]
         if self.tree is None or self.k == 0:
-            return np.full((m, 0), -1), torch.zeros((m, 0, 0), dtype=_DT), np.zeros((m, 0))
+            empty = torch.zeros((m, 0), dtype=torch.int64)
+            return _Hood(
+                nb=empty,
+                d_star=torch.zeros((m, 0), dtype=_DT),
+                sets=torch.zeros((min(m, 1), 0), dtype=torch.int64),
+                d_sets=torch.zeros((min(m, 1), 0, 0), dtype=_DT),
+                inverse=torch.zeros(m, dtype=torch.int64),
+            )
         kq = min(self.k + 1, len(self.xy))
         d, nb = self.tree.query(xy, k=kq, workers=-1)
         d, nb = d.reshape(m, kq), nb.reshape(m, kq)
@@ -232,8 +272,18 @@ class _Neighbours:
         nb = np.take_along_axis(nb, order, axis=1)
         d = np.take_along_axis(d, order, axis=1)
         nb = np.where(nb == np.asarray(own)[:, None], -1, nb)
-        p = torch.as_tensor(self.xy[nb])
-        return nb, torch.cdist(p, p), d
+        by_slot = np.argsort(nb, axis=1, kind="stable")
+        nb = np.take_along_axis(nb, by_slot, axis=1)
+        d = np.take_along_axis(d, by_slot, axis=1)
+        sets, inverse = np.unique(nb, axis=0, return_inverse=True)
+        p = torch.as_tensor(self.xy[sets])
+        return _Hood(
+            nb=torch.as_tensor(nb),
+            d_star=torch.as_tensor(d),
+            sets=torch.as_tensor(sets),
+            d_sets=torch.cdist(p, p),
+            inverse=torch.as_tensor(inverse.reshape(-1)),
+        )
 
 
 class LocalLayer:
@@ -336,8 +386,7 @@ class LocalLayer:
             tile_xy=tile_xy,
         )
         own = _slots(lay.tiles, tiles)
-        nb, d_nb, d_star = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
-        nb_t, dnb_t, ds_t = (torch.as_tensor(a) for a in (nb, d_nb, d_star))
+        hood = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
         vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, res, vf, comp))
         fixed = start._tensors()
         n_g = len(effect.params.groups)
@@ -367,9 +416,7 @@ class LocalLayer:
                 tau2, sigma2 = fixed["tau2"], torch.zeros((), dtype=_DT)
             shift, var = _predict_rows(
                 lay,
-                nb_t,
-                dnb_t,
-                ds_t,
+                hood,
                 own,
                 vt,
                 vv,
@@ -453,12 +500,10 @@ class LocalLayer:
             summ = self._summary_cache
             for s in range(0, tiles_a.size, chunk_size):
                 part = slice(s, s + chunk_size)
-                nb, d_nb, d_star = self._neighbours.query(xy_a[part], own[part])
+                hood = self._neighbours.query(xy_a[part], own[part])
                 m, v, mu = _predict_rows(
                     lay,
-                    torch.as_tensor(nb),
-                    d_nb,
-                    torch.as_tensor(d_star),
+                    hood,
                     own[part],
                     torch.as_tensor(times_a[part], dtype=_DT),
                     torch.as_tensor(vf[part], dtype=_DT),
@@ -481,9 +526,7 @@ class LocalLayer:
 
 def _predict_rows(
     lay: _Layout,
-    nb: torch.Tensor,
-    d_nb: torch.Tensor,
-    d_star: torch.Tensor,
+    hood: _Hood,
     own: np.ndarray,
     times: torch.Tensor,
     var_f: torch.Tensor,
@@ -502,8 +545,8 @@ def _predict_rows(
     ``with_pull`` also the kriged pull ``mu``."""
     summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa)
     n = own.size
-    if nb.shape[1] > 0:
-        mu, s2nb = _krige(summ, nb, d_nb, d_star, sigma2=sigma2, range_km=range_km, lam=lam)
+    if hood.k > 0:
+        mu, s2nb = _krige(summ, hood, sigma2=sigma2, range_km=range_km, lam=lam)
     else:
         mu, s2nb = torch.zeros(n, dtype=_DT), sigma2.expand(n).clone()
     shift = mu.clone()

@@ -186,6 +186,40 @@ def test_fit_finds_a_spatial_field_and_lowers_validation_nll(keep_total: bool) -
         assert p.sigma2 + p.tau2["all"] == pytest.approx(0.12)
 
 
+def test_targets_sharing_neighbours_match_targets_predicted_alone() -> None:
+    """Neighbour sets are factored once per distinct set: a batch whose targets share sets
+    (close points, own tiles, a repeated point) equals each target predicted on its own, and
+    the dense answer where the neighbours are all tiles."""
+    rng = np.random.default_rng(4)
+    tiles, times, pos, v, noise, xy = _data(rng, n_tiles=30)
+    residual = rng.normal(0, 0.3, tiles.size)
+    layer = _layer(tiles, times, v, noise, residual, xy, neighbours=6)
+    m = 40
+    pts = np.vstack([rng.uniform(4.0, 4.5, size=(m - 4, 2)), xy[:3], [[4.2, 4.2]]])
+    names = [*(f"new{i}" for i in range(m - 4)), "t00", "t01", "t02", "new0"]
+    kw = {"times": np.full(m, 5.0), "var_f": np.full(m, 0.02), "components": np.full((m, 1), 0.05)}
+    batch = layer.predict(tiles=names, xy=pts, **kw)
+    hood = layer._neighbours.query(pts, np.full(m, -1))
+    assert hood.sets.shape[0] < m  # close targets share neighbour sets
+    for i in range(m):
+        alone = layer.predict(
+            tiles=names[i : i + 1],
+            xy=pts[i : i + 1],
+            times=kw["times"][i : i + 1],
+            var_f=kw["var_f"][i : i + 1],
+            components=kw["components"][i : i + 1],
+        )
+        assert batch.shift[i] == pytest.approx(alone.shift[0], rel=1e-10, abs=1e-12)
+        assert batch.tile_var[i] == pytest.approx(alone.tile_var[0], rel=1e-10, abs=1e-12)
+    everything = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
+    full = everything.predict(tiles=names[:5], xy=pts[:5], **{k: a[:5] for k, a in kw.items()})
+    for i in range(5):
+        mean, var = _dense(tiles, times, pos, v, noise, residual, (names[i], 5.0, pts[i], 0.02))
+        # the kriging system's jitter (1e-8 scale) bounds the agreement
+        assert full.shift[i] == pytest.approx(mean, rel=1e-6, abs=1e-8)
+        assert full.tile_var[i] == pytest.approx(var, rel=1e-6, abs=1e-8)
+
+
 def test_lonlat_to_km_distances() -> None:
     xy = lonlat_to_km([-157.8, -157.8, -157.7], [21.3, 21.4, 21.3], lat0=21.3)
     assert np.hypot(*(xy[1] - xy[0])) == pytest.approx(11.12, rel=1e-3)
