@@ -22,8 +22,7 @@ import streamlit as st
 from numpy.typing import NDArray
 
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, UNITS, to_natural
-
-Z95 = 1.959963984540054
+from geodbk.geo.contract import Z95
 
 Stamp = tuple[int, int]
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-Z95 = 1.959963984540054
+from geodbk.geo.contract import Z95
 
 
 def point_from_selection(selection: Any, layers: tuple[str, ...]) -> tuple[float, float] | None:

@@ -21,18 +21,14 @@ from typing import Any
 
 import numpy as np
 
-#: Targets the pipelines know, in display order.
-TARGETS: tuple[str, ...] = ("download", "upload", "latency")
+from geodbk.geo.contract import TARGET_INFO, TARGETS
+
 #: Natural units of each target.
-UNITS: dict[str, str] = {"download": "Mbps", "upload": "Mbps", "latency": "ms"}
+UNITS: dict[str, str] = {t: i.unit for t, i in TARGET_INFO.items()}
 #: Column of the tile table holding each target in its raw unit.
-RAW_COLUMNS: dict[str, str] = {
-    "download": "avg_d_kbps",
-    "upload": "avg_u_kbps",
-    "latency": "avg_lat_ms",
-}
+RAW_COLUMNS: dict[str, str] = {t: i.column for t, i in TARGET_INFO.items()}
 #: Divisor taking the raw column to natural units (kbps -> Mbps).
-RAW_TO_NATURAL: dict[str, float] = {"download": 1000.0, "upload": 1000.0, "latency": 1.0}
+RAW_TO_NATURAL: dict[str, float] = {t: i.divisor for t, i in TARGET_INFO.items()}
 
 DEMO_RUN_NAME = "demo"
 #: The one command that builds the demo run (shown when it is missing).

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
+from geodbk.geo.contract import Z95
 from geodbk.posterior import FoldedWeights
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ __all__ = [
 ]
 
 #: Two-sided 95% standard-normal quantile, Φ^{-1}(0.975).
-Z95 = float(norm.ppf(0.975))
 
 
 @dataclass(frozen=True)

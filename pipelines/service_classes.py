@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.contract import TARGETS
 from geodbk.quantities import check_quantity
 from geodbk.service import (
     BEAD_TIERS,
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: The targets a service class needs, in the copula's order.
-SERVICE_TARGETS: tuple[str, ...] = ("download", "upload", "latency")
+SERVICE_TARGETS: tuple[str, ...] = TARGETS
 #: What the class probabilities describe, per quantity (outputs' ``quantity_description``).
 SERVICE_QUANTITY_TEXT: dict[str, str] = {
     "tile": (

@@ -21,21 +21,14 @@ import pyarrow.parquet as pq
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.contract import TARGET_INFO
 from geodbk.geo.regions import Scaling
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"geodbk"
 #: Model targets and their columns (natural units: kbps for speeds, ms for latency).
-TARGETS: dict[str, str] = {
-    "download": "avg_d_kbps",
-    "upload": "avg_u_kbps",
-    "latency": "avg_lat_ms",
-}
-LOG_COLUMNS: dict[str, str] = {
-    "download": "log10_download",
-    "upload": "log10_upload",
-    "latency": "log10_latency",
-}
+TARGETS: dict[str, str] = {t: i.column for t, i in TARGET_INFO.items()}
+LOG_COLUMNS: dict[str, str] = {t: i.log_column for t, i in TARGET_INFO.items()}
 COLUMNS: tuple[str, ...] = (
     "quadkey",
     "quarter",

@@ -1,0 +1,62 @@
+"""What a run directory's files mean, shared by the library, the pipelines and the dashboard.
+
+The targets with their tile-table columns and units, the 95% normal quantile every interval
+uses and the default thresholds of the exceedance layers. Nothing here imports more than the
+standard library, so the dashboard reads it without the model stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_THRESHOLDS", "TARGETS", "TARGET_INFO", "Z95", "TargetInfo"]
+
+#: The 0.975 quantile of the standard normal: 95% intervals are ``mean -+ Z95 sd``.
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """One modelled target.
+
+    Attributes
+    ----------
+    name
+        ``download``, ``upload`` or ``latency``.
+    column
+        The tile table's column in its raw unit (kbps for speeds, ms for latency).
+    unit
+        The natural unit shown to users (``Mbps`` or ``ms``).
+    divisor
+        Raw value / divisor = natural value (1000 for kbps to Mbps).
+    higher_is_better
+        True for speeds, False for latency.
+    """
+
+    name: str
+    column: str
+    unit: str
+    divisor: float
+    higher_is_better: bool
+
+    @property
+    def log_column(self) -> str:
+        """The tile table's modelled column, log10 of :attr:`column`."""
+        return f"log10_{self.name}"
+
+
+#: The targets, in display order.
+TARGET_INFO: dict[str, TargetInfo] = {
+    "download": TargetInfo("download", "avg_d_kbps", "Mbps", 1000.0, True),
+    "upload": TargetInfo("upload", "avg_u_kbps", "Mbps", 1000.0, True),
+    "latency": TargetInfo("latency", "avg_lat_ms", "ms", 1.0, False),
+}
+#: Target names, in display order.
+TARGETS: tuple[str, ...] = tuple(TARGET_INFO)
+
+#: Default thresholds in natural units (FCC speed benchmarks 25/3 and 100/20 Mbps; 100 ms).
+DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
+    "download": (25.0, 100.0),
+    "upload": (3.0, 20.0),
+    "latency": (100.0,),
+}
