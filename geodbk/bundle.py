@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
-from geodbk.atomic import atomic_path, atomic_write_json
+from geodbk.atomic import atomic_path
 from geodbk.errors import ModelFileError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "JSON_NAME", "WEIGHTS_NAME", "load_bundle", "save_bundle"]
@@ -39,7 +39,8 @@ def save_bundle(
 ) -> Path:
     """Write ``tensors`` and the JSON-serialisable ``meta`` into the folder ``path``.
 
-    Both files are written atomically (weights first, then the JSON that vouches for them).
+    Both files are written in full before either replaces an old one (then the weights first,
+    then the JSON that vouches for them), so a full disk leaves the old pair whole.
 
     Returns
     -------
@@ -51,19 +52,21 @@ def save_bundle(
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    with atomic_path(folder / WEIGHTS_NAME) as tmp:
-        save_file(cpu, str(tmp), metadata={"format": FORMAT})
+    weights = save(cpu, metadata={"format": FORMAT})
     doc = dict(meta)
     doc.update(
         {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "library_version": __version__,
-            "weights_sha256": _sha256(folder / WEIGHTS_NAME),
+            "weights_sha256": hashlib.sha256(weights).hexdigest(),
             "tensors": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in cpu.items()},
         }
     )
-    atomic_write_json(folder / JSON_NAME, doc)
+    text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    with atomic_path(folder / JSON_NAME) as json_tmp, atomic_path(folder / WEIGHTS_NAME) as tmp:
+        tmp.write_bytes(weights)
+        json_tmp.write_text(text, encoding="utf-8")
     return folder
 
 

@@ -7,6 +7,7 @@ The loop works on standardised targets; the estimator converts to and from y's u
 from __future__ import annotations
 
 import copy
+import io
 import math
 import time
 from collections.abc import Callable
@@ -188,8 +189,12 @@ def _finite_or_none(value: float | None) -> float | None:
 
 
 def _save_checkpoint(directory: Path, state: dict[str, Any]) -> None:
+    # serialised in memory first: torch.save reports a full disk as a RuntimeError of its zip
+    # writer, a plain write as the OSError it is (the command line names the file and the fix)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     with atomic_path(directory / CHECKPOINT_NAME) as tmp:
-        torch.save(state, tmp)
+        tmp.write_bytes(buffer.getbuffer())
 
 
 def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import inspect
 import json
 import logging
 import math
@@ -610,6 +611,86 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_budget(
+    *,
+    epochs: int,
+    seeds: list[int],
+    batch_size: int,
+    rank: int,
+    hidden: int,
+    threads: int | None,
+    timeout: float | None,
+) -> None:
+    """Refuse a budget option no model can use, naming it (exit 3), rather than recording the
+    same failure for every model and seed."""
+    whole = {"--epochs": epochs, "--batch-size": batch_size, "--rank": rank, "--hidden": hidden}
+    if threads is not None:
+        whole["--threads"] = threads
+    for option, value in whole.items():
+        if not value >= 1:
+            raise DataError(f"{option} must be a whole number of at least 1, got {value}")
+    bad_seeds = [s for s in seeds if s < 0]
+    if bad_seeds:
+        raise DataError(
+            f"--seeds must be whole numbers of at least 0 (e.g. --seeds 0,1,2), got {bad_seeds[0]}"
+        )
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise DataError(
+            f"--timeout must be a positive number of seconds per model and seed (or left out "
+            f"for none), got {timeout}"
+        )
+
+
+def check_overrides(
+    models: list[str],
+    overrides: dict[str, dict[str, Any]] | None,
+    *,
+    epochs: int,
+    batch_size: int,
+    rank: int,
+    hidden: int,
+) -> None:
+    """Build each model given ``--set`` options once (no data, no training) so that an option
+    or value it refuses stops the benchmark with the option named, not as a failure of every
+    seed."""
+    from geodbk.baselines.registry import CONSTRUCTORS, build_model
+
+    for name, options in (overrides or {}).items():
+        if name not in models:
+            raise DataError(
+                f"--set {name}.{next(iter(options))}: {name} is not among --models "
+                f"({', '.join(models)})"
+            )
+        try:
+            build_model(
+                name,
+                epochs=epochs,
+                batch_size=batch_size,
+                seed=0,
+                rank=rank,
+                hidden=hidden,
+                overrides=options,
+            )
+        except (TypeError, ValueError) as exc:
+            given = ", ".join(f"{name}.{k}={v!r}" for k, v in options.items())
+            raise DataError(
+                f"--set {given}: the {name} model refuses it ({type(exc).__name__}: {exc}); "
+                "check the option's name and value"
+            ) from None
+        parameters = inspect.signature(CONSTRUCTORS[name]).parameters
+        base = build_model(
+            name, epochs=epochs, batch_size=batch_size, seed=0, rank=rank, hidden=hidden
+        )
+        for key, value in options.items():
+            default = parameters[key].default if key in parameters else getattr(base, key, None)
+            numeric = isinstance(default, int | float) and not isinstance(default, bool)
+            if numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise DataError(
+                    f"--set {name}.{key}={value!r}: the {name} model refuses it ({key} is a "
+                    f"number, default {default}); e.g. --set {name}.{key}={default}"
+                )
+
+
 def run_benchmark(
     run: str | Path,
     *,
@@ -650,6 +731,18 @@ def run_benchmark(
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
     check_noise_model(noise)  # before the data are read: a typo is an error, not 12 failures
+    check_budget(
+        epochs=epochs,
+        seeds=seeds,
+        batch_size=batch_size,
+        rank=rank,
+        hidden=hidden,
+        threads=threads,
+        timeout=timeout,
+    )
+    check_overrides(
+        models, overrides, epochs=epochs, batch_size=batch_size, rank=rank, hidden=hidden
+    )
     data = load_benchmark_data(run, target, time=time, tiles=tile_effect)
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
     rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())

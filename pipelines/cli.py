@@ -16,9 +16,12 @@ import argparse
 import errno
 import importlib
 import logging
+import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from geodbk import __version__
 from geodbk.errors import GeodbkError
@@ -106,9 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in DISK_ERRORS:
             raise
-        where = exc.filename or "the run directory"
+        where = _written_path(exc) or "the run directory"
         print(
-            f"geodbk {args.stage}: error: cannot write {where} ({exc.strerror}); "
+            f"geodbk {args.stage}: error: cannot write {where} ({os.strerror(exc.errno)}); "
             f"{DISK_ERRORS[exc.errno]}, then run the command again. Outputs written before "
             "are unchanged (each is replaced only once complete).",
             file=sys.stderr,
@@ -117,6 +120,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+#: Where libraries name the file in a write error's text (HDF5, Arrow, GDAL).
+_PATH_IN_MESSAGE = re.compile(r"(?:name = |file |tiff file )'([^']+)'")
+#: A hidden temporary file of :func:`geodbk.atomic.atomic_path` or a grid writer.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{32}\.part(?:\.[^.]+)*$")
+
+
+def _written_path(exc: OSError) -> str | None:
+    """The file a refused write was for: the error's file name, or a path quoted in its
+    text (HDF5 and Arrow put it there), a hidden temporary file named as its destination."""
+    name = exc.filename
+    if name is None:
+        found = _PATH_IN_MESSAGE.search(str(exc))
+        name = found.group(1) if found else None
+    if name is None:
+        return None
+    path = Path(str(name))
+    temporary = _TEMPORARY.match(path.name)
+    return str(path.with_name(temporary["name"])) if temporary else str(path)
 
 
 def _interrupt(signum: int, frame: object) -> None:

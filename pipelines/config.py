@@ -278,6 +278,15 @@ NOISE_INIT = {
 }
 
 
+def check_epochs_flag(epochs: int | None) -> None:
+    """Refuse an ``--epochs`` flag below 1, naming the flag (``None``: not given)."""
+    if epochs is not None and not epochs >= 1:
+        raise DataError(
+            f"--epochs must be at least 1 (the most epochs to train; early stopping may end "
+            f"sooner), got {epochs}"
+        )
+
+
 def load_config(path: str | Path | None, *, base: TrainConfig | None = None) -> TrainConfig:
     """Load a YAML config file on top of ``base`` (default: :class:`TrainConfig` defaults).
 

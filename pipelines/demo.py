@@ -22,7 +22,7 @@ from typing import Any
 
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
-from pipelines.config import TrainConfig, demo_config
+from pipelines.config import TrainConfig, check_epochs_flag, demo_config
 from pipelines.rundir import TARGETS
 
 log = logging.getLogger("geodbk")
@@ -151,6 +151,7 @@ def run_demo(
     from pipelines.train import run_train
 
     run = Path(run)
+    check_epochs_flag(epochs)
     cfg = (config or demo_config(quick=quick).replace(time=True)).replace(epochs=epochs)
     timings: dict[str, float] = {}
 

@@ -41,7 +41,7 @@ from tqdm import tqdm
 from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.errors import DataError, GeodbkError
 from geodbk.geo.ookla import TYPES
-from geodbk.geo.regions import resolve_region
+from geodbk.geo.regions import bbox_region, resolve_region
 from geodbk.geo.timeaxis import parse_quarters
 
 log = logging.getLogger("geodbk.download")
@@ -452,6 +452,9 @@ def run_download(
     qs = parse_quarters(quarters)
     if not qs:
         raise DataError("--quarters is empty: give e.g. 2023Q4 or 2023Q1:2023Q4")
+    ookla_key(type, qs[0])  # a bad --type or --bbox is refused before anything is fetched
+    if bbox is not None:
+        bbox_region(*bbox)
     cache_dir = Path(cache)
     census_files: dict[str, Path] = {}
     if census or state is not None:

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from geodbk import __version__
-from geodbk.atomic import atomic_write_json
+from geodbk.atomic import atomic_path, json_text
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
-from pipelines.gridfile import sweep_spools
+from pipelines.gridfile import open_grid, sweep_spools
 from pipelines.rundir import (
     LICENCE_KEYS,
     TARGETS,
@@ -165,14 +165,12 @@ def export_paths(
 def _quarter_grid(rd: RunDir, target: str, quarter: str) -> Path:
     """The grid of ``quarter``: ``grids/TARGET_Q.nc``, or ``grids/TARGET.nc`` when that one is
     of ``quarter`` (the latest table quarter); else raise with the predict command."""
-    import xarray as xr
-
     path = rd.grid(target, quarter)
     if path.is_file():
         return path
     current = rd.grid(target)
     if current.is_file():
-        with xr.open_dataset(current) as ds:
+        with open_grid(current, fix=f"geodbk predict --run {rd.root} --target {target}") as ds:
             if str(ds.attrs.get("quarter")) == quarter:
                 return current
     raise RunDirectoryError(
@@ -209,8 +207,6 @@ def _export_target(
     trend: tuple[str, str] | None,
 ) -> Path:
     """:func:`export_target` without the lock."""
-    import xarray as xr
-
     target_spec(target)
     model_dir = require_model(rd, target)
     if trend is not None:
@@ -228,7 +224,12 @@ def _export_target(
     sweep_spools(tif)
     model_json = read_json(model_dir / "model.json")
     md = model_json.get("metadata", model_json)
-    with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
+    fix = f"geodbk predict --run {rd.root} --target {target}" + (
+        f" --trend {trend[0]}:{trend[1]}"
+        if trend is not None
+        else (f" --quarter {quarter}" if quarter is not None else "")
+    )
+    with open_grid(grid_path, fix=fix, decode_coords="all", chunks={"y": 1024}) as ds:
         log.info("read %s", grid_path)
         bands = grid_variables(ds)
         time_keys = ("time_aware", "quarter", "quarter_status", "product")
@@ -269,15 +270,18 @@ def _export_target(
             **{k: v for k, v in licence.items() if v},
             **{f"geodbk_{k}": str(v) for k, v in time_info.items()},
         }
-        write_geotiff(
-            ds,
-            tif,
-            variables=bands,
-            fmt=fmt,
-            tags=tags,
-            descriptions=provenance["band_descriptions"],
-        )
-    atomic_write_json(sidecar, provenance)
+        # the sidecar is written first and moved into place right after the GeoTIFF: a
+        # failure (a full disk) leaves the earlier pair as it was
+        with atomic_path(sidecar) as sidecar_tmp:
+            sidecar_tmp.write_text(json_text(provenance), encoding="utf-8")
+            write_geotiff(
+                ds,
+                tif,
+                variables=bands,
+                fmt=fmt,
+                tags=tags,
+                descriptions=provenance["band_descriptions"],
+            )
     log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, sidecar)
     return tif
 

@@ -13,16 +13,20 @@ rioxarray writes it. Read with ``xr.open_dataset(path)`` (engine ``h5netcdf``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import h5netcdf
 import numpy as np
+
+from geodbk.atomic import disk_error
+from geodbk.errors import DataError
 
 log = logging.getLogger("geodbk")
 
@@ -32,6 +36,16 @@ CONVENTIONS = "CF-1.8"
 COMPRESSION_LEVEL = 1
 #: Cells per HDF5 chunk (whole rows).
 CHUNK_CELLS = 262_144
+#: Room kept free beyond a block's bytes: HDF5 metadata and headers.
+SPACE_MARGIN = 1 << 20
+#: Bytes of written chunks HDF5 may hold per variable before writing them (its chunk cache).
+CHUNK_CACHE = 1 << 20
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes an unprivileged user may still write in ``folder``'s file system."""
+    st = os.statvfs(folder)
+    return int(st.f_bavail) * int(st.f_frsize)
 
 
 def _attr(value: Any) -> Any:
@@ -54,6 +68,25 @@ def fill_value(dtype: Any, attrs: Mapping[str, Any]) -> np.ndarray:
             raise ValueError("an integer grid variable needs a '_FillValue' attribute")
         return np.array(attrs["_FillValue"], dtype=dt)
     return np.array(np.nan, dtype=dt)
+
+
+@contextlib.contextmanager
+def open_grid(path: str | Path, *, fix: str, **kwargs: Any) -> Iterator[Any]:
+    """``xarray.open_dataset(path, **kwargs)`` as a context manager; a file that is not a
+    readable grid (cut short by a killed or failed write or a partial copy, or another file
+    under the grid's name) is a :class:`~geodbk.errors.DataError` naming it and ``fix`` (the
+    command that writes it again)."""
+    import xarray as xr
+
+    try:
+        ds = xr.open_dataset(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise DataError(
+            f"{path} is not a readable grid ({type(exc).__name__}: {exc}); it may have been cut "
+            f"short (a killed or failed write, a partial copy): write it again with `{fix}`"
+        ) from None
+    with ds:
+        yield ds
 
 
 def sweep_spools(path: Path) -> list[Path]:
@@ -111,17 +144,44 @@ class GridWriter:
         sweep_spools(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.part.nc")
         self._rows_done = np.zeros(len(self.y), dtype=bool)
-        self._nc: Any = h5netcdf.File(self._tmp, "w")
+        self._written = 0
+        self._ensure_space(0)
+        try:
+            self._nc: Any = h5netcdf.File(self._tmp, "w")
+        except OSError as exc:
+            named = disk_error(exc, self.path)
+            if named is exc:
+                raise
+            raise named from exc
         try:
             self._layout(self._nc)
         except BaseException:
             self.abort()
             raise
 
+    def _ensure_space(self, n_bytes: int) -> None:
+        """Refuse (``ENOSPC``, naming :attr:`path`) to write ``n_bytes`` more where the disk
+        lacks room for them uncompressed, plus what HDF5's chunk cache may still hold and
+        :data:`SPACE_MARGIN`. HDF5 cannot report a full disk: its write errors are lost in its
+        clean-up, and the process may then crash, so the room is checked before each block."""
+        cached = min(self._written, CHUNK_CACHE * len(self.variables))
+        need = n_bytes + cached + SPACE_MARGIN
+        free = free_bytes(self.path.parent)
+        if free < need:
+            log.error(
+                "%s: the next block needs about %.1f MB and %.1f MB are free",
+                self.path,
+                need / 1e6,
+                free / 1e6,
+            )
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+
     def write_rows(self, rows: slice, values: Mapping[str, np.ndarray]) -> None:
         """Write rows ``rows`` of every variable; ``values[name]`` has shape (rows, nx)."""
         nx = len(self.x)
         n_rows = rows.stop - rows.start
+        n_bytes = sum(max(dt.itemsize, 1) * n_rows * nx for dt, _ in self.variables.values())
+        self._ensure_space(n_bytes)
         for name, (dt, _) in self.variables.items():
             arr = np.asarray(values[name])
             if arr.shape != (n_rows, nx):
@@ -129,6 +189,7 @@ class GridWriter:
             disk = np.int8 if dt == np.dtype(bool) else dt
             self._nc.variables[name][rows, :] = arr.astype(disk)
         self._rows_done[rows] = True
+        self._written += n_bytes
 
     def close(self) -> Path:
         """Move the complete file onto :attr:`path`; every row must have been written."""
@@ -139,6 +200,12 @@ class GridWriter:
             with open(self._tmp, "rb") as handle:
                 os.fsync(handle.fileno())
             os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            named = disk_error(exc, self.path)
+            if named is exc:
+                raise
+            raise named from exc
         except BaseException:
             self.abort()
             raise

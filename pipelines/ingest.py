@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -123,6 +124,13 @@ def run_ingest(
         raise DataError(f"unknown --scale-by {scale_by!r}: use region or tiles")
     if split not in SPLIT_KINDS:
         raise DataError(f"unknown --split {split!r}: use {', '.join(SPLIT_KINDS)}")
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise DataError(f"--seed must be a whole number of at least 0 (default 0), got {seed}")
+    if not (math.isfinite(block_size) and block_size > 0):
+        raise DataError(
+            f"--block-size must be a positive finite size in degrees (default 0.1), got "
+            f"{block_size}"
+        )
     if not tiles:
         raise DataError("no --tiles given: pass Ookla tile files or folders")
     the_region: Region | None = resolve_region(
@@ -186,6 +194,7 @@ def run_ingest(
     table, split_info = prepare_tile_table(
         frame, scaling=scaling, urban=urban, split=split, seed=seed, block_size=block_size
     )
+    _check_split_sizes(table["split"], split=split, block_size=block_size)
     n_urban = int(table["urban"].sum())
     counts = {
         "read": int(read.read),
@@ -381,6 +390,21 @@ def _check_forecast_quarters(
         f"--quarters 2019Q1:2023Q4) or pass tiles of more quarters, or use --split random or "
         f"--split block"
     )
+
+
+def _check_split_sizes(labels: Any, *, split: str, block_size: float) -> None:
+    """Refuse a block split that left val or test empty: blocks of ``--block-size`` so large
+    that too few of them hold tiles (training would have no early stopping, the report
+    nothing to score)."""
+    if split != "block":
+        return
+    empty = [name for name in ("val", "test") if not (labels == name).any()]
+    if empty:
+        raise DataError(
+            f"--block-size {block_size:g}: the tiles fall in too few blocks of {block_size:g}° "
+            f"to hold out whole blocks, so the {' and '.join(empty)} split would be empty; use "
+            "a smaller --block-size (default 0.1) or another --split"
+        )
 
 
 def _split_summary(info: dict[str, Any]) -> str:

@@ -65,10 +65,10 @@ from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters,
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
 from pipelines.gridfile import GridWriter, fill_value
 from pipelines.rundir import (
-    DEFAULT_THRESHOLDS,
     TARGETS,
     RunDir,
     TargetSpec,
+    check_thresholds,
     config_hash,
     licence_attrs,
     locked_stage,
@@ -307,12 +307,13 @@ def read_polygons(path: Path, *, what: str) -> Any:
     """Union of the polygons in a GeoJSON file (EPSG:4326); ``what`` names it in errors."""
     import geopandas as gpd
 
+    fix = "write it again with `geodbk ingest` (the run's ingest_report.json lists its inputs)"
     try:
         gdf = gpd.read_file(path)
     except Exception as exc:  # pyogrio raises several types
-        raise DataError(f"cannot read {what} {path}: {exc}") from exc
+        raise DataError(f"cannot read {what} {path}: {exc}; {fix}") from exc
     if gdf.empty:
-        raise DataError(f"{what} {path} has no features")
+        raise DataError(f"{what} {path} has no features; {fix}")
     if gdf.crs is not None and gdf.crs.to_epsg() != 4326:
         gdf = gdf.to_crs(4326)
     log.info("read %s", path)
@@ -847,6 +848,7 @@ def run_predict(
     from pipelines.layers import layer_xy, load_map_layers
     from pipelines.train import load_model
 
+    thr = check_thresholds(thresholds, target)
     if not (np.isfinite(tests) and tests >= 1):
         raise DataError(f"--tests must be >= 1, got {tests}")
     if devices is not None and not (np.isfinite(devices) and devices >= 1):
@@ -894,9 +896,6 @@ def run_predict(
         from pipelines.rundir import load_tiles, scaling_of
 
         scaling = scaling_of(load_tiles(rd)[1], source=rd.tiles)
-    thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
-    if any(t <= 0 for t in thr):
-        raise DataError(f"thresholds must be > 0, got {thr}")
     geom, grid = map_grid(
         rd,
         resolution=resolution,

@@ -59,18 +59,19 @@ import numpy as np
 from scipy.special import ndtr
 
 from geodbk import __version__
-from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text
+from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, staged_folder
 from geodbk.errors import DataError
 from geodbk.geo.licence import licence_line
 from geodbk.validation import counts_or_one
 from pipelines import figures
+from pipelines.gridfile import open_grid
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.rundir import (
-    DEFAULT_THRESHOLDS,
     TARGETS,
     RunDir,
     TargetSpec,
+    check_thresholds,
     licence_schema_metadata,
     locked_stage,
     model_inputs,
@@ -234,10 +235,8 @@ def _grid_area_share(rd: RunDir, spec: TargetSpec, thr: float) -> float | None:
     path = rd.grid(spec.name)
     if not path.is_file():
         return None
-    import xarray as xr
-
     name = spec.threshold_name(thr)
-    with xr.open_dataset(path) as ds:
+    with open_grid(path, fix=f"geodbk predict --run {rd.root} --target {spec.name}") as ds:
         if name not in ds:
             return None
         served = 0.0
@@ -258,9 +257,7 @@ def _grid_quantity(rd: RunDir, spec: TargetSpec) -> str | None:
     path = rd.grid(spec.name)
     if not path.is_file():
         return None
-    import xarray as xr
-
-    with xr.open_dataset(path) as ds:
+    with open_grid(path, fix=f"geodbk predict --run {rd.root} --target {spec.name}") as ds:
         return str(ds.attrs.get("quantity", "")) or None
 
 
@@ -693,6 +690,9 @@ def table2_rows(
 def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | None = None) -> Path:
     """Score the test split of ``target`` and write ``RUN/report/TARGET/``; return that folder.
 
+    The files are written into a hidden folder beside it first and moved into place together
+    once all are written: a failure (a full disk) leaves the earlier report whole.
+
     Parameters
     ----------
     run
@@ -702,6 +702,21 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     thresholds
         Service-coverage thresholds in natural units (default: the FCC benchmarks).
     """
+    thr = check_thresholds(thresholds, target)
+    rd = require_run(run)
+    final = rd.report_dir(target)
+    with staged_folder(final) as out_dir:
+        _write_report(rd, target=target, thr=thr, out_dir=out_dir)
+    log.info(
+        "wrote %s (predictions.parquet, metrics.json, summary.json, report.md, "
+        "report.html, figures/*.png)",
+        final,
+    )
+    return final
+
+
+def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: Path) -> None:
+    """The files of :func:`run_report`, written into ``out_dir``."""
     import pyarrow.compute as pc
 
     from geodbk.geo.table import read_table_metadata
@@ -711,7 +726,6 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     from pipelines.predict import read_region
     from pipelines.train import load_model
 
-    rd = require_run(run)
     spec = target_spec(target)
     model = load_model(rd, target)
     tile_effect, layer = load_map_layers(rd, target, model)
@@ -735,7 +749,6 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     if n_test == 0:
         raise DataError(f"{rd.tiles} has no test rows with a finite {spec.log_column}")
     log.info("scoring %d test rows of %s (streamed, %d training rows)", n_test, rd.tiles, n_train)
-    out_dir = rd.report_dir(target)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
 
@@ -783,7 +796,6 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     for g, m in (("urban", urban), ("rural", ~urban), ("all", np.ones_like(urban))):
         if m.any():
             curves[g] = reliability(y[m], mean[m], std[m])
-    thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
     ts = time_scaling_of(md)
     scan = scan_tiles(rd.tiles, quarters=ts is not None or tile_effect is not None)
     latest = latest_quarter(scan.quarters) if scan.quarters else None
@@ -886,12 +898,6 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
     doc.para(licence_line(licence))
     atomic_write_text(out_dir / "report.md", doc.markdown())
     atomic_write_text(out_dir / "report.html", doc.html())
-    log.info(
-        "wrote %s (predictions.parquet, metrics.json, summary.json, report.md, "
-        "report.html, figures/*.png)",
-        out_dir,
-    )
-    return out_dir
 
 
 def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:

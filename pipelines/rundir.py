@@ -16,13 +16,14 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 
 log = logging.getLogger("geodbk")
@@ -40,6 +41,21 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
     "upload": (3.0, 20.0),
     "latency": (100.0,),
 }
+
+
+def check_thresholds(thresholds: Sequence[float] | None, target: str) -> tuple[float, ...]:
+    """``--thresholds`` as floats (``None``: the defaults of ``target``); a non-finite or
+    non-positive value is refused with the option, its unit and valid values named."""
+    spec = target_spec(target)
+    thr = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS[target]))
+    bad = [t for t in thr if not (np.isfinite(t) and t > 0)]
+    if bad:
+        example = " ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS[target])
+        raise DataError(
+            f"--thresholds must be positive finite {spec.unit} values (e.g. --thresholds "
+            f"{example}), got {bad[0]:g}"
+        )
+    return thr
 
 
 @dataclass(frozen=True)
@@ -173,7 +189,11 @@ def target_lock(rd: RunDir, target: str, *, stage: str) -> Iterator[None]:
     Raises
     ------
     DataError
-        When another stage holds the lock, or the run directory cannot be written.
+        When another stage holds the lock, or the run directory cannot be written for another
+        reason than the disk's.
+    OSError
+        When the disk refuses the lock file (read-only, full, no permission): ``errno`` kept and
+        the run directory as its file name, so the command line stops with exit 6 naming it.
     """
     folder = rd.root / ".locks"
     path = folder / f"{target}.lock"
@@ -181,6 +201,8 @@ def target_lock(rd: RunDir, target: str, *, stage: str) -> Iterator[None]:
         folder.mkdir(exist_ok=True)
         handle = open(path, "a+", encoding="utf-8")  # held until the finally below
     except OSError as exc:
+        if exc.errno in DISK_ERRNOS:
+            raise OSError(exc.errno, os.strerror(exc.errno), str(rd.root)) from None
         raise DataError(
             f"cannot write in {rd.root} ({exc.strerror or exc}); give the run directory write "
             "permission and free space, or copy it to a writable place"

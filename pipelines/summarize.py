@@ -148,6 +148,11 @@ def register(subparsers: Any) -> None:
         help="cap on the grid size, as for `geodbk predict` (default %(default)s)",
     )
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="evaluate a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
+    )
+    p.add_argument(
         "--extent",
         choices=["tiles", "region"],
         default="tiles",
@@ -175,6 +180,7 @@ def _main(args: argparse.Namespace) -> int:
         resolution=args.resolution,
         tile_zoom=args.tile_zoom,
         max_cells=args.max_cells,
+        force=args.force,
         extent=args.extent,
         quarter=args.quarter,
     )
@@ -259,12 +265,14 @@ class _Sampler:
         return out, q.mean, q.var
 
 
-def _check_options(samples: int, quantity: str, chunk_cells: int) -> None:
+def _check_options(samples: int, quantity: str, chunk_cells: int, seed: int = 0) -> None:
     if isinstance(samples, bool) or int(samples) != samples or samples < MIN_SAMPLES:
         raise DataError(
             f"--samples must be a whole number of at least {MIN_SAMPLES} (default 1000), "
             f"got {samples}"
         )
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise DataError(f"--seed must be a whole number of at least 0 (default 0), got {seed}")
     try:
         check_quantity(quantity)
     except ValueError as exc:
@@ -286,6 +294,7 @@ def run_summarize(
     resolution: float | None = None,
     tile_zoom: int | None = None,
     max_cells: int = DEFAULT_MAX_CELLS,
+    force: bool = False,
     extent: str = "tiles",
     quarter: str | None = None,
     chunk_cells: int = 4096,
@@ -311,7 +320,7 @@ def run_summarize(
         (:mod:`geodbk.quantities`). The observed-tile figures always use ``tile``.
     seed
         Seed of the weight draws and of the independent per-place draws.
-    resolution, tile_zoom, max_cells, extent
+    resolution, tile_zoom, max_cells, force, extent
         The grid, as for ``geodbk predict`` (:func:`pipelines.predict.map_grid`).
     quarter
         Time-aware models: the quarter (default the table's latest); pooled models refuse it.
@@ -323,7 +332,7 @@ def run_summarize(
     from pipelines.places import load_place_predictor
     from pipelines.predict import check_grid_options, map_grid
 
-    _check_options(samples, quantity, chunk_cells)
+    _check_options(samples, quantity, chunk_cells, seed)
     check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
     rd = require_run(run)
     spec = target_spec(target)
@@ -331,7 +340,12 @@ def run_summarize(
     licence = run_licence(rd)
     predictor = load_place_predictor(rd, target, quantity="tile", quarter=quarter)
     region, grid = map_grid(
-        rd, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells, extent=extent
+        rd,
+        resolution=resolution,
+        tile_zoom=tile_zoom,
+        max_cells=max_cells,
+        extent=extent,
+        force=force,
     )
     thresholds = tuple(float(t) for t in DEFAULT_THRESHOLDS[target])
     rng = np.random.default_rng(seed)

@@ -18,6 +18,7 @@ import argparse
 import csv
 import io
 import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from time import perf_counter
@@ -31,7 +32,7 @@ from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
 from geodbk.training import CHECKPOINT_NAME
 from geodbk.validation import counts_or_one
-from pipelines.config import TrainConfig, dump_config, load_config
+from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
 from pipelines.layers import save_local_layer
 from pipelines.rundir import (
     TARGETS,
@@ -209,6 +210,7 @@ def resolve_config(
     local_layer: str | None = None,
 ) -> TrainConfig:
     """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
+    check_epochs_flag(epochs)
     cfg = load_config(config_path, base=base)
     return cfg.replace(
         epochs=epochs,
@@ -513,10 +515,61 @@ def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
     return d
 
 
+class CheckpointStash:
+    """Set ``checkpoints/last.pt`` and ``checkpoints/config.yaml`` aside (renamed to hidden
+    files: no room needed on a full disk) while a fresh training starts; put them back when it
+    fails before writing a checkpoint of its own, drop them once it has one or has finished.
+    The folder then always holds a matching pair: the old one, the new one, or a new config
+    alone (after a kill, which :meth:`sweep` cleans up at the next start).
+
+    Use as a context manager around writing the new config and fitting; ``active=False``
+    (resuming, or a distributed rank that writes nothing) makes it do nothing.
+    """
+
+    FILES = (CHECKPOINT_NAME, "config.yaml")
+    PREFIX = ".previous-"
+
+    def __init__(self, folder: Path, *, active: bool) -> None:
+        self.folder = folder
+        self.active = active
+        self.kept: list[str] = []
+
+    @classmethod
+    def sweep(cls, folder: Path) -> None:
+        """Remove what a killed training set aside (its new config stands alone)."""
+        for leftover in folder.glob(f"{cls.PREFIX}*"):
+            leftover.unlink(missing_ok=True)
+
+    def _aside(self, name: str) -> Path:
+        return self.folder / f"{self.PREFIX}{name}"
+
+    def __enter__(self) -> CheckpointStash:
+        if self.active:
+            for name in self.FILES:
+                if (self.folder / name).is_file():
+                    os.replace(self.folder / name, self._aside(name))
+                    self.kept.append(name)
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if not self.active:
+            return
+        failed_first = exc is not None and not (self.folder / CHECKPOINT_NAME).is_file()
+        if failed_first:  # nothing of the new training to resume: the old pair comes back
+            (self.folder / "config.yaml").unlink(missing_ok=True)
+            for name in self.kept:
+                os.replace(self._aside(name), self.folder / name)
+            if self.kept:
+                log.info("kept the earlier checkpoint in %s", self.folder)
+        else:
+            for name in self.kept:
+                self._aside(name).unlink(missing_ok=True)
+
+
 def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
     """Decide whether to resume; refuse to resume with a different config."""
     saved = ckpt_dir / "config.yaml"
-    has_state = ckpt_dir.is_dir() and any(ckpt_dir.iterdir())
+    has_state = ckpt_dir.is_dir() and any(not p.name.startswith(".") for p in ckpt_dir.iterdir())
     if not resume:
         return False
     if not has_state:
@@ -681,9 +734,10 @@ def run_train(
     do_resume = _check_resume(ckpt_dir, cfg, resume)
     if is_main:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        if not do_resume:  # the old state belongs to the old config: never pair them
-            (ckpt_dir / CHECKPOINT_NAME).unlink(missing_ok=True)
-        atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
+        CheckpointStash.sweep(ckpt_dir)  # what a killed train set aside
+    # a fresh start sets the old state and its config aside (never pairing them with the new
+    # ones) and puts them back if it fails before its first checkpoint
+    stash = CheckpointStash(ckpt_dir, active=is_main and not do_resume)
     log.info(
         "training %s on %d rows (val %d) with %s; checkpoints in %s%s",
         target,
@@ -702,33 +756,36 @@ def run_train(
         )
     model = DBKRegressor(**cfg.estimator_kwargs())
     t0 = perf_counter()
-    if stream is not None:
-        model.fit_parquet(
-            rd.tiles,
-            y_column=spec.log_column,
-            filters=stream["filters"],
-            inputs=stream["inputs"],
-            read_columns=stream["read_columns"],
-            tests_column="tests" if cfg.noise == "tests" else None,
-            X_val=Xv if len(yv) else None,
-            y_val=yv if len(yv) else None,
-            tests_val=stream["tests_val"] if len(yv) else None,
-            checkpoint_dir=ckpt_dir,
-            resume=do_resume,
-            progress=progress,
-        )
-    else:
-        model.fit(
-            X,
-            y,
-            Xv if len(yv) else None,
-            yv if len(yv) else None,
-            checkpoint_dir=ckpt_dir,
-            resume=do_resume,
-            progress=progress and is_main,
-            shards=shards,
-            **noise_kw,
-        )
+    with stash:
+        if is_main:
+            atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
+        if stream is not None:
+            model.fit_parquet(
+                rd.tiles,
+                y_column=spec.log_column,
+                filters=stream["filters"],
+                inputs=stream["inputs"],
+                read_columns=stream["read_columns"],
+                tests_column="tests" if cfg.noise == "tests" else None,
+                X_val=Xv if len(yv) else None,
+                y_val=yv if len(yv) else None,
+                tests_val=stream["tests_val"] if len(yv) else None,
+                checkpoint_dir=ckpt_dir,
+                resume=do_resume,
+                progress=progress,
+            )
+        else:
+            model.fit(
+                X,
+                y,
+                Xv if len(yv) else None,
+                yv if len(yv) else None,
+                checkpoint_dir=ckpt_dir,
+                resume=do_resume,
+                progress=progress and is_main,
+                shards=shards,
+                **noise_kw,
+            )
     fit_s = perf_counter() - t0
     if not is_main:
         return model_dir  # rank 0 writes the bundle
@@ -1057,7 +1114,14 @@ def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
     expected = md.get("tile_effect")
     if expected is None:
         return None
-    effect = TileEffect.load(folder)
+    try:
+        effect = TileEffect.load(folder)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSON, Arrow, missing keys
+        raise ModelFileError(
+            f"the tile effect saved with the {target} model ({folder / 'tile_effect.json'} and "
+            f"tile_effect_rows.parquet) is missing or unreadable ({type(exc).__name__}: {exc}); "
+            f"retrain: geodbk train --run {rd.root} --target {target}"
+        ) from None
     if effect.params.to_dict() != expected:
         raise ModelFileError(
             f"{folder}: the tile effect files do not belong to this model (another training "

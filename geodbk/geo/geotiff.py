@@ -7,13 +7,16 @@ COG internal overviews (the GDAL ``COG`` driver builds them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import errno
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from geodbk.atomic import atomic_path
+from geodbk.atomic import DISK_ERRNOS, atomic_path
 
 #: Nodata value written outside the region.
 DEFAULT_NODATA = -9999.0
@@ -105,9 +108,49 @@ def write_geotiff(
     if _is_dask(arr.data):
         _write_dask(arr, path, fmt=fmt, compress=compress, tags=tags or {}, resampling=resampling)
         return path
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, _disk_errors(path):
         arr.rio.to_raster(tmp, tags=tags or {}, windowed=(fmt == "gtiff"), **options)
     return path
+
+
+#: Free bytes under which a failed GDAL write is taken for a full disk.
+_NEARLY_FULL = 1 << 20
+
+
+def _disk_errno(exc: BaseException, folder: Path) -> int | None:
+    """The ``errno`` of a write the disk refused, from GDAL's message or, as GDAL often says
+    only "Write failed", from the file system itself; ``None`` for any other failure."""
+    code = getattr(exc, "errno", None)
+    if code in DISK_ERRNOS:
+        return int(code)
+    text = str(exc)
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        if os.strerror(code) in text:
+            return code
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    if st.f_bavail * st.f_frsize < _NEARLY_FULL:
+        return errno.ENOSPC
+    return None
+
+
+@contextlib.contextmanager
+def _disk_errors(path: Path) -> Iterator[None]:
+    """Raise a write the disk refused (GDAL: a ``RasterioIOError`` or ``CPLE_*`` error without
+    ``errno``) as an ``OSError`` with its ``errno``, naming ``path``: the command line then
+    answers with its one message and exit code instead of a traceback. Used inside
+    :func:`~geodbk.atomic.atomic_path`, while the partial file still takes its room."""
+    try:
+        yield
+    except Exception as exc:
+        code = _disk_errno(exc, Path(path).parent)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 def _is_dask(data: Any) -> bool:
@@ -149,22 +192,23 @@ def _write_dask(
         "blockysize": 256,
         "bigtiff": "IF_SAFER",  # > 4 GB (a 16384^2 x 16-band grid is ~6 GB compressed)
     }
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, _disk_errors(path):
         if fmt == "gtiff":
             arr.rio.to_raster(tmp, tags=tags, lock=threading.Lock(), compress=compress, **gtiff)
             return
         plain = Path(str(tmp) + ".plain.tif")
         try:
-            arr.rio.to_raster(plain, tags=tags, lock=threading.Lock(), compress="NONE", **gtiff)
-            rasterio.shutil.copy(
-                plain,
-                tmp,
-                driver="COG",
-                compress=compress,
-                blocksize=256,
-                overview_resampling=resampling,
-                bigtiff="IF_SAFER",
-            )
+            with _disk_errors(path):  # judged while the partial files still take their room
+                arr.rio.to_raster(plain, tags=tags, lock=threading.Lock(), compress="NONE", **gtiff)
+                rasterio.shutil.copy(
+                    plain,
+                    tmp,
+                    driver="COG",
+                    compress=compress,
+                    blocksize=256,
+                    overview_resampling=resampling,
+                    bigtiff="IF_SAFER",
+                )
         finally:
             plain.unlink(missing_ok=True)
 

@@ -131,9 +131,10 @@ def test_a_read_only_run_is_named(
 
     monkeypatch.setattr(Path, "mkdir", read_only)
     shutil.rmtree(run / ".locks", ignore_errors=True)
-    assert cli.main(["predict", "--run", str(run), "--target", "download"]) == 3
+    assert cli.main(["predict", "--run", str(run), "--target", "download"]) == cli.DISK_EXIT_CODE
     err = capsys.readouterr().err
-    assert f"cannot write in {run} (Read-only file system)" in err and "Traceback" not in err
+    assert f"cannot write {run} (Read-only file system)" in err and "Traceback" not in err
+    assert "copy the run to a writable place" in err
 
 
 @pytest.mark.parametrize(
@@ -254,6 +255,8 @@ def test_a_re_ingest_marks_the_models_reports_stale(
 def test_a_failed_train_never_pairs_a_new_config_with_an_old_checkpoint(
     tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A fresh train that fails before its first checkpoint puts the old pair back (the old
+    state with its own config: still resumable), never the new config beside the old state."""
     from geodbk import DBKRegressor
     from pipelines.config import load_config
 
@@ -270,6 +273,8 @@ def test_a_failed_train_never_pairs_a_new_config_with_an_old_checkpoint(
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"rank: {old.rank * 2}\nhidden: {old.hidden}\nepochs: 2\n")
     argv = ["train", "--run", str(r), "--target", "download", "--config", str(cfg)]
+    state = (ckpt / "last.pt").read_bytes()
     assert cli.main(argv) == 3
-    assert load_config(ckpt / "config.yaml").rank == old.rank * 2
-    assert not (ckpt / "last.pt").exists()  # the old state, made with the old config, is gone
+    assert load_config(ckpt / "config.yaml") == old
+    assert (ckpt / "last.pt").read_bytes() == state
+    assert sorted(p.name for p in ckpt.iterdir()) == ["config.yaml", "last.pt"]
