@@ -32,6 +32,20 @@ def disk_error(exc: OSError, path: str | os.PathLike[str]) -> OSError:
 
 
 @contextlib.contextmanager
+def naming_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name ``path`` in a write the disk refuses inside the block (a write error names no
+    file). For writers that fill several temporary files at once (:func:`atomic_path` alone
+    cannot tell which of them failed)."""
+    try:
+        yield
+    except OSError as exc:
+        named = disk_error(exc, path)
+        if named is exc:
+            raise
+        raise named from exc
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str], *, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success move it onto ``path`` atomically.
 
@@ -93,6 +107,12 @@ def staged_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
             final = dest / path.relative_to(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, final)
+    except OSError as exc:  # name the file the set was writing, not its staged copy
+        name = Path(os.fsdecode(exc.filename)) if exc.filename is not None else None
+        if exc.errno not in DISK_ERRNOS or name is None or not name.is_relative_to(staging):
+            raise
+        final_name = str(dest / name.relative_to(staging))
+        raise OSError(exc.errno, os.strerror(exc.errno), final_name) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save
 
-from geodbk.atomic import atomic_path
+from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import ModelFileError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "JSON_NAME", "WEIGHTS_NAME", "load_bundle", "save_bundle"]
@@ -65,8 +65,10 @@ def save_bundle(
     )
     text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
     with atomic_path(folder / JSON_NAME) as json_tmp, atomic_path(folder / WEIGHTS_NAME) as tmp:
-        tmp.write_bytes(weights)
-        json_tmp.write_text(text, encoding="utf-8")
+        with naming_errors(folder / WEIGHTS_NAME):
+            tmp.write_bytes(weights)
+        with naming_errors(folder / JSON_NAME):
+            json_tmp.write_text(text, encoding="utf-8")
     return folder
 
 

@@ -738,7 +738,7 @@ def _write(
     import geopandas as gpd
     import pyarrow.parquet as pq
 
-    from geodbk.atomic import atomic_path
+    from geodbk.atomic import atomic_path, naming_errors
     from geodbk.geo.table import _to_arrow
 
     parquet, csv = paths
@@ -751,8 +751,9 @@ def _write(
         SUMMARY_KEY: json.dumps(meta, sort_keys=True, allow_nan=False).encode("utf-8"),
     }
     with atomic_path(parquet) as tmp_parquet, atomic_path(csv) as tmp_csv:
-        pq.write_table(arrow.replace_schema_metadata(kv), tmp_parquet, compression="zstd")
-        with open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
+        with naming_errors(parquet):
+            pq.write_table(arrow.replace_schema_metadata(kv), tmp_parquet, compression="zstd")
+        with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(meta, licence))
             frame.to_csv(handle, index=False, lineterminator="\n")
     return parquet
