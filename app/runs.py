@@ -292,11 +292,3 @@ def to_natural(log10_values: Any, target: str) -> Any:
 def natural_to_log10(value: float, target: str) -> float:
     """A natural-unit value (Mbps or ms) on the model's log10 scale (kbps or ms)."""
     return math.log10(value * RAW_TO_NATURAL[target])
-
-
-#: Default thresholds in natural units (FCC speed benchmarks 25/3 and 100/20 Mbps; 100 ms).
-DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
-    "download": (25.0, 100.0),
-    "upload": (3.0, 20.0),
-    "latency": (100.0,),
-}

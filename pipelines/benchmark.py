@@ -40,11 +40,11 @@ import numpy as np
 
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.contract import TARGETS
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 
 log = logging.getLogger("geodbk.benchmark")
 
-TARGETS = ("download", "upload", "latency")
 GROUPS = ("all", "urban", "rural")
 METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
 
@@ -195,8 +195,8 @@ def group_metrics(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, *, log_sd_train: float
 ) -> dict[str, float]:
     """The core's summary metrics plus nll_std and the spread (sd, IQR) of the 95% PI widths."""
+    from geodbk.geo.contract import Z95
     from geodbk.metrics import summary
-    from geodbk.predictive import Z95
 
     if y.shape[0] == 0:
         return {}

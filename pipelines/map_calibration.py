@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from geodbk.predictive import Z95
+from geodbk.geo.contract import Z95
 
 __all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run"]
 

@@ -60,6 +60,7 @@ from tqdm import tqdm
 
 from geodbk import __version__
 from geodbk.errors import DataError
+from geodbk.geo.contract import Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters, years_between
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
@@ -485,8 +486,8 @@ def predict_block(
     )
     mean = q.mean
     std = q.sd
-    lower = mean - 1.96 * std
-    upper = mean + 1.96 * std
+    lower = mean - Z95 * std
+    upper = mean + Z95 * std
     out = {
         "mean": mean,
         "std": std,
@@ -499,8 +500,8 @@ def predict_block(
         "pi_upper_natural": spec.to_natural(upper),
     }
     out["pi_width_natural"] = out["pi_upper_natural"] - out["pi_lower_natural"]
-    out["latent_pi_lower"] = q.area_mean - 1.96 * out["std_f"]
-    out["latent_pi_upper"] = q.area_mean + 1.96 * out["std_f"]
+    out["latent_pi_lower"] = q.area_mean - Z95 * out["std_f"]
+    out["latent_pi_upper"] = q.area_mean + Z95 * out["std_f"]
     out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
     out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
@@ -551,8 +552,8 @@ def trend_block(
     p_up = ndtr(z)
     out = {
         "change_per_year": mean / years,
-        "change_lower": (mean - 1.96 * sd) / years,
-        "change_upper": (mean + 1.96 * sd) / years,
+        "change_lower": (mean - Z95 * sd) / years,
+        "change_upper": (mean + Z95 * sd) / years,
         "p_improved": p_up if spec.higher_is_better else 1.0 - p_up,
     }
     for src, dst in (
@@ -801,7 +802,7 @@ def run_predict(
     resolution, tile_zoom
         Cell size in degrees, or the size of a tile of this zoom (exclusive).
     thresholds
-        Natural-unit thresholds (default :data:`pipelines.rundir.DEFAULT_THRESHOLDS`).
+        Natural-unit thresholds (default :data:`geodbk.geo.contract.DEFAULT_THRESHOLDS`).
     max_cells
         Cap on the default grid size.
     max_block_cells

@@ -25,21 +25,13 @@ import numpy as np
 
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
+from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGET_INFO
 
 log = logging.getLogger("geodbk")
 
-#: Target name -> (source column, natural unit, kbps-to-natural divisor).
+#: Target name -> (source column, natural unit, kbps-to-natural divisor), from the contract.
 TARGETS: dict[str, tuple[str, str, float]] = {
-    "download": ("avg_d_kbps", "Mbps", 1000.0),
-    "upload": ("avg_u_kbps", "Mbps", 1000.0),
-    "latency": ("avg_lat_ms", "ms", 1.0),
-}
-
-#: Default thresholds in natural units (FCC speed benchmarks 25/3 and 100/20 Mbps; 100 ms).
-DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
-    "download": (25.0, 100.0),
-    "upload": (3.0, 20.0),
-    "latency": (100.0,),
+    t: (i.column, i.unit, i.divisor) for t, i in TARGET_INFO.items()
 }
 
 
@@ -107,8 +99,8 @@ def target_spec(name: str) -> TargetSpec:
     """Return the :class:`TargetSpec` of ``name`` or raise a :class:`DataError` listing choices."""
     if name not in TARGETS:
         raise DataError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
-    column, unit, divisor = TARGETS[name]
-    return TargetSpec(name, column, f"log10_{name}", unit, divisor, name != "latency")
+    i = TARGET_INFO[name]
+    return TargetSpec(name, i.column, i.log_column, i.unit, i.divisor, i.higher_is_better)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from app.context import RunContext
 from app.loaders import Grid, stamp
 from app.points import point_from_selection
 from app.quarters import QuarterGrid, TrendFile, describe_quarter
-from app.runs import DEFAULT_THRESHOLDS, UNITS
+from app.runs import UNITS
 from app.ui import missing, quarter_slider
+from geodbk.geo.contract import DEFAULT_THRESHOLDS
 
 MAP_HEIGHT = 520
 #: Most tiles drawn as polygons at once (a quarter of a state is usually far fewer).

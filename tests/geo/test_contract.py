@@ -36,3 +36,11 @@ def test_the_contract_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_thresholds_have_one_definition() -> None:
+    from app.tabs import map_tab
+    from pipelines import rundir
+
+    assert map_tab.DEFAULT_THRESHOLDS is contract.DEFAULT_THRESHOLDS
+    assert rundir.DEFAULT_THRESHOLDS is contract.DEFAULT_THRESHOLDS
