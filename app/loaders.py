@@ -130,7 +130,7 @@ TILE_COLUMNS = ("quadkey", "quarter", "lon", "lat", "x1", "x2", "tests", "urban"
 
 
 def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFrame:
-    """West/south/east/north of each tile from its geometry, else from its quadkey zoom."""
+    """West/south/east/north of each tile from its geometry, else from its quadkey."""
     if geometry is not None:
         try:
             import shapely
@@ -143,17 +143,11 @@ def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFram
                 )
         except Exception:  # fall back to the quadkey below
             pass
-    zoom = frame["quadkey"].astype(str).str.len().to_numpy()
-    n = 2.0**zoom
-    half_lon = 180.0 / n
-    lat_r = np.radians(frame["lat"].to_numpy())
-    y = (1 - np.log(np.tan(lat_r) + 1 / np.cos(lat_r)) / math.pi) / 2 * n
-    north = np.degrees(np.arctan(np.sinh(math.pi * (1 - 2 * (y - 0.5) / n))))
-    south = np.degrees(np.arctan(np.sinh(math.pi * (1 - 2 * (y + 0.5) / n))))
-    lon = frame["lon"].to_numpy()
+    from geodbk.geo.quadkey import quadkey_bounds
+
+    west, south, east, north = quadkey_bounds(frame["quadkey"].astype(str).to_numpy())
     return pd.DataFrame(
-        {"west": lon - half_lon, "south": south, "east": lon + half_lon, "north": north},
-        index=frame.index,
+        {"west": west, "south": south, "east": east, "north": north}, index=frame.index
     )
 
 
