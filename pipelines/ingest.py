@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from geodbk import __version__
-from geodbk.atomic import atomic_write_json, atomic_write_text
+from geodbk.atomic import atomic_write_json, atomic_write_text, disk_error
 from geodbk.errors import DataError
 from geodbk.geo.census import UrbanLayer, resolve_urban
 from geodbk.geo.licence import data_licence
@@ -250,7 +250,10 @@ def run_ingest(
     run_dir.mkdir(parents=True, exist_ok=True)
     for leftover in run_dir.glob(".ingest-staging-*"):  # of a killed ingest
         shutil.rmtree(leftover, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=".ingest-staging-", dir=run_dir))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".ingest-staging-", dir=run_dir))
+    except OSError as exc:  # a read-only or full run: name the run, not the staging folder
+        raise disk_error(exc, run_dir) from exc
     try:
         _stage_and_publish(
             staging,

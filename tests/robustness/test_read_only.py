@@ -81,7 +81,8 @@ def test_a_read_only_run_is_one_message(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     make_read_only(monkeypatch, run)
-    names = (f"cannot write {run}", "(Read-only file system)", "copy the run to a writable place")
+    folder = run / stage if stage in ("demo", "benchmark") else run  # the folder it makes
+    names = (f"cannot write {folder} (Read-only file system)", "copy the run to a writable place")
     probe(STAGES[stage](run, places), run=run, code=DISK, names=names, capsys=capsys)
 
 
