@@ -203,7 +203,7 @@ def test_trend_block_formulas() -> None:
     for target, sign in (("download", 1.0), ("latency", -1.0)):
         out = trend_block(Fake(), target_spec(target), X, X, years=0.5, chunk_size=8)
         np.testing.assert_allclose(out["change_per_year"], [0.0, 0.2, -0.2, 0.2])
-        np.testing.assert_allclose(out["change_upper"][3], (0.1 + 1.96 * 0.2) / 0.5)
+        np.testing.assert_allclose(out["change_upper"][3], (0.1 + norm.ppf(0.975) * 0.2) / 0.5)
         want_p = [0.5, (1 + sign) / 2, (1 - sign) / 2, norm.cdf(sign * 0.1 / 0.2)]
         np.testing.assert_allclose(out["p_improved"], want_p)
         np.testing.assert_allclose(out["ratio_lower"], 10 ** out["change_lower"])

@@ -43,7 +43,7 @@ def test_headline_section_matches_the_file(tiny_run: Path) -> None:
     doc = Doc("t")
     service_headline_section(doc, RunDir(tiny_run))
     headline = json.loads((tiny_run / "service" / "headline.json").read_text())
-    (header, rows), *_ = _tables(doc)
+    (_, rows), *_ = _tables(doc)
     assert [r[0] for r in rows] == headline["classes"]
     first = headline["area"][headline["classes"][0]]
     assert rows[0][1].startswith(f"{100 * first['mean']:.1f}%")
