@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from geodbk import __version__
-from geodbk.atomic import atomic_write_json
+from geodbk.atomic import atomic_write_json, staged_folder
 from geodbk.errors import DataError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
@@ -325,12 +325,13 @@ def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
     return {**tags, **{k: v for k, v in licence.items() if v}}
 
 
-def _export_rasters(rd: RunDir, grid_path: Path, *, suffix: str, fmt: str) -> list[Path]:
+def _export_rasters(
+    rd: RunDir, grid_path: Path, *, folder: Path, suffix: str, fmt: str
+) -> list[Path]:
     """``service_class{suffix}.tif`` (uint8) and ``p_unserved{suffix}.tif`` (float32) from the
-    grid, with the licence and quantity in their tags and band descriptions."""
+    grid into ``folder``, with the licence and quantity in their tags and band descriptions."""
     import xarray as xr
 
-    folder = service_dir(rd)
     written = []
     with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
         tags = _raster_tags(rd, dict(ds.attrs))
@@ -357,6 +358,49 @@ def _export_rasters(rd: RunDir, grid_path: Path, *, suffix: str, fmt: str) -> li
             log.info("wrote %s (%s)", tif, fmt)
             written.append(tif)
     return written
+
+
+def _write_grid_set(
+    rd: RunDir,
+    service: Service,
+    copula: dict[str, Any],
+    *,
+    suffix: str,
+    fmt: str,
+    headline_samples: int,
+    grid_options: dict[str, Any],
+) -> Path:
+    """Write the class grid, its two rasters, the headline and the copula into ``RUN/service``
+    as one set (staged, then moved in together: a failure leaves the earlier set whole);
+    return the grid's final path."""
+    folder = service_dir(rd)
+    final_grid = folder / f"classes{suffix}.nc"
+    with staged_folder(folder) as stage:
+        grid = _write_classes_grid(rd, service, stage / final_grid.name, **grid_options)
+        _export_rasters(rd, grid, folder=stage, suffix=suffix, fmt=fmt)
+        if headline_samples:
+            headline = write_headline(
+                rd,
+                service,
+                grid,
+                stage / f"headline{suffix}.json",
+                samples=headline_samples,
+                grid_name=final_grid,
+            )
+            log.info(
+                "share of area %s",
+                ", ".join(
+                    f"{c} {100 * v['mean']:.1f}% (90%: {100 * v['lower']:.1f}-"
+                    f"{100 * v['upper']:.1f}%)"
+                    for c, v in ((c, headline["area"][c]) for c in service.classes)
+                ),
+            )
+        atomic_write_json(stage / "copula.json", copula)
+    old_headline = folder / f"headline{suffix}.json"
+    if not headline_samples and old_headline.is_file():
+        old_headline.unlink()  # it described the earlier classes grid
+        log.info("removed %s (no headline asked for this grid)", old_headline)
+    return final_grid
 
 
 def run_service(
@@ -429,49 +473,32 @@ def run_service(
         service = load_service(
             rd, tiers=tiers, latency_ms=latency_ms, quantity=quantity, quarter=quarter
         )
-        if places is not None and at is not None:
-            from pipelines.service_at import write_classes_at
-
-            out = write_classes_at(rd, service, places, stem=Path(at).stem)
-        else:
-            suffix = _suffix(rd, service, quarter)
-            out = _write_classes_grid(
-                rd,
-                service,
-                service_dir(rd) / f"classes{suffix}.nc",
-                resolution=resolution,
-                tile_zoom=tile_zoom,
-                max_cells=max_cells,
-                extent=extent,
-                force=force,
-            )
-            _export_rasters(rd, out, suffix=suffix, fmt=fmt)
-            headline_path = service_dir(rd) / f"headline{suffix}.json"
-            if not headline_samples and headline_path.is_file():
-                headline_path.unlink()  # it described the earlier classes grid
-                log.info("removed %s (no headline asked for this grid)", headline_path)
-            if headline_samples:
-                headline = write_headline(
-                    rd,
-                    service,
-                    out,
-                    headline_path,
-                    samples=headline_samples,
-                )
-                log.info(
-                    "share of area %s",
-                    ", ".join(
-                        f"{c} {100 * v['mean']:.1f}% (90%: {100 * v['lower']:.1f}-"
-                        f"{100 * v['upper']:.1f}%)"
-                        for c, v in ((c, headline["area"][c]) for c in service.classes)
-                    ),
-                )
         copula = {
             **service.copula.to_dict(),
             "models": {t: rd.relative(rd.model_dir(t)) for t in service.predictors},
             "quarter": service.quarter,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        atomic_write_json(service_dir(rd) / "copula.json", copula)
+        if places is not None and at is not None:
+            from pipelines.service_at import write_classes_at
+
+            out = write_classes_at(rd, service, places, stem=Path(at).stem)
+            atomic_write_json(service_dir(rd) / "copula.json", copula)
+        else:
+            out = _write_grid_set(
+                rd,
+                service,
+                copula,
+                suffix=_suffix(rd, service, quarter),
+                fmt=fmt,
+                headline_samples=headline_samples,
+                grid_options={
+                    "resolution": resolution,
+                    "tile_zoom": tile_zoom,
+                    "max_cells": max_cells,
+                    "extent": extent,
+                    "force": force,
+                },
+            )
     log.info("wrote %s and %s", out, service_dir(rd) / "copula.json")
     return out

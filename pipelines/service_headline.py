@@ -187,9 +187,12 @@ def write_headline(
     *,
     samples: int = HEADLINE_SAMPLES,
     seed: int = 0,
+    grid_name: Path | None = None,
 ) -> dict[str, Any]:
     """Write ``out`` (JSON): the share of area (the grid's in-region cells) and of observed
-    tiles in each class, each with its mean and 90% interval (:func:`class_share_draws`)."""
+    tiles in each class, each with its mean and 90% interval (:func:`class_share_draws`).
+    ``grid_name``: the grid's path to record (default ``grid_path``; a staged grid records
+    where it will be)."""
     result: dict[str, Any] = {
         "quantity": service.quantity,
         "quantity_description": service.quantity_description,
@@ -199,7 +202,7 @@ def write_headline(
         "samples": samples,
         "interval": HEADLINE_LEVEL,
         "quarter": service.quarter,
-        "grid": rd.relative(grid_path),
+        "grid": rd.relative(grid_name or grid_path),
         "method": (
             "joint posterior samples of the three models (independent weight draws) with the "
             "tile-level parts correlated by the copula; shares on a uniform random subsample "

@@ -201,3 +201,19 @@ def test_a_full_disk_while_saving_the_model_keeps_the_old_bundle(
 
     assert load_config(model / "checkpoints" / "config.yaml").epochs == 2  # the new pair
     assert (model / "checkpoints" / "last.pt").is_file()
+
+
+def test_service_failing_after_its_grid_keeps_the_earlier_set(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The disk fills while the headline is written, after the grid and both rasters: the
+    service folder is written as one set, so none of them replaces its earlier version."""
+    from pipelines import service
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise disk_full(run / "service" / "headline.json")
+
+    monkeypatch.setattr(service, "write_headline", full)
+    argv = ["service", "--run", str(run), "--max-cells", "3000"]
+    names = (f"cannot write {run / 'service' / 'headline.json'}", FIX)
+    probe(argv, run=run, code=DISK, names=names, capsys=capsys)
