@@ -55,7 +55,8 @@ For each target, reads RUN/grids/TARGET.nc and writes RUN/exports/TARGET.tif (on
 per grid variable, each band described as "NAME: QUANTITY", nodata -9999 outside the region,
 DEFLATE; --format cog adds overviews) and RUN/exports/TARGET.json, the provenance sidecar (run,
 target, model, config hash, grid, bands, quarter, licence, geodbk version). The data licence
-is also written into the GeoTIFF tags. Details: docs/cli.md, "geodbk export".
+is also written into the GeoTIFF tags. --format netcdf writes the quarters' grids into one
+NetCDF-4 file with a time dimension instead. Details: docs/cli.md, "geodbk export".
 """
 
 EPILOG = """\
@@ -68,6 +69,10 @@ examples:
 
 --quarter Q writes exports/TARGET_Q.tif from the grid of quarter Q; --trend Q1:Q2 writes
 exports/TARGET_trend_Q1_Q2.tif (both need a time-aware model and `geodbk predict` run first).
+--format netcdf stacks the grids of --quarter (default: every quarter with a grid, for a
+time-aware model; the pooled grid as one time step otherwise) into exports/TARGET_quarters.nc
+with dimensions (time, y, x): time is the middle of each quarter, time_bnds its first and last
+day, quarter its label (xarray.open_dataset decodes them).
 exit codes: 0 ok, 2 usage, 3 --quarter/--trend for a pooled model, 4 missing model,
 5 missing run directory or grid (run predict first).
 """
@@ -87,7 +92,13 @@ def register(subparsers: Any) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--target", choices=list(TARGETS), help="one target")
     g.add_argument("--all", action="store_true", help="every trained target (the default)")
-    p.add_argument("--format", choices=["gtiff", "cog"], default="gtiff", help="file format")
+    p.add_argument(
+        "--format",
+        choices=["gtiff", "cog", "netcdf"],
+        default="gtiff",
+        help="GeoTIFF (default), Cloud-Optimised GeoTIFF, or netcdf: one NetCDF-4 file "
+        "exports/TARGET_quarters.nc with the quarters as a CF time dimension",
+    )
     t = p.add_mutually_exclusive_group()
     t.add_argument(
         "--quarter",
@@ -291,6 +302,62 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _export_stack(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> Path:
+    """``exports/TARGET_quarters.nc``: the grids of ``quarter`` (a time-aware model; default
+    every quarter that has a grid) or the pooled grid, along a CF time dimension
+    (:func:`pipelines.timestack.write_time_stack`)."""
+    from pipelines.timestack import write_time_stack
+
+    model_json = read_json(require_model(rd, target) / "model.json")
+    md = model_json.get("metadata", model_json)
+    predict = f"geodbk predict --run {rd.root} --target {target}"
+    if time_scaling_of(md) is None:
+        if quarter is not None:
+            raise DataError(
+                f"--quarter needs a time-aware model, but {rd.model_dir(target)} pools all "
+                f"quarters; export its pooled grid with --format netcdf and no --quarter"
+            )
+        grids = [rd.grid(target)]
+    else:
+        observed = md.get("quarters") or []
+        wanted = resolve_quarters(quarter or "all", observed=observed)
+        if quarter is None:  # every quarter that has a grid
+            have = [q for q in wanted if rd.grid(target, q).is_file()]
+            current = rd.grid(target)
+            latest = _grid_quarter(current, predict) if current.is_file() else None
+            wanted = [q for q in wanted if q in have or q == latest]
+        grids = [_quarter_grid(rd, target, q) for q in wanted]
+    if not grids or not grids[0].is_file():
+        raise RunDirectoryError(
+            f"{rd.grid(target)} is missing; run `{predict}` first"
+            + ("" if only else " (or export one target with --target)")
+        )
+    out = rd.export_tif(target).parent / f"{target}_quarters.nc"
+    with target_lock(rd, target, stage="export"):
+        with open_grid(grids[0], fix=predict) as first, open_grid(grids[-1], fix=predict) as last:
+            span = f"{first.attrs.get('quarter', '?')}–{last.attrs.get('quarter', '?')}"
+            if len(grids) == 1:
+                span = str(last.attrs.get("quarter", "?"))
+        attrs = {
+            "title": f"geodbk {target} predictive grids by quarter, {span}",
+            "product": "quarters",
+            "quarter": span,
+            "quarter_status": "per time step: the quarter_status coordinate",
+            "source_grids": " ".join(rd.relative(g) for g in grids),
+            "geodbk_version": __version__,
+        }
+        write_time_stack(out, grids, attrs=attrs)
+    log.info("wrote %s (%d time steps)", out, len(grids))
+    return out
+
+
+def _grid_quarter(path: Path, fix: str) -> str | None:
+    """The ``quarter`` attribute of a grid file."""
+    with open_grid(path, fix=fix) as ds:
+        q = ds.attrs.get("quarter")
+    return str(q) if q is not None else None
+
+
 def run_export(
     run: str | Path,
     *,
@@ -308,7 +375,8 @@ def run_export(
     target
         One target; ``None``: every trained target.
     fmt
-        ``gtiff`` or ``cog``.
+        ``gtiff``, ``cog`` or ``netcdf`` (one NetCDF-4 file of the quarters' grids along a
+        time dimension, :func:`_export_stack`).
     quarter
         Time-aware models: quarter(s) whose grids to export (``2023Q2``, ``2022Q1:2023Q4``,
         ``all``) to ``exports/TARGET_Q.tif``.
@@ -330,6 +398,11 @@ def run_export(
 
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")
+    if fmt == "netcdf" and trend is not None:
+        raise DataError(
+            "--format netcdf stacks quarter grids; a trend is one map: export it with "
+            "--format gtiff or cog"
+        )
     rd = require_run(run)
     targets = [target] if target else rd.trained_targets()
     if not targets:
@@ -337,6 +410,8 @@ def run_export(
             f"no trained model in {rd.root / 'models'}; run `geodbk train --run {rd.root} "
             "--target download` first"
         )
+    if fmt == "netcdf":
+        return [_export_stack(rd, t, quarter=quarter, only=target is not None) for t in targets]
     out = []
     if quarter is None and trend is None:
         for t in targets:
