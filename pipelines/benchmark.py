@@ -247,8 +247,14 @@ def run_one(
     overrides: dict[str, Any] | None = None,
     noise: str = "constant",
     tile_effect: bool = False,
+    preset: str = "tuned",
 ) -> dict[str, Any]:
     """Train and score one (model, seed); return metrics and costs (raises on failure).
+
+    ``preset`` (``"paper"`` or ``"tuned"``, :data:`geodbk.baselines.registry.PRESETS`) picks
+    the model's settings; ``overrides`` win over it. The result records the model's
+    ``hyperparameters`` as trained (:func:`model_hyperparameters`) and its ``val_nll`` (NLL of
+    the kept model on the val split, ``None`` without one).
 
     ``noise`` (see :func:`noise_options`) other than ``constant`` fits a tests-aware observation
     noise, e.g. s2_i = s2_floor + s2_meas / tests_i, and scores each test tile as the average of
@@ -278,6 +284,7 @@ def run_one(
         hidden=hidden,
         device=device,
         overrides=overrides,
+        preset=preset,
     )
     covariates = noise_options(name, model, noise, data)
     if tile_effect and not hasattr(model, "noise_components"):
@@ -311,6 +318,12 @@ def run_one(
     if not (np.isfinite(pred.mean).all() and np.isfinite(pred.var).all() and (pred.var > 0).all()):
         raise FloatingPointError("non-finite or non-positive predictions (diverged)")
     sd_train = float(np.std(y[tr])) or 1.0
+    val_nll = None
+    if va.any():
+        from geodbk.metrics import summary
+
+        val_pred = model.predict(X[va], **{k: v[va] for k, v in covariates.items()})
+        val_nll = float(summary(y[va], val_pred.mean, val_pred.var)["nll"])
     metrics = {}
     for group, mask in (
         ("all", np.ones(te.sum(), bool)),
@@ -334,6 +347,8 @@ def run_one(
     n_epochs = max(len(history), 1)
     return {
         "seed": seed,
+        "hyperparameters": model_hyperparameters(model),
+        "val_nll": val_nll,
         "metrics": metrics,
         "by_tests": by_tests,
         "tile_effect": effect_params,
@@ -345,6 +360,26 @@ def run_one(
         "peak_rss_mb": max(_peak_rss_mb() - rss0, 0.0) if not use_cuda else None,
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if use_cuda else None,
     }
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` if JSON can hold it as is (numbers, strings, booleans, None, lists), else its
+    ``repr``; numpy scalars become Python numbers."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return repr(value)
+
+
+def model_hyperparameters(model: Any, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The model's full constructor options: ``model.get_params()`` where it has one, else
+    ``kwargs`` (the constructor keyword arguments actually passed); JSON-able values."""
+    getter = getattr(model, "get_params", None)
+    params = dict(getter()) if callable(getter) else dict(kwargs or {})
+    return {str(k): _json_value(v) for k, v in sorted(params.items())}
 
 
 def _tile_effect_prediction(
@@ -649,6 +684,7 @@ def check_overrides(
     batch_size: int,
     rank: int,
     hidden: int,
+    preset: str = "tuned",
 ) -> None:
     """Build each model given ``--set`` options once (no data, no training) so that an option
     or value it refuses stops the benchmark with the option named, not as a failure of every
@@ -670,6 +706,7 @@ def check_overrides(
                 rank=rank,
                 hidden=hidden,
                 overrides=options,
+                preset=preset,
             )
         except (TypeError, ValueError) as exc:
             given = ", ".join(f"{name}.{k}={v!r}" for k, v in options.items())
@@ -679,7 +716,13 @@ def check_overrides(
             ) from None
         parameters = inspect.signature(CONSTRUCTORS[name]).parameters
         base = build_model(
-            name, epochs=epochs, batch_size=batch_size, seed=0, rank=rank, hidden=hidden
+            name,
+            epochs=epochs,
+            batch_size=batch_size,
+            seed=0,
+            rank=rank,
+            hidden=hidden,
+            preset=preset,
         )
         for key, value in options.items():
             default = parameters[key].default if key in parameters else getattr(base, key, None)
@@ -711,8 +754,13 @@ def run_benchmark(
     noise: str = "constant",
     time: bool = False,
     tile_effect: bool = False,
+    preset: str = "paper",
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
+
+    ``preset`` (``"paper"``, the default, or ``"tuned"``) picks every model's settings
+    (:data:`geodbk.baselines.registry.PRESETS`); ``overrides`` (``--set``) win over it. Each
+    model's entry records the preset and its full ``hyperparameters`` as trained.
 
     ``noise`` (one of :data:`NOISE_MODELS`) is the observation-noise model every model is asked
     to fit: every registry model has ``constant`` and ``tests``; ``tests+devices`` and ``+urban``
@@ -728,8 +776,14 @@ def run_benchmark(
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
     (each entry records its own budget and creation time).
     """
+    from geodbk.baselines.registry import check_preset
+
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
+    try:
+        check_preset(preset)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
     check_noise_model(noise)  # before the data are read: a typo is an error, not 12 failures
     check_budget(
         epochs=epochs,
@@ -741,7 +795,13 @@ def run_benchmark(
         timeout=timeout,
     )
     check_overrides(
-        models, overrides, epochs=epochs, batch_size=batch_size, rank=rank, hidden=hidden
+        models,
+        overrides,
+        epochs=epochs,
+        batch_size=batch_size,
+        rank=rank,
+        hidden=hidden,
+        preset=preset,
     )
     data = load_benchmark_data(run, target, time=time, tiles=tile_effect)
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
@@ -764,7 +824,9 @@ def run_benchmark(
             "noise": noise,
             "time": time,
             "tile_effect": tile_effect,
+            "preset": preset,
         },
+        "preset": preset,
         "rows": rows,
         "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
         "machine": machine_info(threads, device),
@@ -781,6 +843,7 @@ def run_benchmark(
         "threads": threads,
         "noise": noise,
         "tile_effect": tile_effect,
+        "preset": preset,
     }
     out_dir = run / "benchmark"
     previous = out_dir / f"{target}.json"
@@ -819,7 +882,11 @@ def run_benchmark(
         report["models"][name] = {
             "status": status,
             "budget": dict(report["budget"]),
+            "preset": preset,
             "overrides": (overrides or {}).get(name) or {},
+            "hyperparameters": _entry_hyperparameters(
+                name, runs, seed=seeds[0], overrides=(overrides or {}).get(name), **kwargs
+            ),
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "runs": runs,
             "failures": failures,
@@ -829,6 +896,41 @@ def run_benchmark(
         atomic_write_json(out_dir / f"{target}.json", report)
         atomic_write_text(out_dir / f"{target}.md", render_markdown(report))
     return report
+
+
+def _entry_hyperparameters(
+    name: str,
+    runs: list[dict[str, Any]],
+    *,
+    seed: int,
+    overrides: dict[str, Any] | None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """A model entry's hyperparameters: those its first successful run trained with (after the
+    noise option), else those of the model as built (every seed failed). ``seed`` is left out:
+    the seeds are the budget's."""
+    if runs:
+        params = dict(runs[0]["hyperparameters"])
+    else:
+        from geodbk.baselines.registry import CONSTRUCTORS, model_kwargs
+
+        built = model_kwargs(
+            name,
+            epochs=kwargs["epochs"],
+            batch_size=kwargs["batch_size"],
+            seed=seed,
+            rank=kwargs["rank"],
+            hidden=kwargs["hidden"],
+            device=kwargs["device"],
+            overrides=overrides,
+            preset=kwargs["preset"],
+        )
+        try:
+            params = model_hyperparameters(CONSTRUCTORS[name](**built), built)
+        except (TypeError, ValueError):
+            params = model_hyperparameters(None, built)
+    params.pop("seed", None)
+    return params
 
 
 # ---------------------------------------------------------------------------------- CLI
@@ -924,6 +1026,15 @@ def register(subparsers: Any) -> None:
         "every model, with its own noise terms rescaled",
     )
     p.add_argument(
+        "--preset",
+        choices=["paper", "tuned"],
+        default="paper",
+        help="each model's settings: 'paper' (its paper's optimiser, learning rate and "
+        "initialisation, as far as the model can express them) or 'tuned' (the project's "
+        "settings for short budgets: e.g. initial noise 0.5 for the ELBO/PPGP models); --set "
+        "wins over both (default paper; docs/benchmarks/baselines.md, Presets)",
+    )
+    p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
     )
     p.set_defaults(func=_main)
@@ -953,6 +1064,7 @@ def _main(args: argparse.Namespace) -> int:
         noise=args.noise,
         time=args.time,
         tile_effect=args.tile_effect,
+        preset=args.preset,
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )
