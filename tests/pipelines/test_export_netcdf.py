@@ -94,9 +94,10 @@ def test_a_pooled_grid_is_one_time_step_over_its_quarters(tmp_path: Path) -> Non
     run_train(r, target="download", config=cfg, progress=False)
     run_predict(r, target="download", resolution=0.05, extent="region")
     assert cli.main(["export", "--run", str(r), "--target", "download", "--format", "netcdf"]) == 0
-    with xr.open_dataset(r / "exports" / "download_quarters.nc") as ds, xr.open_dataset(
-        r / "grids" / "download.nc"
-    ) as grid:
+    with (
+        xr.open_dataset(r / "exports" / "download_quarters.nc") as ds,
+        xr.open_dataset(r / "grids" / "download.nc") as grid,
+    ):
         assert ds.sizes["time"] == 1
         assert ds["quarter"].values[0] == grid.attrs["quarter"]
         assert str(grid.attrs["quarter"]).startswith("pooled")
