@@ -581,6 +581,27 @@ def _by_tests_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _sweep_lines(report: dict[str, Any]) -> list[str]:
+    """One line per swept model: every value's val / test NLL and the chosen value."""
+    rows = []
+    for name, entry in report["models"].items():
+        sweep = entry.get("sweep")
+        if not sweep:
+            continue
+        cells = ", ".join(
+            f"{v['value']}: val {_num(v['val_nll'])} / test {_num(v['test_nll'])}"
+            for v in sweep["by_value"]
+        )
+        rows.append(f"- {name}, {sweep['option']} (chosen {sweep['chosen']}): {cells}")
+    if not rows:
+        return []
+    return ["## sweeps (NLL mean over seeds; chosen by the lowest val NLL)", "", *rows, ""]
+
+
+def _num(value: Any) -> str:
+    return "–" if value is None else f"{float(value):.3f}"
+
+
 def _pct(value: Any) -> str:
     return "–" if value is None else f"{100 * float(value):.1f}%"
 
@@ -621,6 +642,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             )
         lines.append("")
     lines += _by_tests_lines(report)
+    lines += _sweep_lines(report)
     lines += [
         "## cost",
         "",
@@ -755,12 +777,17 @@ def run_benchmark(
     time: bool = False,
     tile_effect: bool = False,
     preset: str = "paper",
+    sweeps: dict[str, dict[str, list[Any]]] | None = None,
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
 
     ``preset`` (``"paper"``, the default, or ``"tuned"``) picks every model's settings
     (:data:`geodbk.baselines.registry.PRESETS`); ``overrides`` (``--set``) win over it. Each
     model's entry records the preset and its full ``hyperparameters`` as trained.
+    ``sweeps`` (``{"pp-dkl": {"beta": [0, 0.01, 0.1, 1]}}``) trains a model once per value of
+    one option and keeps the value with the lowest validation NLL (:func:`resolve_sweeps`;
+    with the ``paper`` preset PP-DKL's β is swept over the seed's grid by default); the entry
+    records the ``sweep`` (every value's val and test NLL, the chosen one).
 
     ``noise`` (one of :data:`NOISE_MODELS`) is the observation-noise model every model is asked
     to fit: every registry model has ``constant`` and ``tests``; ``tests+devices`` and ``+urban``
@@ -804,6 +831,21 @@ def run_benchmark(
         preset=preset,
     )
     data = load_benchmark_data(run, target, time=time, tiles=tile_effect)
+    sweeps = resolve_sweeps(
+        models, sweeps, overrides, preset=preset, has_val=bool((data["split"] == "val").any())
+    )
+    for name, options in sweeps.items():
+        option, values = next(iter(options.items()))
+        for value in values:
+            check_overrides(
+                [name],
+                {name: {**((overrides or {}).get(name) or {}), option: value}},
+                epochs=epochs,
+                batch_size=batch_size,
+                rank=rank,
+                hidden=hidden,
+                preset=preset,
+            )
     rows = {s: int((data["split"] == s).sum()) for s in ("train", "val", "test")}
     rows["test_urban"] = int(((data["split"] == "test") & data["urban"]).sum())
     rows["test_rural"] = int(((data["split"] == "test") & ~data["urban"]).sum())
@@ -827,6 +869,7 @@ def run_benchmark(
             "preset": preset,
         },
         "preset": preset,
+        "sweeps": sweeps,
         "rows": rows,
         "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
         "machine": machine_info(threads, device),
@@ -854,48 +897,167 @@ def run_benchmark(
             raise DataError(f"{previous}: cannot merge into an unreadable report ({exc})") from exc
         report["models"] = {k: v for k, v in kept.items() if k not in models}
     for name in models:
-        runs, failures = [], []
-        for seed in seeds:
-            log.info("benchmark %s seed %d ...", name, seed)
-            kw: dict[str, Any] = {**kwargs, "overrides": (overrides or {}).get(name)}
-            if isolate:
-                msg = run_isolated(name, seed, data, timeout=timeout, **kw)
-            else:
-                try:
-                    msg = {"ok": True, "result": run_one(name, seed, data, **kw)}
-                except Exception as exc:
-                    msg = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
-            if msg["ok"]:
-                runs.append(msg["result"])
-                r = msg["result"]
-                log.info(
-                    "  %s seed %d: test NLL %.4f, %.1f s",
-                    name,
-                    seed,
-                    r["metrics"]["all"]["nll"],
-                    r["train_seconds"],
-                )
-            else:
-                failures.append({"seed": seed, "reason": msg["reason"]})
-                log.warning("  %s seed %d failed: %s", name, seed, msg["reason"])
+        model_overrides = dict((overrides or {}).get(name) or {})
+        sweep = None
+        if name in sweeps:
+            option, values = next(iter(sweeps[name].items()))
+            runs, failures, model_overrides, sweep = _run_sweep(
+                name, option, values, seeds, data, kwargs, model_overrides, isolate, timeout
+            )
+        else:
+            runs, failures = _run_seeds(
+                name,
+                seeds,
+                data,
+                {**kwargs, "overrides": model_overrides or None},
+                isolate,
+                timeout,
+            )
         status = "ok" if not failures else ("failed" if not runs else "partial")
         report["models"][name] = {
             "status": status,
             "budget": dict(report["budget"]),
             "preset": preset,
-            "overrides": (overrides or {}).get(name) or {},
+            "overrides": model_overrides,
             "hyperparameters": _entry_hyperparameters(
-                name, runs, seed=seeds[0], overrides=(overrides or {}).get(name), **kwargs
+                name, runs, seed=seeds[0], overrides=model_overrides, **kwargs
             ),
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "runs": runs,
             "failures": failures,
             "summary": summarise(runs) if runs else None,
         }
+        if sweep is not None:
+            report["models"][name]["sweep"] = sweep
         # Write after every model so a long benchmark leaves usable partial results.
         atomic_write_json(out_dir / f"{target}.json", report)
         atomic_write_text(out_dir / f"{target}.md", render_markdown(report))
     return report
+
+
+def _run_seeds(
+    name: str,
+    seeds: list[int],
+    data: dict[str, np.ndarray],
+    kw: dict[str, Any],
+    isolate: bool,
+    timeout: float | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train and score ``name`` for every seed (:func:`run_one` with ``kw``); (runs, failures)."""
+    runs: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    for seed in seeds:
+        log.info("benchmark %s seed %d ...", name, seed)
+        if isolate:
+            msg = run_isolated(name, seed, data, timeout=timeout, **kw)
+        else:
+            try:
+                msg = {"ok": True, "result": run_one(name, seed, data, **kw)}
+            except Exception as exc:
+                msg = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
+        if msg["ok"]:
+            runs.append(msg["result"])
+            r = msg["result"]
+            log.info(
+                "  %s seed %d: test NLL %.4f, %.1f s",
+                name,
+                seed,
+                r["metrics"]["all"]["nll"],
+                r["train_seconds"],
+            )
+        else:
+            failures.append({"seed": seed, "reason": msg["reason"]})
+            log.warning("  %s seed %d failed: %s", name, seed, msg["reason"])
+    return runs, failures
+
+
+def _run_sweep(
+    name: str,
+    option: str,
+    values: list[Any],
+    seeds: list[int],
+    data: dict[str, np.ndarray],
+    kwargs: dict[str, Any],
+    overrides: dict[str, Any],
+    isolate: bool,
+    timeout: float | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Train ``name`` once per value of ``option`` (every seed) and keep the value with the
+    lowest validation NLL (mean over the seeds that ran).
+
+    Returns the chosen value's (runs, failures), the overrides it ran with, and the sweep's
+    record ``{"option", "values", "criterion", "chosen", "by_value": [{"value", "status",
+    "val_nll", "test_nll", "failures"}]}``. No value that ran: ``chosen`` is ``None`` and the
+    first value's failures are returned.
+    """
+    tried = []
+    for value in values:
+        used = {**overrides, option: value}
+        runs, failures = _run_seeds(
+            name, seeds, data, {**kwargs, "overrides": used}, isolate, timeout
+        )
+        val = _mean_sd([r.get("val_nll") for r in runs])["mean"]
+        tried.append((value, used, runs, failures, val))
+        log.info("  %s %s=%r: val NLL %s", name, option, value, val)
+    ran = [t for t in tried if t[4] is not None]
+    best = min(ran, key=lambda t: math.inf if t[4] is None else t[4]) if ran else tried[0]
+    record = {
+        "option": option,
+        "values": list(values),
+        "criterion": "lowest validation NLL, mean over seeds",
+        "chosen": best[0] if ran else None,
+        "by_value": [
+            {
+                "value": value,
+                "status": "ok" if not fails else ("failed" if not runs else "partial"),
+                "val_nll": val,
+                "test_nll": _mean_sd([r["metrics"]["all"].get("nll") for r in runs])["mean"],
+                "failures": fails,
+            }
+            for value, _, runs, fails, val in tried
+        ],
+    }
+    return best[2], best[3], best[1], record
+
+
+def resolve_sweeps(
+    models: list[str],
+    sweeps: dict[str, dict[str, list[Any]]] | None,
+    overrides: dict[str, dict[str, Any]] | None,
+    *,
+    preset: str,
+    has_val: bool,
+) -> dict[str, dict[str, list[Any]]]:
+    """The sweeps to run: ``sweeps`` (``--sweep MODEL.OPTION=V1,V2,...``), plus PP-DKL's β over
+    the seed's grid {0, 0.01, 0.1, 1} with the ``paper`` preset unless ``pp-dkl.beta`` is given
+    by ``--set`` or ``--sweep``. One option per model; a sweep of more than one value needs the
+    val split (it picks by validation NLL)."""
+    from geodbk.baselines.registry import PP_DKL_BETA_GRID
+
+    out = {name: dict(options) for name, options in (sweeps or {}).items()}
+    for name, options in out.items():
+        if name not in models:
+            raise DataError(
+                f"--sweep {name}.{next(iter(options))}: {name} is not among --models "
+                f"({', '.join(models)})"
+            )
+        if len(options) != 1:
+            raise DataError(f"--sweep: one option per model, got {', '.join(options)} for {name}")
+        option, values = next(iter(options.items()))
+        if not values:
+            raise DataError(f"--sweep {name}.{option}: give at least one value")
+        if option in ((overrides or {}).get(name) or {}):
+            raise DataError(f"{name}.{option} is given by both --set and --sweep; give one")
+    beta_set = "beta" in ((overrides or {}).get("pp-dkl") or {})
+    if preset == "paper" and "pp-dkl" in models and "pp-dkl" not in out and not beta_set:
+        out["pp-dkl"] = {"beta": list(PP_DKL_BETA_GRID)}
+    many = [n for n, o in out.items() if len(next(iter(o.values()))) > 1]
+    if many and not has_val:
+        raise DataError(
+            f"the sweep of {', '.join(many)} picks by validation NLL, but the val split is "
+            "empty; give one value (e.g. --sweep pp-dkl.beta=1) or --set the option"
+        )
+    return out
 
 
 def _entry_hyperparameters(
@@ -959,6 +1121,29 @@ def parse_settings(items: list[str]) -> dict[str, dict[str, Any]]:
         except json.JSONDecodeError:
             value = raw
         out.setdefault(model.strip().lower(), {})[option.strip()] = value
+    return out
+
+
+def parse_sweeps(items: list[str]) -> dict[str, dict[str, list[Any]]]:
+    """``["pp-dkl.beta=0,0.01,0.1,1"]`` → ``{"pp-dkl": {"beta": [0, 0.01, 0.1, 1]}}``.
+
+    Each comma-separated value is parsed as JSON when possible, else kept as a string.
+    """
+    out: dict[str, dict[str, list[Any]]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        model, dot, option = key.partition(".")
+        if not sep or not dot or not model or not option:
+            raise DataError(f"--sweep expects MODEL.OPTION=V1,V2,..., got {item!r}")
+        values: list[Any] = []
+        for text in (t.strip() for t in raw.split(",")):
+            if not text:
+                continue
+            try:
+                values.append(json.loads(text))
+            except json.JSONDecodeError:
+                values.append(text)
+        out.setdefault(model.strip().lower(), {})[option.strip()] = values
     return out
 
 
@@ -1035,6 +1220,17 @@ def register(subparsers: Any) -> None:
         "wins over both (default paper; docs/benchmarks/baselines.md, Presets)",
     )
     p.add_argument(
+        "--sweep",
+        dest="sweeps",
+        action="append",
+        default=[],
+        metavar="MODEL.OPTION=V1,V2,...",
+        help="train MODEL once per value of OPTION and keep the value with the lowest "
+        "validation NLL, e.g. --sweep pp-dkl.beta=0,0.01,0.1,1 (repeatable, one option per "
+        "model); with --preset paper PP-DKL's beta is swept over the seed's grid "
+        "{0, 0.01, 0.1, 1} unless --set or --sweep gives pp-dkl.beta",
+    )
+    p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
     )
     p.set_defaults(func=_main)
@@ -1065,6 +1261,7 @@ def _main(args: argparse.Namespace) -> int:
         time=args.time,
         tile_effect=args.tile_effect,
         preset=args.preset,
+        sweeps=parse_sweeps(args.sweeps),
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )

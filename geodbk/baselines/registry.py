@@ -18,7 +18,7 @@ exact-dbk      DBKRegressor(expansion="rbf", objective="exact") (full batch, exa
 exact-rbf      exact RBF-ARD GP (full batch; refuses n > max_n)
 sv-rbf         SVGP, RBF-ARD on the raw inputs (ELBO)
 sv-dkl         SVGP on the residual-MLP backbone (ELBO)
-pp-dkl         PPGP on the backbone (β = 1)
+pp-dkl         PPGP on the backbone (β = 1; benchmark: swept, paper)
 vbll           ELBO on the SiLU basis
 svdbk          DBK-RBF with the ELBO + trace term and the test-time variance correction
 cagp           CaGP-Opt (full batch, Matérn-3/2, block-sparse actions in Morton order)

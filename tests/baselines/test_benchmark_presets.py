@@ -140,3 +140,64 @@ def test_cli_preset_option(tiny_run: Path, tmp_path: Path, capsys: pytest.Captur
         main([*args, "--preset", "nope"])
     with pytest.raises(DataError, match="unknown preset"):
         run_benchmark(run, target="upload", models=["sv-rbf"], preset="nope")
+
+
+# ------------------------------------------------------------------ PP-DKL beta sweep
+def test_paper_preset_sweeps_pp_dkl_beta_over_the_seed_grid(tiny_run: Path, tmp_path: Path) -> None:
+    """One PP-DKL per beta in {0, 0.01, 0.1, 1}; the lowest validation NLL is kept and every
+    value is recorded."""
+    run = _copy_run(tiny_run, tmp_path / "run")
+    report = run_benchmark(
+        run,
+        target="download",
+        models=["pp-dkl"],
+        epochs=1,
+        rank=8,
+        hidden=8,
+        batch_size=256,
+        threads=1,
+        isolate=False,
+    )
+    entry = report["models"]["pp-dkl"]
+    assert entry["status"] == "ok", entry["failures"]
+    sweep = entry["sweep"]
+    assert sweep["option"] == "beta" and sweep["values"] == [0.0, 0.01, 0.1, 1.0]
+    assert report["sweeps"] == {"pp-dkl": {"beta": [0.0, 0.01, 0.1, 1.0]}}
+    vals = {v["value"]: v["val_nll"] for v in sweep["by_value"]}
+    assert all(v is not None for v in vals.values()) and len(vals) == 4
+    assert sweep["chosen"] == min(vals, key=lambda b: vals[b])
+    # the entry's runs are the chosen beta's, and say so
+    assert entry["hyperparameters"]["beta"] == sweep["chosen"]
+    assert entry["overrides"] == {"beta": sweep["chosen"]}
+    assert entry["runs"][0]["val_nll"] == pytest.approx(vals[sweep["chosen"]])
+    md = (run / "benchmark" / "download.md").read_text()
+    assert "## sweeps" in md and f"chosen {sweep['chosen']}" in md
+
+
+def test_no_default_sweep_with_tuned_preset_or_a_set_beta(tiny_run: Path, tmp_path: Path) -> None:
+    from pipelines.benchmark import resolve_sweeps
+
+    kw = dict(has_val=True)
+    assert resolve_sweeps(["pp-dkl"], None, None, preset="tuned", **kw) == {}
+    assert resolve_sweeps(["pp-dkl"], None, {"pp-dkl": {"beta": 0.1}}, preset="paper", **kw) == {}
+    assert resolve_sweeps(["dbk-rbf"], None, None, preset="paper", **kw) == {}
+    with pytest.raises(DataError, match="not among --models"):
+        resolve_sweeps(["dbk-rbf"], {"pp-dkl": {"beta": [0, 1]}}, None, preset="paper", **kw)
+    with pytest.raises(DataError, match="both --set and --sweep"):
+        resolve_sweeps(
+            ["pp-dkl"], {"pp-dkl": {"beta": [0, 1]}}, {"pp-dkl": {"beta": 1}}, preset="paper", **kw
+        )
+    with pytest.raises(DataError, match="val split is empty"):
+        resolve_sweeps(["pp-dkl"], None, None, preset="paper", has_val=False)
+
+
+def test_cli_sweep_option(tiny_run: Path, tmp_path: Path) -> None:
+    """--sweep MODEL.OPTION=V1,V2 through the CLI (generic: here PP-DKL's beta, tuned preset)."""
+    run = _copy_run(tiny_run, tmp_path / "run")
+    args = ["benchmark", "--run", str(run), "--target", "upload", "--models", "pp-dkl"]
+    args += ["--epochs", "1", "--rank", "8", "--hidden", "8", "--threads", "1", "--no-isolate"]
+    assert main([*args, "--preset", "tuned", "--sweep", "pp-dkl.beta=0,1"]) == 0
+    report = json.loads((run / "benchmark" / "upload.json").read_text())
+    sweep = report["models"]["pp-dkl"]["sweep"]
+    assert sweep["values"] == [0, 1] and sweep["chosen"] in (0, 1)
+    assert main([*args, "--sweep", "pp-dkl.nope=1,2"]) == 3  # refused before training
