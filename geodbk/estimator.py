@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils import Tags
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
@@ -18,11 +20,10 @@ from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
+from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
 from geodbk.validation import (
     as_devices,
-    as_feature_matrix,
-    as_target_vector,
     as_tests,
     as_urban_flags,
 )
@@ -30,31 +31,9 @@ from geodbk.validation import (
 __all__ = ["QUANTITIES", "DBKRegressor"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-_PARAM_NAMES = (
-    "expansion",
-    "rank",
-    "hidden",
-    "objective",
-    "alpha",
-    "beta",
-    "batch_size",
-    "epochs",
-    "lr",
-    "weight_decay",
-    "patience",
-    "device",
-    "seed",
-    "jitter",
-    "dtype",
-    "noise_init",
-    "noise_floor",
-    "noise",
-    "noise_power",
-    "noise_urban",
-)
 #: Defaults of options added after the first bundle format (old bundles lack them).
 _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "noise_urban": False}
-#: What :meth:`DBKRegressor.predict` can return.
+#: The quantities :meth:`DBKRegressor.predict_dist` can describe.
 QUANTITIES = ("observation", "latent")
 
 
@@ -65,8 +44,8 @@ def _probe_batches(path: str | Path, *, columns: list[str], filters: Any) -> Any
     return iter_parquet_batches(path, columns=columns, filters=filters, batch_size=16)
 
 
-class DBKRegressor:
-    """Deep basis kernel GP regressor (methods §1), scikit-learn style.
+class DBKRegressor(RegressorMixin, BaseEstimator):
+    """Deep basis kernel GP regressor (methods §1), a scikit-learn estimator.
 
     ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
     ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
@@ -75,6 +54,14 @@ class DBKRegressor:
     ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
     the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
     trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
+
+    A scikit-learn regressor (``BaseEstimator`` + ``RegressorMixin``): the parameters are those
+    of ``__init__`` (``get_params`` / ``set_params`` / ``clone``), :meth:`predict` returns the
+    predictive mean (``return_std=True``: and sd) as numpy arrays, ``score`` is R², an unfitted
+    model raises :class:`sklearn.exceptions.NotFittedError`, and ``n_features_in_`` (and, when
+    fitted on a DataFrame, ``feature_names_in_``) are checked at prediction time, so it works in
+    ``make_pipeline``, ``cross_val_score`` and ``GridSearchCV``. The full predictive
+    distribution is :meth:`predict_dist`. Options are checked when fitting, not when set.
 
     Parameters
     ----------
@@ -117,7 +104,7 @@ class DBKRegressor:
         With the tests-aware noise: learn a separate floor for urban tiles,
         ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
         ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
-        :meth:`predict` (not with :meth:`fit_parquet` or sharded training yet).
+        :meth:`predict_dist` (not with :meth:`fit_parquet` or sharded training yet).
     """
 
     def __init__(
@@ -164,24 +151,10 @@ class DBKRegressor:
         self.noise = noise
         self.noise_power = noise_power
         self.noise_urban = noise_urban
-        self._folded: FoldedWeights | None = None
 
     # ------------------------------------------------------------------ configuration
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor options as a dict (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in _PARAM_NAMES}
-
-    def set_params(self, **params: Any) -> DBKRegressor:
-        """Set constructor options (scikit-learn convention)."""
-        for name, value in params.items():
-            if name not in _PARAM_NAMES:
-                raise ValueError(f"unknown option {name!r}")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"DBKRegressor({args})"
+    def __sklearn_tags__(self) -> Tags:
+        return regressor_tags(super().__sklearn_tags__())
 
     @property
     def variance_correction(self) -> bool:
@@ -239,9 +212,9 @@ class DBKRegressor:
         return model.to(device=device, dtype=_DTYPES[self.dtype])
 
     def _check_fitted(self) -> DBKModel:
-        model = getattr(self, "model_", None)
-        if model is None:
-            raise RuntimeError("this DBKRegressor is not fitted yet; call fit() or load() first")
+        """The fitted model; :class:`sklearn.exceptions.NotFittedError` before fit/load."""
+        check_fitted(self)
+        model: DBKModel = self.model_
         return model
 
     def _to_tensor(self, arr: np.ndarray) -> torch.Tensor:
@@ -312,21 +285,19 @@ class DBKRegressor:
                 'noise="tests+devices" and noise_urban do not support sharded (distributed) '
                 'training yet; train in one process or use noise="tests"'
             )
-        x_np = as_feature_matrix(X, "X")
-        y_np = as_target_vector(y, "y", x_np.shape[0])
+        x_np = validated_X(self, X, reset=True)
+        y_np = validated_y(self, y, x_np.shape[0])
         if x_np.shape[0] < 2:
-            raise DataError(f"need at least 2 training points, got {x_np.shape[0]}")
+            raise DataError(f"need at least 2 training points, got {x_np.shape[0]} sample")
         has_val = X_val is not None and y_val is not None
         if (X_val is None) != (y_val is None):
             raise DataError("give both X_val and y_val, or neither")
         self.device_ = resolve_device(self.device)
-        self.n_features_in_ = int(x_np.shape[1])
         self.y_mean_, sd = float(y_np.mean()), float(y_np.std())
         if shards is not None:
             self.y_mean_, sd, _ = global_mean_std(y_np)
         self.y_std_ = sd if sd > 0 and math.isfinite(sd) else 1.0
         self.model_ = self._build_model(self.n_features_in_, self.device_)
-        self._folded = None
         x_t = self._to_tensor(x_np)
         y_t = self._to_tensor((y_np - self.y_mean_) / self.y_std_)
         t_t = self._covariate(tests, devices, urban, x_np.shape[0])
@@ -357,6 +328,7 @@ class DBKRegressor:
         self.best_epoch_ = result.best_epoch
         self.stopped_early_ = result.stopped_early
         self.metadata_: dict[str, Any] = {}
+        self._fold()
         return self
 
     def _covariate(
@@ -394,7 +366,7 @@ class DBKRegressor:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Checked validation inputs, standardised targets and noise covariate as tensors."""
         xv_np = self._check_input(X_val, "X_val")
-        yv_np = as_target_vector(y_val, "y_val", xv_np.shape[0])
+        yv_np = validated_y(self, y_val, xv_np.shape[0], "y_val")
         tv_t = self._covariate(tests_val, devices_val, urban_val, xv_np.shape[0], suffix="_val")
         return (
             self._to_tensor(xv_np),
@@ -481,8 +453,9 @@ class DBKRegressor:
             lambda c: np.column_stack([np.asarray(c[k], dtype=np.float64) for k in x_columns])
         )
         self.n_features_in_ = int(np.asarray(to_x(probe)).shape[1])
+        if hasattr(self, "feature_names_in_"):  # from an earlier fit on a DataFrame
+            del self.feature_names_in_
         self.model_ = self._build_model(self.n_features_in_, self.device_)
-        self._folded = None
         xv_t, yv_t, tv_t = (None, None, None)
         if X_val is not None and y_val is not None:
             xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val)
@@ -516,22 +489,26 @@ class DBKRegressor:
         self.best_epoch_ = int(min(scores)[1]) if scores else 0
         self.stopped_early_ = len(history) < int(self.epochs)
         self.metadata_ = {}
+        self._fold()
         return self
 
     # ------------------------------------------------------------------ prediction
+    def _fold(self) -> None:
+        """Fold the fitted weights for prediction (:meth:`DBKModel.fold`) once, after fit/load,
+        so that predicting does not change the estimator."""
+        self._folded = self.model_.fold(variance_correction=self.variance_correction)
+
     def _folded_weights(self) -> FoldedWeights:
-        if self._folded is None:
-            self._folded = self._check_fitted().fold(variance_correction=self.variance_correction)
-        return self._folded
+        model = self._check_fitted()
+        folded: FoldedWeights | None = getattr(self, "_folded", None)
+        if folded is None:
+            folded = self._folded = model.fold(variance_correction=self.variance_correction)
+        return folded
 
     def _check_input(self, X: Any, name: str = "X") -> np.ndarray:
-        x_np = as_feature_matrix(X, name)
-        if x_np.shape[1] != self.n_features_in_:
-            raise DataError(
-                f"{name} has {x_np.shape[1]} columns but the model was fitted on "
-                f"{self.n_features_in_}"
-            )
-        return x_np
+        """``X`` checked against the fitted inputs: the number of columns and, for a DataFrame,
+        their names and order (``feature_names_in_``)."""
+        return validated_X(self, X, name, reset=False)
 
     @property
     def tests_aware(self) -> bool:
@@ -618,7 +595,81 @@ class DBKRegressor:
         """
         return noise_parameters(self._check_fitted().noise, y_var=self.y_std_**2)
 
+    @overload
     def predict(
+        self,
+        X: Any,
+        return_std: Literal[False] = ...,
+        *,
+        tests: Any = ...,
+        devices: Any = ...,
+        urban: Any = ...,
+        chunk_size: int = ...,
+    ) -> np.ndarray: ...
+
+    @overload
+    def predict(
+        self,
+        X: Any,
+        return_std: Literal[True],
+        *,
+        tests: Any = ...,
+        devices: Any = ...,
+        urban: Any = ...,
+        chunk_size: int = ...,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def predict(
+        self,
+        X: Any,
+        return_std: bool = False,
+        *,
+        tests: Any = None,
+        devices: Any = None,
+        urban: Any = None,
+        chunk_size: int = 65536,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictive mean at ``X`` (n, d) in y's units: float64 (n,), ``predict_dist(X).mean``.
+
+        With ``return_std=True`` returns ``(mean, std)``, where ``std`` is the predictive
+        standard deviation **of a new observation, noise included**:
+        ``std = sqrt(var_f + y_sd^2 s2(tests))``, the ``std`` of
+        ``predict_dist(X, tests=tests, devices=devices, urban=urban)`` (``quantity=
+        "observation"``; the latent sd without noise is ``predict_dist(X,
+        quantity="latent").std`` or ``.std_f``). For a tests-aware noise ``tests=None`` means a
+        single speed test; ``tests``, ``devices`` and ``urban`` are as in :meth:`predict_dist`
+        and used only with ``return_std=True`` (the mean does not depend on them).
+
+        Parameters
+        ----------
+        X
+            Inputs (n, d): an array, a list of rows or a DataFrame with the columns of ``fit``.
+        return_std
+            Also return the predictive sd.
+        tests, devices, urban
+            Noise covariates of the predicted observations (see :meth:`predict_dist`).
+        chunk_size
+            At most this many rows are processed at a time.
+
+        Returns
+        -------
+        numpy.ndarray or tuple of numpy.ndarray
+            ``mean`` (n,), or ``(mean, std)`` with ``return_std=True``.
+        """
+        if not return_std:
+            # The mean is the same for both quantities; "latent" needs no noise covariates.
+            return self.predict_dist(X, quantity="latent", chunk_size=chunk_size).mean
+        pred = self.predict_dist(
+            X,
+            tests=tests,
+            devices=devices,
+            urban=urban,
+            quantity="observation",
+            chunk_size=chunk_size,
+        )
+        return pred.mean, pred.std
+
+    def predict_dist(
         self,
         X: Any,
         *,
@@ -628,7 +679,7 @@ class DBKRegressor:
         quantity: str = "observation",
         chunk_size: int = 65536,
     ) -> Prediction:
-        """Predictive distribution at ``X`` (n, d), in y's units.
+        """Predictive distribution at ``X`` (n, d), in y's units (a :class:`Prediction`).
 
         ``mean = y_mean + y_sd (u'a + c)``, ``var_f = y_sd^2 ||B'u||^2`` with
         ``u = raw_features(g(x))`` and the folded weights ``a, B`` (see
@@ -646,7 +697,7 @@ class DBKRegressor:
         Parameters
         ----------
         X
-            Inputs (n, d).
+            Inputs (n, d): an array, a list of rows or a DataFrame with the columns of ``fit``.
         tests
             Number of tests the predicted tile value averages: a scalar or (n,) array (>= 1).
         devices
@@ -660,9 +711,9 @@ class DBKRegressor:
         chunk_size
             At most this many rows are processed at a time.
         """
+        model = self._check_fitted()
         if quantity not in QUANTITIES:
             raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
-        model = self._check_fitted()
         x_np = self._check_input(X)
         folded = self._folded_weights()
         mean, var_f = predict_in_chunks(
@@ -688,9 +739,9 @@ class DBKRegressor:
         ``mean = y_sd m'(phi_to - phi_from)`` (the constant mean cancels) and
         ``var = y_sd^2 ||L'(phi_to - phi_from)||^2`` with ``q(w) = N(m, LL')`` (the exact
         posterior for ``objective="exact"``), evaluated with the same folded weights as
-        :meth:`predict`; the variance-corrected objectives (PPGP/ELBO with the RBF basis) add
+        :meth:`predict_dist`; the variance-corrected objectives (PPGP/ELBO with the RBF basis) add
         the residual process, so ``var = var_f(a) + var_f(b) - 2 cov(f(a), f(b))`` with
-        ``var_f`` of :meth:`predict` (see :func:`geodbk.predictive.change_moments`). Noise is
+        ``var_f`` of :meth:`predict_dist` (see :func:`geodbk.predictive.change_moments`). Noise is
         excluded: this is the change of the latent mean, e.g. between two quarters at the same
         place for a time-aware model.
 
@@ -770,7 +821,7 @@ class DBKRegressor:
         model = self._check_fitted()
         meta = dict(metadata) if metadata is not None else dict(getattr(self, "metadata_", {}))
         doc = {
-            "config": self.get_params(),
+            "config": self.get_params(deep=False),
             "input_dim": self.n_features_in_,
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_std_},
             "history": self.history_,
@@ -778,6 +829,8 @@ class DBKRegressor:
             "stopped_early": bool(getattr(self, "stopped_early_", False)),
             "metadata": meta,
         }
+        if hasattr(self, "feature_names_in_"):
+            doc["feature_names"] = [str(c) for c in self.feature_names_in_]
         try:
             folder = save_bundle(path, tensors=dict(model.state_dict()), meta=doc)
         except (TypeError, ValueError) as exc:
@@ -791,6 +844,11 @@ class DBKRegressor:
     def load(cls, path: str | Path, *, device: str = "auto") -> DBKRegressor:
         """Load a model saved by :meth:`save` (safetensors + JSON; no pickle).
 
+        The estimator is built from the saved ``config`` with today's ``__init__`` parameters:
+        options added later take their old behaviour when a bundle lacks them, and keys a
+        bundle has that are no longer parameters are ignored, so that runs saved by older
+        versions still load.
+
         Raises
         ------
         ModelFileError
@@ -801,10 +859,15 @@ class DBKRegressor:
             config = dict(meta["config"])
             config["device"] = device
             config = {**_LATER_DEFAULTS, **config}  # bundles from before the noise option
-            est = cls(**{k: config[k] for k in _PARAM_NAMES})
+            est = cls(**{k: config[k] for k in cls._get_param_names()})  # unknown keys ignored
             est._validate()
             est.device_ = resolve_device(device)
             est.n_features_in_ = int(meta["input_dim"])
+            if meta.get("feature_names") is not None:
+                names = np.asarray(meta["feature_names"], dtype=object)
+                if names.shape != (est.n_features_in_,):
+                    raise ValueError(f"{names.size} feature names for {est.n_features_in_} inputs")
+                est.feature_names_in_ = names
             est.y_mean_ = float(meta["standardization"]["y_mean"])
             est.y_std_ = float(meta["standardization"]["y_std"])
             est.history_ = list(meta.get("history", []))
@@ -819,5 +882,5 @@ class DBKRegressor:
                 "it may be from an incompatible version — retrain or re-save it"
             ) from exc
         est.model_.to(device=est.device_, dtype=_DTYPES[est.dtype]).eval()
-        est._folded = None
+        est._fold()
         return est

@@ -1,7 +1,10 @@
 """Shared estimator machinery for the baselines that have their own torch implementation.
 
 :class:`TorchBaseline` gives CaGP-Opt, SOLVE-GP, SoftKI and the exact RBF GP the same contract
-as ``DBKRegressor`` (``docs/architecture.md``): ``fit(X, y, X_val, y_val)``, ``predict(X)`` →
+as ``DBKRegressor`` (``docs/architecture.md``): a scikit-learn regressor (``BaseEstimator`` +
+``RegressorMixin``: parameters from ``__init__``, ``score`` = R², ``NotFittedError``,
+``n_features_in_`` / ``feature_names_in_``) with ``fit(X, y, X_val, y_val)``, ``predict(X)`` →
+the predictive mean (``return_std=True``: and sd), ``predict_dist(X)`` →
 :class:`geodbk.predictive.Prediction` (numpy float64, units of ``y``), ``kernel(X, X_ref)``,
 ``save(path, metadata=...)`` / ``load(path)`` (``weights.safetensors`` + ``model.json``, no
 pickle), ``history_`` and ``best_epoch_``.
@@ -15,7 +18,7 @@ Observation noise (issue 9), as ``DBKRegressor``: ``noise="constant"`` (one lear
 ``noise="tests"``, the core's :class:`~geodbk.likelihoods.TestsNoise`
 ``s2_i = s2_floor + s2_meas / tests_i^p`` (``p = 1``, or learned with ``noise_power=True``);
 ``fit(..., tests=, tests_val=)`` passes the per-row counts to the hooks and
-``predict(..., tests=, quantity=)`` gives ``var = var_f + s2(tests)`` (``quantity="observation"``,
+``predict_dist(..., tests=, quantity=)`` gives ``var = var_f + s2(tests)`` (``quantity="observation"``,
 ``tests=None`` meaning a single speed test) or ``var = var_f`` (``quantity="latent"``).
 The core's ``noise="tests+devices"`` is not available here (:data:`BASELINE_NOISE_MODELS`).
 """
@@ -27,10 +30,12 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils import Tags
 from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
@@ -39,7 +44,8 @@ from geodbk.errors import DataError, GeodbkError, ModelFileError
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
-from geodbk.validation import as_feature_matrix, as_target_vector, as_tests
+from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
+from geodbk.validation import as_tests
 
 #: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
 BUNDLE_VERSION = 1
@@ -67,7 +73,7 @@ def check_noise(noise: str) -> str:
     return noise
 
 
-#: What :meth:`TorchBaseline.predict` can return (as ``DBKRegressor.predict``).
+#: The quantities :meth:`TorchBaseline.predict_dist` can describe (as ``DBKRegressor``'s).
 QUANTITIES = ("observation", "latent")
 
 
@@ -95,8 +101,12 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
     return GaussianNoise(init=init)
 
 
-class TorchBaseline:
+class TorchBaseline(RegressorMixin, BaseEstimator):
     """Base estimator: standardisation, training loop, chunked prediction, safe bundles.
+
+    A scikit-learn regressor: a subclass spells out every parameter in its ``__init__``
+    signature (scikit-learn reads them from there) and stores each unchanged; options are
+    checked in :meth:`fit`, not when set.
 
     Parameters
     ----------
@@ -139,52 +149,25 @@ class TorchBaseline:
         noise: str = "constant",
         noise_power: bool = False,
     ) -> None:
-        self.noise = check_noise(noise)
-        self.noise_power = bool(noise_power)
-        self.epochs = int(epochs)
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
         self.patience = patience
-        self.seed = int(seed)
+        self.seed = seed
         self.device = device
         self.dtype = dtype
-        self.history_: list[dict[str, Any]] = []
-        self.best_epoch_: int | None = None
-        self.metadata_: dict[str, Any] = {}
-        self.module_: nn.Module | None = None
-        self.sizes_: dict[str, Any] = {}
-        self.y_mean_ = 0.0
-        self.y_sd_ = 1.0
+        self.noise = noise
+        self.noise_power = noise_power
+
+    def __sklearn_tags__(self) -> Tags:
+        return regressor_tags(super().__sklearn_tags__())
+
+    def _validate(self) -> None:
+        """Check the options (:meth:`fit` does; scikit-learn sets them unchecked)."""
+        check_noise(self.noise)
+        _ = self._torch_dtype  # "float32" or "float64"
 
     # ------------------------------------------------------------------ subclass hooks
-    def get_params(self) -> dict[str, Any]:
-        """Constructor keyword arguments (JSON-able); subclasses add their own."""
-        return {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "patience": self.patience,
-            "seed": self.seed,
-            "device": self.device,
-            "dtype": self.dtype,
-            "noise": self.noise,
-            "noise_power": self.noise_power,
-        }
-
-    def set_params(self: T, **params: Any) -> T:
-        """Set constructor options before :meth:`fit` (scikit-learn convention).
-
-        Every key must be one of :meth:`get_params`; the constructor's attribute of the same
-        name is replaced.
-        """
-        known = self.get_params()
-        for name, value in params.items():
-            if name not in known:
-                raise ValueError(f"unknown option {name!r} for {type(self).__name__}")
-            if name == "noise":
-                check_noise(value)
-            setattr(self, name, value)
-        return self
 
     @property
     def tests_aware(self) -> bool:
@@ -254,9 +237,10 @@ class TorchBaseline:
         return torch.as_tensor(arr, dtype=self._torch_dtype, device=self._torch_device)
 
     def _check_fitted(self) -> nn.Module:
-        if self.module_ is None:
-            raise GeodbkError(f"{type(self).__name__} is not fitted; call fit() or load() first")
-        return self.module_
+        """The fitted module; :class:`sklearn.exceptions.NotFittedError` before fit/load."""
+        check_fitted(self)
+        module: nn.Module = self.module_
+        return module
 
     def _val_nll(
         self,
@@ -311,12 +295,13 @@ class TorchBaseline:
             ``noise="tests"`` (``tests_val`` too when validation data is given); ignored by
             the constant noise.
         """
-        check_noise(self.noise)
-        Xn = as_feature_matrix(X, "X")
-        yn = as_target_vector(y, "y", Xn.shape[0])
+        self._validate()
+        Xn = validated_X(self, X, reset=True)
+        yn = validated_y(self, y, Xn.shape[0])
         self.y_mean_ = float(yn.mean())
         self.y_sd_ = float(yn.std()) if yn.std() > 0 else 1.0
-        torch.manual_seed(self.seed)
+        seed, epochs, batch_size = int(self.seed), int(self.epochs), int(self.batch_size)
+        torch.manual_seed(seed)
         Xt = self._tensor(Xn)
         yt = self._tensor((yn - self.y_mean_) / self.y_sd_)
         if (X_val is None) != (y_val is None):
@@ -328,10 +313,10 @@ class TorchBaseline:
         Tt = self._tensor(as_tests(tests, "tests", Xn.shape[0])) if aware else None
         Tv: Tensor | None = None
         if have_val:
-            Xv_np = as_feature_matrix(X_val, "X_val")
+            Xv_np = validated_X(self, X_val, "X_val", reset=False)
             Xv = self._tensor(Xv_np)
             yv = self._tensor(
-                (as_target_vector(y_val, "y_val", Xv_np.shape[0]) - self.y_mean_) / self.y_sd_
+                (validated_y(self, y_val, Xv_np.shape[0], "y_val") - self.y_mean_) / self.y_sd_
             )
             if aware:
                 if tests_val is None:
@@ -345,13 +330,15 @@ class TorchBaseline:
             self._init_module(module, Xt, yt)
         self.module_ = module
         opt = self._optimizer(module)
-        gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
         n = Xt.shape[0]
         best = math.inf
         best_state: dict[str, Tensor] | None = None
         since_best = 0
-        self.history_ = []
-        for epoch in range(1, self.epochs + 1):
+        self.history_: list[dict[str, Any]] = []
+        self.best_epoch_: int | None = None
+        self.metadata_: dict[str, Any] = {}
+        for epoch in range(1, epochs + 1):
             t0 = time.perf_counter()
             module.train()
             if self.full_batch:
@@ -371,8 +358,8 @@ class TorchBaseline:
             else:
                 perm = torch.randperm(n, generator=gen).to(Xt.device)
                 total = 0.0
-                for start in range(0, n, self.batch_size):
-                    idx = perm[start : start + self.batch_size]
+                for start in range(0, n, batch_size):
+                    idx = perm[start : start + batch_size]
                     opt.zero_grad(set_to_none=True)
                     tb = None if Tt is None else Tt[idx]
                     loss = self._loss(module, Xt[idx], yt[idx], n, tb)
@@ -423,7 +410,38 @@ class TorchBaseline:
             self._refresh(module, Xt, yt, Tt)
         return self
 
+    @overload
     def predict(
+        self, X: Any, return_std: Literal[False] = ..., *, tests: Any = ..., chunk_size: int = ...
+    ) -> np.ndarray: ...
+
+    @overload
+    def predict(
+        self, X: Any, return_std: Literal[True], *, tests: Any = ..., chunk_size: int = ...
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def predict(
+        self,
+        X: Any,
+        return_std: bool = False,
+        *,
+        tests: Any = None,
+        chunk_size: int = 8192,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictive mean at ``X`` in the units of ``y``: float64 (n,), ``predict_dist(X).mean``.
+
+        With ``return_std=True`` returns ``(mean, std)`` with ``std`` the predictive sd **of a
+        new observation, noise included**, ``sqrt(var_f + y_sd² s2(tests))``: the ``std`` of
+        ``predict_dist(X, tests=tests)`` (``quantity="observation"``; ``tests=None`` means a
+        single speed test for the tests-aware noise; ``tests`` is used only with
+        ``return_std=True``). The latent sd is ``predict_dist(X, quantity="latent").std``.
+        """
+        if not return_std:
+            return self.predict_dist(X, quantity="latent", chunk_size=chunk_size).mean
+        pred = self.predict_dist(X, tests=tests, quantity="observation", chunk_size=chunk_size)
+        return pred.mean, pred.std
+
+    def predict_dist(
         self,
         X: Any,
         *,
@@ -444,7 +462,7 @@ class TorchBaseline:
         Parameters
         ----------
         X
-            Inputs (n, d).
+            Inputs (n, d): an array, a list of rows or a DataFrame with the columns of ``fit``.
         tests
             Number of tests the predicted value averages: a scalar or (n,) array (>= 1).
         quantity
@@ -452,10 +470,10 @@ class TorchBaseline:
         chunk_size
             At most this many rows are processed at a time.
         """
+        module = self._check_fitted()
         if quantity not in QUANTITIES:
             raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
-        module = self._check_fitted()
-        Xn = as_feature_matrix(X, "X")
+        Xn = validated_X(self, X, reset=False)
         per_row = self.tests_aware and tests is not None
         if per_row:
             # The counts ride along as a last input column so that they are chunked with X.
@@ -535,8 +553,8 @@ class TorchBaseline:
         with torch.no_grad():
             K = self._kernel(
                 module,
-                self._tensor(as_feature_matrix(X, "X")),
-                self._tensor(as_feature_matrix(X_ref, "X_ref")),
+                self._tensor(validated_X(self, X, reset=False)),
+                self._tensor(validated_X(self, X_ref, "X_ref", reset=False)),
             )
         K_np = K.double().cpu().numpy()
         return K_np * self.y_sd_**2 if in_y_units else K_np
@@ -549,13 +567,13 @@ class TorchBaseline:
         module sizes, standardisation, history) next to the core's checksum and tensor list.
         """
         module = self._check_fitted()
-        meta = dict(metadata) if metadata is not None else dict(self.metadata_)
-        doc = {
+        meta = dict(metadata) if metadata is not None else dict(getattr(self, "metadata_", {}))
+        doc: dict[str, Any] = {
             "baseline": {
                 "version": BUNDLE_VERSION,
                 "model": self.model_name,
                 "class": type(self).__name__,
-                "params": self.get_params(),
+                "params": self.get_params(deep=False),
                 "sizes": self.sizes_,
             },
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_sd_},
@@ -563,6 +581,10 @@ class TorchBaseline:
             "history": self.history_,
             "metadata": meta,
         }
+        if hasattr(self, "n_features_in_"):
+            doc["input_dim"] = int(self.n_features_in_)
+        if hasattr(self, "feature_names_in_"):
+            doc["feature_names"] = [str(c) for c in self.feature_names_in_]
         folder = save_bundle(path, tensors=dict(module.state_dict()), meta=doc)
         self.metadata_ = meta
         return folder
@@ -572,7 +594,8 @@ class TorchBaseline:
         """Rebuild an estimator saved with :meth:`save`; ``ModelFileError`` on bad files.
 
         ``device`` replaces the saved device option (default: keep it). Bundles written before
-        the noise option (whose ``noise`` was the initial variance) load as constant noise.
+        the noise option (whose ``noise`` was the initial variance) load as constant noise;
+        saved options that are no longer ``__init__`` parameters are ignored.
         """
         tensors, meta = load_bundle(path)
         info = meta.get("baseline")
@@ -591,13 +614,18 @@ class TorchBaseline:
                 params["noise_init"] = params.pop("noise")  # before issue 9: the initial s2
             if device is not None:
                 params["device"] = device
-            est = cls(**params)
+            est = cls(**{k: v for k, v in params.items() if k in cls._get_param_names()})
+            est._validate()
             est.sizes_ = dict(info["sizes"])
             est.y_mean_ = float(meta["standardization"]["y_mean"])
             est.y_sd_ = float(meta["standardization"]["y_std"])
             est.best_epoch_ = meta.get("best_epoch")
             est.history_ = list(meta.get("history", []))
             est.metadata_ = dict(meta.get("metadata") or {})
+            if meta.get("input_dim") is not None:  # bundles from before issue 21 lack it
+                est.n_features_in_ = int(meta["input_dim"])
+            if meta.get("feature_names") is not None:
+                est.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
             module = est._make_module(est.sizes_).to(
                 device=est._torch_device, dtype=est._torch_dtype
             )

@@ -204,10 +204,10 @@ class CaGPRegressor(TorchBaseline):
     lengthscale, noise_init
         Initial Matérn lengthscale (all dimensions) and noise variance (of a single test for
         ``noise="tests"``; standardised units).
-    **kwargs
-        ``epochs``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``, ``noise``
-        (``"constant"`` or ``"tests"``: D = diag(s2_j) in K_hat = K + D) and ``noise_power``
-        (see ``TorchBaseline``).
+    epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
+        As in ``TorchBaseline`` (``batch_size`` unused: full batch); ``lr`` defaults to 0.05
+        (one optimiser step per epoch); ``noise``: ``"constant"`` or ``"tests"`` (D =
+        diag(s2_j) in K_hat = K + D).
     """
 
     model_name = "cagp"
@@ -220,27 +220,35 @@ class CaGPRegressor(TorchBaseline):
         chunk_elems: int = 2**22,
         lengthscale: float = 0.3,
         noise_init: float = 0.5,
-        **kwargs: Any,
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 0.05,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+        noise: str = "constant",
+        noise_power: bool = False,
     ) -> None:
-        kwargs.setdefault("lr", 0.05)  # full batch: one step per epoch
-        super().__init__(**kwargs)
-        self.n_actions = int(n_actions)
-        self.chunk_elems = int(chunk_elems)
-        self.lengthscale = float(lengthscale)
-        self.noise_init = float(noise_init)
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "n_actions": self.n_actions,
-            "chunk_elems": self.chunk_elems,
-            "lengthscale": self.lengthscale,
-            "noise_init": self.noise_init,
-        }
+        super().__init__(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            noise=noise,
+            noise_power=noise_power,
+        )
+        self.n_actions = n_actions
+        self.chunk_elems = chunk_elems
+        self.lengthscale = lengthscale
+        self.noise_init = noise_init
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n, d = X.shape
-        block = math.ceil(n / min(self.n_actions, n))
+        block = math.ceil(n / min(int(self.n_actions), n))
         i = math.ceil(n / block)  # every block non-empty: (i - 1)·block < n <= i·block
         return {"n": n, "d": d, "n_actions": i, "block": block}
 

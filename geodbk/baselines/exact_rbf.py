@@ -64,10 +64,10 @@ class ExactRBFRegressor(TorchBaseline):
     lengthscale, noise_init
         Initial lengthscale and noise variance (of a single test for ``noise="tests"``;
         standardised units).
-    **kwargs
-        ``epochs`` (optimiser steps), ``lr``, ``patience``, ``seed``, ``device``, ``dtype``
-        (default float64), ``noise`` (``"constant"`` or ``"tests"``: D = diag(s2_i)) and
-        ``noise_power`` (see ``TorchBaseline``).
+    epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
+        As in ``TorchBaseline``: ``epochs`` are optimiser steps (``batch_size`` unused: full
+        batch), ``lr`` defaults to 0.05, ``dtype`` to float64; ``noise``: ``"constant"`` or
+        ``"tests"`` (D = diag(s2_i)).
     """
 
     model_name = "exact-rbf"
@@ -79,22 +79,30 @@ class ExactRBFRegressor(TorchBaseline):
         max_n: int = 5000,
         lengthscale: float = 0.3,
         noise_init: float = 0.5,
-        **kwargs: Any,
-    ):
-        kwargs.setdefault("lr", 0.05)
-        kwargs.setdefault("dtype", "float64")
-        super().__init__(**kwargs)
-        self.max_n = int(max_n)
-        self.lengthscale = float(lengthscale)
-        self.noise_init = float(noise_init)
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "max_n": self.max_n,
-            "lengthscale": self.lengthscale,
-            "noise_init": self.noise_init,
-        }
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 0.05,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float64",
+        noise: str = "constant",
+        noise_power: bool = False,
+    ) -> None:
+        super().__init__(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            noise=noise,
+            noise_power=noise_power,
+        )
+        self.max_n = max_n
+        self.lengthscale = lengthscale
+        self.noise_init = noise_init
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n = X.shape[0]

@@ -132,10 +132,9 @@ class SoftKIRegressor(TorchBaseline):
         Initial RBF lengthscale and noise variance (of a single test for ``noise="tests"``;
         standardised units). The temperature starts at half the median nearest-neighbour
         distance between the initial points.
-    **kwargs
-        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``,
-        ``noise`` (``"constant"`` or ``"tests"``: D = diag(s2_i) in the marginal likelihood and
-        the posterior) and ``noise_power`` (see ``TorchBaseline``).
+    epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
+        As in ``TorchBaseline``; ``noise``: ``"constant"`` or ``"tests"`` (D = diag(s2_i) in
+        the marginal likelihood and the posterior).
     """
 
     model_name = "softki"
@@ -146,24 +145,33 @@ class SoftKIRegressor(TorchBaseline):
         num_points: int = 512,
         lengthscale: float = 0.3,
         noise_init: float = 0.5,
-        **kwargs: Any,
-    ):
-        kwargs.setdefault("lr", 0.01)
-        super().__init__(**kwargs)
-        self.num_points = int(num_points)
-        self.lengthscale = float(lengthscale)
-        self.noise_init = float(noise_init)
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "num_points": self.num_points,
-            "lengthscale": self.lengthscale,
-            "noise_init": self.noise_init,
-        }
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 0.01,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+        noise: str = "constant",
+        noise_power: bool = False,
+    ) -> None:
+        super().__init__(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            noise=noise,
+            noise_power=noise_power,
+        )
+        self.num_points = num_points
+        self.lengthscale = lengthscale
+        self.noise_init = noise_init
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
-        return {"d": X.shape[1], "m": min(self.num_points, X.shape[0])}
+        return {"d": X.shape[1], "m": min(int(self.num_points), X.shape[0])}
 
     def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
         return SoftKIModule(

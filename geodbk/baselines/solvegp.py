@@ -128,10 +128,9 @@ class SolveGPRegressor(TorchBaseline):
     lengthscale, noise_init
         Initial Matérn lengthscale and noise variance (of a single test for ``noise="tests"``;
         standardised units).
-    **kwargs
-        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``,
-        ``noise`` (``"constant"`` or ``"tests"``: s2_i in the ELBO's data term) and
-        ``noise_power`` (see ``TorchBaseline``).
+    epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
+        As in ``TorchBaseline``; ``noise``: ``"constant"`` or ``"tests"`` (s2_i in the ELBO's
+        data term).
     """
 
     model_name = "solve-gp"
@@ -143,28 +142,36 @@ class SolveGPRegressor(TorchBaseline):
         num_orthogonal: int = 1024,
         lengthscale: float = 0.3,
         noise_init: float = 0.5,
-        **kwargs: Any,
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 0.01,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+        noise: str = "constant",
+        noise_power: bool = False,
     ) -> None:
-        kwargs.setdefault("lr", 0.01)
-        super().__init__(**kwargs)
-        self.num_inducing = int(num_inducing)
-        self.num_orthogonal = int(num_orthogonal)
-        self.lengthscale = float(lengthscale)
-        self.noise_init = float(noise_init)
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "num_inducing": self.num_inducing,
-            "num_orthogonal": self.num_orthogonal,
-            "lengthscale": self.lengthscale,
-            "noise_init": self.noise_init,
-        }
+        super().__init__(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            noise=noise,
+            noise_power=noise_power,
+        )
+        self.num_inducing = num_inducing
+        self.num_orthogonal = num_orthogonal
+        self.lengthscale = lengthscale
+        self.noise_init = noise_init
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n, d = X.shape
-        m_u = min(self.num_inducing, n)
-        m_v = min(self.num_orthogonal, max(n - m_u, 1))
+        m_u = min(int(self.num_inducing), n)
+        m_v = min(int(self.num_orthogonal), max(n - m_u, 1))
         return {"d": d, "m_u": m_u, "m_v": m_v}
 
     def _make_module(self, sizes: dict[str, Any]) -> nn.Module:

@@ -47,8 +47,54 @@ class SVRBFRegressor(DBKRegressor):
 
     model_name = "sv-rbf"
 
-    def __init__(self, *, objective: str = "elbo", lr: float = 0.01, **kwargs: Any) -> None:
-        super().__init__(objective=objective, lr=lr, **kwargs)
+    # Every parameter is spelled out (scikit-learn reads them from this signature); only the
+    # defaults of ``objective`` and ``lr`` differ from DBKRegressor's.
+    def __init__(
+        self,
+        *,
+        expansion: str = "rbf",
+        rank: int = 1024,
+        hidden: int = 256,
+        objective: str = "elbo",
+        alpha: float = 0.1,
+        beta: float = 0.01,
+        batch_size: int = 1024,
+        epochs: int = 400,
+        lr: float = 0.01,
+        weight_decay: float = 1e-2,
+        patience: int = 50,
+        device: str = "auto",
+        seed: int = 0,
+        jitter: float = 1e-4,
+        dtype: str = "float32",
+        noise_init: float = 1e-2,
+        noise_floor: float = 1e-6,
+        noise: str = "constant",
+        noise_power: bool = False,
+        noise_urban: bool = False,
+    ) -> None:
+        super().__init__(
+            expansion=expansion,
+            rank=rank,
+            hidden=hidden,
+            objective=objective,
+            alpha=alpha,
+            beta=beta,
+            batch_size=batch_size,
+            epochs=epochs,
+            lr=lr,
+            weight_decay=weight_decay,
+            patience=patience,
+            device=device,
+            seed=seed,
+            jitter=jitter,
+            dtype=dtype,
+            noise_init=noise_init,
+            noise_floor=noise_floor,
+            noise=noise,
+            noise_power=noise_power,
+            noise_urban=noise_urban,
+        )
 
     def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
         """A DBKModel whose backbone is the identity and whose basis lives on R^d."""
@@ -155,9 +201,9 @@ class SVDBKRegressor(TorchBaseline):
         As in ``DBKRegressor`` (DBK-RBF basis on the residual-MLP backbone).
     weight_decay
         AdamW weight decay on the backbone only (as the core's loop).
-    **kwargs
-        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``, ``dtype``,
-        ``noise`` (``"constant"`` or ``"tests"``) and ``noise_power`` (see ``TorchBaseline``).
+    epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
+        As in ``TorchBaseline`` (``lr`` defaults to 1e-3); ``noise``: ``"constant"`` or
+        ``"tests"``.
     """
 
     model_name = "svdbk"
@@ -170,25 +216,32 @@ class SVDBKRegressor(TorchBaseline):
         jitter: float = 1e-4,
         noise_init: float = 1e-2,
         weight_decay: float = 1e-2,
-        **kwargs: Any,
+        epochs: int = 100,
+        batch_size: int = 1024,
+        lr: float = 1e-3,
+        patience: int | None = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+        noise: str = "constant",
+        noise_power: bool = False,
     ) -> None:
-        kwargs.setdefault("lr", 1e-3)
-        super().__init__(**kwargs)
-        self.rank = int(rank)
-        self.hidden = int(hidden)
-        self.jitter = float(jitter)
-        self.noise_init = float(noise_init)
-        self.weight_decay = float(weight_decay)
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "rank": self.rank,
-            "hidden": self.hidden,
-            "jitter": self.jitter,
-            "noise_init": self.noise_init,
-            "weight_decay": self.weight_decay,
-        }
+        super().__init__(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            noise=noise,
+            noise_power=noise_power,
+        )
+        self.rank = rank
+        self.hidden = hidden
+        self.jitter = jitter
+        self.noise_init = noise_init
+        self.weight_decay = weight_decay
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         return {"d": int(X.shape[1])}
