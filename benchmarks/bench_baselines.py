@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             model.fit(X, y, Xv, yv)
             secs = time.perf_counter() - t0
-            pred = model.predict(Xt)
+            pred = model.predict_dist(Xt)
             m = group_metrics(yt, pred.mean, pred.var, log_sd_train=log_sd)
             hi = sdt > 1.0
             m["nll_high_noise"] = group_metrics(

@@ -73,7 +73,7 @@ def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, Any]:
         frame["devices"].clip(lower=1).to_numpy(np.float64),
         urban=frame["urban"].to_numpy(bool),
     )
-    pred = model.predict(X, quantity="latent", **noise)
+    pred = model.predict_dist(X, quantity="latent", **noise)
     names, comp = model.noise_components(n=len(frame), **noise)
     return {
         "X": X,

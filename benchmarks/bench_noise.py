@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         model.fit(X, y, Xv, yv, tests=T["train"], tests_val=T["val"])
         fit_s = time.time() - t0
-        pred = model.predict(Xt, tests=T["test"]) if model.tests_aware else model.predict(Xt)
+        pred = (
+            model.predict_dist(Xt, tests=T["test"]) if model.tests_aware else model.predict_dist(Xt)
+        )
         sd = np.sqrt(pred.var)
         ur = urban_rural_scores(yt, pred.mean, sd, urban, sd_train=float(np.std(y)))
         bt = by_tests_scores(yt, pred.mean, sd, urban, tp["test"])

@@ -119,7 +119,7 @@ def run_fold(args: argparse.Namespace) -> dict[str, Any]:
         predict_kw["urban"] = urban[test]
         noise_all["urban"] = urban
     model.fit(X[train], y[train], X[val], y[val], **fit_kw)
-    pred = model.predict(X[test], **predict_kw)
+    pred = model.predict_dist(X[test], **predict_kw)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     val_nll = min(h["val_nll"] for h in model.history_)
@@ -174,7 +174,7 @@ def tile_effect_fold(
     """The GP's latent mean, variance and noise components at every row (saved, so that
     ``tile`` can refit the tile effect without retraining), plus the tile effect's prediction
     of the test rows (:func:`tile_effect_from_latents`)."""
-    pred = model.predict(X, quantity="latent", **noise_all)
+    pred = model.predict_dist(X, quantity="latent", **noise_all)
     names, comp = model.noise_components(n=len(y), **noise_all)
     latents = {
         "latent_mean": pred.mean,

@@ -94,7 +94,7 @@ def child_grid(size: int, out: Path) -> dict[str, Any]:
     lon2, lat2 = np.meshgrid(grid.x[:4096], grid.y[:1024])
     X = scale_lonlat(lon2.ravel(), lat2.ravel(), SCALING)
     t0 = time.perf_counter()
-    model.predict(X, chunk_size=65536)
+    model.predict_dist(X, chunk_size=65536)
     model_s_per_cell = (time.perf_counter() - t0) / len(X)
     t0 = time.perf_counter()
     ds = grid_dataset(model, spec, grid, scaling=SCALING, thresholds=(25, 100), geometry=region)

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         model.fit(X["train"], y["train"], X["val"], y["val"], **noise_kw)
         fit_s = time.time() - t0
-        pred = model.predict(X["test"], **predict_kw)
+        pred = model.predict_dist(X["test"], **predict_kw)
         sd = np.sqrt(pred.var)
         scores = urban_rural_scores(y["test"], pred.mean, sd, urban, sd_train=sd_train)
         by_quarter = {}

@@ -151,14 +151,14 @@ def run(
             epochs=epochs,
             **common,
         ).fit(x, y, xv, yv)
-        p = m.predict(xs)
+        p = m.predict_dist(xs)
         record(f"dppgp_r{rank}", p.mean, p.var, time.perf_counter() - t0)
 
     t0 = time.perf_counter()
     m = DBKRegressor(
         expansion=expansion, rank=128, objective="exact", epochs=exact_epochs, **common
     ).fit(x, y, xv, yv)
-    p = m.predict(xs)
+    p = m.predict_dist(xs)
     record("exact_dbk_r128", p.mean, p.var, time.perf_counter() - t0)
 
     n_rbf = min(n_train, rbf_max_n)

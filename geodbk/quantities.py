@@ -204,7 +204,7 @@ def predict_quantity(
     x_np = np.asarray(X)
     n = int(x_np.shape[0])
     noise_kw = noise_kwargs(model, tests, devices, urban=urban)
-    pred = model.predict(x_np, quantity="latent", chunk_size=chunk_size, **noise_kw)
+    pred = model.predict_dist(x_np, quantity="latent", chunk_size=chunk_size, **noise_kw)
     area_mean = np.asarray(pred.mean, dtype=np.float64)
     area_var = np.maximum(np.asarray(pred.var_f, dtype=np.float64), 0.0)
     if layer is not None:

@@ -185,7 +185,7 @@ def predict_table(
                 )
                 chunk = min(batch_size, 65536)
                 if tile_effect is None:
-                    pred = model.predict(X[ok], chunk_size=chunk, **kw)
+                    pred = model.predict_dist(X[ok], chunk_size=chunk, **kw)
                 else:
                     from geodbk.tile_effect import predict_at_quarters, urban_groups
 

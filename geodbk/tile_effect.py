@@ -841,7 +841,7 @@ def _latent_and_components(
     model: Any, X: Any, noise: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray]:
     """The model's latent mean and variance at ``X`` and its noise components."""
-    pred = model.predict(X, quantity="latent", **noise)
+    pred = model.predict_dist(X, quantity="latent", **noise)
     names, comp = model.noise_components(n=len(pred), **noise)
     return pred.mean, pred.var_f, names, comp
 
@@ -867,7 +867,7 @@ def fit_tile_effect(
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
     The residuals ``y - m(x)``, latent variances and noise components of the training rows
-    (from ``model.predict(..., quantity="latent")`` and ``model.noise_components``) condition
+    (from ``model.predict_dist(..., quantity="latent")`` and ``model.noise_components``) condition
     the offsets; ``(tau², rho, kappa)`` minimise the validation NLL (:meth:`TileEffect.fit`);
     the validation rows are then added to the conditioning rows (:meth:`TileEffect.with_rows`).
     When fewer than :data:`MIN_OBJECTIVE_ROWS` validation rows have a tile with training rows
@@ -988,7 +988,7 @@ def predict_with_tile_effect(
     from geodbk.predictive import Prediction
 
     kw = noise or {}
-    pred = model.predict(X, quantity="latent", chunk_size=chunk_size, **kw)
+    pred = model.predict_dist(X, quantity="latent", chunk_size=chunk_size, **kw)
     _, comp = model.noise_components(n=len(pred), **kw)
     part = effect.predict(
         tiles=tiles, times=times, var_f=pred.var_f, components=comp, groups=groups

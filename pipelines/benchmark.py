@@ -186,7 +186,7 @@ def noise_options(
         if urban_classes(data["urban"], data["split"]) < 2:
             raise DataError("--noise ...+urban needs urban and rural tiles in the train split")
         params["noise_urban"] = True
-    model.set_params(**params)  # a baseline without tests+devices raises ValueError here
+    model.set_params(**params)._validate()  # a baseline without tests+devices raises here
     return {c: data[c] for c in columns}
 
 
@@ -311,9 +311,9 @@ def run_one(
     if tile_effect:
         pred, effect_params = _tile_effect_prediction(model, data, covariates)
     else:
-        pred = model.predict(X[te], **{k: v[te] for k, v in covariates.items()})
+        pred = model.predict_dist(X[te], **{k: v[te] for k, v in covariates.items()})
     t1 = time.perf_counter()
-    model.predict(X, **covariates)
+    model.predict_dist(X, **covariates)
     pred_s = time.perf_counter() - t1
     if not (np.isfinite(pred.mean).all() and np.isfinite(pred.var).all() and (pred.var > 0).all()):
         raise FloatingPointError("non-finite or non-positive predictions (diverged)")
@@ -322,7 +322,7 @@ def run_one(
     if va.any():
         from geodbk.metrics import summary
 
-        val_pred = model.predict(X[va], **{k: v[va] for k, v in covariates.items()})
+        val_pred = model.predict_dist(X[va], **{k: v[va] for k, v in covariates.items()})
         val_nll = float(summary(y[va], val_pred.mean, val_pred.var)["nll"])
     metrics = {}
     for group, mask in (
@@ -729,7 +729,7 @@ def check_overrides(
                 hidden=hidden,
                 overrides=options,
                 preset=preset,
-            )
+            )._validate()  # options are checked when fitting, not when set (scikit-learn)
         except (TypeError, ValueError) as exc:
             given = ", ".join(f"{name}.{k}={v!r}" for k, v in options.items())
             raise DataError(

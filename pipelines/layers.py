@@ -86,7 +86,7 @@ def fit_run_local_layer(
     )
     _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
-    pred = model.predict(X_val, quantity="latent", **noise_val)
+    pred = model.predict_dist(X_val, quantity="latent", **noise_val)
     _, comp = model.noise_components(n=len(pred), **noise_val)
     layer = LocalLayer.fit(
         train_effect,

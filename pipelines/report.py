@@ -191,7 +191,9 @@ def _predict(
     floor per urban/rural class each row's ``urban``."""
     from geodbk.predictive import noise_kwargs
 
-    pred = model.predict(X, chunk_size=chunk, **noise_kwargs(model, tests, devices, urban=urban))
+    pred = model.predict_dist(
+        X, chunk_size=chunk, **noise_kwargs(model, tests, devices, urban=urban)
+    )
     return np.asarray(pred.mean, dtype=np.float64), np.asarray(pred.std, dtype=np.float64)
 
 

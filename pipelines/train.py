@@ -1029,7 +1029,7 @@ def choose_time_extrapolation(
         X = X_val.copy()
         if policy == "hold":
             X[:, 2] = np.clip(X[:, 2], -1.0, 1.0)
-        pred = model.predict(X, **kw)
+        pred = model.predict_dist(X, **kw)
         scores[policy] = float(gaussian_nll(y_val, pred.mean, pred.var))
     best = min(scores, key=lambda k: scores[k])
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}

@@ -266,7 +266,7 @@ def _predict(
             model = ctx.model()
             X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
             kw = {"urban": urban} if getattr(model, "noise_urban", False) else {}
-            pred: Any = model.predict(with_time(X, t_in), **kw)
+            pred: Any = model.predict_dist(with_time(X, t_in), **kw)
             m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
             s = float(np.asarray(pred.std)[0])
             how = "Model evaluated at this exact point"

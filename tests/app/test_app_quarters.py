@@ -286,7 +286,7 @@ def test_inspect_evaluates_the_model_at_the_selected_quarter(
         at.select_slider(key="quarter_inspect_download").set_value(q).run()
         assert_clean(at)
         inspect = tab(at, "Inspect a point")
-        pred = model.predict(np.column_stack([x, [float(ts.scale(q))]]))
+        pred = model.predict_dist(np.column_stack([x, [float(ts.scale(q))]]))
         medians[q] = 10 ** float(np.asarray(pred.mean)[0]) / 1000.0
         assert inspect.metric[0].value == format_value(medians[q]), q
         caption = " ".join(texts(inspect, "caption"))

@@ -39,13 +39,15 @@ def test_dbk_path_baselines_accept_tests_noise(make, tmp_path: Path) -> None:
     model = make(rank=8, hidden=8, epochs=2, batch_size=64, device="cpu", noise="tests")
     model.fit(x, y, x[:40], y[:40], tests=tests, tests_val=tests[:40])
     assert model.noise_parameters()["noise"] == "tests"
-    one = model.predict(x[:5])
-    many = model.predict(x[:5], tests=20)
-    latent = model.predict(x[:5], quantity="latent")
+    one = model.predict_dist(x[:5])
+    many = model.predict_dist(x[:5], tests=20)
+    latent = model.predict_dist(x[:5], quantity="latent")
     assert np.all(latent.var < many.var) and np.all(many.var < one.var)
     model.save(tmp_path / "m")
     back = type(model).load(tmp_path / "m", device="cpu")
-    np.testing.assert_allclose(back.predict(x[:5], tests=3).var, model.predict(x[:5], tests=3).var)
+    np.testing.assert_allclose(
+        back.predict_dist(x[:5], tests=3).var, model.predict_dist(x[:5], tests=3).var
+    )
 
 
 def _build(name: str, **overrides: Any) -> TorchBaseline:
@@ -68,9 +70,9 @@ def test_torch_baselines_tests_noise_contract(name: str, tmp_path: Path) -> None
     model.fit(x, y, x[:20], y[:20], tests=tests, tests_val=tests[:20])
     params = model.noise_parameters()
     assert params["noise"] == "tests" and params["s2_meas"] > 0 and params["power"] == 1.0
-    one = model.predict(x[:5])
-    many = model.predict(x[:5], tests=20)
-    latent = model.predict(x[:5], quantity="latent")
+    one = model.predict_dist(x[:5])
+    many = model.predict_dist(x[:5], tests=20)
+    latent = model.predict_dist(x[:5], quantity="latent")
     assert np.all(latent.var < many.var) and np.all(many.var < one.var)
     np.testing.assert_allclose(latent.var, one.var_f)
     np.testing.assert_allclose(one.mean, many.mean)
@@ -85,15 +87,15 @@ def test_torch_baselines_tests_noise_contract(name: str, tmp_path: Path) -> None
     np.testing.assert_allclose(comp.sum(1), model.noise_variance([1.0, 20.0, 20.0]), rtol=1e-6)
     assert comp[0, 1] == pytest.approx(20 * comp[1, 1], rel=1e-6)
     with pytest.raises(ValueError, match="quantity"):
-        model.predict(x[:5], quantity="mean")
+        model.predict_dist(x[:5], quantity="mean")
     with pytest.raises(DataError, match=">= 1"):
-        model.predict(x[:5], tests=0)
+        model.predict_dist(x[:5], tests=0)
     folder = model.save(tmp_path / name)
     back = type(model).load(folder, device="cpu")
     assert back.noise == "tests"
     np.testing.assert_allclose(
-        back.predict(x[:5], tests=[1, 2, 3, 4, 5]).var,
-        model.predict(x[:5], tests=[1, 2, 3, 4, 5]).var,
+        back.predict_dist(x[:5], tests=[1, 2, 3, 4, 5]).var,
+        model.predict_dist(x[:5], tests=[1, 2, 3, 4, 5]).var,
         rtol=1e-6,
     )
 
@@ -146,7 +148,7 @@ def test_equal_tests_reproduce_constant_noise(name: str) -> None:
         loss = float(est._loss(module, Xt, yt, 30, Tt))
         loss_c = float(twin._loss(twin.module_, Xt, yt, 30, None))
     assert loss == pytest.approx(loss_c, rel=1e-9, abs=1e-12)
-    pred, pred_c = est.predict(Xq, tests=k), twin.predict(Xq)
+    pred, pred_c = est.predict_dist(Xq, tests=k), twin.predict_dist(Xq)
     for a, b in ((pred.mean, pred_c.mean), (pred.var, pred_c.var), (pred.var_f, pred_c.var_f)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
 
@@ -198,7 +200,7 @@ def test_legacy_bundle_noise_option_loads_as_constant(tmp_path: Path) -> None:
     meta_path.write_text(json.dumps(meta))
     back = SoftKIRegressor.load(folder)
     assert back.noise == "constant" and back.noise_init == model.noise_init
-    np.testing.assert_allclose(back.predict(X[:4]).var, model.predict(X[:4]).var)
+    np.testing.assert_allclose(back.predict_dist(X[:4]).var, model.predict_dist(X[:4]).var)
     assert back.noise_parameters()["noise"] == "constant"
 
 
@@ -249,7 +251,7 @@ def test_torch_baselines_take_the_tile_effect(noise: str) -> None:
     with_effect = predict_with_tile_effect(
         model, effect, x[test], tiles=ids[test], times=time[test], noise=part(test)
     )
-    alone = model.predict(x[test], **part(test))
+    alone = model.predict_dist(x[test], **part(test))
 
     def nll(pred) -> float:
         return float(

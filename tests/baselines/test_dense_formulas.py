@@ -70,7 +70,7 @@ def test_cagp_predictive_matches_dense_formula(cagp: CaGPRegressor) -> None:
     Kq = module.k(torch.as_tensor(Xq), torch.as_tensor(d["Xs"])).detach().numpy()
     mean = float(module.mean_const) + Kq @ d["C"] @ d["r"]
     var_f = float(module.outputscale()) - np.einsum("ij,jk,ik->i", Kq, d["C"], Kq)
-    pred = cagp.predict(Xq)
+    pred = cagp.predict_dist(Xq)
     sd = cagp.y_sd_
     np.testing.assert_allclose(pred.mean, mean * sd + cagp.y_mean_, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
@@ -239,7 +239,7 @@ def test_softki_posterior_matches_dense_gp() -> None:
             / 80
         )
         assert nll == pytest.approx(float(dense_nll), rel=1e-9)
-    pred = est.predict(Xq.numpy())
+    pred = est.predict_dist(Xq.numpy())
     np.testing.assert_allclose(pred.mean, mean * est.y_sd_ + est.y_mean_, rtol=1e-8, atol=1e-9)
     np.testing.assert_allclose(pred.var_f, var_f * est.y_sd_**2, rtol=1e-6, atol=1e-10)
 
@@ -267,7 +267,7 @@ def test_exact_rbf_matches_dense_formula_and_refuses_large_n() -> None:
         r = (y - est.y_mean_) / est.y_sd_ - float(m.mean_const)
         mean = float(m.mean_const) + Kq @ np.linalg.solve(K, r)
         var_f = float(m.outputscale()) - np.einsum("ij,ji->i", Kq, np.linalg.solve(K, Kq.T))
-    pred = est.predict(Xq.numpy())
+    pred = est.predict_dist(Xq.numpy())
     np.testing.assert_allclose(pred.mean, mean * est.y_sd_ + est.y_mean_, rtol=1e-8)
     np.testing.assert_allclose(pred.var_f, var_f * est.y_sd_**2, rtol=1e-6, atol=1e-10)
     with pytest.raises(ProblemTooLargeError, match="max_n=40"):
@@ -334,13 +334,13 @@ def test_exact_rbf_tests_noise_matches_dense_formula() -> None:
     mean = c + Kq @ np.linalg.solve(K, r)
     var_f = os_ - np.einsum("ij,ji->i", Kq, np.linalg.solve(K, Kq.T))
     sd = est.y_sd_
-    pred = est.predict(Xq, tests=tq)
+    pred = est.predict_dist(Xq, tests=tq)
     np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8)
     np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)
     np.testing.assert_allclose(pred.var, (var_f + _dense_s2(tq)) * sd**2, rtol=1e-6)
-    one = est.predict(Xq)  # tests=None: a single speed test
+    one = est.predict_dist(Xq)  # tests=None: a single speed test
     np.testing.assert_allclose(one.var, (var_f + _dense_s2(np.ones(7))) * sd**2, rtol=1e-6)
-    np.testing.assert_allclose(est.predict(Xq, quantity="latent").var, pred.var_f)
+    np.testing.assert_allclose(est.predict_dist(Xq, quantity="latent").var, pred.var_f)
 
 
 def test_cagp_tests_noise_matches_dense_formula() -> None:
@@ -378,7 +378,7 @@ def test_cagp_tests_noise_matches_dense_formula() -> None:
     dense = (-exp_loglik + _kl_gauss(mu, Sigma, np.zeros(37), K)) / 37
     assert float(ours) == pytest.approx(dense, rel=1e-7, abs=1e-9)
     tq = _tests(9, seed=14)
-    pred = est.predict(Kq_t.numpy(), tests=tq)
+    pred = est.predict_dist(Kq_t.numpy(), tests=tq)
     mean = c + Kq @ C @ r
     var_f = os_ - np.einsum("ij,jk,ik->i", Kq, C, Kq)
     sd = est.y_sd_
@@ -406,7 +406,7 @@ def test_solvegp_tests_noise_matches_dense_formula() -> None:
     with torch.no_grad():
         ours = float(solvegp_loss(m, Xq, yq, 200, torch.as_tensor(tq)))
     assert ours == pytest.approx(-exp_ll + kl / 200, rel=1e-7, abs=1e-9)
-    pred = est.predict(Xq.numpy(), tests=tq)
+    pred = est.predict_dist(Xq.numpy(), tests=tq)
     sd = est.y_sd_
     np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose(pred.var, (var + s2) * sd**2, rtol=1e-6, atol=1e-8)
@@ -437,7 +437,7 @@ def test_softki_tests_noise_matches_dense_gp() -> None:
     Kq = Phq @ Phi.T
     mean = float(m.mean_const) + Kq @ np.linalg.solve(Khat, r)
     var_f = np.einsum("ij,ij->i", Phq, Phq) - np.einsum("ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T))
-    pred = est.predict(Xq, tests=tq)
+    pred = est.predict_dist(Xq, tests=tq)
     sd = est.y_sd_
     np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-9)
     np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)

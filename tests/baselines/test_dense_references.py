@@ -214,7 +214,7 @@ def _svdbk_compare(est: SVDBKRegressor, X: np.ndarray, y: np.ndarray) -> None:
     phi_q = est.features(Xq)
     phi_train = est.features(X)
     ref_var = _svdbk_var_reference(phi_q, phi_train, est)
-    np.testing.assert_allclose(est.predict(Xq).var, ref_var, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(est.predict_dist(Xq).var, ref_var, rtol=1e-9, atol=1e-12)
 
 
 def test_svdbk_loss_and_corrected_variance_match_a_dense_reference(svdbk) -> None:

@@ -67,7 +67,7 @@ def test_model_beats_constant_mean(name: str, data: dict[str, np.ndarray], tmp_p
         overrides=cfg["overrides"],
     )
     model.fit(data["X"], data["y"], data["Xv"], data["yv"])
-    pred = model.predict(data["Xt"])
+    pred = model.predict_dist(data["Xt"])
     assert isinstance(pred, Prediction)
     assert np.all(pred.var >= pred.var_f) and np.all(pred.var > 0)
     const = Prediction(
@@ -84,7 +84,7 @@ def test_model_beats_constant_mean(name: str, data: dict[str, np.ndarray], tmp_p
 
     folder = model.save(tmp_path / name, metadata={"note": name})
     again = type(model).load(folder)
-    pred2 = again.predict(data["Xt"])
+    pred2 = again.predict_dist(data["Xt"])
     np.testing.assert_allclose(pred2.mean, pred.mean, rtol=0, atol=1e-6)
     np.testing.assert_allclose(pred2.var, pred.var, rtol=1e-6, atol=1e-9)
     assert again.metadata_.get("note") == name

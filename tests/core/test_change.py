@@ -75,13 +75,13 @@ def test_change_matches_dense_joint_posterior(fitted: DBKRegressor) -> None:
     assert np.all(got_var > 0)
 
     # var(f(a) - f(b)) = var_f(a) + var_f(b) - 2 cov(a, b), with var_f from predict()
-    vf_a = fitted.predict(A, quantity="latent").var_f
-    vf_b = fitted.predict(B, quantity="latent").var_f
+    vf_a = fitted.predict_dist(A, quantity="latent").var_f
+    vf_b = fitted.predict_dist(B, quantity="latent").var_f
     np.testing.assert_allclose(vf_a, cov[idx, idx], rtol=1e-8)
     np.testing.assert_allclose(got_var, vf_a + vf_b - 2 * cov[idx, n + idx], rtol=1e-8, atol=1e-12)
     # and the change's mean is the difference of the predictive means
     np.testing.assert_allclose(
-        got_mean, fitted.predict(B).mean - fitted.predict(A).mean, rtol=1e-8, atol=1e-10
+        got_mean, fitted.predict_dist(B).mean - fitted.predict_dist(A).mean, rtol=1e-8, atol=1e-10
     )
 
 

@@ -43,7 +43,7 @@ def _fit_predict(name: str, device: str) -> tuple[Any, np.ndarray, np.ndarray]:
         overrides={"dtype": "float64", "noise": "tests"},
     )
     model.fit(x[:200], y[:200], x[200:], y[200:], tests=tests[:200], tests_val=tests[200:])
-    pred = model.predict(x, tests=tests)
+    pred = model.predict_dist(x, tests=tests)
     return model, np.asarray(pred.mean), np.asarray(pred.var)
 
 
@@ -93,7 +93,7 @@ def test_streaming_fit_on_cuda_matches_cpu(tmp_path: Path) -> None:
             tests_val=tests[val],
         )
         assert est.device_.type == device
-        preds[device] = est.predict(x[val], tests=tests[val])
+        preds[device] = est.predict_dist(x[val], tests=tests[val])
     assert np.allclose(preds["cuda"].mean, preds["cpu"].mean, rtol=1e-6, atol=1e-8)
     assert np.allclose(preds["cuda"].var, preds["cpu"].var, rtol=1e-6, atol=1e-8)
 

@@ -58,7 +58,7 @@ def test_exact_covariance_equals_the_dense_reference(fitted: DBKRegressor) -> No
     draws = fitted.latent_draws(x, np.eye(r), chunk_size=7)  # eps = I: deviations = y_sd U B
     cov = draws.deviations @ draws.deviations.T
     np.testing.assert_allclose(cov, _dense_covariance(fitted, x), rtol=1e-9, atol=1e-12)
-    pred = fitted.predict(x, quantity="latent")
+    pred = fitted.predict_dist(x, quantity="latent")
     np.testing.assert_allclose(draws.mean, pred.mean, rtol=1e-12)
     np.testing.assert_allclose(np.diag(cov) + draws.residual_var, pred.var_f, rtol=1e-9)
     if fitted.variance_correction:

@@ -122,7 +122,7 @@ def test_tests_aware_model_recovers_known_noise() -> None:
             np.mean(0.5 * np.log(2 * np.pi * pred.var) + (yt - pred.mean) ** 2 / (2 * pred.var))
         )
 
-    assert nll(model.predict(xt, tests=tt)) < nll(const.predict(xt)) - 0.05
+    assert nll(model.predict_dist(xt, tests=tt)) < nll(const.predict_dist(xt)) - 0.05
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +136,14 @@ def small_fit():
 
 def test_predict_quantities(small_fit) -> None:
     model, x = small_fit
-    one = model.predict(x[:20])
-    assert np.allclose(one.var, model.predict(x[:20], tests=1).var)
-    many = model.predict(x[:20], tests=16)
-    latent = model.predict(x[:20], quantity="latent")
+    one = model.predict_dist(x[:20])
+    assert np.allclose(one.var, model.predict_dist(x[:20], tests=1).var)
+    many = model.predict_dist(x[:20], tests=16)
+    latent = model.predict_dist(x[:20], quantity="latent")
     assert np.allclose(one.mean, many.mean) and np.allclose(one.mean, latent.mean)
     assert np.allclose(latent.var, latent.var_f)
     assert (latent.var < many.var).all() and (many.var < one.var).all()
-    per_point = model.predict(x[:3], tests=np.array([1.0, 4.0, 16.0]))
+    per_point = model.predict_dist(x[:3], tests=np.array([1.0, 4.0, 16.0]))
     noise_part = per_point.var - per_point.var_f
     assert noise_part[0] > noise_part[1] > noise_part[2]
     p = model.noise_parameters()
@@ -151,9 +151,9 @@ def test_predict_quantities(small_fit) -> None:
         many.var - many.var_f, p["s2_floor"] + p["s2_meas"] / 16.0, rtol=1e-5
     )
     with pytest.raises(ValueError, match="quantity"):
-        model.predict(x[:2], quantity="median")
+        model.predict_dist(x[:2], quantity="median")
     with pytest.raises(DataError, match=">= 1"):
-        model.predict(x[:2], tests=0.5)
+        model.predict_dist(x[:2], tests=0.5)
 
 
 def test_fit_needs_tests_for_tests_noise() -> None:
@@ -164,7 +164,7 @@ def test_fit_needs_tests_for_tests_noise() -> None:
         DBKRegressor(rank=4, hidden=4, epochs=1, noise="devices", device="cpu").fit(x, y)
     # constant noise ignores tests in fit and predict
     const = DBKRegressor(rank=4, hidden=4, epochs=1, device="cpu").fit(x, y, tests=tests)
-    assert np.allclose(const.predict(x[:5], tests=20).var, const.predict(x[:5]).var)
+    assert np.allclose(const.predict_dist(x[:5], tests=20).var, const.predict_dist(x[:5]).var)
 
 
 def test_save_load_keeps_noise_and_old_bundles_load_constant(small_fit, tmp_path) -> None:
@@ -172,7 +172,9 @@ def test_save_load_keeps_noise_and_old_bundles_load_constant(small_fit, tmp_path
     model.save(tmp_path / "m")
     back = DBKRegressor.load(tmp_path / "m", device="cpu")
     assert back.noise == "tests" and back.tests_aware
-    np.testing.assert_allclose(back.predict(x[:5], tests=3).var, model.predict(x[:5], tests=3).var)
+    np.testing.assert_allclose(
+        back.predict_dist(x[:5], tests=3).var, model.predict_dist(x[:5], tests=3).var
+    )
     assert back.noise_parameters() == pytest.approx(model.noise_parameters())
     # a bundle written before the noise option: no "noise"/"noise_power" in its config
     x2, y2, _, _ = _synthetic(60, s2_floor=0.02, s2_meas=0.2, seed=6)
@@ -183,4 +185,4 @@ def test_save_load_keeps_noise_and_old_bundles_load_constant(small_fit, tmp_path
     (tmp_path / "old" / "model.json").write_text(json.dumps(doc))
     old = DBKRegressor.load(tmp_path / "old", device="cpu")
     assert old.noise == "constant" and not old.tests_aware
-    np.testing.assert_allclose(old.predict(x2[:4]).var, const.predict(x2[:4]).var)
+    np.testing.assert_allclose(old.predict_dist(x2[:4]).var, const.predict_dist(x2[:4]).var)

@@ -131,7 +131,7 @@ def test_devices_noise_beats_tests_noise_on_devices_data() -> None:
     best = lambda m: min(h["val_nll"] for h in m.history_)  # noqa: E731
     assert best(both) < best(only) - 0.03
     # the validation NLL recorded in training is that of predict(tests=, devices=)
-    pred = both.predict(xv, tests=tv, devices=dv)
+    pred = both.predict_dist(xv, tests=tv, devices=dv)
     nll = np.mean(0.5 * np.log(2 * np.pi * pred.var) + (yv - pred.mean) ** 2 / (2 * pred.var))
     assert nll == pytest.approx(both.history_[both.best_epoch_ - 1]["val_nll"], rel=1e-4)
     p = both.noise_parameters()
@@ -162,21 +162,21 @@ def test_predict_and_noise_variance_with_devices(devices_fit) -> None:
     # defaults: tests=None -> one test from one device; devices=None -> devices = tests
     np.testing.assert_allclose(model.noise_variance(), s2[:1], rtol=1e-6)
     np.testing.assert_allclose(model.noise_variance(4.0), s2[2:], rtol=1e-6)
-    one = model.predict(x[:5])
-    four_two = model.predict(x[:5], tests=4, devices=2)
+    one = model.predict_dist(x[:5])
+    four_two = model.predict_dist(x[:5], tests=4, devices=2)
     np.testing.assert_allclose(
         four_two.var - four_two.var_f, model.noise_variance(4.0, 2.0, n=5), rtol=1e-6
     )
     assert (four_two.var < one.var).all()
-    np.testing.assert_allclose(model.predict(x[:5], quantity="latent").var, one.var_f)
+    np.testing.assert_allclose(model.predict_dist(x[:5], quantity="latent").var, one.var_f)
 
 
 def test_devices_errors(devices_fit) -> None:
     model, x = devices_fit
     with pytest.raises(DataError, match="devices has 2 values"):
-        model.predict(x[:3], tests=2, devices=[1.0, 2.0])
+        model.predict_dist(x[:3], tests=2, devices=[1.0, 2.0])
     with pytest.raises(DataError, match="devices must be finite and >= 1"):
-        model.predict(x[:3], tests=2, devices=0.5)
+        model.predict_dist(x[:3], tests=2, devices=0.5)
     xs, ys, ts, ds = _devices_data(40, seed=5)
     est = DBKRegressor(noise="tests+devices", epochs=1, **SMALL)
     with pytest.raises(DataError, match=r"devices=\.\.\."):
@@ -192,10 +192,14 @@ def test_devices_errors(devices_fit) -> None:
 
 
 def test_torch_baselines_refuse_devices_noise() -> None:
+    # scikit-learn estimators take any option when built or set and check it in fit
+    x = np.random.default_rng(0).uniform(size=(8, 2))
+    cagp = build_model("cagp", epochs=1, batch_size=8, seed=0, overrides={"noise": "tests+devices"})
     with pytest.raises(ValueError, match=r'tests\+devices.*noise="tests"'):
-        build_model("cagp", epochs=1, batch_size=8, seed=0, overrides={"noise": "tests+devices"})
+        cagp.fit(x, x[:, 0], tests=np.ones(8))
+    softki = build_model("softki", epochs=1, batch_size=8, seed=0).set_params(noise="tests+devices")
     with pytest.raises(ValueError, match=r"tests\+devices"):
-        build_model("softki", epochs=1, batch_size=8, seed=0).set_params(noise="tests+devices")
+        softki.fit(x, x[:, 0], tests=np.ones(8))
     with pytest.raises(ValueError, match=r"tests\+devices"):
         make_noise("tests+devices", init=0.5)
 
@@ -206,7 +210,7 @@ def test_exact_objective_fits_devices_noise() -> None:
         noise="tests+devices", objective="exact", epochs=3, dtype="float64", **SMALL
     )
     model.fit(x, y, x[:40], y[:40], tests=t, tests_val=t[:40], devices=d, devices_val=d[:40])
-    assert np.isfinite(model.predict(x[:5], tests=t[:5], devices=d[:5]).var).all()
+    assert np.isfinite(model.predict_dist(x[:5], tests=t[:5], devices=d[:5]).var).all()
 
 
 def test_save_load_round_trip(devices_fit, tmp_path) -> None:
@@ -217,5 +221,6 @@ def test_save_load_round_trip(devices_fit, tmp_path) -> None:
     back = DBKRegressor.load(tmp_path / "m", device="cpu")
     assert back.devices_aware and back.noise_parameters() == pytest.approx(model.noise_parameters())
     np.testing.assert_allclose(
-        back.predict(x[:5], tests=3, devices=2).var, model.predict(x[:5], tests=3, devices=2).var
+        back.predict_dist(x[:5], tests=3, devices=2).var,
+        model.predict_dist(x[:5], tests=3, devices=2).var,
     )

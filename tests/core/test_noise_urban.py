@@ -124,7 +124,7 @@ def test_class_floor_recovers_the_floors_and_beats_a_shared_floor() -> None:
     p = by_class.noise_parameters()
     assert p["s2_floor"] > 5 * p["s2_floor_urban"]  # rural floor well above the urban one
     # the validation NLL recorded in training is that of predict(tests=, urban=)
-    pred = by_class.predict(xv, tests=tv, urban=uv)
+    pred = by_class.predict_dist(xv, tests=tv, urban=uv)
     nll = np.mean(0.5 * np.log(2 * np.pi * pred.var) + (yv - pred.mean) ** 2 / (2 * pred.var))
     assert nll == pytest.approx(by_class.history_[by_class.best_epoch_ - 1]["val_nll"], rel=1e-4)
     # well-measured tiles: the class floor fixes the shared floor's urban/rural miscalibration
@@ -133,7 +133,7 @@ def test_class_floor_recovers_the_floors_and_beats_a_shared_floor() -> None:
     def coverage(model: DBKRegressor, cls: np.ndarray) -> float:
         m = many & cls
         kw_pred = {"urban": uv[m]} if model.noise_urban else {}
-        pr = model.predict(xv[m], tests=tv[m], **kw_pred)
+        pr = model.predict_dist(xv[m], tests=tv[m], **kw_pred)
         return float(np.mean(np.abs(yv[m] - pr.mean) <= 1.96 * np.sqrt(pr.var)))
 
     assert coverage(shared, ~uv) < coverage(by_class, ~uv)
@@ -167,23 +167,23 @@ def test_predict_and_noise_variance_by_class(urban_fit) -> None:
         model.noise_variance(urban=True, n=3), np.full(3, p["s2_floor_urban"] + p["s2_meas"]
         + p["s2_dev"]), rtol=1e-5,
     )  # fmt: skip
-    rural = model.predict(x[:5], tests=3, urban=False)
-    town = model.predict(x[:5], tests=3, urban=np.ones(5, dtype=bool))
+    rural = model.predict_dist(x[:5], tests=3, urban=False)
+    town = model.predict_dist(x[:5], tests=3, urban=np.ones(5, dtype=bool))
     np.testing.assert_allclose(
         rural.var - town.var, np.full(5, p["s2_floor"] - p["s2_floor_urban"]), rtol=1e-4
     )
     # the latent quantity needs no class
-    np.testing.assert_allclose(model.predict(x[:5], quantity="latent").var, rural.var_f)
+    np.testing.assert_allclose(model.predict_dist(x[:5], quantity="latent").var, rural.var_f)
 
 
 def test_class_floor_errors(urban_fit) -> None:
     model, x = urban_fit
     with pytest.raises(DataError, match="urban="):
-        model.predict(x[:3], tests=2)
+        model.predict_dist(x[:3], tests=2)
     with pytest.raises(DataError, match="urban must be True/False"):
-        model.predict(x[:3], tests=2, urban=[0.0, 0.5, 1.0])
+        model.predict_dist(x[:3], tests=2, urban=[0.0, 0.5, 1.0])
     with pytest.raises(DataError, match="urban has 2 values"):
-        model.predict(x[:3], urban=[True, False])
+        model.predict_dist(x[:3], urban=[True, False])
     xs, ys, ts, us = _class_data(40, seed=5)
     est = DBKRegressor(noise="tests", noise_urban=True, epochs=1, **SMALL)
     with pytest.raises(DataError, match=r"urban=\.\.\."):
@@ -204,7 +204,7 @@ def test_exact_objective_and_save_load(urban_fit, tmp_path) -> None:
         noise="tests", noise_urban=True, objective="exact", epochs=3, dtype="float64", **SMALL
     )
     exact.fit(x, y, x[:40], y[:40], tests=t, tests_val=t[:40], urban=u, urban_val=u[:40])
-    assert np.isfinite(exact.predict(x[:5], tests=t[:5], urban=u[:5]).var).all()
+    assert np.isfinite(exact.predict_dist(x[:5], tests=t[:5], urban=u[:5]).var).all()
     model, xs = urban_fit
     model.save(tmp_path / "m")
     doc = json.loads((tmp_path / "m" / "model.json").read_text())
@@ -212,6 +212,6 @@ def test_exact_objective_and_save_load(urban_fit, tmp_path) -> None:
     back = DBKRegressor.load(tmp_path / "m", device="cpu")
     assert back.noise_urban and back.noise_parameters() == pytest.approx(model.noise_parameters())
     np.testing.assert_allclose(
-        back.predict(xs[:5], tests=3, urban=True).var,
-        model.predict(xs[:5], tests=3, urban=True).var,
+        back.predict_dist(xs[:5], tests=3, urban=True).var,
+        model.predict_dist(xs[:5], tests=3, urban=True).var,
     )

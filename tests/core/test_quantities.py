@@ -57,7 +57,7 @@ def test_quantities_with_a_tile_effect_match_their_definitions(fitted: dict) -> 
     area = predict_quantity(model, X, quantity="area", **kw)
     tile = predict_quantity(model, X, quantity="tile", **kw)
     test = predict_quantity(model, X, quantity="test", **kw)
-    latent = model.predict(X, quantity="latent")
+    latent = model.predict_dist(X, quantity="latent")
     np.testing.assert_allclose(area.mean, latent.mean)
     np.testing.assert_allclose(area.var, latent.var_f)
     # tile / test are the tile effect's latent / observation predictions
@@ -91,14 +91,14 @@ def test_quantities_without_a_tile_effect_use_the_noise_floor(fitted: dict) -> N
     model, X = fitted["model"], fitted["X"]
     tile = predict_quantity(model, X, quantity="tile")
     test = predict_quantity(model, X, quantity="test", tests=4.0)
-    obs = model.predict(X, tests=4.0)
+    obs = model.predict_dist(X, tests=4.0)
     floor = model.noise_parameters()["s2_floor"]
     np.testing.assert_allclose(tile.var, obs.var_f + floor, rtol=1e-6)
     np.testing.assert_allclose(test.var, obs.var, rtol=1e-6)
     np.testing.assert_allclose(test.mean, obs.mean)
     assert tile.tile_basis == "noise floor" and not tile.seen.any()
     one = observation_noise_variance(model, len(X))
-    np.testing.assert_allclose(tile.var + one, model.predict(X, tests=1.0).var, rtol=1e-6)
+    np.testing.assert_allclose(tile.var + one, model.predict_dist(X, tests=1.0).var, rtol=1e-6)
 
 
 def test_a_tile_effect_needs_tiles_and_times(fitted: dict) -> None:

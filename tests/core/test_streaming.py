@@ -70,7 +70,7 @@ def test_batches_and_streaming_prediction(tmp_path: Path) -> None:
     n = predict_table(model, src, tmp_path / "p.parquet", keep_columns=["y"], batch_size=300)
     out = pq.read_table(tmp_path / "p.parquet")
     assert n == 1000 and out.column_names == ["y", "mean", "std", "std_f"]
-    np.testing.assert_allclose(out["mean"].to_numpy(), model.predict(X).mean, rtol=1e-6)
+    np.testing.assert_allclose(out["mean"].to_numpy(), model.predict_dist(X).mean, rtol=1e-6)
 
 
 def test_train_streaming_is_deterministic_and_learns(tmp_path: Path) -> None:

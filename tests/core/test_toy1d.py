@@ -72,10 +72,10 @@ def _run_small() -> dict[str, Any]:
 
     for rank, epochs in ((128, DPPGP["epochs"]), (8, 150), (1, 80)):
         model = DBKRegressor(**{**DPPGP, "rank": rank, "epochs": epochs})
-        p = model.fit(x, y, xv, yv).predict(xs)
+        p = model.fit(x, y, xv, yv).predict_dist(xs)
         record(f"dppgp_r{rank}", p.mean, p.var)
     exact = DBKRegressor(**{**DPPGP, "rank": 128, "objective": "exact", "epochs": 100})
-    pe = exact.fit(x, y, xv, yv).predict(xs)
+    pe = exact.fit(x, y, xv, yv).predict_dist(xs)
     record("exact_dbk", pe.mean, pe.var)
     mean, var = toy.fit_exact_rbf_gp(x, y, xs, iters=30)
     record("exact_rbf_gp", mean, var)

@@ -83,7 +83,7 @@ def test_models_load_and_predict_tiles(tiny_run: Path) -> None:
         model.metadata_,
         quarter=table["quarter"].astype(str).to_numpy()[:10],
     )
-    pred = model.predict(X)
+    pred = model.predict_dist(X)
     assert pred.mean.shape == (10,)
     metrics = json.loads((tiny_run / "report" / "download" / "metrics.json").read_text())
     assert metrics["all"]["n"] == int((table["split"] == "test").sum())

@@ -68,7 +68,9 @@ def test_train_predict_report_with_devices(tmp_path: Path) -> None:
         ]
         .to_numpy()
     )
-    pred = model.predict(X, tests=merged["tests"].to_numpy(), devices=merged["devices"].to_numpy())
+    pred = model.predict_dist(
+        X, tests=merged["tests"].to_numpy(), devices=merged["devices"].to_numpy()
+    )
     np.testing.assert_allclose(merged["std"], pred.std, rtol=1e-5)
     assert "by_tests" in json.loads((out / "metrics.json").read_text())
     assert "/ devices^" in (out / "report.md").read_text()

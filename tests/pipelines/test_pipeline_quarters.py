@@ -168,7 +168,9 @@ def test_report_by_quarter_pooled_model(tmp_path: Path) -> None:
     preds = pd.read_parquet(out / "predictions.parquet")
     table, _ = read_tile_table(run)
     test = table[table["split"] == "test"]
-    again = model.predict(test[["x1", "x2"]].to_numpy(), tests=test["tests"].to_numpy(dtype=float))
+    again = model.predict_dist(
+        test[["x1", "x2"]].to_numpy(), tests=test["tests"].to_numpy(dtype=float)
+    )
     assert np.allclose(preds["mean"], again.mean)
 
 
@@ -235,10 +237,10 @@ def _time_checks(run: Path, out: Path, model: DBKRegressor) -> pd.DataFrame:
     test = table[table["split"] == "test"].reset_index(drop=True)
     assert len(test) == len(preds) and (test["quadkey"].to_numpy() == preds["quadkey"]).all()
     X2 = test[["x1", "x2"]].to_numpy(dtype=float)
-    own = model.predict(model_inputs(X2, md, quarter=test["quarter"].to_numpy()))
+    own = model.predict_dist(model_inputs(X2, md, quarter=test["quarter"].to_numpy()))
     assert np.allclose(preds["mean"], own.mean, rtol=0, atol=1e-9)
     assert np.allclose(preds["std"], own.std, rtol=0, atol=1e-9)
-    fixed = model.predict(np.column_stack([X2, np.zeros(len(X2))]))  # t fixed at 0
+    fixed = model.predict_dist(np.column_stack([X2, np.zeros(len(X2))]))  # t fixed at 0
     assert np.abs(fixed.mean - preds["mean"].to_numpy()).max() > 1e-4
     return preds
 

@@ -55,7 +55,7 @@ def test_streaming_cli_time_aware_tests_aware(tmp_path: Path) -> None:
     X = model_inputs(
         test[["x1", "x2"]].to_numpy(), md, quarter=test["quarter"].astype(str).to_numpy()
     )
-    pred = model.predict(X, tests=test["tests"].to_numpy(dtype=float))
+    pred = model.predict_dist(X, tests=test["tests"].to_numpy(dtype=float))
     assert np.isfinite(pred.mean).all() and (pred.var > pred.var_f).all()
 
 

@@ -91,7 +91,7 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
     ]
     X = rows[["x1", "x2"]].to_numpy(dtype=np.float64)
     kw = {"tests": pred["tests"].to_numpy(), "devices": pred["devices"].to_numpy()}
-    gp = model.predict(X, quantity="latent", **kw)
+    gp = model.predict_dist(X, quantity="latent", **kw)
     _, comp = model.noise_components(**kw)
     rows_kw = {
         "tiles": pred["quadkey"].to_numpy(),
@@ -219,7 +219,7 @@ def test_tile_coverage_uses_each_tiles_offset(runs: dict[str, Path]) -> None:
     )
     tiles = pa.table({"quadkey": ["A", "B"], "x1": [0.0, 0.0], "x2": [0.0, 0.0], "urban": [1, 0]})
     spec = target_spec("download")
-    gp_mbps = 10 ** float(model.predict(np.zeros((1, 2))).mean[0]) / 1000
+    gp_mbps = 10 ** float(model.predict_dist(np.zeros((1, 2))).mean[0]) / 1000
     threshold = 30 * gp_mbps
     md = model.metadata_
     args = (RunDir(run), spec, model, tiles, (threshold,), 1024)

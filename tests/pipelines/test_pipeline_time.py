@@ -158,7 +158,9 @@ def test_other_quarters_differ_and_future_is_flagged(run: Path) -> None:
         lon2, lat2 = np.meshgrid(q2["x"].values, q2["y"].values)
         X2 = scale_lonlat(lon2[inside], lat2[inside], model.metadata_["input_scaling"])
         X = model_inputs(X2, model.metadata_, quarter="2023Q2")
-        np.testing.assert_allclose(q2["area_mean"].values[inside], model.predict(X).mean, rtol=1e-5)
+        np.testing.assert_allclose(
+            q2["area_mean"].values[inside], model.predict_dist(X).mean, rtol=1e-5
+        )
 
 
 def test_trend_grid(run: Path) -> None:

@@ -93,7 +93,7 @@ def test_train_predict_report_export_with_urban_floor(tmp_path: Path) -> None:
         run / "tiles.parquet", columns=["quadkey", "x1", "x2", "devices"]
     ).to_pandas()
     merged = preds.merge(tiles, on="quadkey")
-    pred = model.predict(
+    pred = model.predict_dist(
         merged[["x1", "x2"]].to_numpy(),
         tests=merged["tests"].to_numpy(),
         devices=merged["devices_y"].clip(lower=1).to_numpy(),

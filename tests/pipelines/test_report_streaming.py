@@ -100,7 +100,7 @@ def _expected(run: Path, target: str) -> dict[str, Any]:
         X = model_inputs(rows[["x1", "x2"]].to_numpy(dtype=float), md, quarter=quarter)
         tests = rows["tests"].to_numpy(dtype=float) if model.tests_aware else None
         devices = rows["devices"].to_numpy(dtype=float) if model.devices_aware else None
-        return model.predict(X, tests=tests, devices=devices)
+        return model.predict_dist(X, tests=tests, devices=devices)
 
     y_train = table.loc[table["split"] == "train", spec.log_column].to_numpy(dtype=float)
     test = table[table["split"] == "test"].reset_index(drop=True)

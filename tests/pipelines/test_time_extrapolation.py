@@ -50,7 +50,7 @@ class _LinearInT:
 
     tests_aware = False
 
-    def predict(self, X: np.ndarray) -> _Pred:
+    def predict_dist(self, X: np.ndarray) -> _Pred:
         return _Pred(mean=X[:, 2].copy(), var=np.ones(len(X)))
 
 
