@@ -64,7 +64,7 @@ class LatentDraws:
     deviations
         Correlated deviations ``f_s(x) - mu(x) = y_sd u(x)' B eps_s``, (n, S); their variance
         over ``eps`` is ``y_sd² ||B'u(x)||² = var_f(x) - residual_var`` (``var_f`` of
-        :meth:`DBKRegressor.predict`).
+        :meth:`DBKRegressor.predict_dist`).
     residual_var
         Variance of the independent residual process at each place, ``y_sd² max(0, k~(x, x)
         - ||W'u(x)||²)`` for the variance-corrected objectives, else 0; (n,).

@@ -195,7 +195,7 @@ def latent_change(
 def noise_kwargs(
     model: Any, tests: Any, devices: Any = None, *, urban: Any = None
 ) -> dict[str, Any]:
-    """``predict`` keywords of the rows' noise covariates that ``model`` uses.
+    """``predict_dist`` keywords of the rows' noise covariates that ``model`` uses.
 
     ``{}`` for a constant-noise model (or ``tests=None``), ``{"tests"}`` for a tests-aware
     one, plus ``{"devices"}`` for ``noise="tests+devices"`` when ``devices`` is given (else

@@ -173,7 +173,7 @@ def predict_quantity(
     Parameters
     ----------
     model
-        A fitted :class:`geodbk.DBKRegressor` (``predict(..., quantity="latent")`` and
+        A fitted :class:`geodbk.DBKRegressor` (``predict_dist(..., quantity="latent")`` and
         ``noise_components``).
     X
         Model inputs (n, d).

@@ -879,14 +879,14 @@ def fit_tile_effect(
     Parameters
     ----------
     model
-        A fitted :class:`geodbk.DBKRegressor` (or anything with the same ``predict`` and
+        A fitted :class:`geodbk.DBKRegressor` (or anything with the same ``predict_dist`` and
         ``noise_components``).
     X, y, tiles, times
         Training inputs, targets, tile ids and time steps (e.g. quarter indices).
     X_val, y_val, tiles_val, times_val
         The same for the validation split.
     noise, noise_val
-        ``predict`` keywords of each split's noise covariates (``tests``, ``devices``,
+        ``predict_dist`` keywords of each split's noise covariates (``tests``, ``devices``,
         ``urban``; see :func:`geodbk.predictive.noise_kwargs`).
     groups, groups_val
         Optional tile group of each row of each split (e.g. :func:`urban_groups`): one

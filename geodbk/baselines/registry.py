@@ -1,12 +1,12 @@
 """Model names → constructors with a shared budget (epochs, batch size, rank, width, seed).
 
-Every constructor returns an estimator with the ``DBKRegressor`` contract (fit / predict →
-``Prediction`` / kernel / save / load). ``build_model(name, ...)`` applies the shared budget;
+Every constructor returns a scikit-learn regressor with the ``DBKRegressor`` contract (fit /
+predict → mean / predict_dist → ``Prediction`` / kernel / save / load). ``build_model(name, ...)`` applies the shared budget;
 per-model options can be overridden with ``overrides``. ``preset="paper"|"tuned"`` picks each
 model's settings from its paper (:data:`PAPER_PRESET`) or the project's tuned ones
 (:data:`TUNED_PRESET`, the library default); ``overrides`` win over both. Every model takes
 ``noise="constant"|"tests"`` (tests-aware s2_i = s2_floor + s2_meas / tests_i^p, issue 9) with
-``fit(..., tests=, tests_val=)`` and ``predict(..., tests=, quantity=)``, e.g.
+``fit(..., tests=, tests_val=)`` and ``predict_dist(..., tests=, quantity=)``, e.g.
 ``build_model("cagp", ..., overrides={"noise": "tests"})``.
 
 =============  ==============================================================================

@@ -3,7 +3,7 @@
 All of them share the core's basis, q(w) = N(m, LL'), noise, objectives, training loop and
 bundles; they differ only in the backbone, the basis and the objective. SV-RBF, SV-DKL, PP-DKL
 and VBLL are ``DBKRegressor``s, so they take the same ``noise="constant"|"tests"`` option
-(``fit(..., tests=...)``, ``predict(..., tests=..., quantity=...)``) as DBK (issue 9); SVDBK, a
+(``fit(..., tests=...)``, ``predict_dist(..., tests=..., quantity=...)``) as DBK (issue 9); SVDBK, a
 ``TorchBaseline``, has the same option through the base class (s2_i = s2_floor +
 s2_meas / tests_i^p in place of s2 below):
 
