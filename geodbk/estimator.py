@@ -156,6 +156,11 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
     def __sklearn_tags__(self) -> Tags:
         return regressor_tags(super().__sklearn_tags__())
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted or loaded: the trained model is there (not just ``n_features_in_`` of a fit
+        that failed)."""
+        return hasattr(self, "model_")
+
     @property
     def variance_correction(self) -> bool:
         """Whether predictions add ``k~(x,x) - ||phi(x)||^2`` (PPGP/ELBO with the RBF basis)."""

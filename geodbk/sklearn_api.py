@@ -37,7 +37,8 @@ NOT_FITTED = "This %(name)s instance is not fitted yet; call fit() or load() fir
 
 def check_fitted(estimator: Any) -> None:
     """Raise :class:`sklearn.exceptions.NotFittedError` unless ``estimator`` is fitted (or
-    loaded): scikit-learn's test, some attribute ending in ``_`` has been set."""
+    loaded): scikit-learn's :func:`~sklearn.utils.validation.check_is_fitted`, which asks the
+    estimator's ``__sklearn_is_fitted__`` (its trained torch module is there)."""
     check_is_fitted(estimator, msg=NOT_FITTED)
 
 

@@ -162,6 +162,11 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
     def __sklearn_tags__(self) -> Tags:
         return regressor_tags(super().__sklearn_tags__())
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted or loaded: the trained module is there (not just ``n_features_in_`` of a
+        fit that failed)."""
+        return hasattr(self, "module_")
+
     def _validate(self) -> None:
         """Check the options (:meth:`fit` does; scikit-learn sets them unchecked)."""
         check_noise(self.noise)

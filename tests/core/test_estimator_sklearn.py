@@ -112,6 +112,12 @@ def test_unfitted_model_raises_not_fitted_error() -> None:
     ):
         with pytest.raises(NotFittedError, match="not fitted yet; call fit"):
             call()
+    # a fit that fails after recording n_features_in_ leaves the model unfitted
+    with pytest.raises(DataError, match="values but the inputs have"):
+        model.fit(x, y[:5])
+    assert model.n_features_in_ == 2
+    with pytest.raises(NotFittedError):
+        model.predict(x)
 
 
 def test_predict_returns_numpy_mean_and_std(fitted: DBKRegressor) -> None:
