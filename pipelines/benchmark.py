@@ -1227,7 +1227,7 @@ def register(subparsers: Any) -> None:
         metavar="MODEL.OPTION=V1,V2,...",
         help="train MODEL once per value of OPTION and keep the value with the lowest "
         "validation NLL, e.g. --sweep pp-dkl.beta=0,0.01,0.1,1 (repeatable, one option per "
-        "model); with --preset paper PP-DKL's beta is swept over the seed's grid "
+        "model); with --preset paper PP-DKL's beta is swept over the DBK paper's grid "
         "{0, 0.01, 0.1, 1} unless --set or --sweep gives pp-dkl.beta",
     )
     p.add_argument(

@@ -343,7 +343,6 @@ def _export_rasters(
         }
         for name, (description, dtype) in bands.items():
             tif = folder / f"{name}{suffix}.tif"
-            sweep_spools(tif)
             integer = dtype == "uint8"
             write_geotiff(
                 ds,
@@ -375,6 +374,8 @@ def _write_grid_set(
     return the grid's final path."""
     folder = service_dir(rd)
     final_grid = folder / f"classes{suffix}.nc"
+    for name in (final_grid.name, f"service_class{suffix}.tif", f"p_unserved{suffix}.tif"):
+        sweep_spools(folder / name)  # what a writer killed before the staged sets left
     with staged_folder(folder) as stage:
         grid = _write_classes_grid(rd, service, stage / final_grid.name, **grid_options)
         _export_rasters(rd, grid, folder=stage, suffix=suffix, fmt=fmt)
