@@ -10,7 +10,7 @@ Usage::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/toy1d.py --n-train 20000 --epochs 20
 
-The default test suite runs a small version of the same comparison (tests/core/test_toy1d.py).
+The default test suite runs a small version of the same comparison (tests/test_toy1d.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ DPPGP: dict[str, Any] = {
 
 
 def _toy() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "toy1d.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "toy1d.py"
     spec = importlib.util.spec_from_file_location("toy1d_bench", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
