@@ -238,6 +238,17 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
         """Adam on every parameter (subclasses may use parameter groups)."""
         return torch.optim.Adam(module.parameters(), lr=self.lr)
 
+    def _scheduler(
+        self, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler | None:
+        """Learning-rate schedule stepped once after every epoch (``None``: constant rate).
+
+        A ``ReduceLROnPlateau`` is stepped with the epoch's score (validation NLL, else
+        training loss); any other scheduler with ``step()``.
+        """
+        del optimizer
+        return None
+
     def _tensor(self, arr: np.ndarray) -> Tensor:
         return torch.as_tensor(arr, dtype=self._torch_dtype, device=self._torch_device)
 
@@ -335,6 +346,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             self._init_module(module, Xt, yt)
         self.module_ = module
         opt = self._optimizer(module)
+        sched = self._scheduler(opt)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         n = Xt.shape[0]
         best = math.inf
@@ -385,6 +397,10 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
                 raise TrainingDivergedError(
                     f"{self.model_name}: validation NLL is {val_nll} at epoch {epoch}"
                 )
+            if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                sched.step(val_nll)
+            elif sched is not None:
+                sched.step()
             seconds = time.perf_counter() - t0
             # Like the core: val_nll in y's units (standardised NLL + log sd_y); without
             # validation data the score is the training loss and val_nll is None.
