@@ -41,6 +41,7 @@ import numpy as np
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS
+from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, table2_lines
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 
 log = logging.getLogger("geodbk.benchmark")
@@ -67,6 +68,7 @@ EPILOG = """examples:
   geodbk benchmark --run runs/demo --target download --models dbk-rbf,softki --threads 1 --timeout 600
   geodbk benchmark --run runs/hawaii-mobile --target download --models dbk-rbf --time \
       --noise tests+devices+urban --merge     # time-aware DBK with the class floor
+  geodbk benchmark --run runs/hawaii-mobile --target upload --protocol seed-table2 --threads 1
 
 model names: dbk-rbf, dbk-silu, exact-dbk, exact-rbf, sv-rbf, sv-dkl, pp-dkl, vbll, svdbk,
 cagp, solve-gp, softki (or 'all')
@@ -623,6 +625,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "spread of the per-tile 95% PI widths).",
         "",
     ]
+    if report.get("protocol"):
+        lines += table2_lines(report)
     for group in GROUPS:
         lines += [
             f"## {group}",
@@ -778,8 +782,13 @@ def run_benchmark(
     tile_effect: bool = False,
     preset: str = "paper",
     sweeps: dict[str, dict[str, list[Any]]] | None = None,
+    protocol: str | None = None,
 ) -> dict[str, Any]:
     """Benchmark ``models`` on ``run`` and write ``RUN/benchmark/TARGET.{json,md}``.
+
+    ``protocol`` (a name of :data:`pipelines.benchmark_protocols.PROTOCOLS`, whose settings the
+    caller applied with :func:`~pipelines.benchmark_protocols.apply_protocol`) writes
+    ``RUN/benchmark/TARGET_PROTOCOL.{json,md}`` instead, with the protocol's table first.
 
     ``preset`` (``"paper"``, the default, or ``"tuned"``) picks every model's settings
     (:data:`geodbk.baselines.registry.PRESETS`); ``overrides`` (``--set``) win over it. Each
@@ -869,6 +878,7 @@ def run_benchmark(
             "preset": preset,
         },
         "preset": preset,
+        "protocol": protocol,
         "sweeps": sweeps,
         "rows": rows,
         "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
@@ -889,7 +899,8 @@ def run_benchmark(
         "preset": preset,
     }
     out_dir = run / "benchmark"
-    previous = out_dir / f"{target}.json"
+    stem = target if protocol is None else f"{target}_{protocol}"
+    previous = out_dir / f"{stem}.json"
     if merge and previous.is_file():
         try:
             kept = json.loads(previous.read_text(encoding="utf-8")).get("models", {})
@@ -930,8 +941,8 @@ def run_benchmark(
         if sweep is not None:
             report["models"][name]["sweep"] = sweep
         # Write after every model so a long benchmark leaves usable partial results.
-        atomic_write_json(out_dir / f"{target}.json", report)
-        atomic_write_text(out_dir / f"{target}.md", render_markdown(report))
+        atomic_write_json(out_dir / f"{stem}.json", report)
+        atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
     return report
 
 
@@ -1158,9 +1169,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--run", required=True, type=Path, help="run directory (from geodbk ingest)")
     p.add_argument("--target", required=True, choices=list(TARGETS), help="what to model")
-    p.add_argument("--models", required=True, help="comma-separated model names, or 'all'")
     p.add_argument(
-        "--epochs", type=int, default=20, help="epoch budget for every model (default 20)"
+        "--models", help="comma-separated model names, or 'all' (required without --protocol)"
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epoch budget for every model (default 20; a protocol's own, e.g. 400)",
     )
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds (default 0)")
     p.add_argument("--batch-size", type=int, default=1024, help="mini-batch size (default 1024)")
@@ -1192,7 +1208,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--noise",
         choices=list(NOISE_MODELS),
-        default="constant",
+        default=None,
         help="observation noise for every model: constant s2, or tests-aware "
         "s2_floor + s2_meas/tests (every model); tests+devices and +urban (a floor per "
         "urban/rural class) for the DBKRegressor family (dbk-*, sv-rbf, sv-dkl, pp-dkl, vbll), "
@@ -1213,7 +1229,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--preset",
         choices=["paper", "tuned"],
-        default="paper",
+        default=None,
         help="each model's settings: 'paper' (its paper's optimiser, learning rate and "
         "initialisation, as far as the model can express them) or 'tuned' (the project's "
         "settings for short budgets: e.g. initial noise 0.5 for the ELBO/PPGP models); --set "
@@ -1233,21 +1249,49 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
     )
+    p.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        default=None,
+        help="a paper's protocol with its models and settings fixed, written to "
+        "RUN/benchmark/TARGET_PROTOCOL.{json,md}: seed-table2 trains DBK-RBF, SV-RBF and SV-DKL "
+        "with the DBK paper's settings (paper preset, 400 epochs, no early stopping, constant "
+        "noise) and reports urban/rural MAE, NLL and coverage in its Table 2 layout, with the "
+        "spread of the interval widths",
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from geodbk.baselines.registry import parse_model_list
 
-    try:
-        models = parse_model_list(args.models)
-    except ValueError as exc:
-        raise DataError(str(exc)) from exc
+    if args.protocol is not None:
+        fixed = apply_protocol(
+            args.protocol,
+            models=args.models,
+            epochs=args.epochs,
+            preset=args.preset,
+            noise=args.noise,
+            time=args.time,
+            tile_effect=args.tile_effect,
+        )
+        models, epochs = fixed["models"], fixed["epochs"]
+        preset, noise = fixed["preset"], fixed["noise"]
+    else:
+        if args.models is None:
+            raise DataError("give --models (e.g. --models dbk-rbf,sv-dkl or 'all') or --protocol")
+        try:
+            models = parse_model_list(args.models)
+        except ValueError as exc:
+            raise DataError(str(exc)) from exc
+        epochs = 20 if args.epochs is None else args.epochs
+        preset = "paper" if args.preset is None else args.preset
+        noise = "constant" if args.noise is None else args.noise
     report = run_benchmark(
         args.run,
         target=args.target,
         models=models,
-        epochs=args.epochs,
+        epochs=epochs,
         seeds=args.seeds,
         batch_size=args.batch_size,
         rank=args.rank,
@@ -1257,17 +1301,19 @@ def _main(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         isolate=not args.no_isolate,
         merge=args.merge,
-        noise=args.noise,
+        noise=noise,
         time=args.time,
         tile_effect=args.tile_effect,
-        preset=args.preset,
+        preset=preset,
+        protocol=args.protocol,
         sweeps=parse_sweeps(args.sweeps),
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,
     )
     failed = [n for n, e in report["models"].items() if e["status"] != "ok"]
+    stem = args.target if args.protocol is None else f"{args.target}_{args.protocol}"
     print(
-        f"wrote {Path(args.run) / 'benchmark' / (args.target + '.json')} and .md"
+        f"wrote {Path(args.run) / 'benchmark' / (stem + '.json')} and .md"
         + (f"; failures recorded for: {', '.join(failed)}" if failed else "")
     )
     print(

@@ -1,0 +1,144 @@
+"""Named benchmark protocols: fixed model lists and settings that reproduce a paper's table.
+
+``seed-table2`` is the DBK paper's Table 2 (000, §4.3): DBK-RBF, SV-RBF and SV-DKL with the
+paper's settings (the ``paper`` preset, 400 epochs, no early stopping, best epoch by
+validation NLL, constant noise, no time input, no tile effect), reported as urban / rural MAE,
+NLL and 95% coverage, with the spread of the per-tile 95% interval widths that the paper's
+"near-constant intervals" claim rests on (its Figure 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from geodbk.errors import DataError
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A benchmark protocol: the models and the settings it fixes."""
+
+    name: str
+    models: tuple[str, ...]
+    epochs: int
+    preset: str
+    noise: str
+    title: str
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "seed-table2": Protocol(
+        name="seed-table2",
+        models=("sv-rbf", "sv-dkl", "dbk-rbf"),
+        epochs=400,
+        preset="paper",
+        noise="constant",
+        title="DBK paper, Table 2 (mobile internet quality, urban / rural)",
+    ),
+}
+
+#: The paper's labels for the registry's model names in Table 2.
+TABLE2_LABELS = {"sv-rbf": "SV-RBF", "sv-dkl": "SV-DKL", "dbk-rbf": "DBK"}
+
+
+def apply_protocol(
+    name: str,
+    *,
+    models: str | None,
+    epochs: int | None,
+    preset: str | None,
+    noise: str | None,
+    time: bool,
+    tile_effect: bool,
+) -> dict[str, Any]:
+    """The benchmark settings of protocol ``name``: its models, epochs, preset and noise.
+
+    ``epochs`` may shorten the protocol (recorded as given); a ``models``, ``preset`` or
+    ``noise`` other than the protocol's, ``time`` or ``tile_effect`` is refused with a
+    ``DataError`` that names the option, since the result would not be the protocol's table.
+    """
+    if name not in PROTOCOLS:
+        raise DataError(f"unknown --protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
+    proto = PROTOCOLS[name]
+    conflicts = []
+    if models is not None and sorted(m.strip() for m in models.split(",")) != sorted(proto.models):
+        conflicts.append(f"--models {models} (it trains {','.join(proto.models)})")
+    if preset is not None and preset != proto.preset:
+        conflicts.append(f"--preset {preset} (it uses {proto.preset})")
+    if noise is not None and noise != proto.noise:
+        conflicts.append(f"--noise {noise} (it uses {proto.noise})")
+    if time:
+        conflicts.append("--time (it pools the quarters)")
+    if tile_effect:
+        conflicts.append("--tile-effect (it has none)")
+    if conflicts:
+        raise DataError(
+            f"--protocol {name} fixes its models and settings; leave out "
+            + "; ".join(conflicts)
+            + " or run without --protocol"
+        )
+    return {
+        "models": list(proto.models),
+        "epochs": proto.epochs if epochs is None else epochs,
+        "preset": proto.preset,
+        "noise": proto.noise,
+    }
+
+
+def _cell(stat: dict[str, Any] | None, *, digits: int = 3, scale: float = 1.0) -> str:
+    """``mean`` (± sd when several seeds) of a summary statistic, or ``–``."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    text = f"{scale * stat['mean']:.{digits}f}"
+    if stat.get("sd"):
+        text += f" ± {scale * stat['sd']:.{digits}f}"
+    return text
+
+
+def table2_lines(report: dict[str, Any]) -> list[str]:
+    """Markdown lines of the report in Table 2's layout, then the PI-width spread per group."""
+    proto = PROTOCOLS[report["protocol"]]
+    epochs = report["budget"]["epochs"]
+    lines = [
+        f"## {proto.title}",
+        "",
+        f"Target {report['target']}; {epochs} epochs"
+        + ("" if epochs == proto.epochs else f" (the protocol's {proto.epochs} shortened)")
+        + f", preset {report['preset']}, {report['budget']['noise']} noise, no early stopping, "
+        "best epoch by validation NLL. Lower is better for MAE and NLL; target coverage 95%.",
+        "",
+        "| method | urban MAE | urban NLL | urban coverage | rural MAE | rural NLL | "
+        "rural coverage |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    widths = [
+        "",
+        "Spread of the per-tile 95% interval widths (log10; the paper's Figure 8: near-constant "
+        "widths have a spread near 0):",
+        "",
+        "| method | urban width | urban width sd | urban width IQR | rural width | "
+        "rural width sd | rural width IQR |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in proto.models:
+        entry = report["models"].get(name)
+        label = TABLE2_LABELS.get(name, name)
+        summary = entry.get("summary") if entry else None
+        if not summary:
+            reason = entry["failures"][0]["reason"][:100] if entry and entry["failures"] else ""
+            lines.append(f"| {label} | failed: {reason} ||||||")
+            widths.append(f"| {label} | failed ||||||")
+            continue
+        quality, spread = [], []
+        for group in ("urban", "rural"):
+            g = summary[group]
+            quality += [
+                _cell(g["mae"]),
+                _cell(g["nll"]),
+                _cell(g["coverage95"], digits=1, scale=100) + "%",
+            ]
+            spread += [_cell(g["width95"]), _cell(g["width_sd"]), _cell(g["width_iqr"])]
+        lines.append(f"| {label} | " + " | ".join(quality) + " |")
+        widths.append(f"| {label} | " + " | ".join(spread) + " |")
+    return [*lines, *widths, ""]
