@@ -29,3 +29,7 @@ class RunDirectoryError(GeodbkError):
     """A run directory that is missing, partial or lacks what a stage needs."""
 
     exit_code = 5
+
+
+class TrainingDivergedError(GeodbkError, FloatingPointError):
+    """The training loss (or the validation NLL) became NaN or infinite."""

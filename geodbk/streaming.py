@@ -16,7 +16,6 @@ the optimiser state (training), not by the number of rows ``n``:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from geodbk.distributed import epoch_permutation
 from geodbk.predictive import noise_kwargs
+from geodbk.training import _make_optimizer, batch_loss, checkpoint_options, fit, validator
 from geodbk.validation import counts_or_one
 
 __all__ = [
@@ -263,10 +264,15 @@ def train_streaming(
     """Train ``model`` (a :class:`geodbk.model.DBKModel`) without loading the table.
 
     Each epoch: this rank's row groups (``rank, rank + W, ...``) in an order drawn from
-    ``(config.seed, epoch)``, each group read with its columns only, its rows shuffled and cut
-    into mini-batches of ``config.batch_size``. Targets are standardised with ``y_mean`` and
-    ``y_std`` (computed beforehand, e.g. in one streaming pass). With a process group, wrap
-    ``model`` yourself or average gradients; this function is the single-process loop.
+    ``(config.seed, epoch, rank)``, cut into windows of ``shuffle_groups`` groups; a window's
+    rows (its groups in file order, finite rows only) are permuted by
+    :func:`geodbk.distributed.epoch_permutation` and cut into ``ceil(m / batch_size)``
+    near-equal mini-batches. With one window this is the batch order of
+    :func:`geodbk.training.train_model` on the same rows. Targets are standardised with
+    ``y_mean`` and ``y_std`` (computed beforehand, e.g. in one streaming pass). Selection,
+    early stopping, checkpoints and errors are those of :func:`geodbk.training.fit`. With a
+    process group, wrap ``model`` yourself or average gradients; this function is the
+    single-process loop.
 
     Parameters
     ----------
@@ -299,12 +305,11 @@ def train_streaming(
     nll_offset
         Added to the recorded validation NLL (default ``log y_std``: y's units).
     checkpoint_dir, resume
-        After every epoch the model, optimiser, best state and history are written atomically
-        to ``checkpoint_dir/last.pt`` (the format of :func:`geodbk.training.train_model`);
-        ``resume`` continues from it. The batch order depends only on ``(seed, epoch, rank)``,
-        so a resumed run equals an uninterrupted one.
+        ``checkpoint_dir/last.pt`` after every epoch; ``resume`` continues from it (the batch
+        order depends only on ``(seed, epoch, rank)``, so a resumed run equals an
+        uninterrupted one).
     progress, callback
-        A tqdm bar; a function called with each epoch's history record.
+        Progress on rank 0; a function called with each epoch's history record.
     shuffle_groups
         Row groups read, concatenated and shuffled together (the shuffle window). Tile
         tables are written sorted by quarter and quadkey in row groups of 65,536 rows, so a
@@ -318,117 +323,69 @@ def train_streaming(
     """
     import pyarrow.parquet as pq
 
-    from geodbk import training
-    from geodbk.training import (
-        _clone_state,
-        _make_optimizer,
-        batch_loss,
-        evaluate_nll,
-        restore_loop_state,
-    )
-
     n = int(n_global) if n_global is not None else count_rows(path, filters=filters)
     groups = np.arange(pq.ParquetFile(path).num_row_groups)[rank::world_size]
     optimizer = _make_optimizer(model, config)
     device = next(model.parameters()).device
     to_x = inputs or _stack_inputs(x_columns)
-    offset = math.log(y_std) if nll_offset is None else float(nll_offset)
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    loop = restore_loop_state(ckpt_dir, resume, config, model, optimizer)
-    history, best_state, best_score = loop.history, loop.best_state, loop.best_score
-    best_epoch, bad, start, stopped = loop.best_epoch, loop.bad_epochs, loop.epoch, loop.stopped
     cols = list(dict.fromkeys([*x_columns, *read_columns, y_column]))
     if tests_column:
         cols.append(tests_column)
-    bar = None
-    if progress and rank == 0:
-        from tqdm.auto import tqdm
+    size, window = int(config.batch_size), max(int(shuffle_groups), 1)
 
-        bar = tqdm(total=int(config.epochs), initial=start, desc="streaming", unit="ep")
-    try:
-        for epoch in range(start, int(config.epochs)):
-            if stopped:
-                break
-            t0 = time.perf_counter()
-            rng = np.random.default_rng([int(config.seed), epoch, rank])
-            total, seen = 0.0, 0
-            model.train()
-            order_g = rng.permutation(groups)
-            for w in range(0, len(order_g), max(int(shuffle_groups), 1)):
-                window = [int(g) for g in order_g[w : w + max(int(shuffle_groups), 1)]]
-                parts = list(
-                    iter_parquet_batches(
-                        path, columns=cols, filters=filters, row_groups=window, batch_size=1 << 30
-                    )
+    def epoch_step(epoch: int) -> float:
+        total, seen = 0.0, 0
+        order_g = np.random.default_rng([int(config.seed), epoch, rank]).permutation(groups)
+        for w in range(0, len(order_g), window):
+            part_id = (w // window) * world_size + rank
+            parts = list(
+                iter_parquet_batches(
+                    path,
+                    columns=cols,
+                    filters=filters,
+                    row_groups=sorted(int(g) for g in order_g[w : w + window]),
+                    batch_size=1 << 30,
                 )
-                if not parts:
+            )
+            if not parts:
+                continue
+            part = {c: np.concatenate([b[c] for b in parts]) for c in cols}
+            X = to_x(part)
+            y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
+            rows = np.flatnonzero(np.isfinite(X).all(axis=1) & np.isfinite(y))
+            perm = epoch_permutation(len(rows), seed=int(config.seed), epoch=epoch, part=part_id)
+            order = rows[perm.numpy()]
+            xt = torch.as_tensor(X[order], dtype=dtype, device=device)
+            yt = torch.as_tensor(y[order], dtype=dtype, device=device)
+            steps = max(1, -(-len(order) // size))
+            tt: list[torch.Tensor | None] = [None] * steps
+            if tests_column:
+                t_np = counts_or_one(part[tests_column])[order]
+                tt = list(torch.as_tensor(t_np, dtype=dtype, device=device).tensor_split(steps))
+            for xb, yb, tb in zip(xt.tensor_split(steps), yt.tensor_split(steps), tt, strict=True):
+                if len(xb) < 1 or (len(xb) < 2 and config.objective == "dppgp"):
                     continue
-                part = {c: np.concatenate([b[c] for b in parts]) for c in cols}
-                X = to_x(part)
-                y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
-                ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
-                order = rng.permutation(np.flatnonzero(ok))
-                xt = torch.as_tensor(X[order], dtype=dtype, device=device)
-                yt = torch.as_tensor(y[order], dtype=dtype, device=device)
-                tt = None
-                if tests_column:
-                    tt = torch.as_tensor(
-                        counts_or_one(part[tests_column])[order], dtype=dtype, device=device
-                    )
-                for i in range(0, len(order), int(config.batch_size)):
-                    sl = slice(i, i + int(config.batch_size))
-                    xb, yb = xt[sl], yt[sl]
-                    if xb.shape[0] < 2 and config.objective == "dppgp":
-                        continue
-                    optimizer.zero_grad(set_to_none=True)
-                    tb = None if tt is None else tt[sl]
-                    loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
-                    loss.backward()
-                    optimizer.step()
-                    total += float(loss.detach()) * int(xb.shape[0])
-                    seen += int(xb.shape[0])
-            model.eval()
-            train_loss = total / max(seen, 1)
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(
-                    f"the training loss became {train_loss} at epoch {epoch + 1}; try a smaller lr"
-                )
-            val = None
-            if x_val is not None and y_val is not None and len(y_val):
-                val = evaluate_nll(model, x_val, y_val, tests=tests_val) + offset
-            record = {
-                "epoch": epoch + 1,
-                "train_loss": train_loss,
-                "val_nll": val,
-                "seconds": time.perf_counter() - t0,
-            }
-            history.append(record)
-            score = val if val is not None else train_loss
-            if score < best_score:
-                best_score, best_epoch, bad = score, epoch + 1, 0
-                best_state = _clone_state(model)
-            else:
-                bad += 1
-                stopped = bad >= int(config.patience)
-            if ckpt_dir is not None and rank == 0:
-                ckpt_dir.mkdir(parents=True, exist_ok=True)
-                training.save_loop_checkpoint(
-                    ckpt_dir,
-                    config,
-                    model,
-                    optimizer,
-                    training.LoopState(
-                        history, best_state, best_score, best_epoch, bad, epoch + 1, stopped
-                    ),
-                )
-            if bar is not None:
-                bar.set_postfix({"loss": f"{train_loss:.4f}", "val_nll": f"{val or 0.0:.4f}"})
-                bar.update(1)
-            if callback is not None:
-                callback(dict(record))
-    finally:
-        if bar is not None:
-            bar.close()
-    model.load_state_dict(best_state)
-    model.eval()
-    return history
+                optimizer.zero_grad(set_to_none=True)
+                loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(xb)
+                seen += len(xb)
+        return total / max(seen, 1)
+
+    return fit(
+        model,
+        epoch_step,
+        optimizer=optimizer,
+        epochs=int(config.epochs),
+        patience=int(config.patience),
+        validate=validator(model, config, x_val, y_val, tests_val),
+        nll_offset=math.log(y_std) if nll_offset is None else float(nll_offset),
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+        options=checkpoint_options(config),
+        progress=progress,
+        is_main=rank == 0,
+        callback=callback,
+        name="streaming",
+    ).history

@@ -1,7 +1,11 @@
-"""The training loop: AdamW, shuffled mini-batches, best-by-validation-NLL, early stopping,
-per-epoch atomic checkpoints and bit-identical resume.
+"""The training loop of every model: :func:`fit` keeps the best epoch by validation NLL (else
+training loss), stops early, records the history, shows progress, raises
+:class:`~geodbk.errors.TrainingDivergedError` on a non-finite loss, writes a checkpoint after
+every epoch and resumes from it bit-identically. A data source is an epoch function: in memory
+or DDP shards (:func:`train_model`), parquet streaming (:func:`geodbk.streaming.train_streaming`)
+or a baseline's batches (:meth:`geodbk.baselines.base.TorchBaseline.fit`).
 
-The loop works on standardised targets; the estimator converts to and from y's units.
+The DBK loop works on standardised targets; the estimator converts to and from y's units.
 """
 
 from __future__ import annotations
@@ -9,17 +13,20 @@ from __future__ import annotations
 import copy
 import io
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from torch import nn
+from tqdm.auto import tqdm
 
 from geodbk.atomic import atomic_path
 from geodbk.distributed import ShardPlan, make_epoch_runner
-from geodbk.errors import ModelFileError
+from geodbk.errors import ModelFileError, TrainingDivergedError
 from geodbk.model import DBKModel, ModelOutput
 from geodbk.objectives import (
     dppgp_loss,
@@ -34,17 +41,19 @@ from geodbk.posterior import accumulate_statistics, posterior_from_statistics
 __all__ = [
     "CHECKPOINT_NAME",
     "OBJECTIVES",
+    "Epoch",
     "TrainConfig",
     "TrainResult",
     "batch_loss",
     "evaluate_nll",
     "exact_posterior_from_data",
+    "fit",
     "train_model",
 ]
 
 OBJECTIVES = ("dppgp", "exact", "ppgp", "elbo")
 CHECKPOINT_NAME = "last.pt"
-_CHECKPOINT_FORMAT = "geodbk-checkpoint-v1"
+_CHECKPOINT_FORMAT = "geodbk-checkpoint-v2"
 
 
 @dataclass(frozen=True)
@@ -180,12 +189,8 @@ def _make_optimizer(model: DBKModel, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr)
 
 
-def _clone_state(model: DBKModel) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
+def _clone_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def _save_checkpoint(directory: Path, state: dict[str, Any]) -> None:
@@ -193,11 +198,12 @@ def _save_checkpoint(directory: Path, state: dict[str, Any]) -> None:
     # writer, a plain write as the OSError it is (the command line names the file and the fix)
     buffer = io.BytesIO()
     torch.save(state, buffer)
+    directory.mkdir(parents=True, exist_ok=True)
     with atomic_path(directory / CHECKPOINT_NAME) as tmp:
         tmp.write_bytes(buffer.getbuffer())
 
 
-def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
+def _load_checkpoint(path: Path, options: dict[str, Any]) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # corrupt, truncated or foreign file
@@ -206,12 +212,10 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
         ) from exc
     if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
         raise ModelFileError(
-            f"{path} is not a geodbk training checkpoint; delete it to start afresh"
+            f"{path} is not a geodbk training checkpoint of this version; delete it to start afresh"
         )
-    saved = dict(state.get("config", {}))
-    wanted = asdict(config)
-    keys = [k for k in wanted if k not in ("epochs", "patience", "eval_chunk_size")]
-    diff = [k for k in keys if saved.get(k) != wanted[k]]
+    saved = dict(state.get("options", {}))
+    diff = [k for k in options if saved.get(k) != options[k]]
     if diff:
         raise ModelFileError(
             f"the checkpoint {path} was written with different options ({', '.join(diff)}); "
@@ -220,9 +224,21 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     return state
 
 
+class Epoch(NamedTuple):
+    """What one epoch of :func:`fit` reports.
+
+    ``apply``, when given, is the epoch's optimiser step, taken after the loop has scored and
+    possibly kept the parameters (full-batch models that cache their posterior in the forward
+    pass score the parameters before their step).
+    """
+
+    train_loss: float
+    apply: Callable[[], None] | None = None
+
+
 @dataclass
-class LoopState:
-    """Bookkeeping of a training loop that a checkpoint restores (after ``epoch`` epochs)."""
+class _Loop:
+    """Bookkeeping of :func:`fit` that a checkpoint restores (after ``epoch`` epochs)."""
 
     history: list[dict[str, Any]]
     best_state: dict[str, torch.Tensor]
@@ -233,66 +249,177 @@ class LoopState:
     stopped: bool = False
 
 
-def restore_loop_state(
-    ckpt_dir: Path | None,
-    resume: bool,
-    config: TrainConfig,
-    model: DBKModel,
-    optimizer: torch.optim.Optimizer,
+class _Progress:
+    """A tqdm bar on a terminal, else one line per epoch on stderr."""
+
+    def __init__(self, name: str, total: int, initial: int) -> None:
+        self.name = name
+        self.bar = (
+            tqdm(total=total, initial=initial, desc=name, unit="ep")
+            if sys.stderr.isatty()
+            else None
+        )
+
+    def update(self, record: dict[str, Any]) -> None:
+        post = {k: f"{record[k]:.4f}" for k in ("train_loss", "val_nll") if record[k] is not None}
+        if self.bar is None:
+            text = " ".join(f"{k} {v}" for k, v in post.items())
+            print(f"[{self.name}] epoch {record['epoch']}: {text}", file=sys.stderr)
+            return
+        self.bar.set_postfix(post)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def fit(
+    module: nn.Module,
+    epoch_step: Callable[[int], float | Epoch],
     *,
-    generator: torch.Generator | None = None,
-) -> LoopState:
-    """A fresh :class:`LoopState`, or with ``resume`` and ``ckpt_dir/last.pt`` present the saved
-    one, after loading the model, optimiser (and ``generator``) state from that checkpoint."""
-    fresh = LoopState(history=[], best_state=_clone_state(model))
-    if ckpt_dir is None or not resume or not (ckpt_dir / CHECKPOINT_NAME).is_file():
-        return fresh
-    state = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, config)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if generator is not None:
-        generator.set_state(state["generator"])
-    device = next(model.parameters()).device
-    return LoopState(
-        history=list(state["history"]),
-        best_state={k: v.to(device) for k, v in state["best_state"].items()},
-        best_score=float(state["best_score"]),
-        best_epoch=int(state["best_epoch"]),
-        bad_epochs=int(state["bad_epochs"]),
-        epoch=int(state["epoch"]),
-        stopped=bool(state["stopped"]),
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    patience: int | None,
+    validate: Callable[[], float | None] | None = None,
+    nll_offset: float = 0.0,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+    options: dict[str, Any] | None = None,
+    progress: bool = False,
+    is_main: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    name: str = "train",
+) -> TrainResult:
+    """Run ``epoch_step`` for up to ``epochs`` epochs and leave ``module`` at the best one.
+
+    Each epoch: ``epoch_step(e)`` (``e`` counts from 0) trains and returns the mean training
+    loss (or an :class:`Epoch`); a non-finite loss raises :class:`TrainingDivergedError`. Then
+    ``validate()`` gives the validation NLL (``None``: no validation data; NaN raises
+    :class:`TrainingDivergedError`, +inf is recorded as ``None`` and never kept). The score is
+    ``val_nll + nll_offset``, else the training loss; the lowest-scoring state is kept, and
+    training stops after ``patience`` epochs without a lower score. ``scheduler`` is stepped
+    once per epoch (``ReduceLROnPlateau`` with the score).
+
+    With ``checkpoint_dir`` the main process writes ``last.pt`` atomically after every epoch
+    (module, optimiser, scheduler, torch's CPU random state and this bookkeeping); with
+    ``resume=True`` an existing one whose ``options`` match is continued, bit-identical to an
+    uninterrupted run on the same device and thread count when ``epoch_step`` depends only on
+    the epoch index and that state. ``progress`` shows a tqdm bar on a terminal (else a line per
+    epoch on stderr) on the main process; ``callback`` gets each epoch's history record
+    (``epoch``, ``train_loss``, ``val_nll``, ``seconds``).
+    """
+    options = dict(options or {})
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    loop = _Loop(history=[], best_state=_clone_state(module))
+    if ckpt_dir is not None and resume and (ckpt_dir / CHECKPOINT_NAME).is_file():
+        saved = _load_checkpoint(ckpt_dir / CHECKPOINT_NAME, options)
+        module.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        if scheduler is not None and saved["scheduler"] is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+        device = next(iter(module.state_dict().values())).device
+        loop = _Loop(
+            **{k: saved[k] for k in ("history", "best_score", "best_epoch", "bad_epochs")},
+            best_state={k: v.to(device) for k, v in saved["best_state"].items()},
+            epoch=saved["epoch"],
+            stopped=saved["stopped"],
+        )
+    bar = _Progress(name, epochs, loop.epoch) if progress and is_main else None
+    try:
+        while loop.epoch < epochs and not loop.stopped:
+            t0 = time.perf_counter()
+            module.train()
+            out = epoch_step(loop.epoch)
+            out = out if isinstance(out, Epoch) else Epoch(float(out))
+            epoch = loop.epoch + 1
+            if not math.isfinite(out.train_loss):
+                raise TrainingDivergedError(
+                    f"{name}: the training loss became {out.train_loss} at epoch {epoch}; "
+                    "try a smaller lr or a larger jitter"
+                )
+            module.eval()
+            val = validate() if validate is not None else None
+            if val is not None and math.isnan(val):
+                raise TrainingDivergedError(f"{name}: the validation NLL is NaN at epoch {epoch}")
+            val = None if val is None else val + nll_offset
+            score = out.train_loss if val is None else val
+            if score < loop.best_score:
+                loop.best_score, loop.best_epoch, loop.bad_epochs = score, epoch, 0
+                loop.best_state = _clone_state(module)
+            else:
+                loop.bad_epochs += 1
+            if out.apply is not None:
+                out.apply()
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(score)
+            elif scheduler is not None:
+                scheduler.step()
+            loop.epoch, loop.stopped = epoch, patience is not None and loop.bad_epochs >= patience
+            record = {
+                "epoch": epoch,
+                "train_loss": out.train_loss,
+                "val_nll": val if val is not None and math.isfinite(val) else None,
+                "seconds": time.perf_counter() - t0,
+            }
+            loop.history.append(record)
+            if ckpt_dir is not None and is_main:
+                _save_checkpoint(
+                    ckpt_dir,
+                    {
+                        **vars(loop),
+                        "format": _CHECKPOINT_FORMAT,
+                        "options": options,
+                        "model": module.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": None if scheduler is None else scheduler.state_dict(),
+                        "rng": torch.get_rng_state(),
+                    },
+                )
+            if bar is not None:
+                bar.update(record)
+            if callback is not None:
+                callback(dict(record))
+    finally:
+        if bar is not None:
+            bar.close()
+    module.load_state_dict(loop.best_state)
+    module.eval()
+    return TrainResult(
+        history=copy.deepcopy(loop.history), best_epoch=loop.best_epoch, stopped_early=loop.stopped
     )
 
 
-def save_loop_checkpoint(
-    ckpt_dir: Path,
-    config: TrainConfig,
+def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
+    """The options of ``config`` a checkpoint must match to be resumed (not the budget)."""
+    skip = ("epochs", "patience", "eval_chunk_size")
+    return {k: v for k, v in asdict(config).items() if k not in skip}
+
+
+def validator(
     model: DBKModel,
-    optimizer: torch.optim.Optimizer,
-    loop: LoopState,
-    *,
-    generator: torch.Generator | None = None,
-) -> None:
-    """Write ``ckpt_dir/last.pt`` atomically: model, optimiser, generator and loop state after
-    ``loop.epoch`` epochs (read back by :func:`restore_loop_state`)."""
-    gen = generator if generator is not None else torch.Generator()
-    _save_checkpoint(
-        ckpt_dir,
-        {
-            "format": _CHECKPOINT_FORMAT,
-            "config": asdict(config),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "generator": gen.get_state(),
-            "epoch": loop.epoch,
-            "history": loop.history,
-            "best_state": loop.best_state,
-            "best_score": loop.best_score,
-            "best_epoch": loop.best_epoch,
-            "bad_epochs": loop.bad_epochs,
-            "stopped": loop.stopped,
-        },
-    )
+    config: TrainConfig,
+    x_val: torch.Tensor | None,
+    y_val: torch.Tensor | None,
+    tests_val: torch.Tensor | None = None,
+) -> Callable[[], float | None]:
+    """The validation NLL of :func:`fit` for a DBK model (``None`` without validation rows)."""
+
+    def validate() -> float | None:
+        if x_val is None or y_val is None or int(x_val.shape[0]) == 0:
+            return None
+        return evaluate_nll(
+            model,
+            x_val,
+            y_val,
+            variance_correction=config.variance_correction,
+            chunk_size=config.eval_chunk_size,
+            tests=tests_val,
+        )
+
+    return validate
 
 
 def train_model(
@@ -312,21 +439,19 @@ def train_model(
     tests_val: torch.Tensor | None = None,
     shards: ShardPlan | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place and leave it at the best epoch.
+    """Train ``model`` in place with :func:`fit` and leave it at the best epoch.
 
-    Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch draws a permutation from a
-    ``torch.Generator`` seeded with ``config.seed`` and takes one AdamW step per batch.
-    ``exact``: one full-batch step per epoch on ``-log p(y) / n``, after which ``q(w)`` is set to
-    the exact posterior. AdamW applies ``weight_decay`` to the backbone only.
+    Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch walks the batches of a
+    :class:`~geodbk.distributed.ShardPlan` (one shard holding all rows unless ``shards`` is
+    given), a permutation seeded by ``(config.seed, epoch)`` cut into ``ceil(n / batch_size)``
+    near-equal batches, with one AdamW step per batch. ``exact``: one full-batch step per epoch
+    on ``-log p(y) / n``, after which ``q(w)`` is set to the exact posterior. AdamW applies
+    ``weight_decay`` to the backbone only.
 
     The selected state is the one with the lowest validation NLL (``nll_offset`` is added to the
     recorded ``val_nll``, e.g. ``log sd_y`` to report it in y's units) or, without validation
     data, the lowest training loss. Training stops after ``patience`` epochs without improvement.
-
-    With ``checkpoint_dir`` a checkpoint (model and optimizer state, generator state, epoch,
-    best state, history, patience counter) is written atomically after every epoch; with
-    ``resume=True`` an existing one is continued, giving bit-identical results to an
-    uninterrupted run (on the same device and thread count).
+    Checkpoints, resume, progress and divergence errors are those of :func:`fit`.
 
     Parameters
     ----------
@@ -349,8 +474,8 @@ def train_model(
     callback
         Called after every epoch with that epoch's history record.
     tests, tests_val
-        Optional noise covariate (number of tests per row, (n,)) of the training and validation
-        rows, passed to ``model.noise_var`` so the loss uses ``s2_i``.
+        Optional noise covariate (number of tests per row, (n,) or (n, k)) of the training and
+        validation rows, passed to ``model.noise_var`` so the loss uses ``s2_i``.
     shards
         Sharded (data-parallel) training: ``x, y`` are this rank's shard and the epochs walk
         the plan's global batches (see :mod:`geodbk.distributed`); only the main rank writes
@@ -359,121 +484,37 @@ def train_model(
     n = int(x.shape[0])
     if n == 0:
         raise ValueError("cannot train on an empty data set")
-    has_val = x_val is not None and y_val is not None and int(x_val.shape[0]) > 0
     optimizer = _make_optimizer(model, config)
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(int(config.seed))
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    loop = restore_loop_state(ckpt_dir, resume, config, model, optimizer, generator=gen)
-    history, best_state, best_score = loop.history, loop.best_state, loop.best_score
-    best_epoch, bad_epochs, start_epoch, stopped = (
-        loop.best_epoch,
-        loop.bad_epochs,
-        loop.epoch,
-        loop.stopped,
+
+    def exact_step(epoch: int) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        mll = exact_marginal_log_likelihood(
+            model.features(x), y, model.noise_var(tests), mean=model.const_mean
+        )
+        loss = -mll / n
+        loss.backward()
+        optimizer.step()
+        exact_posterior_from_data(model, x, y, chunk_size=config.eval_chunk_size, tests=tests)
+        return float(loss.detach())
+
+    def batch_step(epoch: int) -> float:
+        return runner(x, y, optimizer, epoch, tests)
+
+    if config.objective != "exact":
+        runner = make_epoch_runner(model, shards or ShardPlan((n,)), config)
+    return fit(
+        model,
+        exact_step if config.objective == "exact" else batch_step,
+        optimizer=optimizer,
+        epochs=config.epochs,
+        patience=config.patience,
+        validate=validator(model, config, x_val, y_val, tests_val),
+        nll_offset=nll_offset,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+        options=checkpoint_options(config),
+        progress=progress,
+        is_main=shards is None or shards.is_main,
+        callback=callback,
+        name=config.objective,
     )
-
-    runner = None if shards is None else make_epoch_runner(model, shards, config)
-    is_main = shards is None or shards.is_main
-    bar = None
-    if progress and is_main:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=config.epochs, initial=start_epoch, desc=f"{config.objective}", unit="ep")
-
-    try:
-        epoch = start_epoch
-        while epoch < config.epochs and not stopped:
-            t0 = time.perf_counter()
-            model.train()
-            if config.objective == "exact":
-                optimizer.zero_grad(set_to_none=True)
-                phi = model.features(x)
-                loss = (
-                    -exact_marginal_log_likelihood(
-                        phi, y, model.noise_var(tests), mean=model.const_mean
-                    )
-                    / n
-                )
-                loss.backward()
-                optimizer.step()
-                train_loss = float(loss.detach())
-                exact_posterior_from_data(
-                    model, x, y, chunk_size=config.eval_chunk_size, tests=tests
-                )
-            elif runner is not None:
-                train_loss = runner(x, y, optimizer, epoch, tests)
-            else:
-                perm = torch.randperm(n, generator=gen).to(x.device)
-                total = 0.0
-                for i in range(0, n, config.batch_size):
-                    idx = perm[i : i + config.batch_size]
-                    optimizer.zero_grad(set_to_none=True)
-                    tb = None if tests is None else tests[idx]
-                    loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
-                    loss.backward()
-                    optimizer.step()
-                    total += float(loss.detach()) * int(idx.shape[0])
-                train_loss = total / n
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(
-                    f"the training loss became {train_loss} at epoch {epoch + 1}; "
-                    "try a smaller lr or a larger jitter"
-                )
-            model.eval()
-            val_nll = None
-            if has_val:
-                assert x_val is not None and y_val is not None
-                val_nll = (
-                    evaluate_nll(
-                        model,
-                        x_val,
-                        y_val,
-                        variance_correction=config.variance_correction,
-                        chunk_size=config.eval_chunk_size,
-                        tests=tests_val,
-                    )
-                    + nll_offset
-                )
-            score = val_nll if val_nll is not None else train_loss
-            epoch += 1
-            if score < best_score:
-                best_score, best_epoch, bad_epochs = score, epoch, 0
-                best_state = _clone_state(model)
-            else:
-                bad_epochs += 1
-            record = {
-                "epoch": epoch,
-                "train_loss": _finite_or_none(train_loss),
-                "val_nll": _finite_or_none(val_nll),
-                "seconds": time.perf_counter() - t0,
-            }
-            history.append(record)
-            if bad_epochs >= config.patience:
-                stopped = True
-            if ckpt_dir is not None and is_main:
-                save_loop_checkpoint(
-                    ckpt_dir,
-                    config,
-                    model,
-                    optimizer,
-                    LoopState(
-                        history, best_state, best_score, best_epoch, bad_epochs, epoch, stopped
-                    ),
-                    generator=gen,
-                )
-            if bar is not None:
-                post = {"loss": f"{train_loss:.4f}"}
-                if val_nll is not None:
-                    post["val_nll"] = f"{val_nll:.4f}"
-                bar.set_postfix(post)
-                bar.update(1)
-            if callback is not None:
-                callback(dict(record))
-    finally:
-        if bar is not None:
-            bar.close()
-
-    model.load_state_dict(best_state)
-    model.eval()
-    return TrainResult(history=copy.deepcopy(history), best_epoch=best_epoch, stopped_early=stopped)
