@@ -22,10 +22,10 @@ import pytest
 import torch
 from baseline_helpers import region
 
-import geodbk.baselines.svgp as svgp_module
+import geodbk.baselines.svdbk as svdbk_module
 from geodbk.baselines.kernels import psd_cholesky, tri_solve
 from geodbk.baselines.solvegp import SolveGPModule, SolveGPRegressor, solvegp_loss
-from geodbk.baselines.svgp import SVDBKRegressor, svdbk_loss
+from geodbk.baselines.svdbk import SVDBKRegressor, svdbk_loss
 
 JITTER = 1e-6  # SolveGPModule.factors: relative jitter 1e-6 on K_uu (mean diagonal) and C_vv
 
@@ -232,12 +232,12 @@ def test_svdbk_reference_fails_when_a_factor_is_perturbed(
     _svdbk_compare(est, X, y)
 
     def kl_scaled(mp: pytest.MonkeyPatch) -> None:  # the KL term of the loss
-        kl = svgp_module.gaussian_kl_standard
-        mp.setattr(svgp_module, "gaussian_kl_standard", lambda m, L: 1.01 * kl(m, L))
+        kl = svdbk_module.gaussian_kl_standard
+        mp.setattr(svdbk_module, "gaussian_kl_standard", lambda m, L: 1.01 * kl(m, L))
 
     def data_scaled(mp: pytest.MonkeyPatch) -> None:  # the ELBO data term of the loss
-        elbo = svgp_module.elbo_loss
-        mp.setattr(svgp_module, "elbo_loss", lambda *a, **k: 1.01 * elbo(*a, **k))
+        elbo = svdbk_module.elbo_loss
+        mp.setattr(svdbk_module, "elbo_loss", lambda *a, **k: 1.01 * elbo(*a, **k))
 
     for mutate in (kl_scaled, data_scaled):
         with monkeypatch.context() as mp:

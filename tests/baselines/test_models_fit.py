@@ -25,6 +25,7 @@ SETTINGS: dict[str, dict] = {
     "pp-dkl": {"epochs": 30, "overrides": {"lr": 1e-2}},
     "vbll": {"epochs": 30, "overrides": {"lr": 1e-2}},
     "svdbk": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "svdbk-exact": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
     "cagp": {"epochs": 30, "overrides": {"lr": 0.05}},
     "solve-gp": {"epochs": 30, "overrides": {"lr": 0.02}},
     "softki": {"epochs": 30, "overrides": {}},
