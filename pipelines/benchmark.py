@@ -71,7 +71,7 @@ EPILOG = """examples:
   geodbk benchmark --run runs/hawaii-mobile --target upload --protocol seed-table2 --threads 1
 
 model names: dbk-rbf, dbk-silu, exact-dbk, exact-rbf, sv-rbf, sv-dkl, pp-dkl, vbll, svdbk,
-cagp, solve-gp, softki (or 'all')
+svdbk-exact, cagp, solve-gp, softki (or 'all')
 exit codes: 0 ok (a model that failed is recorded in the table with its reason), 2 usage,
 3 bad option or data (unknown model, --set key), 5 missing run directory or tile table.
 """
