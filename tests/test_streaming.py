@@ -8,9 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 import torch
 
 from geodbk import DBKRegressor
+from geodbk.errors import TrainingDivergedError
 from geodbk.model import DBKModel
 from geodbk.streaming import count_rows, iter_parquet_batches, predict_table, train_streaming
 from geodbk.training import TrainConfig
@@ -169,3 +171,21 @@ def test_streaming_inputs_callable_and_tests_column(tmp_path: Path) -> None:
 
     with_tests, without = fit("tests"), fit(None)
     assert with_tests > 1.5 * without  # measured: 2.8 vs 1.0
+
+
+def test_train_streaming_divergence_is_training_diverged_error(tmp_path: Path) -> None:
+    src = _table(tmp_path / "t.parquet", n=200)
+    model = DBKModel(2, expansion="silu", rank=8, hidden=8).to(torch.float64)
+    with torch.no_grad():
+        model.q.mean.fill_(float("nan"))
+    with pytest.raises(TrainingDivergedError, match="streaming: the training loss became nan"):
+        train_streaming(
+            model,
+            src,
+            x_columns=["x1", "x2"],
+            y_column="y",
+            y_mean=4.0,
+            y_std=0.5,
+            config=TrainConfig(batch_size=64, epochs=2),
+            dtype=torch.float64,
+        )

@@ -25,9 +25,7 @@ The core's ``noise="tests+devices"`` is not available here (:data:`BASELINE_NOIS
 
 from __future__ import annotations
 
-import copy
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, overload
@@ -40,11 +38,14 @@ from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
+from geodbk.distributed import ShardPlan
 from geodbk.errors import DataError, GeodbkError, ModelFileError
+from geodbk.errors import TrainingDivergedError as TrainingDivergedError
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
+from geodbk.training import Epoch, fit
 from geodbk.validation import as_tests
 
 #: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
@@ -73,12 +74,11 @@ def check_noise(noise: str) -> str:
     return noise
 
 
+#: Options a checkpoint need not match to be resumed: the budget and the device.
+_BUDGET = ("epochs", "patience", "device")
+
 #: The quantities :meth:`TorchBaseline.predict_dist` can describe (as ``DBKRegressor``'s).
 QUANTITIES = ("observation", "latent")
-
-
-class TrainingDivergedError(GeodbkError):
-    """The training loss became NaN or infinite."""
 
 
 class ProblemTooLargeError(GeodbkError, ValueError):
@@ -288,12 +288,15 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
         callback: Callable[[dict[str, Any]], None] | None = None,
         tests: Any = None,
         tests_val: Any = None,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> T:
         """Train on ``(X, y)``; keep the epoch with the best validation NLL when given.
 
         Standardises ``y`` with its training mean/sd, then minimises the model's per-datum
-        objective with Adam (mini-batches or full batch). NaN/inf loss raises
-        :class:`TrainingDivergedError`.
+        objective with the ``_optimizer`` (Adam; mini-batches of a seeded per-epoch
+        permutation, or full batch) through :func:`geodbk.training.fit`: early stopping after
+        ``patience`` epochs, NaN/inf loss raises :class:`TrainingDivergedError`.
 
         Parameters
         ----------
@@ -302,7 +305,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
         X_val, y_val
             Optional validation data (the kept epoch has the lowest validation NLL).
         progress
-            Print one line per epoch.
+            Show progress (a tqdm bar on a terminal, else a line per epoch on stderr).
         callback
             Called after every epoch with ``{"epoch", "train_loss", "val_nll", "seconds"}``.
         tests, tests_val
@@ -310,6 +313,9 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             covariate of ``s2_i = s2_floor + s2_meas / tests_i^p``. Required with
             ``noise="tests"`` (``tests_val`` too when validation data is given); ignored by
             the constant noise.
+        checkpoint_dir, resume
+            Write ``checkpoint_dir/last.pt`` after every epoch; with ``resume`` continue from
+            it (same options, same result as an uninterrupted run).
         """
         self._validate()
         Xn = validated_X(self, X, reset=True)
@@ -346,87 +352,58 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             self._init_module(module, Xt, yt)
         self.module_ = module
         opt = self._optimizer(module)
-        sched = self._scheduler(opt)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        n = Xt.shape[0]
-        best = math.inf
-        best_state: dict[str, Tensor] | None = None
-        since_best = 0
-        self.history_: list[dict[str, Any]] = []
-        self.best_epoch_: int | None = None
-        self.metadata_: dict[str, Any] = {}
-        for epoch in range(1, epochs + 1):
-            t0 = time.perf_counter()
-            module.train()
+        n, plan = Xt.shape[0], ShardPlan((Xt.shape[0],))
+
+        def epoch_step(epoch: int) -> Epoch | float:
             if self.full_batch:
                 opt.zero_grad(set_to_none=True)
                 loss = self._loss(module, Xt, yt, n, Tt)
+
+                def step() -> None:  # after the loop scored and kept the current parameters,
+                    loss.backward()  # whose posterior the forward pass cached
+                    opt.step()
+
+                return Epoch(float(loss.detach()), step)
+            total = 0.0
+            for idx, _ in plan.epoch_batches(epoch=epoch, seed=seed, batch_size=batch_size):
+                idx = idx.to(Xt.device)
+                opt.zero_grad(set_to_none=True)
+                loss = self._loss(module, Xt[idx], yt[idx], n, None if Tt is None else Tt[idx])
                 if not torch.isfinite(loss):
-                    raise TrainingDivergedError(
-                        f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
-                    )
-                train_loss = float(loss.detach())
-                # The forward pass cached the posterior at the current parameters: score them
-                # before the step so that the kept state and its score belong together.
-                val_nll = self._val_nll(module, Xv, yv, Tv) if have_val else train_loss
-                score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
+                    return float(loss.detach())  # the loop raises TrainingDivergedError
                 loss.backward()
                 opt.step()
-            else:
-                perm = torch.randperm(n, generator=gen).to(Xt.device)
-                total = 0.0
-                for start in range(0, n, batch_size):
-                    idx = perm[start : start + batch_size]
-                    opt.zero_grad(set_to_none=True)
-                    tb = None if Tt is None else Tt[idx]
-                    loss = self._loss(module, Xt[idx], yt[idx], n, tb)
-                    if not torch.isfinite(loss):
-                        raise TrainingDivergedError(
-                            f"{self.model_name}: loss is {float(loss.detach())} at epoch {epoch}"
-                        )
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * idx.shape[0]
-                train_loss = total / n
-                module.eval()
+                total += float(loss.detach()) * idx.shape[0]
+            return total / n
+
+        def validate() -> float | None:
+            if not self.full_batch:
                 with torch.no_grad():
                     self._refresh(module, Xt, yt, Tt)
-                val_nll = self._val_nll(module, Xv, yv, Tv) if have_val else train_loss
-                score_state = copy.deepcopy(module.state_dict()) if val_nll < best else None
-            if not math.isfinite(val_nll):
-                raise TrainingDivergedError(
-                    f"{self.model_name}: validation NLL is {val_nll} at epoch {epoch}"
-                )
-            if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                sched.step(val_nll)
-            elif sched is not None:
-                sched.step()
-            seconds = time.perf_counter() - t0
-            # Like the core: val_nll in y's units (standardised NLL + log sd_y); without
-            # validation data the score is the training loss and val_nll is None.
-            record: dict[str, Any] = {
-                "epoch": epoch,
-                "train_loss": train_loss,
-                "val_nll": val_nll + math.log(self.y_sd_) if have_val else None,
-                "seconds": seconds,
-            }
-            self.history_.append(record)
-            if callback is not None:
-                callback(record)
-            if progress:
-                print(
-                    f"[{self.model_name}] epoch {epoch}: loss {train_loss:.4f} val_nll {val_nll:.4f} ({seconds:.2f}s)"
-                )
-            if val_nll < best:
-                best, since_best, self.best_epoch_ = val_nll, 0, epoch
-                best_state = score_state
-            else:
-                since_best += 1
-                if self.patience is not None and since_best >= self.patience:
-                    break
-        if best_state is not None:
-            module.load_state_dict(best_state)
-        module.eval()
+            return self._val_nll(module, Xv, yv, Tv) if have_val else None
+
+        params = self.get_params(deep=False)
+        result = fit(
+            module,
+            epoch_step,
+            optimizer=opt,
+            epochs=epochs,
+            patience=self.patience,
+            validate=validate,
+            nll_offset=math.log(self.y_sd_),
+            scheduler=self._scheduler(opt),
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            options={
+                "model": self.model_name,
+                **{k: params[k] for k in params if k not in _BUDGET},
+            },
+            progress=progress,
+            callback=callback,
+            name=self.model_name,
+        )
+        self.history_, self.best_epoch_ = result.history, result.best_epoch or None
+        self.metadata_: dict[str, Any] = {}
         with torch.no_grad():
             self._refresh(module, Xt, yt, Tt)
         return self

@@ -1,11 +1,18 @@
-"""The shared TorchBaseline machinery: the learning-rate scheduler hook."""
+"""The shared TorchBaseline machinery: the scheduler hook and, through the one training loop,
+checkpoint/resume, divergence and early stopping."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 import torch
 from baseline_helpers import region
 
 from geodbk.baselines.exact_rbf import ExactRBFRegressor
+from geodbk.baselines.registry import build_model
+from geodbk.errors import ModelFileError, TrainingDivergedError
 
 
 class _Halving(ExactRBFRegressor):
@@ -24,3 +31,39 @@ def test_scheduler_hook_is_stepped_once_per_epoch() -> None:
     assert model.sched_.last_epoch == 3
     assert model.sched_.get_last_lr() == [0.04 * 0.5**3]
     assert ExactRBFRegressor()._scheduler(torch.optim.SGD([torch.zeros(1)], lr=1.0)) is None
+
+
+@pytest.mark.parametrize("name", ["exact-rbf", "solve-gp"])
+def test_baseline_resume_equals_uninterrupted_run(name: str, tmp_path: Path) -> None:
+    """Full batch (exact RBF) and mini-batches (SOLVE-GP): 2 epochs, a checkpoint, 2 more
+    give the weights, history and best epoch of 4 uninterrupted epochs."""
+    X, y = region(120, seed=2)
+
+    def model(epochs: int) -> Any:
+        return build_model(name, epochs=epochs, batch_size=32, seed=0, rank=8, hidden=8)
+
+    full = model(4).fit(X[:90], y[:90], X[90:], y[90:])
+    model(2).fit(X[:90], y[:90], X[90:], y[90:], checkpoint_dir=tmp_path)
+    resumed = model(4).fit(X[:90], y[:90], X[90:], y[90:], checkpoint_dir=tmp_path, resume=True)
+    sa, sb = full.module_.state_dict(), resumed.module_.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert [r["val_nll"] for r in full.history_] == [r["val_nll"] for r in resumed.history_]
+    assert full.best_epoch_ == resumed.best_epoch_
+    with pytest.raises(ModelFileError, match="different options"):
+        build_model(name, epochs=4, batch_size=32, seed=1, rank=8, hidden=8).fit(
+            X[:90], y[:90], checkpoint_dir=tmp_path, resume=True
+        )
+
+
+class _Diverging(ExactRBFRegressor):
+    def _loss(self, module: Any, X: Any, y: Any, n_total: int, tests: Any = None) -> Any:
+        return super()._loss(module, X, y, n_total, tests) * float("nan")
+
+
+def test_baseline_divergence_and_early_stopping() -> None:
+    X, y = region(40, seed=0)
+    with pytest.raises(TrainingDivergedError, match="exact-rbf: the training loss became nan"):
+        _Diverging(epochs=3).fit(X, y)
+    # lr = 0: nothing improves after epoch 1, so training stops after 1 + patience epochs
+    stuck = ExactRBFRegressor(epochs=10, patience=2, lr=0.0).fit(X[:30], y[:30], X[30:], y[30:])
+    assert [r["epoch"] for r in stuck.history_] == [1, 2, 3] and stuck.best_epoch_ == 1
