@@ -24,6 +24,10 @@ Everything needs only KS (n × i): it is built in row chunks ``K[chunk, :] S`` w
 pass instead of stored; memory stays O(n·i + chunk·n). Each step costs about n² kernel
 evaluations (forward) plus the same again in the backward pass; prediction needs all training
 inputs (stored in the bundle).
+
+Learning rate: constant (``lr_schedule="constant"``) or, as paper 002, decayed linearly from
+``lr`` at the first epoch to 0.1·``lr`` at the last (``lr_schedule="linear"``, ``LinearLR`` with
+end_factor 0.1 over epochs - 1 steps; lr_e = lr (1 - 0.9 (e - 1) / (epochs - 1)) at epoch e).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from torch.utils.checkpoint import checkpoint
 
 from geodbk.baselines.base import TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, matern32_ard, morton_order, psd_cholesky, tri_solve
+
+#: Values of ``CaGPRegressor(lr_schedule=...)``.
+LR_SCHEDULES = ("constant", "linear")
 
 
 class CaGPModule(nn.Module):
@@ -208,6 +215,8 @@ class CaGPRegressor(TorchBaseline):
         As in ``TorchBaseline`` (``batch_size`` unused: full batch); ``lr`` defaults to 0.05
         (one optimiser step per epoch); ``noise``: ``"constant"`` or ``"tests"`` (D =
         diag(s2_j) in K_hat = K + D).
+    lr_schedule
+        ``"constant"`` or ``"linear"`` (lr to 0.1·lr at the last epoch, paper 002).
     """
 
     model_name = "cagp"
@@ -229,6 +238,7 @@ class CaGPRegressor(TorchBaseline):
         dtype: str = "float32",
         noise: str = "constant",
         noise_power: bool = False,
+        lr_schedule: str = "constant",
     ) -> None:
         super().__init__(
             epochs=epochs,
@@ -245,6 +255,22 @@ class CaGPRegressor(TorchBaseline):
         self.chunk_elems = chunk_elems
         self.lengthscale = lengthscale
         self.noise_init = noise_init
+        self.lr_schedule = lr_schedule
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+
+    def _scheduler(
+        self, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler | None:
+        """``lr_schedule="linear"``: ``LinearLR(1 -> 0.1)`` reaching 0.1·lr at the last epoch."""
+        if self.lr_schedule != "linear":
+            return None
+        return torch.optim.lr_scheduler.LinearLR(
+            optimizer, start_factor=1.0, end_factor=0.1, total_iters=max(int(self.epochs) - 1, 1)
+        )
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n, d = X.shape
