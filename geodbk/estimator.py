@@ -96,7 +96,7 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
         ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
         positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
-        :meth:`fit`; not with :meth:`fit_parquet` or sharded training yet).
+        :meth:`fit`; not with :meth:`fit_parquet`).
     noise_power
         With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
         ``devices`` (default ``p = q = 1``).
@@ -104,7 +104,7 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         With the tests-aware noise: learn a separate floor for urban tiles,
         ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
         ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
-        :meth:`predict_dist` (not with :meth:`fit_parquet` or sharded training yet).
+        :meth:`predict_dist` (not with :meth:`fit_parquet`).
     """
 
     def __init__(
@@ -285,11 +285,6 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
             ``self``.
         """
         self._validate()
-        if shards is not None and (self.devices_aware or self.noise_urban):
-            raise DataError(
-                'noise="tests+devices" and noise_urban do not support sharded (distributed) '
-                'training yet; train in one process or use noise="tests"'
-            )
         x_np = validated_X(self, X, reset=True)
         y_np = validated_y(self, y, x_np.shape[0])
         if x_np.shape[0] < 2:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -139,3 +140,32 @@ def test_read_parquet_shard_row_groups_and_ranges(tmp_path: Path) -> None:
         many, columns=["a"], rank=0, world_size=1, filters=pc.field("split") == "train"
     )["a"]
     assert train.tolist() == list(range(0, 100, 2))
+
+
+def test_sharded_fit_takes_devices_and_urban_noise() -> None:
+    """The sharded epoch indexes the (n, k) noise covariate like the in-memory one: a one-shard
+    plan is the in-memory fit, and two shards train with noise="tests+devices" + urban."""
+    from geodbk import DBKRegressor
+
+    x, y, tests = (t.numpy() for t in _data())
+    rng = np.random.default_rng(1)
+    cov = {
+        "tests": tests,
+        "devices": np.maximum(1.0, tests // 2),
+        "urban": rng.random(N) < 0.5,
+    }
+    opts: dict[str, Any] = {
+        "rank": 8,
+        "hidden": 8,
+        "epochs": 2,
+        "batch_size": 64,
+        "dtype": "float64",
+    }
+    opts |= {"noise": "tests+devices", "noise_urban": True, "device": "cpu"}
+    plain = DBKRegressor(**opts).fit(x, y, **cov)
+    one = DBKRegressor(**opts).fit(x, y, **cov, shards=ShardPlan((N,)))
+    assert [h["train_loss"] for h in plain.history_] == [h["train_loss"] for h in one.history_]
+    sa, sb = plain.model_.state_dict(), one.model_.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    two = DBKRegressor(**opts).fit(x, y, **cov, shards=ShardPlan(_sizes()))
+    assert len(two.history_) == 2 and all(np.isfinite(h["train_loss"]) for h in two.history_)
