@@ -21,8 +21,10 @@ import pandas as pd
 import streamlit as st
 from numpy.typing import NDArray
 
+from app.quarters import with_time
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, UNITS, to_natural
 from geodbk.geo.contract import Z95
+from geodbk.geo.quadkey import quadkey_bounds
 
 Stamp = tuple[int, int]
 
@@ -143,7 +145,6 @@ def _tile_bounds(frame: pd.DataFrame, geometry: pd.Series | None) -> pd.DataFram
                 )
         except Exception:  # fall back to the quadkey below
             pass
-    from geodbk.geo.quadkey import quadkey_bounds
 
     west, south, east, north = quadkey_bounds(frame["quadkey"].astype(str).to_numpy())
     return pd.DataFrame(
@@ -497,8 +498,6 @@ def grid_features(
     :data:`FEATURE_BUDGET` values (about 250k cells at rank 256, 62k at rank 1024).
     """
     import time
-
-    from app.quarters import with_time
 
     model = load_model(model_dir, model_stamp)
     grid = load_grid(grid_path, grid_stamp, target)

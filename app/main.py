@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import warmup
 from app.context import RunContext, sidebar
-from app.tabs import map_tab
+from app.tabs import kernel_tab, map_tab
 from app.ui import guard
 
 #: Tab label -> (module in ``app.tabs`` with a ``render(ctx)``, stage whose command rebuilds
@@ -75,8 +75,6 @@ def _warm(ctx: RunContext) -> None:
     files = ctx.files
     if not (files.has_model and files.has_grid):
         return
-
-    from app.tabs import kernel_tab
 
     def job() -> object:
         return kernel_tab.features(ctx, kernel_tab.default_time(ctx))

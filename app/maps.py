@@ -28,7 +28,7 @@ from app.colormaps import (
     value_cmap,
 )
 from app.context import RunContext
-from app.loaders import Z95, Grid, LoadError, Stamp, load_grid, load_trend, stamp
+from app.loaders import Z95, Grid, LoadError, Stamp, load_geojson, load_grid, load_trend, stamp
 from app.points import prob_threshold
 from app.runs import UNITS, natural_to_log10, to_natural
 
@@ -484,7 +484,6 @@ def _optional(read: Callable[[], dict[str, Any] | None], what: str) -> dict[str,
 @st.cache_data(show_spinner=False, max_entries=16)
 def _paths(path: str, stamp_: Stamp) -> list[L.Path]:
     """Outline paths of a GeoJSON file (cached per file version)."""
-    from app.loaders import load_geojson
 
     return L.outline_paths(load_geojson(path, stamp_))
 

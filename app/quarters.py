@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from geodbk.geo.timeaxis import TimeScaling, extrapolation_of
+from geodbk.geo.timeaxis import time_input as model_time
+
 #: A quarter as the pipelines write it (``2023Q4``).
 QUARTER_RE = re.compile(r"^(\d{4})Q([1-4])$")
 
@@ -200,7 +203,6 @@ def time_scaling(metadata: Mapping[str, Any] | None) -> Any:
             "the time-aware model's metadata lacks 'time_scaling'; retrain it with "
             "`geodbk train --time`"
         )
-    from geodbk.geo.timeaxis import TimeScaling
 
     return TimeScaling.from_dict(ts)
 
@@ -232,8 +234,6 @@ def time_input(metadata: Mapping[str, Any] | None, quarter: str | None) -> float
         return None
     if not quarter or not is_quarter(quarter):
         raise ValueError("this model is time-aware (trained with --time): choose a quarter")
-    from geodbk.geo.timeaxis import extrapolation_of
-    from geodbk.geo.timeaxis import time_input as model_time
 
     return float(model_time(ts, quarter, extrapolation=extrapolation_of(dict(metadata or {}))))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from app.quarters import extra_grid_paths, trend_grid_files
 from geodbk.geo.contract import TARGET_INFO, TARGETS
 
 #: Natural units of each target.
@@ -195,13 +196,11 @@ class TargetFiles:
     def quarter_grid_paths(self) -> dict[str, Path]:
         """Grids of other quarters, ``grids/TARGET_YYYYQq.nc``, by quarter (a directory listing;
         only names of exactly that form)."""
-        from app.quarters import extra_grid_paths
 
         return extra_grid_paths(self.grid.parent, self.target)
 
     def trend_files(self) -> list[Any]:
         """Trend grids ``grids/TARGET_trend_Q1_Q2.nc`` as :class:`app.quarters.TrendFile`."""
-        from app.quarters import trend_grid_files
 
         return trend_grid_files(self.grid.parent, self.target)
 

@@ -26,7 +26,7 @@ import numpy as np
 from geodbk import DBKRegressor
 from pipelines.rundir import load_tiles, require_run, target_spec
 from pipelines.scoring import by_tests_scores, urban_rural_scores
-from pipelines.train import split_arrays, split_tests
+from pipelines.training_data import split_arrays, split_tests
 
 
 def main(argv: list[str] | None = None) -> int:

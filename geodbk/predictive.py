@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
+from geodbk.bases import RBFInducingBasis
 from geodbk.geo.contract import Z95
 from geodbk.posterior import FoldedWeights
 
@@ -178,7 +179,6 @@ def latent_change(
     RBF basis, ``d~(a, b) = 2 sk2 (1 - exp(-|g_a - g_b|_l^2 / 2))`` (the RBF-ARD base kernel on
     the backbone outputs ``g``).
     """
-    from geodbk.bases import RBFInducingBasis
 
     basis = model.basis
     g_a = model.backbone(x_from)

@@ -65,6 +65,8 @@ import torch
 from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError, ModelFileError
+from geodbk.geo.timeaxis import quarter_indices
+from geodbk.predictive import Prediction
 
 __all__ = [
     "TileEffect",
@@ -985,7 +987,6 @@ def predict_with_tile_effect(
     ``tests``/``devices``; for ``"latent"``, ``var = var_f``. ``groups``: each row's tile group
     (needed when the effect has a ``tau²`` per group).
     """
-    from geodbk.predictive import Prediction
 
     kw = noise or {}
     pred = model.predict_dist(X, quantity="latent", chunk_size=chunk_size, **kw)
@@ -1013,7 +1014,6 @@ def predict_at_quarters(
     ``quarters`` is one label per row, a single label for every row, or ``None`` (one time
     step: a table without quarters).
     """
-    from geodbk.geo.timeaxis import quarter_indices
 
     ids = np.asarray(tiles).astype(str)
     if quarters is None:

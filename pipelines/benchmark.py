@@ -39,10 +39,30 @@ from typing import Any
 import numpy as np
 
 from geodbk.atomic import atomic_write_json, atomic_write_text
+from geodbk.baselines.registry import (
+    CONSTRUCTORS,
+    PP_DKL_BETA_GRID,
+    build_model,
+    check_preset,
+    model_kwargs,
+    parse_model_list,
+)
 from geodbk.errors import DataError, RunDirectoryError
-from geodbk.geo.contract import TARGETS
+from geodbk.geo.contract import TARGETS, Z95
+from geodbk.geo.table import read_tile_table
+from geodbk.geo.timeaxis import quarter_indices
+from geodbk.metrics import summary
+from geodbk.tile_effect import (
+    choose_objective,
+    fit_tile_effect,
+    predict_with_tile_effect,
+    urban_groups,
+)
+from geodbk.validation import counts_or_one
 from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, table2_lines
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
+from pipelines.scoring import by_tests_scores, clean_json
+from pipelines.training_data import noise_columns, time_axis, urban_classes, urban_groups_supported
 
 log = logging.getLogger("geodbk.benchmark")
 
@@ -90,7 +110,6 @@ def load_benchmark_data(
     With ``tiles`` (the tile effect) ``quadkey`` (str) and ``time_step`` (the quarter index,
     float) are returned too.
     """
-    from geodbk.validation import counts_or_one
 
     path = Path(run) / "tiles.parquet"
     if not path.is_file():
@@ -100,8 +119,6 @@ def load_benchmark_data(
     if target not in TARGETS:
         raise DataError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
     try:
-        from geodbk.geo.table import read_tile_table
-
         table, _ = read_tile_table(path)
     except ImportError:  # pragma: no cover - geo layer absent
         import pandas as pd
@@ -122,15 +139,11 @@ def load_benchmark_data(
     keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
     if time:
-        from pipelines.train import time_axis
-
         quarter = table["quarter"].astype(str).to_numpy()[keep]
         scaling, _ = time_axis(quarter, data["split"], source=path)
         data["X"] = np.column_stack([data["X"], scaling.scale(quarter)])
         data["time_range"] = np.array([scaling.first, scaling.last])
     if tiles:
-        from geodbk.geo.timeaxis import quarter_indices
-
         data["quadkey"] = table["quadkey"].astype(str).to_numpy()[keep]
         data["time_step"] = quarter_indices(table["quarter"].astype(str)[keep]).astype(float)
     for column in ("tests", "devices"):
@@ -169,7 +182,6 @@ def noise_options(
     """
     if check_noise_model(noise) == "constant":
         return {}
-    from pipelines.train import noise_columns, urban_classes
 
     params_available = model.get_params()
     if "noise" not in params_available:
@@ -197,8 +209,6 @@ def group_metrics(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, *, log_sd_train: float
 ) -> dict[str, float]:
     """The core's summary metrics plus nll_std and the spread (sd, IQR) of the 95% PI widths."""
-    from geodbk.geo.contract import Z95
-    from geodbk.metrics import summary
 
     if y.shape[0] == 0:
         return {}
@@ -269,8 +279,6 @@ def run_one(
     """
     import torch
 
-    from geodbk.baselines.registry import build_model
-
     if threads:
         torch.set_num_threads(int(threads))
     split, urban = data["split"], data["urban"]
@@ -322,8 +330,6 @@ def run_one(
     sd_train = float(np.std(y[tr])) or 1.0
     val_nll = None
     if va.any():
-        from geodbk.metrics import summary
-
         val_pred = model.predict_dist(X[va], **{k: v[va] for k, v in covariates.items()})
         val_nll = float(summary(y[va], val_pred.mean, val_pred.var)["nll"])
     metrics = {}
@@ -338,8 +344,6 @@ def run_one(
     by_tests = None
     tests = data.get("tests")
     if tests is not None:
-        from pipelines.scoring import by_tests_scores, clean_json
-
         by_tests = clean_json(  # empty buckets: NaN -> null
             by_tests_scores(
                 y[te], pred.mean, np.sqrt(pred.var), urban[te], np.maximum(tests[te], 1.0)
@@ -392,13 +396,6 @@ def _tile_effect_prediction(
     Urban and rural tiles get their own ``tau²`` when each class has enough rows among those
     that choose the parameters (:func:`geodbk.tile_effect.choose_objective`: the validation
     rows, or the training hold-out on tile and block splits; as ``tile_effect_groups: auto``)."""
-    from geodbk.tile_effect import (
-        choose_objective,
-        fit_tile_effect,
-        predict_with_tile_effect,
-        urban_groups,
-    )
-    from pipelines.train import urban_groups_supported
 
     split = data["split"]
     tr, va, te = split == "train", split == "val", split == "test"
@@ -715,7 +712,6 @@ def check_overrides(
     """Build each model given ``--set`` options once (no data, no training) so that an option
     or value it refuses stops the benchmark with the option named, not as a failure of every
     seed."""
-    from geodbk.baselines.registry import CONSTRUCTORS, build_model
 
     for name, options in (overrides or {}).items():
         if name not in models:
@@ -812,7 +808,6 @@ def run_benchmark(
     With ``merge`` the entries of models not in ``models`` are kept from an existing report
     (each entry records its own budget and creation time).
     """
-    from geodbk.baselines.registry import check_preset
 
     run = Path(run)
     seeds = [0] if not seeds else list(seeds)
@@ -1043,7 +1038,6 @@ def resolve_sweeps(
     the seed's grid {0, 0.01, 0.1, 1} with the ``paper`` preset unless ``pp-dkl.beta`` is given
     by ``--set`` or ``--sweep``. One option per model; a sweep of more than one value needs the
     val split (it picks by validation NLL)."""
-    from geodbk.baselines.registry import PP_DKL_BETA_GRID
 
     out = {name: dict(options) for name, options in (sweeps or {}).items()}
     for name, options in out.items():
@@ -1085,8 +1079,6 @@ def _entry_hyperparameters(
     if runs:
         params = dict(runs[0]["hyperparameters"])
     else:
-        from geodbk.baselines.registry import CONSTRUCTORS, model_kwargs
-
         built = model_kwargs(
             name,
             epochs=kwargs["epochs"],
@@ -1263,7 +1255,6 @@ def register(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from geodbk.baselines.registry import parse_model_list
 
     if args.protocol is not None:
         fixed = apply_protocol(

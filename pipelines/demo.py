@@ -22,8 +22,17 @@ from typing import Any
 
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
+from geodbk.geo.table import read_table_metadata
+from geodbk.geo.timeaxis import quarter_index
 from pipelines.config import TrainConfig, check_epochs_flag, demo_config
+from pipelines.export import run_export
+from pipelines.ingest import DEMO_INGEST, run_ingest
+from pipelines.predict import run_predict
+from pipelines.report import run_report
 from pipelines.rundir import TARGETS
+from pipelines.service import run_service
+from pipelines.summarize import run_summarize
+from pipelines.train import run_train
 
 log = logging.getLogger("geodbk")
 
@@ -75,7 +84,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _ingest_kwargs() -> dict[str, Any]:
-    from pipelines.ingest import DEMO_INGEST
 
     kwargs = dict(DEMO_INGEST)
     for key in ("states_file", "urban_areas", "region", "tracts", "rural_tracts"):
@@ -104,8 +112,6 @@ def demo_counties() -> Path:
 
 def _table_quarters(run: Path) -> list[str]:
     """The quarters of the run's tile table (from its metadata), oldest first."""
-    from geodbk.geo.table import read_table_metadata
-    from geodbk.geo.timeaxis import quarter_index
 
     quarters = read_table_metadata(run / "tiles.parquet").get("quarters") or []
     return sorted((str(q) for q in quarters), key=quarter_index)
@@ -142,13 +148,6 @@ def run_demo(
     progress
         Progress bars during training.
     """
-    from pipelines.export import run_export
-    from pipelines.ingest import run_ingest
-    from pipelines.predict import run_predict
-    from pipelines.report import run_report
-    from pipelines.service import run_service
-    from pipelines.summarize import run_summarize
-    from pipelines.train import run_train
 
     run = Path(run)
     check_epochs_flag(epochs)

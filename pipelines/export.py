@@ -30,6 +30,7 @@ from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
 from pipelines.gridfile import open_grid, sweep_spools
+from pipelines.predict import parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     TARGETS,
@@ -44,6 +45,7 @@ from pipelines.rundir import (
     target_spec,
     time_scaling_of,
 )
+from pipelines.timestack import write_time_stack
 
 log = logging.getLogger("geodbk")
 
@@ -306,7 +308,6 @@ def _export_stack(rd: RunDir, target: str, *, quarter: str | None, only: bool) -
     """``exports/TARGET_quarters.nc``: the grids of ``quarter`` (a time-aware model; default
     every quarter that has a grid) or the pooled grid, along a CF time dimension
     (:func:`pipelines.timestack.write_time_stack`)."""
-    from pipelines.timestack import write_time_stack
 
     model_json = read_json(require_model(rd, target) / "model.json")
     md = model_json.get("metadata", model_json)
@@ -394,7 +395,6 @@ def run_export(
         ``quarter``/``trend`` for a pooled model (with ``--all``: when no target is
         time-aware; pooled targets are skipped with a warning), or both given.
     """
-    from pipelines.predict import parse_trend
 
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")

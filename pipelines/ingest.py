@@ -33,6 +33,7 @@ from geodbk.geo.licence import data_licence
 from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, Scaling, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
+from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
 log = logging.getLogger("geodbk.ingest")
 
@@ -380,7 +381,6 @@ def _check_forecast_quarters(
     quarter: pd.Series, *, tiles: Sequence[PathLike], quarters: str | Sequence[str] | None
 ) -> None:
     """Refuse ``--split forecast`` on fewer than 3 quarters (train, val and test need one each)."""
-    from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
     kept = [format_quarter(int(i)) for i in np.unique(quarter_indices(quarter.astype(str)))]
     if len(kept) >= 3:

@@ -22,6 +22,8 @@ from geodbk.atomic import atomic_write_json
 from geodbk.errors import ModelFileError
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
+from geodbk.tile_effect import TileEffect
+from pipelines.bundles import load_tile_effect
 
 log = logging.getLogger("geodbk")
 
@@ -72,7 +74,6 @@ def fit_run_local_layer(
     """Fit the local layer on top of ``effect`` (conditioned on the training rows, then the
     validation rows: its first ``n_train`` rows are the training rows) and return it
     conditioned on all of ``effect``'s rows."""
-    from geodbk.tile_effect import TileEffect
 
     train_effect = TileEffect(
         effect.params,
@@ -126,7 +127,6 @@ def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:
 def load_map_layers(rd: Any, target: str, model: Any) -> tuple[Any, Any]:
     """``(tile effect, local layer)`` saved with ``target``'s model (each ``None`` when the
     model was trained without)."""
-    from pipelines.train import load_tile_effect
 
     effect = load_tile_effect(rd, target, model)
     md = getattr(model, "metadata_", None) or {}

@@ -21,7 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from geodbk.errors import DataError
+from geodbk.geo.geotiff import write_geotiff
 from geodbk.geo.grids import Grid
+from geodbk.geo.timeaxis import format_quarter, quarter_index
+from pipelines.predict import predict_block
 from pipelines.rundir import TargetSpec, model_inputs, scale_lonlat, time_scaling_of
 
 __all__ = ["DEFAULT_CHUNKS", "grid_dataset", "write_grid_geotiff"]
@@ -91,10 +95,6 @@ def grid_dataset(
     import rioxarray  # noqa: F401  (registers .rio)
     import shapely
     import xarray as xr
-
-    from geodbk.errors import DataError
-    from geodbk.geo.timeaxis import format_quarter, quarter_index
-    from pipelines.predict import predict_block
 
     md = dict(metadata if metadata is not None else getattr(model, "metadata_", None) or {})
     ts = time_scaling_of(md)
@@ -174,8 +174,6 @@ def write_grid_geotiff(
     ``OMP_NUM_THREADS`` for the model), then :func:`geodbk.geo.geotiff.write_geotiff`.
     """
     import dask
-
-    from geodbk.geo.geotiff import write_geotiff
 
     names = list(variables) if variables is not None else list(ds.data_vars)
     with dask.config.set(scheduler="synchronous"):

@@ -20,6 +20,10 @@ import numpy as np
 import pandas as pd
 
 from geodbk.geo.contract import Z95
+from geodbk.geo.timeaxis import quarter_indices
+from geodbk.quantities import predict_quantity
+from geodbk.validation import counts_or_one
+from pipelines.rundir import model_inputs
 
 __all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run"]
 
@@ -109,11 +113,6 @@ def map_calibration_of_run(
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.quantities import predict_quantity
-    from geodbk.validation import counts_or_one
-    from pipelines.rundir import model_inputs
 
     names = set(pq.read_schema(rd.tiles).names)
     cols = ["quadkey", "quarter", "x1", "x2", "urban", spec.log_column]

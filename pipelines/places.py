@@ -18,8 +18,10 @@ import shapely
 from geodbk.errors import DataError
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.quantities import QuantityPrediction, check_quantity, predict_quantity
+from geodbk.tile_effect import TileEffect
+from pipelines.bundles import load_model
 from pipelines.layers import layer_xy, load_map_layers, tile_positions
-from pipelines.predict import observed_quarters, read_urban, tile_ids
+from pipelines.run_inputs import observed_quarters, read_urban, tile_ids
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -30,7 +32,6 @@ from pipelines.rundir import (
     target_spec,
     time_scaling_of,
 )
-from pipelines.train import load_model
 
 __all__ = ["PlacePredictor", "load_place_predictor"]
 
@@ -146,7 +147,6 @@ class PlacePredictor:
         keep = ~np.asarray(rows.isin(drop), dtype=bool)
         if keep.all():
             return self
-        from geodbk.tile_effect import TileEffect
 
         held = TileEffect(
             effect.params,

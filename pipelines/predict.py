@@ -62,9 +62,28 @@ from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.geo.contract import Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
-from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters, years_between
-from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
+from geodbk.geo.quadkey import MAX_ZOOM
+from geodbk.geo.timeaxis import (
+    extrapolation_of,
+    format_quarter,
+    quarter_index,
+    resolve_quarters,
+    years_between,
+)
+from geodbk.predictive import noise_kwargs
+from geodbk.quantities import (
+    DEFAULT_MAP_QUANTITY,
+    QUANTITIES,
+    check_quantity,
+    observation_noise_variance,
+    predict_quantity,
+)
+from geodbk.streaming import iter_parquet_batches
+from pipelines.bundles import load_model
 from pipelines.gridfile import GridWriter, fill_value
+from pipelines.layers import layer_xy, load_map_layers
+from pipelines.predict_at import run_predict_at
+from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -72,11 +91,13 @@ from pipelines.rundir import (
     check_thresholds,
     config_hash,
     licence_attrs,
+    load_tiles,
     locked_stage,
     model_inputs,
     require_run,
     run_licence,
     scale_lonlat,
+    scaling_of,
     target_spec,
     time_scaling_of,
 )
@@ -243,8 +264,6 @@ def register(subparsers: Any) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     if args.at is not None:
-        from pipelines.predict_at import run_predict_at
-
         if args.trend is not None:
             raise DataError("--at predicts at places for one quarter; drop --trend")
         if args.quarter is not None and ("," in args.quarter or ":" in args.quarter):
@@ -277,50 +296,6 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_region(rd: RunDir) -> Any:
-    """Union of the polygons in ``RUN/region.geojson`` (EPSG:4326)."""
-    return read_polygons(rd.region, what="region")
-
-
-def read_urban(rd: RunDir, *, target: str) -> Any:
-    """Union of the urban polygons in ``RUN/urban_areas.geojson`` (EPSG:4326, prepared).
-
-    Raises
-    ------
-    DataError
-        When the run has no urban layer (the model's noise floor per urban/rural class then
-        cannot be applied on the grid).
-    """
-    import shapely
-
-    if not rd.urban_areas.is_file():
-        raise DataError(
-            f"the {target} model has a noise floor per urban/rural class but {rd.urban_areas} "
-            f"is missing; re-run `geodbk ingest` with the urban layer the model was trained "
-            f"with, or retrain without +urban (`geodbk train --noise tests+devices`)"
-        )
-    geom = read_polygons(rd.urban_areas, what="urban layer")
-    shapely.prepare(geom)
-    return geom
-
-
-def read_polygons(path: Path, *, what: str) -> Any:
-    """Union of the polygons in a GeoJSON file (EPSG:4326); ``what`` names it in errors."""
-    import geopandas as gpd
-
-    fix = "write it again with `geodbk ingest` (the run's ingest_report.json lists its inputs)"
-    try:
-        gdf = gpd.read_file(path)
-    except Exception as exc:  # pyogrio raises several types
-        raise DataError(f"cannot read {what} {path}: {exc}; {fix}") from exc
-    if gdf.empty:
-        raise DataError(f"{what} {path} has no features; {fix}")
-    if gdf.crs is not None and gdf.crs.to_epsg() != 4326:
-        gdf = gdf.to_crs(4326)
-    log.info("read %s", path)
-    return gdf.geometry.union_all()
-
-
 def describe_quantity(model: Any, tests: float, devices: float | None = None) -> str:
     """What the observation layers show: ``single speed test``, ``tile average of K speed
     tests`` (tests-aware models; ``tests+devices`` models add ``from M devices`` when
@@ -347,8 +322,6 @@ def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
 
 #: The ``quantity`` attribute of the area variables (``std_f``, ``area_mean``, ``latent_*``).
 AREA_LABEL = "area: latent f(x)"
-#: Zoom of an Ookla tile: a grid cell's tile is the zoom-16 tile of its centre.
-TILE_ZOOM = 16
 #: The quantity's parts written to every grid, whatever ``--quantity`` is.
 PART_VARS = (
     "area_mean",
@@ -359,14 +332,6 @@ PART_VARS = (
     "test_sd",
     "tile_history",
 )
-
-
-def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
-    """The zoom-16 quadkey of the tile holding each point."""
-    from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
-
-    x, y = lonlat_to_tile(lon, lat, TILE_ZOOM)
-    return tile_to_quadkey(x, y, TILE_ZOOM)
 
 
 def _pooled_tile_time(observed: Sequence[str]) -> float:
@@ -467,8 +432,6 @@ def predict_block(
     of ``noise_urban`` models, which then also get the variable ``urban``, and the ``tau²``
     group of a grouped tile effect).
     """
-    from geodbk.predictive import noise_kwargs
-    from geodbk.quantities import observation_noise_variance, predict_quantity
 
     q = predict_quantity(
         model,
@@ -609,21 +572,6 @@ def parse_trend(spec: str) -> tuple[str, str]:
     return first, last
 
 
-def observed_quarters(rd: RunDir, metadata: dict[str, Any]) -> list[str]:
-    """The tile table's quarters, sorted: model metadata ``quarters`` (time-aware models), its
-    ``tiles_metadata.quarters``, else the ``quarter`` column of ``tiles.parquet``."""
-    quarters = metadata.get("quarters") or (metadata.get("tiles_metadata") or {}).get("quarters")
-    if not quarters:
-        import pyarrow.parquet as pq
-
-        if "quarter" in pq.read_schema(rd.tiles).names:
-            col = pq.read_table(rd.tiles, columns=["quarter"]).column("quarter")
-            quarters = [str(q) for q in col.unique().to_pylist() if q is not None]
-    return sorted(
-        {format_quarter(quarter_index(str(q))) for q in quarters or []}, key=quarter_index
-    )
-
-
 def _var_attrs(
     spec: TargetSpec,
     thresholds: Sequence[float],
@@ -721,7 +669,6 @@ def grid_bounds(
         return region_bounds
     if extent != "tiles":
         raise DataError(f"extent must be 'tiles' or 'region', got {extent!r}")
-    from geodbk.streaming import iter_parquet_batches
 
     lo = np.array([np.inf, np.inf])
     hi = -lo
@@ -846,8 +793,6 @@ def run_predict(
         ``--quarter``/``--trend`` with a pooled model (retrain with ``--time``), both given, or
         a malformed quarter.
     """
-    from pipelines.layers import layer_xy, load_map_layers
-    from pipelines.train import load_model
 
     thr = check_thresholds(thresholds, target)
     if not (np.isfinite(tests) and tests >= 1):
@@ -877,8 +822,6 @@ def run_predict(
     observed = observed_quarters(rd, md)
     trend_pair = parse_trend(trend) if trend is not None else None
     if trend_pair is not None and ts is not None:
-        from geodbk.geo.timeaxis import extrapolation_of
-
         outside = [q for q in trend_pair if ts.is_extrapolation(q)]
         if outside and extrapolation_of(md) == "hold":
             raise DataError(
@@ -894,8 +837,6 @@ def run_predict(
         quarters = list(resolve_quarters(quarter, observed=observed))
     scaling = md.get("input_scaling")
     if not scaling:
-        from pipelines.rundir import load_tiles, scaling_of
-
         scaling = scaling_of(load_tiles(rd)[1], source=rd.tiles)
     geom, grid = map_grid(
         rd,
@@ -1028,8 +969,6 @@ def run_predict(
             label, status = q, ts.describe(q)
             out = rd.grid(target) if q == observed[-1] else rd.grid(target, q)
             if ts.is_extrapolation(q):
-                from geodbk.geo.timeaxis import extrapolation_of
-
                 held = extrapolation_of(md) == "hold"
                 log.warning(
                     "%s %s: %s (trained on %s..%s); %s",
@@ -1104,7 +1043,6 @@ def _check_finite(values: dict[str, np.ndarray], names: Sequence[str], *, out: P
 def check_grid_options(*, resolution: float | None, tile_zoom: int | None, max_cells: int) -> None:
     """Refuse a non-finite or non-positive ``--resolution``, a ``--tile-zoom`` outside 1-23
     and a ``--max-cells`` below 1, naming the option and a valid value."""
-    from geodbk.geo.quadkey import MAX_ZOOM
 
     if resolution is not None and not (math.isfinite(resolution) and resolution > 0):
         raise DataError(

@@ -27,7 +27,7 @@ from geodbk.errors import DataError
 from geodbk.geo.locations import read_locations
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.places import load_place_predictor
-from pipelines.predict import read_region, tile_ids
+from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import (
     licence_attrs,
     licence_schema_metadata,

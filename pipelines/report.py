@@ -60,13 +60,23 @@ from scipy.special import ndtr
 
 from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, staged_folder
-from geodbk.errors import DataError
+from geodbk.errors import DataError, ModelFileError
 from geodbk.geo.licence import licence_line
+from geodbk.geo.table import read_table_metadata
+from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
+from geodbk.predictive import noise_kwargs
+from geodbk.quantities import predict_quantity
+from geodbk.streaming import count_rows, iter_parquet_batches, predict_table, streaming_mean_std
 from geodbk.validation import counts_or_one
 from pipelines import figures
+from pipelines.bundles import load_model
 from pipelines.gridfile import open_grid
+from pipelines.layers import load_map_layers
+from pipelines.map_calibration import map_calibration_of_run
+from pipelines.predict import TILE_MARGIN_DEG
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
+from pipelines.run_inputs import read_region
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -167,8 +177,6 @@ def _main(args: argparse.Namespace) -> int:
     rd = require_run(args.run)
     targets = [args.target] if args.target else rd.trained_targets()
     if not targets:
-        from geodbk.errors import ModelFileError
-
         raise ModelFileError(
             f"no trained model in {rd.root / 'models'}; run `geodbk train --run {rd.root} "
             "--target download` first"
@@ -189,7 +197,6 @@ def _predict(
     """Mean and predictive sd; tests-aware models use ``tests`` per row (None: one test),
     ``tests+devices`` models ``devices`` too (None: ``devices = tests``), models with a noise
     floor per urban/rural class each row's ``urban``."""
-    from geodbk.predictive import noise_kwargs
 
     pred = model.predict_dist(
         X, chunk_size=chunk, **noise_kwargs(model, tests, devices, urban=urban)
@@ -210,8 +217,6 @@ def _predict_tiles(
     """Mean and sd of the ``tile`` quantity (:mod:`geodbk.quantities`) of distinct tiles: with a
     tile effect or local layer ``tile_model`` each tile's offset at ``quarter``, without one
     f(x) plus the noise floor."""
-    from geodbk.geo.timeaxis import quarter_index
-    from geodbk.quantities import predict_quantity
 
     q = predict_quantity(
         model,
@@ -266,7 +271,6 @@ def _grid_quantity(rd: RunDir, spec: TargetSpec) -> str | None:
 def latest_quarter(quarters: Iterable[str]) -> str:
     """The latest of ``quarters`` (``2023Q4``), e.g. the distinct quarters of a tile table: the
     quarter of the current map."""
-    from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
     return format_quarter(int(quarter_indices([str(q) for q in quarters]).max()))
 
@@ -416,10 +420,9 @@ def cut_to_tiles(
 ) -> tuple[float, float, float, float]:
     """:func:`pipelines.predict.grid_bounds` with ``extent="tiles"`` from a known tile extent:
     the region box cut to the tiles' lon/lat extent plus the margin (no table read)."""
-    from pipelines.predict import TILE_MARGIN_DEG as m
-
     if extent is None:
         return region_bounds
+    m = TILE_MARGIN_DEG
     box = (
         max(region_bounds[0], extent[0] - m),
         max(region_bounds[1], extent[1] - m),
@@ -546,8 +549,6 @@ def write_test_predictions(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from geodbk.streaming import predict_table
-
     time_aware = time_scaling_of(metadata) is not None
     licence = run_licence(rd) if licence is None else licence
     keep = ["quadkey", "quarter", "urban", spec.log_column, "lon", "lat"]
@@ -640,7 +641,6 @@ def heldout_sd_map(
     Streams ``x1, x2, lon, lat``, the target (and ``quarter`` / ``tests`` where the model uses
     them) batch by batch into a :class:`pipelines.figures.SdBinner`; returns its result.
     """
-    from geodbk.streaming import iter_parquet_batches
 
     cols = ["x1", "x2", "lon", "lat", "urban", spec.log_column]
     cols += ["quarter"] if time_scaling_of(metadata) is not None else []
@@ -720,13 +720,6 @@ def run_report(run: str | Path, *, target: str, thresholds: Sequence[float] | No
 def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: Path) -> None:
     """The files of :func:`run_report`, written into ``out_dir``."""
     import pyarrow.compute as pc
-
-    from geodbk.geo.table import read_table_metadata
-    from geodbk.streaming import count_rows, streaming_mean_std
-    from pipelines.layers import load_map_layers
-    from pipelines.map_calibration import map_calibration_of_run
-    from pipelines.predict import read_region
-    from pipelines.train import load_model
 
     spec = target_spec(target)
     model = load_model(rd, target)

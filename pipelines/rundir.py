@@ -26,6 +26,9 @@ import numpy as np
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGET_INFO
+from geodbk.geo.licence import OOKLA_LICENCE
+from geodbk.geo.table import read_table_metadata, read_tile_table
+from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
 
 log = logging.getLogger("geodbk")
 
@@ -242,8 +245,6 @@ def locked_stage(stage: str) -> Callable[[_F], _F]:
 def run_licence(rd: RunDir) -> dict[str, str]:
     """The data licence recorded in ``tiles.parquet`` at ingest (:mod:`geodbk.geo.licence`);
     a run ingested before it was recorded is taken to hold Ookla's data."""
-    from geodbk.geo.licence import OOKLA_LICENCE
-    from geodbk.geo.table import read_table_metadata
 
     recorded = read_table_metadata(rd.tiles).get("data_licence")
     return dict(recorded) if isinstance(recorded, dict) else dict(OOKLA_LICENCE)
@@ -265,7 +266,6 @@ def stale_model_message(rd: RunDir, target: str, metadata: dict[str, Any]) -> st
     records the ``ingest_id`` of the table it was trained on, and a later ``geodbk ingest``
     wrote a new one (another region, split or data). Models without the record are not
     judged."""
-    from geodbk.geo.table import read_table_metadata
 
     trained_on = (metadata.get("tiles_metadata") or {}).get("ingest_id")
     if not trained_on or not rd.tiles.is_file():
@@ -336,7 +336,6 @@ def require_grid(rd: RunDir, target: str) -> Path:
 
 def load_tiles(rd: RunDir) -> tuple[Any, dict[str, Any]]:
     """Read ``tiles.parquet`` with :func:`geodbk.geo.table.read_tile_table` and log it."""
-    from geodbk.geo.table import read_tile_table
 
     gdf, meta = read_tile_table(rd.tiles)
     log.info("read %s (%d rows)", rd.tiles, len(gdf))
@@ -366,7 +365,6 @@ def time_scaling_of(metadata: dict[str, Any]) -> Any:
 
     A model is time-aware when its metadata lists the input ``t`` (``geodbk train --time``).
     """
-    from geodbk.geo.timeaxis import TimeScaling
 
     if "t" not in (metadata.get("inputs") or []):
         return None
@@ -394,7 +392,6 @@ def model_inputs(
         return X2
     if quarter is None:
         raise DataError("this model is time-aware (trained with --time): give a quarter")
-    from geodbk.geo.timeaxis import extrapolation_of, time_input
 
     q = quarter if isinstance(quarter, str) else np.asarray(quarter)
     t = time_input(ts, q, extrapolation=extrapolation_of(metadata))

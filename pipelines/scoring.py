@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from geodbk import metrics
+from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
 
 def gaussian_scores(y: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> dict[str, float]:
@@ -155,7 +156,6 @@ def quarter_masks(quarters: Any, *, codes: np.ndarray | None = None) -> dict[str
     the distinct values instead and row ``i`` has quarter ``quarters[codes[i]]`` (a dictionary
     encoding, so that many rows need no string each).
     """
-    from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
     idx = quarter_indices(np.asarray(quarters, dtype=object).astype(str))
     if codes is not None:

@@ -41,11 +41,13 @@ from geodbk.atomic import atomic_write_json, staged_folder
 from geodbk.errors import DataError
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
+from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
 from pipelines.gridfile import sweep_spools
-from pipelines.predict import _write_grid, check_grid_options, map_grid, observed_quarters
+from pipelines.predict import _write_grid, check_grid_options, map_grid
+from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     RunDir,
     licence_attrs,
@@ -53,6 +55,7 @@ from pipelines.rundir import (
     run_licence,
     target_lock,
 )
+from pipelines.service_at import write_classes_at
 from pipelines.service_classes import (
     SERVICE_QUANTITY_LABEL,
     Service,
@@ -467,8 +470,6 @@ def run_service(
     rd = require_run(run)
     places = None
     if at is not None:
-        from geodbk.geo.locations import read_locations
-
         places = read_locations(at)
     with target_lock(rd, LOCK, stage="service"):
         service = load_service(
@@ -481,8 +482,6 @@ def run_service(
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         if places is not None and at is not None:
-            from pipelines.service_at import write_classes_at
-
             out = write_classes_at(rd, service, places, stem=Path(at).stem)
             atomic_write_json(service_dir(rd) / "copula.json", copula)
         else:

@@ -25,7 +25,7 @@ import shapely
 
 from geodbk.atomic import atomic_path
 from geodbk.geo.locations import Locations
-from pipelines.predict import read_region, tile_ids
+from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import RunDir, licence_attrs, licence_schema_metadata, run_licence
 from pipelines.service_classes import Service
 

@@ -18,8 +18,11 @@ import numpy as np
 
 from geodbk.distributed import DistributedContext, ShardPlan, gather_sizes, read_parquet_shard
 from geodbk.errors import DataError
+from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import TimeScaling
+from geodbk.streaming import count_rows
 from pipelines.rundir import RunDir, target_spec
+from pipelines.training_data import resolve_noise, time_axis
 
 log = logging.getLogger("geodbk")
 
@@ -32,14 +35,12 @@ __all__ = [
 
 
 def read_time_axis(rd: RunDir) -> tuple[TimeScaling, list[str]]:
-    """:func:`pipelines.train.time_axis` from the ``quarter`` and ``split`` columns only.
+    """:func:`pipelines.training_data.time_axis` from the ``quarter`` and ``split`` columns only.
 
     Reads two columns of ``tiles.parquet`` (cheap, no geometry), so every rank computes the same
     :class:`~geodbk.geo.timeaxis.TimeScaling` and quarter list without the full table.
     """
     import pyarrow.parquet as pq
-
-    from pipelines.train import time_axis
 
     names = set(pq.read_schema(rd.tiles).names)
     missing = [c for c in ("quarter", "split") if c not in names]
@@ -126,8 +127,6 @@ def load_rank_split(
     """
     import pyarrow.parquet as pq
 
-    from geodbk.geo.table import read_table_metadata
-
     spec = target_spec(target)
     cols = ["x1", "x2", spec.log_column] + (["quarter"] if time_scaling is not None else [])
     names = set(pq.read_schema(rd.tiles).names)
@@ -181,10 +180,6 @@ def streaming_inputs(
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    from geodbk.geo.table import read_table_metadata
-    from geodbk.streaming import count_rows
-    from pipelines.train import resolve_noise
 
     spec = target_spec(target)
     names = set(pq.read_schema(rd.tiles).names)

@@ -38,11 +38,17 @@ import pandas as pd
 
 from geodbk import __version__
 from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
+from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.areas import Areas, cell_area_km2, read_areas
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
+from geodbk.geo.licence import licence_line
+from geodbk.geo.table import _to_arrow
 from geodbk.joint import JointSampler, latent_scale_of, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
+from pipelines.places import load_place_predictor
+from pipelines.predict import check_grid_options, map_grid
+from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
     TARGETS,
@@ -329,8 +335,6 @@ def run_summarize(
     max_block_cells
         Cells rasterised at once.
     """
-    from pipelines.places import load_place_predictor
-    from pipelines.predict import check_grid_options, map_grid
 
     _check_options(samples, quantity, chunk_cells, seed)
     check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
@@ -696,7 +700,6 @@ def _table(
 
 def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
     """``#`` lines opening the CSV: what it holds and the data licence."""
-    from geodbk.geo.licence import licence_line
 
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
     return (
@@ -710,7 +713,6 @@ def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
 
 def _other_quarter(rd: RunDir, predictor: Any) -> str | None:
     """A time-aware model's summarised quarter when it is not the table's latest, else None."""
-    from pipelines.predict import observed_quarters
 
     if not predictor.time_aware:
         return None
@@ -737,9 +739,6 @@ def _write(
     CSV (licence in its ``#`` header) atomically, as a pair: both are staged first."""
     import geopandas as gpd
     import pyarrow.parquet as pq
-
-    from geodbk.atomic import atomic_path, naming_errors
-    from geodbk.geo.table import _to_arrow
 
     parquet, csv = paths
     parquet.parent.mkdir(parents=True, exist_ok=True)

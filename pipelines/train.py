@@ -26,14 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from geodbk import __version__
+from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
+from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
-from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
+from geodbk.geo.timeaxis import TimeScaling, quarter_indices
+from geodbk.metrics import gaussian_nll
+from geodbk.predictive import noise_kwargs
+from geodbk.tile_effect import MIN_HOLDOUT_ROWS, choose_objective, fit_tile_effect, urban_groups
 from geodbk.training import CHECKPOINT_NAME
-from geodbk.validation import counts_or_one
+from pipelines.bundles import save_tile_effect
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
-from pipelines.layers import save_local_layer
+from pipelines.layers import fit_run_local_layer, save_local_layer
 from pipelines.rundir import (
     TARGETS,
     RunDir,
@@ -42,8 +46,18 @@ from pipelines.rundir import (
     locked_stage,
     require_run,
     scaling_of,
-    stale_model_message,
     target_spec,
+)
+from pipelines.sharding import load_rank_split, read_time_axis, streaming_inputs
+from pipelines.training_data import (
+    MIN_GROUP_VAL_ROWS,
+    noise_covariates,
+    resolve_noise,
+    smaller_class_rows,
+    split_arrays,
+    split_tests,
+    time_axis,
+    urban_classes,
 )
 
 log = logging.getLogger("geodbk")
@@ -190,8 +204,6 @@ def _main(args: argparse.Namespace) -> int:
         )
     finally:
         if args.distributed:
-            from geodbk.distributed import shutdown_distributed
-
             shutdown_distributed()
     return 0
 
@@ -231,7 +243,6 @@ def tile_effect_objective(gdf: Any, target: str, *, seed: int = 0) -> tuple[str,
     (:func:`geodbk.tile_effect.choose_objective` of the ``quadkey`` column, rows as in
     :func:`split_tests`): ``("validation", mask over the val rows)`` or ``("training
     hold-out", mask over the train rows)``."""
-    from geodbk.tile_effect import choose_objective
 
     tiles = split_tests(gdf, target, column="quadkey")
     return choose_objective(tiles["train"], tiles["val"], seed=seed)
@@ -255,7 +266,6 @@ def resolve_tile_effect(
     :data:`geodbk.tile_effect.MIN_HOLDOUT_ROWS` objective rows, else ``off`` (logged). ``on``
     without them raises :class:`DataError` naming the fix, before any training.
     """
-    from geodbk.tile_effect import MIN_HOLDOUT_ROWS
 
     if cfg.tile_effect == "off":
         return cfg
@@ -314,177 +324,6 @@ def resolve_local_layer(cfg: TrainConfig) -> TrainConfig:
             )
         return cfg.replace(local_layer="on" if cfg.tile_effect == "on" else "off")
     return cfg
-
-
-def resolve_noise(
-    cfg: TrainConfig,
-    columns: Any,
-    *,
-    source: Path | str = "tiles.parquet",
-    devices_supported: bool = True,
-    urban_classes: int = 0,
-) -> TrainConfig:
-    """Resolve ``noise: auto`` from the tile table's columns.
-
-    ``auto`` becomes ``tests+devices`` when the table has ``tests`` and ``devices`` columns and
-    ``devices_supported`` (in-memory training; ``--streaming`` and ``--distributed`` pass
-    ``False`` and get ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
-    devices term is the default because validation NLL favoured it on every Hawaii target
-    (docs/decisions/noise_model.md); the floor per urban/rural class (``+urban``) is not,
-    because cross-validated NLL did not change with it. An explicit noise needs its
-    columns (``source``: the table, for the message) and ``+urban`` needs ``urban_classes ==
-    2`` (urban and rural tiles in the train split). ``noise_init: 0`` becomes the noise
-    model's default (:data:`pipelines.config.NOISE_INIT`), so the saved config is explicit.
-    """
-    from pipelines.config import NOISE_INIT, URBAN_SUFFIX
-
-    if cfg.noise == "auto":
-        if "tests" not in columns:
-            cfg = cfg.replace(noise="constant")
-        elif "devices" in columns and devices_supported:
-            cfg = cfg.replace(noise="tests+devices")
-        else:
-            cfg = cfg.replace(noise="tests")
-    if cfg.noise.endswith(URBAN_SUFFIX) and urban_classes != 2:
-        raise DataError(
-            f"--noise {cfg.noise} learns a noise floor per urban/rural class, but the train "
-            f"split of {source} does not hold both urban and rural tiles; re-ingest with an "
-            f"urban layer (--urban-areas, --tracts with --rural-tracts, or --counties with "
-            f"--rucc) or train with --noise {cfg.noise.removesuffix(URBAN_SUFFIX)}"
-        )
-    for col in [c for c in noise_columns(cfg.noise) if c != "urban"]:
-        if col not in columns:
-            raise DataError(
-                f"--noise {cfg.noise} needs a `{col}` column in {source}; re-ingest Ookla tiles "
-                f"that have it, or train with --noise "
-                f"{'tests' if col == 'devices' else 'constant'}"
-            )
-    if cfg.noise_init == 0:
-        cfg = cfg.replace(noise_init=NOISE_INIT[cfg.noise])
-    return cfg
-
-
-def time_axis(quarter: Any, split: Any, *, source: Path) -> tuple[TimeScaling, list[str]]:
-    """Time scaling of a time-aware model and the table's quarters.
-
-    Parameters
-    ----------
-    quarter, split
-        The ``quarter`` and ``split`` columns of the tile table (all rows).
-    source
-        The table (for messages).
-
-    Returns
-    -------
-    tuple
-        ``(TimeScaling(first, last), quarters)``: ``first``/``last`` span the quarters of the
-        ``train`` split (so the later quarters of a forecast split are extrapolations, t > 1);
-        ``quarters`` are all the table's quarters, sorted.
-
-    Raises
-    ------
-    DataError
-        When the train split has fewer than 2 distinct quarters (t would be constant).
-    """
-    q = np.asarray(quarter, dtype=object).astype(str)
-    train = np.asarray(split, dtype=object).astype(str) == "train"
-    try:
-        all_idx = np.unique(quarter_indices(q))
-        train_idx = np.unique(quarter_indices(q[train]))
-    except DataError as exc:
-        raise DataError(f"{source}: bad value in the 'quarter' column ({exc})") from exc
-    if train_idx.size < 2:
-        got = ", ".join(format_quarter(int(i)) for i in train_idx) or "none"
-        raise DataError(
-            f"{source}: --time needs at least 2 quarters in the train split, got {got}; "
-            "ingest more quarters (e.g. `geodbk ingest --quarters 2023Q1:2023Q4`) or train "
-            "without --time"
-        )
-    ts = TimeScaling(format_quarter(int(train_idx[0])), format_quarter(int(train_idx[-1])))
-    return ts, [format_quarter(int(i)) for i in all_idx]
-
-
-def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np.ndarray]:
-    """``{"train"|"val"|"test": values (n,)}`` of ``column`` aligned with :func:`split_arrays`
-    (same rows).
-
-    ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
-    is returned as bool, ``quadkey`` and ``quarter`` as strings.
-    """
-    spec = target_spec(target)
-    out: dict[str, np.ndarray] = {}
-    for name in ("train", "val", "test"):
-        part = gdf[gdf["split"] == name]
-        X = part[["x1", "x2"]].to_numpy(dtype=np.float64)
-        y = part[spec.log_column].to_numpy(dtype=np.float64)
-        ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
-        if column == "urban":
-            out[name] = part[column].to_numpy(dtype=bool)[ok]
-        elif column in ("quadkey", "quarter"):
-            out[name] = part[column].astype(str).to_numpy()[ok]
-        else:
-            out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
-    return out
-
-
-def noise_columns(noise: str) -> list[str]:
-    """Table columns a noise model reads: ``[]`` (constant), ``["tests"]``, plus ``"devices"``
-    (``tests+devices``) and ``"urban"`` (``+urban``: the floor per urban/rural class)."""
-    if noise == "constant":
-        return []
-    return ["tests"] + [c for c in ("devices", "urban") if c in noise]
-
-
-def noise_covariates(gdf: Any, target: str, noise: str) -> dict[str, np.ndarray]:
-    """The ``fit`` keywords of the noise covariates for ``noise`` (train and val rows).
-
-    ``{}`` (constant), ``{"tests", "tests_val"}`` (``tests``), plus ``{"devices",
-    "devices_val"}`` (``tests+devices``) and ``{"urban", "urban_val"}`` (``+urban``), each
-    from :func:`split_tests`.
-    """
-    out: dict[str, np.ndarray] = {}
-    for column in noise_columns(noise):
-        parts = split_tests(gdf, target, column=column)
-        out.update({column: parts["train"], f"{column}_val": parts["val"]})
-    return out
-
-
-def urban_classes(urban: Any, split: Any) -> int:
-    """Number of urban/rural classes (0, 1 or 2) among the ``train`` rows."""
-    train = np.asarray(split, dtype=object).astype(str) == "train"
-    return int(np.unique(np.asarray(urban, dtype=bool)[train]).size)
-
-
-def split_arrays(
-    gdf: Any, target: str, *, source: Path, time_scaling: TimeScaling | None = None
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Return ``{"train"|"val"|"test": (X, y (n,))}`` for ``target`` (finite rows only).
-
-    ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
-    time_scaling.scale(quarter)`` when a :class:`~geodbk.geo.timeaxis.TimeScaling` is given
-    (time-aware models). The rows kept are the same either way (finite ``x1, x2, y``), so
-    :func:`split_tests` stays row-aligned.
-    """
-    spec = target_spec(target)
-    need = ["x1", "x2", spec.log_column, "split"] + (
-        ["quarter"] if time_scaling is not None else []
-    )
-    for col in need:
-        if col not in gdf.columns:
-            raise DataError(f"{source} has no {col!r} column; re-run `geodbk ingest`")
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in ("train", "val", "test"):
-        part = gdf[gdf["split"] == name]
-        X = part[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
-        y = part[spec.log_column].to_numpy(dtype=np.float64)
-        ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
-        if time_scaling is not None:
-            t = time_scaling.scale(part["quarter"].astype(str).to_numpy())
-            X = np.column_stack([X, np.asarray(t, dtype=np.float64).reshape(-1)])
-        out[name] = (X[ok], y[ok])
-    if len(out["train"][1]) < 2:
-        raise DataError(f"{source}: fewer than 2 usable training rows for {target}")
-    return out
 
 
 def _history_csv(history: list[dict[str, Any]]) -> str:
@@ -652,7 +491,6 @@ def run_train(
         (:func:`pipelines.layers.fit_run_local_layer`) after the tile effect; its parameters go
         to the metadata's ``local_layer``.
     """
-    from geodbk import DBKRegressor
 
     rd: RunDir = require_run(run)
     spec = target_spec(target)
@@ -693,9 +531,6 @@ def run_train(
     if distributed:
         import pyarrow.parquet as pq
 
-        from geodbk.distributed import init_distributed, seed_rank
-        from pipelines.sharding import load_rank_split, read_time_axis
-
         if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
             time_scaling, quarters = read_time_axis(rd)
         cfg = resolve_noise(
@@ -707,8 +542,6 @@ def run_train(
             rd, target, ctx=ctx, time_scaling=time_scaling, tests=cfg.noise == "tests"
         )
     elif cfg.streaming:
-        from pipelines.sharding import streaming_inputs
-
         cfg, meta, time_scaling, quarters, stream = streaming_inputs(rd, target, cfg)
         Xv, yv = stream["X_val"], stream["y_val"]
         y = np.zeros(stream["n_train"])  # only its length is used below
@@ -900,8 +733,6 @@ def fit_run_tile_effect(
     urban and rural tiles their own ``tau²`` (:func:`geodbk.tile_effect.urban_groups` of the
     ``urban`` column).
     """
-    from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.tile_effect import fit_tile_effect, urban_groups
 
     tiles = split_tests(gdf, target, column="quadkey")
     if "quarter" in gdf.columns:
@@ -932,23 +763,6 @@ def fit_run_tile_effect(
     )
 
 
-#: Objective rows (validation rows, or the training hold-out) each urban/rural class needs for
-#: ``tile_effect_groups: auto`` to pick ``urban`` (its own ``tau²`` is chosen on them).
-MIN_GROUP_VAL_ROWS = 100
-
-
-def _smaller_class_rows(urban_val: np.ndarray) -> int:
-    """Rows of the smaller urban/rural class."""
-    urban_val = np.asarray(urban_val, dtype=bool)
-    return min(int(urban_val.sum()), int((~urban_val).sum()))
-
-
-def urban_groups_supported(urban_val: np.ndarray) -> bool:
-    """Whether each urban/rural class has :data:`MIN_GROUP_VAL_ROWS` validation rows (then
-    ``tile_effect_groups: auto`` gives each class its own ``tau²``)."""
-    return _smaller_class_rows(urban_val) >= MIN_GROUP_VAL_ROWS
-
-
 def resolve_tile_effect_groups(
     cfg: TrainConfig, gdf: Any, target: str, *, source: Path | str = "tiles.parquet"
 ) -> TrainConfig:
@@ -973,7 +787,7 @@ def resolve_tile_effect_groups(
     kind, mask = "validation", np.ones(urban["val"].size, dtype=bool)
     if "quadkey" in gdf.columns:
         kind, mask = tile_effect_objective(gdf, target, seed=cfg.seed)
-    per_class = _smaller_class_rows(urban["val" if kind == "validation" else "train"][mask])
+    per_class = smaller_class_rows(urban["val" if kind == "validation" else "train"][mask])
     if cfg.tile_effect_groups == "auto":
         chosen = "urban" if per_class >= MIN_GROUP_VAL_ROWS else "none"
         log.info(
@@ -986,17 +800,6 @@ def resolve_tile_effect_groups(
             f"{source}, so its tau² cannot be chosen; use --tile-effect-groups none"
         )
     return cfg
-
-
-def save_tile_effect(model_dir: Path, effect: Any) -> None:
-    """Write ``effect`` next to the model, or remove a stale one (``effect=None``)."""
-    from geodbk.tile_effect import TileEffect
-
-    if effect is not None:
-        effect.save(model_dir)
-        return
-    for path in TileEffect.files(model_dir):
-        path.unlink(missing_ok=True)
 
 
 def choose_time_extrapolation(
@@ -1017,8 +820,6 @@ def choose_time_extrapolation(
     chosen (it never invents a trend beyond the data). Returns ``{"policy", "val_nll",
     "val_rows_outside"}`` for the bundle metadata (``time_extrapolation``).
     """
-    from geodbk.metrics import gaussian_nll
-    from geodbk.predictive import noise_kwargs
 
     outside = int((np.abs(X_val[:, 2]) > 1.0).sum()) if len(y_val) else 0
     if outside == 0:
@@ -1047,8 +848,6 @@ def fit_local_layer_of_run(
 ) -> Any:
     """The local layer on ``effect`` (:func:`pipelines.layers.fit_run_local_layer`), with the
     validation rows' tiles, quarters, noise covariates and groups read like the effect's."""
-    from geodbk.tile_effect import urban_groups
-    from pipelines.layers import fit_run_local_layer
 
     tiles = split_tests(gdf, target, column="quadkey")["val"]
     times = (
@@ -1070,62 +869,3 @@ def fit_local_layer_of_run(
         noise_val={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
         groups_val=group,
     )
-
-
-def load_model(rd: RunDir, target: str) -> Any:
-    """Load the bundle of ``target`` (raises ModelFileError with the train command if absent)."""
-    from geodbk import DBKRegressor
-    from pipelines.rundir import require_model
-
-    path = require_model(rd, target)
-    model = DBKRegressor.load(path)
-    scale = (getattr(model, "y_mean_", 0.0), getattr(model, "y_std_", 1.0))
-    if not (np.isfinite(scale).all() and scale[1] > 0):
-        from geodbk.errors import ModelFileError
-
-        raise ModelFileError(
-            f"{path}/model.json holds a target mean/sd of {scale[0]!r}/{scale[1]!r} (a finite "
-            f"mean and a positive sd are needed); the file is damaged: retrain with `geodbk "
-            f"train --run {rd.root} --target {target}`"
-        )
-    md = getattr(model, "metadata_", None) or {}
-    if md.get("target") not in (None, target):
-        from geodbk.errors import ModelFileError
-
-        raise ModelFileError(f"{path} holds a {md.get('target')!r} model, not {target!r}")
-    log.info("read model %s", path)
-    stale = stale_model_message(rd, target, md)
-    if stale:
-        log.warning("%s", stale)
-    return model
-
-
-def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
-    """The tile effect saved with ``target``'s model, or ``None`` when it was trained without.
-
-    Raises :class:`~geodbk.errors.ModelFileError` when the files and the model's metadata
-    disagree (a tile effect from another training run), with the command that fixes it.
-    """
-    from geodbk.errors import ModelFileError
-    from geodbk.tile_effect import TileEffect
-
-    md = getattr(model, "metadata_", None) or {}
-    folder = rd.model_dir(target)
-    expected = md.get("tile_effect")
-    if expected is None:
-        return None
-    try:
-        effect = TileEffect.load(folder)
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSON, Arrow, missing keys
-        raise ModelFileError(
-            f"the tile effect saved with the {target} model ({folder / 'tile_effect.json'} and "
-            f"tile_effect_rows.parquet) is missing or unreadable ({type(exc).__name__}: {exc}); "
-            f"retrain: geodbk train --run {rd.root} --target {target}"
-        ) from None
-    if effect.params.to_dict() != expected:
-        raise ModelFileError(
-            f"{folder}: the tile effect files do not belong to this model (another training "
-            f"run wrote them); retrain with `geodbk train --run {rd.root} --target {target} "
-            "--tile-effect`"
-        )
-    return effect

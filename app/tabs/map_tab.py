@@ -34,6 +34,7 @@ from app.quarters import QuarterGrid, TrendFile, describe_quarter
 from app.runs import UNITS
 from app.ui import missing, quarter_slider
 from geodbk.geo.contract import DEFAULT_THRESHOLDS
+from geodbk.geo.timeaxis import extrapolation_of
 
 MAP_HEIGHT = 520
 #: Most tiles drawn as polygons at once (a quarter of a state is usually far fewer).
@@ -210,8 +211,6 @@ def _choose_grid(ctx: RunContext, qgrids: list[QuarterGrid]) -> QuarterGrid:
                 f"`{ctx.cmd('predict')} --quarter 2019Q1:2023Q4` (any range)."
             )
     if chosen.extrapolation:
-        from geodbk.geo.timeaxis import extrapolation_of
-
         held = extrapolation_of(ctx.model_metadata()) == "hold"
         how = (
             "the model holds its last trained quarter's map there (the extrapolation policy "

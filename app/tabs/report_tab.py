@@ -13,6 +13,7 @@ import streamlit as st
 
 from app import loaders, maps
 from app.context import RunContext
+from app.quarters import quarter_key
 from app.runs import TARGETS
 from app.ui import missing
 
@@ -97,7 +98,6 @@ def by_quarter_frame(metrics: dict[str, Any]) -> pd.DataFrame | None:
 
     Quarters are in time order; groups without data are left out.
     """
-    from app.quarters import quarter_key
 
     raw = metrics.get("by_quarter")
     if not isinstance(raw, dict) or not raw:

@@ -27,6 +27,7 @@ from shapely.geometry.base import BaseGeometry
 
 from geodbk.errors import DataError
 from geodbk.geo.grids import Grid
+from geodbk.geo.regions import _source
 from geodbk.local_layer import EARTH_RADIUS_KM
 
 __all__ = [
@@ -221,7 +222,6 @@ def disjoint_layers(polygons: np.ndarray) -> np.ndarray:
 
 def _read_frame(path: Path, *, shown: str) -> gpd.GeoDataFrame:
     """The file as a GeoDataFrame (any CRS), or a DataError naming it and the formats."""
-    from geodbk.geo.regions import _source
 
     text = str(path)
     is_parquet = path.suffix.lower() in _PARQUET

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import shapely
 from shapely.geometry.base import BaseGeometry
 
+from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError
 
 WGS84 = "EPSG:4326"
@@ -392,7 +393,6 @@ def resolve_region(
 
 def write_region_geojson(region: Region, path: str | Path) -> None:
     """Write the region boundary to a GeoJSON file atomically."""
-    from geodbk.atomic import atomic_write_text
 
     atomic_write_text(path, region.to_geodataframe().to_json(drop_id=True))
 

@@ -23,6 +23,7 @@ from geodbk.atomic import atomic_path
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGET_INFO
 from geodbk.geo.regions import Scaling
+from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"geodbk"
@@ -171,7 +172,6 @@ def forecast_split(quarters: npt.ArrayLike) -> tuple[npt.NDArray[np.object_], di
     DataError
         With fewer than 3 distinct quarters (train, val and test each need one).
     """
-    from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
     idx = quarter_indices(np.asarray(quarters, dtype=object))
     uniq = np.unique(idx)

@@ -16,7 +16,8 @@ from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from pipelines import cli
 from pipelines.config import TrainConfig, dump_config
-from pipelines.train import resolve_noise, run_train
+from pipelines.train import run_train
+from pipelines.training_data import resolve_noise
 
 TINY = {"rank": 8, "hidden": 8, "epochs": 2, "patience": 2, "batch_size": 128, "device": "cpu"}
 

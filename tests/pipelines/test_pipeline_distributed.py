@@ -18,7 +18,7 @@ from geodbk.distributed import ShardPlan
 from pipelines.config import TrainConfig, dump_config
 from pipelines.rundir import require_run
 from pipelines.sharding import split_rows
-from pipelines.train import resolve_noise
+from pipelines.training_data import resolve_noise
 
 REPO = Path(__file__).resolve().parents[2]
 CFG = TrainConfig(rank=16, hidden=8, epochs=2, batch_size=64, patience=5, device="cpu", seed=1)

@@ -16,7 +16,8 @@ from pipelines.config import TrainConfig, demo_config
 from pipelines.predict import run_predict
 from pipelines.report import run_report
 from pipelines.scoring import bucket_masks, by_tests_scores
-from pipelines.train import resolve_noise, run_train
+from pipelines.train import run_train
+from pipelines.training_data import resolve_noise
 
 CFG = demo_config(quick=True).replace(epochs=2)
 

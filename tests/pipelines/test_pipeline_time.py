@@ -24,7 +24,8 @@ from pipelines.export import run_export
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
 from pipelines.predict import TREND_VARS, parse_trend, run_predict
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat, target_spec
-from pipelines.train import _check_resume, _resume_keys, run_train, split_arrays, time_axis
+from pipelines.train import _check_resume, _resume_keys, run_train
+from pipelines.training_data import split_arrays, time_axis
 
 REPO = Path(__file__).resolve().parents[2]
 CFG = demo_config(quick=True).replace(epochs=2)

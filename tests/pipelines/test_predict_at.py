@@ -17,9 +17,9 @@ from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.quantities import predict_quantity
 from pipelines import cli
+from pipelines.bundles import load_tile_effect
 from pipelines.predict_at import OUTPUT_COLUMNS, run_predict_at
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat
-from pipelines.train import load_tile_effect
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,9 @@ from geodbk.geo.table import read_tile_table, write_tile_table
 from geodbk.quantities import predict_quantity
 from pipelines import figures
 from pipelines.config import demo_config
-from pipelines.predict import grid_bounds, read_region
+from pipelines.predict import grid_bounds
 from pipelines.report import PREDICTION_COLUMNS, SERVED_PROB, run_report, scan_tiles
+from pipelines.run_inputs import read_region
 from pipelines.rundir import RunDir, model_inputs, target_spec
 from pipelines.scoring import by_quarter_scores, by_tests_scores, urban_rural_scores
 from pipelines.train import run_train
