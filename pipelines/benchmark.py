@@ -40,6 +40,7 @@ import numpy as np
 
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.baselines.registry import (
+    CAGP_LR_GRID,
     CONSTRUCTORS,
     PP_DKL_BETA_GRID,
     build_model,
@@ -67,6 +68,12 @@ from pipelines.training_data import noise_columns, time_axis, urban_classes, urb
 log = logging.getLogger("geodbk.benchmark")
 
 GROUPS = ("all", "urban", "rural")
+#: What the ``paper`` preset sweeps by default, as each model's paper tunes it: model ->
+#: (option, grid), chosen by validation NLL.
+PAPER_SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "pp-dkl": ("beta", PP_DKL_BETA_GRID),
+    "cagp": ("lr", CAGP_LR_GRID),
+}
 METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
 
 #: What ``geodbk benchmark --help`` says, for users (the module docstring is for developers).
@@ -791,7 +798,7 @@ def run_benchmark(
     model's entry records the preset and its full ``hyperparameters`` as trained.
     ``sweeps`` (``{"pp-dkl": {"beta": [0, 0.01, 0.1, 1]}}``) trains a model once per value of
     one option and keeps the value with the lowest validation NLL (:func:`resolve_sweeps`;
-    with the ``paper`` preset PP-DKL's β is swept over the seed's grid by default); the entry
+    with the ``paper`` preset the grids of :data:`PAPER_SWEEPS` are swept by default); the entry
     records the ``sweep`` (every value's val and test NLL, the chosen one).
 
     ``noise`` (one of :data:`NOISE_MODELS`) is the observation-noise model every model is asked
@@ -1034,11 +1041,11 @@ def resolve_sweeps(
     preset: str,
     has_val: bool,
 ) -> dict[str, dict[str, list[Any]]]:
-    """The sweeps to run: ``sweeps`` (``--sweep MODEL.OPTION=V1,V2,...``), plus PP-DKL's β over
-    the seed's grid {0, 0.01, 0.1, 1} with the ``paper`` preset unless ``pp-dkl.beta`` is given
-    by ``--set`` or ``--sweep``. One option per model; a sweep of more than one value needs the
-    val split (it picks by validation NLL)."""
-
+    """The sweeps to run: ``sweeps`` (``--sweep MODEL.OPTION=V1,V2,...``), plus, with the
+    ``paper`` preset, each model's paper grid (:data:`PAPER_SWEEPS`: PP-DKL's β over {0, 0.01,
+    0.1, 1}, CaGP's lr over {1, 0.1, 0.01}) unless that option is given by ``--set`` or the
+    model by ``--sweep``. One option per model; a sweep of more than one value needs the val
+    split (it picks by validation NLL)."""
     out = {name: dict(options) for name, options in (sweeps or {}).items()}
     for name, options in out.items():
         if name not in models:
@@ -1053,9 +1060,10 @@ def resolve_sweeps(
             raise DataError(f"--sweep {name}.{option}: give at least one value")
         if option in ((overrides or {}).get(name) or {}):
             raise DataError(f"{name}.{option} is given by both --set and --sweep; give one")
-    beta_set = "beta" in ((overrides or {}).get("pp-dkl") or {})
-    if preset == "paper" and "pp-dkl" in models and "pp-dkl" not in out and not beta_set:
-        out["pp-dkl"] = {"beta": list(PP_DKL_BETA_GRID)}
+    for name, (option, grid) in PAPER_SWEEPS.items() if preset == "paper" else ():
+        given = option in ((overrides or {}).get(name) or {})
+        if name in models and name not in out and not given:
+            out[name] = {option: list(grid)}
     many = [n for n, o in out.items() if len(next(iter(o.values()))) > 1]
     if many and not has_val:
         raise DataError(
@@ -1236,7 +1244,8 @@ def register(subparsers: Any) -> None:
         help="train MODEL once per value of OPTION and keep the value with the lowest "
         "validation NLL, e.g. --sweep pp-dkl.beta=0,0.01,0.1,1 (repeatable, one option per "
         "model); with --preset paper PP-DKL's beta is swept over the DBK paper's grid "
-        "{0, 0.01, 0.1, 1} unless --set or --sweep gives pp-dkl.beta",
+        "{0, 0.01, 0.1, 1} and CaGP's lr over its paper's {1, 0.1, 0.01}, unless --set or "
+        "--sweep gives the option",
     )
     p.add_argument(
         "--merge", action="store_true", help="keep the other models' results already in TARGET.json"

@@ -55,7 +55,7 @@ def test_every_model_has_both_presets_and_builds_with_them() -> None:
         ("svdbk", "noise_init", 1e-2, 0.5),
         # paper 002: lr from its sweep (0.1 on the large low-dimensional sets)
         ("cagp", "lr", 0.1, 0.05),
-        # paper 004: beta² = 1e-3 (learned from there: fixing it needs new model code)
+        # paper 004: beta² = 1e-3, fixed (learn_noise=False)
         ("softki", "noise_init", 1e-3, 0.5),
     ],
 )
@@ -189,6 +189,19 @@ def test_no_default_sweep_with_tuned_preset_or_a_set_beta(tiny_run: Path, tmp_pa
         )
     with pytest.raises(DataError, match="val split is empty"):
         resolve_sweeps(["pp-dkl"], None, None, preset="paper", has_val=False)
+
+
+def test_paper_preset_sweeps_cagp_lr_over_its_papers_grid() -> None:
+    """Paper 002 picks CaGP's initial lr from {1, 0.1, 0.01}: swept by default with the paper
+    preset, with PP-DKL's beta beside it; not with tuned, a --set lr or a --sweep of cagp."""
+    from pipelines.benchmark import resolve_sweeps
+
+    both = resolve_sweeps(["cagp", "pp-dkl", "dbk-rbf"], None, None, preset="paper", has_val=True)
+    assert both == {"cagp": {"lr": [1.0, 0.1, 0.01]}, "pp-dkl": {"beta": [0.0, 0.01, 0.1, 1.0]}}
+    assert resolve_sweeps(["cagp"], None, None, preset="tuned", has_val=True) == {}
+    assert resolve_sweeps(["cagp"], None, {"cagp": {"lr": 0.1}}, preset="paper", has_val=True) == {}
+    mine = {"cagp": {"n_actions": [8, 16]}}
+    assert resolve_sweeps(["cagp"], mine, None, preset="paper", has_val=True) == mine
 
 
 def test_cli_sweep_option(tiny_run: Path, tmp_path: Path) -> None:
