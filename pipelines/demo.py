@@ -22,6 +22,7 @@ from typing import Any
 
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import quarter_index
 from pipelines.config import TrainConfig, check_epochs_flag, demo_config
@@ -29,7 +30,6 @@ from pipelines.export import run_export
 from pipelines.ingest import DEMO_INGEST, run_ingest
 from pipelines.predict import run_predict
 from pipelines.report import run_report
-from pipelines.rundir import TARGETS
 from pipelines.service import run_service
 from pipelines.summarize import run_summarize
 from pipelines.train import run_train

@@ -27,13 +27,13 @@ from typing import Any
 from geodbk import __version__
 from geodbk.atomic import atomic_path, json_text
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
 from pipelines.gridfile import open_grid, sweep_spools
 from pipelines.predict import parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
-    TARGETS,
     RunDir,
     licence_attrs,
     read_json,

@@ -60,7 +60,7 @@ from tqdm import tqdm
 
 from geodbk import __version__
 from geodbk.errors import DataError
-from geodbk.geo.contract import Z95
+from geodbk.geo.contract import TARGETS, Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (
@@ -85,7 +85,6 @@ from pipelines.layers import layer_xy, load_map_layers
 from pipelines.predict_at import run_predict_at
 from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
 from pipelines.rundir import (
-    TARGETS,
     RunDir,
     TargetSpec,
     check_thresholds,

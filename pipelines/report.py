@@ -61,6 +61,7 @@ from scipy.special import ndtr
 from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, staged_folder
 from geodbk.errors import DataError, ModelFileError
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
@@ -78,7 +79,6 @@ from pipelines.report_areas import area_summaries_section, service_headline_sect
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.run_inputs import read_region
 from pipelines.rundir import (
-    TARGETS,
     RunDir,
     TargetSpec,
     check_thresholds,

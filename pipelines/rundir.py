@@ -25,17 +25,12 @@ import numpy as np
 
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
-from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGET_INFO
+from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGET_INFO, TARGETS
 from geodbk.geo.licence import OOKLA_LICENCE
 from geodbk.geo.table import read_table_metadata, read_tile_table
 from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
 
 log = logging.getLogger("geodbk")
-
-#: Target name -> (source column, natural unit, kbps-to-natural divisor), from the contract.
-TARGETS: dict[str, tuple[str, str, float]] = {
-    t: (i.column, i.unit, i.divisor) for t, i in TARGET_INFO.items()
-}
 
 
 def check_thresholds(thresholds: Sequence[float] | None, target: str) -> tuple[float, ...]:

@@ -41,6 +41,7 @@ from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.areas import Areas, cell_area_km2, read_areas
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
@@ -51,7 +52,6 @@ from pipelines.predict import check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
-    TARGETS,
     RunDir,
     TargetSpec,
     licence_attrs,

@@ -30,6 +30,7 @@ from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.timeaxis import TimeScaling, quarter_indices
 from geodbk.metrics import gaussian_nll
 from geodbk.predictive import noise_kwargs
@@ -39,7 +40,6 @@ from pipelines.bundles import save_tile_effect
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
 from pipelines.layers import fit_run_local_layer, save_local_layer
 from pipelines.rundir import (
-    TARGETS,
     RunDir,
     config_hash,
     load_tiles,

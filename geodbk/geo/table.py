@@ -28,7 +28,6 @@ from geodbk.geo.timeaxis import format_quarter, quarter_indices
 SCHEMA_VERSION = 1
 METADATA_KEY = b"geodbk"
 #: Model targets and their columns (natural units: kbps for speeds, ms for latency).
-TARGETS: dict[str, str] = {t: i.column for t, i in TARGET_INFO.items()}
 LOG_COLUMNS: dict[str, str] = {t: i.log_column for t, i in TARGET_INFO.items()}
 COLUMNS: tuple[str, ...] = (
     "quadkey",
@@ -235,7 +234,7 @@ def prepare_tile_table(
     x1, x2 = scaling.scale(df["lon"].to_numpy(), df["lat"].to_numpy())
     df["x1"] = x1
     df["x2"] = x2
-    for target, col in TARGETS.items():
+    for target, col in ((t, i.column) for t, i in TARGET_INFO.items()):
         df[col] = df[col].astype("float64")
         df[LOG_COLUMNS[target]] = np.log10(df[col].to_numpy())
     df["tests"] = df["tests"].astype("int64")

@@ -9,8 +9,9 @@ import pytest
 import xarray as xr
 
 from geodbk import DBKRegressor
+from geodbk.geo.contract import TARGETS
 from geodbk.geo.table import read_tile_table
-from pipelines.rundir import TARGETS, model_inputs
+from pipelines.rundir import model_inputs
 
 
 def test_run_directory_is_complete(tiny_run: Path) -> None:
