@@ -435,6 +435,7 @@ def load_tile_metadata(path: str, stamp_: Stamp) -> dict[str, Any]:
 def load_model(model_dir: str, stamp_: Stamp) -> Any:
     """Load a model bundle with ``DBKRegressor.load`` (safetensors + JSON, no pickle)."""
     try:
+        # local: the dashboard shows maps without torch; only the kernel tab loads a model
         from geodbk.estimator import DBKRegressor
     except ImportError as exc:
         raise LoadError(f"The geodbk model code is not available ({exc}).") from exc

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from geodbk._version import __version__
 
 __all__ = ["DBKRegressor", "Prediction", "__version__"]
 
@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "DBKRegressor":
+        # local: the estimator imports torch; geodbk.geo and geodbk.errors start without it
         from geodbk.estimator import DBKRegressor
 
         return DBKRegressor
     if name == "Prediction":
+        # local: geodbk.predictive imports torch, as above
         from geodbk.predictive import Prediction
 
         return Prediction

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save
 
+from geodbk._version import __version__
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import ModelFileError
 
@@ -47,8 +48,6 @@ def save_bundle(
     Path
         The bundle folder.
     """
-    from geodbk import __version__
-
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}

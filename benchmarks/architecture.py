@@ -1,0 +1,192 @@
+"""Print the architecture targets of geodbk: the import graph, function-local imports, single
+definitions of the run-directory contract's names, and lines of code.
+
+The import graph has one node per module of ``geodbk``, ``pipelines`` and ``app`` and an edge
+for every import of another project module, at module level or inside a function (imports under
+``if TYPE_CHECKING:`` are left out: they never run). A circle is a strongly connected set of
+more than one module. A function-local import must carry a ``# local:`` comment that says why
+(an optional heavy dependency loaded only when used)::
+
+    python benchmarks/architecture.py            # the report
+    python benchmarks/architecture.py --json     # the same as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("geodbk", "pipelines", "app")
+#: Names the contract defines once (``geodbk/geo/contract.py``); a second module-level
+#: assignment of one of them anywhere is a second definition.
+CONTRACT_NAMES = ("TARGETS", "TARGET_INFO", "Z95", "DEFAULT_THRESHOLDS")
+#: Most function-local project imports allowed, each with a ``# local:`` reason.
+MAX_LOCAL_IMPORTS = 10
+
+
+@dataclass
+class LocalImport:
+    """A project import inside a function: where, what, and the reason given (if any)."""
+
+    module: str
+    line: int
+    imported: str
+    reason: str | None
+
+
+@dataclass
+class Graph:
+    """The project's import graph and what the targets count."""
+
+    modules: dict[str, Path]
+    edges: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    local: list[LocalImport] = field(default_factory=list)
+    definitions: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+
+def module_name(path: Path, root: Path) -> str:
+    """``geodbk/geo/table.py`` -> ``geodbk.geo.table``; a package's ``__init__`` -> its name."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` (or its longest prefix that is one), else ``None``."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> list[str]:
+    """The dotted names an import statement reaches (``from a import b`` -> ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    return [f"{base}.{a.name}" for a in node.names] + [base]
+
+
+def _reason(lines: list[str], node: ast.stmt) -> str | None:
+    """The ``# local: ...`` comment on the import's lines or the line above."""
+    for text in lines[max(node.lineno - 2, 0) : node.end_lineno or node.lineno]:
+        if "# local:" in text:
+            return text.split("# local:", 1)[1].strip()
+    return None
+
+
+def build_graph(root: Path = ROOT) -> Graph:
+    """Parse every module of :data:`PACKAGES` under ``root`` into a :class:`Graph`."""
+    modules = {
+        module_name(p, root): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))
+    }
+    graph = Graph(modules)
+    for module, path in modules.items():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in CONTRACT_NAMES:
+                    graph.definitions[target.id].append(module)
+        _walk(tree, module, path, lines, graph, in_function=False)
+    return graph
+
+
+def _walk(
+    node: ast.AST, module: str, path: Path, lines: list[str], graph: Graph, *, in_function: bool
+) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            reached = {_resolve(t, graph.modules) for t in _targets(child, module, path)}
+            for other in sorted(r for r in reached if r and r != module):
+                graph.edges[module].add(other)
+                if in_function:
+                    reason = _reason(lines, child)
+                    graph.local.append(LocalImport(module, child.lineno, other, reason))
+            continue
+        inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+        _walk(child, module, path, lines, graph, in_function=inner)
+
+
+def circles(graph: Graph) -> list[list[str]]:
+    """Strongly connected sets of more than one module (each a circle of imports)."""
+    names = sorted(graph.modules)
+    index = {n: i for i, n in enumerate(names)}
+    rows = [index[a] for a, outs in graph.edges.items() for _ in outs]
+    cols = [index[b] for outs in graph.edges.values() for b in outs]
+    matrix = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(names), len(names)))
+    _, labels = connected_components(matrix, directed=True, connection="strong")
+    groups: dict[int, list[str]] = defaultdict(list)
+    for name, label in zip(names, labels, strict=True):
+        groups[int(label)].append(name)
+    return sorted(g for g in groups.values() if len(g) > 1)
+
+
+def lines_of_code(root: Path = ROOT) -> dict[str, int]:
+    """Lines of the ``.py`` files of each package."""
+    return {
+        pkg: sum(
+            len(p.read_text(encoding="utf-8").splitlines()) for p in (root / pkg).rglob("*.py")
+        )
+        for pkg in PACKAGES
+    }
+
+
+def report(root: Path = ROOT) -> dict[str, object]:
+    """The targets as a JSON-able dict."""
+    graph = build_graph(root)
+    loc = lines_of_code(root)
+    return {
+        "modules": len(graph.modules),
+        "circles": circles(graph),
+        "local_imports": [
+            {"module": li.module, "line": li.line, "imports": li.imported, "reason": li.reason}
+            for li in graph.local
+        ],
+        "local_imports_without_reason": sum(li.reason is None for li in graph.local),
+        "max_local_imports": MAX_LOCAL_IMPORTS,
+        "definitions": {name: graph.definitions.get(name, []) for name in CONTRACT_NAMES},
+        "lines_of_code": {**loc, "total": sum(loc.values())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    result = report()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    local = result["local_imports"]
+    assert isinstance(local, list)
+    print(f"modules: {result['modules']}")
+    print(f"import circles (function-local imports counted): {result['circles'] or 'none'}")
+    print(f"function-local project imports: {len(local)} (at most {MAX_LOCAL_IMPORTS})")
+    for li in local:
+        print(f"  {li['module']}:{li['line']} -> {li['imports']}: {li['reason'] or 'NO REASON'}")
+    for name, where in dict(result["definitions"]).items():  # type: ignore[call-overload]
+        print(f"definitions of {name}: {len(where)} ({', '.join(where)})")
+    print(f"lines of code: {result['lines_of_code']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
