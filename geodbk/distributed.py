@@ -38,7 +38,6 @@ from geodbk.device import resolve_device
 __all__ = [
     "DistributedContext",
     "ShardPlan",
-    "epoch_permutation",
     "global_mean_std",
     "init_distributed",
     "read_parquet_shard",
@@ -179,12 +178,6 @@ def shard_seed(seed: int, epoch: int, shard: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(epoch), int(shard)]).generate_state(1)[0])
 
 
-def epoch_permutation(n: int, *, seed: int, epoch: int, part: int = 0) -> torch.Tensor:
-    """The permutation of ``n`` rows of ``part`` (a shard or a streaming window) in ``epoch``."""
-    gen = torch.Generator(device="cpu").manual_seed(shard_seed(seed, epoch, part))
-    return torch.randperm(n, generator=gen)
-
-
 def _split_sizes(n: int, steps: int) -> list[int]:
     """Sizes of ``torch.tensor_split(range(n), steps)``."""
     q, r = divmod(n, steps)
@@ -252,7 +245,8 @@ class ShardPlan:
         offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
         pieces: dict[int, tuple[torch.Tensor, ...]] = {}
         for k in shards:
-            perm = epoch_permutation(self.sizes[k], seed=seed, epoch=epoch, part=k)
+            gen = torch.Generator(device="cpu").manual_seed(shard_seed(seed, epoch, k))
+            perm = torch.randperm(self.sizes[k], generator=gen)
             if self.rank is None:
                 perm = perm + int(offsets[k])
             pieces[k] = torch.tensor_split(perm, steps)

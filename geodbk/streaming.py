@@ -23,9 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from geodbk.distributed import epoch_permutation
 from geodbk.predictive import noise_kwargs
-from geodbk.training import _make_optimizer, batch_loss, checkpoint_options, fit, validator
+from geodbk.training import (
+    _make_optimizer,
+    batch_loss,
+    checkpoint_options,
+    fit,
+    shuffled_batches,
+    validator,
+)
 from geodbk.validation import counts_or_one
 
 __all__ = [
@@ -265,14 +271,13 @@ def train_streaming(
 
     Each epoch: this rank's row groups (``rank, rank + W, ...``) in an order drawn from
     ``(config.seed, epoch, rank)``, cut into windows of ``shuffle_groups`` groups; a window's
-    rows (its groups in file order, finite rows only) are permuted by
-    :func:`geodbk.distributed.epoch_permutation` and cut into ``ceil(m / batch_size)``
-    near-equal mini-batches. With one window this is the batch order of
-    :func:`geodbk.training.train_model` on the same rows. Targets are standardised with
-    ``y_mean`` and ``y_std`` (computed beforehand, e.g. in one streaming pass). Selection,
-    early stopping, checkpoints and errors are those of :func:`geodbk.training.fit`. With a
-    process group, wrap ``model`` yourself or average gradients; this function is the
-    single-process loop.
+    finite rows (its groups in file order) are cut into mini-batches by
+    :func:`geodbk.training.shuffled_batches` with a generator seeded by ``config.seed + rank``.
+    With one window this is the batch order of :func:`geodbk.training.train_model` on the same
+    rows. Targets are standardised with ``y_mean`` and ``y_std`` (computed beforehand, e.g. in
+    one streaming pass). Selection, early stopping, checkpoints and errors are those of
+    :func:`geodbk.training.fit`. With a process group, wrap ``model`` yourself or average
+    gradients; this function is the single-process loop.
 
     Parameters
     ----------
@@ -305,9 +310,8 @@ def train_streaming(
     nll_offset
         Added to the recorded validation NLL (default ``log y_std``: y's units).
     checkpoint_dir, resume
-        ``checkpoint_dir/last.pt`` after every epoch; ``resume`` continues from it (the batch
-        order depends only on ``(seed, epoch, rank)``, so a resumed run equals an
-        uninterrupted one).
+        ``checkpoint_dir/last.pt`` after every epoch (with the generator's state); ``resume``
+        continues from it, equal to an uninterrupted run.
     progress, callback
         Progress on rank 0; a function called with each epoch's history record.
     shuffle_groups
@@ -332,12 +336,12 @@ def train_streaming(
     if tests_column:
         cols.append(tests_column)
     size, window = int(config.batch_size), max(int(shuffle_groups), 1)
+    gen = torch.Generator(device="cpu").manual_seed(int(config.seed) + rank)
 
     def epoch_step(epoch: int) -> float:
         total, seen = 0.0, 0
         order_g = np.random.default_rng([int(config.seed), epoch, rank]).permutation(groups)
         for w in range(0, len(order_g), window):
-            part_id = (w // window) * world_size + rank
             parts = list(
                 iter_parquet_batches(
                     path,
@@ -353,24 +357,23 @@ def train_streaming(
             X = to_x(part)
             y = (np.asarray(part[y_column], dtype=np.float64) - y_mean) / y_std
             rows = np.flatnonzero(np.isfinite(X).all(axis=1) & np.isfinite(y))
-            perm = epoch_permutation(len(rows), seed=int(config.seed), epoch=epoch, part=part_id)
-            order = rows[perm.numpy()]
-            xt = torch.as_tensor(X[order], dtype=dtype, device=device)
-            yt = torch.as_tensor(y[order], dtype=dtype, device=device)
-            steps = max(1, -(-len(order) // size))
-            tt: list[torch.Tensor | None] = [None] * steps
+            xt = torch.as_tensor(X[rows], dtype=dtype, device=device)
+            yt = torch.as_tensor(y[rows], dtype=dtype, device=device)
+            tt = None
             if tests_column:
-                t_np = counts_or_one(part[tests_column])[order]
-                tt = list(torch.as_tensor(t_np, dtype=dtype, device=device).tensor_split(steps))
-            for xb, yb, tb in zip(xt.tensor_split(steps), yt.tensor_split(steps), tt, strict=True):
-                if len(xb) < 1 or (len(xb) < 2 and config.objective == "dppgp"):
+                t_np = counts_or_one(part[tests_column])[rows]
+                tt = torch.as_tensor(t_np, dtype=dtype, device=device)
+            for idx in shuffled_batches(len(rows), size, gen):
+                if len(idx) < 2 and config.objective == "dppgp":
                     continue
+                idx = idx.to(device)
                 optimizer.zero_grad(set_to_none=True)
-                loss = batch_loss(model, xb, yb, n=n, config=config, tests=tb)
+                tb = None if tt is None else tt[idx]
+                loss = batch_loss(model, xt[idx], yt[idx], n=n, config=config, tests=tb)
                 loss.backward()
                 optimizer.step()
-                total += float(loss.detach()) * len(xb)
-                seen += len(xb)
+                total += float(loss.detach()) * len(idx)
+                seen += len(idx)
         return total / max(seen, 1)
 
     return fit(
@@ -388,4 +391,5 @@ def train_streaming(
         is_main=rank == 0,
         callback=callback,
         name="streaming",
+        generator=gen,
     ).history

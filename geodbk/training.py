@@ -291,6 +291,7 @@ def fit(
     is_main: bool = True,
     callback: Callable[[dict[str, Any]], None] | None = None,
     name: str = "train",
+    generator: torch.Generator | None = None,
 ) -> TrainResult:
     """Run ``epoch_step`` for up to ``epochs`` epochs and leave ``module`` at the best one.
 
@@ -303,7 +304,8 @@ def fit(
     once per epoch (``ReduceLROnPlateau`` with the score).
 
     With ``checkpoint_dir`` the main process writes ``last.pt`` atomically after every epoch
-    (module, optimiser, scheduler, torch's CPU random state and this bookkeeping); with
+    (module, optimiser, scheduler, ``generator`` (the batch order), torch's CPU random state and
+    this bookkeeping); with
     ``resume=True`` an existing one whose ``options`` match is continued, bit-identical to an
     uninterrupted run on the same device and thread count when ``epoch_step`` depends only on
     the epoch index and that state. ``progress`` shows a tqdm bar on a terminal (else a line per
@@ -320,6 +322,8 @@ def fit(
         if scheduler is not None and saved["scheduler"] is not None:
             scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
+        if generator is not None:
+            generator.set_state(saved["generator"])
         device = next(iter(module.state_dict().values())).device
         loop = _Loop(
             **{k: saved[k] for k in ("history", "best_score", "best_epoch", "bad_epochs")},
@@ -376,6 +380,7 @@ def fit(
                         "optimizer": optimizer.state_dict(),
                         "scheduler": None if scheduler is None else scheduler.state_dict(),
                         "rng": torch.get_rng_state(),
+                        "generator": None if generator is None else generator.get_state(),
                     },
                 )
             if bar is not None:
@@ -390,6 +395,12 @@ def fit(
     return TrainResult(
         history=copy.deepcopy(loop.history), best_epoch=loop.best_epoch, stopped_early=loop.stopped
     )
+
+
+def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch's mini-batches: a permutation of ``n`` rows from ``generator``, cut every
+    ``batch_size`` rows (the batch order of every in-memory and streaming loop)."""
+    return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
 def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
@@ -441,10 +452,9 @@ def train_model(
 ) -> TrainResult:
     """Train ``model`` in place with :func:`fit` and leave it at the best epoch.
 
-    Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch walks the batches of a
-    :class:`~geodbk.distributed.ShardPlan` (one shard holding all rows unless ``shards`` is
-    given), a permutation seeded by ``(config.seed, epoch)`` cut into ``ceil(n / batch_size)``
-    near-equal batches, with one AdamW step per batch. ``exact``: one full-batch step per epoch
+    Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch draws a permutation from a
+    ``torch.Generator`` seeded with ``config.seed`` (:func:`shuffled_batches`; with ``shards``
+    the plan's global batches) and takes one AdamW step per batch. ``exact``: one full-batch step per epoch
     on ``-log p(y) / n``, after which ``q(w)`` is set to the exact posterior. AdamW applies
     ``weight_decay`` to the backbone only.
 
@@ -498,10 +508,21 @@ def train_model(
         return float(loss.detach())
 
     def batch_step(epoch: int) -> float:
-        return runner(x, y, optimizer, epoch, tests)
+        if runner is not None:
+            return runner(x, y, optimizer, epoch, tests)
+        total = 0.0
+        for idx in shuffled_batches(n, config.batch_size, gen):
+            idx = idx.to(x.device)
+            optimizer.zero_grad(set_to_none=True)
+            tb = None if tests is None else tests[idx]
+            loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * int(idx.shape[0])
+        return total / n
 
-    if config.objective != "exact":
-        runner = make_epoch_runner(model, shards or ShardPlan((n,)), config)
+    gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
+    runner = None if shards is None else make_epoch_runner(model, shards, config)
     return fit(
         model,
         exact_step if config.objective == "exact" else batch_step,
@@ -517,4 +538,5 @@ def train_model(
         is_main=shards is None or shards.is_main,
         callback=callback,
         name=config.objective,
+        generator=gen,
     )

@@ -38,14 +38,13 @@ from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
-from geodbk.distributed import ShardPlan
 from geodbk.errors import DataError, GeodbkError, ModelFileError
 from geodbk.errors import TrainingDivergedError as TrainingDivergedError
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
 from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
-from geodbk.training import Epoch, fit
+from geodbk.training import Epoch, fit, shuffled_batches
 from geodbk.validation import as_tests
 
 #: Version of the ``baseline`` section of ``model.json`` (inside the core's bundle format).
@@ -294,9 +293,9 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
         """Train on ``(X, y)``; keep the epoch with the best validation NLL when given.
 
         Standardises ``y`` with its training mean/sd, then minimises the model's per-datum
-        objective with the ``_optimizer`` (Adam; mini-batches of a seeded per-epoch
-        permutation, or full batch) through :func:`geodbk.training.fit`: early stopping after
-        ``patience`` epochs, NaN/inf loss raises :class:`TrainingDivergedError`.
+        objective with the ``_optimizer`` (Adam; seeded shuffled mini-batches, or full batch)
+        through :func:`geodbk.training.fit`: early stopping after ``patience`` epochs, NaN/inf
+        loss raises :class:`TrainingDivergedError`.
 
         Parameters
         ----------
@@ -352,7 +351,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             self._init_module(module, Xt, yt)
         self.module_ = module
         opt = self._optimizer(module)
-        n, plan = Xt.shape[0], ShardPlan((Xt.shape[0],))
+        n, gen = Xt.shape[0], torch.Generator(device="cpu").manual_seed(seed)
 
         def epoch_step(epoch: int) -> Epoch | float:
             if self.full_batch:
@@ -365,7 +364,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
 
                 return Epoch(float(loss.detach()), step)
             total = 0.0
-            for idx, _ in plan.epoch_batches(epoch=epoch, seed=seed, batch_size=batch_size):
+            for idx in shuffled_batches(n, batch_size, gen):
                 idx = idx.to(Xt.device)
                 opt.zero_grad(set_to_none=True)
                 loss = self._loss(module, Xt[idx], yt[idx], n, None if Tt is None else Tt[idx])
@@ -401,6 +400,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             progress=progress,
             callback=callback,
             name=self.model_name,
+            generator=gen,
         )
         self.history_, self.best_epoch_ = result.history, result.best_epoch or None
         self.metadata_: dict[str, Any] = {}
