@@ -254,11 +254,8 @@ class _Progress:
 
     def __init__(self, name: str, total: int, initial: int) -> None:
         self.name = name
-        self.bar = (
-            tqdm(total=total, initial=initial, desc=name, unit="ep")
-            if sys.stderr.isatty()
-            else None
-        )
+        tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=initial, desc=name, unit="ep") if tty else None
 
     def update(self, record: dict[str, Any]) -> None:
         post = {k: f"{record[k]:.4f}" for k in ("train_loss", "val_nll") if record[k] is not None}
@@ -454,41 +451,24 @@ def train_model(
 
     Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch draws a permutation from a
     ``torch.Generator`` seeded with ``config.seed`` (:func:`shuffled_batches`; with ``shards``
-    the plan's global batches) and takes one AdamW step per batch. ``exact``: one full-batch step per epoch
-    on ``-log p(y) / n``, after which ``q(w)`` is set to the exact posterior. AdamW applies
-    ``weight_decay`` to the backbone only.
-
-    The selected state is the one with the lowest validation NLL (``nll_offset`` is added to the
-    recorded ``val_nll``, e.g. ``log sd_y`` to report it in y's units) or, without validation
-    data, the lowest training loss. Training stops after ``patience`` epochs without improvement.
-    Checkpoints, resume, progress and divergence errors are those of :func:`fit`.
+    the plan's global batches) and takes one AdamW step per batch. ``exact``: one full-batch
+    step per epoch on ``-log p(y) / n``, after which ``q(w)`` is set to the exact posterior.
+    AdamW applies ``weight_decay`` to the backbone only. Selection (lowest validation NLL +
+    ``nll_offset``, else training loss), early stopping, checkpoints in ``checkpoint_dir``,
+    ``resume``, ``progress``, ``callback`` and divergence errors are those of :func:`fit`.
 
     Parameters
     ----------
     model
         The model, on the device and dtype of ``x``.
-    x, y
-        Training inputs (n, d) and standardised targets (n,).
-    config
-        Optimisation options.
-    x_val, y_val
-        Optional validation data (standardised targets).
-    nll_offset
-        Added to the recorded validation NLL (does not change the selection).
-    checkpoint_dir
-        Folder for ``last.pt``; ``None`` disables checkpoints.
-    resume
-        Continue from ``checkpoint_dir/last.pt`` when it exists.
-    progress
-        Show a tqdm bar with the training loss and validation NLL.
-    callback
-        Called after every epoch with that epoch's history record.
+    x, y, x_val, y_val
+        Training and optional validation inputs (n, d) and standardised targets (n,).
     tests, tests_val
-        Optional noise covariate (number of tests per row, (n,) or (n, k)) of the training and
-        validation rows, passed to ``model.noise_var`` so the loss uses ``s2_i``.
+        Optional noise covariate ((n,) or (n, k)) of the training and validation rows, passed
+        to ``model.noise_var`` so the loss uses ``s2_i``.
     shards
         Sharded (data-parallel) training: ``x, y`` are this rank's shard and the epochs walk
-        the plan's global batches (see :mod:`geodbk.distributed`); only the main rank writes
+        the plan's global batches (:mod:`geodbk.distributed`); only the main rank writes
         checkpoints and shows progress.
     """
     n = int(x.shape[0])
