@@ -31,6 +31,7 @@ from app.context import RunContext
 from app.loaders import Z95, Grid, LoadError, Stamp, load_geojson, load_grid, load_trend, stamp
 from app.points import prob_threshold
 from app.runs import UNITS, natural_to_log10, to_natural
+from geodbk.noise_formula import noise_variance as formula_noise_variance
 
 #: Map layers a user can pick (raster layers first, then the observed tiles).
 LAYERS: dict[str, str] = {
@@ -97,35 +98,25 @@ def quantities_of(grid: Grid) -> dict[str, str]:
 
 
 def noise_variance(grid: Grid, tests: float) -> float | NDArray[np.float64] | None:
-    """Observation-noise variance (log10 units²) of the tile average of ``tests`` speed tests.
-
-    From the grid attributes that ``geodbk predict`` writes: tests-aware models
-    ``s2_floor + s2_meas / tests^power``, ``tests+devices`` models plus
-    ``s2_dev / tests^power_devices`` (each test from its own device: devices = tests);
-    constant-noise models ``s2`` whatever ``tests`` is. A model with a floor per urban/rural
-    class (attribute ``noise_s2_floor_urban`` and the grid variable ``urban``) uses
-    ``s2_floor_urban`` in urban cells, so the result is then an array of the grid's shape.
-    ``None`` for grids written before these attributes.
+    """Observation-noise variance (log10 units²) of the tile average of ``tests`` speed tests,
+    evaluated by the model's own formula (:func:`geodbk.noise_formula.noise_variance`) on the
+    noise parameters ``geodbk predict`` writes into the grid's attributes (``noise_model``,
+    ``noise_<name>``); each test is taken from its own device (devices = tests). A floor per
+    urban/rural class needs the grid variable ``urban``, and the result is then an array of
+    the grid's shape. ``None`` for grids written without these attributes.
     """
     a = grid.attrs
-    model = a.get("noise_model")
-    k = max(tests, 1.0)
+    params = {k.removeprefix("noise_"): v for k, v in a.items() if k.startswith("noise_")}
+    params["noise"] = params.pop("model", None)
+    is_urban = None
+    if "s2_floor_urban" in params and "urban" in grid.arrays:
+        is_urban = (np.nan_to_num(grid.arrays["urban"]) > 0.5).astype(np.float64)
+    k = max(float(tests), 1.0)
     try:
-        if model in ("tests", "tests+devices"):
-            power = float(a.get("noise_power", 1.0))
-            s2 = float(a["noise_s2_meas"]) / k**power
-            if model == "tests+devices":
-                s2 += float(a["noise_s2_dev"]) / k ** float(a.get("noise_power_devices", 1.0))
-            floor = float(a["noise_s2_floor"])
-            if "noise_s2_floor_urban" in a:
-                urban = np.nan_to_num(grid.arrays["urban"]) > 0.5
-                return np.where(urban, float(a["noise_s2_floor_urban"]), floor) + s2
-            return floor + s2
-        if model == "constant":
-            return float(a["noise_s2"])
+        value = formula_noise_variance(params, tests=k, devices=k, is_urban=is_urban)
     except (KeyError, TypeError, ValueError):
         return None
-    return None
+    return value if isinstance(value, np.ndarray) else float(value)
 
 
 def quantity_mean(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from geodbk.noise_formula import class_floor, noise_terms
+
 __all__ = ["NOISE_MODELS", "GaussianNoise", "TestsNoise", "inverse_softplus"]
 
 #: Noise models: ``"constant"`` (:class:`GaussianNoise`), ``"tests"`` and ``"tests+devices"``
@@ -174,12 +176,6 @@ class TestsNoise(nn.Module):
             return torch.nn.functional.softplus(getattr(self, name))
         return torch.ones((), dtype=self.raw_meas.dtype, device=self.raw_meas.device)
 
-    def _per_count(self, s2: torch.Tensor, count: torch.Tensor, power: str) -> torch.Tensor:
-        """``s2 / count^power`` (exact division when the exponent is fixed at 1)."""
-        if self.learn_power:
-            return s2 * torch.exp(-self._exponent(power) * torch.log(count))
-        return s2 / count
-
     @property
     def columns(self) -> tuple[str, ...]:
         """Names of the covariate's columns: ``tests``, then ``devices``, then ``urban``."""
@@ -236,17 +232,22 @@ class TestsNoise(nn.Module):
             return terms + ([self.s2_dev] if self.devices else [])
         cov = torch.as_tensor(tests, dtype=self.raw_meas.dtype, device=self.raw_meas.device)
         t = (cov[..., 0] if cov.ndim == 2 else cov).clamp_min(1.0)
+        floor: torch.Tensor = self.floor + self.s2_floor
         if self.urban:
             u = cov[..., -1].clamp(0.0, 1.0)
-            base = self.floor + (1.0 - u) * self.s2_floor + u * self.s2_floor_urban
-        else:
-            base = self.floor + self.s2_floor
-        terms = [base, self._per_count(self.s2_meas, t, "raw_power")]
-        if not self.devices:
-            return terms
+            floor = self.floor + class_floor(
+                rural=self.s2_floor, urban=self.s2_floor_urban, is_urban=u
+            )
         has_devices_column = cov.ndim == 2 and cov.shape[-1] > 1 + int(self.urban)
-        d = cov[..., 1].clamp_min(1.0) if has_devices_column else t
-        return [*terms, self._per_count(self.s2_dev, d, "raw_power_devices")]
+        return noise_terms(
+            floor=floor,
+            s2_meas=self.s2_meas,
+            tests=t,
+            power=self.power if self.learn_power else 1.0,
+            s2_dev=self.s2_dev if self.devices else None,
+            devices=cov[..., 1].clamp_min(1.0) if self.devices and has_devices_column else None,
+            power_devices=self.power_devices if self.learn_power else 1.0,
+        )
 
 
 def noise_parameters(noise: GaussianNoise | TestsNoise, *, y_var: float) -> dict[str, Any]:
