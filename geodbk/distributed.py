@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from geodbk.device import resolve_device
+from geodbk.objectives import batch_loss, gaussian_kl_standard
 
 __all__ = [
     "DistributedContext",
@@ -274,8 +275,6 @@ def _global_max(local_max: torch.Tensor, *, rank: int, world: int) -> torch.Tens
 
 
 def _kl_term(model: Any, config: Any, n: int) -> torch.Tensor:
-    from geodbk.objectives import gaussian_kl_standard
-
     weight = 1.0 if config.objective == "elbo" else float(config.beta)
     return (weight / n) * gaussian_kl_standard(model.q.mean, model.q.scale_tril())
 
@@ -291,8 +290,6 @@ def make_epoch_runner(
     :class:`torch.nn.parallel.DistributedDataParallel`; with ``plan.rank=None`` (the 1-process
     reference) the global batch is evaluated in one piece.
     """
-    from geodbk.training import batch_loss
-
     if config.objective == "exact":
         raise ValueError("sharded training supports the mini-batch objectives, not 'exact'")
     distributed = plan.rank is not None and plan.world_size > 1

@@ -16,11 +16,13 @@ from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.distributed import ShardPlan, global_mean_std
 from geodbk.errors import DataError, ModelFileError
+from geodbk.joint import JointSampler
 from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
+from geodbk.streaming import count_rows, iter_parquet_batches, streaming_mean_std, train_streaming
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
 from geodbk.validation import (
     as_devices,
@@ -39,7 +41,6 @@ QUANTITIES = ("observation", "latent")
 
 def _probe_batches(path: str | Path, *, columns: list[str], filters: Any) -> Any:
     """Record batches of a parquet file (a generator; the first one sizes the inputs)."""
-    from geodbk.streaming import iter_parquet_batches
 
     return iter_parquet_batches(path, columns=columns, filters=filters, batch_size=16)
 
@@ -419,7 +420,6 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         checkpoint_dir, resume, progress, callback
             As in :meth:`fit`.
         """
-        from geodbk.streaming import count_rows, streaming_mean_std, train_streaming
 
         self._validate()
         if self.objective == "exact":
@@ -781,7 +781,6 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         deviations ``y_sd u'B eps`` (n, S) and the independent residual variance (n,) of the
         variance-corrected objectives. Calls with the same ``eps`` share the weight draws, so
         their deviations are jointly distributed (:class:`geodbk.joint.JointSampler`)."""
-        from geodbk.joint import JointSampler
 
         return JointSampler(self, eps).draws(X, chunk_size=chunk_size)
 

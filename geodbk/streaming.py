@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from geodbk.predictive import noise_kwargs
+from geodbk.tile_effect import predict_at_quarters, urban_groups
 from geodbk.training import (
     _make_optimizer,
     batch_loss,
@@ -194,8 +195,6 @@ def predict_table(
                 if tile_effect is None:
                     pred = model.predict_dist(X[ok], chunk_size=chunk, **kw)
                 else:
-                    from geodbk.tile_effect import predict_at_quarters, urban_groups
-
                     groups = None
                     if tile_effect.grouped:
                         if not urban_column:

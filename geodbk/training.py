@@ -27,14 +27,11 @@ from tqdm.auto import tqdm
 from geodbk.atomic import atomic_path
 from geodbk.distributed import ShardPlan, make_epoch_runner
 from geodbk.errors import ModelFileError, TrainingDivergedError
-from geodbk.model import DBKModel, ModelOutput
+from geodbk.model import DBKModel
 from geodbk.objectives import (
-    dppgp_loss,
-    elbo_loss,
+    batch_loss,
     exact_marginal_log_likelihood,
-    gaussian_kl_standard,
     gaussian_nll,
-    ppgp_loss,
 )
 from geodbk.posterior import accumulate_statistics, posterior_from_statistics
 
@@ -86,50 +83,6 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     best_epoch: int = 0
     stopped_early: bool = False
-
-
-def batch_loss(
-    model: DBKModel,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    n: int,
-    config: TrainConfig,
-    tests: torch.Tensor | None = None,
-    out: ModelOutput | None = None,
-    phi_sq_max: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The mini-batch loss of ``config.objective`` (not ``"exact"``) on ``(x, y)``.
-
-    ``tests`` (b,), the noise covariate of the batch, gives the per-point noise
-    ``s2_i = model.noise_var(tests)`` (ignored by the constant noise). ``out``: the model's
-    output on ``x`` when already computed (e.g. through DDP); ``phi_sq_max``: the global-batch
-    maximum of ``||phi||^2`` for dPPGP when the batch is split over processes.
-    """
-    out = model(x) if out is None else out
-    s2 = model.noise_var(tests)
-    kl = gaussian_kl_standard(model.q.mean, model.q.scale_tril())
-    corr = out.var_correction if config.variance_correction else None
-    if config.objective == "dppgp":
-        return dppgp_loss(
-            out.mean,
-            out.var_f,
-            out.phi_sq,
-            y,
-            s2,
-            kl=kl,
-            n=n,
-            alpha=config.alpha,
-            beta=config.beta,
-            phi_sq_max=phi_sq_max,
-        )
-    if config.objective == "ppgp":
-        return ppgp_loss(
-            out.mean, out.var_f, y, s2, kl=kl, n=n, beta=config.beta, var_correction=corr
-        )
-    if config.objective == "elbo":
-        return elbo_loss(out.mean, out.var_f, y, s2, kl=kl, n=n, var_correction=corr)
-    raise ValueError(f"batch_loss does not handle objective {config.objective!r}")
 
 
 @torch.no_grad()

@@ -50,7 +50,6 @@ from geodbk.baselines.registry import (
 )
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS, Z95
-from geodbk.geo.table import read_tile_table
 from geodbk.geo.timeaxis import quarter_indices
 from geodbk.metrics import summary
 from geodbk.tile_effect import (
@@ -126,6 +125,9 @@ def load_benchmark_data(
     if target not in TARGETS:
         raise DataError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
     try:
+        # local: the geo stack (geopandas, shapely) is absent on GPU machines; pandas reads
+        from geodbk.geo.table import read_tile_table
+
         table, _ = read_tile_table(path)
     except ImportError:  # pragma: no cover - geo layer absent
         import pandas as pd

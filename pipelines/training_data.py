@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError
+from geodbk.geo.contract import TARGET_INFO, TARGETS
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
 from geodbk.validation import counts_or_one
 from pipelines.config import NOISE_INIT, URBAN_SUFFIX, TrainConfig
-from pipelines.rundir import target_spec
 
 
 def resolve_noise(
@@ -108,12 +108,12 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
     ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
     is returned as bool, ``quadkey`` and ``quarter`` as strings.
     """
-    spec = target_spec(target)
+    log_column = _log_column(target)
     out: dict[str, np.ndarray] = {}
     for name in ("train", "val", "test"):
         part = gdf[gdf["split"] == name]
         X = part[["x1", "x2"]].to_numpy(dtype=np.float64)
-        y = part[spec.log_column].to_numpy(dtype=np.float64)
+        y = part[log_column].to_numpy(dtype=np.float64)
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
         if column == "urban":
             out[name] = part[column].to_numpy(dtype=bool)[ok]
@@ -162,10 +162,8 @@ def split_arrays(
     (time-aware models). The rows kept are the same either way (finite ``x1, x2, y``), so
     :func:`split_tests` stays row-aligned.
     """
-    spec = target_spec(target)
-    need = ["x1", "x2", spec.log_column, "split"] + (
-        ["quarter"] if time_scaling is not None else []
-    )
+    log_column = _log_column(target)
+    need = ["x1", "x2", log_column, "split"] + (["quarter"] if time_scaling is not None else [])
     for col in need:
         if col not in gdf.columns:
             raise DataError(f"{source} has no {col!r} column; re-run `geodbk ingest`")
@@ -173,7 +171,7 @@ def split_arrays(
     for name in ("train", "val", "test"):
         part = gdf[gdf["split"] == name]
         X = part[["x1", "x2"]].to_numpy(dtype=np.float64, copy=True)
-        y = part[spec.log_column].to_numpy(dtype=np.float64)
+        y = part[log_column].to_numpy(dtype=np.float64)
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
         if time_scaling is not None:
             t = time_scaling.scale(part["quarter"].astype(str).to_numpy())
@@ -199,3 +197,10 @@ def urban_groups_supported(urban_val: np.ndarray) -> bool:
     """Whether each urban/rural class has :data:`MIN_GROUP_VAL_ROWS` validation rows (then
     ``tile_effect_groups: auto`` gives each class its own ``tau²``)."""
     return smaller_class_rows(urban_val) >= MIN_GROUP_VAL_ROWS
+
+
+def _log_column(target: str) -> str:
+    """The tile table's modelled column of ``target`` (DataError naming the choices)."""
+    if target not in TARGET_INFO:
+        raise DataError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    return TARGET_INFO[target].log_column
