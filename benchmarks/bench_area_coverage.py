@@ -3,7 +3,8 @@
 For each generator seed: generate a synthetic region (:func:`geodbk.geo.synthetic.generate`,
 whose true latent field :func:`geodbk.geo.synthetic.latent_field` is known), ingest it as the
 demo does (mobile, 2023Q1-2023Q4, random split), train a time-aware DBK on download with the
-demo's settings and no tile effect, cut the region into Voronoi cells of random points
+demo's model size (r=256, h=64), ``--epochs`` (default 400) with ``--patience`` (default 400:
+best epoch by validation NLL, no early stopping) and no tile effect, cut the region into Voronoi cells of random points
 ("counties"), and run ``geodbk summarize --quantity area`` at the latest quarter. The truth of an
 area is the cos-latitude weighted mean of the true latent field (log10 kbps, 2023Q4) over the
 same grid cells the summary averages. Reported: the coverage of the 90% joint intervals and of
@@ -11,7 +12,8 @@ the intervals had the cells been independent (each with a 95% Wilson binomial in
 mean widths, and the spread of the standardised errors::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_area_coverage.py --work runs/areas_bench \\
-        --seeds 20240 20241 20242 --areas 80 --samples 1000 --out docs/benchmarks/areas.md
+        --seeds 20240 20241 20242 --areas 80 --samples 1000 --epochs 400 --patience 400 \\
+        --out docs/benchmarks/areas.md
 
 The binomial interval treats areas as independent; they are not within one region (the
 model's error is spatially smooth), which is why several generator seeds are used and the
@@ -136,7 +138,9 @@ def true_area_means(
     return frame, stats
 
 
-def one_seed(work: Path, seed: int, *, n_areas: int, samples: int) -> dict[str, Any]:
+def one_seed(
+    work: Path, seed: int, *, n_areas: int, samples: int, epochs: int, patience: int
+) -> dict[str, Any]:
     """Generate, ingest, train, summarise and score one synthetic region."""
     import geopandas as gpd
 
@@ -156,7 +160,7 @@ def one_seed(work: Path, seed: int, *, n_areas: int, samples: int) -> dict[str, 
     t0 = time.perf_counter()
     run_ingest(run=run, **demo_ingest_kwargs(data))
     seconds["ingest"] = time.perf_counter() - t0
-    config = demo_config().replace(time=True)
+    config = demo_config().replace(time=True, epochs=epochs, patience=patience)
     t0 = time.perf_counter()
     run_train(run, target="download", config=config, tile_effect="off", progress=False)
     seconds["train"] = time.perf_counter() - t0
@@ -246,7 +250,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
             "Setup, per generator seed: generate the synthetic region (`geodbk.geo.synthetic.generate`,",
             "`SyntheticConfig(seed=...)`: another seed is another region, towns, roads and gaps), ingest",
             "it as the demo does (mobile tiles 2023Q1–2023Q4, random split), train a time-aware DBK on",
-            "download with the demo's settings and no tile effect (`time: true`, r = "
+            "download with the demo's settings but the training budget below and no tile effect (`time: true`, r = "
             f"{cfg['rank']}, h = {cfg['hidden']}, batch {cfg['batch_size']}, lr {cfg['lr']:g},",
             f"up to {cfg['epochs']} epochs, patience {cfg['patience']}, dPPGP, tests+devices noise, CPU), cut",
             f"the region into {results['areas_per_seed']} Voronoi cells of uniform random points",
@@ -304,6 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[20240, 20241, 20242])
     parser.add_argument("--areas", type=int, default=80, help="areas per seed")
     parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument(
+        "--epochs", type=int, default=400, help="training epochs (default 400, the seed's)"
+    )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=400,
+        help="early-stopping patience (default 400: none; the demo's is 10)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="markdown report")
     parser.add_argument(
         "--report-only",
@@ -322,7 +335,14 @@ def main(argv: list[str] | None = None) -> int:
     all_rows, per_seed, seconds, pointwise = [], {}, {}, {}
     config: dict[str, Any] = {}
     for seed in args.seeds:
-        res = one_seed(args.work, seed, n_areas=args.areas, samples=args.samples)
+        res = one_seed(
+            args.work,
+            seed,
+            n_areas=args.areas,
+            samples=args.samples,
+            epochs=args.epochs,
+            patience=args.patience,
+        )
         all_rows.append(res["rows"])
         per_seed[str(seed)] = score(res["rows"])
         seconds[str(seed)] = res["seconds"]
@@ -359,7 +379,8 @@ def _command(args: argparse.Namespace) -> str:
     return (
         "OMP_NUM_THREADS=1 python benchmarks/bench_area_coverage.py --work "
         f"{args.work} --seeds {' '.join(map(str, args.seeds))} --areas {args.areas} "
-        f"--samples {args.samples} --out {args.out}"
+        f"--samples {args.samples} --epochs {args.epochs} --patience {args.patience} "
+        f"--out {args.out}"
     )
 
 
