@@ -12,6 +12,7 @@ appends ``t``; the time scaling comes from the whole table's ``quarter``/``split
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from geodbk.errors import DataError
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import TimeScaling
 from geodbk.streaming import count_rows
+from geodbk.validation import counts_or_one
 from pipelines.rundir import RunDir, target_spec
 from pipelines.training_data import resolve_noise, time_axis
 
@@ -62,23 +64,22 @@ def split_rows(
     rank: int = 0,
     world_size: int = 1,
     time_scaling: TimeScaling | None = None,
-    tests: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Finite ``(X, y (n,), tests (n,) | None)`` rows of ``split`` in shard ``rank`` of
+    covariates: Sequence[str] = (),
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Finite ``(X, y (n,), covariates)`` rows of ``split`` in shard ``rank`` of
     ``world_size``.
 
     ``X`` is ``[x1, x2]`` (n, 2), or ``[x1, x2, t]`` (n, 3) with ``t =
-    time_scaling.scale(quarter)`` for a time-aware model. ``tests=True`` also returns the rows'
-    number of speed tests (missing or below 1 set to 1; the noise covariate of a tests-aware
-    model), else ``None``. Shards follow :func:`geodbk.distributed.read_parquet_shard` (row
-    groups round-robin, or contiguous row ranges), so the shards of all ranks concatenated in
-    rank order are the whole split.
+    time_scaling.scale(quarter)`` for a time-aware model. ``covariates`` names the noise
+    model's columns (:func:`pipelines.training_data.noise_columns`): ``tests`` and ``devices``
+    are returned as counts (missing or below 1 set to 1), ``urban`` as bool, each (n,). Shards
+    follow :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or contiguous
+    row ranges), so the shards of all ranks concatenated in rank order are the whole split.
     """
     import pyarrow.compute as pc
 
     cols = ["x1", "x2", target_spec(target).log_column]
-    extra = ["quarter"] if time_scaling is not None else []
-    extra += ["tests"] if tests else []
+    extra = (["quarter"] if time_scaling is not None else []) + list(covariates)
     data = read_parquet_shard(
         rd.tiles,
         columns=cols + extra,
@@ -89,11 +90,15 @@ def split_rows(
     arr = np.column_stack([np.asarray(data[c], dtype=np.float64) for c in cols])
     ok = np.isfinite(arr).all(axis=1)
     X = _input_map(time_scaling)(data)
-    t = None
-    if tests:
-        t = np.maximum(np.nan_to_num(np.asarray(data["tests"], dtype=np.float64), nan=1.0), 1.0)
-        t = t[ok]
-    return X[ok], arr[ok, 2], t
+    covs = {
+        c: (
+            np.asarray(data[c], dtype=bool)
+            if c == "urban"
+            else counts_or_one(np.asarray(data[c], dtype=np.float64))
+        )[ok]
+        for c in covariates
+    }
+    return X[ok], arr[ok, 2], covs
 
 
 def load_rank_split(
@@ -102,7 +107,7 @@ def load_rank_split(
     *,
     ctx: DistributedContext,
     time_scaling: TimeScaling | None = None,
-    tests: bool = False,
+    covariates: Sequence[str] = (),
 ) -> tuple[
     dict[str, Any],
     tuple[np.ndarray, np.ndarray],
@@ -117,8 +122,9 @@ def load_rank_split(
     tuple
         ``(metadata, (X, y), (X_val, y_val), plan, noise_kw)`` with ``X`` (n_rank, 2) =
         ``x1, x2`` and ``y`` the ``log10`` target (``[x1, x2, t]``, (n_rank, 3), with
-        ``time_scaling``); ``plan`` holds every rank's shard size; ``noise_kw`` is
-        ``{"tests": this rank's, "tests_val": all}`` with ``tests=True``, else empty.
+        ``time_scaling``); ``plan`` holds every rank's shard size; ``noise_kw`` holds, for each
+        of ``covariates``, this rank's rows (``"tests"``) and all validation rows
+        (``"tests_val"``), the ``fit`` keywords of the noise model.
 
     Raises
     ------
@@ -130,20 +136,22 @@ def load_rank_split(
     spec = target_spec(target)
     cols = ["x1", "x2", spec.log_column] + (["quarter"] if time_scaling is not None else [])
     names = set(pq.read_schema(rd.tiles).names)
-    missing = [c for c in [*cols, "split"] if c not in names]
+    missing = [c for c in [*cols, "split", *covariates] if c not in names]
     if missing:
         raise DataError(f"{rd.tiles} has no {missing} column(s); re-run `geodbk ingest`")
     meta = read_table_metadata(rd.tiles)
-    X, y, t = split_rows(
+    X, y, cov = split_rows(
         rd,
         target,
         "train",
         rank=ctx.rank,
         world_size=ctx.world_size,
         time_scaling=time_scaling,
-        tests=tests,
+        covariates=covariates,
     )
-    Xv, yv, tv = split_rows(rd, target, "val", time_scaling=time_scaling, tests=tests)
+    Xv, yv, cov_val = split_rows(
+        rd, target, "val", time_scaling=time_scaling, covariates=covariates
+    )
     sizes = gather_sizes(len(y))
     if min(sizes) < 2:
         raise DataError(
@@ -158,7 +166,7 @@ def load_rank_split(
         sum(sizes),
         len(yv),
     )
-    noise_kw = {"tests": t, "tests_val": tv} if t is not None and tv is not None else {}
+    noise_kw = {**cov, **{f"{c}_val": v for c, v in cov_val.items()}}
     return meta, (X, y), (Xv, yv), ShardPlan(sizes, rank=ctx.rank), noise_kw
 
 

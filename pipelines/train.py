@@ -51,6 +51,7 @@ from pipelines.rundir import (
 from pipelines.sharding import load_rank_split, read_time_axis, streaming_inputs
 from pipelines.training_data import (
     MIN_GROUP_VAL_ROWS,
+    noise_columns,
     noise_covariates,
     resolve_noise,
     smaller_class_rows,
@@ -518,11 +519,6 @@ def run_train(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
             "only each rank's row groups; drop one of the two flags"
         )
-    if distributed and cfg.noise.startswith("tests+"):
-        raise DataError(
-            f"--noise {cfg.noise} is not supported with --distributed yet; train in one "
-            "process (drop --distributed) or use --noise tests"
-        )
     shards = None
     stream: dict[str, Any] | None = None
     noise_kw: dict[str, Any] = {}
@@ -533,13 +529,23 @@ def run_train(
 
         if cfg.time:  # from the whole table's quarter/split columns: identical on every rank
             time_scaling, quarters = read_time_axis(rd)
-        cfg = resolve_noise(
-            cfg, pq.read_schema(rd.tiles).names, source=rd.tiles, devices_supported=False
-        )
+        columns = pq.read_schema(rd.tiles).names
+        classes = 0
+        if "urban" in columns:  # two small columns, the same on every rank
+            flags = pq.read_table(rd.tiles, columns=["urban", "split"])
+            classes = urban_classes(
+                flags.column("urban").to_numpy(zero_copy_only=False),
+                flags.column("split").to_numpy(zero_copy_only=False),
+            )
+        cfg = resolve_noise(cfg, columns, source=rd.tiles, urban_classes=classes)
         ctx = init_distributed(device=cfg.device)
         seed_rank(cfg.seed, ctx.rank)
         meta, (X, y), (Xv, yv), shards, noise_kw = load_rank_split(
-            rd, target, ctx=ctx, time_scaling=time_scaling, tests=cfg.noise == "tests"
+            rd,
+            target,
+            ctx=ctx,
+            time_scaling=time_scaling,
+            covariates=noise_columns(cfg.noise),
         )
     elif cfg.streaming:
         cfg, meta, time_scaling, quarters, stream = streaming_inputs(rd, target, cfg)

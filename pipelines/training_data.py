@@ -26,8 +26,8 @@ def resolve_noise(
     """Resolve ``noise: auto`` from the tile table's columns.
 
     ``auto`` becomes ``tests+devices`` when the table has ``tests`` and ``devices`` columns and
-    ``devices_supported`` (in-memory training; ``--streaming`` and ``--distributed`` pass
-    ``False`` and get ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
+    ``devices_supported`` (in-memory and ``--distributed`` training; ``--streaming`` passes
+    ``False`` and gets ``tests``), ``tests`` when it has ``tests``, else ``constant``. The
     devices term is the default because validation NLL favoured it on every Hawaii target
     (docs/decisions/noise_model.md); the floor per urban/rural class (``+urban``) is not,
     because cross-validated NLL did not change with it. An explicit noise needs its

@@ -18,7 +18,7 @@ from geodbk.distributed import ShardPlan
 from pipelines.config import TrainConfig, dump_config
 from pipelines.rundir import require_run
 from pipelines.sharding import split_rows
-from pipelines.training_data import resolve_noise
+from pipelines.training_data import noise_columns, resolve_noise
 
 REPO = Path(__file__).resolve().parents[2]
 CFG = TrainConfig(rank=16, hidden=8, epochs=2, batch_size=64, patience=5, device="cpu", seed=1)
@@ -62,29 +62,40 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
     got = load_file(str(model_dir / "weights.safetensors"))
 
     # the 1-process reference: the same shards, concatenated, the same global batches; the
-    # table has a `tests` column, so --distributed trains the tests-aware noise (each rank
-    # reads its rows' tests)
+    # table has `tests` and `devices` columns, so --distributed resolves the noise as in one
+    # process (tests+devices) and each rank reads its rows' covariates
+    import json
+
+    meta = json.loads((model_dir / "model.json").read_text())["metadata"]
+    cfg = resolve_noise(CFG, ["tests", "devices"])
+    assert meta["config"]["noise"] == cfg.noise == "tests+devices"
+    columns = noise_columns(cfg.noise)
     rd = require_run(run)
     shards = [
-        split_rows(rd, "download", "train", rank=k, world_size=2, tests=True) for k in range(2)
+        split_rows(rd, "download", "train", rank=k, world_size=2, covariates=columns)
+        for k in range(2)
     ]
     sizes = tuple(len(part[1]) for part in shards)
     X = np.concatenate([part[0] for part in shards])
     y = np.concatenate([part[1] for part in shards])
-    tests = np.concatenate([part[2] for part in shards if part[2] is not None])
-    Xv, yv, tv = split_rows(rd, "download", "val", tests=True)
-    cfg = resolve_noise(CFG, ["tests"])
+    covs = {c: np.concatenate([part[2][c] for part in shards]) for c in columns}
+    Xv, yv, cov_val = split_rows(rd, "download", "val", covariates=columns)
     ref = DBKRegressor(**cfg.estimator_kwargs())
-    ref.fit(X, y, Xv, yv, shards=ShardPlan(sizes, rank=None), tests=tests, tests_val=tv)
+    ref.fit(
+        X,
+        y,
+        Xv,
+        yv,
+        shards=ShardPlan(sizes, rank=None),
+        **covs,
+        **{f"{c}_val": v for c, v in cov_val.items()},
+    )
     want = {k: v.detach().cpu().numpy() for k, v in ref.model_.state_dict().items()}
     assert set(got) == set(want)
     for key, value in want.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
-    import json
-
-    meta = json.loads((model_dir / "model.json").read_text())["metadata"]
     assert meta["n_train"] == sum(sizes)
-    assert meta["config"]["noise"] == "tests" and meta["noise"]["noise"] == "tests"
+    assert meta["noise"]["noise"] == "tests+devices"
     assert meta["history"][-1]["train_loss"] == pytest.approx(
         ref.history_[-1]["train_loss"], rel=1e-5
     )
