@@ -126,9 +126,11 @@ def table2_lines(report: dict[str, Any]) -> list[str]:
         label = TABLE2_LABELS.get(name, name)
         summary = entry.get("summary") if entry else None
         if not summary:
-            reason = entry["failures"][0]["reason"][:100] if entry and entry["failures"] else ""
-            lines.append(f"| {label} | failed: {reason} ||||||")
-            widths.append(f"| {label} | failed ||||||")
+            status = "not run yet" if entry is None else "failed"
+            if entry is not None and entry["failures"]:
+                status += ": " + entry["failures"][0]["reason"][:100]
+            lines.append(f"| {label} | {status} ||||||")
+            widths.append(f"| {label} | {status.split(':')[0]} ||||||")
             continue
         quality, spread = [], []
         for group in ("urban", "rural"):
