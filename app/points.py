@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import Z95
 
 
@@ -78,14 +79,9 @@ class PointSummary:
 def prob_threshold(
     mean_log10: NDArray[np.floating], sd_log10: NDArray[np.floating], threshold: float, above: bool
 ) -> NDArray[np.float64]:
-    """P(Y >= t) (``above``) or P(Y <= t) under ``log10 Y ~ N(mean, sd^2)``; NaN passes through."""
-    from scipy.special import ndtr
-
-    m = np.asarray(mean_log10, dtype=np.float64)
-    s = np.maximum(np.asarray(sd_log10, dtype=np.float64), 1e-12)
-    z = (math.log10(threshold) - m) / s
-    below: NDArray[np.float64] = ndtr(z)
-    return 1.0 - below if above else below
+    """P(Y >= t) (``above``) or P(Y <= t) under ``log10 Y ~ N(mean, sd^2)``; NaN passes through
+    (:func:`geodbk.exceedance.exceedance_probability` on log10 t)."""
+    return exceedance_probability(mean_log10, sd_log10, math.log10(threshold), above=above)
 
 
 def haversine_km(

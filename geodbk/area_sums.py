@@ -23,23 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.special import ndtr
 from scipy.stats import norm
 
-__all__ = ["AreaSummary", "AreaSums", "pairs_of_layers", "served_probability"]
+from geodbk.exceedance import exceedance_probability
 
-
-def served_probability(
-    mean: np.ndarray, sd: np.ndarray, threshold: float, *, higher_is_better: bool
-) -> np.ndarray:
-    """P(q >= threshold) (``higher_is_better``) or P(q <= threshold) for q ~ N(mean, sd²);
-    a point mass where ``sd = 0``."""
-    m = np.asarray(mean, dtype=np.float64)
-    s = np.asarray(sd, dtype=np.float64)
-    diff = m - threshold if higher_is_better else threshold - m
-    at_zero = np.where(diff >= 0, np.inf, -np.inf)
-    z = np.divide(diff, s, out=at_zero, where=s > 0)
-    return np.asarray(ndtr(z), dtype=np.float64)
+__all__ = ["AreaSummary", "AreaSums", "pairs_of_layers"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +132,7 @@ class AreaSums:
         for k, t in enumerate(self.thresholds):
             hit = draws >= t if self.higher_is_better else draws <= t
             self.served[k] += M @ hit.astype(np.float64)
-            p = served_probability(mean, sd, t, higher_is_better=self.higher_is_better)
+            p = exceedance_probability(mean, sd, t, above=self.higher_is_better)
             self.served_mean[k] += M @ p
 
     def summary(self, *, level: float = 0.90) -> AreaSummary:

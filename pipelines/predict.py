@@ -60,6 +60,7 @@ from tqdm import tqdm
 
 from geodbk import __version__
 from geodbk.errors import DataError
+from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS, Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.quadkey import MAX_ZOOM
@@ -467,8 +468,10 @@ def predict_block(
     out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
     out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
-        p_below = ndtr((spec.natural_to_log10(t) - mean) / std)
-        out[spec.threshold_name(t)] = p_below if spec.higher_is_better else 1.0 - p_below
+        # the bad side of t: P(speed <= t) or P(latency >= t)
+        out[spec.threshold_name(t)] = exceedance_probability(
+            mean, std, spec.natural_to_log10(t), above=not spec.higher_is_better
+        )
     out["area_mean"] = q.area_mean
     out["tile_mean"] = q.area_mean + q.offset
     out["tile_offset"] = q.offset

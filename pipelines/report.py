@@ -56,11 +56,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, staged_folder
 from geodbk.errors import DataError, ModelFileError
+from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import read_table_metadata
@@ -233,8 +233,9 @@ def _predict_tiles(
 
 def _served_prob(spec: TargetSpec, mean: np.ndarray, std: np.ndarray, thr: float) -> np.ndarray:
     """P(on the good side of ``thr``): P(speed ≥ thr) or P(latency ≤ thr)."""
-    p_below = ndtr((spec.natural_to_log10(thr) - mean) / std)
-    return np.asarray(1.0 - p_below if spec.higher_is_better else p_below)
+    return exceedance_probability(
+        mean, std, spec.natural_to_log10(thr), above=spec.higher_is_better
+    )
 
 
 def _grid_area_share(rd: RunDir, spec: TargetSpec, thr: float) -> float | None:

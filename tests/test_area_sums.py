@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from geodbk.area_sums import AreaSums, pairs_of_layers, served_probability
+from geodbk.area_sums import AreaSums, pairs_of_layers
+from geodbk.exceedance import exceedance_probability
 
 
 def test_chunked_sums_equal_the_direct_weighted_means_and_shares() -> None:
@@ -41,15 +42,13 @@ def test_chunked_sums_equal_the_direct_weighted_means_and_shares() -> None:
         np.testing.assert_allclose(got.independent_upper[area] - got.mean[area], half, rtol=1e-6)
         share = (w[:, None] * (draws[members] >= 1.2)).sum(0) / w.sum()
         np.testing.assert_allclose(got.share_lower[0, area], np.quantile(share, 0.05))
-        exact = served_probability(
-            np.array([1.0]), np.array([np.sqrt(1.25)]), 1.2, higher_is_better=True
-        )
+        exact = exceedance_probability(np.array([1.0]), np.array([np.sqrt(1.25)]), 1.2, above=True)
         np.testing.assert_allclose(got.share_mean[0, area], exact[0])
 
 
 def test_served_probability_directions() -> None:
     m, s = np.array([2.0, 2.0, 2.0]), np.array([1.0, 0.0, 0.0])
-    up = served_probability(m, s, 2.0, higher_is_better=True)
-    down = served_probability(m + np.array([0, 1, -1]), s, 2.0, higher_is_better=False)
+    up = exceedance_probability(m, s, 2.0, above=True)
+    down = exceedance_probability(m + np.array([0, 1, -1]), s, 2.0, above=False)
     np.testing.assert_allclose(up, [0.5, 1.0, 1.0])
     np.testing.assert_allclose(down, [0.5, 0.0, 1.0])
