@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from geodbk.geo.timeaxis import quarter_indices
 from geodbk.predictive import noise_kwargs
-from geodbk.tile_effect import predict_at_quarters, urban_groups
+from geodbk.tile_effect import predict_with_tile_effect, urban_groups
 from geodbk.training import (
     _make_optimizer,
     batch_loss,
@@ -203,12 +204,18 @@ def predict_table(
                                 "urban_column"
                             )
                         groups = urban_groups(np.asarray(cols[urban_column], dtype=bool)[ok])
-                    pred = predict_at_quarters(
+                    tiles = np.asarray(cols[tile_column])[ok].astype(str)
+                    times = (
+                        quarter_indices(np.asarray(cols[time_column])[ok].astype(str))
+                        if time_column
+                        else np.zeros(tiles.size)
+                    )
+                    pred = predict_with_tile_effect(
                         model,
                         tile_effect,
                         X[ok],
-                        tiles=np.asarray(cols[tile_column])[ok],
-                        quarters=np.asarray(cols[time_column])[ok] if time_column else None,
+                        tiles=tiles,
+                        times=np.asarray(times, dtype=np.float64),
                         noise=kw,
                         groups=groups,
                         chunk_size=chunk,

@@ -52,20 +52,16 @@ for Ookla targets).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.bases import stable_cholesky
-from geodbk.errors import DataError, ModelFileError
-from geodbk.geo.timeaxis import quarter_indices
+from geodbk.errors import DataError
 from geodbk.predictive import Prediction
 
 __all__ = [
@@ -77,7 +73,6 @@ __all__ = [
     "mean_gaussian_nll",
     "minimize_lbfgs",
     "offset_covariance",
-    "predict_at_quarters",
     "predict_with_tile_effect",
     "urban_groups",
 ]
@@ -87,8 +82,6 @@ _DT = torch.float64
 _JITTER = 1e-9
 #: Default number of a tile's most recent rows kept for conditioning (20 quarters fit).
 MAX_ROWS = 32
-_ROWS_FILE = "tile_effect_rows.parquet"
-_PARAMS_FILE = "tile_effect.json"
 #: The group of every tile when no groups are given.
 ALL = "all"
 #: Fewest objective rows with a measured tile for the validation objective; below it the
@@ -775,69 +768,6 @@ class TileEffect:
         noise = comp @ kappa.numpy()
         return TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=slot >= 0)
 
-    def save(self, folder: str | Path) -> None:
-        """Write ``tile_effect.json`` and ``tile_effect_rows.parquet`` in ``folder`` (atomic)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        cols: dict[str, Any] = {
-            "tile": pa.array(self.tiles, pa.large_string()),
-            "time": self.times,
-            "residual": self.residual,
-            "var_f": self.var_f,
-            "group": pa.array(self.groups, pa.string()),
-        }
-        for k, name in enumerate(self.params.components):
-            cols[f"noise_{name}"] = self.components[:, k]
-        with atomic_path(folder / _ROWS_FILE) as tmp:
-            pq.write_table(pa.table(cols), tmp)
-        atomic_write_json(
-            folder / _PARAMS_FILE, {**self.params.to_dict(), "max_rows": self.max_rows}
-        )
-
-    @staticmethod
-    def files(folder: str | Path) -> tuple[Path, Path]:
-        """The two files :meth:`save` writes in ``folder``."""
-        return Path(folder) / _PARAMS_FILE, Path(folder) / _ROWS_FILE
-
-    @staticmethod
-    def exists(folder: str | Path) -> bool:
-        """Whether ``folder`` holds a saved tile effect."""
-        return (Path(folder) / _PARAMS_FILE).is_file()
-
-    @classmethod
-    def load(cls, folder: str | Path) -> TileEffect:
-        """Read what :meth:`save` wrote (raises :class:`ModelFileError` when incomplete)."""
-        import pyarrow.parquet as pq
-
-        folder = Path(folder)
-        params_path, rows_path = folder / _PARAMS_FILE, folder / _ROWS_FILE
-        if not params_path.is_file() or not rows_path.is_file():
-            raise ModelFileError(
-                f"{folder} has no complete tile effect ({_PARAMS_FILE} + {_ROWS_FILE}); "
-                "retrain with `geodbk train --tile-effect`"
-            )
-        raw = json.loads(params_path.read_text())
-        max_rows = int(raw.pop("max_rows", MAX_ROWS))
-        params = TileEffectParameters.from_dict(raw)
-        table = pq.read_table(rows_path)
-        groups = table.column("group").to_pylist() if "group" in table.column_names else None
-        comp = np.column_stack(
-            [table.column(f"noise_{c}").to_numpy() for c in params.components]
-        ).reshape(table.num_rows, len(params.components))
-        return cls(
-            params,
-            tiles=np.asarray(table.column("tile").to_pylist(), dtype=str),
-            times=table.column("time").to_numpy(),
-            residual=table.column("residual").to_numpy(),
-            var_f=table.column("var_f").to_numpy(),
-            components=comp,
-            groups=groups,
-            max_rows=max_rows,
-        )
-
 
 def _latent_and_components(
     model: Any, X: Any, noise: dict[str, Any]
@@ -996,31 +926,3 @@ def predict_with_tile_effect(
     )
     var = part.tile_var + part.noise_var if quantity == "observation" else part.tile_var.copy()
     return Prediction(mean=pred.mean + part.shift, var=var, var_f=part.tile_var)
-
-
-def predict_at_quarters(
-    model: Any,
-    effect: TileEffect,
-    X: Any,
-    *,
-    tiles: Any,
-    quarters: Any = None,
-    noise: dict[str, Any] | None = None,
-    groups: Any = None,
-    chunk_size: int = 65536,
-) -> Any:
-    """:func:`predict_with_tile_effect` with quarter labels (``2023Q4``) as the time steps.
-
-    ``quarters`` is one label per row, a single label for every row, or ``None`` (one time
-    step: a table without quarters).
-    """
-
-    ids = np.asarray(tiles).astype(str)
-    if quarters is None:
-        times = np.zeros(ids.size)
-    else:
-        labels = np.broadcast_to(np.asarray(quarters).astype(str), ids.shape)
-        times = quarter_indices(labels).astype(np.float64)
-    return predict_with_tile_effect(
-        model, effect, X, tiles=ids, times=times, noise=noise, groups=groups, chunk_size=chunk_size
-    )

@@ -10,7 +10,9 @@ import numpy as np
 
 from geodbk.errors import ModelFileError
 from geodbk.estimator import DBKRegressor
-from geodbk.tile_effect import TileEffect
+from geodbk.geo.tile_effect_files import load_tile_effect as load_tile_effect_files
+from geodbk.geo.tile_effect_files import save_tile_effect as save_tile_effect_files
+from geodbk.geo.tile_effect_files import tile_effect_files
 from pipelines.rundir import RunDir, require_model, stale_model_message
 
 log = logging.getLogger("geodbk")
@@ -19,9 +21,9 @@ log = logging.getLogger("geodbk")
 def save_tile_effect(model_dir: Path, effect: Any) -> None:
     """Write ``effect`` next to the model, or remove a stale one (``effect=None``)."""
     if effect is not None:
-        effect.save(model_dir)
+        save_tile_effect_files(effect, model_dir)
         return
-    for path in TileEffect.files(model_dir):
+    for path in tile_effect_files(model_dir):
         path.unlink(missing_ok=True)
 
 
@@ -58,7 +60,7 @@ def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
     if expected is None:
         return None
     try:
-        effect = TileEffect.load(folder)
+        effect = load_tile_effect_files(folder)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # JSON, Arrow, missing keys
         raise ModelFileError(
             f"the tile effect saved with the {target} model ({folder / 'tile_effect.json'} and "

@@ -10,6 +10,12 @@ import torch
 
 from geodbk import likelihoods
 from geodbk.errors import DataError, ModelFileError
+from geodbk.geo.tile_effect_files import (
+    has_tile_effect,
+    load_tile_effect,
+    save_tile_effect,
+    tile_effect_files,
+)
 from geodbk.tile_effect import TileEffect, TileEffectParameters, urban_groups
 
 
@@ -213,9 +219,9 @@ def test_save_and_load_round_trip(tmp_path) -> None:
     rng = np.random.default_rng(3)
     tiles, times, y = _rows(rng, 50, tau2=0.3, rho=0.9, noise=0.1)
     effect = TileEffect.fit(**_split(tiles, times, y, rng))
-    effect.save(tmp_path)
-    assert TileEffect.exists(tmp_path)
-    back = TileEffect.load(tmp_path)
+    save_tile_effect(effect, tmp_path)
+    assert has_tile_effect(tmp_path)
+    back = load_tile_effect(tmp_path)
     assert back.params == effect.params
     q = {
         "tiles": tiles[:20],
@@ -236,8 +242,8 @@ def test_save_and_load_keep_the_groups(tmp_path) -> None:
     effect = TileEffect.fit(
         **_split_at(tiles, times, y, val), groups=groups[~val], val_groups=groups[val]
     )
-    effect.save(tmp_path)
-    back = TileEffect.load(tmp_path)
+    save_tile_effect(effect, tmp_path)
+    back = load_tile_effect(tmp_path)
     assert back.params == effect.params and back.params.groups == ("rural", "urban")
     np.testing.assert_array_equal(back.groups, effect.groups)
     q = {
@@ -255,14 +261,15 @@ def test_a_file_with_one_tau2_still_loads(tmp_path) -> None:
     import pyarrow.parquet as pq
 
     params = TileEffectParameters(tau2=0.5, rho=1.0, noise_scale=(1.0,), components=("noise",))
-    TileEffect(
+    effect = TileEffect(
         params, tiles=["a"], times=[0.0], residual=[1.0], var_f=[0.0], components=[[0.1]]
-    ).save(tmp_path)
-    doc_path, rows_path = TileEffect.files(tmp_path)
+    )
+    save_tile_effect(effect, tmp_path)
+    doc_path, rows_path = tile_effect_files(tmp_path)
     doc = json.loads(doc_path.read_text())
     doc_path.write_text(json.dumps({**doc, "tau2": 0.5}))
     pq.write_table(pq.read_table(rows_path).drop_columns(["group"]), rows_path)
-    back = TileEffect.load(tmp_path)
+    back = load_tile_effect(tmp_path)
     assert back.params.tau2 == {"all": 0.5} and back.groups.tolist() == ["all"]
     got = back.predict(tiles=["a"], times=[1.0], var_f=[0.0], components=[[0.1]])
     assert got.shift[0] == pytest.approx(0.5 / 0.6)
@@ -284,7 +291,7 @@ def test_bad_input_is_refused(tmp_path) -> None:
             }
         )
     with pytest.raises(ModelFileError, match="tile-effect"):
-        TileEffect.load(tmp_path)
+        load_tile_effect(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 
 from geodbk.errors import DataError, ModelFileError
 from geodbk.geo.table import read_tile_table, write_tile_table
+from geodbk.geo.tile_effect_files import has_tile_effect
 from geodbk.tile_effect import TileEffect, urban_groups
 from pipelines import cli
 from pipelines.config import TrainConfig, demo_config, dump_config
@@ -50,8 +51,8 @@ def _metrics(run: Path) -> dict:
 
 def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> None:
     model_dir = runs["tiled"] / "models" / "download"
-    assert TileEffect.exists(model_dir)
-    assert not TileEffect.exists(runs["plain"] / "models" / "download")
+    assert has_tile_effect(model_dir)
+    assert not has_tile_effect(runs["plain"] / "models" / "download")
     md = json.loads((model_dir / "model.json").read_text())["metadata"]
     params = md["tile_effect"]
     assert params["components"] == ["floor", "meas", "dev"]  # tests+devices, the default noise
@@ -121,7 +122,7 @@ def test_retraining_without_removes_the_tile_effect(runs: dict[str, Path], tmp_p
     run_train(
         run, target="download", config=CFG.replace(epochs=1), progress=False, tile_effect=False
     )
-    assert not TileEffect.exists(run / "models" / "download")
+    assert not has_tile_effect(run / "models" / "download")
     run_report(run, target="download")
     assert "tile_effect" not in _metrics(run)
 
