@@ -13,7 +13,7 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   written to ``/tmp`` and then (a) predicted in one streaming pass
   (:func:`geodbk.streaming.predict_table`), (b) trained on for one streaming epoch
   (:func:`geodbk.streaming.train_streaming`, batch 1024), and (c), for contrast, read as one
-  rank's in-memory shard (:func:`geodbk.distributed.read_parquet_shard`, what ``train
+  rank's in-memory shard (:func:`geodbk.geo.parquet_shards.read_parquet_shard`, what ``train
   --distributed`` holds per rank).
 * ``report``: a synthetic run directory of N rows (N/4 tiles x 4 quarters, 80/10/10 random
   split, tile polygons, row groups of 65,536 rows, a small pooled model) is scored by
@@ -138,7 +138,7 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
     import pyarrow.compute as pc
     import torch
 
-    from geodbk.distributed import read_parquet_shard
+    from geodbk.geo.parquet_shards import read_parquet_shard
     from geodbk.model import DBKModel
     from geodbk.streaming import count_rows, predict_table, train_streaming
     from geodbk.training import TrainConfig

@@ -4,7 +4,7 @@ The design makes a W-process run equal to a 1-process run with the same *global*
 floating-point noise:
 
 - Each rank holds one shard of the training rows (parquet row groups, or a contiguous row range
-  when the file has fewer row groups than ranks; see :func:`read_parquet_shard`). Shard sizes are
+  when the file has fewer row groups than ranks; see :func:`geodbk.geo.parquet_shards.read_parquet_shard`). Shard sizes are
   exchanged once, so every rank knows the global ``n`` (the KL term is scaled by it).
 - An epoch has ``ceil(n / batch_size)`` steps. At every step each shard contributes a slice of its
   own permutation (seeded by ``(seed, epoch, shard)``, so the same on every rank and in a
@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +39,6 @@ __all__ = [
     "ShardPlan",
     "global_mean_std",
     "init_distributed",
-    "read_parquet_shard",
     "seed_rank",
     "shard_seed",
     "shutdown_distributed",
@@ -77,7 +74,13 @@ class DistributedContext:
         return self.rank == 0
 
 
-def init_distributed(*, device: str = "auto", backend: str | None = None) -> DistributedContext:
+def init_distributed(
+    *,
+    device: str = "auto",
+    backend: str | None = None,
+    world_size: int = 1,
+    local_rank: int = 0,
+) -> DistributedContext:
     """Start the default process group from ``torchrun``'s environment variables.
 
     Without ``WORLD_SIZE`` (a plain ``python -m pipelines.cli`` run) nothing is started and a
@@ -90,11 +93,13 @@ def init_distributed(*, device: str = "auto", backend: str | None = None) -> Dis
         ``auto``, ``cpu`` or ``cuda``.
     backend
         Force a backend; default ``nccl`` on CUDA, ``gloo`` on the CPU.
+    world_size, local_rank
+        The launcher's ``WORLD_SIZE`` and ``LOCAL_RANK`` (torchrun sets them in the
+        environment; the caller reads them).
     """
     import torch.distributed as dist
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world = int(world_size)
     dev = resolve_device(device)
     if dev.type == "cuda":
         dev = torch.device(f"cuda:{local_rank % max(torch.cuda.device_count(), 1)}")
@@ -355,81 +360,3 @@ def make_epoch_runner(
 
 
 # ---------------------------------------------------------------- reading a shard
-def read_parquet_shard(
-    path: str | Path,
-    *,
-    columns: Sequence[str],
-    rank: int,
-    world_size: int,
-    filters: Any = None,
-    batch_size: int = 65536,
-) -> dict[str, np.ndarray]:
-    """Read this rank's rows of ``columns`` from a parquet file, streaming record batches.
-
-    Row groups are dealt out round-robin (rank k reads groups k, k+W, ...); a file with fewer
-    row groups than ranks is split into W contiguous row ranges instead. Only the requested
-    columns of this rank's rows are kept, so no rank holds a copy of the full table.
-
-    Parameters
-    ----------
-    path
-        Parquet file.
-    columns
-        Columns to return (numpy arrays, in file order of rows).
-    rank, world_size
-        This rank and the number of ranks.
-    filters
-        Optional :class:`pyarrow.compute.Expression` applied batch by batch (e.g.
-        ``pc.field("split") == "train"``); its columns are read too.
-    batch_size
-        Rows per record batch.
-    """
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(path)
-    n_groups = pf.num_row_groups
-    dataset = ds.dataset(path, format="parquet")
-    fragment = next(iter(dataset.get_fragments()))
-    if n_groups >= world_size:
-        groups = list(range(rank, n_groups, world_size))
-        lo, hi = 0, None
-    else:
-        total = pf.metadata.num_rows
-        bounds = np.linspace(0, total, world_size + 1).astype(np.int64)
-        groups = list(range(n_groups))
-        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
-    need = list(dict.fromkeys(list(columns)))
-    chunks: dict[str, list[np.ndarray]] = {c: [] for c in columns}
-    offset = 0
-    if groups:
-        sub = fragment.subset(row_group_ids=groups)
-        # whole row groups: pyarrow filters while scanning and reads only the needed columns;
-        # row ranges: rows must be counted before filtering, so filter after slicing
-        by_groups = hi is None
-        scanner = ds.Scanner.from_fragment(
-            sub,
-            schema=dataset.schema,
-            columns=need if (filters is None or by_groups) else None,
-            filter=filters if by_groups else None,
-            batch_size=batch_size,
-        )
-        for batch in scanner.to_batches():
-            start, stop = offset, offset + batch.num_rows
-            offset = stop
-            if hi is not None:
-                a, b = max(lo, start), min(hi, stop)
-                if a >= b:
-                    if start >= hi:
-                        break
-                    continue
-                batch = batch.slice(a - start, b - a)
-            table = pa.Table.from_batches([batch])
-            if filters is not None and not by_groups:
-                table = table.filter(filters)
-            for c in columns:
-                chunks[c].append(table[c].to_numpy())
-    return {
-        c: (np.concatenate(v) if v else np.empty(0, dtype=np.float64)) for c, v in chunks.items()
-    }

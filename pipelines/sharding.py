@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from geodbk.distributed import DistributedContext, ShardPlan, gather_sizes, read_parquet_shard
+from geodbk.distributed import DistributedContext, ShardPlan, gather_sizes
 from geodbk.errors import DataError
+from geodbk.geo.parquet_shards import read_parquet_shard
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import TimeScaling
 from geodbk.streaming import count_rows
@@ -73,7 +74,7 @@ def split_rows(
     time_scaling.scale(quarter)`` for a time-aware model. ``covariates`` names the noise
     model's columns (:func:`pipelines.training_data.noise_columns`): ``tests`` and ``devices``
     are returned as counts (missing or below 1 set to 1), ``urban`` as bool, each (n,). Shards
-    follow :func:`geodbk.distributed.read_parquet_shard` (row groups round-robin, or contiguous
+    follow :func:`geodbk.geo.parquet_shards.read_parquet_shard` (row groups round-robin, or contiguous
     row ranges), so the shards of all ranks concatenated in rank order are the whole split.
     """
     import pyarrow.compute as pc

@@ -538,7 +538,11 @@ def run_train(
                 flags.column("split").to_numpy(zero_copy_only=False),
             )
         cfg = resolve_noise(cfg, columns, source=rd.tiles, urban_classes=classes)
-        ctx = init_distributed(device=cfg.device)
+        ctx = init_distributed(
+            device=cfg.device,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        )
         seed_rank(cfg.seed, ctx.rank)
         meta, (X, y), (Xv, yv), shards, noise_kw = load_rank_split(
             rd,

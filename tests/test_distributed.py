@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from geodbk.distributed import ShardPlan, read_parquet_shard, shutdown_distributed
+from geodbk.distributed import ShardPlan, shutdown_distributed
+from geodbk.geo.parquet_shards import read_parquet_shard
 from geodbk.model import DBKModel
 from geodbk.training import TrainConfig, train_model
 
