@@ -88,8 +88,8 @@ def test_devices_column_required_and_refusals(tmp_path: Path) -> None:
     # a schema without `devices` (the --streaming / --distributed readers' check)
     with pytest.raises(DataError, match=r"`devices` column in T\.parquet.*--noise tests"):
         resolve_noise(cfg.replace(noise="tests+devices"), ["x1", "tests"], source="T.parquet")
-    # the default: auto = tests+devices in memory when the table has both columns, tests out
-    # of core (--streaming / --distributed) or without `devices`
+    # the default: auto = tests+devices in memory and with --distributed when the table has
+    # both columns, tests under --streaming or without `devices`
     assert resolve_noise(TrainConfig(), ["tests", "devices"]).noise == "tests+devices"
     assert (
         resolve_noise(TrainConfig(), ["tests", "devices"], devices_supported=False).noise == "tests"
@@ -97,5 +97,6 @@ def test_devices_column_required_and_refusals(tmp_path: Path) -> None:
     assert resolve_noise(TrainConfig(), ["tests"]).noise == "tests"
     with pytest.raises(DataError, match=r"streaming.*tests\+devices"):
         run_train(run, target="download", config=cfg, noise="tests+devices", streaming=True)
-    with pytest.raises(DataError, match="--distributed"):
+    # --distributed takes tests+devices, but this table has no `devices` column: named
+    with pytest.raises(DataError, match=r"`devices` column in .*tiles\.parquet"):
         run_train(run, target="download", config=cfg, noise="tests+devices", distributed=True)

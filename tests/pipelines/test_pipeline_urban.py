@@ -126,8 +126,12 @@ def test_urban_floor_needs_classes_and_layer(tmp_path: Path) -> None:
     assert cfg.replace(noise="tests+devices+urban").estimator_kwargs()["noise_urban"] is True
     with pytest.raises(DataError, match=r"streaming.*tests\+urban"):
         run_train(run, target="download", config=cfg, noise="tests+urban", streaming=True)
-    with pytest.raises(DataError, match="--distributed"):
-        run_train(run, target="download", config=cfg, noise="tests+urban", distributed=True)
+    # --distributed reads every rank's urban flags (one process here: the launcher's defaults)
+    run_train(
+        run, target="download", config=cfg, noise="tests+urban", distributed=True, progress=False
+    )
+    meta = json.loads((run / "models" / "download" / "model.json").read_text())["metadata"]
+    assert "s2_floor_urban" in meta["noise"]
     # a single-class table (no urban layer at ingest) cannot train it
     table = pq.read_table(run / "tiles.parquet")
     all_rural = pa.array(np.zeros(table.num_rows, dtype=bool))
