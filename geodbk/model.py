@@ -10,7 +10,13 @@ from torch import nn
 from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
-from geodbk.posterior import FoldedWeights, WeightPosterior, fold_into_basis
+from geodbk.posterior import (
+    VARIANCE_RTOL,
+    FoldedWeights,
+    WeightPosterior,
+    feature_sq_bound,
+    fold_into_basis,
+)
 from geodbk.variational import VariationalWeights
 
 __all__ = ["EXPANSIONS", "DBKModel", "ModelOutput"]
@@ -169,11 +175,36 @@ class DBKModel(nn.Module):
         """Replace ``q(w)`` by ``posterior`` (e.g. the exact posterior after exact training)."""
         self.q.set_(posterior.mean, posterior.scale_tril)
 
+    def min_noise_var(self) -> float:
+        """The smallest noise variance the model can give: ``s2`` (constant noise) or
+        ``floor + min(s2_floor, s2_floor_urban)`` (tests-aware noise, ``tests -> inf``)."""
+        if isinstance(self.noise, TestsNoise):
+            floors = torch.minimum(self.noise.s2_floor, self.noise.s2_floor_urban)
+            return float(self.noise.floor + floors.detach())
+        return float(self.noise.variance().detach())
+
     @torch.no_grad()
-    def fold(self, *, variance_correction: bool = False) -> FoldedWeights:
-        """Precompute the x-independent part of prediction (see :func:`fold_into_basis`)."""
+    def fold(
+        self, *, variance_correction: bool = False, variance_rtol: float = VARIANCE_RTOL
+    ) -> FoldedWeights:
+        """Precompute the x-independent part of prediction (see :func:`fold_into_basis`).
+
+        ``variance_rtol > 0`` truncates the variance factor so that the dropped latent
+        variance is at most ``variance_rtol`` times :meth:`min_noise_var` at every input
+        (``||phi||^2 <= sk2`` for DBK-RBF, the LayerNorm bound of :func:`feature_sq_bound`
+        for DBK-SiLU); ``variance_rtol=0`` keeps the exact factor.
+        """
         with_whitener = variance_correction and isinstance(self.basis, RBFInducingBasis)
-        return fold_into_basis(self.basis, self.weight_posterior(), with_whitener=with_whitener)
+        if variance_rtol <= 0.0:
+            return fold_into_basis(self.basis, self.weight_posterior(), with_whitener=with_whitener)
+        return fold_into_basis(
+            self.basis,
+            self.weight_posterior(),
+            with_whitener=with_whitener,
+            variance_rtol=variance_rtol,
+            min_noise_var=self.min_noise_var(),
+            feature_bound=feature_sq_bound(self.basis, out_norm=self.backbone.out_norm),
+        )
 
     @torch.no_grad()
     def predict_folded(
@@ -185,7 +216,8 @@ class DBKModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Predictive mean, latent variance and predictive variance with folded weights.
 
-        ``u = raw_features(g(x))``; ``mu = u'a + c``; ``var_f = ||B'u||^2`` (+ ``k~(x,x) -
+        ``u = raw_features(g(x))``; ``mu = u'a + c``; ``var_f = ||B'u||^2`` (``B`` (r, k) when
+        truncated, see :meth:`fold`) (+ ``k~(x,x) -
         ||W'u||^2`` when the folded weights carry a whitener); ``var = var_f + s2`` with
         ``s2 = noise_var(tests)`` (per point for the tests-aware noise).
         One backbone pass plus two (three with the correction) r-vector products per point.

@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 
 __all__ = [
+    "MAX_RANK_FRACTION",
+    "VARIANCE_RTOL",
     "FoldedWeights",
     "WeightPosterior",
     "accumulate_statistics",
     "exact_weight_posterior",
+    "feature_sq_bound",
     "fold_into_basis",
     "posterior_from_statistics",
+    "truncate_variance_factor",
+    "truncation_rank",
 ]
+
+#: Default relative tolerance of the predictive variance ``var_f + s2`` for the truncated
+#: variance factor (:func:`fold_into_basis`): the dropped latent variance is at most
+#: ``VARIANCE_RTOL * min s2`` at every input.
+VARIANCE_RTOL = 1e-3
+
+#: The truncation is skipped when it would keep more than this fraction of the r eigenpairs.
+MAX_RANK_FRACTION = 0.8
+
+#: ``max_{|t| <= a} |SiLU(t)|`` is ``max(a sigmoid(a), -min SiLU)``; ``-min SiLU`` (at
+#: ``t ~ -1.278``) is below this constant.
+_SILU_NEG_MAX = 0.2785
 
 
 @dataclass(frozen=True)
@@ -33,11 +52,20 @@ class FoldedWeights:
 
     ``mu(x) = u(x)' mean_vec + bias``, ``var_f(x) = ||factor' u(x)||^2`` and, when
     ``whitener`` is set, ``||phi(x)||^2 = ||whitener' u(x)||^2``.
+
+    ``factor`` is ``B = P L`` (r, r) or, truncated, ``B_k = P V_k Lambda_k^{1/2}`` (r, k); then
+    ``0 <= ||B'u||^2 - ||B_k'u||^2 <= variance_bound`` at every input (0 when exact).
     """
 
     mean_vec: torch.Tensor
     factor: torch.Tensor
     whitener: torch.Tensor | None = None
+    variance_bound: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether ``factor`` keeps fewer columns than it has rows."""
+        return int(self.factor.shape[1]) < int(self.factor.shape[0])
 
 
 def accumulate_statistics(
@@ -109,23 +137,133 @@ def exact_weight_posterior(
     return posterior_from_statistics(gram, proj)
 
 
+def truncation_rank(eigenvalues: torch.Tensor, *, threshold: float) -> int:
+    """Smallest ``k`` with ``lambda_{k+1} <= threshold`` (``lambda_{r+1} = 0``).
+
+    ``eigenvalues`` are sorted in descending order; ``k`` is the number above ``threshold``.
+    """
+    return int((eigenvalues > threshold).sum())
+
+
+def truncate_variance_factor(
+    scale_tril: torch.Tensor,
+    *,
+    atol: float,
+    feature_sq_bound: float,
+    max_rank_fraction: float = MAX_RANK_FRACTION,
+) -> tuple[torch.Tensor, float] | None:
+    """Top-k eigen-factor of ``S = L L'`` whose dropped variance is at most ``atol``.
+
+    With ``S = V Lambda V'`` (float64 ``eigh``, ``lambda_1 >= ... >= lambda_r``) and
+    ``L_k = V_k Lambda_k^{1/2}`` (r, k), for every ``phi`` with ``||phi||^2 <= C``
+    (``C = feature_sq_bound``)::
+
+        0 <= ||L'phi||^2 - ||L_k'phi||^2 = sum_{j>k} lambda_j (v_j'phi)^2
+                                          <= lambda_{k+1} ||phi||^2 <= lambda_{k+1} C.
+
+    ``k`` is the smallest rank with ``lambda_{k+1} C <= atol`` (at least 1).
+
+    Returns
+    -------
+    tuple or None
+        ``(L_k, lambda_{k+1} C)`` with ``L_k`` in ``scale_tril``'s dtype, or ``None`` when
+        ``k > max_rank_fraction r`` (no gain).
+    """
+    if atol <= 0.0 or not math.isfinite(feature_sq_bound) or feature_sq_bound <= 0.0:
+        return None
+    r = int(scale_tril.shape[0])
+    lt = scale_tril.detach().to(torch.float64)
+    cov = lt @ lt.T
+    evals, evecs = torch.linalg.eigh(0.5 * (cov + cov.T))
+    evals = evals.flip(0).clamp_min(0.0)
+    evecs = evecs.flip(1)
+    k = max(truncation_rank(evals, threshold=atol / feature_sq_bound), 1)
+    if k > max_rank_fraction * r:
+        return None
+    dropped = float(evals[k]) if k < r else 0.0
+    factor = evecs[:, :k] * evals[:k].sqrt()
+    return factor.to(scale_tril.dtype), dropped * feature_sq_bound
+
+
+def feature_sq_bound(
+    basis: RBFInducingBasis | SiLUBasis, *, out_norm: nn.LayerNorm | None = None
+) -> float | None:
+    """An upper bound ``C >= ||phi(x)||^2`` valid for every input, or ``None``.
+
+    DBK-RBF: ``||phi||^2 = k_Z'(Kzz + j sk2 I)^{-1} k_Z <= k~(x, x) = sk2`` (Nyström).
+    DBK-SiLU after the backbone's ``g = SiLU(LayerNorm(z))`` (``out_norm``, weight ``gamma``,
+    bias ``beta``): ``||g|| <= max|gamma| sqrt(h) + ||beta||`` (the normalised vector has
+    squared norm ``<= h`` and ``|SiLU(t)| <= |t|``), so ``|W_i g + b_i| <= a_i = ||W_i|| ||g||
+    + |b_i|`` and ``C = sum_i c_i^2 max(a_i sigmoid(a_i), 0.2785)^2``. Without ``out_norm``
+    the SiLU basis has no bound (``None``).
+    """
+    if isinstance(basis, RBFInducingBasis):
+        return float(basis.outputscale().detach())
+    if out_norm is None:
+        return None
+    h = int(basis.hidden)
+    gamma = out_norm.weight.detach().double() if out_norm.weight is not None else None
+    beta = out_norm.bias.detach().double() if out_norm.bias is not None else None
+    g_norm = math.sqrt(h) * (float(gamma.abs().max()) if gamma is not None else 1.0)
+    if beta is not None:
+        g_norm += float(beta.norm())
+    w = basis.linear.weight.detach().double()
+    b = basis.linear.bias.detach().double()
+    a = w.norm(dim=1) * g_norm + b.abs()
+    silu_max = torch.maximum(a * torch.sigmoid(a), torch.full_like(a, _SILU_NEG_MAX))
+    c = basis.scale.detach().double()
+    return float(((c * silu_max) ** 2).sum())
+
+
 def fold_into_basis(
     basis: RBFInducingBasis | SiLUBasis,
     posterior: WeightPosterior,
     *,
     with_whitener: bool = False,
+    variance_rtol: float = 0.0,
+    min_noise_var: float | None = None,
+    feature_bound: float | None = None,
+    max_rank_fraction: float = MAX_RANK_FRACTION,
 ) -> FoldedWeights:
     """Fold the basis' fixed linear map into the weights once, at prediction time.
 
     DBK-RBF: ``phi = Lzz^{-1} k_Z``, so ``m'phi = (Lzz^{-T} m)' k_Z`` and
     ``||L'phi||^2 = ||(Lzz^{-T} L)' k_Z||^2`` (and ``||phi||^2 = ||Lzz^{-T}' k_Z||^2`` when
     ``with_whitener``). DBK-SiLU: nothing to fold.
+
+    With ``variance_rtol > 0`` the variance factor is truncated
+    (:func:`truncate_variance_factor`): ``L L' = V Lambda V'`` and ``factor = P V_k
+    Lambda_k^{1/2}`` (r, k), so the latent variance drops by
+    ``sum_{j>k} lambda_j (v_j'phi)^2 <= lambda_{k+1} ||phi||^2 <= lambda_{k+1} C`` with ``C``
+    the bound on ``||phi||^2`` (``feature_bound``, default :func:`feature_sq_bound`: ``sk2``
+    for DBK-RBF, none for DBK-SiLU). ``k`` is the smallest rank with
+    ``lambda_{k+1} C <= variance_rtol * min_noise_var``, so the predictive variance
+    ``var_f + s2`` (any ``s2 >= min_noise_var``) has relative error ``<= variance_rtol``
+    everywhere; latent-only variances have that absolute error. The factor stays exact when
+    no bound is known or ``k > max_rank_fraction r``. The mean is always exact.
     """
     mean_vec = basis.pullback(posterior.mean)
-    factor = basis.pullback(posterior.scale_tril)
+    factor: torch.Tensor | None = None
+    bound = 0.0
+    if variance_rtol > 0.0:
+        if min_noise_var is None or not min_noise_var > 0.0:
+            raise ValueError("variance_rtol > 0 needs a positive min_noise_var")
+        c = feature_sq_bound(basis) if feature_bound is None else float(feature_bound)
+        if c is not None:
+            out = truncate_variance_factor(
+                posterior.scale_tril,
+                atol=variance_rtol * float(min_noise_var),
+                feature_sq_bound=c,
+                max_rank_fraction=max_rank_fraction,
+            )
+            if out is not None:
+                factor = basis.pullback(out[0])
+                bound = out[1]
+    if factor is None:
+        factor = basis.pullback(posterior.scale_tril)
     whitener = None
     if with_whitener:
         r = posterior.mean.shape[0]
         eye = torch.eye(r, dtype=factor.dtype, device=factor.device)
         whitener = basis.pullback(eye)
-    return FoldedWeights(mean_vec=mean_vec, factor=factor, whitener=whitener)
+    return FoldedWeights(mean_vec=mean_vec, factor=factor, whitener=whitener, variance_bound=bound)
