@@ -113,6 +113,16 @@ class JointSampler:
     eps
         Standard normal weight draws (r, S) (:func:`standard_normal_weights`); column s is
         the s-th joint sample everywhere.
+
+    Notes
+    -----
+    The draws use the estimator's folded factor, so their covariance matches the ``var_f``
+    of :meth:`~geodbk.estimator.DBKRegressor.predict_dist` exactly. When that factor is
+    truncated (``B_k = P V_k Lambda_k^{1/2}``, (r, k), :func:`geodbk.posterior.fold_into_basis`)
+    only the first k rows of ``eps`` are used, ``w_s = m + V_k Lambda_k^{1/2} eps_s[:k]``, and
+    ``Cov = y_sd² u'B_k B_k'u'`` differs from the exact one by at most the fold's
+    ``variance_bound`` (times ``y_sd²``) on the diagonal; the per-place cost (one
+    ``(r,) @ (r, S)`` product) is the same either way.
     """
 
     def __init__(self, model: DBKRegressor, eps: Any) -> None:
@@ -124,8 +134,11 @@ class JointSampler:
         if e.ndim != 2 or e.shape[0] != core.rank:
             raise ValueError(f"eps must be (rank={core.rank}, S), got shape {e.shape}")
         factor = self._folded.factor
+        k = int(factor.shape[1])
         with torch.no_grad():
-            self._weights = factor @ torch.as_tensor(e, dtype=factor.dtype, device=factor.device)
+            self._weights = factor @ torch.as_tensor(
+                e[:k], dtype=factor.dtype, device=factor.device
+            )
         self.samples = int(e.shape[1])
 
     def draws(self, X: Any, *, chunk_size: int = 8192) -> LatentDraws:

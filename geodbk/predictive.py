@@ -145,6 +145,12 @@ def change_moments(
     ``Var[f(b) - f(a)] = var_f(a) + var_f(b) - 2 cov(a, b)`` with the same posterior, and it is
     exactly 0 when ``a = b``.
 
+    With a truncated factor ``B_k`` (``folded.variance_bound = lambda_{k+1} C``, ``C >=
+    ||phi||^2``) the first term drops by ``sum_{j>k} lambda_j (v_j'(phi_b - phi_a))^2 <=
+    lambda_{k+1} ||phi_b - phi_a||^2``: at most ``2 variance_bound`` for DBK-RBF
+    (``||phi_b - phi_a||^2 <= d~(a, b) <= 2 sk2``, the Nyström kernel being dominated by
+    ``k~``) and ``4 variance_bound`` in general.
+
     Parameters
     ----------
     u_from, u_to

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -149,3 +150,23 @@ def test_latent_scale_of_effects() -> None:
     assert latent_scale_of(None) == 1.0
     assert latent_scale_of(Effect()) == 0.7
     assert latent_scale_of(Layer()) == 0.7
+
+
+def test_truncated_factor_draws_keep_predict_dist_s_variance(fitted: DBKRegressor) -> None:
+    core = fitted.model_
+    L = core.q.scale_tril().detach().to(torch.float64)
+    lam = torch.linalg.eigvalsh(L @ L.T).flip(0)
+    rtol = float(lam[core.rank // 2]) * float(core.basis.outputscale().detach())
+    rtol = 1.0001 * rtol / core.min_noise_var()  # keeps about half the eigenpairs
+    est = copy.copy(fitted)
+    est._folded = core.fold(variance_correction=fitted.variance_correction, variance_rtol=rtol)
+    assert est._folded.truncated
+    x, _ = _data(25, seed=3)
+    draws = est.latent_draws(x, np.eye(core.rank), chunk_size=7)
+    pred = est.predict_dist(x, quantity="latent")
+    cov = draws.deviations @ draws.deviations.T
+    np.testing.assert_allclose(np.diag(cov) + draws.residual_var, pred.var_f, rtol=1e-9)
+    exact = _dense_covariance(fitted, x)
+    bound = fitted.y_std_**2 * est._folded.variance_bound
+    assert np.all(np.diag(exact) - np.diag(cov) >= -1e-12)
+    assert np.all(np.diag(exact) - np.diag(cov) <= bound)

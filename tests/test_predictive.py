@@ -1,0 +1,68 @@
+"""Predictive moments (geodbk.predictive) with the exact and the truncated variance factor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from geodbk.model import DBKModel
+from geodbk.posterior import WeightPosterior, feature_sq_bound, fold_into_basis
+from geodbk.predictive import change_moments
+
+DT = torch.float64
+
+
+def _model_with_decaying_posterior(r: int = 32) -> DBKModel:
+    """A DBK-RBF model whose q(w) has the spectrum ``0.7^j`` in random directions."""
+    torch.manual_seed(0)
+    model = DBKModel(2, rank=r, hidden=6).to(DT)
+    q, _ = torch.linalg.qr(torch.randn(r, r, dtype=DT))
+    cov = (q * 0.7 ** torch.arange(r, dtype=DT)) @ q.T
+    post = WeightPosterior(
+        mean=torch.randn(r, dtype=DT), scale_tril=torch.linalg.cholesky(0.5 * (cov + cov.T))
+    )
+    model.set_weight_posterior(post)
+    return model
+
+
+@pytest.mark.parametrize("correction", [False, True])
+def test_change_variance_drops_by_at_most_twice_the_bound(correction: bool) -> None:
+    model = _model_with_decaying_posterior()
+    post = model.weight_posterior()
+    s2 = 1e-2
+    exact = fold_into_basis(model.basis, post, with_whitener=correction)
+    trunc = fold_into_basis(
+        model.basis, post, with_whitener=correction, variance_rtol=1e-1, min_noise_var=s2
+    )
+    assert trunc.truncated and 0.0 < trunc.variance_bound <= 1e-1 * s2
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        ga = model.backbone(torch.rand(4000, 2, generator=g, dtype=DT) * 4 - 2)
+        gb = model.backbone(torch.rand(4000, 2, generator=g, dtype=DT) * 4 - 2)
+        ua, ub = model.basis.raw_features(ga), model.basis.raw_features(gb)
+        d2 = (((gb - ga) * torch.exp(-model.basis.log_lengthscale)) ** 2).sum(-1)
+        prior = 2.0 * model.basis.outputscale() * (-torch.expm1(-0.5 * d2))
+        m0, v0 = change_moments(ua, ub, exact, prior_diff_var=prior)
+        m1, v1 = change_moments(ua, ub, trunc, prior_diff_var=prior)
+        phi_diff = ((model.basis(gb) - model.basis(ga)) ** 2).sum(-1)
+    c = feature_sq_bound(model.basis)
+    assert c is not None
+    assert float(phi_diff.max()) <= 2.0 * c  # ||phi_b - phi_a||^2 <= d~(a, b) <= 2 sk2
+    assert torch.equal(m0, m1)
+    d = v0 - v1
+    assert float(d.min()) >= -1e-12 and float(d.max()) <= 2.0 * trunc.variance_bound
+    assert float(d.max()) > 0.0
+
+
+def test_latent_variance_drops_by_at_most_the_bound() -> None:
+    model = _model_with_decaying_posterior()
+    exact = model.fold(variance_rtol=0.0)
+    s2 = model.min_noise_var()
+    trunc = model.fold(variance_rtol=1.0)
+    assert trunc.truncated and trunc.variance_bound <= s2
+    x = torch.rand(4000, 2, dtype=DT) * 4 - 2
+    _, vf0, v0 = model.predict_folded(x, exact)
+    _, vf1, v1 = model.predict_folded(x, trunc)
+    d = vf0 - vf1
+    assert float(d.min()) >= -1e-12 and float(d.max()) <= trunc.variance_bound
+    assert float(((v0 - v1) / v0).max()) <= 1.0  # variance_rtol, since var >= min s2
