@@ -1,52 +1,27 @@
-"""A persistent per-tile offset on top of a fitted GP: the tile effect.
+"""The tile effect: a persistent per-tile offset on top of a fitted GP.
 
-A tile that is measured in many quarters can sit well above or below its neighbourhood in every
-one of them (a fast site in a slow valley). A GP mean smooth at the scale of its inducing points
-does not follow a single zoom-16 tile, so such tiles are missed quarter after quarter. The tile
-effect is the classical hierarchical answer: each tile ``j`` gets an offset ``u_j(t)`` that is a
-stationary AR(1) process over time steps ``t`` (quarters),
+With the GP's posterior mean ``m`` and latent variance ``v_f``, the residuals ``r = y - m(x)`` of
+tile ``j`` (group ``g``, :func:`urban_groups`) at time steps ``t`` (quarters) are
 
 .. math::
 
-    y_i = f(x_i) + u_{j(i)}(t_i) + \\varepsilon_i, \\qquad
-    \\operatorname{Cov}[u_j(t), u_j(t')] = \\tau^2 \\rho^{|t - t'|},
+    r_l = \\delta_j + u_j(t_l) + \\varepsilon_l \\sim N(0, K + E), \\quad
+    K_{ll'} = \\tau_g^2 \\rho^{|t_l - t_{l'}|} + \\lambda \\sqrt{v_{f,l} v_{f,l'}}, \\quad
+    E = \\operatorname{diag}(s2'_l), \\quad s2'_l = \\textstyle\\sum_k \\kappa_k c_{lk}:
 
-independent between tiles (``rho = 1`` is a constant offset per tile). Tiles can be put in
-groups (e.g. urban and rural, :func:`urban_groups`), each with its own ``tau²``: how far a tile
-strays from its neighbourhood differs between town centres and the countryside, while ``rho``,
-``lambda`` and ``kappa`` stay shared. Given the fitted GP's
-posterior mean ``m`` and latent variance ``v_f``, the residuals ``r = y - m(x)`` of a tile's
-conditioning rows are the GP's error at the tile plus the offset plus noise. All rows of a tile
-sit at the same place, so the GP's error is taken as one shared draw ``delta_j`` with variance
-``lambda v_f`` (fully correlated between the tile's rows; ``lambda`` rescales the GP's latent
-variance), and ``c_j(t) = delta_j + u_j(t)`` is what the tile's history informs:
-
-.. math::
-
-    r \\sim N(0, K + E), \\quad
-    K_{ll'} = \\tau^2 \\rho^{|t_l - t_{l'}|} + \\lambda \\sqrt{v_{f,l} v_{f,l'}}, \\quad
-    E = \\operatorname{diag}(s2'_l),
-
-where the noise is refitted as a non-negative rescaling of the GP's own noise components,
-``s2'_i = sum_k kappa_k c_ik`` (e.g. ``c = [floor, s2_meas / tests, s2_dev / devices]``: the
-offset takes over what the floor held). A new row of tile ``j`` at time ``t*`` then has the
-Gaussian predictive
+``delta_j`` the GP's error at the tile (one draw per tile), ``u_j`` an AR(1) offset independent
+between tiles, ``c_l`` the GP's noise terms (floor, ``s2_meas / tests``, ``s2_dev / devices``).
+A row at ``t*`` gets, by one Cholesky factor per tile,
 
 .. math::
 
     \\text{mean} = m(x_*) + k_*^\\top (K + E)^{-1} r, \\qquad
-    \\text{var} = \\tau^2 + \\lambda v_f(x_*) - k_*^\\top (K + E)^{-1} k_* + s2'_*,
+    \\text{var} = \\tau_g^2 + \\lambda v_f(x_*) - k_*^\\top (K + E)^{-1} k_* + s2'_*,
 
-(the first three terms are the tile variance, which replaces the GP's latent variance),
-with ``k_{*l} = tau² rho^{|t* - t_l|} + lambda sqrt(v_f(x*) v_f,l)``, solved by a Cholesky
-factor of ``K + E`` per tile and triangular solves. Adding ``v_f`` on top of an offset fitted to
-the same residuals would count the GP's error twice (a first version did, and over-covered the
-well-measured tiles). A tile without conditioning rows gets ``mean = m(x*)`` and the prior
-``tau² + lambda v_f(x*)`` (its group's ``tau²``). The parameters ``(tau², rho, lambda, kappa)``
-are chosen by
-**validation NLL**: validation rows are predicted from the training rows of their tile, so the
-fit scores exactly what a held-out row will see. Everything is in the units of ``y`` (log10
-for Ookla targets).
+with ``k_*`` the row of ``K`` at ``(t*, x*)``; a tile without rows gets ``m(x*)`` and
+``tau²_g + lambda v_f(x*)``. ``(tau², rho, lambda, kappa)`` minimise the validation NLL of rows
+predicted from their tile's training rows. Units: those of ``y``. Decision and evidence:
+docs/decisions/tile_effect.md.
 """
 
 from __future__ import annotations
