@@ -1,40 +1,24 @@
 """The local layer: the tile effect plus a short-range spatial field over tile offsets.
 
-On top of a fitted GP with mean ``m`` and latent variance ``v_f``, the residual of row ``i``
-(tile ``j``, time ``t``) is modelled as
+On top of a fitted GP (mean ``m``, latent variance ``v_f``) the residual of row ``i`` (tile
+``j``, time ``t``) is
 
 .. math::
 
     r_i = \\delta_j + s(x_j) + u_j(t_i) + \\varepsilon_i, \\qquad
     \\operatorname{Cov}[s(x), s(x')] = \\sigma^2 C(\\lVert x - x' \\rVert / \\ell),
 
-with the GP's error at the tile ``delta_j`` (variance ``lambda v_f``, one draw per tile), the
-tile's AR(1) offset ``u_j`` (``tau²_g rho^|dt|``, :mod:`geodbk.tile_effect`), the noise, and a
-stationary Matérn-3/2 field ``s`` over tile centres (``C(h) = (1 + √3 h) exp(-√3 h)``, range
-``ell`` in km) that tiles share with their neighbours. ``rho``, ``lambda`` and the noise scales
-``kappa`` come from the fitted tile effect; ``sigma²``, ``ell`` and the tile effect's
-``tau²`` per group are refitted by validation NLL.
+with ``delta_j``, ``u_j`` and the noise of :mod:`geodbk.tile_effect` and ``s`` a Matérn-3/2 field
+over tile centres, ``C(h) = (1 + √3 h) exp(-√3 h)``, range ``ell`` in km. ``rho``, ``lambda``,
+``kappa`` come from the tile effect; ``sigma²``, ``ell`` and ``tau²`` per group are refitted by
+validation NLL. A place gets ``c_* = delta_* + s(x_*) + u_*(t*)`` from a nearest-neighbour GP
+in three steps (:meth:`LocalLayer.predict`): each measured tile reduced to the GLS estimate of
+``delta_j + s_j``, the field kriged from the ``k`` nearest other measured tiles, then the tile
+effect conditioned on the place's own rows around that pull.
 
-Prediction of ``c_*(t*) = delta_* + s(x_*) + u_*(t*)`` at a place (nearest-neighbour GP):
-
-1. Each measured tile ``j`` is reduced to the generalised-least-squares estimate of its
-   constant part ``delta_j + s_j`` from its rows, ``b_j = 1'A_j^{-1} r_j / 1'A_j^{-1} 1`` with
-   variance ``w_j = 1 / 1'A_j^{-1} 1`` and ``A_j = tau² rho^|dt| + E_j``. This is exact: the
-   rows' likelihood depends on the constant part only through ``b_j``.
-2. The ``k`` nearest measured tiles other than the place's own (k-d tree) krige the field:
-   ``mu = k_*' (K + D)^{-1} b`` and ``sigma²_nb = sigma² - k_*' (K + D)^{-1} k_*`` with
-   ``K = sigma² C``, ``D = diag(lambda v_j + w_j)`` and ``k_* = sigma² C(d_*)``.
-3. The place's own rows (if its tile has history) then condition the tile effect with the
-   prior mean ``mu`` and the constant prior variance ``lambda v_f + sigma²_nb``:
-   ``shift = mu + k'(K_own + E)^{-1}(r - mu)``, ``var = tau² + lambda v_* + sigma²_nb -
-   k'(K_own + E)^{-1} k``. Given ``delta_* + s_*``, the own rows and the neighbours are
-   independent, so steps 2-3 are the exact conditional when ``k`` covers every tile (and
-   ``v_f`` is constant within a tile); a tile without history gets ``mu`` and
-   ``tau² + lambda v_* + sigma²_nb``.
-
-``sigma² = 0`` gives back the tile effect alone. Distances are in km on a local
-equirectangular projection (:func:`lonlat_to_km`). Targets are solved in chunks, so memory is
-``chunk * k²`` whatever the number of places.
+``sigma² = 0`` gives the tile effect alone. Distances: km on a local equirectangular projection
+(:func:`lonlat_to_km`); memory ``chunk * k²``. Decision: docs/quantities.md; why the steps are
+exact: docs/decisions/tile_effect.md.
 """
 
 from __future__ import annotations
@@ -473,6 +457,19 @@ class LocalLayer:
         ``positions`` of the tile ids), with the field included: ``shift``, ``tile_var``,
         ``noise_var``, ``seen`` as :meth:`TileEffect.predict`, and ``pull``, the neighbours'
         kriged part of ``shift``.
+
+        1. Each measured tile ``j`` is reduced to the GLS estimate of its constant part
+           ``delta_j + s_j``: ``b_j = 1'A_j^{-1} r_j / 1'A_j^{-1} 1``, variance
+           ``w_j = 1 / 1'A_j^{-1} 1``, ``A_j = tau² rho^|dt| + E_j``.
+        2. The ``k`` nearest measured tiles other than the place's own (k-d tree) krige the
+           field: ``mu = k_*'(K + D)^{-1} b`` and ``sigma²_nb = sigma² - k_*'(K + D)^{-1} k_*``
+           with ``K = sigma² C``, ``D = diag(lambda v_j + w_j)``, ``k_* = sigma² C(d_*)``.
+        3. The place's own rows condition the tile effect with prior mean ``mu`` and prior
+           variance ``lambda v_f + sigma²_nb``: ``shift = mu + k'(K_own + E)^{-1}(r - mu)``,
+           ``var = tau² + lambda v_* + sigma²_nb - k'(K_own + E)^{-1} k``; a tile without rows
+           gets ``mu`` and ``tau² + lambda v_* + sigma²_nb``.
+
+        Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
         """
         tiles_a, times_a, _, vf, comp = _as_rows(
             tiles, times, None, var_f, components, what="prediction rows"
