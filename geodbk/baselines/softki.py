@@ -3,53 +3,18 @@
 m interpolation points Z; weights w(x) = softmax_j(-||x - z_j|| / T) (004 eq. 17 with a
 temperature T); Q(x, x') = w(x)' Kzz w(x') with Kzz an RBF kernel on Z (ARD, or one shared
 lengthscale). This is a rank-m deep-basis-like kernel with phi(x) = Lz' w(x), Lz = chol(Kzz), so
-Q = phi(x)'phi(x'). Batch covariance Sigma = Phi_B Phi_B' + D, D = s2 I or diag(s2_i).
+Q = phi(x)'phi(x'). Batch covariance Sigma = Phi_B Phi_B' + D, D = s2 I or diag(s2_i)
+(``noise="tests"``, s2_i = s2_floor + s2_meas / tests_i^p).
 
-Options (keyword-only; the defaults are the project's tuned model, and
-``geodbk.baselines.registry.PAPER_PRESET["softki"]`` selects paper 004's):
+Loss per datum: the exact batch NLL -log N(r_B; 0, Sigma) / b in O(b m²) by the Woodbury
+identity and the determinant lemma (:func:`batch_marginal_nll`; the QR solver:
+:func:`whitened_batch_nll`), or the Hutchinson pseudo-loss of 004 eqs. 19–21
+(:func:`hutchinson_pseudo_nll`). The posterior over all training data is solved in float64 in
+weight space by Cholesky or by the QR of 004 eqs. 26–30 (:meth:`SoftKIRegressor._refresh`); both
+give the same posterior in exact arithmetic.
 
-* ``z_init``: ``"random"`` (a random subset of the training inputs) or ``"kmeans"`` (004 Alg. 1
-  line 1: scikit-learn's k-means centres of the training inputs, seeded by ``seed``).
-* ``temperature`` / ``learn_temperature``: T's initial value (``None``: half the median
-  nearest-neighbour distance of the initial points) and whether it is learned; 004's eq. 17 is
-  T = 1, fixed.
-* ``ard``: one lengthscale per input (``True``) or one shared lengthscale (004 §5.1).
-* ``learn_noise``: learn s2 from ``noise_init`` (``True``) or keep it fixed (004 §5.3,
-  beta² = 1e-3).
-* ``loss``: ``"exact"`` batch marginal likelihood or ``"hutchinson"`` (004 Def. 4.2).
-* ``solver``: ``"cholesky"`` or ``"qr"`` (004 eqs. 26–30) for every linear system.
-
-Exact batch loss (``loss="exact"``), per datum: -log N(r_B; 0, Sigma) / b in O(b m²) with the
-Woodbury identity and the determinant lemma. With phi~ = D^{-1/2} phi, r~ = D^{-1/2} r and
-Lambda~ = I + Phi~'Phi~ = R'R (R: Cholesky factor, or the triangular factor of the QR of
-[Phi~; I]): r'Sigma^{-1}r = ||r~||² - ||R^{-T} Phi~'r~||², logdet Sigma = Σ log s2_i + 2 Σ log|R_kk|
-(QR: R^{-T} Phi~'r~ = Q_top' r~). The Cholesky solver with constant noise uses the unwhitened
-form of :func:`batch_marginal_nll`.
-
-Hutchinson pseudo-loss (``loss="hutchinson"``; 004 eqs. 19–21, Maddox et al. 2022): with
-b0 = Sigma^{-1} r and b_j = Sigma^{-1} a_j for L standard Gaussian probes a_j (E[a a'] = I), all
-computed without gradient,
-loss = [b/2 log 2π + 1/2 logdet Sigma + b0'r - 1/2 b0'Sigma b0 + 1/2 (H - sg(H))] / b,
-H = (1/L) Σ_j b_j'Sigma a_j, sg = stop-gradient. Its value is the exact batch NLL (b0'r - 1/2
-b0'Sigma b0 = 1/2 r'Sigma^{-1} r; logdet without gradient); its gradient is eq. 21: the exact
-data-term gradient -1/2 b0'dSigma b0 (and -b0'1 for the mean) plus Hutchinson's unbiased estimate
-1/2 (1/L) Σ_j b_j'dSigma a_j of 1/2 tr(Sigma^{-1} dSigma). No gradient passes through a
-factorisation.
-
-Posterior over all training data:
-
-* ``solver="cholesky"`` (weight space, float64): Lambda = Phi'Phi + s2 I,
-  mean(x) = phi(x)' Lambda^{-1} Phi' r, var_f(x) = s2 ||chol(Lambda)^{-1} phi(x)||².
-  Tests-aware noise: omega_i = s1 / s2_i with s1 = s2(tests = 1), Lambda = Phi' Omega Phi + s1 I,
-  mean(x) = phi(x)' Lambda^{-1} Phi' Omega r, var_f(x) = s1 ||chol(Lambda)^{-1} phi(x)||².
-* ``solver="qr"`` (004 eqs. 26–30, float64): K^_xz = W Kzz, A = [D^{-1/2} K^_xz; U] with U = Lz'
-  (U'U = Kzz), A = QR, alpha = R^{-1} Q'[D^{-1/2} r; 0]; mean(x) = K^_xz(x) alpha,
-  var_f(x) = ||R^{-T} K^_zx(x)||² (A'A = C^ = Kzz + K^_zx D^{-1} K^_xz). R and Q'[..] come from
-  the QR of the augmented [A | b] accumulated over row chunks (memory O(chunk·m)). Both solvers
-  give the same posterior in exact arithmetic.
-
-The batch terms with D = diag(s2_i) (``noise="tests"``, s2_i = s2_floor + s2_meas / tests_i^p)
-are the constant-noise ones with D = s2 I.
+The defaults are the project's tuned model; ``geodbk.baselines.registry.PAPER_PRESET["softki"]``
+selects paper 004's options (:class:`SoftKIRegressor`).
 """
 
 from __future__ import annotations
@@ -225,8 +190,11 @@ def hutchinson_pseudo_nll(
 
     [b/2 log 2π + 1/2 sg(logdet Sigma) + b0'r - 1/2 b0'Sigma b0 + 1/2 (H - sg(H))] / b with
     b0 = sg(Sigma^{-1} r), H = (1/L) Σ_j sg(Sigma^{-1} a_j)' Sigma a_j, a_j ~ N(0, I) (L =
-    ``num_probes``; drawn from torch's global generator). Value: the exact NLL; gradient: the
-    exact data term plus Hutchinson's unbiased estimate of 1/2 tr(Sigma^{-1} dSigma).
+    ``num_probes``; drawn from torch's global generator). Value: the exact NLL (b0'r - 1/2
+    b0'Sigma b0 = 1/2 r'Sigma^{-1} r); gradient: 004 eq. 21, the exact data term -1/2
+    b0'dSigma b0 (and -b0'1 for the mean) plus Hutchinson's unbiased estimate
+    1/2 (1/L) Σ_j b_j'dSigma a_j of 1/2 tr(Sigma^{-1} dSigma) (Maddox et al. 2022). No gradient
+    passes through a factorisation.
     """
     b = phi.shape[0]
     probes = torch.randn(b, int(num_probes), dtype=phi.dtype, device=phi.device)
@@ -256,21 +224,23 @@ class SoftKIRegressor(TorchBaseline):
         standardised units).
     z_init
         ``"random"``: a random subset of the training inputs (+1e-4 jitter); ``"kmeans"``: the
-        k-means centres of the training inputs (``KMeans`` up to :data:`KMEANS_MAX_N` rows,
-        ``MiniBatchKMeans`` beyond; ``random_state=seed``).
+        k-means centres of the training inputs (004 Alg. 1 line 1; ``KMeans`` up to
+        :data:`KMEANS_MAX_N` rows, ``MiniBatchKMeans`` beyond; ``random_state=seed``).
     temperature
         Initial temperature T (> 0); ``None``: half the median nearest-neighbour distance
-        between the initial points.
+        between the initial points. 004's eq. 17 is T = 1, fixed.
     learn_temperature, learn_noise
-        Train T / the noise (``False``: fixed at the initial value).
+        Train T / the noise (``False``: fixed at the initial value; 004 §5.3 fixes the noise
+        at beta² = 1e-3).
     ard
-        One lengthscale per input (``False``: one shared lengthscale).
+        One lengthscale per input (``False``: one shared lengthscale, 004 §5.1).
     loss
-        ``"exact"`` batch marginal likelihood or the ``"hutchinson"`` pseudo-loss.
+        ``"exact"`` batch marginal likelihood or the ``"hutchinson"`` pseudo-loss (004 Def. 4.2).
     num_probes
         Probe vectors L of the Hutchinson pseudo-loss (10, as Maddox et al. 2022).
     solver
-        ``"cholesky"`` or ``"qr"``: how the batch systems and the posterior are solved.
+        ``"cholesky"`` or ``"qr"`` (004 eqs. 26–30): how the batch systems and the posterior
+        are solved.
     epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
         As in ``TorchBaseline``; ``noise``: ``"constant"`` or ``"tests"`` (D = diag(s2_i) in
         the marginal likelihood and the posterior).
@@ -421,6 +391,14 @@ class SoftKIRegressor(TorchBaseline):
         tests: Tensor | None = None,
         chunk_size: int = 8192,
     ) -> None:
+        """The posterior over all training data, in row chunks (float64).
+
+        ``solver="cholesky"`` (weight space): Lambda = Phi'Phi + s2 I, mean(x) = phi(x)'
+        Lambda^{-1} Phi' r, var_f(x) = s2 ||chol(Lambda)^{-1} phi(x)||². Tests-aware noise:
+        omega_i = s1 / s2_i with s1 = s2(tests = 1), Lambda = Phi' Omega Phi + s1 I, mean(x) =
+        phi(x)' Lambda^{-1} Phi' Omega r, var_f(x) = s1 ||chol(Lambda)^{-1} phi(x)||².
+        ``solver="qr"``: :meth:`_refresh_qr`.
+        """
         assert isinstance(module, SoftKIModule)
         if self.solver == "qr":
             self._refresh_qr(module, X, y, tests, chunk_size)
@@ -453,7 +431,9 @@ class SoftKIRegressor(TorchBaseline):
         """004 eqs. 26–30 in float64: the QR of [A | b], A = [D^{-1/2} W Kzz; U], b = [D^{-1/2} r; 0].
 
         Row chunks are folded in one at a time: T <- R factor of [T; A_chunk | b_chunk], starting
-        from [U | 0] (U = Lz', U'U = Kzz). Then T = [[R, Q'b], [0, ρ]] and alpha = R^{-1} Q'b.
+        from [U | 0] (U = Lz', U'U = Kzz), so memory is O(chunk·m). Then T = [[R, Q'b], [0, ρ]],
+        alpha = R^{-1} Q'b, mean(x) = K^_xz(x) alpha and var_f(x) = ||R^{-T} K^_zx(x)||²
+        (A'A = C^ = Kzz + K^_zx D^{-1} K^_xz).
         """
         Lz = module.kzz_chol().double()
         m = Lz.shape[0]
