@@ -1,33 +1,20 @@
 """CaGP-Opt: the computation-aware GP with learned block-sparse actions (methods.md §3).
 
 Kernel: Matérn-3/2 ARD + Gaussian noise, K_hat = K + D with D = s2 I (constant noise) or
-D = diag(s2_j), s2_j = s2_floor + s2_meas / tests_j^p (``noise="tests"``). Inference uses i actions
-S (n × i); column j is nonzero only on its contiguous block of B = ceil(n / i) rows. The rows
-are put in **Morton (Z-order) order of the inputs** (:func:`geodbk.baselines.kernels.morton_order`,
-stable, so the order is deterministic) before the blocks are cut, which makes each block a
-spatially compact cluster of tiles. When n is not a multiple of i the last rows are padded with
-zero-weight rows.
+D = diag(s2_j), s2_j = s2_floor + s2_meas / tests_j^p (``noise="tests"``). Inference uses i
+actions S (n × i); column j is nonzero only on its contiguous block of B = ceil(n / i) rows, cut
+after the rows are put in Morton (Z-order) order, so each block is a spatially compact cluster of
+tiles (:meth:`CaGPRegressor._order_and_pad`). With G = S'K_hat S, v = G^{-1} S'y and
+C = S G^{-1} S':
 
-With G = S'K_hat S = S'KS + S'DS, v = G^{-1} S'y and C = S G^{-1} S':
+* mean mu(x) = K(x, X) C y = (K(x, X) S) v;
+* latent variance var_f(x) = k(x, x) - K(x, X) C K(X, x); the predictive variance adds s2(x)
+  (s2(tests) at the query for the tests-aware noise);
+* loss: the negative CaGP-ELBO divided by n (:func:`cagp_terms`).
 
-* mean mu(x) = K(x, X) C y = (K(x, X) S) v
-* latent variance var_f(x) = k(x, x) - K(x, X) C K(X, x); predictive variance adds s2(x)
-  (s2(tests) at the query for the tests-aware noise)
-* loss (negative CaGP-ELBO -E_q[log p(y|f)] + KL(q(f) || p(f)), divided by n):
-  1/2 [ Σ_j ((y_j - mu(x_j))² + var_f(x_j)) / s2_j + Σ_j log s2_j + n log 2π + v'S'KSv
-  - tr(G^{-1} S'KS) + logdet G - logdet S'DS ]
-  where S'DS is diagonal (disjoint blocks), (S'DS)_kk = Σ_b w_kb² s2_kb; with D = s2 I the
-  noise terms reduce to (||y - mu||² + Σ_j var_f(x_j)) / s2 + (n - i) log s2 - logdet S'S.
-
-Everything needs only KS (n × i): it is built in row chunks ``K[chunk, :] S`` with
-``torch.utils.checkpoint`` so that the chunk's n-wide kernel rows are recomputed in the backward
-pass instead of stored; memory stays O(n·i + chunk·n). Each step costs about n² kernel
-evaluations (forward) plus the same again in the backward pass; prediction needs all training
-inputs (stored in the bundle).
-
-Learning rate: constant (``lr_schedule="constant"``) or, as paper 002, decayed linearly from
-``lr`` at the first epoch to 0.1·``lr`` at the last (``lr_schedule="linear"``, ``LinearLR`` with
-end_factor 0.1 over epochs - 1 steps; lr_e = lr (1 - 0.9 (e - 1) / (epochs - 1)) at epoch e).
+Everything needs only KS (n × i), built in checkpointed row chunks
+(:meth:`CaGPModule.kernel_times_actions`). The learning rate is constant or, as paper 002,
+decays linearly to 0.1·lr at the last epoch (:meth:`CaGPRegressor._scheduler`).
 """
 
 from __future__ import annotations
@@ -90,7 +77,13 @@ class CaGPModule(nn.Module):
         return matern32_ard(A, B, lengthscale=self.lengthscale(), outputscale=self.outputscale())
 
     def kernel_times_actions(self, A: Tensor, *, chunk_rows: int, grad: bool) -> Tensor:
-        """K(A, X) S, (len(A), i), built chunk by chunk (checkpointed when ``grad``)."""
+        """K(A, X) S, (len(A), i), built chunk by chunk (checkpointed when ``grad``).
+
+        With ``torch.utils.checkpoint`` a chunk's n-wide kernel rows are recomputed in the
+        backward pass instead of stored, so memory stays O(n·i + chunk·n); a training step costs
+        about n² kernel evaluations forward plus the same again backward. Prediction needs all
+        training inputs (stored in the bundle).
+        """
         w = self.weights()
         ls, os_ = self.lengthscale(), self.outputscale()
 
@@ -143,7 +136,13 @@ def cagp_terms(
     grad: bool,
     tests_pad: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """All quantities of the CaGP loss from KS (see the module docstring).
+    """All quantities of the CaGP loss from KS.
+
+    The loss is the negative CaGP-ELBO -E_q[log p(y|f)] + KL(q(f) || p(f)), divided by n:
+    1/2 [ Σ_j ((y_j - mu(x_j))² + var_f(x_j)) / s2_j + Σ_j log s2_j + n log 2π + v'S'KSv
+    - tr(G^{-1} S'KS) + logdet G - logdet S'DS ], where S'DS is diagonal (disjoint blocks),
+    (S'DS)_kk = Σ_b w_kb² s2_kb; with D = s2 I the noise terms reduce to
+    (||y - mu||² + Σ_j var_f(x_j)) / s2 + (n - i) log s2 - logdet S'S.
 
     ``tests_pad``: the training rows' test counts in the Morton, padded row order of ``y_pad``
     (``noise="tests"``: D = diag(s2(tests))); ``None`` for the constant noise (D = s2 I).
@@ -265,7 +264,10 @@ class CaGPRegressor(TorchBaseline):
     def _scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler | None:
-        """``lr_schedule="linear"``: ``LinearLR(1 -> 0.1)`` reaching 0.1·lr at the last epoch."""
+        """``lr_schedule="linear"``: ``LinearLR(1 -> 0.1)`` reaching 0.1·lr at the last epoch.
+
+        Over epochs - 1 steps: lr_e = lr (1 - 0.9 (e - 1) / (epochs - 1)) at epoch e.
+        """
         if self.lr_schedule != "linear":
             return None
         return torch.optim.lr_scheduler.LinearLR(
@@ -291,6 +293,9 @@ class CaGPRegressor(TorchBaseline):
         )
 
     def _order_and_pad(self, module: CaGPModule, X: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """The rows in Morton order (:func:`~geodbk.baselines.kernels.morton_order`, stable, so
+        the order is deterministic), padded to i·B rows with copies of the last input and
+        y = 0 (the mask gives them zero action weight)."""
         order = torch.as_tensor(morton_order(X.detach().cpu().numpy()), device=X.device)
         self._order = order
         n_pad = module.i * module.block
