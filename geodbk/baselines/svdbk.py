@@ -1,30 +1,20 @@
 """SVDBK and exact DBK with the variance correction (paper 001, methods.md §2).
 
 Kernel k(x, x') = phi(x)'phi(x'), f(x) = c + w'phi(x), w ~ N(0, I_r). Bases (``basis=``):
-
-* ``"paper"`` — 001 §5: a 2-layer tanh MLP of width h whose r outputs are the basis functions,
-  phi(x) = W3 tanh(W2 tanh(W1 x + b1) + b2) + b3.
-* ``"rbf"`` — DBK-RBF (methods.md §1): the whitened RBF-ARD inducing-point basis on the core's
-  residual MLP.
-
-Optimisers (``optimizer=``), ``weight_decay`` on the network's parameters only: ``"adam"``
-(001 §5: Adam, coupled L2 penalty, gradient + weight_decay·theta) or ``"adamw"`` (decoupled).
+``"paper"`` (001 §5: a 2-layer tanh MLP of width h whose r outputs are the basis functions,
+:class:`PaperBasisNet`) or ``"rbf"`` (DBK-RBF, methods.md §1: the whitened RBF-ARD
+inducing-point basis on the core's residual MLP). ``weight_decay`` acts on the network only,
+with ``optimizer="adam"`` (001 §5: coupled L2, gradient + weight_decay·theta) or ``"adamw"``.
 
 Correction: c(x) = max(0, max_train ||phi||² - ||phi(x)||²) and s2_hat(x) = s2(x) + c(x), with
 s2(x) = s2 or, for ``noise="tests"``, s2_floor + s2_meas / tests^p.
 
-* **SVDBK** (``svdbk``, mini-batch B, q(w) = N(m, LL')): loss per datum
-  mean_B[-log N(y_i; mu_i, s2_i) + ||L'phi_i||² / (2 s2_i)] + KL / n
-  + mean_B[(max_B ||phi||² - ||phi_i||²) / (2 s2_i)]; prediction mu = c + m'phi*,
-  var_f = ||L'phi*||², var = var_f + s2_hat(x*).
-* **Exact SVDBK** (``svdbk-exact``, full batch): loss per datum
-  -[log N(y; c, Phi Phi' + S) - Σ_i (max_j ||phi_j||² - ||phi_i||²) / (2 s2_i)] / n with
-  S = diag(s2_i) (001 eq. 5 with the trace bound of eq. 11); prediction 001 eq. 12 with
-  S_hat = diag(s2_hat(x_i)): A = I + Phi'S_hat^{-1}Phi = L_A L_A', mu = c + phi*'A^{-1}
-  Phi'S_hat^{-1}(y - c), var_f = ||L_A^{-1} phi*||², var = var_f + s2_hat(x*). For a scalar s2
-  this is eq. 12: Lambda_hat = s2 A = Phi'D^{-1}Phi + s2 I with D = S_hat / s2. The r×r
-  factorisation is float64; a step costs O(n r²) and holds all n rows, so the estimator refuses
-  n > ``max_n`` (:class:`~geodbk.baselines.base.ProblemTooLargeError`).
+* **SVDBK** (``svdbk``, mini-batch, q(w) = N(m, LL')): loss :func:`svdbk_loss`; prediction
+  mu = c + m'phi*, var_f = ||L'phi*||², var = var_f + s2_hat(x*).
+* **Exact SVDBK** (``svdbk-exact``, full batch): loss :func:`svdbk_exact_loss` (001 eq. 5 with
+  the trace bound of eq. 11); prediction 001 eq. 12 with S_hat = diag(s2_hat(x_i)):
+  A = I + Phi'S_hat^{-1}Phi = L_A L_A', mu = c + phi*'A^{-1}Phi'S_hat^{-1}(y - c),
+  var_f = ||L_A^{-1} phi*||², var = var_f + s2_hat(x*) (:class:`SVDBKExactRegressor`).
 """
 
 from __future__ import annotations
@@ -426,6 +416,10 @@ def _max_phi_sq(module: SVDBKModule | SVDBKExactModule, X: Tensor, chunk_size: i
 
 class SVDBKExactRegressor(SVDBKRegressor):
     """Exact DBK with the variance correction, 001 eq. 12 (full batch; module docstring).
+
+    For a scalar s2 the posterior is eq. 12's: Lambda_hat = s2 A = Phi'D^{-1}Phi + s2 I with
+    D = S_hat / s2. The r×r factorisation is float64; a step costs O(n r²) and holds all n rows,
+    so ``fit`` refuses n > ``max_n`` (:class:`~geodbk.baselines.base.ProblemTooLargeError`).
 
     Parameters
     ----------
