@@ -1,34 +1,13 @@
 """Model names → constructors with a shared budget (epochs, batch size, rank, width, seed).
 
-Every constructor returns a scikit-learn regressor with the ``DBKRegressor`` contract (fit /
-predict → mean / predict_dist → ``Prediction`` / kernel / save / load). ``build_model(name, ...)`` applies the shared budget;
-per-model options can be overridden with ``overrides``. ``preset="paper"|"tuned"`` picks each
-model's settings from its paper (:data:`PAPER_PRESET`) or the project's tuned ones
-(:data:`TUNED_PRESET`, the library default); ``overrides`` win over both. Every model takes
-``noise="constant"|"tests"`` (tests-aware s2_i = s2_floor + s2_meas / tests_i^p, issue 9) with
-``fit(..., tests=, tests_val=)`` and ``predict_dist(..., tests=, quantity=)``, e.g.
-``build_model("cagp", ..., overrides={"noise": "tests"})``.
-
-=============  ==============================================================================
-name           model
-=============  ==============================================================================
-dbk-rbf        DBKRegressor(expansion="rbf", objective="dppgp")
-dbk-silu       DBKRegressor(expansion="silu", objective="dppgp")
-exact-dbk      DBKRegressor(expansion="rbf", objective="exact") (full batch, exact MML)
-exact-rbf      exact RBF-ARD GP (full batch; refuses n > max_n)
-sv-rbf         SVGP, RBF-ARD on the raw inputs (ELBO)
-sv-dkl         SVGP on the residual-MLP backbone (ELBO)
-pp-dkl         PPGP on the backbone (β = 1; benchmark: swept, paper)
-vbll           ELBO on the SiLU basis
-svdbk          SVDBK: ELBO + trace term, test-time variance correction (basis: paper 001's
-               tanh MLP or DBK-RBF)
-svdbk-exact    exact DBK with the trace term and 001 eq. 12's reweighted posterior (full
-               batch; refuses n > max_n)
-cagp           CaGP-Opt (full batch, Matérn-3/2, block-sparse actions in Morton order)
-solve-gp       SOLVE-GP (whitened, Matérn-3/2, M = M2 = rank)
-softki         SoftKI (m = rank points; tuned: learnable temperature; paper: 004's k-means,
-               fixed noise, Hutchinson pseudo-loss, QR)
-=============  ==============================================================================
+Every constructor (:data:`CONSTRUCTORS`, which says what each name builds) returns a
+scikit-learn regressor with the ``DBKRegressor`` contract (fit / predict → mean / predict_dist →
+``Prediction`` / kernel / save / load). ``build_model(name, ...)`` applies the shared budget;
+``preset="paper"|"tuned"`` picks each model's settings from its paper (:data:`PAPER_PRESET`) or
+the project's tuned ones (:data:`TUNED_PRESET`, the library default); ``overrides`` win over
+both. Every model takes ``noise="constant"|"tests"`` (tests-aware s2_i = s2_floor + s2_meas /
+tests_i^p) with ``fit(..., tests=, tests_val=)`` and ``predict_dist(..., tests=, quantity=)``,
+e.g. ``build_model("cagp", ..., overrides={"noise": "tests"})``.
 """
 
 from __future__ import annotations
@@ -71,20 +50,25 @@ def _dbk(**defaults: Any) -> Callable[..., Any]:
     return make
 
 
-#: name → (constructor, which shared budget options it takes)
+#: name → constructor (the budget options each takes: :func:`model_kwargs`).
 CONSTRUCTORS: dict[str, Callable[..., Any]] = {
     "dbk-rbf": _dbk(expansion="rbf", objective="dppgp"),
     "dbk-silu": _dbk(expansion="silu", objective="dppgp"),
-    "exact-dbk": _dbk(expansion="rbf", objective="exact"),
-    "exact-rbf": ExactRBFRegressor,
-    "sv-rbf": SVRBFRegressor,
-    "sv-dkl": sv_dkl,
-    "pp-dkl": pp_dkl,
-    "vbll": vbll,
+    "exact-dbk": _dbk(expansion="rbf", objective="exact"),  # full batch, exact MML
+    "exact-rbf": ExactRBFRegressor,  # exact RBF-ARD GP (full batch; refuses n > max_n)
+    "sv-rbf": SVRBFRegressor,  # SVGP, RBF-ARD on the raw inputs (ELBO)
+    "sv-dkl": sv_dkl,  # SVGP on the residual-MLP backbone (ELBO)
+    "pp-dkl": pp_dkl,  # PPGP on the backbone (β = 1; benchmark: swept, paper)
+    "vbll": vbll,  # ELBO on the SiLU basis
+    # SVDBK: ELBO + trace term, test-time variance correction (basis: paper 001's tanh MLP or
+    # DBK-RBF); svdbk-exact: exact DBK with the trace term and 001 eq. 12's reweighted
+    # posterior (full batch; refuses n > max_n)
     "svdbk": SVDBKRegressor,
     "svdbk-exact": SVDBKExactRegressor,
-    "cagp": CaGPRegressor,
-    "solve-gp": SolveGPRegressor,
+    "cagp": CaGPRegressor,  # CaGP-Opt (full batch, Matérn-3/2, block-sparse actions in Z-order)
+    "solve-gp": SolveGPRegressor,  # SOLVE-GP (whitened, Matérn-3/2, M = M2 = rank)
+    # SoftKI (m = rank points; tuned: learnable temperature; paper: 004's k-means, fixed noise,
+    # Hutchinson pseudo-loss, QR)
     "softki": SoftKIRegressor,
 }
 
@@ -118,7 +102,7 @@ _SVDBK_PAPER: dict[str, Any] = {
     "noise_init": 1e-2,
 }
 
-#: Per-model settings of the ``paper`` preset: what each model's paper uses, for what today's
+#: Per-model settings of the ``paper`` preset: what each model's paper uses, for what the
 #: constructors can express. The shared budget (epochs, batch size, rank, hidden width, seed,
 #: device) is not part of a preset. What a paper does that needs new model code is listed in
 #: the comment (and in docs/benchmarks/baselines.md, "Presets"); it is not applied.
@@ -173,7 +157,7 @@ PAPER_PRESET: dict[str, dict[str, Any]] = {
     },
 }
 
-#: Per-model settings of the ``tuned`` preset: the project's settings before presets existed.
+#: Per-model settings of the ``tuned`` preset: the project's settings for short budgets.
 #: Initial noise: dPPGP models keep the seed's s2 = 1e-2 (their var_f absorbs the residual
 #: variance). Every model that can explain residuals only through s2 (ELBO, PPGP, exact
 #: marginal likelihood) starts at s2 = 0.5 in standardised units, close to GPyTorch's
@@ -281,9 +265,9 @@ def build_model(
     ``rank`` is r for the DBK family, the number of inducing points for SV-*, M = M2 for
     SOLVE-GP and m for SoftKI; CaGP uses min(512, 2·rank) actions. ``hidden`` is the backbone
     width. ``patience`` defaults to ``epochs`` (no early stopping inside the budget).
-    ``preset``: ``"tuned"`` (the project's settings, :data:`TUNED_PRESET`; the default here, so
-    that library callers keep today's models) or ``"paper"`` (each model's paper,
-    :data:`PAPER_PRESET`; the default of ``geodbk benchmark``). ``overrides`` win over both.
+    ``preset``: ``"tuned"`` (the project's settings, :data:`TUNED_PRESET`; the default here)
+    or ``"paper"`` (each model's paper, :data:`PAPER_PRESET`; the default of
+    ``geodbk benchmark``). ``overrides`` win over both.
     """
     kwargs = model_kwargs(
         name,
