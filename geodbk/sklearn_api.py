@@ -1,4 +1,4 @@
-"""scikit-learn plumbing shared by ``DBKRegressor`` and the torch baselines (issue 21).
+"""scikit-learn plumbing shared by ``DBKRegressor`` and the torch baselines.
 
 Both estimators derive from :class:`sklearn.base.RegressorMixin` and
 :class:`sklearn.base.BaseEstimator` (parameters from the ``__init__`` signature, ``score`` = R²).

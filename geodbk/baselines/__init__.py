@@ -1,4 +1,4 @@
-"""Baseline GP models behind the ``DBKRegressor`` estimator contract (issue 7).
+"""Baseline GP models behind the ``DBKRegressor`` estimator contract.
 
 ``build_model(name, ...)`` / ``MODEL_NAMES`` in :mod:`geodbk.baselines.registry`; one module per
 family: :mod:`~geodbk.baselines.svgp` (SV-RBF, SV-DKL, PP-DKL, VBLL on the core's DBK model),

@@ -3,8 +3,8 @@
 All of them share the core's basis, q(w) = N(m, LL'), noise, objectives, training loop and
 bundles; they differ only in the backbone, the basis and the objective. They are
 ``DBKRegressor``s, so they take the same ``noise="constant"|"tests"`` option
-(``fit(..., tests=...)``, ``predict_dist(..., tests=..., quantity=...)``) as DBK (issue 9;
-s2_i = s2_floor + s2_meas / tests_i^p in place of s2 below). SVDBK is in
+(``fit(..., tests=...)``, ``predict_dist(..., tests=..., quantity=...)``) as DBK
+(s2_i = s2_floor + s2_meas / tests_i^p in place of s2 below). SVDBK is in
 :mod:`geodbk.baselines.svdbk`.
 
 * **SV-RBF** — SVGP on the raw inputs: identity backbone, whitened RBF-ARD inducing-point basis

@@ -236,8 +236,8 @@ def time_input(
 
 
 def extrapolation_of(metadata: dict[str, Any]) -> str:
-    """The policy recorded in a time-aware model's metadata (``time_extrapolation``); bundles
-    written before the policy existed extrapolate the trend."""
+    """The policy recorded in a time-aware model's metadata (``time_extrapolation``);
+    ``trend`` when it records none or an unknown one."""
     entry = metadata.get("time_extrapolation") or {}
     policy = entry.get("policy", "trend") if isinstance(entry, dict) else str(entry)
     return policy if policy in EXTRAPOLATIONS else "trend"
