@@ -1,47 +1,21 @@
 """``geodbk report``: test-set accuracy and calibration, urban vs rural, with figures.
 
-Writes ``RUN/report/TARGET/``:
+Writes ``RUN/report/TARGET/`` (``predictions.parquet``, ``metrics.json``, ``summary.json``,
+``report.md``/``report.html`` and ``figures/``; their fields: docs/architecture.md,
+"report/TARGET/"). Each test row is predicted as the model was trained: a time-aware model at
+the row's own quarter (:func:`pipelines.rundir.model_inputs`), a tests-aware model as the
+average of the row's own ``tests`` (``std² = std_f² + s2_floor + s2_meas / tests``, plus
+``s2_dev / devices`` for ``tests+devices``), a noise floor per class with the row's ``urban``
+flag. Scores are on the log10 scale and standardised by the training sd
+(``nll_std = nll - ln sd_train``), overall, urban/rural, by number of tests
+(:func:`pipelines.scoring.by_tests_scores`) and by quarter
+(:func:`pipelines.scoring.by_quarter_scores`). A tile or grid cell is *served* at a threshold
+when P(speed ≥ threshold) ≥ 0.9 (latency: P(latency ≤ threshold) ≥ 0.9), at the table's latest
+quarter for a time-aware model.
 
-- ``predictions.parquet``: every test row: ``quadkey``, ``quarter``, ``urban``, ``y`` (log10
-  target), ``mean``, ``std`` (predictive, log10), plus ``lon``, ``lat``.
-- ``metrics.json``: ``{"urban": {...}, "rural": {...}, "all": {...}}``, each with ``n``,
-  ``mae``, ``nll``, ``crps``, ``coverage``, ``pi_width`` (log10 scale) and the same keys with
-  ``_std`` (standardised by the training sd: ``nll_std = nll - ln sd_train``), plus, when the
-  tiles have a ``tests`` column, ``by_tests``: buckets ``1``, ``2``, ``3-4``, ``5-8``, ``9-16``,
-  ``>16`` of the number of speed tests, each with ``n``, ``nll``, ``coverage``, ``pi_width``,
-  ``mae`` and ``urban`` / ``rural`` dicts of the same keys
-  (:func:`pipelines.scoring.by_tests_scores`), and ``by_quarter``: every quarter of the test
-  split (time order), with the same keys as a ``by_tests`` bucket
-  (:func:`pipelines.scoring.by_quarter_scores`).
-
-A time-aware model (``geodbk train --time``, metadata ``inputs`` ``[x1, x2, t]``) predicts each
-test tile at its own quarter, ``t = 2 (i − i_first) / (i_last − i_first) − 1`` over the model's
-training quarters (:func:`pipelines.rundir.model_inputs`); a pooled model ignores the quarter.
-
-A tests-aware model scores each test tile as the average of its own ``tests`` speed tests
-(``std² = std_f² + s2_floor + s2_meas / tests``), a ``tests+devices`` model with its own
-``tests`` and ``devices`` too (``+ s2_dev / devices``; ``predictions.parquet`` then gains a
-``devices`` column); a model with a noise floor per urban/rural class uses each tile's
-``urban`` flag; a constant-noise model ignores ``tests``.
-- ``summary.json``: target, units, training mean/sd, the constant-mean baseline's metrics, the
-  reliability curves, the service-coverage table, model and run paths, created.
-- ``report.md`` / ``report.html`` and ``figures/*.png`` (see :mod:`pipelines.figures`), with
-  a per-quarter table and ``figures/quarter_calibration.png``; the report names the split
-  (random, block, or forecast with its test and validation quarters).
-
-Service coverage: on every distinct tile of ``tiles.parquet`` (and on the grid cells of
-``grids/TARGET.nc`` for the area share, cos(lat)-weighted), a tile or cell is *served* at a
-threshold when P(speed ≥ threshold) ≥ 0.9 (latency: P(latency ≤ threshold) ≥ 0.9). A
-time-aware model is scored at the latest quarter of the table (the quarter of ``grids/TARGET.nc``).
-
-Memory: the tile table is never loaded whole and its geometry is never read. Every pass reads
-only the columns it needs with pyarrow, one record batch at a time: the training mean/sd
-(:func:`geodbk.streaming.streaming_mean_std`), the test predictions
-(:func:`geodbk.streaming.predict_table`, then scored from ``predictions.parquet``), the distinct
-tiles of the service-coverage table (:func:`scan_tiles`: ``quadkey``, ``x1``, ``x2``,
-``urban``, deduplicated per batch) and the sd maps of the held-out rows
-(:class:`pipelines.figures.SdBinner`). What is held is the test split's scores (a few numeric
-columns) and one row per distinct tile for service coverage.
+Memory: the tile table is never loaded whole; every pass streams the columns it needs, one
+record batch at a time (:func:`geodbk.streaming.streaming_mean_std`,
+:func:`geodbk.streaming.predict_table`, :func:`scan_tiles`, :class:`pipelines.figures.SdBinner`).
 """
 
 from __future__ import annotations
