@@ -1,45 +1,21 @@
 """``geodbk predict``: evaluate a trained model on a regular grid over the region.
 
-Writes ``RUN/grids/TARGET.nc`` (see ``docs/architecture.md``). The grid is evaluated and written
-in row blocks (at most ~262k cells each), so memory stays bounded for any grid size: blocks are
-written into a compressed NetCDF-4 file (CF-1.8; ``xarray.open_dataset(path)``) by
-:class:`pipelines.gridfile.GridWriter`,
-then moved into place atomically.
+Writes ``RUN/grids/TARGET.nc`` (variables and attributes: docs/architecture.md,
+"grids/TARGET.nc"), evaluated and written in row blocks of at most ~262k cells by
+:class:`pipelines.gridfile.GridWriter`, then moved into place atomically, so memory stays
+bounded for any grid size. What the map shows is a named quantity (``--quantity``,
+:mod:`geodbk.quantities`, docs/quantities.md): ``tile`` (default; f(x) plus the tile's offset
+from the tile effect and local layer), ``area`` (f(x)) or ``test`` (``--tests K`` tests from
+``--devices M`` devices). ``mean``/``std`` (log10), the 95% interval ``mean ± 1.96 std``, the
+natural-unit median ``10**mean`` and one exceedance probability per threshold describe that
+quantity; every grid also holds the parts (``area_mean``, ``std_f``, ``tile_*``, ``test_sd``).
 
-Variables (float32, NaN outside the region). What the map shows is a named quantity
-(``--quantity``, :mod:`geodbk.quantities`; the grid attribute ``quantity``): ``tile`` (default,
-what the zoom-16 tile at the cell centre typically gets: f(x) plus the tile's own offset from the
-model's tile effect and local layer, informed by the tile's history and its measured
-neighbours), ``area`` (the neighbourhood level f(x)) or ``test`` (one speed test, or with
-``--tests K`` the tile average of K tests from ``--devices M`` devices). ``mean``, ``std``,
-``pi_lower``, ``pi_upper``, ``pi_width`` (log10 of kbps or ms; the 95% interval mean ± 1.96 std),
-``mean_natural``, ``pi_lower_natural``, ``pi_upper_natural``, ``pi_width_natural`` (Mbps or ms;
-``mean_natural`` = 10**mean, the median) and one exceedance probability per threshold (speeds:
-``p_below_25mbps`` = P(speed < 25 Mbps); latency: ``p_above_100ms``) describe that quantity.
-Every grid also holds the parts: ``area_mean`` and ``std_f`` (the area quantity, with
-``latent_pi_lower``/``latent_pi_upper`` (+ ``_natural``) its 95% interval), ``tile_mean``,
-``tile_sd``, ``tile_offset``, ``tile_pull`` (the neighbours' part of the offset),
-``tile_history`` (1 where the tile has measured history), ``test_sd`` (one speed test) and
-``in_region`` (bool). Each variable's ``quantity`` attribute (and GeoTIFF band description)
-names its quantity; the grid attributes record the noise and tile-effect parameters. A model
-with a noise floor per urban/rural class (or a tile effect with a τ² per class) uses each
-cell's class from ``RUN/urban_areas.geojson``; the first kind of grid gains ``urban`` (1/0).
-
-Quarters. Every grid has the attributes ``time_aware`` (1/0), ``quarter`` and
-``quarter_status``. A pooled model (trained without ``--time``) maps all quarters at once:
-``quarter = "pooled 2019Q1:2023Q4"``, ``quarter_status = "pooled"``. A time-aware model maps
-the quarters of ``--quarter SPEC`` (default: the latest quarter of the table; ``2023Q2``,
-``2022Q1:2023Q4``, ``all``): the latest table quarter goes to ``grids/TARGET.nc`` (the current
-map), any other quarter Q to ``grids/TARGET_Q.nc``; ``quarter_status`` is ``observed`` or
-``extrapolation beyond LAST`` (LAST: the last training quarter), logged as a warning.
-
-``--trend Q1:Q2`` (time-aware models) writes only ``grids/TARGET_trend_Q1_Q2.nc``: the change of
-the latent mean f (noise excluded) per year, ``change_per_year = (f(x, Q2) - f(x, Q1)) / years``
-in log10 units, its 95% interval ``change_lower``/``change_upper`` from the joint posterior
-(``sd = y_sd ||L'(phi(x, Q2) - phi(x, Q1))|| / years``), ``p_improved`` (speeds:
-P(f(Q2) > f(Q1)); latency: P(f(Q2) < f(Q1))), ``ratio_per_year = 10**change_per_year`` (the
-factor the speed or latency is multiplied by per year), ``ratio_lower``, ``ratio_upper`` and
-``in_region``.
+A pooled model maps all quarters at once; a time-aware model maps ``--quarter SPEC`` (the latest
+table quarter to ``grids/TARGET.nc``, any other Q to ``grids/TARGET_Q.nc``; a quarter after the
+last training quarter is logged as an extrapolation). ``--trend Q1:Q2`` writes
+``grids/TARGET_trend_Q1_Q2.nc``: ``change_per_year = (f(x, Q2) - f(x, Q1)) / years`` of the
+latent mean with ``sd = y_sd ||L'(phi(x, Q2) - phi(x, Q1))|| / years`` from the joint
+posterior, ``p_improved`` and ``ratio_per_year = 10**change_per_year``.
 """
 
 from __future__ import annotations
@@ -144,7 +120,7 @@ Default resolution: the size of a zoom-16 Ookla tile at the region's central lat
 coarsened (if needed) so the grid has at most 1,000,000 cells. Default extent: the region's
 bounding box cut to the observed tiles + 0.05 deg (--extent region: the whole box).
 Default thresholds: download 25 100 Mbps, upload 3 20 Mbps, latency 100 ms.
---quarter/--trend need a time-aware model (`geodbk train --time`); the latest table quarter is
+--quarter/--trend need a time-aware model (geodbk train --time); the latest table quarter is
 written to grids/TARGET.nc, another quarter Q to grids/TARGET_Q.nc, a trend to
 grids/TARGET_trend_Q1_Q2.nc.
 exit codes: 0 ok, 2 usage, 3 bad data, 4 missing/bad model, 5 missing run directory.
