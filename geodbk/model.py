@@ -203,7 +203,9 @@ class DBKModel(nn.Module):
             with_whitener=with_whitener,
             variance_rtol=variance_rtol,
             min_noise_var=self.min_noise_var(),
-            feature_bound=feature_sq_bound(self.basis, out_norm=self.backbone.out_norm),
+            feature_bound=feature_sq_bound(
+                self.basis, out_norm=getattr(self.backbone, "out_norm", None)
+            ),
         )
 
     @torch.no_grad()
