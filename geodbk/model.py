@@ -11,7 +11,6 @@ from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import (
-    VARIANCE_RTOL,
     FoldedWeights,
     WeightPosterior,
     feature_sq_bound,
@@ -185,14 +184,16 @@ class DBKModel(nn.Module):
 
     @torch.no_grad()
     def fold(
-        self, *, variance_correction: bool = False, variance_rtol: float = VARIANCE_RTOL
+        self, *, variance_correction: bool = False, variance_rtol: float = 0.0
     ) -> FoldedWeights:
         """Precompute the x-independent part of prediction (see :func:`fold_into_basis`).
 
         ``variance_rtol > 0`` truncates the variance factor so that the dropped latent
         variance is at most ``variance_rtol`` times :meth:`min_noise_var` at every input
         (``||phi||^2 <= sk2`` for DBK-RBF, the LayerNorm bound of :func:`feature_sq_bound`
-        for DBK-SiLU); ``variance_rtol=0`` keeps the exact factor.
+        for DBK-SiLU); ``variance_rtol=0`` (the default) keeps the exact factor: on trained
+        models the bound at :data:`~geodbk.posterior.VARIANCE_RTOL` keeps every eigenpair, and
+        the eigendecomposition would cost each validation pass for nothing.
         """
         with_whitener = variance_correction and isinstance(self.basis, RBFInducingBasis)
         if variance_rtol <= 0.0:

@@ -13,6 +13,7 @@ from geodbk import DBKRegressor
 from geodbk.model import DBKModel
 from geodbk.posterior import (
     MAX_RANK_FRACTION,
+    VARIANCE_RTOL,
     WeightPosterior,
     feature_sq_bound,
     fold_into_basis,
@@ -200,10 +201,14 @@ def test_exact_option_reproduces_the_dense_prediction(fitted: DBKRegressor) -> N
     assert torch.equal(direct.factor, folded.factor)
 
 
-def test_default_fold_keeps_the_relative_bound(fitted: DBKRegressor) -> None:
+def test_default_fold_is_exact_and_the_opt_in_keeps_the_relative_bound(
+    fitted: DBKRegressor,
+) -> None:
     core = fitted.model_
-    folded = core.fold()  # default VARIANCE_RTOL; a tiny trained model keeps every eigenpair
-    assert folded.variance_bound <= 1e-3 * core.min_noise_var()
+    exact = core.fold()
+    assert exact.variance_bound == 0.0 and not exact.truncated
+    folded = core.fold(variance_rtol=VARIANCE_RTOL)  # a tiny trained model keeps every pair
+    assert folded.variance_bound <= VARIANCE_RTOL * core.min_noise_var()
     x = torch.rand(1000, 2, dtype=DT) * 2 - 1
     _, _, v0 = core.predict_folded(x, core.fold(variance_rtol=0.0))
     _, _, v1 = core.predict_folded(x, folded)
