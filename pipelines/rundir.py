@@ -25,7 +25,7 @@ import numpy as np
 
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
-from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGET_INFO, TARGETS
+from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGETS, target_info
 from geodbk.geo.licence import OOKLA_LICENCE
 from geodbk.geo.table import read_table_metadata, read_tile_table
 from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
@@ -95,9 +95,7 @@ class TargetSpec:
 
 def target_spec(name: str) -> TargetSpec:
     """Return the :class:`TargetSpec` of ``name`` or raise a :class:`DataError` listing choices."""
-    if name not in TARGETS:
-        raise DataError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
-    i = TARGET_INFO[name]
+    i = target_info(name)
     return TargetSpec(name, i.column, i.log_column, i.unit, i.divisor, i.higher_is_better)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError
-from geodbk.geo.contract import TARGET_INFO, TARGETS
+from geodbk.geo.contract import target_info
 from geodbk.geo.timeaxis import TimeScaling, format_quarter, quarter_indices
 from geodbk.validation import counts_or_one
 from pipelines.config import NOISE_INIT, URBAN_SUFFIX, TrainConfig
@@ -108,7 +108,7 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
     ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
     is returned as bool, ``quadkey`` and ``quarter`` as strings.
     """
-    log_column = _log_column(target)
+    log_column = target_info(target).log_column
     out: dict[str, np.ndarray] = {}
     for name in ("train", "val", "test"):
         part = gdf[gdf["split"] == name]
@@ -162,7 +162,7 @@ def split_arrays(
     (time-aware models). The rows kept are the same either way (finite ``x1, x2, y``), so
     :func:`split_tests` stays row-aligned.
     """
-    log_column = _log_column(target)
+    log_column = target_info(target).log_column
     need = ["x1", "x2", log_column, "split"] + (["quarter"] if time_scaling is not None else [])
     for col in need:
         if col not in gdf.columns:
@@ -197,10 +197,3 @@ def urban_groups_supported(urban_val: np.ndarray) -> bool:
     """Whether each urban/rural class has :data:`MIN_GROUP_VAL_ROWS` validation rows (then
     ``tile_effect_groups: auto`` gives each class its own ``tau²``)."""
     return smaller_class_rows(urban_val) >= MIN_GROUP_VAL_ROWS
-
-
-def _log_column(target: str) -> str:
-    """The tile table's modelled column of ``target`` (DataError naming the choices)."""
-    if target not in TARGET_INFO:
-        raise DataError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-    return TARGET_INFO[target].log_column

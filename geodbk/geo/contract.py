@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_THRESHOLDS", "TARGETS", "TARGET_INFO", "Z95", "TargetInfo"]
+from geodbk.errors import DataError
+
+__all__ = ["DEFAULT_THRESHOLDS", "TARGETS", "TARGET_INFO", "Z95", "TargetInfo", "target_info"]
 
 #: The 0.975 quantile of the standard normal: 95% intervals are ``mean -+ Z95 sd``.
 Z95 = 1.959963984540054
@@ -53,6 +55,14 @@ TARGET_INFO: dict[str, TargetInfo] = {
 }
 #: Target names, in display order.
 TARGETS: tuple[str, ...] = tuple(TARGET_INFO)
+
+
+def target_info(name: str) -> TargetInfo:
+    """The :class:`TargetInfo` of ``name``, or a :class:`DataError` that lists the targets."""
+    if name not in TARGET_INFO:
+        raise DataError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
+    return TARGET_INFO[name]
+
 
 #: Default thresholds in natural units (FCC speed benchmarks 25/3 and 100/20 Mbps; 100 ms).
 DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
