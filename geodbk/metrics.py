@@ -3,17 +3,38 @@
 All functions take arrays of equal length: targets ``y``, predictive means ``mean`` and
 predictive variances ``var`` (noise included) or standard deviations, and return floats
 (averages over the points) unless stated otherwise.
+
+The module also names the metrics: the constants below are the keys under which the report's
+``metrics.json``, the benchmark's JSON and the dashboard store and read each metric
+(``docs/decisions/metric_names.md``), and :func:`canonical_keys` renames the keys of files
+written before the names were unified.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtr, ndtri
 
 __all__ = [
+    "COVERAGE95",
+    "CRPS",
     "DEFAULT_LEVELS",
+    "LEGACY_KEYS",
+    "MAE",
+    "MEDIAN_ABS_ERROR",
+    "NLL",
+    "OFF_BY_2X",
+    "RMSE",
+    "STD_SUFFIX",
+    "SUMMARY_KEYS",
+    "WIDTH95",
+    "WIDTH_IQR",
+    "WIDTH_SD",
+    "canonical_keys",
     "coverage",
     "crps_gaussian",
     "gaussian_nll",
@@ -23,6 +44,41 @@ __all__ = [
     "rmse",
     "summary",
 ]
+
+#: Mean absolute error of the predictive mean.
+MAE = "mae"
+#: Root mean squared error of the predictive mean.
+RMSE = "rmse"
+#: Mean Gaussian negative log-likelihood.
+NLL = "nll"
+#: Mean continuous ranked probability score.
+CRPS = "crps"
+#: Share of targets inside the central 95% predictive interval.
+COVERAGE95 = "coverage95"
+#: Mean width of the central 95% predictive interval.
+WIDTH95 = "width95"
+#: Standard deviation of the per-point 95% interval widths.
+WIDTH_SD = "width_sd"
+#: Interquartile range of the per-point 95% interval widths.
+WIDTH_IQR = "width_iqr"
+#: Median absolute error (the map calibration's tile levels).
+MEDIAN_ABS_ERROR = "median_abs_error"
+#: Share of absolute errors above log10 2, a factor of 2 (the map calibration's tile levels).
+OFF_BY_2X = "off_by_2x"
+#: Suffix of a metric on the standardised scale (target, mean and sd divided by the training
+#: sd): ``nll_std``, ``coverage95_std``.
+STD_SUFFIX = "_std"
+#: The keys of :func:`summary`, in its order.
+SUMMARY_KEYS: tuple[str, ...] = (MAE, RMSE, NLL, CRPS, COVERAGE95, WIDTH95)
+#: Keys of older report files and the canonical key each stands for.
+LEGACY_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "coverage": COVERAGE95,
+        "pi_width": WIDTH95,
+        "coverage" + STD_SUFFIX: COVERAGE95 + STD_SUFFIX,
+        "pi_width" + STD_SUFFIX: WIDTH95 + STD_SUFFIX,
+    }
+)
 
 #: Nominal levels of the reliability curve.
 DEFAULT_LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -39,7 +95,7 @@ def _arrays(*arrays: np.ndarray) -> list[np.ndarray]:
 def _z(level: float) -> float:
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    return float(norm.ppf(0.5 + 0.5 * level))
+    return float(ndtri(0.5 + 0.5 * level))
 
 
 def mae(y: np.ndarray, mean: np.ndarray) -> float:
@@ -68,7 +124,8 @@ def crps_gaussian(y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
     """
     y_, m_, s_ = _arrays(y, mean, std)
     z = (y_ - m_) / s_
-    crps = s_ * (z * (2.0 * norm.cdf(z) - 1.0) + 2.0 * norm.pdf(z) - 1.0 / np.sqrt(np.pi))
+    pdf = np.exp(-0.5 * z**2) / np.sqrt(2.0 * np.pi)
+    crps = s_ * (z * (2.0 * ndtr(z) - 1.0) + 2.0 * pdf - 1.0 / np.sqrt(np.pi))
     return float(np.mean(crps))
 
 
@@ -106,13 +163,40 @@ def reliability_curve(
 
 
 def summary(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> dict[str, float]:
-    """MAE, RMSE, NLL, CRPS, 95% coverage and mean 95% interval width in one dict."""
+    """MAE, RMSE, NLL, CRPS, 95% coverage and mean 95% interval width, keyed by
+    :data:`SUMMARY_KEYS`."""
     std = np.sqrt(np.asarray(var, dtype=np.float64))
     return {
-        "mae": mae(y, mean),
-        "rmse": rmse(y, mean),
-        "nll": gaussian_nll(y, mean, var),
-        "crps": crps_gaussian(y, mean, std),
-        "coverage95": coverage(y, mean, var, level=0.95),
-        "width95": interval_width(var, level=0.95),
+        MAE: mae(y, mean),
+        RMSE: rmse(y, mean),
+        NLL: gaussian_nll(y, mean, var),
+        CRPS: crps_gaussian(y, mean, std),
+        COVERAGE95: coverage(y, mean, var, level=0.95),
+        WIDTH95: interval_width(var, level=0.95),
     }
+
+
+def canonical_keys(doc: Any) -> Any:
+    """``doc`` (a loaded metrics or benchmark JSON) with legacy metric keys renamed.
+
+    Walks dicts and lists recursively and renames each key of :data:`LEGACY_KEYS` whose value
+    is a number or ``None`` (a metric); a list under such a key, like a reliability curve's
+    observed coverages, keeps its name. A canonical key already present is kept over its legacy
+    twin. Returns a new object; ``doc`` is not changed.
+    """
+    if isinstance(doc, list):
+        return [canonical_keys(v) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out: dict[Any, Any] = {}
+    for key, value in doc.items():
+        new = LEGACY_KEYS.get(key) if isinstance(key, str) else None
+        is_metric = value is None or (
+            isinstance(value, int | float) and not isinstance(value, bool)
+        )
+        if new is not None and is_metric:
+            if new not in doc:
+                out[new] = value
+            continue
+        out[key] = canonical_keys(value)
+    return out

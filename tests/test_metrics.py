@@ -45,9 +45,40 @@ def test_coverage_width_and_reliability_on_calibrated_samples() -> None:
     assert levels[0] == 0.5 and levels[-1] == 0.99
     assert np.allclose(obs, levels, atol=0.006)
     s = metrics.summary(y, mu, sd**2)
+    assert tuple(s) == metrics.SUMMARY_KEYS
     assert set(s) == {"mae", "rmse", "nll", "crps", "coverage95", "width95"}
 
 
 def test_length_mismatch_raises() -> None:
     with pytest.raises(ValueError, match="equal length"):
         metrics.mae(np.zeros(3), np.zeros(4))
+
+
+def test_canonical_keys_renames_legacy_metrics_only() -> None:
+    old = {
+        "all": {"n": 3, "coverage": 0.9, "pi_width": 0.5, "coverage_std": 0.9, "nll": 1.0},
+        "by_quarter": {"2024Q1": {"coverage": None, "urban": {"pi_width": 0.4}}},
+        "reliability": {"all": {"levels": [0.5, 0.9], "coverage": [0.5, 0.88]}},
+        "runs": [{"by_tests": {"1": {"coverage": 0.7}}}],
+    }
+    new = metrics.canonical_keys(old)
+    assert new["all"] == {
+        "n": 3,
+        "coverage95": 0.9,
+        "width95": 0.5,
+        "coverage95_std": 0.9,
+        "nll": 1.0,
+    }
+    assert new["by_quarter"]["2024Q1"] == {"coverage95": None, "urban": {"width95": 0.4}}
+    assert new["reliability"] == old["reliability"]  # a curve, not a metric
+    assert new["runs"][0]["by_tests"]["1"] == {"coverage95": 0.7}
+    assert old["all"]["coverage"] == 0.9  # the input is left alone
+    assert metrics.canonical_keys(new) == new
+    both = metrics.canonical_keys({"coverage": 0.1, "coverage95": 0.2})
+    assert both == {"coverage95": 0.2}
+
+
+def test_legacy_keys_map_onto_canonical_names() -> None:
+    canonical = {*metrics.SUMMARY_KEYS, *(k + metrics.STD_SUFFIX for k in metrics.SUMMARY_KEYS)}
+    assert set(metrics.LEGACY_KEYS.values()) <= canonical
+    assert not set(metrics.LEGACY_KEYS) & canonical
