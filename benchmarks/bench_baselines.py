@@ -27,6 +27,7 @@ from scipy.stats import spearmanr
 
 from geodbk.atomic import atomic_write_json, atomic_write_text
 from geodbk.baselines.registry import MODEL_NAMES, build_model
+from geodbk.metrics import COVERAGE95, CRPS, MAE, NLL, WIDTH95, WIDTH_SD, canonical_keys
 from pipelines.benchmark import group_metrics, machine_info
 
 
@@ -66,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     log_sd = math.log(float(np.std(y)))
     results: dict[str, Any] = {}
     if args.merge and args.out.with_suffix(".json").is_file():
-        old = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))["models"]
+        old = canonical_keys(json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8")))[
+            "models"
+        ]
         results = {k: v for k, v in old.items() if k not in names}
     dbk_opts = {"alpha": 0.01, "beta": 0.01}
     for name in names:
@@ -89,16 +92,16 @@ def main(argv: list[str] | None = None) -> int:
             hi = sdt > 1.0
             m["nll_high_noise"] = group_metrics(
                 yt[hi], pred.mean[hi], pred.var[hi], log_sd_train=log_sd
-            )["nll"]
+            )[NLL]
             m["nll_low_noise"] = group_metrics(
                 yt[~hi], pred.mean[~hi], pred.var[~hi], log_sd_train=log_sd
-            )["nll"]
+            )[NLL]
             m["spearman_sd_vs_true_noise"] = float(spearmanr(np.sqrt(pred.var), sdt).statistic)
             m["train_seconds"] = secs
             m["epochs_run"] = len(model.history_)
             results[name] = {"status": "ok", "metrics": m}
             print(
-                f"{name}: NLL {m['nll']:.3f} cov {m['coverage95']:.3f} rho {m['spearman_sd_vs_true_noise']:.2f} ({secs:.1f}s)",
+                f"{name}: NLL {m[NLL]:.3f} cov {m[COVERAGE95]:.3f} rho {m['spearman_sd_vs_true_noise']:.2f} ({secs:.1f}s)",
                 flush=True,
             )
         except Exception as exc:
@@ -133,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         m = r["metrics"]
         lines.append(
-            f"| {name} | {m['mae']:.3f} | {m['nll']:.3f} | {m['nll_high_noise']:.3f} | {m['nll_low_noise']:.3f} | {m['crps']:.3f} | "
-            f"{100 * m['coverage95']:.1f}% | {m['width95']:.3f} | {m['width_sd']:.3f} | {m['spearman_sd_vs_true_noise']:.2f} | {m['train_seconds']:.1f} |"
+            f"| {name} | {m[MAE]:.3f} | {m[NLL]:.3f} | {m['nll_high_noise']:.3f} | {m['nll_low_noise']:.3f} | {m[CRPS]:.3f} | "
+            f"{100 * m[COVERAGE95]:.1f}% | {m[WIDTH95]:.3f} | {m[WIDTH_SD]:.3f} | {m['spearman_sd_vs_true_noise']:.2f} | {m['train_seconds']:.1f} |"
         )
     atomic_write_text(args.out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print(json.dumps({k: v.get("metrics", {}).get("nll") for k, v in results.items()}))
+    print(json.dumps({k: v.get("metrics", {}).get(NLL) for k, v in results.items()}))
     return 0
 
 

@@ -44,6 +44,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from geodbk.metrics import (
+    COVERAGE95,
+    MEDIAN_ABS_ERROR,
+    NLL,
+    OFF_BY_2X,
+    WIDTH95,
+    canonical_keys,
+)
+
 Z95 = 1.959963984540054
 
 
@@ -99,9 +108,9 @@ def _scores(
     out: dict[str, Any] = {"n": int(y.size)}
     for name, m in (("all", np.ones_like(urban)), ("urban", urban), ("rural", ~urban)):
         out[name] = {
-            "nll": float(nll[m].mean()),
-            "coverage95": float(inside[m].mean()),
-            "width95": float((2 * Z95 * np.sqrt(var[m])).mean()),
+            NLL: float(nll[m].mean()),
+            COVERAGE95: float(inside[m].mean()),
+            WIDTH95: float((2 * Z95 * np.sqrt(var[m])).mean()),
         }
     out["by_tests"] = by_tests_scores(y, mean, np.sqrt(var), urban, tests)
     return out
@@ -131,26 +140,26 @@ def table(folder: Path) -> str:
         "|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for path in sorted(folder.glob("*.json")):
-        d = json.loads(path.read_text())
+        d = canonical_keys(json.loads(path.read_text()))
         for name, res in d["results"].items():
             r, m = res["rows"]["all"], res["map"]
             cov = " / ".join(
-                f"{100 * m[g]['coverage95']:.1f}" if g in m else "–" for g in ("urban", "rural")
+                f"{100 * m[g][COVERAGE95]:.1f}" if g in m else "–" for g in ("urban", "rural")
             )
             a = m.get("all", {})
             cells = [
-                b[g]["coverage"]
+                b[g][COVERAGE95]
                 for b in (res["rows"].get("by_tests") or {}).values()
                 for g in ("urban", "rural")
                 if isinstance(b.get(g), dict) and b[g].get("n", 0) >= 30
             ]
             inside = sum(0.93 <= c <= 0.97 for c in cells)
             lines.append(
-                f"| {path.stem} | {name} | {r['nll']:.3f} | {100 * r['coverage95']:.1f} | "
+                f"| {path.stem} | {name} | {r[NLL]:.3f} | {100 * r[COVERAGE95]:.1f} | "
                 f"{inside}/{len(cells)} | "
-                f"{m.get('tiles', 0)} | {100 * a.get('coverage95', float('nan')):.1f} ({cov}) | "
-                f"{a.get('median_abs_error', float('nan')):.3f} | "
-                f"{100 * a.get('off_by_2x', float('nan')):.1f} |"
+                f"{m.get('tiles', 0)} | {100 * a.get(COVERAGE95, float('nan')):.1f} ({cov}) | "
+                f"{a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
+                f"{100 * a.get(OFF_BY_2X, float('nan')):.1f} |"
             )
     return "\n".join(lines)
 
@@ -290,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, res in results.items():
         r, m = res["rows"]["all"], res["map"].get("all", {})
         print(
-            f"{name:12s} NLL {r['nll']:.3f} cov {r['coverage95']:.3f} | map cov "
-            f"{m.get('coverage95', float('nan')):.3f} med|err| "
-            f"{m.get('median_abs_error', float('nan')):.3f} >2x {m.get('off_by_2x', float('nan')):.3f}"
+            f"{name:12s} NLL {r[NLL]:.3f} cov {r[COVERAGE95]:.3f} | map cov "
+            f"{m.get(COVERAGE95, float('nan')):.3f} med|err| "
+            f"{m.get(MEDIAN_ABS_ERROR, float('nan')):.3f} >2x {m.get(OFF_BY_2X, float('nan')):.3f}"
         )
     return 0
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from geodbk import DBKRegressor
+from geodbk.metrics import COVERAGE95, MAE, NLL
 from pipelines.rundir import load_tiles, require_run, target_spec
 from pipelines.scoring import by_tests_scores, urban_rural_scores
 from pipelines.training_data import split_arrays, split_tests
@@ -76,17 +77,17 @@ def main(argv: list[str] | None = None) -> int:
             "mean_var_f": float(pred.var_f.mean()),
         }
         print(json.dumps(out), flush=True)
-        buckets = [(k, round(v["nll"], 3), round(v["coverage"], 3)) for k, v in bt.items()]
+        buckets = [(k, round(v[NLL], 3), round(v[COVERAGE95], 3)) for k, v in bt.items()]
         print(
             name,
             "val",
             round(out["val_nll_best"], 4),
             "test nll",
-            round(ur["all"]["nll"], 4),
+            round(ur["all"][NLL], 4),
             "mae",
-            round(ur["all"]["mae"], 4),
+            round(ur["all"][MAE], 4),
             "cov",
-            round(ur["all"]["coverage"], 3),
+            round(ur["all"][COVERAGE95], 3),
             "buckets",
             buckets,
             out["noise"],

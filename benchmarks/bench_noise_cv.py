@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from geodbk.metrics import COVERAGE95
+
 VARIANTS: dict[str, dict[str, bool]] = {
     "pooled": {"time": False, "noise_power": False, "devices": False},
     "time": {"time": True, "noise_power": False, "devices": False},
@@ -399,18 +401,18 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
     for bucket, s in report["by_tests"].items():
         ci = report["coverage_intervals"][bucket]
         cells = ", ".join(
-            f"{c} {100 * s[c]['coverage']:.1f}% n {s[c]['n']} tiles {ci[c]['tiles']} "
+            f"{c} {100 * s[c][COVERAGE95]:.1f}% n {s[c]['n']} tiles {ci[c]['tiles']} "
             f"[{100 * ci[c]['ci'][0]:.1f}, {100 * ci[c]['ci'][1]:.1f}] E[z2] {ci[c]['ez2']:.2f} "
             f"kurt {ci[c]['kurtosis']:.1f} at E[z2]=1 {100 * ci[c]['coverage_at_ez2_1']:.1f}%"
             for c in ("urban", "rural")
             if c in ci
         )
         print(
-            f"{run_name(args)} {bucket:>5}: n {s['n']:5d} coverage {100 * s['coverage']:.1f}% ({cells})"
+            f"{run_name(args)} {bucket:>5}: n {s['n']:5d} coverage {100 * s[COVERAGE95]:.1f}% ({cells})"
         )
         for c in ("urban", "rural"):
             cell = ci.get(c)
-            if cell and abs(s[c]["coverage"] - 0.95) > 0.02 and cell["misses"]:
+            if cell and abs(s[c][COVERAGE95] - 0.95) > 0.02 and cell["misses"]:
                 top = cell["top_miss_tiles"]
                 print(
                     f"    {c} {bucket} outside 95 +- 2%: {cell['misses']} misses, the top "

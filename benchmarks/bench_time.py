@@ -27,6 +27,7 @@ import torch
 
 from geodbk import DBKRegressor
 from geodbk.geo.timeaxis import TimeScaling
+from geodbk.metrics import COVERAGE95, MAE, NLL
 from pipelines.benchmark import machine_info
 from pipelines.rundir import load_tiles, require_run, target_spec
 from pipelines.scoring import by_tests_scores, urban_rural_scores
@@ -133,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, default=str), flush=True)
         a, u, r = scores["all"], scores["urban"], scores["rural"]
         print(
-            f"{variant}: test NLL {a['nll']:.3f} MAE {a['mae']:.3f} coverage {a['coverage']:.3f} "
-            f"(urban {u['coverage']:.3f}, rural {r['coverage']:.3f}); val {out['val_nll_best']:.3f};"
+            f"{variant}: test NLL {a[NLL]:.3f} MAE {a[MAE]:.3f} coverage {a[COVERAGE95]:.3f} "
+            f"(urban {u[COVERAGE95]:.3f}, rural {r[COVERAGE95]:.3f}); "
+            f"val {out['val_nll_best']:.3f};"
             f" best epoch {model.best_epoch_}/{len(model.history_)}; {fit_s:.0f} s",
             file=sys.stderr,
             flush=True,

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from geodbk.metrics import COVERAGE95, NLL, WIDTH95, WIDTH_SD, canonical_keys
+
 
 def _mean(stat: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
     if not stat or stat.get("mean") is None:
@@ -30,16 +32,16 @@ def rows(label: str, report: dict[str, Any]) -> list[tuple[str, str, list[str]]]
         if not s:
             out.append((name, label, ["failed"] + ["–"] * 6))
             continue
-        cov = [_mean(s[g]["coverage95"], 100, 1) for g in ("all", "urban", "rural")]
+        cov = [_mean(s[g][COVERAGE95], 100, 1) for g in ("all", "urban", "rural")]
         out.append(
             (
                 name,
                 label,
                 [
-                    _mean(s["all"]["nll"]),
+                    _mean(s["all"][NLL]),
                     *cov,
-                    _mean(s["all"]["width95"]),
-                    _mean(s["all"]["width_sd"]),
+                    _mean(s["all"][WIDTH95]),
+                    _mean(s["all"][WIDTH_SD]),
                     str(entry.get("overrides") or ""),
                 ],
             )
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = {}
     for item in args.reports:
         label, _, path = item.partition("=")
-        reports[label] = json.loads(Path(path).read_text(encoding="utf-8"))
+        reports[label] = canonical_keys(json.loads(Path(path).read_text(encoding="utf-8")))
     print(table(reports))
     return 0
 

@@ -117,7 +117,7 @@ def run(
 ) -> dict[str, Any]:
     """Run the comparison and return a dict of metrics."""
     from geodbk import DBKRegressor
-    from geodbk.metrics import coverage, gaussian_nll
+    from geodbk.metrics import COVERAGE95, MAE, NLL, coverage, gaussian_nll, mae
 
     x, y = make_data(n_train, seed=seed)
     xv, yv = make_data(n_val, seed=seed + 1)
@@ -133,9 +133,9 @@ def run(
 
     def record(name: str, mean: np.ndarray, var: np.ndarray, seconds: float) -> None:
         out[name] = {
-            "nll": gaussian_nll(ys, mean, var),
-            "mae": float(np.mean(np.abs(ys - mean))),
-            "coverage95": coverage(ys, mean, var),
+            NLL: gaussian_nll(ys, mean, var),
+            MAE: mae(ys, mean),
+            COVERAGE95: coverage(ys, mean, var),
             "spearman_sd": spearman(np.sqrt(var), true_sd(xs[:, 0])),
             "fit_seconds": seconds,
         }

@@ -51,7 +51,18 @@ from geodbk.baselines.registry import (
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS, Z95
 from geodbk.geo.timeaxis import quarter_indices
-from geodbk.metrics import summary
+from geodbk.metrics import (
+    COVERAGE95,
+    CRPS,
+    MAE,
+    NLL,
+    STD_SUFFIX,
+    WIDTH95,
+    WIDTH_IQR,
+    WIDTH_SD,
+    canonical_keys,
+    summary,
+)
 from geodbk.tile_effect import (
     choose_objective,
     fit_tile_effect,
@@ -73,7 +84,8 @@ PAPER_SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
     "pp-dkl": ("beta", PP_DKL_BETA_GRID),
     "cagp": ("lr", CAGP_LR_GRID),
 }
-METRICS = ("mae", "nll", "nll_std", "crps", "coverage95", "width95", "width_sd", "width_iqr")
+#: The metrics each model's ``summary`` averages over seeds (:mod:`geodbk.metrics` names).
+METRICS = (MAE, NLL, NLL + STD_SUFFIX, CRPS, COVERAGE95, WIDTH95, WIDTH_SD, WIDTH_IQR)
 
 #: What ``geodbk benchmark --help`` says, for users (the module docstring is for developers).
 DESCRIPTION = """\
@@ -217,7 +229,8 @@ def noise_options(
 def group_metrics(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, *, log_sd_train: float
 ) -> dict[str, float]:
-    """The core's summary metrics plus nll_std and the spread (sd, IQR) of the 95% PI widths."""
+    """:func:`geodbk.metrics.summary` plus ``nll_std`` and the spread (``width_sd``,
+    ``width_iqr``) of the 95% PI widths; ``{}`` for no rows."""
 
     if y.shape[0] == 0:
         return {}
@@ -226,9 +239,9 @@ def group_metrics(
     q75, q25 = np.percentile(widths, [75, 25])
     out.update(
         {
-            "nll_std": out["nll"] - log_sd_train,
-            "width_sd": float(np.std(widths)),
-            "width_iqr": float(q75 - q25),
+            NLL + STD_SUFFIX: out[NLL] - log_sd_train,
+            WIDTH_SD: float(np.std(widths)),
+            WIDTH_IQR: float(q75 - q25),
         }
     )
     return out
@@ -340,7 +353,7 @@ def run_one(
     val_nll = None
     if va.any():
         val_pred = model.predict_dist(X[va], **{k: v[va] for k, v in covariates.items()})
-        val_nll = float(summary(y[va], val_pred.mean, val_pred.var)["nll"])
+        val_nll = float(summary(y[va], val_pred.mean, val_pred.var)[NLL])
     metrics = {}
     for group, mask in (
         ("all", np.ones(te.sum(), bool)),
@@ -573,8 +586,8 @@ def _by_tests_lines(report: dict[str, Any]) -> list[str]:
                 continue
             u, r = v.get("urban") or {}, v.get("rural") or {}
             cells.append(
-                f"{_pct(v.get('coverage'))} ({_pct(u.get('coverage'))} / "
-                f"{_pct(r.get('coverage'))}); {v['nll']:.3f}"
+                f"{_pct(v.get(COVERAGE95))} ({_pct(u.get(COVERAGE95))} / "
+                f"{_pct(r.get(COVERAGE95))}); {v[NLL]:.3f}"
             )
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     if not rows:
@@ -647,8 +660,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 continue
             g = s[group]
             lines.append(
-                f"| {name} | {_fmt(g['mae'])} | {_fmt(g['nll'])} | {_fmt(g['nll_std'])} | {_fmt(g['crps'])} | "
-                f"{_fmt(g['coverage95'], 1, 100)}% | {_fmt(g['width95'])} | {_fmt(g['width_sd'])} | {_fmt(g['width_iqr'])} |"
+                f"| {name} | {_fmt(g[MAE])} | {_fmt(g[NLL])} | {_fmt(g[NLL + STD_SUFFIX])} | {_fmt(g[CRPS])} | "
+                f"{_fmt(g[COVERAGE95], 1, 100)}% | {_fmt(g[WIDTH95])} | {_fmt(g[WIDTH_SD])} | {_fmt(g[WIDTH_IQR])} |"
             )
         lines.append("")
     lines += _by_tests_lines(report)
@@ -910,7 +923,7 @@ def run_benchmark(
             kept = json.loads(previous.read_text(encoding="utf-8")).get("models", {})
         except (OSError, json.JSONDecodeError) as exc:
             raise DataError(f"{previous}: cannot merge into an unreadable report ({exc})") from exc
-        report["models"] = {k: v for k, v in kept.items() if k not in models}
+        report["models"] = {k: v for k, v in canonical_keys(kept).items() if k not in models}
     for name in models:
         model_overrides = dict((overrides or {}).get(name) or {})
         sweep = None
@@ -977,7 +990,7 @@ def _run_seeds(
                 "  %s seed %d: test NLL %.4f, %.1f s",
                 name,
                 seed,
-                r["metrics"]["all"]["nll"],
+                r["metrics"]["all"][NLL],
                 r["train_seconds"],
             )
         else:
@@ -1026,7 +1039,7 @@ def _run_sweep(
                 "value": value,
                 "status": "ok" if not fails else ("failed" if not runs else "partial"),
                 "val_nll": val,
-                "test_nll": _mean_sd([r["metrics"]["all"].get("nll") for r in runs])["mean"],
+                "test_nll": _mean_sd([r["metrics"]["all"].get(NLL) for r in runs])["mean"],
                 "failures": fails,
             }
             for value, _, runs, fails, val in tried
@@ -1321,7 +1334,7 @@ def _main(args: argparse.Namespace) -> int:
     print(
         json.dumps(
             {
-                n: (e["summary"]["all"]["nll"]["mean"] if e["summary"] else None)
+                n: (e["summary"]["all"][NLL]["mean"] if e["summary"] else None)
                 for n, e in report["models"].items()
             }
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geodbk.errors import DataError
+from geodbk.metrics import COVERAGE95, MAE, NLL, WIDTH95, WIDTH_IQR, WIDTH_SD
 
 
 @dataclass(frozen=True)
@@ -136,11 +137,11 @@ def table2_lines(report: dict[str, Any]) -> list[str]:
         for group in ("urban", "rural"):
             g = summary[group]
             quality += [
-                _cell(g["mae"]),
-                _cell(g["nll"]),
-                _cell(g["coverage95"], digits=1, scale=100) + "%",
+                _cell(g[MAE]),
+                _cell(g[NLL]),
+                _cell(g[COVERAGE95], digits=1, scale=100) + "%",
             ]
-            spread += [_cell(g["width95"]), _cell(g["width_sd"]), _cell(g["width_iqr"])]
+            spread += [_cell(g[WIDTH95]), _cell(g[WIDTH_SD]), _cell(g[WIDTH_IQR])]
         lines.append(f"| {label} | " + " | ".join(quality) + " |")
         widths.append(f"| {label} | " + " | ".join(spread) + " |")
     return [*lines, *widths, ""]

@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geodbk.atomic import atomic_path
+from geodbk.metrics import COVERAGE95, NLL
 
 COLORS = {"urban": "#d95f02", "rural": "#1b9e77", "all": "#444444"}
 
@@ -291,8 +292,8 @@ def quarter_calibration(
     for key, name in series:
         rows = [by_quarter[q] if key == "all" else by_quarter[q].get(key, {}) for q in quarters]
         n = np.array([r.get("n") or 0 for r in rows], dtype=float)
-        cov = np.array([np.nan if r.get("coverage") is None else r["coverage"] for r in rows])
-        nll = np.array([np.nan if r.get("nll") is None else r["nll"] for r in rows])
+        cov = np.array([np.nan if r.get(COVERAGE95) is None else r[COVERAGE95] for r in rows])
+        nll = np.array([np.nan if r.get(NLL) is None else r[NLL] for r in rows])
         cov = np.where(n > 0, cov.astype(float), np.nan)
         nll = np.where(n > 0, nll.astype(float), np.nan)
         if not np.isfinite(cov).any():

@@ -21,6 +21,7 @@ import pandas as pd
 
 from geodbk.geo.contract import Z95
 from geodbk.geo.timeaxis import quarter_indices
+from geodbk.metrics import COVERAGE95, MEDIAN_ABS_ERROR, OFF_BY_2X
 from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
 from pipelines.rundir import model_inputs
@@ -59,7 +60,9 @@ def map_calibration(
     Returns
     -------
     dict
-        ``{"tiles", "min_tests", "all", "urban", "rural"}``; a group without tiles is left out.
+        ``{"tiles", "min_tests", "all", "urban", "rural"}``, each group ``{"tiles",
+        "coverage95", "median_abs_error", "off_by_2x"}`` (:mod:`geodbk.metrics` names); a group
+        without tiles is left out.
     """
     frame = pd.DataFrame(
         {
@@ -88,9 +91,9 @@ def map_calibration(
             continue
         out[name] = {
             "tiles": int(m.sum()),
-            "coverage95": float((np.abs(err[m]) <= Z95 * sd[m]).mean()),
-            "median_abs_error": float(np.median(np.abs(err[m]))),
-            "off_by_2x": float((np.abs(err[m]) > LOG10_2).mean()),
+            COVERAGE95: float((np.abs(err[m]) <= Z95 * sd[m]).mean()),
+            MEDIAN_ABS_ERROR: float(np.median(np.abs(err[m]))),
+            OFF_BY_2X: float((np.abs(err[m]) > LOG10_2).mean()),
         }
     return out
 

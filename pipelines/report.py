@@ -39,6 +39,15 @@ from geodbk.geo.contract import TARGETS
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
+from geodbk.metrics import (
+    COVERAGE95,
+    CRPS,
+    MAE,
+    MEDIAN_ABS_ERROR,
+    NLL,
+    OFF_BY_2X,
+    WIDTH95,
+)
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
 from geodbk.streaming import count_rows, iter_parquet_batches, predict_table, streaming_mean_std
@@ -655,9 +664,9 @@ def table2_rows(
         row = [name]
         for g in ("urban", "rural"):
             row += [
-                _fmt(m[g].get("mae" + suffix)),
-                _fmt(m[g].get("nll" + suffix)),
-                _fmt(m[g].get("coverage"), pct=True),
+                _fmt(m[g].get(MAE + suffix)),
+                _fmt(m[g].get(NLL + suffix)),
+                _fmt(m[g].get(COVERAGE95), pct=True),
             ]
         rows.append(row)
     return rows
@@ -893,9 +902,9 @@ def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
         doc.para("Constant noise: the same observation variance for every tile.")
     rows = []
     for label, r in by_tests.items():
-        row = [label, r["n"], _fmt(r["nll"]), _fmt(r["coverage"], pct=True), _fmt(r["pi_width"])]
+        row = [label, r["n"], _fmt(r[NLL]), _fmt(r[COVERAGE95], pct=True), _fmt(r[WIDTH95])]
         for g in ("urban", "rural"):
-            row += [_fmt(r[g]["nll"]), _fmt(r[g]["coverage"], pct=True)]
+            row += [_fmt(r[g][NLL]), _fmt(r[g][COVERAGE95], pct=True)]
         rows.append(row)
     doc.table(
         [
@@ -980,9 +989,9 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
                         quantity,
                         group,
                         str(r["tiles"]),
-                        _fmt(r["coverage95"], True),
-                        _fmt(r["median_abs_error"]),
-                        _fmt(r["off_by_2x"], True),
+                        _fmt(r[COVERAGE95], True),
+                        _fmt(r[MEDIAN_ABS_ERROR]),
+                        _fmt(r[OFF_BY_2X], True),
                     ]
                 )
     doc.table(
@@ -1088,11 +1097,11 @@ def _build_doc(
             [
                 g,
                 metrics[g]["n"],
-                _fmt(metrics[g]["mae"]),
-                _fmt(metrics[g]["nll"]),
-                _fmt(metrics[g]["crps"]),
-                _fmt(metrics[g]["coverage"], pct=True),
-                _fmt(metrics[g]["pi_width"]),
+                _fmt(metrics[g][MAE]),
+                _fmt(metrics[g][NLL]),
+                _fmt(metrics[g][CRPS]),
+                _fmt(metrics[g][COVERAGE95], pct=True),
+                _fmt(metrics[g][WIDTH95]),
             ]
             for g in ("urban", "rural", "all")
         ],

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from geodbk.metrics import COVERAGE95, MAE, NLL, WIDTH95
+
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #bbb;padding:.3em .6em;
@@ -164,14 +166,14 @@ def quarter_rows(by_quarter: dict[str, dict[str, Any]], status: dict[str, str]) 
             q,
             status.get(q, ""),
             str(r.get("n")),
-            _num(r.get("nll")),
-            _pct(r.get("coverage")),
-            _num(r.get("pi_width")),
-            _num(r.get("mae")),
+            _num(r.get(NLL)),
+            _pct(r.get(COVERAGE95)),
+            _num(r.get(WIDTH95)),
+            _num(r.get(MAE)),
         ]
         for g in ("urban", "rural"):
             rg = r.get(g) or {}
-            row += [str(rg.get("n")), _num(rg.get("nll")), _pct(rg.get("coverage"))]
+            row += [str(rg.get("n")), _num(rg.get(NLL)), _pct(rg.get(COVERAGE95))]
         rows.append(row)
     return rows
 

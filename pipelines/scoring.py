@@ -1,10 +1,11 @@
 """Scores of Gaussian predictions by urban/rural group, as written to ``metrics.json``.
 
-Formulas (``docs/methods.md``, Metrics; computed by :mod:`geodbk.metrics`): MAE; Gaussian NLL =
-mean(0.5 log(2π var) + (y-mu)²/(2 var)); closed-form Gaussian CRPS; 95% PI coverage = share
-with |y-mu| ≤ 1.96 sd; mean 95% PI width = 3.92 sd. Each group is scored on the log10 scale (plain keys) and on the
-standardised scale (keys with ``_std``: y, mu and sd divided by the training sd, so
-``nll_std = nll − ln sd_train``; coverage is scale-free). :func:`by_tests_scores` and
+Formulas (``docs/methods.md``, Metrics; computed and named by :mod:`geodbk.metrics`): MAE, RMSE;
+Gaussian NLL = mean(0.5 log(2π var) + (y-mu)²/(2 var)); closed-form Gaussian CRPS; 95% PI
+coverage (``coverage95``) = share with |y-mu| ≤ 1.96 sd; mean 95% PI width (``width95``) =
+3.92 sd. Each group is scored on the log10 scale (plain keys) and on the standardised scale
+(keys with ``_std``: y, mu and sd divided by the training sd, so ``nll_std = nll − ln
+sd_train``; coverage is scale-free). :func:`by_tests_scores` and
 :func:`by_quarter_scores` score subsets of the rows (buckets of speed tests per tile, quarters)
 with the same functions (:func:`grouped_scores`). :func:`clustered_coverage_interval` gives a
 coverage rate's 95% interval by a bootstrap over tiles.
@@ -22,21 +23,15 @@ from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
 
 def gaussian_scores(y: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> dict[str, float]:
-    """MAE, NLL, CRPS, 95% coverage and mean 95% PI width of N(mu, sd²) predictions of ``y``.
+    """:func:`geodbk.metrics.summary` of N(mu, sd²) predictions of ``y`` (MAE, RMSE, NLL, CRPS,
+    95% coverage and mean 95% PI width under :data:`geodbk.metrics.SUMMARY_KEYS`).
 
-    Uses :mod:`geodbk.metrics`; an empty group gives NaN (written as ``null``).
+    An empty group gives NaN (written as ``null``).
     """
     y, mu, sd = (np.asarray(a, dtype=np.float64) for a in (y, mu, sd))
     if len(y) == 0:
-        return {k: math.nan for k in ("mae", "nll", "crps", "coverage", "pi_width")}
-    var = sd**2
-    return {
-        "mae": metrics.mae(y, mu),
-        "nll": metrics.gaussian_nll(y, mu, var),
-        "crps": metrics.crps_gaussian(y, mu, sd),
-        "coverage": metrics.coverage(y, mu, var, level=0.95),
-        "pi_width": metrics.interval_width(var, level=0.95),
-    }
+        return {k: math.nan for k in metrics.SUMMARY_KEYS}
+    return metrics.summary(y, mu, sd**2)
 
 
 def group_scores(
@@ -46,7 +41,7 @@ def group_scores(
     out: dict[str, Any] = {"n": len(y)}
     out.update(gaussian_scores(y, mu, sd))
     std = gaussian_scores(y / sd_train, mu / sd_train, sd / sd_train)
-    out.update({f"{k}_std": v for k, v in std.items()})
+    out.update({k + metrics.STD_SUFFIX: v for k, v in std.items()})
     return out
 
 
@@ -103,7 +98,7 @@ def bucket_masks(tests: np.ndarray) -> dict[str, np.ndarray]:
 
 
 #: Keys of each group of :func:`grouped_scores` (``by_tests``, ``by_quarter``).
-GROUP_KEYS: tuple[str, ...] = ("nll", "coverage", "pi_width", "mae")
+GROUP_KEYS: tuple[str, ...] = (metrics.NLL, metrics.COVERAGE95, metrics.WIDTH95, metrics.MAE)
 
 
 def grouped_scores(
@@ -113,10 +108,10 @@ def grouped_scores(
     urban: np.ndarray,
     masks: dict[str, np.ndarray],
 ) -> dict[str, dict[str, Any]]:
-    """``{label: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+    """``{label: {"n", "nll", "coverage95", "width95", "mae", "urban": {...}, "rural": {...}}}``.
 
     Scores (log10 scale, :func:`gaussian_scores`: NLL = mean(0.5 log(2π sd²) +
-    (y − mu)²/(2 sd²)), coverage = share with |y − mu| ≤ 1.96 sd, PI width = 3.92 mean(sd),
+    (y − mu)²/(2 sd²)), coverage95 = share with |y − mu| ≤ 1.96 sd, width95 = 3.92 mean(sd),
     MAE = mean |y − mu|) of the rows of each boolean mask, overall and split urban / rural
     (same keys, no nesting). An empty group gives ``n = 0`` and NaN scores.
     """
@@ -141,7 +136,7 @@ def by_tests_scores(
     urban: np.ndarray,
     tests: np.ndarray,
 ) -> dict[str, dict[str, Any]]:
-    """``{bucket: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+    """``{bucket: {"n", "nll", "coverage95", "width95", "mae", "urban": {...}, "rural": {...}}}``.
 
     :func:`grouped_scores` of the rows whose number of tests falls in each bucket of
     :data:`TESTS_BUCKETS`.
@@ -172,7 +167,7 @@ def by_quarter_scores(
     *,
     codes: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``{quarter: {"n", "nll", "coverage", "pi_width", "mae", "urban": {...}, "rural": {...}}}``.
+    """``{quarter: {"n", "nll", "coverage95", "width95", "mae", "urban": {...}, "rural": {...}}}``.
 
     :func:`grouped_scores` of the rows of each quarter present in ``quarters`` (one quarter
     string per row, or the distinct quarters indexed by ``codes``, see :func:`quarter_masks`),

@@ -37,4 +37,4 @@ def test_hawaii_download_beats_constant_and_is_calibrated(hawaii_dir: Path, tmp_
     assert metrics["all"]["nll"] < base["all"]["nll"]
     assert metrics["all"]["mae"] < base["all"]["mae"]
     for group in ("urban", "rural"):
-        assert 0.93 <= metrics[group]["coverage"] <= 0.97, (group, metrics[group]["coverage"])
+        assert 0.93 <= metrics[group]["coverage95"] <= 0.97, (group, metrics[group]["coverage95"])

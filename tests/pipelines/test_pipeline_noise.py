@@ -30,7 +30,7 @@ def test_tests_buckets_edges() -> None:
     y = np.zeros(len(t))
     scores = by_tests_scores(y, y, np.ones(len(t)), np.arange(len(t)) % 2 == 0, t)
     assert scores["1"]["n"] == 2 and scores["1"]["urban"]["n"] + scores["1"]["rural"]["n"] == 2
-    assert scores["1"]["coverage"] == 1.0
+    assert scores["1"]["coverage95"] == 1.0
 
 
 def test_resolve_noise() -> None:

@@ -111,15 +111,15 @@ def _multi_quarter_run(path: Path, *, split: str = "random", seed: int = 0) -> P
 def _expected(df: pd.DataFrame) -> dict[str, Any]:
     """Scores recomputed from the predictions: NLL, 95% coverage, MAE, 95% PI width."""
     if len(df) == 0:
-        return {"n": 0, "nll": None, "coverage": None, "mae": None, "pi_width": None}
+        return {"n": 0, "nll": None, "coverage95": None, "mae": None, "width95": None}
     y, mu, sd = (df[c].to_numpy(dtype=float) for c in ("y", "mean", "std"))
     z = norm.ppf(0.975)
     return {
         "n": len(df),
         "nll": float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + (y - mu) ** 2 / (2 * sd**2))),
-        "coverage": float(np.mean(np.abs(y - mu) <= z * sd)),
+        "coverage95": float(np.mean(np.abs(y - mu) <= z * sd)),
         "mae": float(np.mean(np.abs(y - mu))),
-        "pi_width": float(np.mean(2 * z * sd)),
+        "width95": float(np.mean(2 * z * sd)),
     }
 
 
@@ -271,7 +271,7 @@ def test_report_time_aware_forecast_single_test_quarter(tmp_path: Path) -> None:
     metrics = _check_by_quarter(out)  # one quarter: the figure still renders
     assert list(metrics["by_quarter"]) == ["2023Q4"]
     q = metrics["by_quarter"]["2023Q4"]
-    for k in ("n", "nll", "coverage", "mae", "pi_width"):
+    for k in ("n", "nll", "coverage95", "mae", "width95"):
         assert q[k] == pytest.approx(metrics["all"][k], rel=1e-12), k
     summary = json.loads((out / "summary.json").read_text())
     assert summary["time"]["quarter_status"] == {"2023Q4": "extrapolation beyond 2023Q2"}

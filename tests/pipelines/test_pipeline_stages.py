@@ -163,7 +163,7 @@ def test_report_outputs(run: Path) -> None:
     assert list(by_tests) == ["1", "2", "3-4", "5-8", "9-16", ">16"]
     assert sum(b["n"] for b in by_tests.values()) == len(preds)
     for b in by_tests.values():
-        assert {"n", "nll", "coverage", "pi_width", "urban", "rural"} <= set(b)
+        assert {"n", "nll", "coverage95", "width95", "urban", "rural"} <= set(b)
         assert b["urban"]["n"] + b["rural"]["n"] == b["n"]
     assert (d / "figures" / "reliability_by_tests.png").read_bytes()[:4] == b"\x89PNG"
     assert "By number of speed tests" in (d / "report.md").read_text()
@@ -172,13 +172,15 @@ def test_report_outputs(run: Path) -> None:
             "n",
             "mae",
             "nll",
+            "rmse",
             "crps",
-            "coverage",
-            "pi_width",
+            "coverage95",
+            "width95",
             "mae_std",
             "nll_std",
             "crps_std",
-            "pi_width_std",
+            "coverage95_std",
+            "width95_std",
         ):
             assert k in g, k
     assert metrics["urban"]["n"] + metrics["rural"]["n"] == metrics["all"]["n"] == len(preds)

@@ -66,7 +66,7 @@ def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> 
     assert "tile_effect" not in plain
     assert tiled["tile_effect"] == params
     assert tiled["all"]["nll"] < plain["all"]["nll"] - 0.1
-    assert 0.85 < tiled["all"]["coverage"] < 1.0
+    assert 0.85 < tiled["all"]["coverage95"] < 1.0
     text = (runs["tiled"] / "report" / "download" / "report.md").read_text()
     assert "## Tile effect" in text
     assert f"{params['tau2']['rural']:.4f} for rural tiles" in text
