@@ -25,6 +25,7 @@ from app.quarters import with_time
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, UNITS, to_natural
 from geodbk.geo.contract import Z95
 from geodbk.geo.quadkey import quadkey_bounds
+from geodbk.metrics import canonical_keys
 
 Stamp = tuple[int, int]
 
@@ -52,6 +53,17 @@ def load_json(path: str, _stamp: Stamp) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, exc) from exc
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_metrics(path: str, stamp_: Stamp) -> Any:
+    """Read a report JSON (``metrics.json``, ``summary.json``) with every metric under its
+    :mod:`geodbk.metrics` name (:func:`geodbk.metrics.canonical_keys`)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return canonical_keys(json.load(fh))
     except (OSError, ValueError) as exc:
         raise _fail(path, exc) from exc
 

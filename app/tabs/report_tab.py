@@ -16,6 +16,16 @@ from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
 from app.ui import missing
+from geodbk.metrics import (
+    COVERAGE95,
+    CRPS,
+    MAE,
+    MEDIAN_ABS_ERROR,
+    NLL,
+    OFF_BY_2X,
+    STD_SUFFIX,
+    WIDTH95,
+)
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("reliability.png", "Reliability: empirical vs nominal coverage of central intervals"),
@@ -26,13 +36,13 @@ FIGURES: tuple[tuple[str, str], ...] = (
 
 METRIC_COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "n"),
-    ("mae", "MAE"),
-    ("nll", "NLL"),
-    ("crps", "CRPS"),
-    ("coverage", "95% coverage"),
-    ("pi_width", "mean 95% PI width"),
-    ("mae_std", "MAE (std.)"),
-    ("nll_std", "NLL (std.)"),
+    (MAE, "MAE"),
+    (NLL, "NLL"),
+    (CRPS, "CRPS"),
+    (COVERAGE95, "95% coverage"),
+    (WIDTH95, "mean 95% PI width"),
+    (MAE + STD_SUFFIX, "MAE (std.)"),
+    (NLL + STD_SUFFIX, "NLL (std.)"),
 )
 
 
@@ -79,10 +89,10 @@ def _tau2_text(tau2: Any) -> str:
 
 QUARTER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "n"),
-    ("mae", "MAE"),
-    ("nll", "NLL"),
-    ("coverage", "95% coverage"),
-    ("pi_width", "mean 95% PI width"),
+    (MAE, "MAE"),
+    (NLL, "NLL"),
+    (COVERAGE95, "95% coverage"),
+    (WIDTH95, "mean 95% PI width"),
 )
 
 
@@ -313,9 +323,9 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
                         "quantity": quantity,
                         "group": group,
                         "tiles": r.get("tiles"),
-                        "95% coverage": _num(r.get("coverage95")),
-                        "median |error| (log10)": _num(r.get("median_abs_error")),
-                        "off by > 2×": _num(r.get("off_by_2x")),
+                        "95% coverage": _num(r.get(COVERAGE95)),
+                        "median |error| (log10)": _num(r.get(MEDIAN_ABS_ERROR)),
+                        "off by > 2×": _num(r.get(OFF_BY_2X)),
                     }
                 )
     return pd.DataFrame(rows) if rows else None
@@ -365,10 +375,10 @@ def render(ctx: RunContext) -> None:
         missing(f"This run has no report for {t} (report/{t}/metrics.json).", ctx.cmd("report"))
         _downloads(ctx)
         return
-    metrics = loaders.load_json(str(rdir / "metrics.json"), loaders.stamp(rdir / "metrics.json"))
+    metrics = loaders.load_metrics(str(rdir / "metrics.json"), loaders.stamp(rdir / "metrics.json"))
     if not isinstance(metrics, dict):
         raise loaders.LoadError(f"{rdir / 'metrics.json'} does not hold a JSON object.")
-    summary = _read_optional(rdir / "summary.json", loaders.load_json)
+    summary = _read_optional(rdir / "summary.json", loaders.load_metrics)
     summary = summary if isinstance(summary, dict) else None
     preds = _read_optional(rdir / "predictions.parquet", loaders.load_parquet)
 

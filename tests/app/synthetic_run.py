@@ -319,15 +319,15 @@ def write_report(run: Path, tiles: pd.DataFrame, target: str = "download") -> No
         "mae": 0.12,
         "nll": -0.4,
         "crps": 0.09,
-        "coverage": 0.95,
-        "pi_width": 0.63,
+        "coverage95": 0.95,
+        "width95": 0.63,
     }
     group |= {
         "mae_std": 0.4,
         "nll_std": 0.8,
         "crps_std": 0.3,
-        "coverage_std": 0.95,
-        "pi_width_std": 2.1,
+        "coverage95_std": 0.95,
+        "width95_std": 2.1,
     }
     metrics = {"urban": group, "rural": group, "all": group}
     (rdir / "metrics.json").write_text(json.dumps(metrics))
@@ -358,7 +358,7 @@ def write_report(run: Path, tiles: pd.DataFrame, target: str = "download") -> No
 
 def write_by_quarter(run: Path, quarters: tuple[str, ...], target: str = "download") -> None:
     """Add ``by_quarter`` to ``report/TARGET/metrics.json`` (the contract's keys per quarter:
-    n, nll, coverage, mae, pi_width and the same for urban and rural). Coverage falls from
+    n, nll, coverage95, mae, width95 and the same for urban and rural). Coverage falls from
     0.95 by 0.05 per quarter after the first, urban 0.01 above and rural 0.01 below."""
     path = run / "report" / target / "metrics.json"
     metrics = json.loads(path.read_text())
@@ -367,7 +367,7 @@ def write_by_quarter(run: Path, quarters: tuple[str, ...], target: str = "downlo
         cov = 0.95 - 0.05 * i
 
         def group(n: int, c: float, i: int = i) -> dict[str, float | int]:
-            return {"n": n, "nll": -0.4 + 0.1 * i, "coverage": c, "mae": 0.12, "pi_width": 0.6}
+            return {"n": n, "nll": -0.4 + 0.1 * i, "coverage95": c, "mae": 0.12, "width95": 0.6}
 
         by_quarter[q] = group(30 + i, cov) | {
             "urban": group(10, cov + 0.01),
@@ -375,6 +375,31 @@ def write_by_quarter(run: Path, quarters: tuple[str, ...], target: str = "downlo
         }
     metrics["by_quarter"] = by_quarter
     path.write_text(json.dumps(metrics))
+
+
+#: Metric keys of reports written before the names were unified: new name -> old name.
+OLD_METRIC_KEYS = {
+    "coverage95": "coverage",
+    "width95": "pi_width",
+    "coverage95_std": "coverage_std",
+    "width95_std": "pi_width_std",
+}
+
+
+def write_old_metric_keys(run: Path, target: str = "download") -> None:
+    """Rewrite ``report/TARGET/metrics.json`` and ``summary.json`` with the old metric keys
+    (``coverage``, ``pi_width``, ...), as an older geodbk wrote them."""
+
+    def old(doc: object) -> object:
+        if isinstance(doc, dict):
+            return {OLD_METRIC_KEYS.get(k, k): old(v) for k, v in doc.items()}
+        if isinstance(doc, list):
+            return [old(v) for v in doc]
+        return doc
+
+    for name in ("metrics.json", "summary.json"):
+        path = run / "report" / target / name
+        path.write_text(json.dumps(old(json.loads(path.read_text()))))
 
 
 #: Quarters of the time-aware synthetic run: trained on the first three (forecast split).

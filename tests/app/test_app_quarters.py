@@ -193,8 +193,8 @@ def test_coverage_tab_charts_calibration_per_quarter(make_app: AppFactory, time_
     assert list(table["quarter"]) == list(TIME_QUARTERS)
     for _, row in table.iterrows():
         entry = metrics["by_quarter"][row["quarter"]]
-        assert row["95% coverage"] == pytest.approx(entry["coverage"])
-        assert row["urban coverage"] == pytest.approx(entry["urban"]["coverage"])
+        assert row["95% coverage"] == pytest.approx(entry["coverage95"])
+        assert row["urban coverage"] == pytest.approx(entry["urban"]["coverage95"])
         assert row["rural n"] == entry["rural"]["n"]
     labels = [b.label for b in report.get("download_button")]
     assert "download.tif (GeoTIFF)" in labels
@@ -208,8 +208,13 @@ def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
     frame = by_quarter_frame(
         {
             "by_quarter": {
-                "2024Q1": {"n": 5, "coverage": 0.8, "nll": 1.0, "rural": {"n": 5, "coverage": 0.8}},
-                "2023Q4": {"n": 7, "coverage": 0.9, "urban": "bad", "rural": None},
+                "2024Q1": {
+                    "n": 5,
+                    "coverage95": 0.8,
+                    "nll": 1.0,
+                    "rural": {"n": 5, "coverage95": 0.8},
+                },
+                "2023Q4": {"n": 7, "coverage95": 0.9, "urban": "bad", "rural": None},
                 "2023Q3": "bad",
             }
         }
