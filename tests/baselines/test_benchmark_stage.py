@@ -71,6 +71,16 @@ def test_benchmark_merge_keeps_other_models(run_dir: Path) -> None:
         batch_size=64,
         isolate=False,
     )
+    # sv-rbf's scores by tests bucket as an older geodbk wrote them (coverage, pi_width)
+    path = run_dir / "benchmark" / "latency.json"
+    old = json.loads(path.read_text())
+    bucket = {"n": 4, "nll": 1.2, "coverage": 0.75, "pi_width": 1.5, "mae": 0.3}
+    split = {
+        "urban": {**bucket, "n": 1, "coverage": 1.0},
+        "rural": {**bucket, "n": 3, "coverage": 2 / 3},
+    }
+    old["models"]["sv-rbf"]["runs"][0]["by_tests"] = {"1": {**bucket, **split}}
+    path.write_text(json.dumps(old))
     report = run_benchmark(
         run_dir,
         target="latency",
@@ -84,6 +94,12 @@ def test_benchmark_merge_keeps_other_models(run_dir: Path) -> None:
     assert set(report["models"]) == {"softki", "sv-rbf"}
     assert report["models"]["softki"]["budget"]["epochs"] == 2
     assert report["models"]["sv-rbf"]["budget"]["epochs"] == 1
+    kept = report["models"]["sv-rbf"]["runs"][0]["by_tests"]["1"]
+    assert kept["coverage95"] == 0.75 and kept["width95"] == 1.5
+    assert kept["rural"]["coverage95"] == pytest.approx(2 / 3)
+    assert not {"coverage", "pi_width"} & set(kept)
+    md = (run_dir / "benchmark" / "latency.md").read_text()
+    assert "| sv-rbf | 75.0% (100.0% / 66.7%); 1.200 |" in md
     fresh = run_benchmark(
         run_dir, target="latency", models=["softki"], epochs=1, rank=8, batch_size=64, isolate=False
     )
