@@ -4,7 +4,9 @@ Notation (methods §1): ``phi`` (b, r) basis functions, ``mean = m' phi + c`` th
 ``var_f = ||L' phi||^2`` the latent variance, ``phi_sq = ||phi||^2``, ``noise_var`` the noise
 variance ``s2`` — a tensor broadcastable to the batch, so a per-point (heteroscedastic) variance
 ``s2_i`` can be passed in place of the scalar one. All losses are to be *minimised* and are
-averaged per data point.
+averaged per data point: over the rows given, or, with ``size=B``, summed over the rows given and
+divided by ``B`` (one process's part of a global batch of ``B`` rows split over processes, see
+:mod:`geodbk.distributed`; the parts then add up to the global batch's loss).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torc
     return 0.5 * (_LOG_2PI + torch.log(var) + (y - mean) ** 2 / var)
 
 
+def _batch_mean(values: torch.Tensor, size: int | None) -> torch.Tensor:
+    """``mean(values)``, or ``sum(values) / size`` for a part of a batch of ``size`` points."""
+    return values.mean() if size is None else values.sum() / size
+
+
 def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.Tensor:
     """``KL(N(m, LL') || N(0, I_r))``.
 
@@ -67,6 +74,7 @@ def dppgp_loss(
     alpha: float,
     beta: float,
     phi_sq_max: torch.Tensor | None = None,
+    size: int | None = None,
 ) -> torch.Tensor:
     """Decoupled predictive-process objective (dPPGP) for one mini-batch B.
 
@@ -90,10 +98,13 @@ def dppgp_loss(
     phi_sq_max
         ``max_B ||phi||^2`` when the batch is split over processes (the maximum over the
         global batch, see :mod:`geodbk.distributed`); default ``phi_sq.max()``.
+    size
+        ``|B|`` when the rows given are a part of B (per-point terms summed, divided by
+        ``size``; no rows give 0); default the number of rows given.
     """
-    nll = gaussian_nll(y, mean, var_f + noise_var).mean()
+    nll = _batch_mean(gaussian_nll(y, mean, var_f + noise_var), size)
     top = phi_sq.max() if phi_sq_max is None else phi_sq_max
-    trace = ((top - phi_sq) / (2.0 * noise_var)).mean()
+    trace = _batch_mean((top - phi_sq) / (2.0 * noise_var), size)
     return nll + alpha * trace + (beta / n) * kl
 
 
@@ -107,14 +118,16 @@ def ppgp_loss(
     n: int,
     beta: float,
     var_correction: torch.Tensor | None = None,
+    size: int | None = None,
 ) -> torch.Tensor:
     """Parametric predictive GP objective (PPGP).
 
     ``mean_B[-log N(y; mu, var_f + δ + s2)] + (β / n) KL`` with the base-kernel variance
     correction ``δ(x) = k~(x, x) - ||phi(x)||^2`` (``var_correction``; ``None`` means 0).
+    ``size``: ``|B|`` when the rows given are a part of B (see :func:`dppgp_loss`).
     """
     var = var_f if var_correction is None else var_f + var_correction
-    return gaussian_nll(y, mean, var + noise_var).mean() + (beta / n) * kl
+    return _batch_mean(gaussian_nll(y, mean, var + noise_var), size) + (beta / n) * kl
 
 
 def elbo_loss(
@@ -126,13 +139,16 @@ def elbo_loss(
     kl: torch.Tensor,
     n: int,
     var_correction: torch.Tensor | None = None,
+    size: int | None = None,
 ) -> torch.Tensor:
     """Negative ELBO per point (SVGP; VBLL for a basis without correction).
 
-    ``mean_B[-log N(y; mu, s2) + (var_f + δ) / (2 s2)] + KL / n``.
+    ``mean_B[-log N(y; mu, s2) + (var_f + δ) / (2 s2)] + KL / n``. ``size``: ``|B|`` when the
+    rows given are a part of B (see :func:`dppgp_loss`).
     """
     var = var_f if var_correction is None else var_f + var_correction
-    return (gaussian_nll(y, mean, noise_var) + var / (2.0 * noise_var)).mean() + kl / n
+    per_point = gaussian_nll(y, mean, noise_var) + var / (2.0 * noise_var)
+    return _batch_mean(per_point, size) + kl / n
 
 
 def exact_marginal_log_likelihood(
@@ -198,17 +214,23 @@ def batch_loss(
     tests: torch.Tensor | None = None,
     out: ModelOutput | None = None,
     phi_sq_max: torch.Tensor | None = None,
+    size: int | None = None,
+    kl_share: float = 1.0,
 ) -> torch.Tensor:
     """The mini-batch loss of ``config.objective`` (not ``"exact"``) on ``(x, y)``.
 
     ``tests`` (b,), the noise covariate of the batch, gives the per-point noise
     ``s2_i = model.noise_var(tests)`` (ignored by the constant noise). ``out``: the model's
-    output on ``x`` when already computed (e.g. through DDP); ``phi_sq_max``: the global-batch
-    maximum of ``||phi||^2`` for dPPGP when the batch is split over processes.
+    output on ``x`` when already computed (e.g. through DDP). When the global batch B is split
+    over W processes, each passes ``phi_sq_max`` (the maximum of ``||phi||^2`` over B, dPPGP),
+    ``size = |B|`` and ``kl_share = 1 / W``; the W parts
+    ``sum_{i in B_k} l_i / |B| + kl_share (β / n) KL`` then add up to the loss of B.
     """
     out = model(x) if out is None else out
     s2 = model.noise_var(tests)
     kl = gaussian_kl_standard(model.q.mean, model.q.scale_tril())
+    if kl_share != 1.0:
+        kl = kl_share * kl
     corr = out.var_correction if config.variance_correction else None
     if config.objective == "dppgp":
         return dppgp_loss(
@@ -222,11 +244,12 @@ def batch_loss(
             alpha=config.alpha,
             beta=config.beta,
             phi_sq_max=phi_sq_max,
+            size=size,
         )
     if config.objective == "ppgp":
         return ppgp_loss(
-            out.mean, out.var_f, y, s2, kl=kl, n=n, beta=config.beta, var_correction=corr
+            out.mean, out.var_f, y, s2, kl=kl, n=n, beta=config.beta, var_correction=corr, size=size
         )
     if config.objective == "elbo":
-        return elbo_loss(out.mean, out.var_f, y, s2, kl=kl, n=n, var_correction=corr)
+        return elbo_loss(out.mean, out.var_f, y, s2, kl=kl, n=n, var_correction=corr, size=size)
     raise ValueError(f"batch_loss does not handle objective {config.objective!r}")
