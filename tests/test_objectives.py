@@ -218,3 +218,62 @@ def test_noise_var_broadcasts_per_point() -> None:
     s2_i = torch.linspace(0.1, 1.0, 10, dtype=DT)
     loss = dppgp_loss(mu, var_f, (phi**2).sum(-1), y, s2_i, kl=kl, n=10, alpha=0.0, beta=0.0)
     assert abs(float(loss - gaussian_nll(y, mu, var_f + s2_i).mean())) < 1e-12
+
+
+def test_split_batch_parts_add_up_to_the_batch_loss() -> None:
+    """Parts of a batch with ``size=|B|`` (one part empty) and a third of the KL each sum to
+    the loss of the whole batch, for every mini-batch objective (per-point noise s2_i)."""
+    phi, y = _problem(n=10, r=4)
+    m, chol = _random_q(4)
+    s2 = torch.linspace(0.1, 0.5, 10, dtype=DT)
+    mu, var_f, phi_sq = phi @ m, ((phi @ chol) ** 2).sum(-1), (phi**2).sum(-1)
+    corr = torch.rand(10, dtype=DT, generator=torch.Generator().manual_seed(2))
+    kl = gaussian_kl_standard(m, chol)
+
+    def losses(p: slice, share: float, size: int | None) -> list[torch.Tensor]:
+        return [
+            dppgp_loss(
+                mu[p],
+                var_f[p],
+                phi_sq[p],
+                y[p],
+                s2[p],
+                kl=share * kl,
+                alpha=0.3,
+                beta=0.5,
+                phi_sq_max=phi_sq.max(),
+                n=100,
+                size=size,
+            ),
+            ppgp_loss(
+                mu[p],
+                var_f[p],
+                y[p],
+                s2[p],
+                kl=share * kl,
+                beta=0.5,
+                var_correction=corr[p],
+                n=100,
+                size=size,
+            ),
+            elbo_loss(
+                mu[p],
+                var_f[p],
+                y[p],
+                s2[p],
+                kl=share * kl,
+                var_correction=corr[p],
+                n=100,
+                size=size,
+            ),
+        ]
+
+    whole = losses(slice(0, 10), 1.0, None)
+    parts = [losses(p, 1 / 3, 10) for p in (slice(0, 3), slice(3, 3), slice(3, 10))]
+    for k, want in enumerate(whole):
+        got = sum(part[k] for part in parts)
+        assert abs(float(got - want)) < 1e-12 * abs(float(want))
+    # the empty part is its KL share alone: (β / n) KL / 3, and KL / (3 n) for the ELBO
+    kl_weights = (0.5 / 100, 0.5 / 100, 1 / 100)
+    for part, weight in zip(parts[1], kl_weights, strict=True):
+        assert float(part) == pytest.approx(weight * float(kl) / 3, rel=1e-12)
