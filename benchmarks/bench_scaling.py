@@ -11,7 +11,7 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   alone on one chunk, to split model time from host-side work (mask, post-processing, DEFLATE).
 * ``stream``: a synthetic table of N rows (x1, x2, y, split; row groups of 100,000 rows) is
   written to ``/tmp`` and then (a) predicted in one streaming pass
-  (:func:`geodbk.streaming.predict_table`), (b) trained on for one streaming epoch
+  (:func:`geodbk.geo.parquet_batches.predict_table`), (b) trained on for one streaming epoch
   (:func:`geodbk.streaming.train_streaming`, batch 1024), and (c), for contrast, read as one
   rank's in-memory shard (:func:`geodbk.geo.parquet_shards.read_parquet_shard`, what ``train
   --distributed`` holds per rank).
@@ -138,9 +138,10 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
     import pyarrow.compute as pc
     import torch
 
+    from geodbk.geo.parquet_batches import ParquetRowGroups, count_rows, predict_table
     from geodbk.geo.parquet_shards import read_parquet_shard
     from geodbk.model import DBKModel
-    from geodbk.streaming import count_rows, predict_table, train_streaming
+    from geodbk.streaming import train_streaming
     from geodbk.training import TrainConfig
 
     t0 = time.perf_counter()
@@ -157,13 +158,12 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
         n = count_rows(src, filters=train)
         train_streaming(
             model,
-            src,
+            ParquetRowGroups(src, filters=train),
             x_columns=["x1", "x2"],
             y_column="y",
             y_mean=4.0,
             y_std=0.3,
             config=cfg,
-            filters=train,
             n_global=n,
         )
     elif phase == "shard_in_memory":

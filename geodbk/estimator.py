@@ -12,6 +12,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import Tags
 
+from geodbk.batches import InputFn, RowGroupSource, iter_groups, mean_std, stack_inputs
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.distributed import ShardPlan, global_mean_std
@@ -22,7 +23,7 @@ from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
-from geodbk.streaming import count_rows, iter_parquet_batches, streaming_mean_std, train_streaming
+from geodbk.streaming import train_streaming
 from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
 from geodbk.validation import (
     as_devices,
@@ -37,12 +38,6 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "noise_urban": False}
 #: The quantities :meth:`DBKRegressor.predict_dist` can describe.
 QUANTITIES = ("observation", "latent")
-
-
-def _probe_batches(path: str | Path, *, columns: list[str], filters: Any) -> Any:
-    """Record batches of a parquet file (a generator; the first one sizes the inputs)."""
-
-    return iter_parquet_batches(path, columns=columns, filters=filters, batch_size=16)
 
 
 class DBKRegressor(RegressorMixin, BaseEstimator):
@@ -97,7 +92,7 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
         ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
         positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
-        :meth:`fit`; not with :meth:`fit_parquet`).
+        :meth:`fit`; not with :meth:`fit_batches`).
     noise_power
         With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
         ``devices`` (default ``p = q = 1``).
@@ -105,7 +100,7 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         With the tests-aware noise: learn a separate floor for urban tiles,
         ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
         ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
-        :meth:`predict_dist` (not with :meth:`fit_parquet`).
+        :meth:`predict_dist` (not with :meth:`fit_batches`).
     """
 
     def __init__(
@@ -375,14 +370,13 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
             tv_t,
         )
 
-    def fit_parquet(
+    def fit_batches(
         self,
-        path: str | Path,
+        source: RowGroupSource,
         *,
         y_column: str,
         x_columns: tuple[str, ...] = ("x1", "x2"),
-        filters: Any = None,
-        inputs: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+        inputs: InputFn | None = None,
         read_columns: tuple[str, ...] = (),
         tests_column: str | None = None,
         X_val: Any = None,
@@ -393,26 +387,27 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         progress: bool = False,
         callback: Callable[[dict[str, Any]], None] | None = None,
     ) -> DBKRegressor:
-        """Fit on the (filtered) rows of a parquet file without loading it (out of core).
+        """Fit on the rows of a table read a row group at a time (out of core).
 
-        Memory is bounded by one row group plus the model: one streaming pass computes the
-        target's mean and sd (:func:`geodbk.streaming.streaming_mean_std`), then
-        :func:`geodbk.streaming.train_streaming` trains with each epoch visiting the row groups
-        in a seeded order and shuffling rows within a group. The objective, selection by
-        validation NLL, early stopping, checkpoints and ``resume`` are those of :meth:`fit`
-        (mini-batch objectives only: ``exact`` needs the whole data set at once).
+        Memory is bounded by one shuffle window of row groups plus the model: one pass over
+        ``source``'s groups computes the target's mean and sd (:func:`geodbk.batches.mean_std`),
+        then :func:`geodbk.streaming.train_streaming` trains with each epoch visiting the row
+        groups in a seeded order and shuffling rows within a window. The objective, selection
+        by validation NLL, early stopping, checkpoints and ``resume`` are those of :meth:`fit`
+        (mini-batch objectives only: ``exact`` needs the whole data set at once). For a parquet
+        file: :func:`geodbk.geo.parquet_batches.fit_parquet`.
 
         Parameters
         ----------
-        path
-            Parquet file.
+        source
+            The training rows (a :class:`geodbk.batches.RowGroupSource`, e.g.
+            :class:`geodbk.batches.ArrayRowGroups` or
+            :class:`geodbk.geo.parquet_batches.ParquetRowGroups`).
         y_column
             Target column.
         x_columns, inputs, read_columns
             Input columns, or a map from a batch's columns to the inputs (e.g. adding the
             time input from ``quarter``) and the extra columns it reads.
-        filters
-            Row filter, e.g. ``pyarrow.compute.field("split") == "train"``.
         tests_column
             Per-row number of tests (required with ``noise="tests"``).
         X_val, y_val, tests_val
@@ -429,29 +424,24 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
             )
         if self.devices_aware or self.noise_urban:
             raise DataError(
-                'noise="tests+devices" and noise_urban are not supported by fit_parquet '
-                "(out-of-core) yet; use fit() with tests=, devices= and urban=, or "
-                'noise="tests" with tests_column='
+                'noise="tests+devices" and noise_urban are not supported by out-of-core training '
+                "(fit_batches, geodbk.geo.parquet_batches.fit_parquet) yet; use fit() with "
+                'tests=, devices= and urban=, or noise="tests" with tests_column='
             )
         aware = self.noise == "tests"
         if aware and tests_column is None:
             raise DataError('noise="tests" needs tests_column= (the number of tests per row)')
-        mean, sd, n = streaming_mean_std(path, column=y_column, filters=filters)
+        mean, sd, n = mean_std(b[y_column] for b in iter_groups(source, [y_column]))
         if n < 2:
-            raise DataError(f"{path}: need at least 2 finite {y_column!r} rows, got {n}")
+            raise DataError(f"{source}: need at least 2 finite {y_column!r} rows, got {n}")
         self.device_ = resolve_device(self.device)
         self.y_mean_ = mean
         self.y_std_ = sd if sd > 0 and math.isfinite(sd) else 1.0
         cols = list(dict.fromkeys([*x_columns, *read_columns]))
-        probe = next(
-            iter(_probe_batches(path, columns=cols, filters=filters)),
-            None,
-        )
+        probe = next((b for b in iter_groups(source, cols) if len(b[cols[0]])), None)
         if probe is None:
-            raise DataError(f"{path}: no rows match the filter")
-        to_x = inputs or (
-            lambda c: np.column_stack([np.asarray(c[k], dtype=np.float64) for k in x_columns])
-        )
+            raise DataError(f"{source}: no rows match the filter")
+        to_x = inputs or stack_inputs(x_columns)
         self.n_features_in_ = int(np.asarray(to_x(probe)).shape[1])
         if hasattr(self, "feature_names_in_"):  # from an earlier fit on a DataFrame
             del self.feature_names_in_
@@ -461,16 +451,15 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
             xv_t, yv_t, tv_t = self._validation_tensors(X_val, y_val, tests_val)
         history = train_streaming(
             self.model_,
-            path,
+            source,
             x_columns=list(x_columns),
             y_column=y_column,
             y_mean=self.y_mean_,
             y_std=self.y_std_,
             config=self._train_config(),
-            filters=filters,
             x_val=xv_t,
             y_val=yv_t,
-            n_global=count_rows(path, filters=filters),
+            n_global=source.count_rows(),
             dtype=_DTYPES[self.dtype],
             inputs=inputs,
             read_columns=list(read_columns),

@@ -92,7 +92,7 @@ class TrainConfig:
     streaming
         Out-of-core training (``geodbk train --streaming``): the train split is read from
         ``tiles.parquet`` a shuffle window of row groups at a time
-        (:meth:`geodbk.DBKRegressor.fit_parquet`), so memory does not grow with n; the
+        (:func:`geodbk.geo.parquet_batches.fit_parquet`), so memory does not grow with n; the
         validation split is held in memory. Mini-batch objectives only.
     tile_effect
         A persistent per-tile offset (``geodbk train --tile-effect``,

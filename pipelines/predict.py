@@ -39,6 +39,7 @@ from geodbk.errors import DataError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS, Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
+from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (
     extrapolation_of,
@@ -55,7 +56,6 @@ from geodbk.quantities import (
     observation_noise_variance,
     predict_quantity,
 )
-from geodbk.streaming import iter_parquet_batches
 from pipelines.bundles import load_model
 from pipelines.gridfile import GridWriter, fill_value
 from pipelines.layers import layer_xy, load_map_layers

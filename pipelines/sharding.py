@@ -19,10 +19,10 @@ import numpy as np
 
 from geodbk.distributed import DistributedContext, ShardPlan, gather_sizes
 from geodbk.errors import DataError
+from geodbk.geo.parquet_batches import count_rows
 from geodbk.geo.parquet_shards import read_parquet_shard
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import TimeScaling
-from geodbk.streaming import count_rows
 from geodbk.validation import counts_or_one
 from pipelines.rundir import RunDir, target_spec
 from pipelines.training_data import resolve_noise, time_axis

@@ -31,6 +31,7 @@ from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS
+from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.geo.timeaxis import TimeScaling, quarter_indices
 from geodbk.metrics import gaussian_nll
 from geodbk.predictive import noise_kwargs
@@ -474,7 +475,7 @@ def run_train(
         Its metadata gains ``time_scaling`` and ``quarters`` (all the table's quarters).
     streaming
         Flag override of the config's ``streaming``: out-of-core training with
-        :meth:`geodbk.DBKRegressor.fit_parquet` (the train split is never held in memory;
+        :func:`geodbk.geo.parquet_batches.fit_parquet` (the train split is never held in memory;
         checkpoints and ``resume`` work as in memory). Not with ``distributed``.
     tile_effect
         Flag override of the config's ``tile_effect`` (``"on"``/``True``, ``"off"``/``False``;
@@ -603,7 +604,8 @@ def run_train(
         if is_main:
             atomic_write_text(ckpt_dir / "config.yaml", dump_config(cfg))
         if stream is not None:
-            model.fit_parquet(
+            fit_parquet(
+                model,
                 rd.tiles,
                 y_column=spec.log_column,
                 filters=stream["filters"],

@@ -18,6 +18,7 @@ import pytest
 
 from geodbk import DBKRegressor
 from geodbk.baselines.registry import MODEL_NAMES, build_model
+from geodbk.geo.parquet_batches import fit_parquet
 
 pytestmark = pytest.mark.gpu
 
@@ -83,7 +84,8 @@ def test_streaming_fit_on_cuda_matches_cpu(tmp_path: Path) -> None:
             device=device,
             noise="tests",
         )
-        est.fit_parquet(
+        fit_parquet(
+            est,
             src,
             y_column="y",
             filters=pc.field("split") == "train",

@@ -13,6 +13,7 @@ from geodbk import DBKRegressor
 from geodbk.baselines.base import make_noise
 from geodbk.baselines.registry import build_model
 from geodbk.errors import DataError
+from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.likelihoods import NOISE_MODELS, inverse_softplus, noise_parameters
 from geodbk.likelihoods import TestsNoise as _TestsNoise  # (not a test class)
 from geodbk.model import DBKModel
@@ -186,7 +187,7 @@ def test_devices_errors(devices_fit) -> None:
     with pytest.raises(DataError, match="devices has 39 values"):
         est.fit(xs, ys, tests=ts, devices=ds[:-1])
     with pytest.raises(DataError, match=r'fit_parquet.*noise="tests"'):
-        est.fit_parquet("unused.parquet", y_column="y", tests_column="tests")
+        fit_parquet(est, "unused.parquet", y_column="y", tests_column="tests")
     # devices <= tests is not required
     est.fit(xs, ys, tests=np.ones(40), devices=np.full(40, 3.0))
 

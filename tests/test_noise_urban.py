@@ -11,6 +11,7 @@ from test_noise import _dense_reference, _dppgp_reference
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
+from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.likelihoods import TestsNoise as _TestsNoise  # (not a test class)
 from geodbk.likelihoods import inverse_softplus, noise_parameters
 from geodbk.model import DBKModel
@@ -193,7 +194,7 @@ def test_class_floor_errors(urban_fit) -> None:
     with pytest.raises(DataError, match="urban_val must be True/False"):
         est.fit(xs, ys, xs, ys, tests=ts, tests_val=ts, urban=us, urban_val=np.full(40, np.nan))
     with pytest.raises(DataError, match="fit_parquet"):
-        est.fit_parquet("unused.parquet", y_column="y", tests_column="tests")
+        fit_parquet(est, "unused.parquet", y_column="y", tests_column="tests")
     with pytest.raises(ValueError, match="noise_urban"):
         DBKRegressor(noise="constant", noise_urban=True, epochs=1, **SMALL).fit(xs, ys)
 

@@ -12,9 +12,17 @@ import pytest
 import torch
 
 from geodbk import DBKRegressor
+from geodbk.batches import ArrayRowGroups
 from geodbk.errors import TrainingDivergedError
+from geodbk.geo.parquet_batches import (
+    ParquetRowGroups,
+    count_rows,
+    fit_parquet,
+    iter_parquet_batches,
+    predict_table,
+)
 from geodbk.model import DBKModel
-from geodbk.streaming import count_rows, iter_parquet_batches, predict_table, train_streaming
+from geodbk.streaming import train_streaming
 from geodbk.training import TrainConfig
 
 
@@ -43,13 +51,12 @@ def _fit(
     ).to(torch.float64)
     hist = train_streaming(
         model,
-        src,
+        ParquetRowGroups(src, filters=pc.field("split") == "train"),
         x_columns=["x1", "x2"],
         y_column="y",
         y_mean=float(y_all.mean()),
         y_std=float(y_all.std()),
         config=config,
-        filters=pc.field("split") == "train",
         dtype=torch.float64,
         **kw,  # type: ignore[arg-type]
     )
@@ -181,7 +188,7 @@ def test_train_streaming_divergence_is_training_diverged_error(tmp_path: Path) -
     with pytest.raises(TrainingDivergedError, match="streaming: the training loss became nan"):
         train_streaming(
             model,
-            src,
+            ParquetRowGroups(src),
             x_columns=["x1", "x2"],
             y_column="y",
             y_mean=4.0,
@@ -189,3 +196,34 @@ def test_train_streaming_divergence_is_training_diverged_error(tmp_path: Path) -
             config=TrainConfig(batch_size=64, epochs=2),
             dtype=torch.float64,
         )
+
+
+def test_row_group_sources_agree_and_fit_batches_equals_fit_parquet(tmp_path: Path) -> None:
+    """Arrays served in groups of the file's row-group size read as the file does, and the
+    estimator fitted from them has fit_parquet's target scaling and weights."""
+    src = _table(tmp_path / "t.parquet")
+    table = pq.read_table(src)
+    cols = {c: table[c].to_numpy() for c in ("x1", "x2", "y")}
+    arrays, parquet = ArrayRowGroups(cols, group_size=200), ParquetRowGroups(src)
+    assert arrays.num_groups == parquet.num_groups == 5
+    assert arrays.count_rows() == parquet.count_rows() == 1000
+    for a, b in zip(
+        arrays.read([3, 1], ["y", "x1"]).values(),
+        parquet.read([3, 1], ["y", "x1"]).values(),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    kw = {
+        "rank": 8,
+        "hidden": 8,
+        "epochs": 2,
+        "batch_size": 64,
+        "dtype": "float64",
+        "device": "cpu",
+    }
+    by_file = fit_parquet(DBKRegressor(**kw), src, y_column="y")
+    by_arrays = DBKRegressor(**kw).fit_batches(arrays, y_column="y")
+    assert (by_arrays.y_mean_, by_arrays.y_std_) == (by_file.y_mean_, by_file.y_std_)
+    assert by_arrays.n_features_in_ == 2
+    for k, v in by_file.model_.state_dict().items():
+        torch.testing.assert_close(by_arrays.model_.state_dict()[k], v, rtol=0, atol=0)

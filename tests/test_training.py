@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from geodbk.errors import TrainingDivergedError
+from geodbk.geo.parquet_batches import ParquetRowGroups
 from geodbk.model import DBKModel
 from geodbk.streaming import train_streaming
 from geodbk.training import Epoch, TrainConfig, TrainResult, fit, train_model
@@ -74,13 +75,12 @@ def test_in_memory_and_streaming_training_agree(
     stream = _model(expansion)
     hist = train_streaming(
         stream,
-        src,
+        ParquetRowGroups(src, filters=pc.field("split") == "train"),
         x_columns=["x1", "x2"],
         y_column="y",
         y_mean=mean,
         y_std=sd,
         config=cfg,
-        filters=pc.field("split") == "train",
         x_val=xv,
         y_val=yv,
         dtype=torch.float64,
