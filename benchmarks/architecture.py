@@ -1,11 +1,14 @@
 """Print the architecture targets of geodbk: the import graph, function-local imports, single
-definitions of the run-directory contract's names, and lines of code.
+definitions of the run-directory contract's names, I/O outside the I/O package, and lines of
+code.
 
 The import graph has one node per module of ``geodbk``, ``pipelines`` and ``app`` and an edge
 for every import of another project module, at module level or inside a function (imports under
 ``if TYPE_CHECKING:`` are left out: they never run). A circle is a strongly connected set of
 more than one module. A function-local import must carry a ``# local:`` comment that says why
-(an optional heavy dependency loaded only when used)::
+(an optional heavy dependency loaded only when used). The modules of ``geodbk`` outside its I/O
+package ``geodbk.geo`` do math: an import of pyarrow, a read of the environment (``os.environ``,
+``os.getenv``) or an import of an I/O-package module that imports pyarrow is listed::
 
     python benchmarks/architecture.py            # the report
     python benchmarks/architecture.py --json     # the same as JSON
@@ -31,6 +34,10 @@ PACKAGES = ("geodbk", "pipelines", "app")
 CONTRACT_NAMES = ("TARGETS", "TARGET_INFO", "Z95", "DEFAULT_THRESHOLDS")
 #: Most function-local project imports allowed, each with a ``# local:`` reason.
 MAX_LOCAL_IMPORTS = 10
+#: The package that reads and writes files; the rest of ``geodbk`` does no I/O.
+IO_PACKAGE = "geodbk.geo"
+#: Names of ``os`` that read or change the environment.
+ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
 
 
 @dataclass
@@ -44,6 +51,15 @@ class LocalImport:
 
 
 @dataclass
+class IOUse:
+    """I/O in a module of ``geodbk`` outside :data:`IO_PACKAGE`: where and what."""
+
+    module: str
+    line: int
+    what: str
+
+
+@dataclass
 class Graph:
     """The project's import graph and what the targets count."""
 
@@ -51,6 +67,12 @@ class Graph:
     edges: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     local: list[LocalImport] = field(default_factory=list)
     definitions: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    #: Modules that import pyarrow, with the line of the first such import.
+    pyarrow: dict[str, int] = field(default_factory=dict)
+    #: Environment reads (``os.environ``, ``os.getenv``...): (module, line, name).
+    environment: list[tuple[str, int, str]] = field(default_factory=list)
+    #: Project imports as (module, line, imported module).
+    imports: list[tuple[str, int, str]] = field(default_factory=list)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -113,16 +135,48 @@ def _walk(
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
             continue
+        if isinstance(child, ast.Attribute) and _is_os(child.value) and child.attr in ENV_NAMES:
+            graph.environment.append((module, child.lineno, f"os.{child.attr}"))
         if isinstance(child, ast.Import | ast.ImportFrom):
-            reached = {_resolve(t, graph.modules) for t in _targets(child, module, path)}
+            targets = _targets(child, module, path)
+            if any(t == "pyarrow" or t.startswith("pyarrow.") for t in targets):
+                graph.pyarrow.setdefault(module, child.lineno)
+            if isinstance(child, ast.ImportFrom) and child.module == "os" and not child.level:
+                for alias in child.names:
+                    if alias.name in ENV_NAMES:
+                        graph.environment.append((module, child.lineno, f"os.{alias.name}"))
+            reached = {_resolve(t, graph.modules) for t in targets}
             for other in sorted(r for r in reached if r and r != module):
                 graph.edges[module].add(other)
+                graph.imports.append((module, child.lineno, other))
                 if in_function:
                     reason = _reason(lines, child)
                     graph.local.append(LocalImport(module, child.lineno, other, reason))
             continue
         inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
         _walk(child, module, path, lines, graph, in_function=inner)
+
+
+def _is_os(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "os"
+
+
+def _in_io_package(module: str) -> bool:
+    return module == IO_PACKAGE or module.startswith(IO_PACKAGE + ".")
+
+
+def io_outside_io_package(graph: Graph) -> list[IOUse]:
+    """I/O in the modules of ``geodbk`` outside :data:`IO_PACKAGE`: pyarrow imports,
+    environment reads, and imports of an I/O-package module that imports pyarrow."""
+    math = {m for m in graph.modules if m.split(".")[0] == "geodbk" and not _in_io_package(m)}
+    uses = [IOUse(m, line, "pyarrow") for m, line in graph.pyarrow.items() if m in math]
+    uses += [IOUse(m, line, name) for m, line, name in graph.environment if m in math]
+    uses += [
+        IOUse(m, line, f"{other} (pyarrow)")
+        for m, line, other in graph.imports
+        if m in math and _in_io_package(other) and other in graph.pyarrow
+    ]
+    return sorted(uses, key=lambda u: (u.module, u.line, u.what))
 
 
 def circles(graph: Graph) -> list[list[str]]:
@@ -163,6 +217,10 @@ def report(root: Path = ROOT) -> dict[str, object]:
         "local_imports_without_reason": sum(li.reason is None for li in graph.local),
         "max_local_imports": MAX_LOCAL_IMPORTS,
         "definitions": {name: graph.definitions.get(name, []) for name in CONTRACT_NAMES},
+        "io_outside_io_package": [
+            {"module": u.module, "line": u.line, "what": u.what}
+            for u in io_outside_io_package(graph)
+        ],
         "lines_of_code": {**loc, "total": sum(loc.values())},
     }
 
@@ -184,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {li['module']}:{li['line']} -> {li['imports']}: {li['reason'] or 'NO REASON'}")
     for name, where in dict(result["definitions"]).items():  # type: ignore[call-overload]
         print(f"definitions of {name}: {len(where)} ({', '.join(where)})")
+    io = result["io_outside_io_package"]
+    assert isinstance(io, list)
+    print(f"I/O in geodbk outside {IO_PACKAGE}: {len(io)}")
+    for u in io:
+        print(f"  {u['module']}:{u['line']}: {u['what']}")
     print(f"lines of code: {result['lines_of_code']}")
     return 0
 

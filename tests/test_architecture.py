@@ -1,5 +1,6 @@
 """The architecture targets (benchmarks/architecture.py): no import circle, few function-local
-imports each with a reason, one definition of each contract name."""
+imports each with a reason, one definition of each contract name, no pyarrow or environment
+reads in geodbk outside its I/O package geodbk.geo."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from types import ModuleType
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "architecture.py"
+#: I/O allowed in geodbk outside geodbk.geo: (module, what) -> why.
+IO_EXCEPTIONS = {
+    ("geodbk.streaming", "geodbk.geo.parquet_batches (pyarrow)"): (
+        "re-exports count_rows, iter_parquet_batches, predict_table and streaming_mean_std, "
+        "which pipelines/report.py imports from geodbk.streaming"
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +47,14 @@ def test_contract_names_are_defined_once(arch: ModuleType) -> None:
         assert definitions[name] == ["geodbk.geo.contract"], name
 
 
+def test_no_io_outside_the_io_package(arch: ModuleType) -> None:
+    """No module of geodbk outside geodbk.geo imports pyarrow, reads the environment or imports
+    a geodbk.geo module that imports pyarrow, except the listed ones."""
+    uses = {(u.module, u.what) for u in arch.io_outside_io_package(arch.build_graph())}
+    assert uses - set(IO_EXCEPTIONS) == set()
+    assert set(IO_EXCEPTIONS) - uses == set(), "an exception no longer needed"
+
+
 def test_the_checks_can_fail(arch: ModuleType, tmp_path: Path) -> None:
     """A circle, an unexplained local import and a second definition are each found."""
     for pkg in arch.PACKAGES:
@@ -48,9 +64,21 @@ def test_the_checks_can_fail(arch: ModuleType, tmp_path: Path) -> None:
     (tmp_path / "geodbk" / "b.py").write_text(
         "def f():\n    from geodbk.a import Z95\n    return Z95\n"
     )
+    (tmp_path / "geodbk" / "geo").mkdir()
+    (tmp_path / "geodbk" / "geo" / "__init__.py").write_text("")
+    (tmp_path / "geodbk" / "geo" / "io.py").write_text("import pyarrow.parquet as pq\n")
+    (tmp_path / "geodbk" / "c.py").write_text(
+        "import os\nfrom geodbk.geo.io import pq\n\n\ndef f():\n"
+        "    import pyarrow\n    return os.environ.get('X'), pyarrow\n"
+    )
     graph = arch.build_graph(tmp_path)
     assert arch.circles(graph) == [["geodbk.a", "geodbk.b"]]
     assert [(li.module, li.imported, li.reason) for li in graph.local] == [
         ("geodbk.b", "geodbk.a", None)
     ]
     assert graph.definitions["Z95"] == ["geodbk.a"]
+    assert [(u.module, u.line, u.what) for u in arch.io_outside_io_package(graph)] == [
+        ("geodbk.c", 2, "geodbk.geo.io (pyarrow)"),
+        ("geodbk.c", 6, "pyarrow"),
+        ("geodbk.c", 7, "os.environ"),
+    ]
