@@ -1,19 +1,21 @@
 """Data-parallel training with ``torch.distributed`` (DDP) and per-rank data shards.
 
-The design makes a W-process run equal to a 1-process run with the same *global* batch, up to
-floating-point noise:
+The design makes a W-process run equal to the in-memory run on the shards concatenated in rank
+order (same seed), up to floating-point noise:
 
 - Each rank holds one shard of the training rows (parquet row groups, or a contiguous row range
-  when the file has fewer row groups than ranks; see :func:`geodbk.geo.parquet_shards.read_parquet_shard`). Shard sizes are
-  exchanged once, so every rank knows the global ``n`` (the KL term is scaled by it).
-- An epoch has ``ceil(n / batch_size)`` steps. At every step each shard contributes a slice of its
-  own permutation (seeded by ``(seed, epoch, shard)``, so the same on every rank and in a
-  1-process run); the union of the slices is the global batch.
-- The local loss is rescaled so that DDP's gradient *average* equals the gradient of the global
-  batch loss: ``L_k = s_k (loss_k - kl) + kl`` with ``s_k = W b_k / B``. The dPPGP trace term
-  uses the *global* batch maximum of ``||phi||^2``, built with an autograd-aware all-reduce.
-- A 1-process reference run is :class:`ShardPlan` with ``rank=None``: one process holds all
-  shards and steps through exactly the same global batches (used by the equality test).
+  when the file has fewer row groups than ranks; see
+  :func:`geodbk.geo.parquet_shards.read_parquet_shard`). Shard sizes are exchanged once, so every
+  rank knows the global ``n`` (the KL term is scaled by it) and its rows' global range.
+- Every epoch draws the in-memory permutation of the ``n`` global rows from the loop's generator
+  (seeded with ``seed``; the same on every rank) and cuts it into the in-memory batches; each
+  rank takes the members of each global batch that fall in its shard (possibly none).
+- Rank k minimises ``W P_k``, ``P_k = sum_{i in B_k} l_i / |B| + (β / n) KL / W``, so that
+  DDP's gradient *average* is the gradient of the global batch loss ``sum_k P_k``. The dPPGP
+  trace term uses the *global* batch maximum of ``||phi||^2``, built with an autograd-aware
+  all-reduce. A rank without rows in a batch still joins every all-reduce with a zero loss.
+- :class:`ShardPlan` with ``rank=None`` (one process holding all shards) walks exactly the
+  in-memory batches.
 
 Only rank 0 writes checkpoints and bundles (``ShardPlan.is_main``); every rank evaluates the full
 validation set, so the best-epoch choice is identical on all ranks.
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 from geodbk.device import resolve_device
-from geodbk.objectives import batch_loss, gaussian_kl_standard
+from geodbk.objectives import batch_loss
 
 __all__ = [
     "DistributedContext",
@@ -40,7 +42,6 @@ __all__ = [
     "global_mean_std",
     "init_distributed",
     "seed_rank",
-    "shard_seed",
     "shutdown_distributed",
 ]
 
@@ -179,20 +180,15 @@ def gather_sizes(n_local: int) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- shards and batches
-def shard_seed(seed: int, epoch: int, shard: int) -> int:
-    """Deterministic 63-bit seed of the permutation of ``shard`` in ``epoch``."""
-    return int(np.random.SeedSequence([int(seed), int(epoch), int(shard)]).generate_state(1)[0])
-
-
-def _split_sizes(n: int, steps: int) -> list[int]:
-    """Sizes of ``torch.tensor_split(range(n), steps)``."""
-    q, r = divmod(n, steps)
-    return [q + 1 if s < r else q for s in range(steps)]
-
-
 @dataclass(frozen=True)
 class ShardPlan:
     """How the global training set is split into shards and walked through in an epoch.
+
+    The global rows are the shards concatenated in rank order; shard ``k`` holds the rows
+    ``[offset_k, offset_k + size_k)``. Every epoch walks the in-memory batches of
+    :func:`geodbk.training.shuffled_batches`: one permutation of the ``n`` global rows from the
+    loop's generator, cut every ``batch_size`` rows; each rank takes the members of every global
+    batch that fall in its shard.
 
     Attributes
     ----------
@@ -200,7 +196,7 @@ class ShardPlan:
         Rows of each shard (one shard per rank), in rank order.
     rank
         This process's shard, or ``None`` when this process holds *all* shards concatenated in
-        order (the 1-process reference with the same global batches).
+        order (then the batches are the in-memory ones).
     """
 
     sizes: tuple[int, ...]
@@ -223,77 +219,85 @@ class ShardPlan:
         return int(sum(self.sizes))
 
     @property
+    def offset(self) -> int:
+        """First global row of this process's shard (0 with ``rank=None``)."""
+        return 0 if self.rank is None else int(sum(self.sizes[: self.rank]))
+
+    @property
     def is_main(self) -> bool:
         """Whether this process writes files (rank 0 or the 1-process reference)."""
         return self.rank in (None, 0)
 
     def steps(self, batch_size: int) -> int:
-        """Optimiser steps per epoch: ``ceil(n / batch_size)``, checked against the shards."""
-        steps = max(1, math.ceil(self.n_global / int(batch_size)))
-        if min(self.sizes) < steps:
-            raise ValueError(
-                f"a shard of {min(self.sizes)} rows cannot feed {steps} steps per epoch "
-                f"(n={self.n_global}, batch_size={batch_size}); use fewer processes or a larger "
-                "batch_size"
-            )
-        return steps
+        """Optimiser steps per epoch: ``ceil(n / batch_size)``."""
+        return max(1, math.ceil(self.n_global / int(batch_size)))
 
     def epoch_batches(
-        self, *, epoch: int, seed: int, batch_size: int
+        self, *, generator: torch.Generator, batch_size: int
     ) -> Iterator[tuple[torch.Tensor, int]]:
-        """Yield ``(local row indices, global batch size)`` for every step of ``epoch``.
+        """Yield ``(local row indices, global batch size)`` for every step of one epoch.
 
-        With ``rank=None`` the indices address the concatenation of all shards and each batch
-        is the whole global batch.
+        Draws ``perm = randperm(n, generator)`` (the in-memory draw) and cuts it into the global
+        batches ``B_s = perm[s b : (s + 1) b]``. With ``rank=None`` each yield is ``B_s`` itself;
+        else it is ``{i - offset : i in B_s, offset <= i < offset + size}`` in the order of
+        ``B_s`` (possibly empty) and ``|B_s|``. Holds ``n`` indices, not ``n`` rows.
         """
-        steps = self.steps(batch_size)
-        shards = range(self.world_size) if self.rank is None else (self.rank,)
-        offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
-        pieces: dict[int, tuple[torch.Tensor, ...]] = {}
-        for k in shards:
-            gen = torch.Generator(device="cpu").manual_seed(shard_seed(seed, epoch, k))
-            perm = torch.randperm(self.sizes[k], generator=gen)
-            if self.rank is None:
-                perm = perm + int(offsets[k])
-            pieces[k] = torch.tensor_split(perm, steps)
-        totals = np.sum([_split_sizes(n, steps) for n in self.sizes], axis=0)
-        for s in range(steps):
-            idx = torch.cat([pieces[k][s] for k in shards])
-            yield idx, int(totals[s])
+        b = int(batch_size)
+        perm = torch.randperm(self.n_global, generator=generator)
+        if self.rank is None:
+            for idx in perm.split(b):
+                yield idx, int(idx.shape[0])
+            return
+        lo = self.offset
+        mine = (perm >= lo) & (perm < lo + self.sizes[self.rank])
+        step_of = torch.nonzero(mine).squeeze(1) // b
+        local = perm[mine] - lo
+        del perm, mine
+        steps = self.steps(b)
+        counts = torch.bincount(step_of, minlength=steps).tolist()
+        for s, idx in enumerate(local.split(counts)):
+            yield idx, min(b, self.n_global - s * b)
 
 
 # ---------------------------------------------------------------- the sharded epoch
-def _global_max(local_max: torch.Tensor, *, rank: int, world: int) -> torch.Tensor:
-    """Differentiable maximum over ranks: the owner's value, summed with autograd all-reduce."""
+def _global_max(values: torch.Tensor, *, rank: int, world: int) -> torch.Tensor:
+    """Differentiable ``max`` of ``values`` over all ranks' rows (some ranks may have none).
+
+    The value is an all-reduce MAX; the gradient goes to the lowest rank holding it: that rank
+    contributes its local maximum, the others ``0 * (their maximum, or their empty sum)``, and
+    the contributions are summed with the autograd-aware all-reduce, which every rank must join.
+    """
     import torch.distributed as dist
     import torch.distributed.nn.functional as dnn
 
-    gmax = local_max.detach().clone()
+    has_rows = values.numel() > 0
+    local = values.max() if has_rows else values.sum()
+    gmax = local.detach().clone() if has_rows else torch.full_like(local, -math.inf).detach()
     dist.all_reduce(gmax, op=dist.ReduceOp.MAX)
-    cand = torch.tensor([rank if bool(local_max.detach() == gmax) else world], dtype=torch.int64)
+    mine = has_rows and bool(local.detach() == gmax)
+    cand = torch.tensor([rank if mine else world], dtype=torch.int64)
     dist.all_reduce(cand, op=dist.ReduceOp.MIN)
-    owner = int(cand)
-    contribution = local_max if rank == owner else local_max * 0.0
+    contribution = local if rank == int(cand) else local * 0.0
     with warnings.catch_warnings():  # deprecated in favour of a private API; still autograd-aware
         warnings.simplefilter("ignore", FutureWarning)
         return dnn.all_reduce(contribution, op=dist.ReduceOp.SUM)
 
 
-def _kl_term(model: Any, config: Any, n: int) -> torch.Tensor:
-    weight = 1.0 if config.objective == "elbo" else float(config.beta)
-    return (weight / n) * gaussian_kl_standard(model.q.mean, model.q.scale_tril())
-
-
 def make_epoch_runner(
-    model: Any, plan: ShardPlan, config: Any
-) -> Callable[[torch.Tensor, torch.Tensor, torch.optim.Optimizer, int, Any], float]:
-    """Return ``run(x, y, optimizer, epoch, tests) -> mean training loss`` (sharded training).
+    model: Any, plan: ShardPlan, config: Any, *, generator: torch.Generator
+) -> Callable[[torch.Tensor, torch.Tensor, torch.optim.Optimizer, torch.Tensor | None], float]:
+    """Return ``run(x, y, optimizer, tests) -> mean training loss`` of one sharded epoch.
 
-    ``tests`` is the optional per-row noise covariate of the shard (or ``None``).
-
+    ``x, y, tests`` are this rank's shard (``tests``: the optional per-row noise covariate);
+    ``generator`` draws the epoch's permutation (:meth:`ShardPlan.epoch_batches`). With
+    ``plan.rank=None`` (or one shard) each global batch is evaluated in one piece, as in memory.
     With a process group of ``plan.world_size`` ranks the model is wrapped in
-    :class:`torch.nn.parallel.DistributedDataParallel`; with ``plan.rank=None`` (the 1-process
-    reference) the global batch is evaluated in one piece.
+    :class:`torch.nn.parallel.DistributedDataParallel` and rank k minimises
+    ``W P_k``, ``P_k = sum_{i in B_k} l_i / |B| + (β / n) KL / W`` (:func:`batch_loss` with
+    ``size=|B|``, ``kl_share=1/W``; dPPGP's ``max_B ||phi||^2`` from :func:`_global_max`), so
+    DDP's gradient average ``(1/W) sum_k grad(W P_k)`` is the gradient of the global batch loss
+    ``sum_k P_k``; a rank without rows in B contributes a zero loss that still takes part in
+    the all-reduces. The returned mean training loss is ``sum_s |B_s| sum_k P_k,s / n``.
     """
     if config.objective == "exact":
         raise ValueError("sharded training supports the mini-batch objectives, not 'exact'")
@@ -305,19 +309,16 @@ def make_epoch_runner(
         from torch.nn.parallel import DistributedDataParallel
 
         forward = DistributedDataParallel(model, broadcast_buffers=False)
-    n = plan.n_global
+    n, world = plan.n_global, plan.world_size
 
     def run(
         x: torch.Tensor,
         y: torch.Tensor,
         optimizer: torch.optim.Optimizer,
-        epoch: int,
         tests: torch.Tensor | None = None,
     ) -> float:
-        total = torch.zeros((), dtype=torch.float64)
-        for idx, b_global in plan.epoch_batches(
-            epoch=epoch, seed=config.seed, batch_size=config.batch_size
-        ):
+        total = 0.0
+        for idx, b_global in plan.epoch_batches(generator=generator, batch_size=config.batch_size):
             idx = idx.to(x.device)
             optimizer.zero_grad(set_to_none=True)
             out = forward(x[idx])
@@ -331,8 +332,8 @@ def make_epoch_runner(
             assert plan.rank is not None
             phi_sq_max = None
             if config.objective == "dppgp":
-                phi_sq_max = _global_max(out.phi_sq.max(), rank=plan.rank, world=plan.world_size)
-            loss = batch_loss(
+                phi_sq_max = _global_max(out.phi_sq, rank=plan.rank, world=world)
+            part = batch_loss(
                 model,
                 x[idx],
                 y[idx],
@@ -341,20 +342,19 @@ def make_epoch_runner(
                 tests=tb,
                 out=out,
                 phi_sq_max=phi_sq_max,
+                size=b_global,
+                kl_share=1.0 / world,
             )
-            kl = _kl_term(model, config, n)
-            scale = plan.world_size * int(idx.shape[0]) / b_global
-            (scale * (loss - kl) + kl).backward()
+            (world * part).backward()
             optimizer.step()
-            # global batch loss = sum_k (b_k / B) data_k + kl, for the history
-            part = torch.tensor(
-                [float((loss - kl).detach()) * int(idx.shape[0]) / b_global], dtype=torch.float64
-            )
+            total += float(part.detach()) * b_global
+        if distributed:
             import torch.distributed as dist
 
-            dist.all_reduce(part)
-            total += (float(part) + float(kl.detach())) * b_global
-        return float(total) / n
+            summed = torch.tensor([total], dtype=torch.float64)
+            dist.all_reduce(summed)
+            total = float(summed)
+        return total / n
 
     return run
 

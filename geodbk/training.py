@@ -404,7 +404,8 @@ def train_model(
 
     Mini-batch objectives (``dppgp``, ``ppgp``, ``elbo``): each epoch draws a permutation from a
     ``torch.Generator`` seeded with ``config.seed`` (:func:`shuffled_batches`; with ``shards``
-    the plan's global batches) and takes one AdamW step per batch. ``exact``: one full-batch
+    the same global batches, each rank taking its shard's rows of each) and takes one AdamW step
+    per batch. ``exact``: one full-batch
     step per epoch on ``-log p(y) / n``, after which ``q(w)`` is set to the exact posterior.
     AdamW applies ``weight_decay`` to the backbone only. Selection (lowest validation NLL +
     ``nll_offset``, else training loss), early stopping, checkpoints in ``checkpoint_dir``,
@@ -421,8 +422,8 @@ def train_model(
         to ``model.noise_var`` so the loss uses ``s2_i``.
     shards
         Sharded (data-parallel) training: ``x, y`` are this rank's shard and the epochs walk
-        the plan's global batches (:mod:`geodbk.distributed`); only the main rank writes
-        checkpoints and shows progress.
+        the in-memory batches of the shards concatenated in rank order
+        (:mod:`geodbk.distributed`); only the main rank writes checkpoints and shows progress.
     """
     n = int(x.shape[0])
     if n == 0:
@@ -442,7 +443,7 @@ def train_model(
 
     def batch_step(epoch: int) -> float:
         if runner is not None:
-            return runner(x, y, optimizer, epoch, tests)
+            return runner(x, y, optimizer, tests)
         total = 0.0
         for idx in shuffled_batches(n, config.batch_size, gen):
             idx = idx.to(x.device)
@@ -455,7 +456,7 @@ def train_model(
         return total / n
 
     gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
-    runner = None if shards is None else make_epoch_runner(model, shards, config)
+    runner = None if shards is None else make_epoch_runner(model, shards, config, generator=gen)
     return fit(
         model,
         exact_step if config.objective == "exact" else batch_step,
