@@ -116,7 +116,9 @@ def _scores(
     return out
 
 
-def _map_scores(test: pd.DataFrame, mean: Any, var: Any, noise: Any) -> dict:
+def _map_scores(
+    test: pd.DataFrame, mean: Any, var: Any, noise: Any, persistent: Any = None
+) -> dict:
     """:func:`pipelines.map_calibration.map_calibration` of the test rows."""
     from pipelines.map_calibration import map_calibration
 
@@ -128,6 +130,7 @@ def _map_scores(test: pd.DataFrame, mean: Any, var: Any, noise: Any) -> dict:
         mean=mean,
         var=var,
         noise=noise,
+        persistent=persistent,
     )
 
 
@@ -252,9 +255,16 @@ def main(argv: list[str] | None = None) -> int:
         "groups": groups[te],
     }
     part = effect.predict(**kw)
+    lasting = comp @ np.asarray(effect.params.persistent_scale)
     results["tile_effect"] = {
         "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
-        "map": _map_scores(frame[te], gp["mean"][te] + part.shift, part.tile_var, part.noise_var),
+        "map": _map_scores(
+            frame[te],
+            gp["mean"][te] + part.shift,
+            part.tile_var,
+            part.noise_var,
+            np.where(part.seen, 0.0, lasting),
+        ),
         "test_rows_with_history": float(part.seen.mean()),
     }
     lpart = layer.predict(xy=xy[te], **kw)
@@ -264,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
             y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u, tests
         ),
         "map": _map_scores(
-            frame[te], gp["mean"][te] + lpart.shift, lpart.tile_var, lpart.noise_var
+            frame[te],
+            gp["mean"][te] + lpart.shift,
+            lpart.tile_var,
+            lpart.noise_var,
+            np.where(lpart.seen, 0.0, lasting),
         ),
         "mean_abs_pull": float(np.abs(pull).mean()),
     }

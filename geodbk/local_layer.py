@@ -46,6 +46,8 @@ from geodbk.tile_effect import (
     _tile_covariance,
     mean_gaussian_nll,
     minimize_lbfgs,
+    row_noise,
+    tile_offset_variance,
 )
 
 __all__ = [
@@ -130,11 +132,16 @@ class _Summaries:
 
 
 def _summaries(
-    lay: _Layout, tau2: torch.Tensor, rho: torch.Tensor, kappa: torch.Tensor
+    lay: _Layout,
+    tau2: torch.Tensor,
+    rho: torch.Tensor,
+    kappa: torch.Tensor,
+    mu: torch.Tensor | None = None,
 ) -> _Summaries:
-    """``b_j = 1'A^{-1}r / 1'A^{-1}1``, ``w_j = 1 / 1'A^{-1}1`` with ``A = tau² rho^|dt| + E``
-    (padding inert), and the tile's mean ``v_f``."""
-    L, z = _factor(lay, tau2, rho, torch.zeros((), dtype=_DT), kappa)
+    """``b_j = 1'A^{-1}r / 1'A^{-1}1``, ``w_j = 1 / 1'A^{-1}1`` with ``A = tau_j² rho^|dt| + E``
+    (padding inert; ``tau_j²`` :func:`geodbk.tile_effect.tile_offset_variance`), and the tile's
+    mean ``v_f``."""
+    L, z = _factor(lay, tau2, rho, torch.zeros((), dtype=_DT), kappa, mu=mu)
     ones = lay.mask.to(_DT)
     a = torch.linalg.solve_triangular(L, ones[..., None], upper=False)[..., 0]
     info = (a * a).sum(-1)
@@ -315,6 +322,7 @@ class LocalLayer:
             "rho": torch.tensor(e.rho, dtype=_DT),
             "lam": torch.tensor(e.latent_scale, dtype=_DT),
             "kappa": torch.tensor(e.noise_scale, dtype=_DT),
+            "mu": self.effect.persistent,
             "sigma2": torch.tensor(p.sigma2, dtype=_DT),
             "range": torch.tensor(p.range_km, dtype=_DT),
         }
@@ -372,6 +380,7 @@ class LocalLayer:
         own = _slots(lay.tiles, tiles)
         hood = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
         vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, res, vf, comp))
+        unseen = torch.as_tensor(own < 0)
         fixed = start._tensors()
         n_g = len(effect.params.groups)
         tau0 = np.array([max(v, 1e-8) for v in effect.params.tau2.values()])
@@ -409,10 +418,12 @@ class LocalLayer:
                 rho=fixed["rho"],
                 lam=fixed["lam"],
                 kappa=fixed["kappa"],
+                mu=fixed["mu"],
                 sigma2=sigma2,
                 range_km=rng,
             )
-            return mean_gaussian_nll(vr, shift, var + (vc * fixed["kappa"]).sum(-1))
+            noise = (vc * fixed["kappa"]).sum(-1) + unseen * (vc * fixed["mu"]).sum(-1)
+            return mean_gaussian_nll(vr, shift, var + noise)
 
         minimize_lbfgs(nll, raw, max_iter=max_iter)
         with torch.no_grad():
@@ -493,12 +504,12 @@ class LocalLayer:
         pull = np.zeros(tiles_a.size)
         with torch.no_grad():
             if self._summary_cache is None:
-                self._summary_cache = _summaries(lay, t["tau2"], t["rho"], t["kappa"])
+                self._summary_cache = _summaries(lay, t["tau2"], t["rho"], t["kappa"], t["mu"])
             summ = self._summary_cache
             for s in range(0, tiles_a.size, chunk_size):
                 part = slice(s, s + chunk_size)
                 hood = self._neighbours.query(xy_a[part], own[part])
-                m, v, mu = _predict_rows(
+                m, v, pulled = _predict_rows(
                     lay,
                     hood,
                     own[part],
@@ -509,13 +520,14 @@ class LocalLayer:
                     rho=t["rho"],
                     lam=t["lam"],
                     kappa=t["kappa"],
+                    mu=t["mu"],
                     sigma2=t["sigma2"],
                     range_km=t["range"],
                     summaries=summ,
                     with_pull=True,
                 )
-                shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), mu.numpy()
-        noise = comp @ t["kappa"].numpy()
+                shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
+        noise = row_noise(comp, t["kappa"], t["mu"], seen=own >= 0)
         return TileEffectPrediction(
             shift=shift, tile_var=tile_var, noise_var=noise, seen=own >= 0, pull=pull
         )
@@ -535,18 +547,19 @@ def _predict_rows(
     kappa: torch.Tensor,
     sigma2: torch.Tensor,
     range_km: torch.Tensor,
+    mu: torch.Tensor | None = None,
     summaries: _Summaries | None = None,
     with_pull: bool = False,
 ) -> Any:
     """Shift and tile variance of target rows (module docstring, steps 1-3); with
-    ``with_pull`` also the kriged pull ``mu``."""
-    summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa)
+    ``with_pull`` also the kriged pull."""
+    summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa, mu)
     n = own.size
     if hood.k > 0:
-        mu, s2nb = _krige(summ, hood, sigma2=sigma2, range_km=range_km, lam=lam)
+        pull, s2nb = _krige(summ, hood, sigma2=sigma2, range_km=range_km, lam=lam)
     else:
-        mu, s2nb = torch.zeros(n, dtype=_DT), sigma2.expand(n).clone()
-    shift = mu.clone()
+        pull, s2nb = torch.zeros(n, dtype=_DT), sigma2.expand(n).clone()
+    shift = pull.clone()
     var = tau2[group] + lam * var_f + s2nb
     seen = own >= 0
     if seen.any():
@@ -557,7 +570,7 @@ def _predict_rows(
         # the own tile's rows, centred on the pull, with the kriging variance as a constant
         # prior part: r - mu ~ N(0, tau² rho^|dt| + lambda sqrt(v v') + s2nb + E)
         pos = torch.as_tensor(local)
-        m_rows = mu[sel]
+        m_rows = pull[sel]
         s2_rows = s2nb[sel]
         lay_t = _Layout(
             sub_lay.tiles[local],
@@ -568,14 +581,14 @@ def _predict_rows(
             sub_lay.mask[pos],
             sub_lay.group[pos],
         )
-        L, b = _factor(lay_t, tau2, rho, lam, kappa, constant=s2_rows)
+        L, b = _factor(lay_t, tau2, rho, lam, kappa, constant=s2_rows, mu=mu)
         sh, v = _predict_tile_with_constant(
             lay_t,
             L,
             b,
             times[sel],
             var_f[sel],
-            tau2=tau2,
+            tau2=tile_offset_variance(lay_t, tau2, mu),
             rho=rho,
             lam=lam,
             constant=s2_rows,
@@ -584,7 +597,7 @@ def _predict_rows(
         shift = shift.index_put((where,), m_rows + sh)
         var = var.index_put((where,), v)
     if with_pull:
-        return shift, var, mu
+        return shift, var, pull
     return shift, var
 
 
@@ -601,19 +614,19 @@ def _predict_tile_with_constant(
     constant: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shift ``k'(K + E)^{-1} r`` and variance ``prior - k'(K + E)^{-1} k`` of target ``i`` at
-    ``times[i]`` from layout row ``i``, with ``k = tau² rho^|dt| + lambda sqrt(v v') + c_i``
-    and ``prior = tau² + lambda v + c_i``."""
+    ``times[i]`` from layout row ``i``, with ``k = tau_i² rho^|dt| + lambda sqrt(v v') + c_i``
+    and ``prior = tau_i² + lambda v + c_i`` (``tau2``: one ``tau_i²`` per layout row)."""
     ks = _tile_covariance(
         times[:, None],
         var_f[:, None],
         lay.times,
         lay.var_f,
-        tau2=tau2[lay.group][:, None],
+        tau2=tau2[:, None],
         rho=rho,
         lam=lam,
     )
     ks = torch.where(lay.mask, ks + constant[:, None], torch.zeros((), dtype=_DT))
     a = torch.linalg.solve_triangular(L, ks[..., None], upper=False)[..., 0]
     shift = (a * b).sum(-1)
-    prior = tau2[lay.group] + lam * var_f + constant
+    prior = tau2 + lam * var_f + constant
     return shift, (prior - (a * a).sum(-1)).clamp_min(0.0)

@@ -85,6 +85,10 @@ class QuantityPrediction:
         Variance of the ``tile`` quantity.
     noise_var
         Observation noise of the asked-for tests (``var(test) - var(tile)``).
+    persistent_var
+        The part of ``noise_var`` that the testers of a tile without history carry across
+        quarters (the tile effect's ``sum_k mu_k c_k``; 0 at measured tiles, whose offset holds
+        it, and without a tile effect).
     seen
         Whether the place's tile has history in the tile effect.
     tile_basis
@@ -103,6 +107,7 @@ class QuantityPrediction:
     noise_var: np.ndarray
     seen: np.ndarray
     tile_basis: str
+    persistent_var: np.ndarray | None = None
 
     @property
     def sd(self) -> np.ndarray:
@@ -211,6 +216,7 @@ def predict_quantity(
         effect = layer.effect
     comp, floor, noise_var = _noise_parts(model, n, effect=effect, noise_kw=noise_kw)
     pull = np.zeros(n)
+    persistent = np.zeros(n)
     if effect is None:
         offset = np.zeros(n)
         tile_var = area_var + floor
@@ -237,6 +243,9 @@ def predict_quantity(
             )
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
+        mu = np.asarray(effect.params.persistent_scale, dtype=np.float64)
+        persistent = np.where(seen, 0.0, comp @ mu)
+        noise_var = noise_var + persistent
     if quantity == "area":
         mean, var = area_mean, area_var
     elif quantity == "tile":
@@ -255,4 +264,5 @@ def predict_quantity(
         noise_var=np.asarray(noise_var, dtype=np.float64),
         seen=np.asarray(seen, dtype=bool),
         tile_basis=basis,
+        persistent_var=np.asarray(persistent, dtype=np.float64),
     )

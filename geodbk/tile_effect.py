@@ -6,11 +6,15 @@ tile ``j`` (group ``g``, :func:`urban_groups`) at time steps ``t`` (quarters) ar
 .. math::
 
     r_l = \\delta_j + u_j(t_l) + \\varepsilon_l \\sim N(0, K + E), \\quad
-    K_{ll'} = \\tau_g^2 \\rho^{|t_l - t_{l'}|} + \\lambda \\sqrt{v_{f,l} v_{f,l'}}, \\quad
+    K_{ll'} = \\tau_j^2 \\rho^{|t_l - t_{l'}|} + \\lambda \\sqrt{v_{f,l} v_{f,l'}}, \\quad
+    \\tau_j^2 = \\tau_g^2 + \\textstyle\\sum_k \\mu_k \\bar c_{jk}, \\quad
     E = \\operatorname{diag}(s2'_l), \\quad s2'_l = \\textstyle\\sum_k \\kappa_k c_{lk}:
 
 ``delta_j`` the GP's error at the tile (one draw per tile), ``u_j`` an AR(1) offset independent
 between tiles, ``c_l`` the GP's noise terms (floor, ``s2_meas / tests``, ``s2_dev / devices``).
+The offset's variance is the place's ``tau_g²`` plus the persistent part of the tile's testers,
+``mu_k`` times the mean ``c_jk`` of its rows (few devices testing a tile keep it away from its
+place's level quarter after quarter; ``mu = 0`` for the floor).
 A row at ``t*`` gets, by one Cholesky factor per tile,
 
 .. math::
@@ -18,8 +22,9 @@ A row at ``t*`` gets, by one Cholesky factor per tile,
     \\text{mean} = m(x_*) + k_*^\\top (K + E)^{-1} r, \\qquad
     \\text{var} = \\tau_g^2 + \\lambda v_f(x_*) - k_*^\\top (K + E)^{-1} k_* + s2'_*,
 
-with ``k_*`` the row of ``K`` at ``(t*, x*)``; a tile without rows gets ``m(x*)`` and
-``tau²_g + lambda v_f(x*)``. ``(tau², rho, lambda, kappa)`` minimise the validation NLL of rows
+with ``k_*`` the row of ``K`` at ``(t*, x*)``; a tile without rows gets ``m(x*)`` and the
+place's ``tau²_g + lambda v_f(x*)``, and a row there adds its own testers' ``sum_k mu_k c_*k``
+to the noise. ``(tau², mu, rho, lambda, kappa)`` minimise the validation NLL of rows
 predicted from their tile's training rows. Units: those of ``y``. Decision and evidence:
 docs/decisions/tile_effect.md.
 """
@@ -69,6 +74,9 @@ HOLDOUT_SHARE = 0.2
 HOLDOUT_FLOOR = 200
 #: Fewest objective rows the tile effect is fitted on; with fewer it is refused.
 MIN_HOLDOUT_ROWS = 10
+#: Noise components that fall with a tile's tests or devices; only these get a persistent share
+#: ``mu_k`` (a constant component's would be the place's ``tau²`` again).
+PERSISTENT_COMPONENTS = ("meas", "dev")
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class TileEffectParameters:
         :func:`holdout_rows`).
     objective_rows
         How many rows the objective had.
+    persistent_scale
+        ``mu_k``, the share of each noise component that persists at a tile across time steps
+        (its testers'; 0 for the floor; ``None``: none, as in files written before it).
     """
 
     tau2: dict[str, float]
@@ -109,10 +120,16 @@ class TileEffectParameters:
     val_nll_without: float | None = None
     objective: str = "validation"
     objective_rows: int | None = None
+    persistent_scale: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
+        mu = self.persistent_scale
+        mu = (0.0,) * len(self.components) if mu is None else tuple(float(m) for m in mu)
+        if len(mu) != len(self.components):
+            raise ValueError(f"persistent_scale needs one value per component {self.components}")
+        object.__setattr__(self, "persistent_scale", mu)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -127,6 +144,7 @@ class TileEffectParameters:
                 **raw,
                 "noise_scale": tuple(raw["noise_scale"]),
                 "components": tuple(raw["components"]),
+                "persistent_scale": raw.get("persistent_scale"),
             }
         )
 
@@ -136,6 +154,7 @@ class TileEffectParameters:
         out["tau2"] = dict(self.tau2)
         out["noise_scale"] = list(self.noise_scale)
         out["components"] = list(self.components)
+        out["persistent_scale"] = list(self.persistent_scale or ())
         return out
 
 
@@ -151,7 +170,8 @@ class TileEffectPrediction:
         Posterior variance of the tile's mean ``f + u`` at the row: it replaces the GP's
         latent variance (``tau² + lambda v_f`` for a tile without conditioning rows).
     noise_var
-        Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``.
+        Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``; a row of a tile without
+        conditioning rows adds its testers' persistent ``sum_k mu_k c_ik`` (:func:`row_noise`).
     seen
         Whether the row's tile has conditioning rows.
     pull
@@ -257,6 +277,22 @@ def _layout(
     return _Layout(uniq, as_t(t), as_t(r), as_t(vf), as_t(comp), torch.as_tensor(mask), group)
 
 
+def tile_offset_variance(
+    lay: _Layout, tau2: torch.Tensor, mu: torch.Tensor | None, index: Any = None
+) -> torch.Tensor:
+    """``tau_j² = tau²_g + sum_k mu_k c̄_jk`` of the layout's tiles (at ``index``): the place's
+    variance plus the persistent part of the mean noise component of the tile's rows."""
+    group = lay.group if index is None else lay.group[index]
+    out = tau2[group]
+    if mu is None:
+        return out
+    mask = lay.mask if index is None else lay.mask[index]
+    comp = lay.components if index is None else lay.components[index]
+    count = mask.sum(-1).clamp_min(1).to(_DT)
+    cbar = (comp * mask[..., None]).sum(-2) / count[:, None]
+    return out + (cbar * mu).sum(-1)
+
+
 def _tile_covariance(
     t_a: torch.Tensor,
     v_a: torch.Tensor,
@@ -278,9 +314,12 @@ def _factor(
     lam: torch.Tensor,
     kappa: torch.Tensor,
     constant: torch.Tensor | None = None,
+    *,
+    mu: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert);
-    ``tau2`` holds one ``tau²`` per group; ``constant`` (one per layout row) is added to every
+    ``tau2`` holds one ``tau²`` per group and ``mu`` the persistent shares
+    (:func:`tile_offset_variance`); ``constant`` (one per layout row) is added to every
     pair of the row's real slots (a constant prior part, e.g. a kriging variance)."""
     pair = lay.mask[:, :, None] & lay.mask[:, None, :]
     K = _tile_covariance(
@@ -288,7 +327,7 @@ def _factor(
         lay.var_f[:, :, None],
         lay.times[:, None, :],
         lay.var_f[:, None, :],
-        tau2=tau2[lay.group][:, None, None],
+        tau2=tile_offset_variance(lay, tau2, mu)[:, None, None],
         rho=rho,
         lam=lam,
     )
@@ -314,11 +353,13 @@ def _predict_tile(
     tau2: torch.Tensor,
     rho: torch.Tensor,
     lam: torch.Tensor,
+    mu: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shift and tile variance of rows in tile ``slot`` (-1: no conditioning rows).
 
     ``tau2`` holds one ``tau²`` per group and ``group`` each row's group code: it sets the prior
-    of a row whose tile has no conditioning rows; a seen tile's own group sets the rest."""
+    (the place's) of a row whose tile has no conditioning rows; a seen tile's own group and
+    rows set the rest (:func:`tile_offset_variance`)."""
     shift = torch.zeros(slot.size, dtype=_DT)
     var = tau2[group] + lam * var_f
     seen = slot >= 0
@@ -326,7 +367,7 @@ def _predict_tile(
         return shift, var
     idx = torch.as_tensor(slot[seen])
     sel = torch.as_tensor(seen)
-    tile_tau2 = tau2[lay.group[idx]]
+    tile_tau2 = tile_offset_variance(lay, tau2, mu, idx)
     ks = _tile_covariance(
         times[sel][:, None],
         var_f[sel][:, None],
@@ -343,6 +384,15 @@ def _predict_tile(
     prior = tile_tau2 + lam * var_f[sel]
     var = var.index_put((pos,), (prior - (a * a).sum(-1)).clamp_min(0.0))
     return shift, var
+
+
+def row_noise(
+    components: np.ndarray, kappa: torch.Tensor, mu: torch.Tensor, *, seen: np.ndarray
+) -> np.ndarray:
+    """A row's noise ``sum_k kappa_k c_k``, plus its testers' persistent ``sum_k mu_k c_k``
+    where its tile has no conditioning rows (a measured tile's is in its offset)."""
+    noise = components @ kappa.numpy()
+    return noise + np.where(seen, 0.0, components @ mu.numpy())
 
 
 def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
@@ -495,6 +545,11 @@ class TileEffect:
             torch.tensor(p.noise_scale, dtype=_DT),
         )
 
+    @property
+    def persistent(self) -> torch.Tensor:
+        """``mu_k`` as a tensor (:class:`TileEffectParameters`'s ``persistent_scale``)."""
+        return torch.tensor(self.params.persistent_scale, dtype=_DT)
+
     def _layout(self) -> _Layout:
         if self._layout_cache is None:
             self._layout_cache = _layout(
@@ -527,6 +582,7 @@ class TileEffect:
         val_groups: Any = None,
         max_rows: int = MAX_ROWS,
         max_iter: int = 100,
+        persistent: bool = False,
     ) -> TileEffect:
         """Choose ``(tau², rho, lambda, kappa)`` by the validation NLL of rows predicted from
         their tile's training rows, and return the tile effect conditioned on the training rows.
@@ -549,6 +605,9 @@ class TileEffect:
             At most this many latest rows per tile condition the offset.
         max_iter
             L-BFGS iterations.
+        persistent
+            Also fit ``mu``, the testers' persistent share of the ``meas``/``dev`` noise
+            components (off by default: docs/quantities.md, "Busy tiles").
 
         Returns
         -------
@@ -584,17 +643,20 @@ class TileEffect:
         t_tiles, t_times, t_res, t_var, t_comp = (np.asarray(a)[used] for a in train)
         lay = _layout(t_tiles, t_times, t_res, t_var, t_comp, code_train[used], max_rows=max_rows)
         slot = _slots(lay.tiles, val[0])
-        vt = torch.as_tensor(val[1], dtype=_DT)
-        vr = torch.as_tensor(val[2], dtype=_DT)
-        vvf = torch.as_tensor(val[3], dtype=_DT)
-        vc = torch.as_tensor(val[4], dtype=_DT)
+        vt, vr, vvf, vc = (torch.as_tensor(a, dtype=_DT) for a in val[1:])
         floor_share = float(np.mean(train[4][:, 0])) if names else 0.1
         n_g = len(group_names)
-        # tau² per group, rho, lambda, kappa: half the floor in the offset, rho 0.9, as is
+        n_k = len(names)
+        lasting = torch.tensor(
+            [persistent and n in PERSISTENT_COMPONENTS for n in names], dtype=torch.bool
+        )
+        # tau² per group, rho, lambda, kappa, mu: half the floor in the offset, rho 0.9, the
+        # noise as is and a tenth of it persistent
         raw = torch.tensor(
             [math.log(max(0.5 * floor_share, 1e-6))] * n_g
             + [math.log(0.9 / 0.1), 0.0]
-            + [0.0] * len(names),
+            + [0.0] * n_k
+            + [math.log(0.1)] * n_k,
             dtype=_DT,
             requires_grad=True,
         )
@@ -604,25 +666,28 @@ class TileEffect:
         scale = max(float(np.var(train[2])), 1e-12)
         log_tau2 = (math.log(1e-8 * scale), math.log(100.0 * scale))
 
-        def unpack(
-            p: torch.Tensor,
-        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, ...]:
             tau2 = torch.exp(p[:n_g].clamp(*log_tau2))
             rho = torch.sigmoid(p[n_g]).clamp(1e-6, 1.0)
             lam = torch.exp(p[n_g + 1].clamp(math.log(1e-6), math.log(1e3)))
-            return tau2, rho, lam, torch.exp(p[n_g + 2 :].clamp(math.log(1e-8), math.log(1e3)))
+            kappa = torch.exp(p[n_g + 2 : n_g + 2 + n_k].clamp(math.log(1e-8), math.log(1e3)))
+            mu = torch.exp(p[n_g + 2 + n_k :].clamp(math.log(1e-8), math.log(1e3)))
+            return tau2, rho, lam, kappa, torch.where(lasting, mu, torch.zeros_like(mu))
+
+        unseen_val = torch.as_tensor(slot < 0)
 
         def val_nll(p: torch.Tensor) -> torch.Tensor:
-            tau2, rho, lam, kappa = unpack(p)
-            L, b = _factor(lay, tau2, rho, lam, kappa)
+            tau2, rho, lam, kappa, mu = unpack(p)
+            L, b = _factor(lay, tau2, rho, lam, kappa, mu=mu)
             shift, tile_var = _predict_tile(
-                lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam
+                lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
             )
-            return mean_gaussian_nll(vr, shift, tile_var + (vc * kappa).sum(-1))
+            noise = (vc * kappa).sum(-1) + unseen_val * (vc * mu).sum(-1)
+            return mean_gaussian_nll(vr, shift, tile_var + noise)
 
         minimize_lbfgs(val_nll, raw, max_iter=max_iter)
         with torch.no_grad():
-            tau2, rho, lam, kappa = unpack(raw)
+            tau2, rho, lam, kappa, mu = unpack(raw)
             best = float(val_nll(raw))
             without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
         params = TileEffectParameters(
@@ -633,6 +698,7 @@ class TileEffect:
             latent_scale=float(lam),
             val_nll=best,
             val_nll_without=without,
+            persistent_scale=tuple(float(m) for m in mu),
         )
         return cls(
             params,
@@ -714,6 +780,7 @@ class TileEffect:
         code = _group_codes(labels, self.params.groups, what="prediction rows")
         lay = self._layout()
         tau2, rho, lam, kappa = self._tensors()
+        mu = self.persistent
         slot = _slots(lay.tiles, tiles_a)
         shift = np.zeros(tiles_a.size)
         tile_var = tau2.numpy()[code] + self.params.latent_scale * vf
@@ -722,7 +789,7 @@ class TileEffect:
             for a in range(0, seen_tiles.size, tile_chunk):
                 block = seen_tiles[a : a + tile_chunk]
                 sub = lay.subset(block)
-                L, b = _factor(sub, tau2, rho, lam, kappa)
+                L, b = _factor(sub, tau2, rho, lam, kappa, mu=mu)
                 rows = np.flatnonzero(np.isin(slot, block))
                 local = np.searchsorted(block, slot[rows])
                 for s in range(0, rows.size, chunk_size):
@@ -738,9 +805,10 @@ class TileEffect:
                         tau2=tau2,
                         rho=rho,
                         lam=lam,
+                        mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
-        noise = comp @ kappa.numpy()
+        noise = row_noise(comp, kappa, mu, seen=slot >= 0)
         return TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=slot >= 0)
 
 
@@ -770,6 +838,7 @@ def fit_tile_effect(
     groups_val: Any = None,
     max_rows: int = MAX_ROWS,
     seed: int = 0,
+    persistent: bool = False,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
@@ -802,6 +871,8 @@ def fit_tile_effect(
         Latest rows per tile that condition its offset.
     seed
         Seed of the training hold-out.
+    persistent
+        Also fit the testers' persistent share ``mu`` (:meth:`TileEffect.fit`).
 
     Raises
     ------
@@ -848,6 +919,7 @@ def fit_tile_effect(
         groups=None if groups_a is None else groups_a[fit_rows],
         val_groups=obj_groups,
         max_rows=max_rows,
+        persistent=persistent,
     )
     params = dataclasses.replace(
         fitted.params, objective=objective, objective_rows=int(obj[0].size)

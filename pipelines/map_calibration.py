@@ -5,7 +5,9 @@ tile's level is the tests-weighted mean of its log10 values, ``L = sum w y / sum
 tests). The map's prediction of that level is the same average of the quantity at each test
 row's quarter: mean ``sum w m / sum w`` and sd ``sum w s / sum w`` (the quarters taken fully
 correlated, the widest case), and the level's own noise ``sum w² n / (sum w)²`` (``n``: each
-row's observation noise under the same model) is added to its variance. Reported per quantity
+row's observation noise under the same model) is added to its variance, with the part its
+testers carry across quarters (``p``, at tiles without history) taken fully correlated:
+``(sum w sqrt(p) / sum w)²``. Reported per quantity
 (``tile``: what maps show; ``area``: the smooth f(x)), overall, urban and rural: the share of
 tiles whose level lies inside the 95% interval, the median |error| (log10) and the share off by
 more than a factor 2 (|error| > log10 2).
@@ -42,6 +44,7 @@ def map_calibration(
     mean: Any,
     var: Any,
     noise: Any,
+    persistent: Any = None,
     min_tests: int = MIN_TESTS,
 ) -> dict[str, Any]:
     """Coverage, median |error| and share off by > 2x of the tiles' levels (module docstring).
@@ -53,7 +56,10 @@ def map_calibration(
     mean, var
         The quantity's mean and variance at each row.
     noise
-        Each row's observation-noise variance (for the level's own noise).
+        Each row's observation-noise variance (for the level's own noise), ``persistent``
+        included.
+    persistent
+        The part of ``noise`` shared by a tile's rows (its testers'); default none.
     min_tests
         Tests a tile needs over its rows to be scored.
 
@@ -75,14 +81,20 @@ def map_calibration(
     frame["wy"] = w * np.asarray(y, dtype=np.float64)
     frame["wm"] = w * np.asarray(mean, dtype=np.float64)
     frame["ws"] = w * np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
-    frame["w2n"] = w**2 * np.asarray(noise, dtype=np.float64)
+    shared = np.zeros(w.shape) if persistent is None else np.asarray(persistent, dtype=np.float64)
+    frame["w2n"] = w**2 * (np.asarray(noise, dtype=np.float64) - shared)
+    frame["wp"] = w * np.sqrt(np.maximum(shared, 0.0))
     g = frame.groupby("tile", sort=True)
-    sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n")}
+    sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n", "wp")}
     keep = sums["w"] >= min_tests
     total = sums["w"][keep]
     level = sums["wy"][keep] / total
     pred = sums["wm"][keep] / total
-    sd = np.sqrt((sums["ws"][keep] / total) ** 2 + sums["w2n"][keep] / total**2)
+    sd = np.sqrt(
+        (sums["ws"][keep] / total) ** 2
+        + sums["w2n"][keep] / total**2
+        + (sums["wp"][keep] / total) ** 2
+    )
     is_urban = g["urban"].last().to_numpy()[keep]
     err = pred - level
     out: dict[str, Any] = {"tiles": int(keep.sum()), "min_tests": int(min_tests)}
@@ -157,5 +169,7 @@ def map_calibration_of_run(
         # all of the GP's noise)
         t = predict_quantity(model, X, quantity="test", effect=effect, **common)
         noise = t.var - q.var
-        result[quantity] = map_calibration(mean=q.mean, var=q.var, noise=noise, **rows)
+        result[quantity] = map_calibration(
+            mean=q.mean, var=q.var, noise=noise, persistent=t.persistent_var, **rows
+        )
     return result

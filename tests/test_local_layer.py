@@ -226,3 +226,54 @@ def test_lonlat_to_km_distances() -> None:
     assert np.hypot(*(xy[2] - xy[0])) == pytest.approx(
         11.12 * math.cos(math.radians(21.3)), rel=1e-3
     )
+
+
+def test_persistent_share_matches_the_dense_joint_gaussian() -> None:
+    """With the testers' persistent share mu, tile j's white offset has variance
+    tau² + mu * mean(c_j) and an unseen place keeps tau² (the place's)."""
+    rng = np.random.default_rng(4)
+    tiles, times, pos, v, noise, xy = _data(rng)
+    comp = np.column_stack([np.full(tiles.size, 0.02), noise[:, 0]])
+    mu = 0.7
+    residual = rng.normal(0, 0.3, tiles.size)
+    params = TileEffectParameters(
+        tau2={"all": TAU2},
+        rho=RHO,
+        noise_scale=(1.0, KAPPA),
+        components=("floor", "meas"),
+        latent_scale=LAM,
+        persistent_scale=(0.0, mu),
+    )
+    effect = TileEffect(
+        params, tiles=tiles, times=times, residual=residual, var_f=v, components=comp
+    )
+    spatial = SpatialParameters(
+        sigma2=SIGMA2, range_km=RANGE, tau2={"all": TAU2}, neighbours=len(xy)
+    )
+    layer = LocalLayer(effect, spatial, tile_xy=xy[np.argsort(np.unique(tiles))])
+    tau_j = {t: TAU2 + mu * comp[tiles == t, 1].mean() for t in np.unique(tiles)}
+    tau_row = np.array([tau_j[t] for t in tiles])
+    d = np.sqrt(((pos[:, None] - pos[None]) ** 2).sum(-1))
+    same = tiles[:, None] == tiles[None]
+    S = SIGMA2 * _c(d) + same * tau_row[:, None] * RHO ** np.abs(times[:, None] - times[None])
+    S = S + same * LAM * np.sqrt(np.outer(v, v)) + np.diag(comp @ np.array([1.0, KAPPA]))
+    targets = [("t05", 8.0, xy[5], v[tiles == "t05"][0]), ("new", 5.0, np.array([4.0, 6.0]), 0.02)]
+    pred = layer.predict(
+        tiles=[t[0] for t in targets],
+        xy=np.array([t[2] for t in targets]),
+        times=[t[1] for t in targets],
+        var_f=[t[3] for t in targets],
+        components=np.full((2, 2), 0.05),
+    )
+    for i, (tile, time, at, v_t) in enumerate(targets):
+        tau_t = tau_j.get(tile, TAU2)
+        k = SIGMA2 * _c(np.sqrt(((pos - at) ** 2).sum(-1)))
+        own = tiles == tile
+        k = k + own * (tau_t * RHO ** np.abs(time - times) + LAM * np.sqrt(v_t * v))
+        sol = np.linalg.solve(S, np.column_stack([residual, k]))
+        assert pred.shift[i] == pytest.approx(k @ sol[:, 0], rel=1e-8, abs=1e-10)
+        var = SIGMA2 + tau_t + LAM * v_t - k @ sol[:, 1]
+        assert pred.tile_var[i] == pytest.approx(var, rel=1e-8, abs=1e-10)
+    # the unseen place's test noise carries its testers' share; the measured tile's does not
+    assert pred.noise_var[1] == pytest.approx(0.05 + KAPPA * 0.05 + mu * 0.05)
+    assert pred.noise_var[0] == pytest.approx(0.05 + KAPPA * 0.05)

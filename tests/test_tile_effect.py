@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -315,3 +316,67 @@ def test_noise_components_sum_to_the_variance(noise, cov) -> None:
     assert comp.shape == (n, len(noise.component_names))
     torch.testing.assert_close(comp.sum(-1), noise.variance(cov).expand(n))
     assert bool((comp >= 0).all())
+
+
+def test_persistent_share_matches_the_dense_reference() -> None:
+    """tau_j² = tau²_g + sum_k mu_k mean(c_jk): a measured tile's prior grows with its rows'
+    noise components; an unseen tile keeps the place's tau²_g and its row's noise adds mu'c."""
+    rng = np.random.default_rng(3)
+    tiles, times, r = _rows(rng, 20, tau2=0.3, rho=0.8, noise=0.2)
+    comp = np.column_stack([np.full(r.size, 0.1), rng.uniform(0.01, 0.5, r.size)])
+    mu = np.array([0.0, 0.8])
+    params = TileEffectParameters(
+        tau2=0.1,
+        rho=0.85,
+        noise_scale=(0.6, 1.3),
+        components=("floor", "meas"),
+        latent_scale=1.2,
+        persistent_scale=tuple(mu),
+    )
+    effect = _effect(params, rng, tiles, times, r, comp, max_rows=6)
+    q_tiles = np.array(["t001", "t004", "t011", "unseen"])
+    q_times = np.array([3.0, 12.0, 1.0, 2.0])
+    q_comp = rng.uniform(0.01, 0.3, (q_tiles.size, 2))
+    q_vf = rng.uniform(0.0, 0.05, q_tiles.size)
+    pred = effect.predict(tiles=q_tiles, times=q_times, var_f=q_vf, components=q_comp)
+    for i, tile in enumerate(q_tiles):
+        rows = np.flatnonzero(effect.tiles == tile)
+        rows = rows[np.argsort(effect.times[rows], kind="stable")][-effect.max_rows :]
+        tau2 = 0.1 + (comp[rows].mean(axis=0) @ mu if rows.size else 0.0)
+        prior = tau2 + 1.2 * q_vf[i]
+        if rows.size == 0:
+            mean, var = 0.0, prior
+        else:
+            t, v = effect.times[rows], effect.var_f[rows]
+            K = tau2 * 0.85 ** np.abs(t[:, None] - t[None]) + 1.2 * np.sqrt(np.outer(v, v))
+            E = np.diag(comp[rows] @ np.array([0.6, 1.3]))
+            k = tau2 * 0.85 ** np.abs(q_times[i] - t) + 1.2 * np.sqrt(q_vf[i] * v)
+            sol = np.linalg.solve(K + E, np.column_stack([effect.residual[rows], k]))
+            mean, var = k @ sol[:, 0], prior - k @ sol[:, 1]
+        assert pred.shift[i] == pytest.approx(mean, abs=1e-8)
+        assert pred.tile_var[i] == pytest.approx(var, abs=1e-8)
+    noise = q_comp @ np.array([0.6, 1.3])
+    np.testing.assert_allclose(pred.noise_var[:3], noise[:3], rtol=1e-12)
+    assert pred.noise_var[3] == pytest.approx(noise[3] + q_comp[3] @ mu)
+    # the share matters: without it a measured tile's variance differs
+    plain = _effect(
+        dataclasses.replace(params, persistent_scale=(0.0, 0.0)),
+        np.random.default_rng(3),
+        tiles,
+        times,
+        r,
+        comp,
+        max_rows=6,
+    )
+    plain.var_f = effect.var_f
+    other = plain.predict(tiles=q_tiles, times=q_times, var_f=q_vf, components=q_comp)
+    assert np.abs(other.tile_var[:3] - pred.tile_var[:3]).max() > 1e-3
+
+
+def test_old_files_without_a_persistent_share_read_as_zero() -> None:
+    raw = TileEffectParameters(
+        tau2=0.2, rho=0.9, noise_scale=(1.0, 1.0), components=("floor", "meas")
+    ).to_dict()
+    assert raw["persistent_scale"] == [0.0, 0.0]
+    raw.pop("persistent_scale")
+    assert TileEffectParameters.from_dict(raw).persistent_scale == (0.0, 0.0)

@@ -43,6 +43,19 @@ def test_the_levels_own_noise_widens_the_interval() -> None:
     assert noisy["all"]["coverage95"] == 1.0
 
 
+def test_the_testers_persistent_part_is_shared_by_a_tiles_rows() -> None:
+    """Four rows of 10 tests, each with persistent variance p: the level carries p itself (the
+    rows share it), not p / 4 as independent noise would give."""
+    kw = {"tiles": ["a"] * 4, "y": [0.0] * 4, "tests": [10] * 4, "urban": [True] * 4}
+    kw |= {"mean": [0.5] * 4, "var": [0.01] * 4}
+    p = 0.06
+    independent = map_calibration(noise=[p] * 4, **kw)  # sd sqrt(0.01 + p / 4) = 0.158
+    shared = map_calibration(noise=[p] * 4, persistent=[p] * 4, **kw)  # sd sqrt(0.01 + p)
+    assert 1.96 * math.sqrt(0.01 + p / 4) < 0.5 <= 1.96 * math.sqrt(0.01 + p)
+    assert independent["all"]["coverage95"] == 0.0
+    assert shared["all"]["coverage95"] == 1.0
+
+
 def test_no_eligible_tile_gives_no_groups() -> None:
     cal = map_calibration(
         tiles=["a"], y=[1.0], tests=[3], urban=[True], mean=[1.0], var=[0.1], noise=[0.0]
