@@ -96,8 +96,20 @@ class RBFInducingBasis(nn.Module):
         return d2.clamp_min(0.0)
 
     def cross(self, g: torch.Tensor) -> torch.Tensor:
-        """``k_Z(g)``: the base kernel between ``g`` (b, h) and the inducing points, (b, r)."""
-        return self.outputscale() * torch.exp(-0.5 * self._sqdist(g, self.inducing))
+        """``k_Z(g)``: the base kernel between ``g`` (b, h) and the inducing points, (b, r).
+
+        In log space, one fused product: ``log k = log sk2 + a'z - ||a||²/2 - ||z||²/2`` with
+        ``a = g / l``, ``z = Z / l``, capped at ``log sk2`` (the squared distance is >= 0).
+        """
+        inv_l = torch.exp(-self.log_lengthscale)
+        a = g * inv_l
+        z = self.inducing * inv_l
+        bias = self.log_outputscale - 0.5 * (z * z).sum(-1)
+        logits = torch.addmm(bias, a, z.T)
+        half_sq = 0.5 * (a * a).sum(-1, keepdim=True)
+        if torch.is_grad_enabled() and logits.requires_grad:
+            return torch.exp(torch.clamp(logits - half_sq, max=self.log_outputscale))
+        return logits.sub_(half_sq).clamp_(max=float(self.log_outputscale)).exp_()
 
     def chol(self) -> torch.Tensor:
         """``Lzz = chol(Kzz + j sk2 I)``, lower triangular (r, r)."""

@@ -107,3 +107,34 @@ def test_weight_decay_groups_partition_parameters() -> None:
     other = {id(p) for p in model.other_parameters()}
     assert back.isdisjoint(other)
     assert back | other == {id(p) for p in model.parameters()}
+
+
+def test_rbf_cross_values_and_gradients_match_the_dense_kernel() -> None:
+    """The log-space ``k_Z(g)`` (fused product, in place without autograd) equals
+    ``sk2 exp(-|g - z|² / 2l²)`` and gives the same gradients."""
+    h, r = 3, 6
+    basis = RBFInducingBasis(h, r, generator=torch.Generator().manual_seed(1)).to(DT)
+    with torch.no_grad():
+        basis.log_lengthscale.copy_(torch.tensor([0.1, -0.4, 0.3], dtype=DT))
+        basis.log_outputscale.fill_(0.2)
+    g = torch.randn(9, h, dtype=DT, requires_grad=True)
+
+    def dense() -> torch.Tensor:
+        inv_l = torch.exp(-basis.log_lengthscale)
+        d2 = ((g[:, None, :] - basis.inducing[None]) * inv_l).pow(2).sum(-1)
+        return basis.log_outputscale.exp() * torch.exp(-0.5 * d2)
+
+    ours, ref = basis.cross(g), dense()
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-14)
+    with torch.no_grad():
+        torch.testing.assert_close(basis.cross(g), ref.detach(), rtol=1e-12, atol=1e-14)
+    weights = torch.randn(9, r, dtype=DT)
+    params = [g, basis.inducing, basis.log_lengthscale, basis.log_outputscale]
+    got = torch.autograd.grad((ours * weights).sum(), params)
+    want = torch.autograd.grad((ref * weights).sum(), params)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # a point on an inducing point gets exactly sk2 (the cap), never more
+    with torch.no_grad():
+        at_z = basis.cross(basis.inducing[:2].clone())
+    assert float(at_z.max()) <= math.exp(0.2) * (1 + 1e-15)
