@@ -19,14 +19,6 @@ import numpy as np
 import torch
 
 from geodbk.batches import InputFn, RowGroupSource, stack_inputs
-
-# pipelines/report.py imports these parquet passes from here; they live in the I/O package.
-from geodbk.geo.parquet_batches import (
-    count_rows,
-    iter_parquet_batches,
-    predict_table,
-    streaming_mean_std,
-)
 from geodbk.training import (
     _make_optimizer,
     batch_loss,
@@ -37,13 +29,7 @@ from geodbk.training import (
 )
 from geodbk.validation import counts_or_one
 
-__all__ = [
-    "count_rows",
-    "iter_parquet_batches",
-    "predict_table",
-    "streaming_mean_std",
-    "train_streaming",
-]
+__all__ = ["train_streaming"]
 
 
 def train_streaming(

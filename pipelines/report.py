@@ -14,8 +14,8 @@ when P(speed ≥ threshold) ≥ 0.9 (latency: P(latency ≤ threshold) ≥ 0.9),
 quarter for a time-aware model.
 
 Memory: the tile table is never loaded whole; every pass streams the columns it needs, one
-record batch at a time (:func:`geodbk.streaming.streaming_mean_std`,
-:func:`geodbk.streaming.predict_table`, :func:`scan_tiles`, :class:`pipelines.figures.SdBinner`).
+record batch at a time (:func:`geodbk.geo.parquet_batches.streaming_mean_std`,
+:func:`geodbk.geo.parquet_batches.predict_table`, :func:`scan_tiles`, :class:`pipelines.figures.SdBinner`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ from geodbk.errors import DataError, ModelFileError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.licence import licence_line
+from geodbk.geo.parquet_batches import (
+    count_rows,
+    iter_parquet_batches,
+    predict_table,
+    streaming_mean_std,
+)
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.metrics import (
@@ -50,7 +56,6 @@ from geodbk.metrics import (
 )
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
-from geodbk.streaming import count_rows, iter_parquet_batches, predict_table, streaming_mean_std
 from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.bundles import load_model
@@ -521,7 +526,7 @@ def write_test_predictions(
     """Stream the test split through ``model`` into ``dst`` (``predictions.parquet``, atomic,
     with the data ``licence`` in its metadata; default the run's).
 
-    :func:`geodbk.streaming.predict_table` writes the test rows with a finite target (each at
+    :func:`geodbk.geo.parquet_batches.predict_table` writes the test rows with a finite target (each at
     its own quarter for a time-aware model, with its own ``tests`` for a tests-aware one) to a
     temporary file, which is then rewritten batch by batch with the columns
     :data:`PREDICTION_COLUMNS` (``y`` = the log10 target, ``tests`` as float64 ≥ 1) plus,

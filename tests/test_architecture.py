@@ -13,12 +13,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "architecture.py"
 #: I/O allowed in geodbk outside geodbk.geo: (module, what) -> why.
-IO_EXCEPTIONS = {
-    ("geodbk.streaming", "geodbk.geo.parquet_batches (pyarrow)"): (
-        "re-exports count_rows, iter_parquet_batches, predict_table and streaming_mean_std, "
-        "which pipelines/report.py imports from geodbk.streaming"
-    ),
-}
+IO_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
