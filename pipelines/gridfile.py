@@ -3,6 +3,8 @@
 The grid is written row block by row block straight into a NetCDF-4 (HDF5) file through
 h5netcdf, chunked by row blocks and compressed (zlib with byte shuffle), at a hidden temporary
 path next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
+A block that fills whole chunks is encoded here, the variables' chunks compressed in parallel
+threads (zlib releases the GIL), and written as raw chunks; a chunk holding only the fill value is not stored at all (readers get the fill value).
 Peak memory is one row block, whatever the grid size. Paths and attributes may hold any Unicode
 text. CF conventions (``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN,
 bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to bool), every grid
@@ -18,7 +20,9 @@ import logging
 import os
 import shutil
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,15 @@ CHUNK_CELLS = 262_144
 SPACE_MARGIN = 1 << 20
 #: Bytes of written chunks HDF5 may hold per variable before writing them (its chunk cache).
 CHUNK_CACHE = 1 << 20
+
+
+def encode_chunk(values: np.ndarray, *, level: int = COMPRESSION_LEVEL) -> bytes:
+    """One chunk as HDF5's shuffle + deflate filters store it: the bytes regrouped by their
+    position in each element (byte 0 of every element, then byte 1, ...), then zlib."""
+    flat = np.ascontiguousarray(values).reshape(-1)
+    size = flat.dtype.itemsize
+    shuffled = flat.view(np.uint8).reshape(-1, size).T.copy() if size > 1 else flat.view(np.uint8)
+    return zlib.compress(shuffled.tobytes(), level)
 
 
 def free_bytes(folder: Path) -> int:
@@ -145,6 +158,8 @@ class GridWriter:
         self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.part.nc")
         self._rows_done = np.zeros(len(self.y), dtype=bool)
         self._written = 0
+        self._chunk_rows = max(1, min(len(self.y), CHUNK_CELLS // max(len(self.x), 1)))
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
         self._ensure_space(0)
         try:
             self._nc: Any = h5netcdf.File(self._tmp, "w")
@@ -182,20 +197,49 @@ class GridWriter:
         n_rows = rows.stop - rows.start
         n_bytes = sum(max(dt.itemsize, 1) * n_rows * nx for dt, _ in self.variables.values())
         self._ensure_space(n_bytes)
+        blocks = {}
         for name, (dt, _) in self.variables.items():
             arr = np.asarray(values[name])
             if arr.shape != (n_rows, nx):
                 raise ValueError(f"{name}: block shape {arr.shape}, expected {(n_rows, nx)}")
-            disk = np.int8 if dt == np.dtype(bool) else dt
-            self._nc.variables[name][rows, :] = arr.astype(disk)
+            blocks[name] = arr.astype(np.int8 if dt == np.dtype(bool) else dt, copy=False)
+        cr = self._chunk_rows
+        whole = rows.start % cr == 0 and (n_rows == cr or rows.stop == len(self.y))
+        if whole:
+            self._write_chunks(rows.start // cr, blocks)
+        else:
+            for name, arr in blocks.items():
+                self._nc.variables[name][rows, :] = arr
         self._rows_done[rows] = True
         self._written += n_bytes
+
+    def _write_chunks(self, index: int, blocks: Mapping[str, np.ndarray]) -> None:
+        """Chunk ``index`` of every variable: encoded in parallel (:func:`encode_chunk`), written
+        raw; a chunk of fill values only is left unallocated."""
+        cr, nx = self._chunk_rows, len(self.x)
+        chunks: dict[str, np.ndarray] = {}
+        for name, arr in blocks.items():
+            dt, attrs = self.variables[name]
+            fill = np.int8(0) if dt == np.dtype(bool) else fill_value(dt, attrs)
+            nan_fill = np.issubdtype(arr.dtype, np.floating) and bool(np.isnan(fill))
+            if (np.isnan(arr) if nan_fill else arr == fill).all():
+                continue
+            if arr.shape[0] < cr:  # the last chunk runs past the grid: pad with the fill
+                pad = np.full((cr - arr.shape[0], nx), fill, dtype=arr.dtype)
+                arr = np.concatenate([arr, pad])
+            chunks[name] = arr
+        # compressing while the next block is computed was slower on 2 cores (torch's threads
+        # and zlib's compete), so the block's chunks are encoded together and written now
+        encoded = self._pool.map(encode_chunk, chunks.values())
+        for name, data in zip(chunks, encoded, strict=True):
+            self._nc.variables[name]._h5ds.id.write_direct_chunk((index * cr, 0), data)
 
     def close(self) -> Path:
         """Move the complete file onto :attr:`path`; every row must have been written."""
         try:
             if not self._rows_done.all():
                 raise ValueError(f"{int((~self._rows_done).sum())} grid rows were never written")
+            self._pool.shutdown()
             self._nc.close()
             with open(self._tmp, "rb") as handle:
                 os.fsync(handle.fileno())
@@ -213,6 +257,8 @@ class GridWriter:
 
     def abort(self) -> None:
         """Close and remove the temporary file without writing the destination."""
+        with contextlib.suppress(Exception):
+            self._pool.shutdown(cancel_futures=True)
         with contextlib.suppress(Exception):
             self._nc.close()
         with contextlib.suppress(OSError):

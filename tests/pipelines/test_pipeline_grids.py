@@ -113,3 +113,57 @@ def test_grid_writer_refuses_incomplete(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="never written"):
         w.close()
     assert not (tmp_path / "g.nc").exists()
+
+
+def test_grid_writer_raw_chunks_read_back_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks that fill whole chunks are encoded here (shuffle + zlib) and written raw: xarray,
+    h5py and GDAL read back every value; a chunk of fill values only is not stored."""
+    import h5py
+    import rasterio
+
+    import pipelines.gridfile as gridfile
+
+    nx, ny = 7, 11
+    monkeypatch.setattr(gridfile, "CHUNK_CELLS", 3 * nx)  # chunks of 3 rows, the last one short
+    x = np.linspace(-1.0, 1.0, nx)
+    y = np.linspace(2.0, 1.0, ny)
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(ny, nx)).astype(np.float32)
+    a[3:6] = np.nan  # chunk 1: fill only
+    b = rng.normal(size=(ny, nx))
+    c = rng.integers(-5, 5, size=(ny, nx)).astype(np.int16)
+    c[0, :] = -1
+    m = a > 0
+    path = tmp_path / "g.nc"
+    w = GridWriter(
+        path,
+        x=x,
+        y=y,
+        variables={
+            "a": (np.float32, {}),
+            "b": (np.float64, {}),
+            "c": (np.int16, {"_FillValue": -1}),
+            "m": (bool, {}),
+        },
+        attrs={},
+        crs_attrs=crs_attributes(),
+    )
+    for start in range(0, ny, 3):
+        rows = slice(start, min(start + 3, ny))
+        w.write_rows(rows, {"a": a[rows], "b": b[rows], "c": c[rows], "m": m[rows]})
+    w.close()
+    with xr.open_dataset(path) as ds:
+        np.testing.assert_array_equal(ds["a"].values, a)
+        np.testing.assert_array_equal(ds["b"].values, b)
+        np.testing.assert_array_equal(ds["m"].values, m)
+        got_c = ds["c"].values  # -1 is the fill value: decoded to NaN
+        np.testing.assert_array_equal(np.isnan(got_c), c == -1)
+        np.testing.assert_array_equal(got_c[c != -1], c[c != -1])
+    with h5py.File(path, "r") as h5:
+        assert h5["a"].id.get_num_chunks() == 3  # of 4: the all-NaN chunk is not stored
+        assert h5["b"].id.get_num_chunks() == 4
+        assert h5["a"].compression == "gzip" and h5["a"].shuffle
+    with rasterio.open(f"netcdf:{path}:b") as src:
+        np.testing.assert_allclose(src.read(1), b)
