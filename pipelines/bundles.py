@@ -13,6 +13,7 @@ from geodbk.estimator import DBKRegressor
 from geodbk.geo.tile_effect_files import load_tile_effect as load_tile_effect_files
 from geodbk.geo.tile_effect_files import save_tile_effect as save_tile_effect_files
 from geodbk.geo.tile_effect_files import tile_effect_files
+from geodbk.tile_effect import TileEffectParameters
 from pipelines.rundir import RunDir, require_model, stale_model_message
 
 log = logging.getLogger("geodbk")
@@ -48,6 +49,15 @@ def load_model(rd: RunDir, target: str) -> Any:
     return model
 
 
+def _canonical_effect(recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """The tile-effect parameters a model's metadata records, as ``to_dict`` writes them now
+    (a model trained before a parameter existed records it with its default)."""
+    try:
+        return TileEffectParameters.from_dict(recorded).to_dict()
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
 def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
     """The tile effect saved with ``target``'s model, or ``None`` when it was trained without.
 
@@ -67,7 +77,7 @@ def load_tile_effect(rd: RunDir, target: str, model: Any) -> Any:
             f"tile_effect_rows.parquet) is missing or unreadable ({type(exc).__name__}: {exc}); "
             f"retrain: geodbk train --run {rd.root} --target {target}"
         ) from None
-    if effect.params.to_dict() != expected:
+    if effect.params.to_dict() != _canonical_effect(expected):
         raise ModelFileError(
             f"{folder}: the tile effect files do not belong to this model (another training "
             f"run wrote them); retrain with `geodbk train --run {rd.root} --target {target} "

@@ -140,6 +140,23 @@ def test_a_foreign_tile_effect_is_refused(runs: dict[str, Path], tmp_path: Path)
         run_report(run, target="download")
 
 
+def test_a_model_trained_before_the_persistent_share_still_loads(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Model metadata and tile_effect.json written without ``persistent_scale`` (older runs)
+    read as a zero share, not as a foreign tile effect."""
+    run = tmp_path / "older"
+    shutil.copytree(runs["tiled"], run)
+    folder = run / "models" / "download"
+    for name in ("model.json", "tile_effect.json"):
+        doc = json.loads((folder / name).read_text())
+        params = doc["metadata"]["tile_effect"] if name == "model.json" else doc
+        assert params.pop("persistent_scale") == [0.0] * len(params["components"])
+        (folder / name).write_text(json.dumps(doc))
+    run_report(run, target="download")
+    assert _metrics(run)["tile_effect"]["persistent_scale"] == [0.0] * 3
+
+
 def test_cli_flags_config_and_refusals(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "cli"
     shutil.copytree(runs["plain"], run)
