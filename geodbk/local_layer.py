@@ -232,6 +232,30 @@ def _krige(
     return mu, var
 
 
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` for an (m, k) integer array, by one
+    64-bit key per row (a fixed random linear hash, wrapping) and a 1-D unique; rows sharing
+    a key are checked equal, and a collision falls back to the row-wise unique."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        out = np.unique(rows, axis=0, return_inverse=True)
+        return out[0], out[1].reshape(-1)
+    weights = np.random.default_rng(0x5EED).integers(
+        1, np.iinfo(np.int64).max, size=rows.shape[1], dtype=np.int64
+    )
+    with np.errstate(over="ignore"):
+        keys = (rows * weights).sum(axis=1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if not np.array_equal(rows[first[inverse]], rows):
+        out = np.unique(rows, axis=0, return_inverse=True)
+        return out[0], out[1].reshape(-1)
+    # ordered like np.unique(axis=0): lexicographically by row
+    order = np.lexsort(rows[first].T[::-1])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rows[first[order]], rank[inverse.reshape(-1)]
+
+
 class _Neighbours:
     """k nearest measured tiles of each target, its own tile excluded (a k-d tree in km)."""
 
@@ -266,7 +290,7 @@ class _Neighbours:
         by_slot = np.argsort(nb, axis=1, kind="stable")
         nb = np.take_along_axis(nb, by_slot, axis=1)
         d = np.take_along_axis(d, by_slot, axis=1)
-        sets, inverse = np.unique(nb, axis=0, return_inverse=True)
+        sets, inverse = unique_rows(nb)
         p = torch.as_tensor(self.xy[sets])
         return _Hood(
             nb=torch.as_tensor(nb),

@@ -277,3 +277,22 @@ def test_persistent_share_matches_the_dense_joint_gaussian() -> None:
     # the unseen place's test noise carries its testers' share; the measured tile's does not
     assert pred.noise_var[1] == pytest.approx(0.05 + KAPPA * 0.05 + mu * 0.05)
     assert pred.noise_var[0] == pytest.approx(0.05 + KAPPA * 0.05)
+
+
+def test_unique_rows_equals_numpy_and_survives_a_hash_collision() -> None:
+    from geodbk.local_layer import unique_rows
+
+    rng = np.random.default_rng(2)
+    rows = rng.integers(-1, 30, size=(40, 4))[rng.integers(0, 40, 500)]
+    want, want_inv = np.unique(rows, axis=0, return_inverse=True)
+    got, got_inv = unique_rows(rows)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_inv, want_inv.reshape(-1))
+    # two different rows with the same hash key: a = (w1, 0), b = (0, w0)
+    w = np.random.default_rng(0x5EED).integers(1, np.iinfo(np.int64).max, size=2, dtype=np.int64)
+    clash = np.array([[w[1], 0], [0, w[0]], [w[1], 0]], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        assert (clash[0] * w).sum() == (clash[1] * w).sum()
+    got, got_inv = unique_rows(clash)
+    np.testing.assert_array_equal(got, np.unique(clash, axis=0))
+    assert got_inv.tolist() == [1, 0, 1]
