@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_local_layer import _gp_parts, _map_scores, _rows, _scores
+from bench_local_layer import _gp_parts, _map_scores, _rows, _scores, fit_run_tile_effect
 
 DEVICE_BINS = (1.0, 1.2, 1.6, 2.5, 4.0, 8.0, np.inf)
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
-    from geodbk.tile_effect import fit_tile_effect, urban_groups
+    from geodbk.tile_effect import urban_groups
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)
@@ -82,33 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     gp = _gp_parts(model, frame)
     comp = np.asarray(gp["comp"])
     split = frame["split"].to_numpy()
-    tr, va, te = (split == s for s in ("train", "val", "test"))
+    te = split == "test"
     urban = frame["urban"].to_numpy(bool)
     groups = urban_groups(urban)
     tiles = frame["quadkey"].astype(str).to_numpy()
     y = frame["y"].to_numpy()
 
-    def noise(m: np.ndarray) -> dict[str, Any]:
-        return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
-
     results: dict[str, Any] = {}
     for name, persistent in (("tile_effect", False), ("with_testers_share", True)):
-        effect = fit_tile_effect(
-            model,
-            X=gp["X"][tr],
-            y=y[tr],
-            tiles=tiles[tr],
-            times=gp["times"][tr],
-            X_val=gp["X"][va],
-            y_val=y[va],
-            tiles_val=tiles[va],
-            times_val=gp["times"][va],
-            noise=noise(tr),
-            noise_val=noise(va),
-            groups=groups[tr],
-            groups_val=groups[va],
-            persistent=persistent,
-        )
+        effect = fit_run_tile_effect(model, frame, gp, persistent=persistent)
         part = effect.predict(
             tiles=tiles[te],
             times=gp["times"][te],

@@ -96,6 +96,42 @@ def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def fit_run_tile_effect(
+    model: Any, frame: pd.DataFrame, gp: dict[str, Any], *, seed: int = 0, **options: Any
+) -> Any:
+    """:func:`geodbk.tile_effect.fit_tile_effect` on the run's training and validation rows,
+    exactly as ``geodbk train`` fits it (its objective chosen by the split); ``options`` go
+    to it (e.g. ``persistent=True``)."""
+    from geodbk.tile_effect import fit_tile_effect, urban_groups
+
+    split = frame["split"].to_numpy()
+    tr, va = split == "train", split == "val"
+    groups = urban_groups(frame["urban"].to_numpy(bool))
+    tiles = frame["quadkey"].astype(str).to_numpy()
+    y = frame["y"].to_numpy()
+
+    def noise(m: np.ndarray) -> dict[str, Any]:
+        return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
+
+    return fit_tile_effect(
+        model,
+        X=gp["X"][tr],
+        y=y[tr],
+        tiles=tiles[tr],
+        times=gp["times"][tr],
+        X_val=gp["X"][va],
+        y_val=y[va],
+        tiles_val=tiles[va],
+        times_val=gp["times"][va],
+        noise=noise(tr),
+        noise_val=noise(va),
+        groups=groups[tr],
+        groups_val=groups[va],
+        seed=seed,
+        **options,
+    )
+
+
 def _scores(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
 ) -> dict:
@@ -172,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
-    from geodbk.tile_effect import fit_tile_effect, urban_groups
+    from geodbk.tile_effect import urban_groups
     from pipelines.layers import fit_run_local_layer, tile_positions
 
     if argv is None:
@@ -205,23 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
 
     y_all = frame["y"].to_numpy()
-    # exactly what `geodbk train` fits (its objective chosen by the split)
-    effect = fit_tile_effect(
-        model,
-        X=gp["X"][tr],
-        y=y_all[tr],
-        tiles=tiles[tr],
-        times=gp["times"][tr],
-        X_val=gp["X"][va],
-        y_val=y_all[va],
-        tiles_val=tiles[va],
-        times_val=gp["times"][va],
-        noise=noise(tr),
-        noise_val=noise(va),
-        groups=groups[tr],
-        groups_val=groups[va],
-        seed=args.seed,
-    )
+    effect = fit_run_tile_effect(model, frame, gp, seed=args.seed)
     t_effect = time.perf_counter()
     layer = fit_run_local_layer(
         model,
