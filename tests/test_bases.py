@@ -1,4 +1,4 @@
-"""Backbone, bases, q(w), noise: structure, initialisation and folding."""
+"""The expansions: RBF inducing basis (Nyström kernel, log-space cross kernel) and SiLU basis."""
 
 from __future__ import annotations
 
@@ -7,23 +7,9 @@ import math
 import pytest
 import torch
 
-from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
-from geodbk.likelihoods import GaussianNoise
-from geodbk.model import DBKModel
-from geodbk.variational import VariationalWeights
 
 DT = torch.float64
-
-
-def test_backbone_shape_and_structure() -> None:
-    net = ResidualMLP(3, 16)
-    with torch.no_grad():
-        out = net(torch.randn(5, 3))
-    assert out.shape == (5, 16)
-    assert len(net.blocks) == 2
-    # final SiLU: outputs bounded below by min SiLU = -0.2785
-    assert float(out.min()) >= -0.279
 
 
 def test_rbf_basis_init_and_nystrom_kernel() -> None:
@@ -63,50 +49,6 @@ def test_silu_basis_init() -> None:
     assert basis.prior_variance(torch.zeros(2, 8)) is None
     g = torch.randn(3, 8)
     assert torch.allclose(basis(g), basis.scale * torch.nn.functional.silu(basis.linear(g)))
-
-
-def test_variational_init_and_scale_tril() -> None:
-    r = 32
-    q = VariationalWeights(r, generator=torch.Generator().manual_seed(0))
-    chol = q.scale_tril()
-    assert torch.equal(chol, torch.tril(chol))
-    assert torch.allclose(torch.diagonal(chol), torch.full((r,), r**-0.5))
-    assert float(q.mean.abs().max()) == 0.0
-    strict = torch.tril(chol, -1)
-    assert 0.5 / r < float(strict[strict != 0].std()) < 2.0 / r
-
-
-def test_noise_init_and_floor() -> None:
-    noise = GaussianNoise(init=1e-2, floor=1e-6)
-    assert float(noise.variance()) == pytest.approx(1e-2, rel=1e-6)
-    with torch.no_grad():
-        noise.raw.fill_(-1e4)
-    assert float(noise.variance().detach()) == pytest.approx(1e-6, rel=1e-6)
-
-
-@pytest.mark.parametrize("expansion", ["rbf", "silu"])
-@pytest.mark.parametrize("correction", [False, True])
-def test_folded_prediction_equals_forward(expansion: str, correction: bool) -> None:
-    torch.manual_seed(0)
-    model = DBKModel(2, expansion=expansion, rank=12, hidden=8).to(DT)
-    x = torch.rand(20, 2, dtype=DT) * 2 - 1
-    with torch.no_grad():
-        out = model(x)
-        mean, var_f, var = model.predict_folded(x, model.fold(variance_correction=correction))
-    expected_var_f = out.var_f
-    if correction and out.var_correction is not None:
-        expected_var_f = out.var_f + out.var_correction
-    assert torch.allclose(mean, out.mean, atol=1e-10)
-    assert torch.allclose(var_f, expected_var_f, atol=1e-10)
-    assert torch.allclose(var, var_f + model.noise_var(), atol=1e-12)
-
-
-def test_weight_decay_groups_partition_parameters() -> None:
-    model = DBKModel(2, rank=4, hidden=4)
-    back = {id(p) for p in model.backbone_parameters()}
-    other = {id(p) for p in model.other_parameters()}
-    assert back.isdisjoint(other)
-    assert back | other == {id(p) for p in model.parameters()}
 
 
 def test_rbf_cross_values_and_gradients_match_the_dense_kernel() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import torch
 from sklearn.exceptions import NotFittedError
 
 from geodbk import DBKRegressor, Prediction
-from geodbk.device import resolve_device
 from geodbk.errors import DataError, ModelFileError
 
 SMALL: dict[str, Any] = {
@@ -181,17 +179,6 @@ def test_bad_inputs_raise_clear_errors(fitted: DBKRegressor) -> None:
         DBKRegressor(**{**SMALL, "expansion": "poly"}).fit(x, y)
     with pytest.raises(NotFittedError, match="not fitted"):
         DBKRegressor().predict(x)
-
-
-def test_cuda_request_without_cuda_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.warns(RuntimeWarning, match="CUDA is not available"):
-        assert resolve_device("cuda") == torch.device("cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert resolve_device("auto") == torch.device("cpu")
-    with pytest.raises(ValueError):
-        resolve_device("tpu")
 
 
 @pytest.mark.gpu

@@ -11,30 +11,9 @@ import torch
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
-from geodbk.likelihoods import GaussianNoise, TestsNoise
+from geodbk.likelihoods import TestsNoise
 from geodbk.objectives import exact_marginal_log_likelihood, gaussian_kl_standard
 from geodbk.posterior import exact_weight_posterior
-
-
-def test_tests_noise_formula_and_power() -> None:
-    noise = TestsNoise(init=0.3, floor=1e-6).double()
-    tests = torch.tensor([1.0, 2.0, 4.0, 100.0], dtype=torch.float64)
-    s2 = noise.variance(tests)
-    expected = 1e-6 + noise.s2_floor + noise.s2_meas / tests
-    torch.testing.assert_close(s2, expected)
-    torch.testing.assert_close(noise.variance(None), noise.variance(torch.tensor(1.0)))
-    assert float(noise.variance(1.0).detach()) == pytest.approx(0.3, rel=1e-6)
-    assert bool((s2[1:] < s2[:-1]).all())
-    powered = TestsNoise(init=0.3, learn_power=True).double()
-    assert float(powered.power) == pytest.approx(1.0)
-    with torch.no_grad():
-        powered.raw_power.fill_(math.log(math.expm1(0.5)))
-    torch.testing.assert_close(
-        powered.variance(tests), 1e-6 + powered.s2_floor + powered.s2_meas / tests**0.5
-    )
-    # the constant noise ignores tests
-    const = GaussianNoise(init=0.2)
-    assert float(const.variance(tests)) == pytest.approx(0.2, rel=1e-6)
 
 
 def _dppgp_reference(model, x, y, s2, *, alpha, beta, n):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pipeline_helpers import make_run
 
+from geodbk import __version__
 from pipelines import cli
 
 STAGES = cli.STAGES
@@ -107,3 +108,22 @@ def test_module_entry_point_runs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "geodbk report --run" in proc.stdout
+
+
+def test_cli_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert __version__ in capsys.readouterr().out
+    assert cli.main([]) == 2  # no stage: help and a usage exit code
+
+
+def test_cli_runs_as_module() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "geodbk" in out.stdout
+    assert "STAGE" in out.stdout

@@ -1,18 +1,13 @@
-"""Foundation: atomic writes, error exit codes and the CLI entry points."""
+"""Atomic writes: a file is replaced whole or not at all, and no temporary file is left."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text
-from geodbk.errors import DataError, GeodbkError, ModelFileError, RunDirectoryError
-from pipelines import cli
 
 
 def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
@@ -45,28 +40,3 @@ def test_atomic_json_rejects_nan(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         atomic_write_json(tmp_path / "m.json", {"nll": float("nan")})
     assert not any(tmp_path.iterdir())
-
-
-def test_error_types_have_distinct_exit_codes() -> None:
-    codes = {cls.exit_code for cls in (GeodbkError, DataError, ModelFileError, RunDirectoryError)}
-    assert len(codes) == 4
-    assert issubclass(DataError, ValueError)
-
-
-def test_cli_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["--version"])
-    assert exc.value.code == 0
-    assert __version__ in capsys.readouterr().out
-    assert cli.main([]) == 2  # no stage: help and a usage exit code
-
-
-def test_cli_runs_as_module() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "geodbk" in out.stdout
-    assert "STAGE" in out.stdout
