@@ -1,5 +1,6 @@
 """Builders of small tile files for the geo, ingest and robustness tests (in tests/, so that
-every test folder can import them, alone or in the full suite)."""
+every test folder can import them, alone or in the full suite), and a small parquet table for
+the streaming tests and two regions for the grid tests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import shapely
 
 from geodbk.geo import quadkey as qk
@@ -60,3 +63,24 @@ def write_geo(path: Path, df: pd.DataFrame, *, null_every: int = 0, crs: str = "
         warnings.simplefilter("ignore")
         gdf.to_file(path, driver=driver)
     return path
+
+
+def write_xy_table(path: Path, n: int = 1000) -> Path:
+    """A parquet file of ``n`` rows ``x1, x2`` (uniform on [-1, 1]), ``y = 4 + 0.5 sin(3 x1)``
+    plus noise of sd 0.05 and ``split`` (every tenth row ``val``, else ``train``), in row
+    groups of 200 rows (the streaming and parquet-batch tests)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(n, 2))
+    y = 4.0 + 0.5 * np.sin(3 * x[:, 0]) + 0.05 * rng.standard_normal(n)
+    split = np.where(np.arange(n) % 10 == 0, "val", "train")
+    pq.write_table(
+        pa.table({"x1": x[:, 0], "x2": x[:, 1], "y": y, "split": split}),
+        path,
+        row_group_size=200,
+    )
+    return path
+
+
+#: Regions for the grid and grid-writer tests: a 1° square and the triangle of its lower-left half.
+SQUARE = shapely.box(10.0, 20.0, 11.0, 21.0)
+TRIANGLE = shapely.Polygon([(10.0, 20.0), (11.0, 20.0), (10.0, 21.0)])

@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
 from geodbk.distributed import ShardPlan, shutdown_distributed
-from geodbk.geo.parquet_shards import read_parquet_shard
 from geodbk.model import DBKModel
 from geodbk.training import TrainConfig, shuffled_batches, train_model
 
@@ -208,27 +205,6 @@ def test_two_process_gloo_equals_in_memory(tmp_path: Path) -> None:
             _assert_same_run(got[rank][c], want, rtol=1e-9)
     # some runs keep an earlier epoch than the last: the best-epoch comparison means something
     assert min(w["best_epoch"] for w in wants) < _case_config("dppgp", 1).epochs
-
-
-def test_read_parquet_shard_row_groups_and_ranges(tmp_path: Path) -> None:
-    table = pa.table({"a": np.arange(100, dtype=np.float64), "split": ["train", "val"] * 50})
-    many = tmp_path / "many.parquet"
-    pq.write_table(table, many, row_group_size=10)
-    one = tmp_path / "one.parquet"
-    pq.write_table(table, one)
-    for path in (many, one):
-        parts = [
-            read_parquet_shard(path, columns=["a"], rank=k, world_size=3, batch_size=7)["a"]
-            for k in range(3)
-        ]
-        assert sorted(np.concatenate(parts).tolist()) == list(range(100))
-        assert max(len(p) for p in parts) <= 40
-    import pyarrow.compute as pc
-
-    train = read_parquet_shard(
-        many, columns=["a"], rank=0, world_size=1, filters=pc.field("split") == "train"
-    )["a"]
-    assert train.tolist() == list(range(0, 100, 2))
 
 
 def test_sharded_fit_takes_devices_and_urban_noise() -> None:

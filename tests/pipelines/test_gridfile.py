@@ -1,4 +1,4 @@
-"""Regular grids, region masks and the streaming NetCDF writer."""
+"""The streaming NetCDF grid writer: round trip, CRS, refusal of an incomplete grid, raw chunks."""
 
 from __future__ import annotations
 
@@ -6,75 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import shapely
 import xarray as xr
+from geo_helpers import SQUARE, TRIANGLE
 
-from geodbk.geo.grids import block_rows_for, make_grid, region_mask, tile_size_deg
+from geodbk.geo.grids import make_grid, region_mask
 from pipelines.gridfile import GridWriter
 from pipelines.predict import crs_attributes
-
-SQUARE = shapely.box(10.0, 20.0, 11.0, 21.0)
-TRIANGLE = shapely.Polygon([(10.0, 20.0), (11.0, 20.0), (10.0, 21.0)])
-
-
-def test_grid_covers_bounds_north_up() -> None:
-    g = make_grid(SQUARE.bounds, resolution=0.1)
-    assert g.shape == (10, 10)
-    assert np.allclose(g.x[[0, -1]], [10.05, 10.95])
-    assert np.allclose(g.y[[0, -1]], [20.95, 20.05])
-    assert np.all(np.diff(g.y) < 0) and np.all(np.diff(g.x) > 0)
-
-
-def test_default_resolution_is_zoom16_capped() -> None:
-    small = make_grid((10.0, 20.0, 10.05, 20.05))
-    dx, dy = tile_size_deg(16, 20.025)
-    assert small.dx == pytest.approx(dx) and small.dy == pytest.approx(dy)
-    big = make_grid((0.0, 0.0, 10.0, 10.0), max_cells=10_000)
-    assert big.size <= 10_000 * 1.05
-    assert big.dx / big.dy == pytest.approx(dx / tile_size_deg(16, 5.0)[1] * dy / dy, rel=0.05)
-
-
-def test_tile_zoom_and_resolution_exclusive() -> None:
-    g = make_grid(SQUARE.bounds, tile_zoom=10)
-    assert g.dx == pytest.approx(360 / 1024)
-    with pytest.raises(ValueError):
-        make_grid(SQUARE.bounds, resolution=0.1, tile_zoom=10)
-
-
-def test_rasterised_mask_equals_testing_each_centre() -> None:
-    """The rasterised mask marks exactly the cells whose centre lies in the polygons (a
-    multipolygon with a hole and an island), whole and by row blocks."""
-    outer = shapely.Polygon(
-        [(0, 0), (4, 0.3), (3.7, 3), (0.4, 2.6)], holes=[[(1, 1), (2, 1.2), (1.6, 2)]]
-    )
-    island = shapely.Polygon([(5, 1), (5.9, 1.4), (5.3, 2.2)])
-    geom = shapely.MultiPolygon([outer, island])
-    g = make_grid((0.0, 0.0, 6.0, 3.0), resolution=0.0731)
-    lon, lat = np.meshgrid(g.x, g.y)
-    expected = shapely.intersects_xy(geom, lon, lat)
-    assert 0 < expected.sum() < expected.size
-    assert np.array_equal(region_mask(geom, g), expected)
-    rows = slice(7, 19)
-    assert np.array_equal(region_mask(geom, g, rows), expected[rows])
-
-
-def test_region_mask_blockwise_equals_whole() -> None:
-    g = make_grid(TRIANGLE.bounds, resolution=0.05)
-    whole = region_mask(TRIANGLE, g)
-    blocks = np.vstack([region_mask(TRIANGLE, g, r) for r in g.row_blocks(3)])
-    assert np.array_equal(whole, blocks)
-    # cell centres below the diagonal x + y < 31 are inside; centres exactly on it (this
-    # grid puts some there) may fall either way, as in any rasteriser
-    lon, lat = np.meshgrid(g.x, g.y)
-    side = (lon - 10) + (lat - 20) - 1
-    off = np.abs(side) > 1e-9
-    assert np.array_equal(whole[off], side[off] < 0)
-    assert 0.4 < whole.mean() < 0.6
-
-
-def test_block_rows_bound_cells() -> None:
-    assert block_rows_for(1000, max_block_cells=10_000) == 10
-    assert block_rows_for(10**6, max_block_cells=10) == 1
 
 
 def test_grid_writer_roundtrip_and_crs(tmp_path: Path) -> None:

@@ -1,0 +1,79 @@
+"""Lists of places read from CSV, parquet and GeoJSON: quadkeys, lon/lat columns, geometries."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+import shapely
+
+from geodbk.errors import DataError
+from geodbk.geo.locations import read_locations
+from geodbk.geo.quadkey import quadkey_centroid
+
+
+def test_quadkeys_in_a_csv_keep_their_leading_zeros_and_ids(tmp_path: Path) -> None:
+    keys = ["0230123012301230", "0230123012301231"]
+    path = tmp_path / "sites.csv"
+    path.write_text("site,quadkey,lon\nA,0230123012301230,1.0\nB,0230123012301231,2.0\n")
+    got = read_locations(path)
+    assert got.source == "quadkey"  # a quadkey wins over a lon column
+    lon, lat = quadkey_centroid(np.array(keys))
+    np.testing.assert_allclose(got.lon, lon)
+    np.testing.assert_allclose(got.lat, lat)
+    assert got.ids["site"].tolist() == ["A", "B"]
+    assert got.ids["quadkey"].tolist() == keys
+
+
+def test_lon_lat_columns_by_any_of_their_names(tmp_path: Path) -> None:
+    path = tmp_path / "sites.parquet"
+    pd.DataFrame(
+        {"Longitude": [-157.8, -155.1], "LATITUDE": [21.3, 19.7], "id": [7, 8]}
+    ).to_parquet(path)
+    got = read_locations(path)
+    assert got.source == "lon/lat"
+    np.testing.assert_array_equal(got.lon, [-157.8, -155.1])
+    np.testing.assert_array_equal(got.lat, [21.3, 19.7])
+    assert got.ids["id"].tolist() == [7, 8]
+
+
+def test_geometries_are_reprojected_and_polygons_give_an_inner_point(tmp_path: Path) -> None:
+    square = shapely.box(-157.9, 21.3, -157.8, 21.4)
+    gdf = gpd.GeoDataFrame(
+        {"name": ["p", "q"]}, geometry=[shapely.Point(-155.1, 19.7), square], crs=4326
+    ).to_crs(3857)
+    path = tmp_path / "sites.geojson"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gdf.to_file(path, driver="GeoJSON")
+    got = read_locations(path)
+    assert got.source == "geometry"
+    np.testing.assert_allclose([got.lon[0], got.lat[0]], [-155.1, 19.7], atol=1e-9)
+    assert square.contains(shapely.Point(got.lon[1], got.lat[1]))
+    assert list(got.ids.columns) == ["name"]  # the geometry is not an id
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("sites.xlsx", "x", "unknown file type"),
+        ("sites.csv", "lon,lat\n", "has no rows"),
+        ("sites.csv", "quadkey\n0230\n02301\n", "2 lengths"),
+        ("sites.csv", "lat,lon\n-99.5,39.6\n", "swapped"),
+        ("sites.csv", "name\nA\n", "no place columns"),
+    ],
+)
+def test_unusable_files_are_refused_naming_the_file(
+    tmp_path: Path, name: str, content: str, match: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataError, match=match) as info:
+        read_locations(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(DataError, match="no such file"):
+        read_locations(tmp_path / "missing.csv")
