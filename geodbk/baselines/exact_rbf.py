@@ -7,6 +7,9 @@ s2_i = s2_floor + s2_meas / tests_i^p (``noise="tests"``, heteroscedastic), and 
 * mean(x) = c + k(x, X) K_hat^{-1} r; var_f(x) = k(x, x) - ||L^{-1} k(X, x)||²;
   var = var_f + s2(x) (s2(tests) at the query for the tests-aware noise)
 
+Initial lengthscale (``lengthscale_init``): ``lengthscale`` for every input, or l_j = √d for
+all d inputs (the seed's "RBF" baseline, 000 App. B, with its RBF-ARD kernel eq. 16).
+
 O(n³) time and O(n²) memory per step (full batch, Adam), so the estimator refuses data sets
 above ``max_n`` rows with :class:`~geodbk.baselines.base.ProblemTooLargeError` before any work.
 """
@@ -21,6 +24,9 @@ from torch import Tensor, nn
 
 from geodbk.baselines.base import ProblemTooLargeError, TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, psd_cholesky, rbf_ard, tri_solve
+
+#: Lengthscale initialisations: the ``lengthscale`` option, or √d (000 App. B).
+LENGTHSCALE_INITS = ("value", "sqrt_d")
 
 
 class ExactRBFModule(nn.Module):
@@ -64,6 +70,9 @@ class ExactRBFRegressor(TorchBaseline):
     lengthscale, noise_init
         Initial lengthscale and noise variance (of a single test for ``noise="tests"``;
         standardised units).
+    lengthscale_init
+        ``"value"``: every lengthscale starts at ``lengthscale``; ``"sqrt_d"``: at √d for d
+        inputs, ignoring ``lengthscale`` (the seed's "RBF" baseline, 000 App. B).
     epochs, batch_size, lr, patience, seed, device, dtype, noise, noise_power
         As in ``TorchBaseline``: ``epochs`` are optimiser steps (``batch_size`` unused: full
         batch), ``lr`` defaults to 0.05, ``dtype`` to float64; ``noise``: ``"constant"`` or
@@ -88,6 +97,7 @@ class ExactRBFRegressor(TorchBaseline):
         dtype: str = "float64",
         noise: str = "constant",
         noise_power: bool = False,
+        lengthscale_init: str = "value",
     ) -> None:
         super().__init__(
             epochs=epochs,
@@ -103,6 +113,18 @@ class ExactRBFRegressor(TorchBaseline):
         self.max_n = max_n
         self.lengthscale = lengthscale
         self.noise_init = noise_init
+        self.lengthscale_init = lengthscale_init
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.lengthscale_init not in LENGTHSCALE_INITS:
+            raise ValueError(
+                f"lengthscale_init must be one of {LENGTHSCALE_INITS}, got {self.lengthscale_init!r}"
+            )
+
+    def initial_lengthscale(self, d: int) -> float:
+        """The lengthscale every input starts at: ``lengthscale``, or √d (``"sqrt_d"``)."""
+        return math.sqrt(d) if self.lengthscale_init == "sqrt_d" else float(self.lengthscale)
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n = X.shape[0]
@@ -118,7 +140,7 @@ class ExactRBFRegressor(TorchBaseline):
         return ExactRBFModule(
             sizes["n"],
             sizes["d"],
-            lengthscale=self.lengthscale,
+            lengthscale=self.initial_lengthscale(int(sizes["d"])),
             noise_init=self.noise_init,
             noise=self.noise,
             noise_power=self.noise_power,
