@@ -4,11 +4,15 @@ each model's hyperparameters."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
+from geodbk.baselines.exact_rbf import ExactRBFModule
 from geodbk.baselines.registry import (
     MODEL_NAMES,
     PAPER_PRESET,
@@ -66,10 +70,89 @@ def test_presets_differ_where_the_papers_do(
     assert _params(name, "tuned")[key] == pytest.approx(tuned)
 
 
+@pytest.mark.parametrize(
+    ("name", "key", "paper", "tuned"),
+    [
+        # paper 003 App. G: one lengthscale shared by all inputs, no whitening
+        ("solve-gp", "ard", False, True),
+        ("solve-gp", "whiten", False, True),
+        # the seed (000) App. B: RBF lengthscales initialised at sqrt(d)
+        ("exact-rbf", "lengthscale_init", "sqrt_d", "value"),
+    ],
+)
+def test_presets_differ_in_options(name: str, key: str, paper: object, tuned: object) -> None:
+    assert _params(name, "paper")[key] == paper
+    assert _params(name, "tuned")[key] == tuned
+
+
 def test_presets_agree_where_the_project_follows_the_paper() -> None:
-    """DBK-RBF/SiLU are the seed's own models: tuned = paper; SOLVE-GP's lr 0.01 is its paper's."""
-    for name in ("dbk-rbf", "dbk-silu", "solve-gp"):
+    """DBK-RBF/SiLU are the seed's own models: tuned = paper."""
+    for name in ("dbk-rbf", "dbk-silu"):
         assert _params(name, "paper") == _params(name, "tuned"), name
+
+
+#: The tuned preset's SOLVE-GP and exact-RBF options before the paper options existed, and
+#: the new options at the values that keep that behaviour (whitened, ARD, lengthscale 0.3).
+TUNED_BEFORE = {
+    "solve-gp": {
+        "num_inducing": 8,
+        "num_orthogonal": 8,
+        "lengthscale": 0.3,
+        "noise_init": 0.5,
+        "epochs": 1,
+        "batch_size": 64,
+        "lr": 0.01,
+        "patience": 1,
+        "seed": 0,
+        "device": "cpu",
+        "dtype": "float32",
+        "noise": "constant",
+        "noise_power": False,
+    },
+    "exact-rbf": {
+        "max_n": 5000,
+        "lengthscale": 0.3,
+        "noise_init": 0.5,
+        "epochs": 1,
+        "batch_size": 64,
+        "lr": 0.05,
+        "patience": 1,
+        "seed": 0,
+        "device": "cpu",
+        "dtype": "float64",
+        "noise": "constant",
+        "noise_power": False,
+    },
+}
+NEW_OPTIONS = {
+    "solve-gp": {"ard": True, "whiten": True},
+    "exact-rbf": {"lengthscale_init": "value"},
+}
+
+
+@pytest.mark.parametrize("name", ["solve-gp", "exact-rbf"])
+def test_tuned_preset_keeps_its_hyperparameters(name: str) -> None:
+    assert TUNED_PRESET[name] == {}
+    assert _params(name, "tuned") == {**TUNED_BEFORE[name], **NEW_OPTIONS[name]}
+    # the new options' defaults are the tuned behaviour (library default and old bundles)
+    assert {k: _params(name, "tuned")[k] for k in NEW_OPTIONS[name]} == NEW_OPTIONS[name]
+
+
+@pytest.mark.parametrize("d", [1, 2, 5])
+def test_exact_rbf_paper_preset_starts_the_lengthscales_at_sqrt_d(d: int) -> None:
+    """000 App. B: l_j = sqrt(d) for every input j (the tuned preset: 0.3)."""
+    rng = np.random.default_rng(d)
+    X, y = rng.uniform(-1, 1, (40, d)), rng.standard_normal(40)
+    for preset, expected in (("paper", math.sqrt(d)), ("tuned", 0.3)):
+        est = build_model("exact-rbf", preset=preset, **{**BUDGET, "epochs": 0}).fit(X, y)
+        assert est.initial_lengthscale(d) == pytest.approx(expected)
+        module = est.module_
+        assert isinstance(module, ExactRBFModule)
+        with torch.no_grad():  # no optimiser step taken: the initial value
+            ls = module.lengthscale().double().numpy()
+        np.testing.assert_allclose(ls, np.full(d, expected), rtol=1e-6)  # raw made in float32
+    with pytest.raises(ValueError, match="lengthscale_init"):
+        build_model("exact-rbf", overrides={"lengthscale_init": "nope"}, **BUDGET).fit(X, y)
 
 
 def test_overrides_win_over_the_preset_and_the_budget_is_shared() -> None:
@@ -88,13 +171,15 @@ def _copy_run(tiny_run: Path, dest: Path) -> Path:
 def test_benchmark_records_preset_and_hyperparameters(tiny_run: Path, tmp_path: Path) -> None:
     """A 1-epoch benchmark of two models on the demo run, paper vs tuned preset."""
     run = _copy_run(tiny_run, tmp_path / "run")
-    kw = dict(target="download", models=["sv-rbf", "softki"], epochs=1, rank=8, hidden=8)
+    names = ["sv-rbf", "softki", "solve-gp"]
+    # exact-rbf refuses the run's 8.6k training rows (max_n) but records its hyperparameters
+    kw = dict(target="download", models=[*names, "exact-rbf"], epochs=1, rank=8, hidden=8)
     kw |= dict(batch_size=256, threads=1, isolate=False)
     paper = run_benchmark(run, **kw)  # default preset: paper
     on_disk = json.loads((run / "benchmark" / "download.json").read_text())
     assert on_disk["preset"] == "paper" and on_disk["budget"]["preset"] == "paper"
     tuned = run_benchmark(run, preset="tuned", **kw)
-    for name in ("sv-rbf", "softki"):
+    for name in names:
         entry = on_disk["models"][name]
         assert entry["status"] == "ok", entry["failures"]
         assert entry["preset"] == "paper"
@@ -110,6 +195,15 @@ def test_benchmark_records_preset_and_hyperparameters(tiny_run: Path, tmp_path: 
     assert paper["models"]["sv-rbf"]["hyperparameters"]["noise_init"] == 1e-2
     assert tuned["models"]["sv-rbf"]["hyperparameters"]["noise_init"] == 0.5
     assert tuned["models"]["softki"]["hyperparameters"]["noise_init"] == 0.5
+    # SOLVE-GP: one lengthscale and the unwhitened q under paper (003 App. G), as written to disk
+    sgp_paper = on_disk["models"]["solve-gp"]["hyperparameters"]
+    sgp_tuned = tuned["models"]["solve-gp"]["hyperparameters"]
+    assert (sgp_paper["ard"], sgp_paper["whiten"]) == (False, False)
+    assert (sgp_tuned["ard"], sgp_tuned["whiten"]) == (True, True)
+    # exact RBF: lengthscales from sqrt(d) under paper (000 App. B)
+    assert on_disk["models"]["exact-rbf"]["status"] == "failed"
+    assert on_disk["models"]["exact-rbf"]["hyperparameters"]["lengthscale_init"] == "sqrt_d"
+    assert tuned["models"]["exact-rbf"]["hyperparameters"]["lengthscale_init"] == "value"
 
 
 def test_failed_model_still_records_its_hyperparameters(tiny_run: Path, tmp_path: Path) -> None:
@@ -126,6 +220,7 @@ def test_failed_model_still_records_its_hyperparameters(tiny_run: Path, tmp_path
     entry = report["models"]["exact-rbf"]
     assert entry["status"] == "failed"
     assert entry["hyperparameters"]["max_n"] == 5 and entry["hyperparameters"]["lr"] == 1e-3
+    assert entry["hyperparameters"]["lengthscale_init"] == "sqrt_d"
 
 
 def test_cli_preset_option(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -91,6 +91,23 @@ def test_model_beats_constant_mean(name: str, data: dict[str, np.ndarray], tmp_p
     assert again.metadata_.get("note") == name
 
 
+@pytest.mark.parametrize("name", ["solve-gp", "exact-rbf"])
+def test_paper_preset_fits_and_round_trips(
+    name: str, data: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    """SOLVE-GP unwhitened with one lengthscale, exact RBF from l = sqrt(d): fit, finite
+    predictions, identical after save/load (the options are rebuilt from the bundle)."""
+    model = build_model(name, epochs=5, batch_size=64, seed=0, rank=24, preset="paper")
+    model.fit(data["X"], data["y"], data["Xv"], data["yv"])
+    pred = model.predict_dist(data["Xt"])
+    assert np.isfinite(pred.mean).all() and np.all(pred.var > 0)
+    again = type(model).load(model.save(tmp_path / name))
+    assert again.get_params() == model.get_params()
+    pred2 = again.predict_dist(data["Xt"])
+    np.testing.assert_allclose(pred2.mean, pred.mean, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(pred2.var, pred.var, rtol=1e-6, atol=1e-9)
+
+
 def test_corrupt_baseline_bundle_is_a_clear_error(
     data: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
