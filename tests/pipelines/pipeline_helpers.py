@@ -124,3 +124,40 @@ def grid_noise_s2(
         k = tests if devices is None else devices
         s2 += float(attrs["noise_s2_dev"]) / k ** float(attrs.get("noise_power_devices", 1.0))
     return s2
+
+
+#: Each service target's predictive mean and sd (log10 units) at every place of
+#: :func:`fake_service`: 30 Mbps / 5 Mbps / 40 ms, sds 0.1, 0.2, 0.1.
+FAKE_SERVICE_LEVELS = {
+    "download": (np.log10(30e3), 0.1),
+    "upload": (np.log10(5e3), 0.2),
+    "latency": (np.log10(40.0), 0.1),
+}
+
+
+def fake_service(*, quarters: tuple[str, ...] = ("2023Q4",) * 3, tiers: str = "25/3,100/20") -> Any:
+    """A :class:`pipelines.service_classes.Service` of three stand-in predictors (the same
+    mean and sd at every place: :data:`FAKE_SERVICE_LEVELS`; ``quarters``: each target's
+    quarter) and a copula with correlation 0.5 between download and upload."""
+    from types import SimpleNamespace
+
+    from pipelines.copula import Copula
+    from pipelines.service_classes import SERVICE_TARGETS, Service, resolve_tiers
+
+    def predictor(target: str, quarter: str) -> Any:
+        mean, sd = FAKE_SERVICE_LEVELS[target]
+
+        def predict(lon: Any, lat: Any, *, quantity: str) -> Any:
+            n = len(lon)
+            return SimpleNamespace(mean=np.full(n, mean), sd=np.full(n, sd))
+
+        model = SimpleNamespace(tests_aware=False)
+        return SimpleNamespace(
+            predict=predict, quarter=quarter, model=model, effect=None, layer=None
+        )
+
+    R = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    copula = Copula(SERVICE_TARGETS, R, rows=40, residual_sd=dict.fromkeys(SERVICE_TARGETS, 1.0))
+    checked, latency = resolve_tiers(tiers, 100.0)
+    predictors = {t: predictor(t, q) for t, q in zip(SERVICE_TARGETS, quarters, strict=True)}
+    return Service(checked, latency, "tile", predictors, copula)  # type: ignore[arg-type]

@@ -88,17 +88,6 @@ def test_split_arrays_time_column_aligned(run: Path) -> None:
     }
 
 
-def test_time_axis_from_train_split_and_forecast() -> None:
-    q = np.array(["2023Q1", "2023Q2", "2023Q3", "2023Q4"] * 3)
-    split = np.array(["train", "train", "val", "test"] * 3)  # a forecast split
-    ts, quarters = time_axis(q, split, source=Path("t.parquet"))
-    assert (ts.first, ts.last) == ("2023Q1", "2023Q2")
-    assert quarters == ["2023Q1", "2023Q2", "2023Q3", "2023Q4"]
-    assert ts.describe("2023Q4") == "extrapolation beyond 2023Q2" and ts.scale("2023Q4") > 1
-    with pytest.raises(DataError, match="at least 2 quarters"):
-        time_axis(q, np.where(q == "2023Q1", "train", "test"), source=Path("t.parquet"))
-
-
 def test_distributed_shards_read_the_time_input(run: Path) -> None:
     from pipelines.sharding import read_time_axis, split_rows
 

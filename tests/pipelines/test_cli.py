@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,24 +77,6 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
         assert info.value.code == 2
-
-
-def test_export_all_on_many_runs_in_one_call(
-    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    runs = []
-    for name in ("a", "b"):
-        shutil.copytree(tiny_run, tmp_path / name)
-        runs.append(tmp_path / name)
-        for f in (tmp_path / name / "exports").glob("*"):
-            f.unlink()
-    caplog.set_level("INFO", logger="geodbk")
-    argv = ["export", "--run", str(runs[0]), "--all", "--format", "gtiff", str(runs[1])]
-    assert cli.main(argv) == 0
-    expected = [f"{t}.{ext}" for t in ("download", "latency", "upload") for ext in ("json", "tif")]
-    for r in runs:
-        assert sorted(p.name for p in (r / "exports").iterdir()) == expected
-    assert sum("wrote" in rec.message for rec in caplog.records) == 6
 
 
 def test_module_entry_point_runs() -> None:

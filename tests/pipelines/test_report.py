@@ -269,31 +269,3 @@ def test_scan_tiles_matches_groupby_first(tmp_path: Path) -> None:
             assert np.array_equal(got[col].to_numpy(), want[col].to_numpy()), (compact, col)
         assert scan.quarters == ["2021Q1", "2022Q4", "2023Q2"]
         assert scan.extent == (df["lon"].min(), df["lat"].min(), df["lon"].max(), df["lat"].max())
-
-
-def test_sd_binner_batches_equal_one_pass() -> None:
-    rng = np.random.default_rng(1)
-    lon, lat = rng.uniform(0, 2, 500), rng.uniform(0, 1, 500)
-    resid, sd = rng.normal(size=500), rng.uniform(0.1, 1, 500)
-    bounds = (0.0, 0.0, 2.0, 1.0)
-    emp, pred, extent = figures.binned_sd(lon, lat, resid, sd, bounds, cells=8)
-    binner = figures.SdBinner(bounds, cells=8)
-    for i in range(0, 500, 37):
-        binner.add(lon[i : i + 37], lat[i : i + 37], resid[i : i + 37], sd[i : i + 37])
-    emp2, pred2, extent2 = binner.result()
-    assert extent2 == extent and emp.shape == (4, 8)
-    assert np.isfinite(emp).sum() > 20
-    assert np.allclose(emp, emp2, equal_nan=True) and np.allclose(pred, pred2, equal_nan=True)
-
-
-def test_by_quarter_codes_equal_strings() -> None:
-    rng = np.random.default_rng(2)
-    distinct = ["2023Q4", "2023-Q1", "2022Q3"]
-    codes = rng.integers(0, 3, 300)
-    quarters = np.array(distinct, dtype=object)[codes]
-    y, mu = rng.normal(size=300), rng.normal(size=300)
-    sd, urban = rng.uniform(0.5, 1.5, 300), rng.random(300) < 0.4
-    want = by_quarter_scores(y, mu, sd, urban, quarters)
-    got = by_quarter_scores(y, mu, sd, urban, distinct, codes=codes)
-    assert list(got) == list(want) == ["2022Q3", "2023Q1", "2023Q4"]
-    assert json.dumps(got) == json.dumps(want)

@@ -1,11 +1,14 @@
-"""The tile-clustered bootstrap interval of a coverage rate."""
+"""Scores of the report: the tile-clustered bootstrap interval of a coverage rate, and the
+per-quarter scores from codes equal to those from strings."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from pipelines.scoring import clustered_coverage_interval
+from pipelines.scoring import by_quarter_scores, clustered_coverage_interval
 
 
 def test_one_row_per_tile_matches_the_binomial_interval() -> None:
@@ -32,3 +35,16 @@ def test_misses_clustered_in_few_tiles_widen_the_interval() -> None:
     assert lo_c < 0.92 and hi_c > 0.98  # 5 of 100 tiles: a rate known to about +-4 points
     # a fixed seed gives a reproducible interval
     assert clustered_coverage_interval(clustered, tile) == (lo_c, hi_c)
+
+
+def test_by_quarter_codes_equal_strings() -> None:
+    rng = np.random.default_rng(2)
+    distinct = ["2023Q4", "2023-Q1", "2022Q3"]
+    codes = rng.integers(0, 3, 300)
+    quarters = np.array(distinct, dtype=object)[codes]
+    y, mu = rng.normal(size=300), rng.normal(size=300)
+    sd, urban = rng.uniform(0.5, 1.5, 300), rng.random(300) < 0.4
+    want = by_quarter_scores(y, mu, sd, urban, quarters)
+    got = by_quarter_scores(y, mu, sd, urban, distinct, codes=codes)
+    assert list(got) == list(want) == ["2022Q3", "2023Q1", "2023Q4"]
+    assert json.dumps(got) == json.dumps(want)

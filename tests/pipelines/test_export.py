@@ -1,0 +1,76 @@
+"""``geodbk export``: band order and descriptions, output paths, and many runs in one call."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from pipelines import cli
+from pipelines.export import band_descriptions, export_paths, grid_period, grid_variables
+from pipelines.rundir import RunDir
+
+
+def test_export_all_on_many_runs_in_one_call(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = []
+    for name in ("a", "b"):
+        shutil.copytree(tiny_run, tmp_path / name)
+        runs.append(tmp_path / name)
+        for f in (tmp_path / name / "exports").glob("*"):
+            f.unlink()
+    caplog.set_level("INFO", logger="geodbk")
+    argv = ["export", "--run", str(runs[0]), "--all", "--format", "gtiff", str(runs[1])]
+    assert cli.main(argv) == 0
+    expected = [f"{t}.{ext}" for t in ("download", "latency", "upload") for ext in ("json", "tif")]
+    for r in runs:
+        assert sorted(p.name for p in (r / "exports").iterdir()) == expected
+    assert sum("wrote" in rec.message for rec in caplog.records) == 6
+
+
+def _grid(**attrs: object) -> xr.Dataset:
+    cells = np.zeros((2, 3))
+    return xr.Dataset(
+        {
+            "mean": (("y", "x"), cells, {"quantity": "tile: local layer"}),
+            "in_region": (("y", "x"), cells.astype(bool)),
+            "std_f": (("y", "x"), cells.astype(np.float32), {"quantity": "area: latent mean f(x)"}),
+            "legacy": (("y", "x"), cells),
+            "count": (("y", "x"), cells.astype(np.int16)),
+            "profile": (("x",), np.zeros(3)),
+        },
+        attrs=attrs,
+    )
+
+
+def test_bands_are_the_float_maps_described_with_their_quantity_and_period() -> None:
+    pooled = _grid()
+    bands = grid_variables(pooled)
+    assert bands == ["mean", "std_f", "legacy"]  # no mask, integer or 1-D variable
+    assert grid_period(pooled) is None
+    assert band_descriptions(pooled, bands) == [
+        "mean: tile: local layer",
+        "std_f: area: latent mean f(x)",
+        "legacy",
+    ]
+    quarter = _grid(time_aware=1, quarter="2023Q4")
+    assert band_descriptions(quarter, ["mean", "legacy"]) == [
+        "mean: tile: local layer, 2023Q4",
+        "legacy: 2023Q4",
+    ]
+    trend = _grid(product="trend", first_quarter="2019Q4", last_quarter="2023Q4", time_aware=1)
+    assert grid_period(trend) == "change per year 2019Q4→2023Q4"
+    assert grid_period(_grid(time_aware=0, quarter="2023Q4")) is None
+
+
+def test_export_paths_name_the_quarter_or_the_trend(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    assert export_paths(rd, "upload") == (rd.export_tif("upload"), rd.export_sidecar("upload"))
+    tif, sidecar = export_paths(rd, "upload", quarter="2023Q2")
+    assert (tif.name, sidecar.name) == ("upload_2023Q2.tif", "upload_2023Q2.json")
+    tif, _ = export_paths(rd, "latency", quarter="2023Q2", trend=("2022Q1", "2023Q1"))
+    assert tif == tmp_path / "exports" / "latency_trend_2022Q1_2023Q1.tif"

@@ -1,0 +1,93 @@
+"""``geodbk predict``'s checks and descriptions: grid options and size, the map's box, the trend
+spec and the quantity labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from geodbk.errors import DataError
+from geodbk.geo.grids import make_grid
+from pipelines.predict import (
+    AREA_LABEL,
+    TILE_MARGIN_DEG,
+    check_grid_options,
+    check_grid_size,
+    crs_attributes,
+    describe_map_quantity,
+    describe_quantity,
+    grid_bounds,
+    parse_trend,
+)
+from pipelines.rundir import RunDir
+
+BOX = (-158.0, 18.0, -154.0, 22.0)
+
+
+def test_trend_specs_are_two_quarters_in_order() -> None:
+    assert parse_trend("2019Q4:2023-Q4") == ("2019Q4", "2023Q4")
+    with pytest.raises(DataError, match="FIRST:LAST"):
+        parse_trend("2019Q4")
+    with pytest.raises(DataError, match="must be after 2023Q4"):
+        parse_trend("2023Q4:2023Q4")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"resolution": float("nan"), "tile_zoom": None, "max_cells": 10}, "--resolution"),
+        ({"resolution": -0.1, "tile_zoom": None, "max_cells": 10}, "--resolution"),
+        ({"resolution": None, "tile_zoom": 24, "max_cells": 10}, "--tile-zoom must be"),
+        ({"resolution": None, "tile_zoom": None, "max_cells": 0}, "--max-cells must be"),
+    ],
+)
+def test_bad_grid_options_are_refused(options: dict, match: str) -> None:
+    check_grid_options(resolution=0.01, tile_zoom=None, max_cells=1)
+    with pytest.raises(DataError, match=match):
+        check_grid_options(**options)
+
+
+def test_grid_size_is_checked_before_any_work() -> None:
+    grid = make_grid(BOX, resolution=0.5)  # 8 x 8 cells
+    check_grid_size(grid, BOX, max_cells=64, force=False, n_vars=40)
+    with pytest.raises(DataError, match=r"more than --max-cells 10.*--force"):
+        check_grid_size(grid, BOX, max_cells=10, force=False, n_vars=40)
+    check_grid_size(grid, BOX, max_cells=10, force=True, n_vars=40)
+    coarse = make_grid(BOX, resolution=5.0)
+    with pytest.raises(DataError, match="too coarse to map"):
+        check_grid_size(coarse, BOX, max_cells=10, force=True, n_vars=40)
+
+
+def test_the_map_box_is_cut_to_the_tiles_with_a_margin(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    table = pa.table({"lon": [-157.0, -156.0, float("nan")], "lat": [19.0, 20.5, 30.0]})
+    pq.write_table(table, rd.tiles, row_group_size=1)
+    assert grid_bounds(rd, BOX, extent="region") == BOX
+    m = TILE_MARGIN_DEG
+    assert grid_bounds(rd, BOX, extent="tiles") == pytest.approx(
+        (-157.0 - m, 19.0 - m, -156.0 + m, 20.5 + m)
+    )
+    with pytest.raises(DataError, match="extent must be"):
+        grid_bounds(rd, BOX, extent="world")
+    assert 'AUTHORITY["EPSG","4326"]' in crs_attributes()["crs_wkt"]
+
+
+def test_quantity_labels_name_tests_devices_and_layers() -> None:
+    constant = SimpleNamespace(tests_aware=False)
+    tests = SimpleNamespace(tests_aware=True, devices_aware=True, noise_urban=True)
+    assert describe_quantity(constant, 5) == "observation (constant noise)"
+    assert describe_quantity(tests, 1).startswith("single speed test (tests=1), each cell's")
+    assert describe_quantity(tests, 4, 2).startswith(
+        "tile average of 4 speed tests from 2 devices (tests=4, devices=2)"
+    )
+    assert describe_map_quantity(tests, "area", 1, None, effect=None)[0] == AREA_LABEL
+    assert describe_map_quantity(tests, "tile", 1, None, effect=None)[0] == "tile: noise floor"
+    assert describe_map_quantity(tests, "tile", 1, None, effect=1)[0] == "tile: tile effect"
+    label = describe_map_quantity(tests, "tile", 1, None, effect=1, layer=1)[0]
+    assert label == "tile: local layer"
+    label, text = describe_map_quantity(constant, "test", 1, None, effect=None)
+    assert (label, text) == ("test: observation (constant noise)", "observation (constant noise)")

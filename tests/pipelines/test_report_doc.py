@@ -1,0 +1,74 @@
+"""The report's document model (one set of blocks, Markdown and HTML alike) and its sentences."""
+
+from __future__ import annotations
+
+import math
+
+from geodbk.metrics import COVERAGE95, MAE, NLL, WIDTH95
+from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
+
+
+def _doc() -> Doc:
+    doc = Doc("Coverage <download>")
+    doc.heading("Scores", level=3)
+    doc.para("NLL & coverage")
+    doc.bullets(["one", "two"])
+    doc.table(["split", "n"], [["test", 12], ["val", 3]])
+    doc.image("reliability.png", "a 'curve'")
+    return doc
+
+
+def test_markdown_and_html_render_the_same_blocks() -> None:
+    md = _doc().markdown().splitlines()
+    assert md[:5] == ["# Coverage <download>", "", "### Scores", "", "NLL & coverage"]
+    assert "- one" in md and "- two" in md
+    assert "| split | n |" in md and "|---|---:|" in md and "| test | 12 |" in md
+    assert "![a 'curve'](reliability.png)" in md
+    page = _doc().html()
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
+    assert "<title>Coverage &lt;download&gt;</title>" in page  # text is escaped
+    assert "<h3>Scores</h3>" in page and "<p>NLL &amp; coverage</p>" in page
+    assert "<ul><li>one</li><li>two</li></ul>" in page
+    assert "<tr><td>test</td><td>12</td></tr>" in page
+    assert "<img src='reliability.png' alt='a &#x27;curve&#x27;'>" in page
+
+
+def test_split_sentences_name_each_kind_and_the_row_counts() -> None:
+    counts = {"train": 80, "val": 10, "test": 10}
+    forecast = split_sentence(
+        {
+            "kind": "forecast",
+            "test_quarter": "2023Q4",
+            "val_quarter": "2023Q3",
+            "train_quarters": ["2023Q1", "2023Q2"],
+            "counts": counts,
+        }
+    )
+    assert "test quarter 2023Q4, validation quarter 2023Q3" in forecast
+    assert "training quarters 2023Q1–2023Q2 (2)" in forecast
+    assert forecast.endswith("Rows: 80 train, 10 val, 10 test.")
+    assert "spatial blocks of 0.5°" in split_sentence({"kind": "block", "block_size_deg": 0.5})
+    assert "whole tiles held out (seed 3)" in split_sentence({"kind": "tile", "seed": 3})
+    assert split_sentence({"kind": "random", "seed": 1}).startswith("Split: random rows (seed 1)")
+    assert split_sentence(None) == "Split: unknown."
+
+
+def test_quarter_rows_format_scores_and_mark_missing_ones() -> None:
+    scores = {
+        "2023Q1": {
+            "n": 40,
+            NLL: -0.12345,
+            COVERAGE95: 0.951,
+            WIDTH95: 0.5,
+            MAE: 0.1,
+            "urban": {"n": 30, NLL: 0.2, COVERAGE95: 0.9},
+        },
+        "2023Q2": {"n": 0, NLL: math.nan},
+    }
+    rows = quarter_rows(scores, {"2023Q2": "extrapolation"})
+    assert all(len(r) == len(QUARTER_HEADER) for r in rows)
+    assert rows[0] == [
+        "2023Q1", "", "40", "-0.123", "95.1%", "0.500", "0.100", "30", "0.200", "90.0%",
+        "None", "–", "–",
+    ]  # fmt: skip
+    assert rows[1][:5] == ["2023Q2", "extrapolation", "0", "–", "–"]
