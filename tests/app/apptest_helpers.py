@@ -49,3 +49,8 @@ def assert_clean(at: AppTest) -> None:
 def texts(node: Any, kind: str) -> list[str]:
     """Values of all elements of a kind (markdown, caption, info, error, ...) below a node."""
     return [str(e.value) for e in getattr(node, kind)]
+
+
+def legend_titles(node: object) -> list[str]:
+    """The map legends (their HTML) below a node."""
+    return [m for m in texts(node, "markdown") if "geodbk-legend" in m]

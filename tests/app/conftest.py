@@ -1,4 +1,4 @@
-"""Fixtures for the dashboard tests: run folders for AppTest (demo, synthetic, broken)."""
+"""Fixtures for the dashboard tests: run folders for AppTest (demo, synthetic, broken, policy)."""
 
 from __future__ import annotations
 
@@ -88,3 +88,25 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
 def demo_root(tiny_run: Path) -> tuple[Path, str]:
     """The pipelines' quick demo run as (runs folder, run name)."""
     return tiny_run.parent, tiny_run.name
+
+
+@pytest.fixture(scope="session")
+def policy_root(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs folder with ``policy``: the demo run (with its ``geodbk service`` outputs) and
+    ``geodbk summarize`` of three districts (``districts.geojson`` beside it). Read-only."""
+    import geopandas as gpd
+    import shapely
+
+    from pipelines import cli
+
+    root = tmp_path_factory.mktemp("policy_runs")
+    run = shutil.copytree(tiny_run, root / "policy")
+    w, s, e, n = gpd.read_file(run / "region.geojson").total_bounds
+    xm, ym = (w + e) / 2, (s + n) / 2
+    boxes = [shapely.box(w, s, xm, ym), shapely.box(xm, s, e, ym), shapely.box(w, ym, e, n)]
+    areas = root / "districts.geojson"
+    gpd.GeoDataFrame({"GEOID": ["01", "02", "03"]}, geometry=boxes, crs=4326).to_file(areas)
+    assert (run / "service" / "headline.json").is_file()  # the demo ran geodbk service
+    argv = ["summarize", "--run", str(run), "--target", "download", "--areas", str(areas)]
+    assert cli.main([*argv, "--samples", "50"]) == 0
+    return root

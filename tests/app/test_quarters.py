@@ -200,33 +200,6 @@ def test_coverage_tab_charts_calibration_per_quarter(make_app: AppFactory, time_
     assert "download.tif (GeoTIFF)" in labels
 
 
-def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
-    from app.tabs.report_tab import by_quarter_frame, by_quarter_table
-
-    assert by_quarter_frame({"all": {"n": 3}}) is None
-    assert by_quarter_frame({"by_quarter": {}}) is None
-    frame = by_quarter_frame(
-        {
-            "by_quarter": {
-                "2024Q1": {
-                    "n": 5,
-                    "coverage95": 0.8,
-                    "nll": 1.0,
-                    "rural": {"n": 5, "coverage95": 0.8},
-                },
-                "2023Q4": {"n": 7, "coverage95": 0.9, "urban": "bad", "rural": None},
-                "2023Q3": "bad",
-            }
-        }
-    )
-    assert frame is not None
-    assert list(dict.fromkeys(frame["quarter"])) == ["2023Q4", "2024Q1"]
-    table = by_quarter_table(frame)
-    assert list(table["quarter"]) == ["2023Q4", "2024Q1"]
-    assert table["rural n"].isna().tolist() == [True, False]
-    assert math.isnan(table["NLL"].iloc[0]) and table["NLL"].iloc[1] == 1.0
-
-
 def test_kernel_slices_use_the_selected_quarter(make_app: AppFactory, time_root: Path) -> None:
     from app.kernel import RefPoint
     from app.tabs.kernel_tab import features, slice_image

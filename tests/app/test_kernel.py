@@ -1,4 +1,5 @@
-"""Kernel slices and threshold layers against the estimator and the pipelines' grid (demo run)."""
+"""Kernel slices (normalised, phi(x) phi(x_ref), the preset points) and threshold layers, also
+against the estimator and the pipelines' grid (demo run)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from app import loaders, maps
@@ -102,3 +104,43 @@ def test_server_binds_to_localhost_by_default() -> None:
     assert config["server"]["address"] == "localhost"
     assert config["server"]["headless"] is True
     assert config["browser"]["gatherUsageStats"] is False
+
+
+def test_normalise_slice_has_max_one_keeps_nan_and_rejects_degenerate() -> None:
+    k = np.array([[2.0, 4.0], [np.nan, 1.0]])
+    out = normalise_slice(k)
+    assert np.nanmax(out) == 1.0 and np.isnan(out[1, 0])
+    assert np.allclose(out[np.isfinite(out)], [0.5, 1.0, 0.25])
+    assert np.isnan(normalise_slice(np.array([0.0, -1.0]))).all()
+    assert np.isnan(normalise_slice(np.array([np.nan]))).all()
+
+
+def test_kernel_slice_is_phi_times_phi_ref() -> None:
+    rng = np.random.default_rng(0)
+    phi = rng.normal(size=(50, 8))
+    ref = rng.normal(size=8)
+    assert np.allclose(kernel_slice(phi.astype(np.float32), ref), phi @ ref, atol=1e-4)
+
+
+def test_preset_points_pick_dense_urban_typical_rural_and_isolated() -> None:
+    rng = np.random.default_rng(1)
+    town = rng.normal(0, 0.002, size=(60, 2)) + np.array([-157.8, 21.3])
+    country = np.column_stack([rng.uniform(-157.75, -157.5, 40), rng.uniform(21.3, 21.5, 40)])
+    lonely = np.array([[-157.2, 21.9]])
+    xy = np.vstack([town, country, lonely])
+    tiles = pd.DataFrame(
+        {
+            "quadkey": [str(i) for i in range(len(xy))],
+            "lon": xy[:, 0],
+            "lat": xy[:, 1],
+            "x1": xy[:, 0],
+            "x2": xy[:, 1],
+            "urban": [True] * 60 + [False] * 41,
+            "tests": 5,
+        }
+    )
+    pts = {p.name: p for p in preset_points(tiles)}
+    assert set(pts) == {"Urban", "Rural", "Remote"}
+    assert abs(pts["Urban"].lon + 157.8) < 0.01
+    assert pts["Remote"].lon == pytest.approx(-157.2) and pts["Remote"].lat == pytest.approx(21.9)
+    assert -157.75 <= pts["Rural"].lon <= -157.2

@@ -1,4 +1,5 @@
-"""Dashboard choice of what the map shows: tile, area f(x), single test, tile average of K."""
+"""Dashboard choice of what the map shows (tile, area f(x), single test, tile average of K), and
+the first frame's capped raster."""
 
 from __future__ import annotations
 
@@ -58,3 +59,25 @@ def test_old_grids_without_noise_attributes_fall_back_to_stored_std(tiny_run: Pa
     spec = maps.LayerSpec("std", quantity="average", tests=8)
     assert maps.quantity_std(old, spec) is None
     assert np.array_equal(maps.layer_values(old, spec), grid.arrays["std"], equal_nan=True)
+
+
+def test_first_frame_raster_is_capped_and_sampled_from_block_middles() -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
+    from app.colormaps import ColorScale
+    from app.maps import raster_url, thin
+
+    ny, nx = 1200, 900
+    values = np.arange(ny * nx, dtype=np.float64).reshape(ny, nx)
+    lats = np.linspace(22.0, 18.0, ny)
+    small, small_lats = thin(values, lats, 512)
+    assert max(small.shape) <= 512 and small.shape == (ny // 3, nx // 3)  # step 3
+    assert small[0, 0] == values[1, 1] and small_lats[0] == lats[1]  # middle of a 3 x 3 block
+    same, same_lats = thin(values[:100, :80], lats[:100], 512)
+    assert same.shape == (100, 80) and same_lats.size == 100  # small grids are left alone
+    url = raster_url(small, small_lats, ColorScale("viridis", 0.0, float(values.max())))
+    png = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert png.size == (nx // 3, ny // 3)

@@ -1,0 +1,38 @@
+"""The Areas tab on a run with ``geodbk summarize`` outputs: the choropleth, the table; and the
+commands named on a run without the policy outputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from apptest_helpers import AppFactory, open_tab, texts
+
+
+def test_the_areas_tab_maps_and_tabulates_the_summaries(
+    make_app: AppFactory, policy_root: Path
+) -> None:
+    at = make_app(policy_root, "policy")
+    at.run()
+    tab = open_tab(at, "Areas")
+    frame = tab.dataframe[0].value
+    assert sorted(frame["id"]) == ["01", "02", "03"]
+    assert {"mean_natural", "lower_natural", "upper_natural"} <= set(frame.columns)
+    chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
+    assert len(chart["layers"][0]["data"]["features"]) == 3
+    assert any("joint posterior samples" in c for c in texts(tab, "caption"))
+
+
+def test_a_run_without_policy_outputs_names_the_commands(
+    make_app: AppFactory, tiny_run: Path, tmp_path: Path
+) -> None:
+    run = shutil.copytree(tiny_run, tmp_path / "bare")
+    shutil.rmtree(run / "service")
+    shutil.rmtree(run / "summaries")
+    at = make_app(tmp_path, "bare")
+    at.run()
+    service = " ".join(i.value for i in open_tab(at, "Service").info)
+    assert "no service classes" in service and "geodbk service --run" in service
+    areas = " ".join(i.value for i in open_tab(at, "Areas").info)
+    assert "no area summaries" in areas and "geodbk summarize --run" in areas

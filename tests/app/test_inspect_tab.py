@@ -1,0 +1,69 @@
+"""The Inspect tab: the parts of what a place gets (area, tile, test, offset, pull), the preset
+points and typed coordinates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from apptest_helpers import AppFactory, assert_clean, element_types, open_tab, tab, texts
+
+from app import loaders
+
+
+def test_inspect_shows_the_three_quantities_and_the_tiles_offset(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    root, name = demo_root
+    path = root / name / "grids" / "download.nc"
+    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    # a cell whose tile has measured history
+    rows, cols = np.nonzero(np.nan_to_num(grid.arrays["tile_history"]) == 1.0)
+    assert rows.size
+    point = (float(grid.lon[cols[0]]), float(grid.lat[rows[0]]))
+    at = make_app(root, name)
+    at.session_state["inspect_point"] = point
+    at.run()
+    inspect = open_tab(at, "Inspect a point")
+    assert_clean(at)
+    assert any(m.startswith("**What this place gets**") for m in texts(inspect, "markdown"))
+    frames = [d.value for d in inspect.dataframe]
+    parts = next(f for f in frames if "quantity" in f.columns)
+    names = parts["quantity"].tolist()
+    assert names[:3] == [
+        "area: neighbourhood level f(x)",
+        "tile: what a tile here typically gets",
+        "test: one speed test",
+    ]
+    assert names[3] == "tile's offset (measured history)"
+    assert names[4] == "of which its neighbours' pull"
+    offset = float(grid.arrays["tile_offset"][rows[0], cols[0]])
+    assert parts["median"].iloc[3] == f"×{10**offset:.2f}"
+
+
+def test_demo_inspect_presets_and_coordinates(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    root, name = demo_root
+    at = make_app(root, name)
+    at.run()
+    inspect = open_tab(at, "Inspect a point")
+    options = at.selectbox(key="inspect_source").options
+    assert options[0] == "Clicked point" and options[-1] == "Coordinates"
+    assert {"Urban (preset)", "Rural (preset)", "Remote (preset)"} <= set(options)
+    for option in options[1:-1]:
+        at.selectbox(key="inspect_source").set_value(option).run()
+        assert_clean(at)
+        inspect = tab(at, "Inspect a point")
+        assert element_types(inspect)["metric"] == 3, option
+    at.selectbox(key="inspect_source").set_value("Coordinates").run()
+    lon0 = float(at.number_input(key="inspect_lon").value or 0.0)
+    at.number_input(key="inspect_lon").set_value(lon0 + 0.01).run()
+    at.number_input(key="inspect_lat").set_value(at.number_input(key="inspect_lat").value).run()
+    assert_clean(at)
+    assert element_types(tab(at, "Inspect a point"))["metric"] == 3
+    # A point far outside the region is flagged as an extrapolation, not an error.
+    at.number_input(key="inspect_lon").set_value(0.0).run()
+    assert_clean(at)
+    area = [m for m in texts(tab(at, "Inspect a point"), "markdown") if m.startswith("**Area:**")]
+    assert "outside the modelled region" in area[0]

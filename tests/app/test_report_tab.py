@@ -1,0 +1,116 @@
+"""The coverage report tab (and the model tab of the demo run): tables, charts, downloads, the
+tile effect's note and the per-quarter frames."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from apptest_helpers import (
+    AppFactory,
+    assert_clean,
+    element_types,
+    open_tab,
+    tab,
+    texts,
+)
+
+
+def test_demo_coverage_report_and_model_tabs(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    root, name = demo_root
+    at = make_app(root, name)
+    at.run()
+    report = open_tab(at, "Coverage report")
+    kinds = element_types(report)
+    assert kinds["dataframe"] >= 2  # metrics table + service coverage
+    import json
+
+    metrics = json.loads((root / name / "report" / "download" / "metrics.json").read_text())
+    # reliability, plus coverage and NLL per quarter when the report has `by_quarter`
+    assert kinds["vega_lite_chart"] == 1 + 2 * bool(metrics.get("by_quarter"))
+    assert kinds["image"] == 3  # violin, service coverage, sd maps (reliability is interactive)
+    labels = [b.label for b in report.get("download_button")]
+    for t in ("download", "upload", "latency"):
+        assert f"{t}.tif (GeoTIFF)" in labels
+    assert "download report.html" in labels
+    table = report.dataframe[0].value
+    assert list(table["group"]) == ["urban", "rural", "all"]
+    assert {"MAE", "NLL", "95% coverage"} <= set(table.columns)
+    # the map's own calibration and the quantity that judged service coverage are named
+    frames = [d.value for d in report.dataframe]
+    cal = next(f for f in frames if "median |error| (log10)" in f.columns)
+    assert list(cal["quantity"])[:3] == ["tile"] * 3 and "area" in set(cal["quantity"])
+    svc = next(f for f in frames if "served when" in f.columns)
+    assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
+    assert any(c.startswith("Data: geodbk's synthetic") for c in texts(report, "caption"))
+    model = open_tab(at, "Model")
+    kinds = element_types(model)
+    assert kinds["metric"] == 6 and kinds["vega_lite_chart"] == 2 and kinds["code"] == 1
+    assert kinds["dataframe"] == 1  # the demo's per-stage pipeline timings
+    for target in ("upload", "latency"):
+        at.sidebar.selectbox(key="target").set_value(target).run()
+        assert_clean(at)
+        assert element_types(tab(at, "Model"))["vega_lite_chart"] == 2
+
+
+def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
+    make_app: AppFactory, synthetic_root: Path, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(synthetic_root / "synth", root / "tiled")
+    path = run / "report" / "download" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    tau2 = {"rural": 0.1234, "urban": 0.2345}  # one offset variance per class
+    params = {"tau2": tau2, "rho": 0.97, "val_nll": 0.66, "val_nll_without": 0.79}
+    path.write_text(json.dumps({**metrics, "tile_effect": params}))
+    at = make_app(root, "tiled")
+    at.run()
+    captions = texts(open_tab(at, "Coverage report"), "caption")
+    note = [c for c in captions if "tile effect" in c]
+    assert note and "τ² = 0.1234 rural, 0.2345 urban log10²" in note[0]
+    assert "0.790 without, 0.660 with" in note[0]
+    at = make_app(synthetic_root, "synth")
+    at.run()
+    assert not [c for c in texts(open_tab(at, "Coverage report"), "caption") if "tile effect" in c]
+
+
+def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
+    """Reports written before the groups hold one float; ``{"all": x}`` reads the same."""
+    from app.tabs.report_tab import tile_effect_note
+
+    base = {"rho": 0.9, "val_nll": 0.6, "val_nll_without": 0.7}
+    for tau2 in (0.25, {"all": 0.25}):
+        note = tile_effect_note({"tile_effect": {**base, "tau2": tau2}})
+        assert note is not None and "τ² = 0.2500 log10²" in note
+
+
+def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
+    from app.tabs.report_tab import by_quarter_frame, by_quarter_table
+
+    assert by_quarter_frame({"all": {"n": 3}}) is None
+    assert by_quarter_frame({"by_quarter": {}}) is None
+    frame = by_quarter_frame(
+        {
+            "by_quarter": {
+                "2024Q1": {
+                    "n": 5,
+                    "coverage95": 0.8,
+                    "nll": 1.0,
+                    "rural": {"n": 5, "coverage95": 0.8},
+                },
+                "2023Q4": {"n": 7, "coverage95": 0.9, "urban": "bad", "rural": None},
+                "2023Q3": "bad",
+            }
+        }
+    )
+    assert frame is not None
+    assert list(dict.fromkeys(frame["quarter"])) == ["2023Q4", "2024Q1"]
+    table = by_quarter_table(frame)
+    assert list(table["quarter"]) == ["2023Q4", "2024Q1"]
+    assert table["rural n"].isna().tolist() == [True, False]
+    assert math.isnan(table["NLL"].iloc[0]) and table["NLL"].iloc[1] == 1.0

@@ -1,0 +1,40 @@
+"""The Service tab on a run with ``geodbk service`` outputs: the classed map, the expected
+shares, and cells outside the region left transparent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from apptest_helpers import AppFactory, open_tab, texts
+
+
+def test_the_service_tab_shows_classes_and_expected_shares(
+    make_app: AppFactory, policy_root: Path
+) -> None:
+    at = make_app(policy_root, "policy")
+    at.run()
+    tab = open_tab(at, "Service")
+    metrics = {m.label: m.value for m in tab.metric}
+    assert set(metrics) == {
+        f"Expected share of area {c}" for c in ("unserved", "underserved", "served")
+    }
+    total = sum(float(v.rstrip("%")) for v in metrics.values())
+    assert total == pytest.approx(100.0, abs=0.2)
+    captions = texts(tab, "caption")
+    assert any("red unserved" in c and "joint posterior samples" in c for c in captions)
+    assert sum(c.startswith("90%: ") and "of tiles" in c for c in captions) == 3
+    chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
+    assert chart["layers"][0]["id"] == "classes"
+
+
+def test_cells_outside_the_region_stay_transparent(policy_root: Path) -> None:
+    from app.tabs.service_tab import class_rgba, load_classes
+
+    path = policy_root / "policy" / "service" / "classes.nc"
+    data = load_classes(str(path), (0.0, 0))
+    inside = data["probs"]["p_served"] == data["probs"]["p_served"]  # finite
+    assert 0 < inside.sum() < inside.size
+    rgba = class_rgba(data["codes"], 3)
+    assert (rgba[~inside, 3] == 0).all() and (rgba[inside, 3] > 0).all()
