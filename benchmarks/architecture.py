@@ -8,7 +8,9 @@ for every import of another project module, at module level or inside a function
 more than one module. A function-local import must carry a ``# local:`` comment that says why
 (an optional heavy dependency loaded only when used). The modules of ``geodbk`` outside its I/O
 package ``geodbk.geo`` do math: an import of pyarrow, a read of the environment (``os.environ``,
-``os.getenv``) or an import of an I/O-package module that imports pyarrow is listed::
+``os.getenv``) or an import of an I/O-package module that imports pyarrow is listed. The tests
+mirror the packages: every module has a test file named after it (:func:`mirrored_test`), and
+the modules without one are listed::
 
     python benchmarks/architecture.py            # the report
     python benchmarks/architecture.py --json     # the same as JSON
@@ -38,6 +40,16 @@ MAX_LOCAL_IMPORTS = 10
 IO_PACKAGE = "geodbk.geo"
 #: Names of ``os`` that read or change the environment.
 ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
+#: The test folder of each package: ``geodbk/geo/y.py`` -> ``tests/geo/test_y.py`` (the
+#: subpackages of ``geodbk`` have folders of their own), ``pipelines/z.py`` ->
+#: ``tests/pipelines/test_z.py``, ``app/w.py`` and ``app/tabs/v.py`` -> ``tests/app/test_w.py``,
+#: ``tests/app/test_v.py``.
+TEST_FOLDERS = {"geodbk": "tests", "pipelines": "tests/pipelines", "app": "tests/app"}
+#: The prefix a module's test file takes when a package earlier in :data:`PACKAGES` has a
+#: module of the same name: pytest imports test files by their base name, so
+#: ``tests/test_service.py`` (``geodbk/service.py``) and ``tests/pipelines/test_service.py``
+#: could not both be collected; ``pipelines/service.py`` -> ``test_pipeline_service.py``.
+TEST_PREFIXES = {"pipelines": "pipeline_", "app": "app_"}
 
 
 @dataclass
@@ -179,6 +191,32 @@ def io_outside_io_package(graph: Graph) -> list[IOUse]:
     return sorted(uses, key=lambda u: (u.module, u.line, u.what))
 
 
+def mirrored_test(module: str, modules: dict[str, Path]) -> Path:
+    """The test file of ``module`` (a module of ``modules``), relative to the repository root:
+    ``geodbk.geo.table`` -> ``tests/geo/test_table.py``, ``pipelines.service`` ->
+    ``tests/pipelines/test_pipeline_service.py`` (``geodbk.service`` has ``test_service.py``).
+    A leading underscore is dropped (``geodbk._version`` -> ``tests/test_version.py``)."""
+    package, *inner, name = module.split(".")
+    stem = name.lstrip("_")
+    folder = Path(TEST_FOLDERS[package], *(inner if package == "geodbk" else []))
+    earlier = PACKAGES[: PACKAGES.index(package)]
+    taken = any(
+        m.split(".")[0] in earlier and m.rpartition(".")[2].lstrip("_") == stem for m in modules
+    )
+    return folder / f"test_{TEST_PREFIXES[package] if taken else ''}{stem}.py"
+
+
+def modules_without_tests(graph: Graph, root: Path = ROOT) -> dict[str, Path]:
+    """The modules (packages' ``__init__`` left out) whose :func:`mirrored_test` is missing
+    under ``root``, each with the test file it should have."""
+    return {
+        module: test
+        for module, path in sorted(graph.modules.items())
+        if path.name != "__init__.py"
+        and not (root / (test := mirrored_test(module, graph.modules))).is_file()
+    }
+
+
 def circles(graph: Graph) -> list[list[str]]:
     """Strongly connected sets of more than one module (each a circle of imports)."""
     names = sorted(graph.modules)
@@ -221,6 +259,9 @@ def report(root: Path = ROOT) -> dict[str, object]:
             {"module": u.module, "line": u.line, "what": u.what}
             for u in io_outside_io_package(graph)
         ],
+        "modules_without_tests": {
+            module: str(test) for module, test in modules_without_tests(graph, root).items()
+        },
         "lines_of_code": {**loc, "total": sum(loc.values())},
     }
 
@@ -247,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"I/O in geodbk outside {IO_PACKAGE}: {len(io)}")
     for u in io:
         print(f"  {u['module']}:{u['line']}: {u['what']}")
+    untested = result["modules_without_tests"]
+    assert isinstance(untested, dict)
+    print(f"modules without a test file named after them: {len(untested)}")
+    for module, test in untested.items():
+        print(f"  {module}: {test}")
     print(f"lines of code: {result['lines_of_code']}")
     return 0
 

@@ -1,6 +1,7 @@
 """The architecture targets (benchmarks/architecture.py): no import circle, few function-local
 imports each with a reason, one definition of each contract name, no pyarrow or environment
-reads in geodbk outside its I/O package geodbk.geo."""
+reads in geodbk outside its I/O package geodbk.geo, and tests that mirror the packages (each
+module has a test file named after it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,31 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "architecture.py"
 #: I/O allowed in geodbk outside geodbk.geo: (module, what) -> why.
 IO_EXCEPTIONS: dict[tuple[str, str], str] = {}
+#: Modules (or packages: every module below) without a test file named after them -> why.
+TEST_EXCEPTIONS: dict[str, str] = {
+    "app.streamlit_app": (
+        "the file `streamlit run app` executes: it puts the repository on sys.path and calls "
+        "app.main.main(); every AppTest page test runs it (tests/app/conftest.py APP_FILE)"
+    ),
+    "geodbk.baselines": (
+        "the baselines' tests (tests/baselines/) are being reorganised in another change; "
+        "five of its modules have no test file of their own yet"
+    ),
+}
+
+
+def _untested(
+    untested: dict[str, Path], exceptions: dict[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """``(missing, unused)``: the modules of ``untested`` no exception covers (with the test
+    file each should have), and the exceptions that cover none of them (no longer needed)."""
+
+    def covers(key: str, module: str) -> bool:
+        return module == key or module.startswith(key + ".")
+
+    missing = {m: str(t) for m, t in untested.items() if not any(covers(k, m) for k in exceptions)}
+    unused = [k for k in exceptions if not any(covers(k, m) for m in untested)]
+    return missing, unused
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +76,27 @@ def test_no_io_outside_the_io_package(arch: ModuleType) -> None:
     assert set(IO_EXCEPTIONS) - uses == set(), "an exception no longer needed"
 
 
+def test_every_module_has_a_test_file_named_after_it(arch: ModuleType) -> None:
+    """``geodbk/x.py`` -> ``tests/test_x.py``, ``geodbk/geo/y.py`` -> ``tests/geo/test_y.py``,
+    ``pipelines/z.py`` -> ``tests/pipelines/test_z.py``, ``app/w.py`` and ``app/tabs/v.py`` ->
+    ``tests/app/test_w.py``, ``tests/app/test_v.py`` (:func:`mirrored_test`), except the listed
+    modules; each exception still covers a module without one, and no two test files that the
+    rule names share a base name (pytest could not collect both)."""
+    graph = arch.build_graph()
+    missing, unused = _untested(arch.modules_without_tests(graph), TEST_EXCEPTIONS)
+    assert missing == {}
+    assert unused == [], "an exception no longer needed"
+    names = [
+        arch.mirrored_test(m, graph.modules).name
+        for m, path in graph.modules.items()
+        if path.name != "__init__.py"
+    ]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
 def test_the_checks_can_fail(arch: ModuleType, tmp_path: Path) -> None:
-    """A circle, an unexplained local import and a second definition are each found."""
+    """A circle, an unexplained local import, a second definition, I/O outside the I/O package
+    and a module without its test file are each found."""
     for pkg in arch.PACKAGES:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
@@ -77,3 +122,29 @@ def test_the_checks_can_fail(arch: ModuleType, tmp_path: Path) -> None:
         ("geodbk.c", 6, "pyarrow"),
         ("geodbk.c", 7, "os.environ"),
     ]
+    # geodbk.a has its test; pipelines.a takes the package prefix (geodbk.a has test_a.py);
+    # app/tabs is flattened into tests/app; a leading underscore is dropped
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("")
+    (tmp_path / "pipelines" / "a.py").write_text("")
+    (tmp_path / "app" / "tabs").mkdir()
+    (tmp_path / "app" / "tabs" / "__init__.py").write_text("")
+    (tmp_path / "app" / "tabs" / "_map_tab.py").write_text("")
+    untested = arch.modules_without_tests(arch.build_graph(tmp_path), tmp_path)
+    assert untested == {
+        "app.tabs._map_tab": Path("tests/app/test_map_tab.py"),
+        "geodbk.b": Path("tests/test_b.py"),
+        "geodbk.c": Path("tests/test_c.py"),
+        "geodbk.geo.io": Path("tests/geo/test_io.py"),
+        "pipelines.a": Path("tests/pipelines/test_pipeline_a.py"),
+    }
+    # a package's exception covers its modules; one that covers no module is no longer needed
+    exceptions = {"geodbk.geo": "why", "app.tabs._map_tab": "why", "pipelines.b": "why"}
+    assert _untested(untested, exceptions) == (
+        {
+            "geodbk.b": "tests/test_b.py",
+            "geodbk.c": "tests/test_c.py",
+            "pipelines.a": "tests/pipelines/test_pipeline_a.py",
+        },
+        ["pipelines.b"],
+    )
