@@ -148,7 +148,7 @@ def _solvegp_dense(m: torch.nn.Module, Xq: torch.Tensor) -> tuple[np.ndarray, np
     + c(x,x) + c(x,O)Cvv^{-1}(S_v - Cvv)Cvv^{-1}c(O,x); KLs against N(0, Kuu) and N(0, Cvv).
     Kuu and Cvv come from the model's own factors here, so an error in Cvv would cancel; the
     independent reference (Cvv = K_OO - K_OZ K_ZZ^{-1} K_ZO built in numpy, with mutation
-    checks) is tests/baselines/test_dense_references.py.
+    checks) is in tests/baselines/test_solvegp.py.
     """
     with torch.no_grad():
         Luu, _, Lvv = m.factors()

@@ -8,9 +8,15 @@
   noise), and the loss -[log N(y; c, Phi Phi' + s2 I) - tr(C) / (2 s2)] / n. Mutation checks:
   with the Gram matrix, the projection Phi'S_hat^{-1}y or max_train ||phi||² scaled by 1.01 the
   comparison must fail.
+* SVDBK against an independent float64 reference (issue 24) built from phi(x), m, L, c and s2
+  alone: the loss (ELBO data term + KL / n + the trace term) and the predictive variance with
+  the test-time correction s2 + max(0, max_train ||phi||² - ||phi(x)||²) (methods.md §2).
+  Mutation checks: with the KL, the ELBO data term or max_train ||phi||² scaled by 1.01 the
+  comparison must fail.
 * Save/load round trips, option validation, the size refusal and the registry's presets.
 
-Every factorisation here is a Cholesky with jitter followed by triangular solves.
+Every factorisation in the exact variant's references is a Cholesky with jitter followed by
+triangular solves.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import region
+from baseline_helpers import kl_gauss, region
 from scipy.linalg import solve_triangular
 
 import geodbk.baselines.svdbk as svdbk_module
@@ -35,6 +41,7 @@ from geodbk.baselines.svdbk import (
     SVDBKModule,
     SVDBKRegressor,
     svdbk_exact_loss,
+    svdbk_loss,
 )
 
 JITTER = 1e-12  # relative to the smallest possible eigenvalue of the factorised matrix
@@ -293,6 +300,116 @@ def test_eq12_reference_fails_when_a_factor_is_perturbed(
         _compare(est, data, _eq12_reference)
     _refresh(est, data)
     _compare(est, data, _eq12_reference)
+
+
+# ---------------------------------------------------------------------------------- SVDBK reference
+# Independent dense reference (issue 24): the loss (ELBO data term + KL / n + the trace term)
+# and the predictive variance with the test-time correction s2 + max(0, max_train ||phi||² -
+# ||phi(x)||²) (methods.md §2), from phi(x), m, L, c and s2 alone. Each comparison is also run
+# with one factor perturbed (monkeypatched or scaled by 1.01) and must then fail.
+@pytest.fixture(scope="module")
+def svdbk() -> tuple[SVDBKRegressor, np.ndarray, np.ndarray]:
+    X, y = region(80, seed=4)
+    est = SVDBKRegressor(
+        rank=6, hidden=8, epochs=2, batch_size=40, dtype="float64", device="cpu", noise_init=0.05
+    ).fit(X, y)
+    module = est.module_
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # a random q(w) away from the start
+        q = module.dbk.q
+        r = q.mean.shape[0]
+        q.mean.copy_(torch.randn(r, generator=gen, dtype=torch.float64))
+        q.log_diag.copy_(-1.0 + 0.2 * torch.randn(r, generator=gen, dtype=torch.float64))
+        q.lower.copy_(0.2 * torch.randn(r, r, generator=gen, dtype=torch.float64))
+    return est, X, y
+
+
+def _svdbk_parts(est: SVDBKRegressor) -> tuple[np.ndarray, np.ndarray, float, float]:
+    q = est.module_.dbk.q
+    with torch.no_grad():
+        return (
+            q.mean.double().numpy().copy(),
+            q.scale_tril().double().numpy().copy(),
+            float(est.module_.dbk.const_mean),
+            float(est.module_.dbk.noise_var(None)),
+        )
+
+
+def _svdbk_loss_reference(phi: np.ndarray, y: np.ndarray, est: SVDBKRegressor, n: int) -> float:
+    """methods.md §2 per datum: mean_B[-log N(y; c + m'phi, s2) + ||L'phi||²/(2 s2)] + KL/n
+    + mean_B[(max_B ||phi||² - ||phi_i||²) / (2 s2)], KL = KL(N(m, LL') || N(0, I))."""
+    m, L, c, s2 = _svdbk_parts(est)
+    mu = c + phi @ m
+    var_f = ((phi @ L) ** 2).sum(-1)
+    phi_sq = (phi**2).sum(-1)
+    data = 0.5 * np.log(2 * np.pi * s2) + (y - mu) ** 2 / (2 * s2) + var_f / (2 * s2)
+    kl = kl_gauss(m, L @ L.T, np.zeros(len(m)), np.eye(len(m)))
+    trace = (phi_sq.max() - phi_sq) / (2 * s2)
+    return float(data.mean() + kl / n + trace.mean())
+
+
+def _svdbk_var_reference(
+    phi_q: np.ndarray, phi_train: np.ndarray, est: SVDBKRegressor
+) -> np.ndarray:
+    """Predictive variance in y's units: y_sd² (||L'phi*||² + s2 + max(0, max_train ||phi||²
+    - ||phi*||²))."""
+    _, L, _, s2 = _svdbk_parts(est)
+    correction = np.maximum((phi_train**2).sum(-1).max() - (phi_q**2).sum(-1), 0.0)
+    return est.y_sd_**2 * (((phi_q @ L) ** 2).sum(-1) + s2 + correction)
+
+
+def _svdbk_compare(est: SVDBKRegressor, X: np.ndarray, y: np.ndarray) -> None:
+    Xb, yb = X[:30], (y[:30] - est.y_mean_) / est.y_sd_  # a batch, standardised units
+    with torch.no_grad():
+        phi_b = est.module_.dbk.features(torch.as_tensor(Xb)).numpy()
+        loss = float(svdbk_loss(est.module_, torch.as_tensor(Xb), torch.as_tensor(yb), 80))
+    assert loss == pytest.approx(_svdbk_loss_reference(phi_b, yb, est, 80), rel=1e-9, abs=1e-10)
+    Xq = np.vstack([region(12, seed=9)[0], [[3.0, -3.0]]])  # one far point: correction > 0
+    phi_q = est.features(Xq)
+    phi_train = est.features(X)
+    ref_var = _svdbk_var_reference(phi_q, phi_train, est)
+    np.testing.assert_allclose(est.predict_dist(Xq).var, ref_var, rtol=1e-9, atol=1e-12)
+
+
+def test_svdbk_loss_and_corrected_variance_match_a_dense_reference(svdbk) -> None:
+    est, X, y = svdbk
+    _svdbk_compare(est, X, y)
+    # the correction is exercised: positive at some test point
+    phi_q = est.features(np.array([[3.0, -3.0]]))
+    assert (est.features(X) ** 2).sum(-1).max() - (phi_q**2).sum(-1).max() > 1e-6
+
+
+def test_svdbk_reference_fails_when_a_factor_is_perturbed(
+    svdbk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    est, X, y = svdbk
+    _svdbk_compare(est, X, y)
+
+    def kl_scaled(mp: pytest.MonkeyPatch) -> None:  # the KL term of the loss
+        kl = svdbk_module.gaussian_kl_standard
+        mp.setattr(svdbk_module, "gaussian_kl_standard", lambda m, L: 1.01 * kl(m, L))
+
+    def data_scaled(mp: pytest.MonkeyPatch) -> None:  # the ELBO data term of the loss
+        elbo = svdbk_module.elbo_loss
+        mp.setattr(svdbk_module, "elbo_loss", lambda *a, **k: 1.01 * elbo(*a, **k))
+
+    for mutate in (kl_scaled, data_scaled):
+        with monkeypatch.context() as mp:
+            mutate(mp)
+            with pytest.raises(AssertionError):
+                _svdbk_compare(est, X, y)
+    # max_train ||phi||² of the test-time correction (a buffer, scaled in place and restored)
+    buffer = est.module_.max_phi_sq
+    saved = buffer.clone()
+    try:
+        with torch.no_grad():
+            buffer.mul_(1.01)
+        with pytest.raises(AssertionError):
+            _svdbk_compare(est, X, y)
+    finally:
+        with torch.no_grad():
+            buffer.copy_(saved)
+    _svdbk_compare(est, X, y)  # restored
 
 
 # ---------------------------------------------------------------------------------- bundles

@@ -1,17 +1,14 @@
-"""Independent dense references (issue 24), float64 on small data, each able to fail.
+"""SOLVE-GP (geodbk/baselines/solvegp.py; paper 003, methods.md §4) against dense float64
+formulas on small data, each able to fail.
 
-* SOLVE-GP: K_uu and C_vv = K_OO - K_OZ K_ZZ^{-1} K_ZO are built here from the Matérn-3/2
-  kernel in numpy (not from the model's factors); the predictive mean, latent variance and
-  ELBO follow methods.md §4 (003 eqs. 31, 33–36). Whitened ARD model (tuned preset): q(u~),
-  q(v~) are unwhitened with the Cholesky factors of *these* matrices. Unwhitened model with
-  one lengthscale (paper preset): q(u), q(v) are used as they are. A wrong C_vv in the model
-  would no longer cancel.
-* SVDBK: the loss (ELBO data term + KL / n + the trace term) and the predictive variance with
-  the test-time correction s2 + max(0, max_train ||phi||² - ||phi(x)||²) (methods.md §2),
-  from phi(x), m, L, c and s2 alone.
-
-Every comparison is also run with one factor of the formula perturbed (monkeypatched, scaled
-by 1.01) and must then fail: the mutation checks.
+* Independent dense reference (issue 24): K_uu and C_vv = K_OO - K_OZ K_ZZ^{-1} K_ZO are built
+  here from the Matérn-3/2 kernel in numpy (not from the model's factors); the predictive mean,
+  latent variance and ELBO follow methods.md §4 (003 eqs. 31, 33–36). Whitened ARD model (tuned
+  preset): q(u~), q(v~) are unwhitened with the Cholesky factors of *these* matrices.
+  Unwhitened model with one lengthscale (paper preset): q(u), q(v) are used as they are. A
+  wrong C_vv in the model would no longer cancel. Every comparison is also run with one factor
+  of C_vv or K_uu perturbed (monkeypatched, scaled by 1.01) and must then fail: the mutation
+  checks. The unwhitened model starts at the priors q(u) = N(0, K_uu), q(v) = N(0, C_vv).
 """
 
 from __future__ import annotations
@@ -22,12 +19,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import region
+from baseline_helpers import kl_gauss, region
 
-import geodbk.baselines.svdbk as svdbk_module
 from geodbk.baselines.kernels import psd_cholesky, tri_solve
 from geodbk.baselines.solvegp import SolveGPModule, SolveGPRegressor, solvegp_loss
-from geodbk.baselines.svdbk import SVDBKRegressor, svdbk_loss
 
 JITTER = 1e-6  # SolveGPModule.factors: relative jitter 1e-6 on K_uu (mean diagonal) and C_vv
 
@@ -37,19 +32,7 @@ def _matern32(A: np.ndarray, B: np.ndarray, ls: np.ndarray, os2: float) -> np.nd
     return os2 * (1.0 + math.sqrt(3.0) * r) * np.exp(-math.sqrt(3.0) * r)
 
 
-def _kl_std(m: np.ndarray, S: np.ndarray, m0: np.ndarray, S0: np.ndarray) -> float:
-    """KL(N(m, S) || N(m0, S0)), dense."""
-    diff = m - m0
-    return 0.5 * (
-        np.trace(np.linalg.solve(S0, S))
-        + diff @ np.linalg.solve(S0, diff)
-        - len(m)
-        + np.linalg.slogdet(S0)[1]
-        - np.linalg.slogdet(S)[1]
-    )
-
-
-# ---------------------------------------------------------------------------------- SOLVE-GP
+# ---------------------------------------------------------------------------------- reference
 #: (ard, whiten): the tuned preset's whitened ARD model and the paper preset's unwhitened model
 #: with one shared lengthscale (003 App. G, App. D.1).
 SOLVEGP_FORMS = [(True, True), (False, False)]
@@ -128,7 +111,7 @@ def _solvegp_reference(
         + np.diag(c(Xq, Xq))
         + np.einsum("ij,jk,ik->i", B, Sv - Cvv, B)
     )
-    kl = _kl_std(mu_u, Su, np.zeros(len(Z)), Kuu) + _kl_std(mu_v, Sv, np.zeros(len(Ov)), Cvv)
+    kl = kl_gauss(mu_u, Su, np.zeros(len(Z)), Kuu) + kl_gauss(mu_v, Sv, np.zeros(len(Ov)), Cvv)
     exp_ll = -0.5 * np.log(2 * np.pi * s2) - ((yq - mean) ** 2 + var) / (2 * s2)
     return {"mean": mean, "var": var, "loss": -exp_ll.mean() + kl / n_total}
 
@@ -217,109 +200,3 @@ def test_unwhitened_solvegp_starts_at_the_priors() -> None:
     np.testing.assert_allclose(Lq_u @ Lq_u.T, Kuu, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(Lq_v @ Lq_v.T, Cvv, rtol=1e-7, atol=1e-12)
     assert kl == pytest.approx(0.0, abs=1e-8)
-
-
-# ---------------------------------------------------------------------------------- SVDBK
-@pytest.fixture(scope="module")
-def svdbk() -> tuple[SVDBKRegressor, np.ndarray, np.ndarray]:
-    X, y = region(80, seed=4)
-    est = SVDBKRegressor(
-        rank=6, hidden=8, epochs=2, batch_size=40, dtype="float64", device="cpu", noise_init=0.05
-    ).fit(X, y)
-    module = est.module_
-    gen = torch.Generator().manual_seed(2)
-    with torch.no_grad():  # a random q(w) away from the start
-        q = module.dbk.q
-        r = q.mean.shape[0]
-        q.mean.copy_(torch.randn(r, generator=gen, dtype=torch.float64))
-        q.log_diag.copy_(-1.0 + 0.2 * torch.randn(r, generator=gen, dtype=torch.float64))
-        q.lower.copy_(0.2 * torch.randn(r, r, generator=gen, dtype=torch.float64))
-    return est, X, y
-
-
-def _svdbk_parts(est: SVDBKRegressor) -> tuple[np.ndarray, np.ndarray, float, float]:
-    q = est.module_.dbk.q
-    with torch.no_grad():
-        return (
-            q.mean.double().numpy().copy(),
-            q.scale_tril().double().numpy().copy(),
-            float(est.module_.dbk.const_mean),
-            float(est.module_.dbk.noise_var(None)),
-        )
-
-
-def _svdbk_loss_reference(phi: np.ndarray, y: np.ndarray, est: SVDBKRegressor, n: int) -> float:
-    """methods.md §2 per datum: mean_B[-log N(y; c + m'phi, s2) + ||L'phi||²/(2 s2)] + KL/n
-    + mean_B[(max_B ||phi||² - ||phi_i||²) / (2 s2)], KL = KL(N(m, LL') || N(0, I))."""
-    m, L, c, s2 = _svdbk_parts(est)
-    mu = c + phi @ m
-    var_f = ((phi @ L) ** 2).sum(-1)
-    phi_sq = (phi**2).sum(-1)
-    data = 0.5 * np.log(2 * np.pi * s2) + (y - mu) ** 2 / (2 * s2) + var_f / (2 * s2)
-    kl = _kl_std(m, L @ L.T, np.zeros(len(m)), np.eye(len(m)))
-    trace = (phi_sq.max() - phi_sq) / (2 * s2)
-    return float(data.mean() + kl / n + trace.mean())
-
-
-def _svdbk_var_reference(
-    phi_q: np.ndarray, phi_train: np.ndarray, est: SVDBKRegressor
-) -> np.ndarray:
-    """Predictive variance in y's units: y_sd² (||L'phi*||² + s2 + max(0, max_train ||phi||²
-    - ||phi*||²))."""
-    _, L, _, s2 = _svdbk_parts(est)
-    correction = np.maximum((phi_train**2).sum(-1).max() - (phi_q**2).sum(-1), 0.0)
-    return est.y_sd_**2 * (((phi_q @ L) ** 2).sum(-1) + s2 + correction)
-
-
-def _svdbk_compare(est: SVDBKRegressor, X: np.ndarray, y: np.ndarray) -> None:
-    Xb, yb = X[:30], (y[:30] - est.y_mean_) / est.y_sd_  # a batch, standardised units
-    with torch.no_grad():
-        phi_b = est.module_.dbk.features(torch.as_tensor(Xb)).numpy()
-        loss = float(svdbk_loss(est.module_, torch.as_tensor(Xb), torch.as_tensor(yb), 80))
-    assert loss == pytest.approx(_svdbk_loss_reference(phi_b, yb, est, 80), rel=1e-9, abs=1e-10)
-    Xq = np.vstack([region(12, seed=9)[0], [[3.0, -3.0]]])  # one far point: correction > 0
-    phi_q = est.features(Xq)
-    phi_train = est.features(X)
-    ref_var = _svdbk_var_reference(phi_q, phi_train, est)
-    np.testing.assert_allclose(est.predict_dist(Xq).var, ref_var, rtol=1e-9, atol=1e-12)
-
-
-def test_svdbk_loss_and_corrected_variance_match_a_dense_reference(svdbk) -> None:
-    est, X, y = svdbk
-    _svdbk_compare(est, X, y)
-    # the correction is exercised: positive at some test point
-    phi_q = est.features(np.array([[3.0, -3.0]]))
-    assert (est.features(X) ** 2).sum(-1).max() - (phi_q**2).sum(-1).max() > 1e-6
-
-
-def test_svdbk_reference_fails_when_a_factor_is_perturbed(
-    svdbk, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    est, X, y = svdbk
-    _svdbk_compare(est, X, y)
-
-    def kl_scaled(mp: pytest.MonkeyPatch) -> None:  # the KL term of the loss
-        kl = svdbk_module.gaussian_kl_standard
-        mp.setattr(svdbk_module, "gaussian_kl_standard", lambda m, L: 1.01 * kl(m, L))
-
-    def data_scaled(mp: pytest.MonkeyPatch) -> None:  # the ELBO data term of the loss
-        elbo = svdbk_module.elbo_loss
-        mp.setattr(svdbk_module, "elbo_loss", lambda *a, **k: 1.01 * elbo(*a, **k))
-
-    for mutate in (kl_scaled, data_scaled):
-        with monkeypatch.context() as mp:
-            mutate(mp)
-            with pytest.raises(AssertionError):
-                _svdbk_compare(est, X, y)
-    # max_train ||phi||² of the test-time correction (a buffer, scaled in place and restored)
-    buffer = est.module_.max_phi_sq
-    saved = buffer.clone()
-    try:
-        with torch.no_grad():
-            buffer.mul_(1.01)
-        with pytest.raises(AssertionError):
-            _svdbk_compare(est, X, y)
-    finally:
-        with torch.no_grad():
-            buffer.copy_(saved)
-    _svdbk_compare(est, X, y)  # restored
