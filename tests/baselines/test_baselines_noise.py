@@ -1,7 +1,8 @@
 """Every baseline takes the tests-aware noise s2_i = s2_floor + s2_meas / tests_i^p (issue 9).
 
 SV-RBF, SV-DKL, PP-DKL and VBLL through the core's DBKRegressor; SVDBK, exact RBF, CaGP,
-SOLVE-GP and SoftKI through ``TorchBaseline`` (dense formulas: ``test_dense_formulas.py``).
+SOLVE-GP and SoftKI through ``TorchBaseline`` (dense formulas: each model's own test file,
+``test_exact_rbf.py``, ``test_cagp.py``, ``test_solvegp.py``, ``test_softki.py``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,27 @@
-"""CaGP's learning-rate schedule: constant (tuned) or paper 002's LinearLR to 0.1·lr at the last
-epoch (preset "paper"), the learning-rate grid the benchmark sweeps, and save/load."""
+"""CaGP-Opt (geodbk/baselines/cagp.py, paper 002).
+
+* The learning-rate schedule: constant (tuned) or paper 002's LinearLR to 0.1·lr at the last
+  epoch (preset "paper"), the learning-rate grid the benchmark sweeps, and save/load.
+* Against the dense O(n³) formulas (float64): the predictive mean and variances, the loss as
+  the negative ELBO of the dense posterior, the chunked kernel-times-actions products against
+  the unchunked and dense ones, with constant noise s2 I and with the tests-aware
+  D = diag(s2_i) (issue 9).
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import region
+from baseline_helpers import dense_s2, kl_gauss, region, set_tests_noise, speed_test_counts
 from torch import nn
 
-from geodbk.baselines.cagp import CaGPRegressor
+from geodbk.baselines.cagp import CaGPRegressor, cagp_terms
+from geodbk.baselines.kernels import morton_order
 from geodbk.baselines.registry import CAGP_LR_GRID, PAPER_PRESET, build_model
 
 
@@ -73,3 +82,133 @@ def test_registry_presets_and_lr_grid() -> None:
         assert (est.lr, est.lr_schedule) == (lr, schedule)
         pred = est.fit(X, y).predict_dist(X[:5])
         assert np.isfinite(pred.mean).all() and (pred.var > 0).all()
+
+
+# ---------------------------------------------------------------------------------- dense formulas
+@pytest.fixture(scope="module")
+def cagp() -> CaGPRegressor:
+    X, y = region(37, seed=2)  # 37 rows, 5 actions of 8 rows: the last block is padded
+    est = CaGPRegressor(n_actions=5, epochs=2, dtype="float64", lengthscale=0.5).fit(X, y)
+    module = est.module_
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        module.actions.add_(
+            0.3 * torch.randn(module.actions.shape, generator=gen, dtype=torch.float64)
+        )
+        est._refresh(module, None, None)  # type: ignore[arg-type]
+    return est
+
+
+def _cagp_dense(est: CaGPRegressor) -> dict[str, np.ndarray]:
+    module = est.module_
+    n = module.n
+    Xs = torch.as_tensor(est.training_inputs())
+    K = module.k(Xs, Xs).detach().numpy()
+    s2 = float(module.noise().detach())
+    S = est.dense_actions()
+    r = est._y_pad[:n].numpy() - float(module.mean_const)
+    G = S.T @ (K + s2 * np.eye(n)) @ S
+    G += 1e-8 * np.mean(np.diag(G)) * np.eye(G.shape[0])  # the model's relative Cholesky jitter
+    C = S @ np.linalg.solve(G, S.T)
+    return {"K": K, "S": S, "C": C, "r": r, "s2": s2, "Xs": Xs.numpy()}
+
+
+def test_cagp_predictive_matches_dense_formula(cagp: CaGPRegressor) -> None:
+    d = _cagp_dense(cagp)
+    module = cagp.module_
+    Xq, _ = region(11, seed=9)
+    Kq = module.k(torch.as_tensor(Xq), torch.as_tensor(d["Xs"])).detach().numpy()
+    mean = float(module.mean_const) + Kq @ d["C"] @ d["r"]
+    var_f = float(module.outputscale()) - np.einsum("ij,jk,ik->i", Kq, d["C"], Kq)
+    pred = cagp.predict_dist(Xq)
+    sd = cagp.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + cagp.y_mean_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + d["s2"]) * sd**2, rtol=1e-7, atol=1e-10)
+
+
+def test_cagp_loss_is_the_negative_elbo_of_the_dense_posterior(cagp: CaGPRegressor) -> None:
+    """-ELBO = -Σ E_q log N(y_j; f_j, s2) + KL(N(mu, K - KCK) || N(0, K)) with dense matrices."""
+    d = _cagp_dense(cagp)
+    K, C, r, s2 = d["K"], d["C"], d["r"], d["s2"]
+    n = K.shape[0]
+    mu = K @ C @ r
+    Sigma = K - K @ C @ K
+    exp_loglik = -0.5 * n * math.log(2 * math.pi * s2) - ((r - mu) ** 2 + np.diag(Sigma)).sum() / (
+        2 * s2
+    )
+    dense = (-exp_loglik + kl_gauss(mu, Sigma, np.zeros(n), K)) / n
+    with torch.no_grad():
+        ours = cagp_terms(cagp.module_, cagp._y_pad, chunk_elems=2**20, grad=False)["loss"]
+    assert float(ours) == pytest.approx(dense, rel=1e-7, abs=1e-9)
+
+
+def test_cagp_chunked_products_match_unchunked_values_and_gradients(cagp: CaGPRegressor) -> None:
+    module = cagp.module_
+    X = module.X[: module.n]
+    results = []
+    for chunk in (7, 10_000):
+        module.zero_grad()
+        KS = module.kernel_times_actions(X, chunk_rows=chunk, grad=True)
+        KS.pow(2).sum().backward()
+        results.append(
+            (KS.detach().clone(), module.actions.grad.clone(), module.lengthscale.raw.grad.clone())
+        )
+    for a, b in zip(results[0], results[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # and against the dense product
+    dense = module.k(X, module.X) @ torch.as_tensor(_block_dense(cagp))
+    torch.testing.assert_close(results[0][0], dense.detach(), rtol=1e-10, atol=1e-12)
+
+
+def _block_dense(est: CaGPRegressor) -> np.ndarray:
+    module = est.module_
+    S = np.zeros((module.i * module.block, module.i))
+    w = module.weights().detach().numpy()
+    for j in range(module.i):
+        S[j * module.block : (j + 1) * module.block, j] = w[j]
+    return S
+
+
+def test_cagp_tests_noise_matches_dense_formula() -> None:
+    """G = S'(K + D)S, C = S G^{-1} S'; -ELBO with E_q log N(y_j; f_j, s2_j) and the same KL."""
+    X, y = region(37, seed=13)  # 5 actions of 8 rows: the last block is padded
+    tests = speed_test_counts(37, seed=13)
+    est = CaGPRegressor(n_actions=5, epochs=2, dtype="float64", lengthscale=0.5, noise="tests").fit(
+        X, y, tests=tests
+    )
+    m = est.module_
+    set_tests_noise(m.noise)
+    Tt = torch.as_tensor(tests)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        m.actions.add_(0.3 * torch.randn(m.actions.shape, generator=gen, dtype=torch.float64))
+        est._refresh(m, None, None, Tt)  # type: ignore[arg-type]
+        ours = cagp_terms(
+            m, est._y_pad, chunk_elems=2**20, grad=False, tests_pad=est._tests_pad(m, Tt)
+        )["loss"]
+        Xs = torch.as_tensor(est.training_inputs())
+        K = m.k(Xs, Xs).numpy()
+        Kq_t = torch.as_tensor(region(9, seed=14)[0])
+        Kq = m.k(Kq_t, Xs).numpy()
+        c, os_ = float(m.mean_const), float(m.outputscale())
+    s2 = dense_s2(tests[morton_order(X)])  # D in the actions' (Morton) row order
+    S = est.dense_actions()
+    r = est._y_pad[:37].numpy() - c
+    G = S.T @ (K + np.diag(s2)) @ S
+    G += 1e-8 * np.mean(np.diag(G)) * np.eye(G.shape[0])  # the model's relative jitter
+    C = S @ np.linalg.solve(G, S.T)
+    mu, Sigma = K @ C @ r, K - K @ C @ K
+    exp_loglik = (
+        -0.5 * np.log(2 * math.pi * s2) - ((r - mu) ** 2 + np.diag(Sigma)) / (2 * s2)
+    ).sum()
+    dense = (-exp_loglik + kl_gauss(mu, Sigma, np.zeros(37), K)) / 37
+    assert float(ours) == pytest.approx(dense, rel=1e-7, abs=1e-9)
+    tq = speed_test_counts(9, seed=14)
+    pred = est.predict_dist(Kq_t.numpy(), tests=tq)
+    mean = c + Kq @ C @ r
+    var_f = os_ - np.einsum("ij,jk,ik->i", Kq, C, Kq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + dense_s2(tq)) * sd**2, rtol=1e-7)

@@ -10,6 +10,9 @@
   must make the comparison fail (mutation checks).
 * The paper version trains, predicts finite values and round-trips through save/load; the
   registry builds both presets, the tuned one with today's options.
+* Against the dense GP with kernel Phi Phi' (float64): the posterior, the kernel
+  W Kzz W' and the batch marginal likelihood, with constant noise s2 I and with the tests-aware
+  D = diag(s2_i) (issue 9); the temperature is learned.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import region
+from baseline_helpers import dense_s2, region, set_tests_noise, speed_test_counts, standardised
 from sklearn.cluster import KMeans
 
 import geodbk.baselines.softki as softki_module
@@ -321,3 +324,83 @@ def test_registry_presets() -> None:
         "solver": "cholesky",
         "noise_init": 0.5,
     }
+
+
+# ---------------------------------------------------------------------------------- dense formulas
+def test_softki_posterior_matches_dense_gp() -> None:
+    X, y = region(80, seed=4)
+    est = SoftKIRegressor(num_points=10, epochs=3, batch_size=40, dtype="float64").fit(X, y)
+    m = est.module_
+    with torch.no_grad():
+        Xt = torch.as_tensor(X)
+        Xq = torch.as_tensor(region(13, seed=5)[0])
+        Phi = m.features(Xt).numpy()
+        Phq = m.features(Xq).numpy()
+        s2 = float(m.noise())
+        r = (y - est.y_mean_) / est.y_sd_ - float(m.mean_const)
+        Khat = Phi @ Phi.T + s2 * np.eye(80)
+        Kq = Phq @ Phi.T
+        mean = float(m.mean_const) + Kq @ np.linalg.solve(Khat, r)
+        var_f = np.einsum("ij,ij->i", Phq, Phq) - np.einsum(
+            "ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T)
+        )
+        # the kernel is w(x)' Kzz w(x') with the soft weights
+        W = m.weights(Xq).numpy()
+        Kzz = (m.kzz_chol() @ m.kzz_chol().T).numpy()
+        np.testing.assert_allclose(
+            est.kernel(Xq.numpy(), Xq.numpy()), W @ Kzz @ W.T, rtol=1e-9, atol=1e-12
+        )
+        # batch marginal likelihood vs a dense multivariate normal
+        nll = float(batch_marginal_nll(torch.as_tensor(Phi), torch.as_tensor(r), m.noise()))
+        dense_nll = (
+            -torch.distributions.MultivariateNormal(
+                torch.zeros(80, dtype=torch.float64), torch.as_tensor(Khat)
+            ).log_prob(torch.as_tensor(r))
+            / 80
+        )
+        assert nll == pytest.approx(float(dense_nll), rel=1e-9)
+    pred = est.predict_dist(Xq.numpy())
+    np.testing.assert_allclose(pred.mean, mean * est.y_sd_ + est.y_mean_, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * est.y_sd_**2, rtol=1e-6, atol=1e-10)
+
+
+def test_softki_temperature_is_learned() -> None:
+    X, y = region(200, seed=6)
+    start = SoftKIRegressor(num_points=16, epochs=0, batch_size=50).fit(X, y)
+    trained = SoftKIRegressor(num_points=16, epochs=5, batch_size=50).fit(X, y)
+    t0 = float(start.module_.log_temperature.exp())
+    t1 = float(trained.module_.log_temperature.exp())
+    assert 0.0 < t0 < 0.5  # half the median nearest-neighbour spacing of the 16 points
+    assert abs(t1 - t0) > 1e-4
+
+
+def test_softki_tests_noise_matches_dense_gp() -> None:
+    """N(c, Phi Phi' + D): batch marginal likelihood and the posterior over all training rows."""
+    X, y = region(30, seed=17)
+    tests = speed_test_counts(30, seed=17)
+    est = SoftKIRegressor(
+        num_points=8, epochs=2, batch_size=15, dtype="float64", noise="tests"
+    ).fit(X, y, tests=tests)
+    m = est.module_
+    set_tests_noise(m.noise)
+    Xt, yt, Tt = torch.as_tensor(X), standardised(est, y), torch.as_tensor(tests)
+    Xq, tq = region(11, seed=18)[0], speed_test_counts(11, seed=18)
+    with torch.no_grad():
+        est._refresh(m, Xt, yt, Tt)
+        Phi = m.features(Xt).numpy()
+        Phq = m.features(torch.as_tensor(Xq)).numpy()
+        r = yt.numpy() - float(m.mean_const)
+        nll = float(batch_marginal_nll(torch.as_tensor(Phi), torch.as_tensor(r), m.noise(Tt)))
+    Khat = Phi @ Phi.T + np.diag(dense_s2(tests))
+    dense_nll = -torch.distributions.MultivariateNormal(
+        torch.zeros(30, dtype=torch.float64), torch.as_tensor(Khat)
+    ).log_prob(torch.as_tensor(r))
+    assert nll == pytest.approx(float(dense_nll) / 30, rel=1e-9)
+    Kq = Phq @ Phi.T
+    mean = float(m.mean_const) + Kq @ np.linalg.solve(Khat, r)
+    var_f = np.einsum("ij,ij->i", Phq, Phq) - np.einsum("ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T))
+    pred = est.predict_dist(Xq, tests=tq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + dense_s2(tq)) * sd**2, rtol=1e-6)

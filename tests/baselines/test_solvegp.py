@@ -1,6 +1,10 @@
 """SOLVE-GP (geodbk/baselines/solvegp.py; paper 003, methods.md §4) against dense float64
 formulas on small data, each able to fail.
 
+* Dense formulas (issue 9): the predictive mean, latent variance and ELBO of the whitened model
+  against the unwhitened dense formulas with K_uu and C_vv from the model's own factors (so an
+  error in C_vv would cancel), with constant noise s2 I and with the tests-aware
+  D = diag(s2_i).
 * Independent dense reference (issue 24): K_uu and C_vv = K_OO - K_OZ K_ZZ^{-1} K_ZO are built
   here from the Matérn-3/2 kernel in numpy (not from the model's factors); the predictive mean,
   latent variance and ELBO follow methods.md §4 (003 eqs. 31, 33–36). Whitened ARD model (tuned
@@ -19,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import kl_gauss, region
+from baseline_helpers import dense_s2, kl_gauss, region, set_tests_noise, speed_test_counts
 
 from geodbk.baselines.kernels import psd_cholesky, tri_solve
 from geodbk.baselines.solvegp import SolveGPModule, SolveGPRegressor, solvegp_loss
@@ -30,6 +34,108 @@ JITTER = 1e-6  # SolveGPModule.factors: relative jitter 1e-6 on K_uu (mean diago
 def _matern32(A: np.ndarray, B: np.ndarray, ls: np.ndarray, os2: float) -> np.ndarray:
     r = np.sqrt(np.maximum((((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1), 0.0))
     return os2 * (1.0 + math.sqrt(3.0) * r) * np.exp(-math.sqrt(3.0) * r)
+
+
+# ---------------------------------------------------------------------------------- dense formulas
+def _solvegp_randomise(m: torch.nn.Module, seed: int) -> None:
+    """Random whitened q(u~), q(v~) so that the dense check is not at the N(0, I) start."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for q in (m.q_u, m.q_v):
+            r = q.mean.shape[0]
+            q.mean.copy_(torch.randn(r, generator=gen, dtype=torch.float64))
+            q.log_diag.copy_(-0.5 + 0.2 * torch.randn(r, generator=gen, dtype=torch.float64))
+            q.lower.copy_(0.2 * torch.randn(r, r, generator=gen, dtype=torch.float64))
+
+
+def _solvegp_dense(m: torch.nn.Module, Xq: torch.Tensor) -> tuple[np.ndarray, np.ndarray, float]:
+    """Unwhitened dense SOLVE-GP: predictive mean, latent variance and KL(q(u)||p) + KL(q(v)||p).
+
+    mean = k(x,Z)Kuu^{-1}mu_u + c(x,O)Cvv^{-1}mu_v + c; var = k(x,Z)Kuu^{-1}S_uKuu^{-1}k(Z,x)
+    + c(x,x) + c(x,O)Cvv^{-1}(S_v - Cvv)Cvv^{-1}c(O,x); KLs against N(0, Kuu) and N(0, Cvv).
+    Kuu and Cvv come from the model's own factors here, so an error in Cvv would cancel; the
+    independent reference (Cvv = K_OO - K_OZ K_ZZ^{-1} K_ZO built in numpy, with mutation
+    checks) is test_solvegp_matches_an_independent_dense_reference below.
+    """
+    with torch.no_grad():
+        Luu, _, Lvv = m.factors()
+        Kuu = (Luu @ Luu.T).numpy()  # k(Z,Z) + jitter, the matrix the model factorises
+        Cvv = (Lvv @ Lvv.T).numpy()
+        Z, Orth = m.Z, m.O
+
+        def k(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
+            return m.k(a, b).numpy()
+
+        def c(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
+            return k(a, b) - k(a, Z) @ np.linalg.solve(Kuu, k(Z, b))
+
+        Lu, Lv = (Luu.numpy(), Lvv.numpy())
+        mu_u = Lu @ m.q_u.mean.numpy()
+        Su = Lu @ m.q_u.scale_tril().numpy() @ m.q_u.scale_tril().numpy().T @ Lu.T
+        mu_v = Lv @ m.q_v.mean.numpy()
+        Sv = Lv @ m.q_v.scale_tril().numpy() @ m.q_v.scale_tril().numpy().T @ Lv.T
+        A = np.linalg.solve(Kuu, k(Z, Xq)).T  # k(x,Z) Kuu^{-1}
+        B = np.linalg.solve(Cvv, c(Orth, Xq)).T  # c(x,O) Cvv^{-1}
+        mean = A @ mu_u + B @ mu_v + float(m.mean_const)
+        var = (
+            np.einsum("ij,jk,ik->i", A, Su, A)
+            + np.diag(c(Xq, Xq))
+            + np.einsum("ij,jk,ik->i", B, Sv - Cvv, B)
+        )
+        kl = kl_gauss(mu_u, Su, np.zeros(len(mu_u)), Kuu) + kl_gauss(
+            mu_v, Sv, np.zeros(len(mu_v)), Cvv
+        )
+    return mean, var, kl
+
+
+def test_solvegp_matches_unwhitened_dense_formulas() -> None:
+    X, y = region(60, seed=3)
+    est = SolveGPRegressor(
+        num_inducing=6, num_orthogonal=5, epochs=1, batch_size=60, dtype="float64"
+    ).fit(X, y)
+    m = est.module_
+    _solvegp_randomise(m, seed=1)
+    Xq = torch.as_tensor(region(9, seed=8)[0])
+    mean, var, kl = _solvegp_dense(m, Xq)
+    with torch.no_grad():
+        ours_mean, ours_var = m.latent(Xq)
+        np.testing.assert_allclose(ours_mean.numpy(), mean, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(ours_var.numpy(), var, rtol=1e-6, atol=1e-8)
+
+        # ELBO with the unwhitened KLs against N(0, Kuu) and N(0, Cvv)
+        yq = torch.sin(3 * Xq[:, 0])
+        s2 = float(m.noise())
+        n_total = 200
+        exp_ll = (
+            -0.5 * np.log(2 * np.pi * s2) - ((yq.numpy() - mean) ** 2 + var) / (2 * s2)
+        ).mean()
+        ours = float(solvegp_loss(m, Xq, yq, n_total))
+        assert ours == pytest.approx(-exp_ll + kl / n_total, rel=1e-7, abs=1e-9)
+
+
+def test_solvegp_tests_noise_matches_dense_formula() -> None:
+    """-ELBO / n = -mean_B[log N(y_i; mean_i, s2_i) - var_i / (2 s2_i)] + KL / n."""
+    X, y = region(30, seed=15)
+    tests = speed_test_counts(30, seed=15)
+    est = SolveGPRegressor(
+        num_inducing=6, num_orthogonal=5, epochs=1, batch_size=30, dtype="float64", noise="tests"
+    ).fit(X, y, tests=tests)
+    m = est.module_
+    set_tests_noise(m.noise)
+    _solvegp_randomise(m, seed=2)
+    Xq = torch.as_tensor(region(9, seed=16)[0])
+    tq = speed_test_counts(9, seed=16)
+    mean, var, kl = _solvegp_dense(m, Xq)
+    yq = torch.sin(3 * Xq[:, 0])
+    s2 = dense_s2(tq)
+    exp_ll = (-0.5 * np.log(2 * np.pi * s2) - ((yq.numpy() - mean) ** 2 + var) / (2 * s2)).mean()
+    with torch.no_grad():
+        ours = float(solvegp_loss(m, Xq, yq, 200, torch.as_tensor(tq)))
+    assert ours == pytest.approx(-exp_ll + kl / 200, rel=1e-7, abs=1e-9)
+    pred = est.predict_dist(Xq.numpy(), tests=tq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(pred.var, (var + s2) * sd**2, rtol=1e-6, atol=1e-8)
 
 
 # ---------------------------------------------------------------------------------- reference

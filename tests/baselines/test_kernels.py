@@ -1,0 +1,63 @@
+"""The baselines' kernels and row order (geodbk/baselines/kernels.py): the Matérn-3/2 kernel
+against its closed form, the RBF kernel, the kernel by name, positive parameters, the
+Cholesky with relative jitter and the Morton (Z-order) permutation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from geodbk.baselines.kernels import (
+    Positive,
+    inv_softplus,
+    kernel_fn,
+    matern32_ard,
+    morton_order,
+    psd_cholesky,
+    rbf_ard,
+)
+
+
+def test_matern_kernel_matches_closed_form() -> None:
+    a = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[0.3, -0.4]], dtype=torch.float64)
+    ls = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    rho = 1.0  # ||(0.3, -0.4)|| / 0.5
+    expected = 2.0 * (1 + math.sqrt(3) * rho) * math.exp(-math.sqrt(3) * rho)
+    got = matern32_ard(a, b, lengthscale=ls, outputscale=torch.tensor(2.0, dtype=torch.float64))
+    assert float(got) == pytest.approx(expected, rel=1e-12)
+
+
+def test_morton_order_is_deterministic_and_z_shaped() -> None:
+    g = np.array([[x, y] for y in range(4) for x in range(4)], dtype=float)
+    order = morton_order(g)
+    assert [tuple(g[i]) for i in order[:4]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (500, 2))
+    np.testing.assert_array_equal(morton_order(X), morton_order(X.copy()))
+
+
+def test_rbf_kernel_positive_parameters_and_relative_jitter() -> None:
+    """rbf_ard against its closed form; kernel_fn picks by name; Positive starts at its value;
+    psd_cholesky factorises a singular PSD matrix with the jitter relative to its diagonal."""
+    a = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[0.3, -0.4]], dtype=torch.float64)
+    ls = torch.tensor([0.5, 1.0], dtype=torch.float64)
+    s = torch.tensor(2.0, dtype=torch.float64)
+    expected = 2.0 * math.exp(-0.5 * ((0.3 / 0.5) ** 2 + 0.4**2))
+    assert float(rbf_ard(a, b, lengthscale=ls, outputscale=s)) == pytest.approx(expected, rel=1e-12)
+    assert kernel_fn("rbf") is rbf_ard and kernel_fn("matern32") is matern32_ard
+    with pytest.raises(ValueError, match="unknown kernel"):
+        kernel_fn("matern52")
+    p = Positive(0.3, shape=(2,))
+    assert p.raw.shape == (2,)
+    torch.testing.assert_close(p().detach(), torch.full((2,), 0.3), rtol=1e-6, atol=0.0)
+    assert inv_softplus(30.0) == 30.0
+    ones = torch.full((3, 3), 4.0, dtype=torch.float64)  # rank 1: no Cholesky without jitter
+    chol = psd_cholesky(ones, jitter=1e-6)
+    assert torch.equal(chol, torch.tril(chol))
+    expected_matrix = ones + 1e-6 * 4.0 * torch.eye(3, dtype=torch.float64)  # 1e-6 x mean diag
+    torch.testing.assert_close(chol @ chol.T, expected_matrix, rtol=0.0, atol=1e-12)
