@@ -109,3 +109,26 @@ def set_tests_noise(noise: _TestsNoise) -> None:
 def standardised(est: Any, y: np.ndarray) -> torch.Tensor:
     """``y`` in a fitted estimator's standardised units."""
     return torch.as_tensor((y - est.y_mean_) / est.y_sd_)
+
+
+#: A one-epoch budget for ``build_model`` (the presets' tests).
+BUDGET: dict[str, int] = dict(epochs=1, batch_size=64, seed=0, rank=8, hidden=8)
+
+#: Per model, the budget of test_models_fit.py's fits: small budgets that are enough on 320
+#: points; noise_init 0.3 for the DBK family (the core's default 1e-2 needs more epochs than a
+#: unit test should spend). test_registry.py checks that it names every model.
+FIT_SETTINGS: dict[str, dict[str, Any]] = {
+    "dbk-rbf": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "dbk-silu": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "exact-dbk": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "exact-rbf": {"epochs": 30, "overrides": {}},
+    "sv-rbf": {"epochs": 30, "overrides": {"lr": 1e-2}},
+    "sv-dkl": {"epochs": 30, "overrides": {"lr": 1e-2}},
+    "pp-dkl": {"epochs": 30, "overrides": {"lr": 1e-2}},
+    "vbll": {"epochs": 30, "overrides": {"lr": 1e-2}},
+    "svdbk": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "svdbk-exact": {"epochs": 40, "overrides": {"lr": 1e-2, "noise_init": 0.3}},
+    "cagp": {"epochs": 30, "overrides": {"lr": 0.05}},
+    "solve-gp": {"epochs": 30, "overrides": {"lr": 0.02}},
+    "softki": {"epochs": 30, "overrides": {}},
+}

@@ -1,165 +1,20 @@
-"""Presets (issue 24): ``paper`` vs ``tuned`` settings per model, and the benchmark's record of
-each model's hyperparameters."""
+"""Presets (issue 24) in the benchmark: the record of each model's preset and hyperparameters
+(also when a model fails), the CLI's --preset, and the paper preset's default sweeps (PP-DKL's
+beta, CaGP's lr) with --sweep. The presets' settings themselves: test_registry.py."""
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
+from baseline_helpers import BUDGET
 
-from geodbk.baselines.exact_rbf import ExactRBFModule
-from geodbk.baselines.registry import (
-    MODEL_NAMES,
-    PAPER_PRESET,
-    PRESETS,
-    TUNED_PRESET,
-    build_model,
-    model_kwargs,
-)
+from geodbk.baselines.registry import PAPER_PRESET, build_model
 from geodbk.errors import DataError
 from pipelines.benchmark import run_benchmark
 from pipelines.cli import main
-
-BUDGET = dict(epochs=1, batch_size=64, seed=0, rank=8, hidden=8)
-
-
-def _params(name: str, preset: str) -> dict:
-    return dict(build_model(name, preset=preset, **BUDGET).get_params())
-
-
-def test_every_model_has_both_presets_and_builds_with_them() -> None:
-    assert set(PRESETS) == {"paper", "tuned"}
-    assert set(PAPER_PRESET) == set(TUNED_PRESET) == set(MODEL_NAMES)
-    for name in MODEL_NAMES:
-        for preset, settings in (("paper", PAPER_PRESET), ("tuned", TUNED_PRESET)):
-            params = _params(name, preset)
-            for key, value in settings[name].items():
-                assert params[key] == value, (name, preset, key)
-            assert params["epochs"] == 1 and params["batch_size"] == 64, name
-
-
-@pytest.mark.parametrize(
-    ("name", "key", "paper", "tuned"),
-    [
-        # the seed (000): noise 1e-2 and lr 1e-3 for its SVGP-ELBO comparison models
-        ("sv-rbf", "noise_init", 1e-2, 0.5),
-        ("sv-rbf", "lr", 1e-3, 0.01),
-        ("sv-dkl", "noise_init", 1e-2, 0.5),
-        ("vbll", "noise_init", 1e-2, 0.5),
-        ("pp-dkl", "noise_init", 1e-2, 0.5),
-        ("exact-dbk", "noise_init", 1e-2, 0.5),
-        ("exact-rbf", "lr", 1e-3, 0.05),
-        # paper 001: weight decay 1e-4, noise 1e-2
-        ("svdbk", "weight_decay", 1e-4, 1e-2),
-        ("svdbk", "noise_init", 1e-2, 0.5),
-        # paper 002: lr from its sweep (0.1 on the large low-dimensional sets)
-        ("cagp", "lr", 0.1, 0.05),
-        # paper 004: beta² = 1e-3, fixed (learn_noise=False)
-        ("softki", "noise_init", 1e-3, 0.5),
-    ],
-)
-def test_presets_differ_where_the_papers_do(
-    name: str, key: str, paper: float, tuned: float
-) -> None:
-    assert _params(name, "paper")[key] == pytest.approx(paper)
-    assert _params(name, "tuned")[key] == pytest.approx(tuned)
-
-
-@pytest.mark.parametrize(
-    ("name", "key", "paper", "tuned"),
-    [
-        # paper 003 App. G: one lengthscale shared by all inputs, no whitening
-        ("solve-gp", "ard", False, True),
-        ("solve-gp", "whiten", False, True),
-        # the seed (000) App. B: RBF lengthscales initialised at sqrt(d)
-        ("exact-rbf", "lengthscale_init", "sqrt_d", "value"),
-    ],
-)
-def test_presets_differ_in_options(name: str, key: str, paper: object, tuned: object) -> None:
-    assert _params(name, "paper")[key] == paper
-    assert _params(name, "tuned")[key] == tuned
-
-
-def test_presets_agree_where_the_project_follows_the_paper() -> None:
-    """DBK-RBF/SiLU are the seed's own models: tuned = paper."""
-    for name in ("dbk-rbf", "dbk-silu"):
-        assert _params(name, "paper") == _params(name, "tuned"), name
-
-
-#: The tuned preset's SOLVE-GP and exact-RBF options before the paper options existed, and
-#: the new options at the values that keep that behaviour (whitened, ARD, lengthscale 0.3).
-TUNED_BEFORE = {
-    "solve-gp": {
-        "num_inducing": 8,
-        "num_orthogonal": 8,
-        "lengthscale": 0.3,
-        "noise_init": 0.5,
-        "epochs": 1,
-        "batch_size": 64,
-        "lr": 0.01,
-        "patience": 1,
-        "seed": 0,
-        "device": "cpu",
-        "dtype": "float32",
-        "noise": "constant",
-        "noise_power": False,
-    },
-    "exact-rbf": {
-        "max_n": 5000,
-        "lengthscale": 0.3,
-        "noise_init": 0.5,
-        "epochs": 1,
-        "batch_size": 64,
-        "lr": 0.05,
-        "patience": 1,
-        "seed": 0,
-        "device": "cpu",
-        "dtype": "float64",
-        "noise": "constant",
-        "noise_power": False,
-    },
-}
-NEW_OPTIONS = {
-    "solve-gp": {"ard": True, "whiten": True},
-    "exact-rbf": {"lengthscale_init": "value"},
-}
-
-
-@pytest.mark.parametrize("name", ["solve-gp", "exact-rbf"])
-def test_tuned_preset_keeps_its_hyperparameters(name: str) -> None:
-    assert TUNED_PRESET[name] == {}
-    assert _params(name, "tuned") == {**TUNED_BEFORE[name], **NEW_OPTIONS[name]}
-    # the new options' defaults are the tuned behaviour (library default and old bundles)
-    assert {k: _params(name, "tuned")[k] for k in NEW_OPTIONS[name]} == NEW_OPTIONS[name]
-
-
-@pytest.mark.parametrize("d", [1, 2, 5])
-def test_exact_rbf_paper_preset_starts_the_lengthscales_at_sqrt_d(d: int) -> None:
-    """000 App. B: l_j = sqrt(d) for every input j (the tuned preset: 0.3)."""
-    rng = np.random.default_rng(d)
-    X, y = rng.uniform(-1, 1, (40, d)), rng.standard_normal(40)
-    for preset, expected in (("paper", math.sqrt(d)), ("tuned", 0.3)):
-        est = build_model("exact-rbf", preset=preset, **{**BUDGET, "epochs": 0}).fit(X, y)
-        assert est.initial_lengthscale(d) == pytest.approx(expected)
-        module = est.module_
-        assert isinstance(module, ExactRBFModule)
-        with torch.no_grad():  # no optimiser step taken: the initial value
-            ls = module.lengthscale().double().numpy()
-        np.testing.assert_allclose(ls, np.full(d, expected), rtol=1e-6)  # raw made in float32
-    with pytest.raises(ValueError, match="lengthscale_init"):
-        build_model("exact-rbf", overrides={"lengthscale_init": "nope"}, **BUDGET).fit(X, y)
-
-
-def test_overrides_win_over_the_preset_and_the_budget_is_shared() -> None:
-    kw = model_kwargs("sv-rbf", preset="paper", overrides={"lr": 0.2}, **BUDGET)
-    assert kw["lr"] == 0.2 and kw["noise_init"] == 1e-2 and kw["rank"] == 8
-    with pytest.raises(ValueError, match="unknown preset"):
-        model_kwargs("sv-rbf", preset="nope", **BUDGET)
 
 
 def _copy_run(tiny_run: Path, dest: Path) -> Path:

@@ -9,10 +9,18 @@ import math
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import dense_s2, region, set_tests_noise, speed_test_counts, standardised
+from baseline_helpers import (
+    BUDGET,
+    dense_s2,
+    region,
+    set_tests_noise,
+    speed_test_counts,
+    standardised,
+)
 
 from geodbk.baselines.base import ProblemTooLargeError
-from geodbk.baselines.exact_rbf import ExactRBFRegressor
+from geodbk.baselines.exact_rbf import ExactRBFModule, ExactRBFRegressor
+from geodbk.baselines.registry import build_model
 
 
 def test_exact_rbf_matches_dense_formula_and_refuses_large_n() -> None:
@@ -63,3 +71,20 @@ def test_exact_rbf_tests_noise_matches_dense_formula() -> None:
     one = est.predict_dist(Xq)  # tests=None: a single speed test
     np.testing.assert_allclose(one.var, (var_f + dense_s2(np.ones(7))) * sd**2, rtol=1e-6)
     np.testing.assert_allclose(est.predict_dist(Xq, quantity="latent").var, pred.var_f)
+
+
+@pytest.mark.parametrize("d", [1, 2, 5])
+def test_exact_rbf_paper_preset_starts_the_lengthscales_at_sqrt_d(d: int) -> None:
+    """000 App. B: l_j = sqrt(d) for every input j (the tuned preset: 0.3)."""
+    rng = np.random.default_rng(d)
+    X, y = rng.uniform(-1, 1, (40, d)), rng.standard_normal(40)
+    for preset, expected in (("paper", math.sqrt(d)), ("tuned", 0.3)):
+        est = build_model("exact-rbf", preset=preset, **{**BUDGET, "epochs": 0}).fit(X, y)
+        assert est.initial_lengthscale(d) == pytest.approx(expected)
+        module = est.module_
+        assert isinstance(module, ExactRBFModule)
+        with torch.no_grad():  # no optimiser step taken: the initial value
+            ls = module.lengthscale().double().numpy()
+        np.testing.assert_allclose(ls, np.full(d, expected), rtol=1e-6)  # raw made in float32
+    with pytest.raises(ValueError, match="lengthscale_init"):
+        build_model("exact-rbf", overrides={"lengthscale_init": "nope"}, **BUDGET).fit(X, y)
