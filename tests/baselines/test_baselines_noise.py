@@ -1,8 +1,9 @@
 """Every baseline takes the tests-aware noise s2_i = s2_floor + s2_meas / tests_i^p (issue 9).
 
-SV-RBF, SV-DKL, PP-DKL and VBLL through the core's DBKRegressor; SVDBK, exact RBF, CaGP,
-SOLVE-GP and SoftKI through ``TorchBaseline`` (dense formulas: each model's own test file,
-``test_exact_rbf.py``, ``test_cagp.py``, ``test_solvegp.py``, ``test_softki.py``).
+SVDBK, exact RBF, CaGP, SOLVE-GP and SoftKI through ``TorchBaseline`` (dense formulas: each
+model's own test file, ``test_exact_rbf.py``, ``test_cagp.py``, ``test_solvegp.py``,
+``test_softki.py``); SV-RBF, SV-DKL, PP-DKL and VBLL through the core's DBKRegressor:
+``test_svgp.py``.
 """
 
 from __future__ import annotations
@@ -14,41 +15,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from baseline_helpers import field, region
+from baseline_helpers import field, region, rows_with_tests
 
 from geodbk.baselines.base import TorchBaseline
 from geodbk.baselines.registry import build_model
 from geodbk.baselines.softki import SoftKIRegressor
-from geodbk.baselines.svgp import SVRBFRegressor, pp_dkl, sv_dkl, vbll
 from geodbk.errors import DataError
 from geodbk.likelihoods import inverse_softplus
 
 TORCH_BASELINES = ("exact-rbf", "cagp", "solve-gp", "softki", "svdbk")
-
-
-def _data(n: int = 200, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-1, 1, size=(n, 2))
-    tests = rng.integers(1, 30, n).astype(float)
-    y = np.sin(2 * x[:, 0]) + rng.normal(size=n) * np.sqrt(0.02 + 0.3 / tests)
-    return x, y, tests
-
-
-@pytest.mark.parametrize("make", [SVRBFRegressor, sv_dkl, pp_dkl, vbll])
-def test_dbk_path_baselines_accept_tests_noise(make, tmp_path: Path) -> None:
-    x, y, tests = _data()
-    model = make(rank=8, hidden=8, epochs=2, batch_size=64, device="cpu", noise="tests")
-    model.fit(x, y, x[:40], y[:40], tests=tests, tests_val=tests[:40])
-    assert model.noise_parameters()["noise"] == "tests"
-    one = model.predict_dist(x[:5])
-    many = model.predict_dist(x[:5], tests=20)
-    latent = model.predict_dist(x[:5], quantity="latent")
-    assert np.all(latent.var < many.var) and np.all(many.var < one.var)
-    model.save(tmp_path / "m")
-    back = type(model).load(tmp_path / "m", device="cpu")
-    np.testing.assert_allclose(
-        back.predict_dist(x[:5], tests=3).var, model.predict_dist(x[:5], tests=3).var
-    )
 
 
 def _build(name: str, **overrides: Any) -> TorchBaseline:
@@ -62,7 +37,7 @@ def _build(name: str, **overrides: Any) -> TorchBaseline:
 @pytest.mark.parametrize("name", TORCH_BASELINES)
 def test_torch_baselines_tests_noise_contract(name: str, tmp_path: Path) -> None:
     """fit(tests=, tests_val=), predict(tests=, quantity=), noise_*(), save/load round trip."""
-    x, y, tests = _data(n=80)
+    x, y, tests = rows_with_tests(n=80)
     model = _build(name, noise="tests")
     with pytest.raises(DataError, match="tests"):
         model.fit(x, y)
