@@ -21,10 +21,6 @@ TEST_EXCEPTIONS: dict[str, str] = {
         "the file `streamlit run app` executes: it puts the repository on sys.path and calls "
         "app.main.main(); every AppTest page test runs it (tests/app/conftest.py APP_FILE)"
     ),
-    "geodbk.baselines": (
-        "the baselines' tests (tests/baselines/) are being reorganised in another change; "
-        "five of its modules have no test file of their own yet"
-    ),
 }
 
 
