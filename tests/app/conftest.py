@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,17 @@ APP_FILE = str(REPO / "app" / "streamlit_app.py")
 # what `import app` finds, also when pytest is started without the repository on sys.path.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module() -> Iterator[None]:
+    """Put ``sys.modules["__main__"]`` back after each test: AppTest runs its script as
+    ``__main__`` and leaves it there, and a later ``multiprocessing`` spawn (the benchmark's
+    worker, the DDP tests) would re-run that temporary script in its children."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="session")
