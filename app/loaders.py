@@ -22,7 +22,7 @@ import streamlit as st
 from numpy.typing import NDArray
 
 from app.quarters import with_time
-from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, UNITS, to_natural
+from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, to_natural
 from geodbk.geo.contract import Z95
 from geodbk.geo.quadkey import quadkey_bounds
 from geodbk.metrics import canonical_keys
@@ -99,17 +99,6 @@ def load_text(path: str, stamp_: Stamp) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def load_yaml(path: str, stamp_: Stamp) -> Any:
-    """Read a YAML file safely (``yaml.safe_load``)."""
-    import yaml
-
-    try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _fail(path, exc) from exc
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
 def load_csv(path: str, stamp_: Stamp) -> pd.DataFrame:
     """Read a CSV file (training history)."""
     try:
@@ -124,15 +113,6 @@ def load_parquet(path: str, stamp_: Stamp) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many types for corrupt files
-        raise _fail(path, exc) from exc
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def load_bytes(path: str, stamp_: Stamp) -> bytes:
-    """Read a file's bytes (for download buttons)."""
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
         raise _fail(path, exc) from exc
 
 
@@ -541,8 +521,3 @@ def grid_features(
         lat=lat,
         seconds=time.perf_counter() - t0,
     )
-
-
-def target_unit(target: str) -> str:
-    """Natural unit of a target (Mbps or ms)."""
-    return UNITS.get(target, "")
