@@ -159,33 +159,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--run", required=True, type=Path, help="run directory")
     p.add_argument("--target", required=True, choices=list(TARGETS), help="trained target")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--resolution", type=float, default=None, help="cell size in degrees")
-    g.add_argument("--tile-zoom", type=int, default=None, help="cell size of tiles of zoom Z")
+    add_grid_options(p)
     p.add_argument(
         "--thresholds",
         type=float,
         nargs="+",
         default=None,
         help="thresholds in Mbps (speeds) or ms (latency) for exceedance probabilities",
-    )
-    p.add_argument(
-        "--max-cells",
-        type=int,
-        default=DEFAULT_MAX_CELLS,
-        help="cap on the grid size: the default resolution is coarsened to it, and an explicit "
-        "--resolution / --tile-zoom beyond it is refused without --force (default %(default)s)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
-    )
-    p.add_argument(
-        "--extent",
-        choices=["tiles", "region"],
-        default="tiles",
-        help="grid box: the region cut to the observed tiles (default) or the whole region",
     )
     p.add_argument(
         "--tests",
@@ -1016,6 +996,38 @@ def _check_finite(values: dict[str, np.ndarray], names: Sequence[str], *, out: P
                 f"{out} was not written (an earlier file is kept); the model file may be "
                 "damaged: retrain it with `geodbk train`"
             )
+
+
+def add_grid_options(parser: argparse.ArgumentParser, *, verb: str = "write") -> None:
+    """The grid options of every stage that evaluates a grid (predict, service, summarize):
+    ``--resolution`` or ``--tile-zoom``, ``--max-cells``, ``--force`` and ``--extent``;
+    ``verb`` says what ``--force`` allows ("write", "evaluate")."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument(
+        "--resolution", type=float, default=None, metavar="DEG", help="cell size in degrees"
+    )
+    g.add_argument(
+        "--tile-zoom", type=int, default=None, metavar="Z", help="cell size of tiles of zoom Z"
+    )
+    parser.add_argument(
+        "--max-cells",
+        type=int,
+        default=DEFAULT_MAX_CELLS,
+        metavar="N",
+        help="cap on the grid size: the default resolution is coarsened to it, and an explicit "
+        "--resolution / --tile-zoom beyond it is refused without --force (default %(default)s)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"{verb} a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
+    )
+    parser.add_argument(
+        "--extent",
+        choices=["tiles", "region"],
+        default="tiles",
+        help="grid box: the region cut to the observed tiles (default) or the whole region",
+    )
 
 
 def check_grid_options(*, resolution: float | None, tile_zoom: int | None, max_cells: int) -> None:

@@ -46,7 +46,7 @@ from geodbk.geo.timeaxis import format_quarter, quarter_index
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
 from pipelines.gridfile import sweep_spools
-from pipelines.predict import _write_grid, check_grid_options, map_grid
+from pipelines.predict import _write_grid, add_grid_options, check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     RunDir,
@@ -147,31 +147,7 @@ def register(subparsers: Any) -> None:
         help="time-aware models: the quarter to classify, e.g. 2023Q2 (default: the table's "
         "latest)",
     )
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--resolution", type=float, default=None, metavar="DEG", help="cell size in degrees"
-    )
-    g.add_argument(
-        "--tile-zoom", type=int, default=None, metavar="Z", help="cell size of tiles of zoom Z"
-    )
-    p.add_argument(
-        "--max-cells",
-        type=int,
-        default=DEFAULT_MAX_CELLS,
-        metavar="N",
-        help="cap on the grid size, as for `geodbk predict` (default %(default)s)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
-    )
-    p.add_argument(
-        "--extent",
-        choices=["tiles", "region"],
-        default="tiles",
-        help="grid box: the region cut to the observed tiles (default) or the whole region",
-    )
+    add_grid_options(p, verb="write")
     p.add_argument(
         "--format",
         choices=["gtiff", "cog"],

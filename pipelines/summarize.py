@@ -48,7 +48,7 @@ from geodbk.geo.table import _to_arrow
 from geodbk.joint import JointSampler, latent_scale_of, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
 from pipelines.places import load_place_predictor
-from pipelines.predict import check_grid_options, map_grid
+from pipelines.predict import add_grid_options, check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -139,32 +139,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed of the samples (default 0)"
     )
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--resolution", type=float, default=None, metavar="DEG", help="cell size in degrees"
-    )
-    g.add_argument(
-        "--tile-zoom", type=int, default=None, metavar="Z", help="cell size of tiles of zoom Z"
-    )
-    p.add_argument(
-        "--max-cells",
-        type=int,
-        default=DEFAULT_MAX_CELLS,
-        metavar="N",
-        help="cap on the grid size, as for `geodbk predict` (default %(default)s)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="evaluate a grid larger than --max-cells when --resolution or --tile-zoom asks for it",
-    )
-    p.add_argument(
-        "--extent",
-        choices=["tiles", "region"],
-        default="tiles",
-        help="grid box, as for `geodbk predict`: the region cut to the observed tiles "
-        "(default) or the whole region",
-    )
+    add_grid_options(p, verb="evaluate")
     p.add_argument(
         "--quarter",
         default=None,
