@@ -99,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
             groups=groups[te],
         )
         mean = gp["mean"][te] + part.shift
-        shared = np.where(part.seen, 0.0, comp[te] @ np.asarray(effect.params.persistent_scale))
         results[name] = {
             "parameters": effect.params.to_dict(),
             "rows": _scores(
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 urban[te],
                 frame["tests"].to_numpy(np.float64)[te],
             ),
-            "map": _map_scores(frame[te], mean, part.tile_var, part.noise_var, shared),
+            "map": _map_scores(frame[te], mean, part.tile_var, part.noise_var, part.persistent_var),
         }
     out = {
         "run": str(args.run),

@@ -275,7 +275,6 @@ def main(argv: list[str] | None = None) -> int:
         "groups": groups[te],
     }
     part = effect.predict(**kw)
-    lasting = comp @ np.asarray(effect.params.persistent_scale)
     results["tile_effect"] = {
         "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
         "map": _map_scores(
@@ -283,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             gp["mean"][te] + part.shift,
             part.tile_var,
             part.noise_var,
-            np.where(part.seen, 0.0, lasting),
+            part.persistent_var,
         ),
         "test_rows_with_history": float(part.seen.mean()),
     }
@@ -298,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             gp["mean"][te] + lpart.shift,
             lpart.tile_var,
             lpart.noise_var,
-            np.where(lpart.seen, 0.0, lasting),
+            lpart.persistent_var,
         ),
         "mean_abs_pull": float(np.abs(pull).mean()),
     }

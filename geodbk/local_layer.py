@@ -551,9 +551,14 @@ class LocalLayer:
                     with_pull=True,
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
-        noise = row_noise(comp, t["kappa"], t["mu"], seen=own >= 0)
+        noise, persistent = row_noise(comp, t["kappa"], t["mu"], seen=own >= 0)
         return TileEffectPrediction(
-            shift=shift, tile_var=tile_var, noise_var=noise, seen=own >= 0, pull=pull
+            shift=shift,
+            tile_var=tile_var,
+            noise_var=noise,
+            persistent_var=persistent,
+            seen=own >= 0,
+            pull=pull,
         )
 
 

@@ -243,8 +243,7 @@ def predict_quantity(
             )
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
-        mu = np.asarray(effect.params.persistent_scale, dtype=np.float64)
-        persistent = np.where(seen, 0.0, comp @ mu)
+        persistent = part.persistent_var
         noise_var = noise_var + persistent
     if quantity == "area":
         mean, var = area_mean, area_var

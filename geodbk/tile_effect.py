@@ -172,6 +172,8 @@ class TileEffectPrediction:
     noise_var
         Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``; a row of a tile without
         conditioning rows adds its testers' persistent ``sum_k mu_k c_ik`` (:func:`row_noise`).
+    persistent_var
+        That testers' part of ``noise_var`` (0 at rows of tiles with conditioning rows).
     seen
         Whether the row's tile has conditioning rows.
     pull
@@ -182,6 +184,7 @@ class TileEffectPrediction:
     shift: np.ndarray
     tile_var: np.ndarray
     noise_var: np.ndarray
+    persistent_var: np.ndarray
     seen: np.ndarray
     pull: np.ndarray | None = None
 
@@ -388,11 +391,12 @@ def _predict_tile(
 
 def row_noise(
     components: np.ndarray, kappa: torch.Tensor, mu: torch.Tensor, *, seen: np.ndarray
-) -> np.ndarray:
-    """A row's noise ``sum_k kappa_k c_k``, plus its testers' persistent ``sum_k mu_k c_k``
-    where its tile has no conditioning rows (a measured tile's is in its offset)."""
-    noise = components @ kappa.numpy()
-    return noise + np.where(seen, 0.0, components @ mu.numpy())
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(noise, persistent)``: a row's noise ``sum_k kappa_k c_k`` plus its testers' persistent
+    ``sum_k mu_k c_k`` where its tile has no conditioning rows (a measured tile's is in its
+    offset), and that persistent part alone."""
+    persistent = np.where(seen, 0.0, components @ mu.numpy())
+    return components @ kappa.numpy() + persistent, persistent
 
 
 def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
@@ -808,8 +812,14 @@ class TileEffect:
                         mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
-        noise = row_noise(comp, kappa, mu, seen=slot >= 0)
-        return TileEffectPrediction(shift=shift, tile_var=tile_var, noise_var=noise, seen=slot >= 0)
+        noise, persistent = row_noise(comp, kappa, mu, seen=slot >= 0)
+        return TileEffectPrediction(
+            shift=shift,
+            tile_var=tile_var,
+            noise_var=noise,
+            persistent_var=persistent,
+            seen=slot >= 0,
+        )
 
 
 def _latent_and_components(
