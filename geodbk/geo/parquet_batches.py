@@ -16,7 +16,7 @@ Memory is bounded by one record batch or one row group, not by the number of row
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,18 +212,8 @@ def fit_parquet(
     path: str | Path,
     *,
     y_column: str,
-    x_columns: tuple[str, ...] = ("x1", "x2"),
     filters: Any = None,
-    inputs: InputFn | None = None,
-    read_columns: tuple[str, ...] = (),
-    tests_column: str | None = None,
-    X_val: Any = None,
-    y_val: Any = None,
-    tests_val: Any = None,
-    checkpoint_dir: str | Path | None = None,
-    resume: bool = False,
-    progress: bool = False,
-    callback: Callable[[dict[str, Any]], None] | None = None,
+    **options: Any,
 ) -> DBKRegressor:
     """Fit ``estimator`` on the (filtered) rows of a parquet file without loading it.
 
@@ -240,30 +230,13 @@ def fit_parquet(
         Parquet file.
     y_column
         Target column.
-    x_columns, inputs, read_columns
-        Input columns, or a map from a batch's columns to the inputs (e.g. adding the
-        time input from ``quarter``) and the extra columns it reads.
     filters
         Row filter, e.g. ``pyarrow.compute.field("split") == "train"``.
-    tests_column
-        Per-row number of tests (required with ``noise="tests"``).
-    X_val, y_val, tests_val
-        Validation data, held in memory.
-    checkpoint_dir, resume, progress, callback
-        As in :meth:`~geodbk.estimator.DBKRegressor.fit`.
+    **options
+        The keyword options of :meth:`~geodbk.estimator.DBKRegressor.fit_batches`
+        (``x_columns``, ``inputs``, ``read_columns``, ``tests_column``, validation data,
+        ``checkpoint_dir``, ``resume``, ``progress``, ``callback``).
     """
     return estimator.fit_batches(
-        ParquetRowGroups(path, filters=filters),
-        y_column=y_column,
-        x_columns=x_columns,
-        inputs=inputs,
-        read_columns=read_columns,
-        tests_column=tests_column,
-        X_val=X_val,
-        y_val=y_val,
-        tests_val=tests_val,
-        checkpoint_dir=checkpoint_dir,
-        resume=resume,
-        progress=progress,
-        callback=callback,
+        ParquetRowGroups(path, filters=filters), y_column=y_column, **options
     )
