@@ -236,9 +236,9 @@ class DBKModel(nn.Module):
         g = self.backbone(x)
         u = self.basis.raw_features(g)
         mean = u @ folded.mean_vec + self.const_mean
+        var_f = (u @ folded.factor).square_().sum(-1)
         if folded.whitener is None:
-            return mean, (u @ folded.factor).square_().sum(-1)
+            return mean, var_f
         prior = self.basis.prior_variance(g)
         assert prior is not None
-        var_f = (u @ folded.factor).square_().sum(-1)
         return mean, var_f + (prior - (u @ folded.whitener).square_().sum(-1)).clamp_min(0.0)

@@ -4,7 +4,8 @@ The grid is written row block by row block straight into a NetCDF-4 (HDF5) file 
 h5netcdf, chunked by row blocks and compressed (zlib with byte shuffle), at a hidden temporary
 path next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
 A block that fills whole chunks is encoded here, the variables' chunks compressed in parallel
-threads (zlib releases the GIL), and written as raw chunks; a chunk holding only the fill value is not stored at all (readers get the fill value).
+threads (zlib releases the GIL), and written as raw chunks; a chunk holding only the fill value
+is not stored at all (readers get the fill value).
 Peak memory is one row block, whatever the grid size. Paths and attributes may hold any Unicode
 text. CF conventions (``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN,
 bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to bool), every grid
@@ -159,6 +160,7 @@ class GridWriter:
         self._rows_done = np.zeros(len(self.y), dtype=bool)
         self._written = 0
         self._chunk_rows = max(1, min(len(self.y), CHUNK_CELLS // max(len(self.x), 1)))
+        self._fills: dict[str, Any] = {}  # each variable's fill value, set by _layout
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
         self._ensure_space(0)
         try:
@@ -219,8 +221,7 @@ class GridWriter:
         cr, nx = self._chunk_rows, len(self.x)
         chunks: dict[str, np.ndarray] = {}
         for name, arr in blocks.items():
-            dt, attrs = self.variables[name]
-            fill = np.int8(0) if dt == np.dtype(bool) else fill_value(dt, attrs)
+            fill = self._fills[name]
             nan_fill = np.issubdtype(arr.dtype, np.floating) and bool(np.isnan(fill))
             if (np.isnan(arr) if nan_fill else arr == fill).all():
                 continue
@@ -293,9 +294,11 @@ class GridWriter:
             v.attrs.update(attrs)
         ref = nc.create_variable("spatial_ref", (), "i4", data=np.int32(0))
         ref.attrs.update({k: _attr(val) for k, val in self.crs_attrs.items()})
-        chunks = (max(1, min(ny, CHUNK_CELLS // max(nx, 1))), nx)
+        chunks = (self._chunk_rows, nx)
         for name, (dt, attrs) in self.variables.items():
             is_bool = dt == np.dtype(bool)
+            # bool is stored as int8 with HDF5's default fill, 0
+            self._fills[name] = np.int8(0) if is_bool else fill_value(dt, attrs)
             var = nc.create_variable(
                 name,
                 ("y", "x"),
@@ -304,7 +307,7 @@ class GridWriter:
                 compression="gzip",
                 compression_opts=COMPRESSION_LEVEL,
                 shuffle=True,
-                fillvalue=None if is_bool else fill_value(dt, attrs),
+                fillvalue=None if is_bool else self._fills[name],
             )
             if is_bool:
                 var.attrs["dtype"] = "bool"  # xarray decodes int8 + this to bool
