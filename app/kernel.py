@@ -114,8 +114,12 @@ def preset_points(tiles: pd.DataFrame, k: int = 5) -> list[RefPoint]:
     xy = _km_coords(loc["lon"].to_numpy(), loc["lat"].to_numpy())
     n = len(loc)
     points: list[RefPoint] = []
+
+    def at(kind: str, i: int, note: str) -> RefPoint:
+        return RefPoint(kind, float(loc.lon[i]), float(loc.lat[i]), note)
+
     if n < 2:
-        return [RefPoint("Remote", float(loc.lon[0]), float(loc.lat[0]), "the only observed tile")]
+        return [at("Remote", 0, "the only observed tile")]
     kk = min(k, n - 1)
     dist, _ = cKDTree(xy).query(xy, k=kk + 1)
     dk = dist[:, kk]  # distance to the k-th other tile
@@ -126,32 +130,16 @@ def preset_points(tiles: pd.DataFrame, k: int = 5) -> list[RefPoint]:
         idx = np.flatnonzero(urban)
         best = int(idx[np.lexsort((-tests[idx], dk[idx]))[0]])
         points.append(
-            RefPoint(
-                "Urban",
-                float(loc.lon[best]),
-                float(loc.lat[best]),
-                f"densest urban tile: {kk} other tiles within {dk[best]:.2g} km",
-            )
+            at("Urban", best, f"densest urban tile: {kk} other tiles within {dk[best]:.2g} km")
         )
     if (~urban).any():
         idx = np.flatnonzero(~urban)
         med = np.median(dk[idx])
         pick = int(idx[np.argmin(np.abs(dk[idx] - med))])
-        points.append(
-            RefPoint(
-                "Rural",
-                float(loc.lon[pick]),
-                float(loc.lat[pick]),
-                f"typical rural tile: {kk} other tiles within {dk[pick]:.2g} km (median)",
-            )
-        )
+        note = f"typical rural tile: {kk} other tiles within {dk[pick]:.2g} km (median)"
+        points.append(at("Rural", pick, note))
     far = int(np.argmax(d1))
     points.append(
-        RefPoint(
-            "Remote",
-            float(loc.lon[far]),
-            float(loc.lat[far]),
-            f"most isolated tile: nearest other observation {d1[far]:.2g} km away",
-        )
+        at("Remote", far, f"most isolated tile: nearest other observation {d1[far]:.2g} km away")
     )
     return points

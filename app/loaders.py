@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from geodbk.geo.quadkey import quadkey_bounds
 from geodbk.metrics import canonical_keys
 
 Stamp = tuple[int, int]
+T = TypeVar("T")
 
 
 class LoadError(Exception):
@@ -47,35 +48,40 @@ def _fail(path: str, exc: BaseException) -> LoadError:
     return LoadError(f"Could not read {path}: {type(exc).__name__}: {exc}")
 
 
+def _read(
+    path: str,
+    read: Callable[[str], T],
+    errors: type[Exception] | tuple[type[Exception], ...] = (OSError, ValueError),
+) -> T:
+    """``read(path)``, with any of ``errors`` raised as a :class:`LoadError` naming the file."""
+    try:
+        return read(path)
+    except errors as exc:
+        raise _fail(path, exc) from exc
+
+
+def _json(path: str) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def load_json(path: str, _stamp: Stamp) -> Any:
     """Read a JSON file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise _fail(path, exc) from exc
+    return _read(path, _json)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_metrics(path: str, stamp_: Stamp) -> Any:
     """Read a report JSON (``metrics.json``, ``summary.json``) with every metric under its
     :mod:`geodbk.metrics` name (:func:`geodbk.metrics.canonical_keys`)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return canonical_keys(json.load(fh))
-    except (OSError, ValueError) as exc:
-        raise _fail(path, exc) from exc
+    return _read(path, lambda p: canonical_keys(_json(p)))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_geojson(path: str, stamp_: Stamp) -> dict[str, Any]:
     """Read a GeoJSON file as a FeatureCollection dict (a bare geometry or feature is wrapped)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise _fail(path, exc) from exc
+    data = _read(path, _json)
     kind = data.get("type") if isinstance(data, dict) else None
     if kind == "FeatureCollection" and isinstance(data.get("features"), list):
         return data
@@ -92,28 +98,19 @@ def load_geojson(path: str, stamp_: Stamp) -> dict[str, Any]:
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_text(path: str, stamp_: Stamp) -> str:
     """Read a small text file (YAML config, Markdown report)."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(path, exc) from exc
+    return _read(path, lambda p: Path(p).read_text(encoding="utf-8"), (OSError, UnicodeDecodeError))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_csv(path: str, stamp_: Stamp) -> pd.DataFrame:
     """Read a CSV file (training history)."""
-    try:
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise _fail(path, exc) from exc
+    return _read(path, pd.read_csv)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_parquet(path: str, stamp_: Stamp) -> pd.DataFrame:
     """Read a plain Parquet table (``predictions.parquet``)."""
-    try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises many types for corrupt files
-        raise _fail(path, exc) from exc
+    return _read(path, pd.read_parquet, Exception)  # pyarrow raises many types for corrupt files
 
 
 # --------------------------------------------------------------------------------------------

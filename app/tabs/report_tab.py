@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -197,17 +198,10 @@ def _render_by_quarter(metrics: dict[str, Any]) -> None:
         width="stretch",
     )
     right.altair_chart(_quarter_chart(frame, "NLL", "NLL (log10 scale)"), width="stretch")
-    st.dataframe(
+    _table(
         by_quarter_table(frame),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "95% coverage": st.column_config.NumberColumn(format="percent"),
-            "urban coverage": st.column_config.NumberColumn(format="percent"),
-            "rural coverage": st.column_config.NumberColumn(format="percent"),
-            **{c: st.column_config.NumberColumn(format="%.3f") for c in ("MAE", "NLL")},
-            "mean 95% PI width": st.column_config.NumberColumn(format="%.3f"),
-        },
+        percent=("95% coverage", "urban coverage", "rural coverage"),
+        fixed=("MAE", "NLL", "mean 95% PI width"),
     )
     st.caption(
         "Test tiles grouped by their quarter (metrics.json `by_quarter`); dashed: the nominal "
@@ -344,21 +338,24 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
             "the map's own calibration cannot be measured on this split."
         )
         return
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "95% coverage": st.column_config.NumberColumn(format="percent"),
-            "off by > 2×": st.column_config.NumberColumn(format="percent"),
-            "median |error| (log10)": st.column_config.NumberColumn(format="%.3f"),
-        },
-    )
+    _table(table, percent=("95% coverage", "off by > 2×"), fixed=("median |error| (log10)",))
     st.caption(
         f"Test tiles with at least {cal.get('min_tests', 30)} tests: the map's 95% interval "
         "against each tile's tests-weighted level. tile = what the maps show by default (each "
         "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%."
     )
+
+
+def _table(
+    frame: pd.DataFrame,
+    percent: Iterable[str] = (),
+    fixed: Iterable[str] = (),
+    fmt: str = "%.3f",
+) -> None:
+    """A full-width table: the ``percent`` columns as percentages, the ``fixed`` ones in ``fmt``."""
+    config = {c: st.column_config.NumberColumn(format="percent") for c in percent}
+    config.update({c: st.column_config.NumberColumn(format=fmt) for c in fixed})
+    st.dataframe(frame, hide_index=True, width="stretch", column_config=config)
 
 
 def _read_optional(path: Path, reader: Any) -> Any:
@@ -384,18 +381,10 @@ def render(ctx: RunContext) -> None:
 
     st.markdown(f"#### Test-set accuracy and calibration, {t} (log10 scale)")
     table = metrics_table(metrics)
-    st.dataframe(
+    _table(
         table,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "95% coverage": st.column_config.NumberColumn(format="percent"),
-            **{
-                c: st.column_config.NumberColumn(format="%.3f")
-                for _, c in METRIC_COLUMNS[1:]
-                if c != "95% coverage"
-            },
-        },
+        percent=("95% coverage",),
+        fixed=[c for _, c in METRIC_COLUMNS[1:] if c != "95% coverage"],
     )
     st.caption(
         "Held-out test tiles. With calibrated intervals the 95% coverage column is close to 95% "
@@ -431,14 +420,7 @@ def render(ctx: RunContext) -> None:
                 "**Service coverage** (served = threshold met with ≥ 90% probability by the "
                 "named quantity: tile = what a tile typically gets)"
             )
-            st.dataframe(
-                svc,
-                hide_index=True,
-                width="stretch",
-                column_config={
-                    c: st.column_config.NumberColumn(format="%.1f") for c in svc.columns[1:]
-                },
-            )
+            _table(svc, fixed=svc.columns[1:], fmt="%.1f")
 
     licence = maps.licence_caption((summary or {}).get("data_licence"))
     if licence:
