@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,16 +37,12 @@ from geodbk.errors import DataError
 from geodbk.tile_effect import (
     TileEffect,
     TileEffectPrediction,
-    _as_rows,
     _factor,
-    _group_codes,
-    _group_labels,
     _Layout,
-    _slots,
     _tile_covariance,
     mean_gaussian_nll,
     minimize_lbfgs,
-    row_noise,
+    row_prediction,
     tile_offset_variance,
 )
 
@@ -120,6 +116,20 @@ class SpatialParameters:
     def from_dict(cls, raw: dict[str, Any]) -> SpatialParameters:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**raw, "tau2": {str(k): float(v) for k, v in raw["tau2"].items()}})
+
+
+@dataclass(frozen=True)
+class _Theta:
+    """The layer's parameters as tensors: the tile effect's (``tau2`` per group) and the
+    field's."""
+
+    tau2: torch.Tensor
+    rho: torch.Tensor
+    lam: torch.Tensor
+    kappa: torch.Tensor
+    mu: torch.Tensor
+    sigma2: torch.Tensor
+    range_km: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -339,17 +349,17 @@ class LocalLayer:
         """Whether the underlying tile effect has a ``tau²`` per group."""
         return self.effect.grouped
 
-    def _tensors(self) -> dict[str, torch.Tensor]:
+    def _tensors(self) -> _Theta:
         p, e = self.params, self.effect.params
-        return {
-            "tau2": torch.tensor([p.tau2[g] for g in e.groups], dtype=_DT),
-            "rho": torch.tensor(e.rho, dtype=_DT),
-            "lam": torch.tensor(e.latent_scale, dtype=_DT),
-            "kappa": torch.tensor(e.noise_scale, dtype=_DT),
-            "mu": self.effect.persistent,
-            "sigma2": torch.tensor(p.sigma2, dtype=_DT),
-            "range": torch.tensor(p.range_km, dtype=_DT),
-        }
+        return _Theta(
+            tau2=torch.tensor([p.tau2[g] for g in e.groups], dtype=_DT),
+            rho=torch.tensor(e.rho, dtype=_DT),
+            lam=torch.tensor(e.latent_scale, dtype=_DT),
+            kappa=torch.tensor(e.noise_scale, dtype=_DT),
+            mu=self.effect.persistent,
+            sigma2=torch.tensor(p.sigma2, dtype=_DT),
+            range_km=torch.tensor(p.range_km, dtype=_DT),
+        )
 
     @classmethod
     def fit(
@@ -378,17 +388,20 @@ class LocalLayer:
         neighbours share (``tau²_g - sigma²`` stays white), and the range.
         """
         names = effect.params.components
-        tiles, times, res, vf, comp = _as_rows(
-            val_tiles, val_times, val_residual, val_var_f, val_components, what="validation rows"
+        tiles, times, res, vf, comp, code_a, own = effect._rows(
+            val_tiles,
+            val_times,
+            val_residual,
+            val_var_f,
+            val_components,
+            groups=val_groups,
+            what="validation rows",
         )
         if tiles.size == 0:
             raise DataError("the local layer is chosen by validation NLL: give validation rows")
         if comp.shape[1] != len(names):
             raise ValueError(f"noise components must have {len(names)} columns: {names}")
-        labels = _group_labels(val_groups, tiles.size, what="validation rows")
-        if val_groups is None and effect.grouped:
-            raise ValueError(f"the tile effect has groups {list(effect.params.groups)}: give them")
-        code = torch.as_tensor(_group_codes(labels, effect.params.groups, what="validation rows"))
+        code = torch.as_tensor(code_a)
         lay = effect._layout()
         start = cls(
             effect,
@@ -401,7 +414,6 @@ class LocalLayer:
             ),
             tile_xy=tile_xy,
         )
-        own = _slots(lay.tiles, tiles)
         hood = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
         vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, res, vf, comp))
         unseen = torch.as_tensor(own < 0)
@@ -430,7 +442,7 @@ class LocalLayer:
         def nll(p: torch.Tensor, *, spatial: bool = True) -> torch.Tensor:
             tau2, sigma2, rng = unpack(p)
             if not spatial:
-                tau2, sigma2 = fixed["tau2"], torch.zeros((), dtype=_DT)
+                tau2, sigma2 = fixed.tau2, torch.zeros((), dtype=_DT)
             shift, var = _predict_rows(
                 lay,
                 hood,
@@ -438,15 +450,9 @@ class LocalLayer:
                 vt,
                 vv,
                 code,
-                tau2=tau2,
-                rho=fixed["rho"],
-                lam=fixed["lam"],
-                kappa=fixed["kappa"],
-                mu=fixed["mu"],
-                sigma2=sigma2,
-                range_km=rng,
+                replace(fixed, tau2=tau2, sigma2=sigma2, range_km=rng),
             )
-            noise = (vc * fixed["kappa"]).sum(-1) + unseen * (vc * fixed["mu"]).sum(-1)
+            noise = (vc * fixed.kappa).sum(-1) + unseen * (vc * fixed.mu).sum(-1)
             return mean_gaussian_nll(vr, shift, var + noise)
 
         minimize_lbfgs(nll, raw, max_iter=max_iter)
@@ -506,8 +512,8 @@ class LocalLayer:
 
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
         """
-        tiles_a, times_a, _, vf, comp = _as_rows(
-            tiles, times, None, var_f, components, what="prediction rows"
+        tiles_a, times_a, _, vf, comp, code, own = self.effect._rows(
+            tiles, times, None, var_f, components, groups=groups, what="prediction rows"
         )
         if xy is None:
             if self.positions is None:
@@ -516,19 +522,14 @@ class LocalLayer:
         xy_a = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
         if xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all():
             raise DataError("prediction rows: one finite km position per row is needed")
-        if groups is None and self.effect.grouped:
-            raise ValueError(f"this layer has groups {list(self.effect.params.groups)}: give them")
-        labels = _group_labels(groups, tiles_a.size, what="prediction rows")
-        code = _group_codes(labels, self.effect.params.groups, what="prediction rows")
         lay = self.effect._layout()
-        own = _slots(lay.tiles, tiles_a)
         t = self._tensors()
         shift = np.zeros(tiles_a.size)
         tile_var = np.zeros(tiles_a.size)
         pull = np.zeros(tiles_a.size)
         with torch.no_grad():
             if self._summary_cache is None:
-                self._summary_cache = _summaries(lay, t["tau2"], t["rho"], t["kappa"], t["mu"])
+                self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
             summ = self._summary_cache
             for s in range(0, tiles_a.size, chunk_size):
                 part = slice(s, s + chunk_size)
@@ -540,26 +541,12 @@ class LocalLayer:
                     torch.as_tensor(times_a[part], dtype=_DT),
                     torch.as_tensor(vf[part], dtype=_DT),
                     torch.as_tensor(code[part]),
-                    tau2=t["tau2"],
-                    rho=t["rho"],
-                    lam=t["lam"],
-                    kappa=t["kappa"],
-                    mu=t["mu"],
-                    sigma2=t["sigma2"],
-                    range_km=t["range"],
+                    t,
                     summaries=summ,
                     with_pull=True,
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
-        noise, persistent = row_noise(comp, t["kappa"], t["mu"], seen=own >= 0)
-        return TileEffectPrediction(
-            shift=shift,
-            tile_var=tile_var,
-            noise_var=noise,
-            persistent_var=persistent,
-            seen=own >= 0,
-            pull=pull,
-        )
+        return row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
 
 
 def _predict_rows(
@@ -569,19 +556,15 @@ def _predict_rows(
     times: torch.Tensor,
     var_f: torch.Tensor,
     group: torch.Tensor,
+    theta: _Theta,
     *,
-    tau2: torch.Tensor,
-    rho: torch.Tensor,
-    lam: torch.Tensor,
-    kappa: torch.Tensor,
-    sigma2: torch.Tensor,
-    range_km: torch.Tensor,
-    mu: torch.Tensor | None = None,
     summaries: _Summaries | None = None,
     with_pull: bool = False,
 ) -> Any:
     """Shift and tile variance of target rows (module docstring, steps 1-3); with
     ``with_pull`` also the kriged pull."""
+    tau2, rho, lam, kappa, mu = theta.tau2, theta.rho, theta.lam, theta.kappa, theta.mu
+    sigma2, range_km = theta.sigma2, theta.range_km
     summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa, mu)
     n = own.size
     if hood.k > 0:

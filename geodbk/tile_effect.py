@@ -171,7 +171,7 @@ class TileEffectPrediction:
         latent variance (``tau² + lambda v_f`` for a tile without conditioning rows).
     noise_var
         Refitted observation noise ``s2'_i = sum_k kappa_k c_ik``; a row of a tile without
-        conditioning rows adds its testers' persistent ``sum_k mu_k c_ik`` (:func:`row_noise`).
+        conditioning rows adds its testers' persistent ``sum_k mu_k c_ik`` (:func:`row_prediction`).
     persistent_var
         That testers' part of ``noise_var`` (0 at rows of tiles with conditioning rows).
     seen
@@ -389,14 +389,28 @@ def _predict_tile(
     return shift, var
 
 
-def row_noise(
-    components: np.ndarray, kappa: torch.Tensor, mu: torch.Tensor, *, seen: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(noise, persistent)``: a row's noise ``sum_k kappa_k c_k`` plus its testers' persistent
-    ``sum_k mu_k c_k`` where its tile has no conditioning rows (a measured tile's is in its
-    offset), and that persistent part alone."""
+def row_prediction(
+    shift: np.ndarray,
+    tile_var: np.ndarray,
+    components: np.ndarray,
+    kappa: torch.Tensor,
+    mu: torch.Tensor,
+    *,
+    seen: np.ndarray,
+    pull: np.ndarray | None = None,
+) -> TileEffectPrediction:
+    """The prediction at rows with the tile's posterior ``shift`` and ``tile_var``: a row's
+    noise is ``sum_k kappa_k c_k`` plus its testers' persistent ``sum_k mu_k c_k`` where its
+    tile has no conditioning rows (a measured tile's is in its offset)."""
     persistent = np.where(seen, 0.0, components @ mu.numpy())
-    return components @ kappa.numpy() + persistent, persistent
+    return TileEffectPrediction(
+        shift=shift,
+        tile_var=tile_var,
+        noise_var=components @ kappa.numpy() + persistent,
+        persistent_var=persistent,
+        seen=seen,
+        pull=pull,
+    )
 
 
 def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
@@ -553,6 +567,19 @@ class TileEffect:
     def persistent(self) -> torch.Tensor:
         """``mu_k`` as a tensor (:class:`TileEffectParameters`'s ``persistent_scale``)."""
         return torch.tensor(self.params.persistent_scale, dtype=_DT)
+
+    def _rows(self, *rows: Any, groups: Any, what: str) -> tuple[np.ndarray, ...]:
+        """Rows to predict or score with this effect: ``(tiles, times, residual, var_f,
+        components)`` as :func:`_as_rows`, then each row's group code among the effect's
+        groups and its tile's slot in the layout (-1: no conditioning rows)."""
+        arrays = _as_rows(*rows, what=what)
+        if groups is None and self.grouped:
+            raise ValueError(
+                f"this tile effect has a tau² per group {list(self.params.groups)}: give groups"
+            )
+        labels = _group_labels(groups, arrays[0].size, what=what)
+        code = _group_codes(labels, self.params.groups, what=what)
+        return (*arrays, code, _slots(self._layout().tiles, arrays[0]))
 
     def _layout(self) -> _Layout:
         if self._layout_cache is None:
@@ -773,19 +800,12 @@ class TileEffect:
         tile_chunk
             Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
         """
-        tiles_a, times_a, _, vf, comp = _as_rows(
-            tiles, times, None, var_f, components, what="prediction rows"
+        tiles_a, times_a, _, vf, comp, code, slot = self._rows(
+            tiles, times, None, var_f, components, groups=groups, what="prediction rows"
         )
-        if groups is None and self.grouped:
-            raise ValueError(
-                f"this tile effect has a tau² per group {list(self.params.groups)}: give groups"
-            )
-        labels = _group_labels(groups, tiles_a.size, what="prediction rows")
-        code = _group_codes(labels, self.params.groups, what="prediction rows")
         lay = self._layout()
         tau2, rho, lam, kappa = self._tensors()
         mu = self.persistent
-        slot = _slots(lay.tiles, tiles_a)
         shift = np.zeros(tiles_a.size)
         tile_var = tau2.numpy()[code] + self.params.latent_scale * vf
         seen_tiles = np.unique(slot[slot >= 0])
@@ -812,14 +832,7 @@ class TileEffect:
                         mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
-        noise, persistent = row_noise(comp, kappa, mu, seen=slot >= 0)
-        return TileEffectPrediction(
-            shift=shift,
-            tile_var=tile_var,
-            noise_var=noise,
-            persistent_var=persistent,
-            seen=slot >= 0,
-        )
+        return row_prediction(shift, tile_var, comp, kappa, mu, seen=slot >= 0)
 
 
 def _latent_and_components(
