@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -40,6 +41,7 @@ _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "n
 QUANTITIES = ("observation", "latent")
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class DBKRegressor(RegressorMixin, BaseEstimator):
     """Deep basis kernel GP regressor (methods §1), a scikit-learn estimator.
 
@@ -103,50 +105,26 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         :meth:`predict_dist` (not with :meth:`fit_batches`).
     """
 
-    def __init__(
-        self,
-        *,
-        expansion: str = "rbf",
-        rank: int = 1024,
-        hidden: int = 256,
-        objective: str = "dppgp",
-        alpha: float = 0.1,
-        beta: float = 0.01,
-        batch_size: int = 1024,
-        epochs: int = 400,
-        lr: float = 1e-3,
-        weight_decay: float = 1e-2,
-        patience: int = 50,
-        device: str = "auto",
-        seed: int = 0,
-        jitter: float = 1e-4,
-        dtype: str = "float32",
-        noise_init: float = 1e-2,
-        noise_floor: float = 1e-6,
-        noise: str = "constant",
-        noise_power: bool = False,
-        noise_urban: bool = False,
-    ) -> None:
-        self.expansion = expansion
-        self.rank = rank
-        self.hidden = hidden
-        self.objective = objective
-        self.alpha = alpha
-        self.beta = beta
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.device = device
-        self.seed = seed
-        self.jitter = jitter
-        self.dtype = dtype
-        self.noise_init = noise_init
-        self.noise_floor = noise_floor
-        self.noise = noise
-        self.noise_power = noise_power
-        self.noise_urban = noise_urban
+    expansion: str = "rbf"
+    rank: int = 1024
+    hidden: int = 256
+    objective: str = "dppgp"
+    alpha: float = 0.1
+    beta: float = 0.01
+    batch_size: int = 1024
+    epochs: int = 400
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    patience: int = 50
+    device: str = "auto"
+    seed: int = 0
+    jitter: float = 1e-4
+    dtype: str = "float32"
+    noise_init: float = 1e-2
+    noise_floor: float = 1e-6
+    noise: str = "constant"
+    noise_power: bool = False
+    noise_urban: bool = False
 
     # ------------------------------------------------------------------ configuration
     def __sklearn_tags__(self) -> Tags:

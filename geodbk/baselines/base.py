@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, overload
 
@@ -100,12 +101,15 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
     return GaussianNoise(init=init)
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class TorchBaseline(RegressorMixin, BaseEstimator):
     """Base estimator: standardisation, training loop, chunked prediction, safe bundles.
 
-    A scikit-learn regressor: a subclass spells out every parameter in its ``__init__``
-    signature (scikit-learn reads them from there) and stores each unchanged; options are
-    checked in :meth:`fit`, not when set.
+    A scikit-learn regressor whose parameters are keyword-only dataclass fields: a subclass
+    declares only its own (or re-declares a shared one to change its default), and the
+    generated ``__init__`` stores each unchanged (scikit-learn reads them from its signature);
+    options are checked in :meth:`fit`, not when set. Fitted attributes end in ``_`` and are
+    not declared at class level.
 
     Parameters
     ----------
@@ -135,28 +139,15 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
     #: Full-batch models take one optimiser step per epoch on all the data.
     full_batch: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 0.01,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-    ) -> None:
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.patience = patience
-        self.seed = seed
-        self.device = device
-        self.dtype = dtype
-        self.noise = noise
-        self.noise_power = noise_power
+    epochs: int = 100
+    batch_size: int = 1024
+    lr: float = 0.01
+    patience: int | None = 50
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    noise: str = "constant"
+    noise_power: bool = False
 
     def __sklearn_tags__(self) -> Tags:
         return regressor_tags(super().__sklearn_tags__())

@@ -20,6 +20,7 @@ decays linearly to 0.1·lr at the last epoch (:meth:`CaGPRegressor._scheduler`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -198,6 +199,7 @@ def cagp_terms(
     return {"loss": loss / n, "v": v, "chol_G": L, "KS": KS, "mu": mu}
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class CaGPRegressor(TorchBaseline):
     """CaGP-Opt estimator (full batch; Adam; Matérn-3/2 ARD; i block-sparse actions).
 
@@ -221,40 +223,12 @@ class CaGPRegressor(TorchBaseline):
     model_name = "cagp"
     full_batch = True
 
-    def __init__(
-        self,
-        *,
-        n_actions: int = 512,
-        chunk_elems: int = 2**22,
-        lengthscale: float = 0.3,
-        noise_init: float = 0.5,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 0.05,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-        lr_schedule: str = "constant",
-    ) -> None:
-        super().__init__(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.n_actions = n_actions
-        self.chunk_elems = chunk_elems
-        self.lengthscale = lengthscale
-        self.noise_init = noise_init
-        self.lr_schedule = lr_schedule
+    n_actions: int = 512
+    chunk_elems: int = 2**22
+    lengthscale: float = 0.3
+    noise_init: float = 0.5
+    lr_schedule: str = "constant"
+    lr: float = 0.05
 
     def _validate(self) -> None:
         super()._validate()

@@ -17,6 +17,7 @@ above ``max_n`` rows with :class:`~geodbk.baselines.base.ProblemTooLargeError` b
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ class ExactRBFModule(nn.Module):
         return rbf_ard(A, B, lengthscale=self.lengthscale(), outputscale=self.outputscale())
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class ExactRBFRegressor(TorchBaseline):
     """Exact RBF-ARD GP trained by maximising the marginal likelihood (full batch).
 
@@ -82,38 +84,12 @@ class ExactRBFRegressor(TorchBaseline):
     model_name = "exact-rbf"
     full_batch = True
 
-    def __init__(
-        self,
-        *,
-        max_n: int = 5000,
-        lengthscale: float = 0.3,
-        noise_init: float = 0.5,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 0.05,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float64",
-        noise: str = "constant",
-        noise_power: bool = False,
-        lengthscale_init: str = "value",
-    ) -> None:
-        super().__init__(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.max_n = max_n
-        self.lengthscale = lengthscale
-        self.noise_init = noise_init
-        self.lengthscale_init = lengthscale_init
+    max_n: int = 5000
+    lengthscale: float = 0.3
+    noise_init: float = 0.5
+    lengthscale_init: str = "value"
+    lr: float = 0.05
+    dtype: str = "float64"
 
     def _validate(self) -> None:
         super()._validate()

@@ -20,6 +20,7 @@ selects paper 004's options (:class:`SoftKIRegressor`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -212,6 +213,7 @@ def hutchinson_pseudo_nll(
     return (0.5 * b * math.log(2.0 * math.pi) + 0.5 * logdet + data + 0.5 * (H - H.detach())) / b
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class SoftKIRegressor(TorchBaseline):
     """SoftKI estimator (mini-batch, Adam); tuned by default, paper 004's with its options.
 
@@ -248,52 +250,17 @@ class SoftKIRegressor(TorchBaseline):
 
     model_name = "softki"
 
-    def __init__(
-        self,
-        *,
-        num_points: int = 512,
-        lengthscale: float = 0.3,
-        noise_init: float = 0.5,
-        z_init: str = "random",
-        temperature: float | None = None,
-        learn_temperature: bool = True,
-        learn_noise: bool = True,
-        ard: bool = True,
-        loss: str = "exact",
-        num_probes: int = 10,
-        solver: str = "cholesky",
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 0.01,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-    ) -> None:
-        super().__init__(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.num_points = num_points
-        self.lengthscale = lengthscale
-        self.noise_init = noise_init
-        self.z_init = z_init
-        self.temperature = temperature
-        self.learn_temperature = learn_temperature
-        self.learn_noise = learn_noise
-        self.ard = ard
-        self.loss = loss
-        self.num_probes = num_probes
-        self.solver = solver
+    num_points: int = 512
+    lengthscale: float = 0.3
+    noise_init: float = 0.5
+    z_init: str = "random"
+    temperature: float | None = None
+    learn_temperature: bool = True
+    learn_noise: bool = True
+    ard: bool = True
+    loss: str = "exact"
+    num_probes: int = 10
+    solver: str = "cholesky"
 
     def _validate(self) -> None:
         super()._validate()

@@ -28,6 +28,7 @@ Each step costs O(M³ + M2³ + b (M + M2)² ) for the two Cholesky factors and s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,7 @@ def solvegp_loss(
     return data + module.kl(factors) / n_total
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class SolveGPRegressor(TorchBaseline):
     """SOLVE-GP estimator (mini-batch, Adam, Matérn-3/2).
 
@@ -190,42 +192,12 @@ class SolveGPRegressor(TorchBaseline):
 
     model_name = "solve-gp"
 
-    def __init__(
-        self,
-        *,
-        num_inducing: int = 1024,
-        num_orthogonal: int = 1024,
-        lengthscale: float = 0.3,
-        noise_init: float = 0.5,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 0.01,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-        ard: bool = True,
-        whiten: bool = True,
-    ) -> None:
-        super().__init__(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.num_inducing = num_inducing
-        self.num_orthogonal = num_orthogonal
-        self.lengthscale = lengthscale
-        self.noise_init = noise_init
-        self.ard = ard
-        self.whiten = whiten
+    num_inducing: int = 1024
+    num_orthogonal: int = 1024
+    lengthscale: float = 0.3
+    noise_init: float = 0.5
+    ard: bool = True
+    whiten: bool = True
 
     def _validate(self) -> None:
         super()._validate()

@@ -20,6 +20,7 @@ s2(x) = s2 or, for ``noise="tests"``, s2_floor + s2_meas / tests^p.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -263,6 +264,7 @@ def svdbk_exact_loss(phi: Tensor, y: Tensor, s2: Tensor, const: Tensor) -> Tenso
     return (trace - log_p.to(phi.dtype)) / n
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class SVDBKRegressor(TorchBaseline):
     """SVDBK with the test-time variance correction (paper 001; module docstring).
 
@@ -286,44 +288,14 @@ class SVDBKRegressor(TorchBaseline):
 
     model_name = "svdbk"
 
-    def __init__(
-        self,
-        *,
-        basis: str = "rbf",
-        optimizer: str = "adamw",
-        rank: int = 1024,
-        hidden: int = 256,
-        jitter: float = 1e-4,
-        noise_init: float = 1e-2,
-        weight_decay: float = 1e-2,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 1e-3,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-    ) -> None:
-        super().__init__(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.basis = basis
-        self.optimizer = optimizer
-        self.rank = rank
-        self.hidden = hidden
-        self.jitter = jitter
-        self.noise_init = noise_init
-        self.weight_decay = weight_decay
+    basis: str = "rbf"
+    optimizer: str = "adamw"
+    rank: int = 1024
+    hidden: int = 256
+    jitter: float = 1e-4
+    noise_init: float = 1e-2
+    weight_decay: float = 1e-2
+    lr: float = 1e-3
 
     def _validate(self) -> None:
         super()._validate()
@@ -414,6 +386,7 @@ def _max_phi_sq(module: SVDBKModule | SVDBKExactModule, X: Tensor, chunk_size: i
     return best
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class SVDBKExactRegressor(SVDBKRegressor):
     """Exact DBK with the variance correction, 001 eq. 12 (full batch; module docstring).
 
@@ -436,46 +409,7 @@ class SVDBKExactRegressor(SVDBKRegressor):
     model_name = "svdbk-exact"
     full_batch = True
 
-    def __init__(
-        self,
-        *,
-        max_n: int = 200_000,
-        basis: str = "rbf",
-        optimizer: str = "adamw",
-        rank: int = 1024,
-        hidden: int = 256,
-        jitter: float = 1e-4,
-        noise_init: float = 1e-2,
-        weight_decay: float = 1e-2,
-        epochs: int = 100,
-        batch_size: int = 1024,
-        lr: float = 1e-3,
-        patience: int | None = 50,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: str = "float32",
-        noise: str = "constant",
-        noise_power: bool = False,
-    ) -> None:
-        super().__init__(
-            basis=basis,
-            optimizer=optimizer,
-            rank=rank,
-            hidden=hidden,
-            jitter=jitter,
-            noise_init=noise_init,
-            weight_decay=weight_decay,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            noise=noise,
-            noise_power=noise_power,
-        )
-        self.max_n = max_n
+    max_n: int = 200_000
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         n = int(X.shape[0])

@@ -20,6 +20,7 @@ bundles; they differ only in the backbone, the basis and the objective. They are
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,64 +31,19 @@ from geodbk.estimator import DBKRegressor
 from geodbk.model import DBKModel
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class SVRBFRegressor(DBKRegressor):
     """SV-RBF: SVGP with an RBF-ARD kernel on the raw inputs (identity backbone).
 
     Same options and contract as :class:`~geodbk.estimator.DBKRegressor` (``hidden`` is unused:
     the basis acts on x itself); the default objective is the ELBO with the base-kernel variance
-    correction, i.e. standard whitened SVGP.
+    correction, i.e. standard whitened SVGP, and ``lr`` defaults to 0.01.
     """
 
     model_name = "sv-rbf"
 
-    # Every parameter is spelled out (scikit-learn reads them from this signature); only the
-    # defaults of ``objective`` and ``lr`` differ from DBKRegressor's.
-    def __init__(
-        self,
-        *,
-        expansion: str = "rbf",
-        rank: int = 1024,
-        hidden: int = 256,
-        objective: str = "elbo",
-        alpha: float = 0.1,
-        beta: float = 0.01,
-        batch_size: int = 1024,
-        epochs: int = 400,
-        lr: float = 0.01,
-        weight_decay: float = 1e-2,
-        patience: int = 50,
-        device: str = "auto",
-        seed: int = 0,
-        jitter: float = 1e-4,
-        dtype: str = "float32",
-        noise_init: float = 1e-2,
-        noise_floor: float = 1e-6,
-        noise: str = "constant",
-        noise_power: bool = False,
-        noise_urban: bool = False,
-    ) -> None:
-        super().__init__(
-            expansion=expansion,
-            rank=rank,
-            hidden=hidden,
-            objective=objective,
-            alpha=alpha,
-            beta=beta,
-            batch_size=batch_size,
-            epochs=epochs,
-            lr=lr,
-            weight_decay=weight_decay,
-            patience=patience,
-            device=device,
-            seed=seed,
-            jitter=jitter,
-            dtype=dtype,
-            noise_init=noise_init,
-            noise_floor=noise_floor,
-            noise=noise,
-            noise_power=noise_power,
-            noise_urban=noise_urban,
-        )
+    objective: str = "elbo"
+    lr: float = 0.01
 
     def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
         """A DBKModel whose backbone is the identity and whose basis lives on R^d."""
