@@ -1,8 +1,9 @@
 """The ``geodbk`` command line: one sub-command per pipeline stage.
 
 Each stage lives in its own module ``pipelines/<stage>.py`` exposing
-``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the
-parsed arguments and returning an exit code). Run as ``geodbk STAGE ...`` or
+``register(subparsers) -> None``, which adds its parser with :func:`stage_parser` and sets
+``func`` (a callable taking the parsed arguments and returning an exit code, most often
+through :func:`call_with_options`). Run as ``geodbk STAGE ...`` or
 ``python -m pipelines.cli STAGE ...``.
 
 Exit codes: 0 success, 1 unexpected geodbk error, 2 usage error, 3 bad input data,
@@ -15,16 +16,19 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import inspect
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from geodbk import __version__
 from geodbk.errors import GeodbkError
+from geodbk.geo.contract import TARGETS
 
 #: Stage modules in the order ``--help`` lists them.
 STAGES: tuple[str, ...] = (
@@ -53,6 +57,47 @@ DISK_ERRORS: dict[int, str] = {
 }
 #: Exit code of a write the disk refused.
 DISK_EXIT_CODE = 6
+
+T = TypeVar("T")
+
+
+def stage_parser(
+    subparsers: Any,
+    name: str,
+    main: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    description: str,
+    epilog: str,
+    run: str | None = None,
+    target: str | None = None,
+) -> argparse.ArgumentParser:
+    """Add stage ``name``'s sub-command, run by ``main``: its ``--help`` shows ``description``
+    and ``epilog`` as written; ``run`` and ``target``, when given, are the help of its first
+    options, a required ``--run`` directory and a required ``--target`` (one of ``TARGETS``)."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(func=main)
+    if run is not None:
+        parser.add_argument("--run", required=True, type=Path, help=run)
+    if target is not None:
+        parser.add_argument("--target", required=True, choices=list(TARGETS), help=target)
+    return parser
+
+
+def call_with_options(func: Callable[..., T], args: argparse.Namespace, **given: Any) -> T:
+    """``func`` called with the parsed option of each of its parameters (``args.NAME`` for a
+    parameter ``NAME``; options it has no parameter for are left out) and ``given``, which
+    wins over an option of the same name (an option the stage has turned into something
+    else first)."""
+    parameters = inspect.signature(func).parameters
+    options = {name: value for name, value in vars(args).items() if name in parameters}
+    return func(**{**options, **given})
 
 
 def build_parser() -> argparse.ArgumentParser:

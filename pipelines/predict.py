@@ -37,7 +37,7 @@ from tqdm import tqdm
 from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.exceedance import exceedance_probability
-from geodbk.geo.contract import TARGETS, Z95
+from geodbk.geo.contract import Z95
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
@@ -57,6 +57,7 @@ from geodbk.quantities import (
     predict_quantity,
 )
 from pipelines.bundles import load_model
+from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value
 from pipelines.layers import layer_xy, load_map_layers
 from pipelines.predict_at import run_predict_at
@@ -150,15 +151,16 @@ LATENT_VARS = (
 
 def register(subparsers: Any) -> None:
     """Add the ``predict`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "predict",
+        _main,
         help="predict a target on a regular grid over the region (grids/TARGET.nc)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory",
+        target="trained target",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory")
-    p.add_argument("--target", required=True, choices=list(TARGETS), help="trained target")
     add_grid_options(p)
     p.add_argument(
         "--thresholds",
@@ -215,7 +217,6 @@ def register(subparsers: Any) -> None:
         "'lon'/'lat' columns or point geometries) instead of a grid; writes "
         "predictions/TARGET_<file stem>.parquet with the file's own columns kept",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -224,31 +225,7 @@ def _main(args: argparse.Namespace) -> int:
             raise DataError("--at predicts at places for one quarter; drop --trend")
         if args.quarter is not None and ("," in args.quarter or ":" in args.quarter):
             raise DataError(f"--at takes one --quarter (e.g. 2023Q4), got {args.quarter!r}")
-        run_predict_at(
-            args.run,
-            args.at,
-            target=args.target,
-            quantity=args.quantity,
-            quarter=args.quarter,
-            tests=args.tests,
-            devices=args.devices,
-        )
-        return 0
-    run_predict(
-        args.run,
-        target=args.target,
-        force=args.force,
-        resolution=args.resolution,
-        tile_zoom=args.tile_zoom,
-        thresholds=args.thresholds,
-        max_cells=args.max_cells,
-        extent=args.extent,
-        tests=args.tests,
-        devices=args.devices,
-        quarter=args.quarter,
-        trend=args.trend,
-        quantity=args.quantity,
-    )
+    call_with_options(run_predict if args.at is None else run_predict_at, args)
     return 0
 
 

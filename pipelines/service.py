@@ -45,6 +45,7 @@ from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
+from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import sweep_spools
 from pipelines.predict import _write_grid, add_grid_options, check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
@@ -97,8 +98,10 @@ model, 5 missing run directory or model (the message gives the train command).
 
 def register(subparsers: Any) -> None:
     """Add the ``service`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "service",
+        _main,
         help="probability of each service class (BEAD tiers) per cell or place (service/)",
         description=(
             "Probability that each cell (or each place of a file) is unserved, underserved or\n"
@@ -106,9 +109,8 @@ def register(subparsers: Any) -> None:
             "from the three models joined by a copula of their validation residuals."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory")
     p.add_argument(
         "--tiers",
         default=",".join(t.label for t in BEAD_TIERS),
@@ -150,6 +152,7 @@ def register(subparsers: Any) -> None:
     add_grid_options(p, verb="write")
     p.add_argument(
         "--format",
+        dest="fmt",
         choices=["gtiff", "cog"],
         default="gtiff",
         help="GeoTIFF (default) or Cloud-Optimised GeoTIFF for the two rasters",
@@ -162,25 +165,10 @@ def register(subparsers: Any) -> None:
         help="joint posterior samples of the headline shares of area and tiles in each class "
         "(service/headline.json; default %(default)s; 0 skips them)",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    run_service(
-        args.run,
-        tiers=args.tiers,
-        latency_ms=args.latency_ms,
-        quantity=args.quantity,
-        at=args.at,
-        quarter=args.quarter,
-        resolution=args.resolution,
-        tile_zoom=args.tile_zoom,
-        max_cells=args.max_cells,
-        extent=args.extent,
-        force=args.force,
-        fmt=args.format,
-        headline_samples=args.headline_samples,
-    )
+    call_with_options(run_service, args)
     return 0
 
 

@@ -41,12 +41,12 @@ from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.areas import Areas, cell_area_km2, read_areas
-from geodbk.geo.contract import TARGETS
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
 from geodbk.joint import JointSampler, latent_scale_of, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
+from pipelines.cli import call_with_options, stage_parser
 from pipelines.places import load_place_predictor
 from pipelines.predict import add_grid_options, check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
@@ -94,8 +94,10 @@ exit codes: 0 ok, 2 usage, 3 bad areas file/column or option, 4 missing/bad mode
 
 def register(subparsers: Any) -> None:
     """Add the ``summarize`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "summarize",
+        _main,
         help="area summaries (counties, tracts, service areas) with joint uncertainty",
         description=(
             "Summarise a trained target over the polygons of a file (counties, tracts, your\n"
@@ -103,10 +105,9 @@ def register(subparsers: Any) -> None:
             "posterior samples, beside the observed tiles' test-weighted figures."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory",
+        target="trained target",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory")
-    p.add_argument("--target", required=True, choices=list(TARGETS), help="trained target")
     p.add_argument(
         "--areas",
         required=True,
@@ -146,25 +147,10 @@ def register(subparsers: Any) -> None:
         metavar="Q",
         help="time-aware models: the quarter to summarise (default: the table's latest)",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    run_summarize(
-        args.run,
-        target=args.target,
-        areas=args.areas,
-        id_column=args.id_column,
-        samples=args.samples,
-        quantity=args.quantity,
-        seed=args.seed,
-        resolution=args.resolution,
-        tile_zoom=args.tile_zoom,
-        max_cells=args.max_cells,
-        force=args.force,
-        extent=args.extent,
-        quarter=args.quarter,
-    )
+    call_with_options(run_summarize, args)
     return 0
 
 

@@ -30,7 +30,6 @@ from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
-from geodbk.geo.contract import TARGETS
 from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.geo.timeaxis import TimeScaling, quarter_indices
 from geodbk.metrics import gaussian_nll
@@ -38,6 +37,7 @@ from geodbk.predictive import noise_kwargs
 from geodbk.tile_effect import MIN_HOLDOUT_ROWS, choose_objective, fit_tile_effect, urban_groups
 from geodbk.training import CHECKPOINT_NAME
 from pipelines.bundles import save_tile_effect
+from pipelines.cli import call_with_options, stage_parser
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
 from pipelines.layers import fit_run_local_layer, save_local_layer
 from pipelines.rundir import (
@@ -105,20 +105,27 @@ exit codes: 0 ok, 2 usage, 3 bad data/config, 4 bad model file, 5 missing run di
 
 def register(subparsers: Any) -> None:
     """Add the ``train`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "train",
+        _main,
         help="train a DBK-RBF (dPPGP) model for one target",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory (from geodbk ingest)",
+        target="what to model",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory (from geodbk ingest)")
-    p.add_argument("--target", required=True, choices=list(TARGETS), help="what to model")
-    p.add_argument("--config", type=Path, default=None, help="YAML file overriding the defaults")
+    p.add_argument(
+        "--config",
+        type=Path,
+        dest="config_path",
+        metavar="CONFIG",
+        help="YAML file overriding the defaults",
+    )
     p.add_argument("--epochs", type=int, default=None, help="maximum epochs (overrides config)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="device")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument(
         "--noise",
         choices=["tests", "tests+devices", "tests+urban", "tests+devices+urban", "constant"],
@@ -183,27 +190,11 @@ def register(subparsers: Any) -> None:
         help="out-of-core: read the train split from tiles.parquet in shuffled windows of row "
         "groups, so memory does not grow with the table (config `streaming: true`)",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     try:
-        run_train(
-            args.run,
-            target=args.target,
-            config_path=args.config,
-            epochs=args.epochs,
-            device=args.device,
-            resume=args.resume,
-            progress=not args.no_progress,
-            distributed=args.distributed,
-            noise=args.noise,
-            time=args.time,
-            streaming=args.streaming,
-            tile_effect=args.tile_effect,
-            tile_effect_groups=args.tile_effect_groups,
-            local_layer=args.local_layer,
-        )
+        call_with_options(run_train, args)
     finally:
         if args.distributed:
             shutdown_distributed()
@@ -211,33 +202,16 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def resolve_config(
-    *,
-    config_path: str | Path | None = None,
-    base: TrainConfig | None = None,
-    epochs: int | None = None,
-    device: str | None = None,
-    noise: str | None = None,
-    time: bool | None = None,
-    streaming: bool | None = None,
-    tile_effect: str | bool | None = None,
-    tile_effect_groups: str | None = None,
-    local_layer: str | None = None,
+    *, config_path: str | Path | None = None, base: TrainConfig | None = None, **flags: Any
 ) -> TrainConfig:
-    """Defaults (or ``base``) < YAML file < flags (``None``: not given)."""
-    check_epochs_flag(epochs)
+    """Defaults (or ``base``) < YAML file < ``flags``, the flag overrides of
+    :func:`run_train` named as config fields (``None``: not given; ``tile_effect`` may be a
+    bool)."""
+    check_epochs_flag(flags.get("epochs"))
     cfg = load_config(config_path, base=base)
-    return cfg.replace(
-        epochs=epochs,
-        device=device,
-        noise=noise,
-        time=time,
-        streaming=streaming,
-        tile_effect=(
-            ("on" if tile_effect else "off") if isinstance(tile_effect, bool) else tile_effect
-        ),
-        tile_effect_groups=tile_effect_groups,
-        local_layer=local_layer,
-    )
+    if isinstance(flags.get("tile_effect"), bool):
+        flags["tile_effect"] = "on" if flags["tile_effect"] else "off"
+    return cfg.replace(**flags)
 
 
 def tile_effect_objective(gdf: Any, target: str, *, seed: int = 0) -> tuple[str, np.ndarray]:

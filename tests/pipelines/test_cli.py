@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,69 @@ def test_help_has_examples(stage: str, capsys: pytest.CaptureFixture[str]) -> No
     # written for users: no Sphinx markup, no issue numbers, no project history
     for developer_text in ("``", ":class:", ":func:", ":mod:", ":data:", "issue ", "seed's"):
         assert developer_text not in out, (stage, developer_text)
+
+
+def _stage(*, run: str | None = None, target: str | None = None) -> argparse.ArgumentParser:
+    def stage_main(args: argparse.Namespace) -> int:
+        return 0
+
+    parser = argparse.ArgumentParser(prog="geodbk")
+    p = cli.stage_parser(
+        parser.add_subparsers(dest="stage"),
+        "fit",
+        stage_main,
+        help="fit a thing",
+        description="Fit a thing.\n  kept as written",
+        epilog="examples:\n  geodbk fit --run R",
+        run=run,
+        target=target,
+    )
+    assert p.get_default("func") is stage_main
+    return parser
+
+
+def test_stage_parser_adds_run_and_target(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _stage(run="run directory", target="what to fit")
+    args = parser.parse_args(["fit", "--run", "runs/x", "--target", "upload"])
+    assert args.run == Path("runs/x") and args.target == "upload" and args.func(args) == 0
+    for missing in (["fit", "--run", "r"], ["fit", "--target", "upload"]):
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args(missing)
+        assert info.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["fit", "--help"])
+    out = capsys.readouterr().out
+    # description and epilog as written (raw), the two options first with their help
+    assert "Fit a thing.\n  kept as written" in out and "examples:\n  geodbk fit --run R" in out
+    assert "--run RUN" in out and "run directory" in out and "what to fit" in out
+    assert "{download,upload,latency}" in out
+
+
+def test_stage_parser_without_run_or_target() -> None:
+    args = _stage().parse_args(["fit"])
+    assert not hasattr(args, "run") and not hasattr(args, "target")
+    with pytest.raises(SystemExit):
+        _stage(run="run directory").parse_args(["fit", "--run", "r", "--target", "upload"])
+
+
+def test_call_with_options_passes_the_parameters_named() -> None:
+    def run_fit(
+        run: str, *, epochs: int = 1, fmt: str = "gtiff", seed: int = 0
+    ) -> dict[str, object]:
+        return {"run": run, "epochs": epochs, "fmt": fmt, "seed": seed}
+
+    args = argparse.Namespace(run="r", epochs=3, fmt="cog", verbose=True, func=print)
+    # options the function has no parameter for are left out; its defaults stay
+    assert cli.call_with_options(run_fit, args) == {
+        "run": "r",
+        "epochs": 3,
+        "fmt": "cog",
+        "seed": 0,
+    }
+    # a given value wins over the option of the same name
+    got = cli.call_with_options(run_fit, args, epochs=7, seed=2)
+    assert got == {"run": "r", "epochs": 7, "fmt": "cog", "seed": 2}
 
 
 def test_missing_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
