@@ -29,6 +29,7 @@ __all__ = [
     "Batch",
     "InputFn",
     "RowGroupSource",
+    "columns_read",
     "iter_groups",
     "mean_std",
     "predict_columns",
@@ -39,6 +40,8 @@ __all__ = [
 Batch = dict[str, np.ndarray]
 #: Maps one batch's columns to the model inputs (n, d).
 InputFn = Callable[[Batch], np.ndarray]
+#: Default tile id and quarter columns of :func:`predict_columns`.
+TILE_COLUMN, TIME_COLUMN = "quadkey", "quarter"
 
 
 def stack_inputs(x_columns: Sequence[str]) -> InputFn:
@@ -136,6 +139,16 @@ def mean_std(values: Iterable[np.ndarray]) -> tuple[float, float, int]:
     return (mean if n else math.nan), sd, n
 
 
+def columns_read(options: Mapping[str, Any]) -> list[str]:
+    """The columns :func:`predict_columns` reads besides the model inputs when given the
+    keyword ``options``: the noise covariates, and with a ``tile_effect`` the tile and time
+    columns."""
+    names = [options.get(k) for k in ("tests_column", "devices_column", "urban_column")]
+    if options.get("tile_effect") is not None:
+        names += [options.get("tile_column", TILE_COLUMN), options.get("time_column", TIME_COLUMN)]
+    return [str(c) for c in names if c]
+
+
 def predict_columns(
     model: Any,
     cols: Batch,
@@ -145,8 +158,8 @@ def predict_columns(
     devices_column: str | None = None,
     urban_column: str | None = None,
     tile_effect: Any = None,
-    tile_column: str = "quadkey",
-    time_column: str | None = "quarter",
+    tile_column: str = TILE_COLUMN,
+    time_column: str | None = TIME_COLUMN,
     chunk_size: int = 65536,
 ) -> Batch:
     """Predict the rows of one batch: ``{"mean", "std", "std_f"}``, float64 (n,).

@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from geodbk.batches import ArrayRowGroups, iter_groups, mean_std, predict_columns, stack_inputs
+from geodbk.batches import (
+    ArrayRowGroups,
+    columns_read,
+    iter_groups,
+    mean_std,
+    predict_columns,
+    stack_inputs,
+)
 
 
 def test_array_row_groups_are_consecutive_rows_like_a_parquet_file() -> None:
@@ -79,3 +86,16 @@ def test_predict_columns_stacks_inputs_and_leaves_non_finite_rows_nan() -> None:
     np.testing.assert_allclose(out["std_f"], [0.5, np.nan, 0.5, np.nan])
     predict_columns(model, cols, inputs=stack_inputs(["x1", "x2"]))
     assert "tests" not in model.calls[1]  # no tests column: the model's single-test default
+
+
+def test_columns_read_names_the_covariates_and_the_tile_columns_of_an_effect() -> None:
+    assert columns_read({}) == []
+    assert columns_read({"tests_column": "tests", "devices_column": None}) == ["tests"]
+    effect = object()
+    assert columns_read({"urban_column": "urban", "tile_effect": effect}) == [
+        "urban",
+        "quadkey",
+        "quarter",
+    ]
+    assert columns_read({"tile_effect": effect, "tile_column": "qk", "time_column": None}) == ["qk"]
+    assert columns_read({"tile_column": "qk"}) == []  # no effect: the tile is not read

@@ -26,7 +26,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from geodbk.batches import Batch, InputFn, mean_std, predict_columns, stack_inputs
+from geodbk.batches import (
+    Batch,
+    InputFn,
+    columns_read,
+    mean_std,
+    predict_columns,
+    stack_inputs,
+)
 
 if TYPE_CHECKING:
     from geodbk.estimator import DBKRegressor
@@ -157,27 +164,21 @@ def predict_table(
     batch_size: int = 262_144,
     inputs: InputFn | None = None,
     read_columns: Sequence[str] = (),
-    tests_column: str | None = None,
-    devices_column: str | None = None,
-    urban_column: str | None = None,
-    tile_effect: Any = None,
-    tile_column: str = "quadkey",
-    time_column: str | None = "quarter",
+    **options: Any,
 ) -> int:
     """Predict every (filtered) row of ``src`` and write ``dst`` batch by batch.
 
     ``dst`` holds ``keep_columns``, ``mean``, ``std`` (predictive, y's units) and ``std_f``
-    (latent), computed by :func:`geodbk.batches.predict_columns` (the noise covariates
-    ``tests_column``, ``devices_column``, ``urban_column`` and the ``tile_effect`` with
-    ``tile_column`` and ``time_column`` are described there). ``inputs`` maps a batch's
-    columns to the model inputs (default: stack ``x_columns``; ``read_columns`` are extra
-    columns it needs). Returns the number of rows written.
+    (latent), computed by :func:`geodbk.batches.predict_columns`; ``**options`` are its
+    keyword options (the noise covariates ``tests_column``, ``devices_column``,
+    ``urban_column`` and the ``tile_effect`` with ``tile_column`` and ``time_column``).
+    ``inputs`` maps a batch's columns to the model inputs (default: stack ``x_columns``;
+    ``read_columns`` are extra columns it needs). Returns the number of rows written.
     """
     to_x = inputs or stack_inputs(x_columns)
-    extra = [c for c in (tests_column, devices_column, urban_column) if c]
-    if tile_effect is not None:
-        extra += [tile_column] + ([time_column] if time_column else [])
-    columns = list(dict.fromkeys([*x_columns, *read_columns, *extra, *keep_columns]))
+    columns = list(
+        dict.fromkeys([*x_columns, *read_columns, *columns_read(options), *keep_columns])
+    )
     writer = None
     n = 0
     try:
@@ -185,16 +186,7 @@ def predict_table(
             src, columns=columns, filters=filters, batch_size=batch_size
         ):
             pred = predict_columns(
-                model,
-                cols,
-                inputs=to_x,
-                tests_column=tests_column,
-                devices_column=devices_column,
-                urban_column=urban_column,
-                tile_effect=tile_effect,
-                tile_column=tile_column,
-                time_column=time_column,
-                chunk_size=min(batch_size, 65536),
+                model, cols, inputs=to_x, chunk_size=min(batch_size, 65536), **options
             )
             table = pa.table({**{c: cols[c] for c in keep_columns}, **pred})
             if writer is None:
