@@ -97,6 +97,27 @@ def _pick(gdf: pd.DataFrame, fields: Iterable[str]) -> str | None:
     return next((f for f in fields if f in gdf.columns), None)
 
 
+def _urban_layer(
+    kind: str,
+    gdf: gpd.GeoDataFrame,
+    codes: np.ndarray,
+    urban: np.ndarray,
+    sources: Iterable[str | Path],
+    *,
+    names: np.ndarray | None = None,
+    **info: Any,
+) -> UrbanLayer:
+    """The ``urban`` units of ``gdf`` (``code`` and ``name``, default the code) as an
+    :class:`UrbanLayer`; its info counts the units read and the urban ones, then ``info``."""
+    polys = gpd.GeoDataFrame(
+        {"code": codes[urban], "name": (codes if names is None else names)[urban]},
+        geometry=gdf.geometry.to_numpy()[urban],
+        crs=WGS84,
+    )
+    counts = {"units": len(gdf), "urban_units": int(urban.sum())}
+    return UrbanLayer(kind, polys, [str(s) for s in sources], {**counts, **info})
+
+
 def read_urban_areas(
     path: str | Path, *, bbox: tuple[float, float, float, float] | None = None
 ) -> UrbanLayer:
@@ -108,23 +129,17 @@ def read_urban_areas(
             f"{path}: not a Census urban-area layer (no UACE20, UACE10 or GEOID field); use "
             "tl_2020_us_uac20.zip, or --tracts/--rural-tracts or --counties/--rucc"
         )
-    null_geometries = _null_geometries(gdf)
     name_f = _pick(gdf, _UA_NAME_FIELDS)
-    polys = gpd.GeoDataFrame(
-        {
-            "code": gdf[code_f].astype(str).to_numpy(),
-            "name": (gdf[name_f].astype(str) if name_f else gdf[code_f].astype(str)).to_numpy(),
-        },
-        geometry=gdf.geometry.to_numpy(),
-        crs=WGS84,
+    return _urban_layer(
+        "urban_areas",
+        gdf,
+        gdf[code_f].astype(str).to_numpy(),
+        np.ones(len(gdf), dtype=bool),
+        [path],
+        names=gdf[name_f or code_f].astype(str).to_numpy(),
+        code_field=code_f,
+        null_geometries=_null_geometries(gdf),
     )
-    info = {
-        "units": len(polys),
-        "urban_units": len(polys),
-        "code_field": code_f,
-        "null_geometries": null_geometries,
-    }
-    return UrbanLayer("urban_areas", polys, [str(path)], info)
 
 
 def read_rural_tract_list(path: str | Path) -> set[str]:
@@ -182,7 +197,6 @@ def read_tract_urban(
             "counties?), not 11-digit census-tract GEOIDs; pass the tract layer "
             "(e.g. tl_2010_15_tract10.zip) as --tracts"
         )
-    null_geometries = _null_geometries(gdf)
     geoid = raw.str.zfill(11)
     is_urban = ~geoid.isin(rural).to_numpy()
     states = sorted(set(geoid.str[:2]))
@@ -196,21 +210,18 @@ def read_tract_urban(
             ", ".join(states),
             tracts,
         )
-    polys = gpd.GeoDataFrame(
-        {"code": geoid.to_numpy()[is_urban], "name": geoid.to_numpy()[is_urban]},
-        geometry=gdf.geometry.to_numpy()[is_urban],
-        crs=WGS84,
+    return _urban_layer(
+        "tracts",
+        gdf,
+        geoid.to_numpy(),
+        is_urban,
+        [tracts, rural_tracts],
+        rural_units=int((~is_urban).sum()),
+        rural_list_size=len(rural),
+        code_field=f,
+        null_geometries=_null_geometries(gdf),
+        rural_list_covers_state=covers,
     )
-    info = {
-        "units": len(gdf),
-        "urban_units": int(is_urban.sum()),
-        "rural_units": int((~is_urban).sum()),
-        "rural_list_size": len(rural),
-        "code_field": f,
-        "null_geometries": null_geometries,
-        "rural_list_covers_state": covers,
-    }
-    return UrbanLayer("tracts", polys, [str(tracts), str(rural_tracts)], info)
 
 
 def _norm(name: object) -> str:
@@ -329,7 +340,6 @@ def read_county_urban(
         fips = gdf["STATEFP"].astype(str).str.zfill(2) + gdf["COUNTYFP"].astype(str).str.zfill(3)
     else:
         raise DataError(f"{counties}: not a county layer (no GEOID or STATEFP+COUNTYFP fields)")
-    null_geometries = _null_geometries(gdf)
     rucc_of = fips.map(codes)
     missing = int(rucc_of.isna().sum())
     if len(fips) and missing == len(fips):
@@ -339,19 +349,16 @@ def read_county_urban(
             "counties"
         )
     is_urban = rucc_of.isin(urban_codes).to_numpy()
-    polys = gpd.GeoDataFrame(
-        {"code": fips.to_numpy()[is_urban], "name": fips.to_numpy()[is_urban]},
-        geometry=gdf.geometry.to_numpy()[is_urban],
-        crs=WGS84,
+    return _urban_layer(
+        "counties",
+        gdf,
+        fips.to_numpy(),
+        is_urban,
+        [counties, rucc],
+        counties_without_rucc=missing,
+        urban_codes=list(urban_codes),
+        null_geometries=_null_geometries(gdf),
     )
-    info = {
-        "units": len(gdf),
-        "urban_units": int(is_urban.sum()),
-        "counties_without_rucc": missing,
-        "urban_codes": list(urban_codes),
-        "null_geometries": null_geometries,
-    }
-    return UrbanLayer("counties", polys, [str(counties), str(rucc)], info)
 
 
 def resolve_urban(
