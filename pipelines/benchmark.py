@@ -71,6 +71,7 @@ from geodbk.tile_effect import (
 )
 from geodbk.validation import counts_or_one
 from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, table2_lines
+from pipelines.cli import call_with_options, stage_parser
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 from pipelines.scoring import by_tests_scores, clean_json
 from pipelines.training_data import noise_columns, time_axis, urban_classes, urban_groups_supported
@@ -1175,15 +1176,16 @@ def parse_sweeps(items: list[str]) -> dict[str, dict[str, list[Any]]]:
 
 def register(subparsers: Any) -> None:
     """Add the ``benchmark`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "benchmark",
+        _main,
         help="compare DBK with the baseline GPs on one run's split (quality, time, memory)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory (from geodbk ingest)",
+        target="what to model",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory (from geodbk ingest)")
-    p.add_argument("--target", required=True, choices=list(TARGETS), help="what to model")
     p.add_argument(
         "--models", help="comma-separated model names, or 'all' (required without --protocol)"
     )
@@ -1210,7 +1212,10 @@ def register(subparsers: Any) -> None:
         help="seconds per (model, seed) before it is recorded as failed",
     )
     p.add_argument(
-        "--no-isolate", action="store_true", help="run models in this process (no crash isolation)"
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="run models in this process (no crash isolation)",
     )
     p.add_argument(
         "--set",
@@ -1275,7 +1280,6 @@ def register(subparsers: Any) -> None:
         "noise) and reports urban/rural MAE, NLL and coverage in its Table 2 layout, with the "
         "spread of the interval widths",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -1302,25 +1306,13 @@ def _main(args: argparse.Namespace) -> int:
         epochs = 20 if args.epochs is None else args.epochs
         preset = "paper" if args.preset is None else args.preset
         noise = "constant" if args.noise is None else args.noise
-    report = run_benchmark(
-        args.run,
-        target=args.target,
+    report = call_with_options(
+        run_benchmark,
+        args,
         models=models,
         epochs=epochs,
-        seeds=args.seeds,
-        batch_size=args.batch_size,
-        rank=args.rank,
-        hidden=args.hidden,
-        device=args.device,
-        threads=args.threads,
-        timeout=args.timeout,
-        isolate=not args.no_isolate,
-        merge=args.merge,
         noise=noise,
-        time=args.time,
-        tile_effect=args.tile_effect,
         preset=preset,
-        protocol=args.protocol,
         sweeps=parse_sweeps(args.sweeps),
         overrides=parse_settings(args.settings),
         command="geodbk " + " ".join(sys.argv[1:]) if sys.argv[1:] else None,

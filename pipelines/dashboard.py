@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from geodbk.errors import DataError
+from pipelines.cli import stage_parser
 
 __all__ = ["LOCAL_ADDRESS", "dashboard_command", "register", "run_dashboard"]
 
@@ -45,12 +46,13 @@ exit codes: 0 stopped, 2 usage error, 3 bad option (runs folder missing, port ou
 
 def register(subparsers: Any) -> None:
     """Add the ``dashboard`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "dashboard",
+        _main,
         help="open the dashboard on this machine (127.0.0.1, no usage statistics)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--runs-dir",
@@ -61,7 +63,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--run", default=None, help="run opened first (default: demo)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8501)")
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:

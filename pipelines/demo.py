@@ -25,6 +25,7 @@ from geodbk.errors import DataError
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import quarter_index
+from pipelines.cli import stage_parser
 from pipelines.config import TrainConfig, check_epochs_flag, demo_config
 from pipelines.export import run_export
 from pipelines.ingest import DEMO_INGEST, run_ingest
@@ -64,18 +65,18 @@ exit codes: 0 ok, 3 bad data (data/ missing), 5 run directory problem.
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "demo",
+        _main,
         help="run every stage on the embedded synthetic region (runs/demo)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--run", type=Path, default=Path("runs/demo"), help="run directory")
     p.add_argument("--epochs", type=int, default=None, help="override the demo's 60 epochs")
     p.add_argument("--quick", action="store_true", help="tiny settings for smoke tests")
     p.add_argument("--format", choices=["gtiff", "cog"], default="cog", help="export format")
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ from geodbk.errors import DataError, GeodbkError
 from geodbk.geo.ookla import TYPES
 from geodbk.geo.regions import bbox_region, resolve_region
 from geodbk.geo.timeaxis import parse_quarters
+from pipelines.cli import call_with_options, stage_parser
 
 log = logging.getLogger("geodbk.download")
 
@@ -487,18 +488,7 @@ def run_download(
 
 
 def _main(args: argparse.Namespace) -> int:
-    summary = run_download(
-        cache=args.cache,
-        type=args.type,
-        quarters=args.quarters,
-        state=args.state,
-        region=args.region,
-        bbox=args.bbox,
-        census=not args.no_census,
-        base_url=args.base_url,
-        census_base_url=args.census_base_url,
-        progress=not args.no_progress,
-    )
+    summary = call_with_options(run_download, args)
     census = summary["census"]
     hint = [f"geodbk ingest --tiles {summary['tiles_dir']} --type {args.type} --run runs/NAME"]
     if args.state and "states" in census:
@@ -531,8 +521,10 @@ refused a write.
 
 def register(subparsers: Any) -> None:
     """Add the ``download`` sub-command to the CLI."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "download",
+        _main,
         help="fetch Ookla open-data tiles and Census files into a cache",
         description=(
             "Fetch Ookla's public parquet tiles for a type and quarters (only the region's rows "
@@ -540,7 +532,6 @@ def register(subparsers: Any) -> None:
             "resumably and with progress."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--type", choices=TYPES, default="mobile", help="network type (default mobile)")
     p.add_argument(
@@ -553,7 +544,9 @@ def register(subparsers: Any) -> None:
     g.add_argument(
         "--bbox", nargs=4, type=float, metavar=("W", "S", "E", "N"), help="bounding box (degrees)"
     )
-    p.add_argument("--no-census", action="store_true", help="do not fetch the Census files")
+    p.add_argument(
+        "--no-census", dest="census", action="store_false", help="do not fetch the Census files"
+    )
     p.add_argument(
         "--base-url", default=OOKLA_BASE_URL, help=f"Ookla bucket URL (default {OOKLA_BASE_URL})"
     )
@@ -562,5 +555,4 @@ def register(subparsers: Any) -> None:
         default=CENSUS_BASE_URL,
         help=f"Census TIGER URL (default {CENSUS_BASE_URL})",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=_main)
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

@@ -30,6 +30,7 @@ from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
+from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid, sweep_spools
 from pipelines.predict import parse_trend
 from pipelines.rundir import (
@@ -82,14 +83,15 @@ exit codes: 0 ok, 2 usage, 3 --quarter/--trend for a pooled model, 4 missing mod
 
 def register(subparsers: Any) -> None:
     """Add the ``export`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "export",
+        _main,
         help="write GeoTIFF/COG uncertainty maps (exports/TARGET.tif + .json)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory")
     p.add_argument("runs", nargs="*", type=Path, metavar="RUN2", help="more run directories")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--target", choices=list(TARGETS), help="one target")
@@ -115,7 +117,6 @@ def register(subparsers: Any) -> None:
         metavar="Q1:Q2",
         help="time-aware models: export the trend grid to exports/TARGET_trend_Q1_Q2.tif",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:

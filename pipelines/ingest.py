@@ -34,6 +34,7 @@ from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, Scaling, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
+from pipelines.cli import call_with_options, stage_parser
 
 log = logging.getLogger("geodbk.ingest")
 
@@ -470,25 +471,7 @@ def demo_ingest_kwargs(data_dir: PathLike | None = None) -> dict[str, Any]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    run_ingest(
-        tiles=args.tiles,
-        run=args.run,
-        state=args.state,
-        states_file=args.states_file,
-        region=args.region,
-        bbox=args.bbox,
-        urban_areas=args.urban_areas,
-        tracts=args.tracts,
-        rural_tracts=args.rural_tracts,
-        counties=args.counties,
-        rucc=args.rucc,
-        type=args.type,
-        quarters=args.quarters,
-        split=args.split,
-        seed=args.seed,
-        block_size=args.block_size,
-        scale_by=args.scale_by,
-    )
+    call_with_options(run_ingest, args)
     return 0
 
 
@@ -524,8 +507,10 @@ the file, column or option and the fix), 6 the disk refused a write.
 
 def register(subparsers: Any) -> None:
     """Add the ``ingest`` sub-command to the CLI."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "ingest",
+        _main,
         help="Ookla tiles + urban/rural layer -> RUN/tiles.parquet",
         description=(
             "Read Ookla speed-test tiles (official parquet, hive folders, shapefile zips, "
@@ -533,7 +518,6 @@ def register(subparsers: Any) -> None:
             "to [-1,1]², split train/val/test and write the run's tile table."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--tiles", nargs="+", required=True, metavar="PATH", help="tile files or folders"
@@ -589,7 +573,6 @@ def register(subparsers: Any) -> None:
         default="region",
         help="bounding box used for the [-1,1]² scaling (default: the region's)",
     )
-    p.set_defaults(func=_main)
 
 
 def _names(paths: Sequence[Any]) -> list[Any]:

@@ -59,6 +59,7 @@ from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.bundles import load_model
+from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
 from pipelines.layers import load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
@@ -137,14 +138,15 @@ exit codes: 0 ok, 2 usage, 3 bad data, 4 missing/bad model, 5 missing run direct
 
 def register(subparsers: Any) -> None:
     """Add the ``report`` sub-command."""
-    p = subparsers.add_parser(
+    p = stage_parser(
+        subparsers,
         "report",
+        _main,
         help="test metrics urban/rural, calibration and coverage figures (report/TARGET/)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run="run directory",
     )
-    p.add_argument("--run", required=True, type=Path, help="run directory")
     p.add_argument(
         "--target",
         choices=list(TARGETS),
@@ -158,7 +160,6 @@ def register(subparsers: Any) -> None:
         default=None,
         help="service thresholds in Mbps or ms (default: FCC 25/100, 3/20; 100 ms)",
     )
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
