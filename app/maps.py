@@ -60,13 +60,6 @@ QUANTITIES: dict[str, str] = {
     "single": "A single speed test (test)",
     "average": "Tile average of K speed tests",
 }
-#: The grid quantity name of each key of :data:`QUANTITIES`.
-QUANTITY_NAMES: dict[str, str] = {
-    "tile": "tile",
-    "latent": "area",
-    "single": "test",
-    "average": "test",
-}
 
 
 @dataclass(frozen=True)

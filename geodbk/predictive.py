@@ -26,8 +26,6 @@ __all__ = [
     "predict_in_chunks",
 ]
 
-#: Two-sided 95% standard-normal quantile, Φ^{-1}(0.975).
-
 
 @dataclass(frozen=True)
 class Prediction:

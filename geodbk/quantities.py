@@ -35,7 +35,6 @@ from geodbk.tile_effect import TileEffect, urban_groups
 __all__ = [
     "DEFAULT_MAP_QUANTITY",
     "QUANTITIES",
-    "QUANTITY_TEXT",
     "QuantityPrediction",
     "check_quantity",
     "observation_noise_variance",
@@ -45,12 +44,6 @@ __all__ = [
 QUANTITIES: tuple[str, ...] = ("area", "tile", "test")
 #: What maps show unless told otherwise.
 DEFAULT_MAP_QUANTITY = "tile"
-#: One line per quantity, for legends, metadata and ``--help``.
-QUANTITY_TEXT: dict[str, str] = {
-    "area": "area: the neighbourhood level f(x) (smooth latent surface)",
-    "tile": "tile: what a zoom-16 tile here typically gets (f plus the tile's own offset)",
-    "test": "test: one new speed test here",
-}
 
 
 def check_quantity(quantity: str) -> str:

@@ -218,11 +218,3 @@ def _tile_multiple(chunk: int, size: int, tile: int = 256) -> int:
     if size <= tile:
         return size
     return max(tile, (int(chunk) // tile) * tile)
-
-
-def read_band_descriptions(path: str | Path) -> tuple[str | None, ...]:
-    """Band descriptions of a GeoTIFF (for checks and tests)."""
-    import rasterio
-
-    with rasterio.open(path) as src:
-        return tuple(src.descriptions)

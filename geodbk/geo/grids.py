@@ -63,11 +63,6 @@ class Grid:
             self.dx, 0.0, float(self.x[0]) - self.dx / 2, 0.0, -self.dy, float(top) + self.dy / 2
         )
 
-    def cell_area_weights(self, rows: slice | None = None) -> np.ndarray:
-        """Relative cell areas (cos(lat)), shape (rows, 1), for area-weighted shares."""
-        lat = self.y if rows is None else self.y[rows]
-        return np.cos(np.deg2rad(lat))[:, None]
-
 
 def tile_size_deg(zoom: int, lat: float) -> tuple[float, float]:
     """Width and height in degrees of a web-mercator tile of ``zoom`` at latitude ``lat``."""

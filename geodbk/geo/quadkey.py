@@ -156,11 +156,6 @@ def tile_polygons(
     return np.asarray(shapely.box(west, south, east, north, ccw=True), dtype=object)
 
 
-def quadkey_polygons(quadkeys: Sequence[str] | npt.ArrayLike) -> npt.NDArray[np.object_]:
-    """Tile polygons of quadkeys (EPSG:4326)."""
-    return tile_polygons(*quadkey_bounds(quadkeys))
-
-
 def lonlat_to_tile(lon: npt.ArrayLike, lat: npt.ArrayLike, zoom: int) -> tuple[IntArray, IntArray]:
     """Return the XYZ tile ``(x, y)`` at ``zoom`` containing each lon/lat point."""
     lon_a = np.asarray(lon, dtype=np.float64)

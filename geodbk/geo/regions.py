@@ -4,7 +4,6 @@ affine scaling of lon/lat to [-1, 1]² by the region's bounding box.
 
 from __future__ import annotations
 
-import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,18 +200,6 @@ class Scaling:
         )
         return x1, x2
 
-    def unscale(
-        self, x1: npt.ArrayLike, x2: npt.ArrayLike
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Map ``(x1, x2)`` back to lon/lat."""
-        lon = (np.asarray(x1, dtype=float) + 1.0) / 2.0 * (
-            self.lon_max - self.lon_min
-        ) + self.lon_min
-        lat = (np.asarray(x2, dtype=float) + 1.0) / 2.0 * (
-            self.lat_max - self.lat_min
-        ) + self.lat_min
-        return lon, lat
-
 
 @dataclass(frozen=True)
 class Region:
@@ -395,16 +382,3 @@ def write_region_geojson(region: Region, path: str | Path) -> None:
     """Write the region boundary to a GeoJSON file atomically."""
 
     atomic_write_text(path, region.to_geodataframe().to_json(drop_id=True))
-
-
-def region_from_geojson(path: str | Path) -> Region:
-    """Read back a ``region.geojson`` written by :func:`write_region_geojson`."""
-    data = json.loads(Path(path).read_text())
-    props = data["features"][0]["properties"]
-    gdf = gpd.read_file(path)
-    return Region(
-        name=str(props.get("name", "")),
-        geometry=_dissolve(gdf),
-        kind=str(props.get("kind", "polygon")),
-        source=props.get("source") or None,
-    )

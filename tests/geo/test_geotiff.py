@@ -10,7 +10,7 @@ import rasterio
 import rioxarray
 import xarray as xr
 
-from geodbk.geo.geotiff import DEFAULT_NODATA, read_band_descriptions, write_geotiff
+from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 
 
 def _dataset(ny: int, nx: int) -> xr.Dataset:
@@ -34,7 +34,8 @@ def test_bands_nodata_roundtrip(tmp_path: Path, fmt: str) -> None:
         fmt=fmt,
         tags={"geodbk_target": "download"},
     )
-    assert read_band_descriptions(path) == ("mean", "std")
+    with rasterio.open(path) as src:
+        assert src.descriptions == ("mean", "std")
     back = rioxarray.open_rasterio(path, masked=True)
     assert isinstance(back, xr.DataArray)
     assert back.rio.crs.to_epsg() == 4326

@@ -63,9 +63,6 @@ def test_scaling_round_trip() -> None:
     x1, x2 = s.scale([-160, -154, -157], [18, 23, 20.5])
     np.testing.assert_allclose(x1, [-1, 1, 0])
     np.testing.assert_allclose(x2, [-1, 1, 0])
-    lon, lat = s.unscale(x1, x2)
-    np.testing.assert_allclose(lon, [-160, -154, -157])
-    np.testing.assert_allclose(lat, [18, 23, 20.5])
     assert regions.Scaling.from_dict(s.to_dict()) == s
 
 
@@ -73,6 +70,7 @@ def test_region_geojson_round_trip(states: Path, tmp_path: Path) -> None:
     r = regions.state_region(states, "CA")
     out = tmp_path / "run" / "region.geojson"
     regions.write_region_geojson(r, out)
-    back = regions.region_from_geojson(out)
-    assert back.name == "California"
-    assert back.geometry.equals_exact(r.geometry, 1e-9) or back.geometry.equals(r.geometry)
+    back = gpd.read_file(out)
+    assert back["name"].tolist() == ["California"]
+    geom = back.geometry.iloc[0]
+    assert geom.equals_exact(r.geometry, 1e-9) or geom.equals(r.geometry)

@@ -10,7 +10,6 @@ import rasterio
 import shapely
 
 from geodbk import DBKRegressor
-from geodbk.geo.geotiff import read_band_descriptions
 from geodbk.geo.grids import make_grid
 from pipelines.lazygrid import grid_dataset, write_grid_geotiff
 from pipelines.predict import predict_block
@@ -58,8 +57,8 @@ def test_lazy_grid_matches_eager_and_writes_windowed(tmp_path: Path, model: DBKR
         np.testing.assert_allclose(computed[name].values[inside], eager[name], rtol=1e-5)
     for fmt in ("gtiff", "cog"):
         path = write_grid_geotiff(ds, tmp_path / f"g_{fmt}.tif", fmt=fmt, tags={"k": "v"})
-        assert read_band_descriptions(path) == tuple(names)
         with rasterio.open(path) as src:
+            assert src.descriptions == tuple(names)
             assert src.tags()["k"] == "v"
             assert (src.block_shapes[0]) == (256, 256)
             back = src.read(1, masked=True)
