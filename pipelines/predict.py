@@ -740,7 +740,9 @@ def run_predict(
         check_quantity(quantity)
     except ValueError as exc:
         raise DataError(f"--quantity: {exc}") from None
-    check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+    grid_options = check_grid_options(
+        resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells, extent=extent, force=force
+    )
 
     rd = require_run(run)
     spec = target_spec(target)
@@ -773,14 +775,7 @@ def run_predict(
     scaling = md.get("input_scaling")
     if not scaling:
         scaling = scaling_of(load_tiles(rd)[1], source=rd.tiles)
-    geom, grid = map_grid(
-        rd,
-        resolution=resolution,
-        tile_zoom=tile_zoom,
-        max_cells=max_cells,
-        extent=extent,
-        force=force,
-    )
+    geom, grid = map_grid(rd, **grid_options)
     block_rows = block_rows_for(grid.shape[1], max_block_cells=max_block_cells)
     chunk = int(md.get("config", {}).get("predict_chunk_size", 65536))
     common: dict[str, Any] = {
@@ -1007,9 +1002,17 @@ def add_grid_options(parser: argparse.ArgumentParser, *, verb: str = "write") ->
     )
 
 
-def check_grid_options(*, resolution: float | None, tile_zoom: int | None, max_cells: int) -> None:
+def check_grid_options(
+    *,
+    resolution: float | None,
+    tile_zoom: int | None,
+    max_cells: int,
+    extent: str = "tiles",
+    force: bool = False,
+) -> dict[str, Any]:
     """Refuse a non-finite or non-positive ``--resolution``, a ``--tile-zoom`` outside 1-23
-    and a ``--max-cells`` below 1, naming the option and a valid value."""
+    and a ``--max-cells`` below 1, naming the option and a valid value; return the options
+    as the keyword arguments of :func:`map_grid`."""
 
     if resolution is not None and not (math.isfinite(resolution) and resolution > 0):
         raise DataError(
@@ -1022,6 +1025,13 @@ def check_grid_options(*, resolution: float | None, tile_zoom: int | None, max_c
         )
     if not int(max_cells) >= 1:
         raise DataError(f"--max-cells must be at least 1 (default 1000000), got {max_cells}")
+    return {
+        "resolution": resolution,
+        "tile_zoom": tile_zoom,
+        "max_cells": max_cells,
+        "extent": extent,
+        "force": force,
+    }
 
 
 def check_grid_size(

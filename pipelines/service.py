@@ -238,25 +238,17 @@ def _write_classes_grid(
     rd: RunDir,
     service: Service,
     out: Path,
-    *,
-    resolution: float | None,
-    tile_zoom: int | None,
-    max_cells: int,
-    extent: str,
-    force: bool,
+    grid_options: dict[str, Any],
 ) -> Path:
-    """Evaluate the classes on ``geodbk predict``'s grid and write ``out`` (NetCDF)."""
+    """Evaluate the classes on ``geodbk predict``'s grid (``grid_options``: the keyword
+    arguments of :func:`pipelines.predict.map_grid`) and write ``out`` (NetCDF)."""
     variables = _variables(service)
-    geom, grid = map_grid(
-        rd,
-        resolution=resolution,
-        tile_zoom=tile_zoom,
-        max_cells=max_cells,
-        extent=extent,
-        force=force,
-        n_vars=len(variables) + 1,
-    )
-    attrs = {**_common_attrs(rd, service), "resolution_deg": [grid.dx, grid.dy], "extent": extent}
+    geom, grid = map_grid(rd, **grid_options, n_vars=len(variables) + 1)
+    attrs = {
+        **_common_attrs(rd, service),
+        "resolution_deg": [grid.dx, grid.dy],
+        "extent": grid_options["extent"],
+    }
     log.info("service classes (%s Mbps, latency <= %g ms)", service.tier_labels, service.latency_ms)
     return _write_grid(
         out,
@@ -344,7 +336,7 @@ def _write_grid_set(
     for name in (final_grid.name, f"service_class{suffix}.tif", f"p_unserved{suffix}.tif"):
         sweep_spools(folder / name)  # what a writer killed before the staged sets left
     with staged_folder(folder) as stage:
-        grid = _write_classes_grid(rd, service, stage / final_grid.name, **grid_options)
+        grid = _write_classes_grid(rd, service, stage / final_grid.name, grid_options)
         _export_rasters(rd, grid, folder=stage, suffix=suffix, fmt=fmt)
         if headline_samples:
             headline = write_headline(
@@ -429,8 +421,15 @@ def run_service(
         )
     if quarter is not None and ("," in quarter or ":" in quarter):
         raise DataError(f"--quarter takes one quarter (e.g. 2023Q4), got {quarter!r}")
+    grid_options: dict[str, Any] = {}  # the grid's: map_grid's keyword arguments
     if at is None:
-        check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+        grid_options = check_grid_options(
+            resolution=resolution,
+            tile_zoom=tile_zoom,
+            max_cells=max_cells,
+            extent=extent,
+            force=force,
+        )
     rd = require_run(run)
     places = None
     if at is not None:
@@ -456,13 +455,7 @@ def run_service(
                 suffix=_suffix(rd, service, quarter),
                 fmt=fmt,
                 headline_samples=headline_samples,
-                grid_options={
-                    "resolution": resolution,
-                    "tile_zoom": tile_zoom,
-                    "max_cells": max_cells,
-                    "extent": extent,
-                    "force": force,
-                },
+                grid_options=grid_options,
             )
     log.info("wrote %s and %s", out, service_dir(rd) / "copula.json")
     return out

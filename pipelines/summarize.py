@@ -298,20 +298,15 @@ def run_summarize(
     """
 
     _check_options(samples, quantity, chunk_cells, seed)
-    check_grid_options(resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
+    grid_options = check_grid_options(
+        resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells, extent=extent, force=force
+    )
     rd = require_run(run)
     spec = target_spec(target)
     area_set = read_areas(areas, id_column=id_column)
     licence = run_licence(rd)
     predictor = load_place_predictor(rd, target, quantity="tile", quarter=quarter)
-    region, grid = map_grid(
-        rd,
-        resolution=resolution,
-        tile_zoom=tile_zoom,
-        max_cells=max_cells,
-        extent=extent,
-        force=force,
-    )
+    region, grid = map_grid(rd, **grid_options)
     thresholds = tuple(float(t) for t in DEFAULT_THRESHOLDS[target])
     rng = np.random.default_rng(seed)
     eps = standard_normal_weights(predictor.model.model_.rank, samples, rng=rng)

@@ -46,7 +46,14 @@ def test_trend_specs_are_two_quarters_in_order() -> None:
     ],
 )
 def test_bad_grid_options_are_refused(options: dict, match: str) -> None:
-    check_grid_options(resolution=0.01, tile_zoom=None, max_cells=1)
+    # valid options come back as map_grid's keyword arguments (extent and force defaulted)
+    assert check_grid_options(resolution=0.01, tile_zoom=None, max_cells=1) == {
+        "resolution": 0.01,
+        "tile_zoom": None,
+        "max_cells": 1,
+        "extent": "tiles",
+        "force": False,
+    }
     with pytest.raises(DataError, match=match):
         check_grid_options(**options)
 
