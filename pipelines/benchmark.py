@@ -33,6 +33,7 @@ import platform
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -736,6 +737,9 @@ def check_overrides(
     or value it refuses stops the benchmark with the option named, not as a failure of every
     seed."""
 
+    build = partial(
+        build_model, epochs=epochs, batch_size=batch_size, seed=0, rank=rank, hidden=hidden
+    )
     for name, options in (overrides or {}).items():
         if name not in models:
             raise DataError(
@@ -743,16 +747,8 @@ def check_overrides(
                 f"({', '.join(models)})"
             )
         try:
-            build_model(
-                name,
-                epochs=epochs,
-                batch_size=batch_size,
-                seed=0,
-                rank=rank,
-                hidden=hidden,
-                overrides=options,
-                preset=preset,
-            )._validate()  # options are checked when fitting, not when set (scikit-learn)
+            # options are checked when fitting, not when set (scikit-learn)
+            build(name, overrides=options, preset=preset)._validate()
         except (TypeError, ValueError) as exc:
             given = ", ".join(f"{name}.{k}={v!r}" for k, v in options.items())
             raise DataError(
@@ -760,15 +756,7 @@ def check_overrides(
                 "check the option's name and value"
             ) from None
         parameters = inspect.signature(CONSTRUCTORS[name]).parameters
-        base = build_model(
-            name,
-            epochs=epochs,
-            batch_size=batch_size,
-            seed=0,
-            rank=rank,
-            hidden=hidden,
-            preset=preset,
-        )
+        base = build(name, preset=preset)
         for key, value in options.items():
             default = parameters[key].default if key in parameters else getattr(base, key, None)
             numeric = isinstance(default, int | float) and not isinstance(default, bool)
