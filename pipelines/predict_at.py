@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,11 +25,12 @@ import shapely
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
-from geodbk.geo.locations import read_locations
+from geodbk.geo.locations import Locations, read_locations
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.places import load_place_predictor
 from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import (
+    RunDir,
     licence_attrs,
     licence_schema_metadata,
     locked_stage,
@@ -39,7 +41,7 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["OUTPUT_COLUMNS", "run_predict_at"]
+__all__ = ["OUTPUT_COLUMNS", "inside_region", "run_predict_at", "write_places"]
 
 #: The columns :func:`run_predict_at` adds after the input's own.
 OUTPUT_COLUMNS = (
@@ -102,14 +104,10 @@ def run_predict_at(
     places = read_locations(at)
     licence = licence_attrs(run_licence(rd))
     predictor = load_place_predictor(rd, target, quantity=quantity, quarter=quarter)
-    label = predictor.quarter
-    region = read_region(rd)
-    inside = np.asarray(shapely.intersects_xy(region, places.lon, places.lat), dtype=bool)
-    keys = tile_ids(places.lon, places.lat)
-    n = keys.size
-    values = {c: np.full(n, np.nan) for c in ("mean", "sd")}
-    seen = np.zeros(n, dtype=bool)
-    pull = np.full(n, np.nan)
+    inside = inside_region(rd, places)
+    values = {c: np.full(inside.size, np.nan) for c in ("mean", "sd")}
+    seen = np.zeros(inside.size, dtype=bool)
+    pull = np.full(inside.size, np.nan)
     if inside.any():
         q = predictor.predict(
             places.lon[inside],
@@ -120,52 +118,73 @@ def run_predict_at(
         )
         values["mean"][inside], values["sd"][inside], seen[inside] = q.mean, q.sd, q.seen
         pull[inside] = q.pull
-    lower = values["mean"] - 1.96 * values["sd"]
-    upper = values["mean"] + 1.96 * values["sd"]
-    ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in OUTPUT_COLUMNS})
-    out = pd.concat(
-        [
-            ids,
-            pd.DataFrame(
-                {
-                    "quadkey": keys.astype(str),
-                    "lon": places.lon,
-                    "lat": places.lat,
-                    "mean": values["mean"],
-                    "sd": values["sd"],
-                    "lower": lower,
-                    "upper": upper,
-                    "median": spec.to_natural(values["mean"]),
-                    "lower_natural": spec.to_natural(lower),
-                    "upper_natural": spec.to_natural(upper),
-                    "tile_history": seen,
-                    "tile_pull": pull,
-                    "quantity": quantity,
-                    "quarter": label,
-                    "outside_region": ~inside,
-                }
-            ),
-        ],
-        axis=1,
-    )
-    if inside.any() and not np.isfinite(out.loc[inside, ["mean", "sd"]].to_numpy()).all():
+    if not (np.isfinite(values["mean"][inside]).all() and np.isfinite(values["sd"][inside]).all()):
         raise DataError(
             f"{rd.model_dir(target)} gave non-finite predictions at {at}; the model file may be "
             "damaged: retrain it"
         )
+    lower = values["mean"] - 1.96 * values["sd"]
+    upper = values["mean"] + 1.96 * values["sd"]
+    columns = {
+        **values,
+        "lower": lower,
+        "upper": upper,
+        "median": spec.to_natural(values["mean"]),
+        "lower_natural": spec.to_natural(lower),
+        "upper_natural": spec.to_natural(upper),
+        "tile_history": seen,
+        "tile_pull": pull,
+    }
     path = rd.predictions_at(target, Path(at).stem)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(out, preserve_index=False)
-    meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence)}
+    return write_places(
+        path, places, inside, columns, quantity=quantity, quarter=predictor.quarter, licence=licence
+    )
+
+
+def inside_region(rd: RunDir, places: Locations) -> np.ndarray:
+    """True for each of ``places`` inside the run's region."""
+    return np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
+
+
+def write_places(
+    path: Path,
+    places: Locations,
+    inside: np.ndarray,
+    columns: dict[str, Any],
+    *,
+    quantity: str,
+    quarter: str,
+    licence: dict[str, str],
+    metadata: dict[bytes, bytes] | None = None,
+) -> Path:
+    """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``
+    and return it: the places' own columns (one named like an output column is renamed
+    ``input_<name>``), then ``quadkey`` (the zoom-16 tile), ``lon``, ``lat``, ``columns``,
+    ``quantity``, ``quarter`` and ``outside_region`` (``~inside``); the schema metadata holds
+    the ``licence`` (file attributes) and ``metadata``."""
+    out = pd.DataFrame(
+        {
+            "quadkey": tile_ids(places.lon, places.lat).astype(str),
+            "lon": places.lon,
+            "lat": places.lat,
+            **columns,
+            "quantity": quantity,
+            "quarter": quarter,
+            "outside_region": ~inside,
+        }
+    )
+    ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in out})
+    table = pa.Table.from_pandas(pd.concat([ids, out], axis=1), preserve_index=False)
+    meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence), **(metadata or {})}
     with atomic_path(path) as tmp:
         pq.write_table(table.replace_schema_metadata(meta), tmp)
     log.info(
         "wrote %s (%d places from %s, %d outside the region; %s quantity, %s)",
         path,
-        n,
+        inside.size,
         places.source,
         int((~inside).sum()),
         quantity,
-        label,
+        quarter,
     )
     return path

@@ -13,23 +13,16 @@ service's tiers, latency, quantity and copula (``geodbk_service``, JSON).
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-import shapely
 
-from geodbk.atomic import atomic_path
 from geodbk.geo.locations import Locations
-from pipelines.run_inputs import read_region, tile_ids
-from pipelines.rundir import RunDir, licence_attrs, licence_schema_metadata, run_licence
+from pipelines.predict_at import inside_region, write_places
+from pipelines.rundir import RunDir, licence_attrs, run_licence
 from pipelines.service_classes import Service
-
-log = logging.getLogger("geodbk")
 
 __all__ = ["SERVICE_KEY", "output_columns", "write_classes_at"]
 
@@ -62,54 +55,23 @@ def _json_value(value: Any) -> Any:
 def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: str) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
     ``RUN/service/classes_<stem>.parquet``."""
-    region = read_region(rd)
-    inside = np.asarray(shapely.intersects_xy(region, places.lon, places.lat), dtype=bool)
-    n = inside.size
-    names = output_columns(service)
-    probs = [c for c in names if c.startswith("p_")]
-    values = {c: np.full(n, np.nan) for c in probs}
-    label = np.full(n, None, dtype=object)
+    inside = inside_region(rd, places)
+    probs = [c for c in output_columns(service) if c.startswith("p_")]
+    values = {c: np.full(inside.size, np.nan) for c in probs}
+    label = np.full(inside.size, None, dtype=object)
     if inside.any():
         got = service.predict(places.lon[inside], places.lat[inside])
         for c in probs:
             values[c][inside] = got[c]
         label[inside] = np.asarray(service.classes, dtype=object)[got["service_class"]]
-    ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in names})
-    out = pd.concat(
-        [
-            ids,
-            pd.DataFrame(
-                {
-                    "quadkey": tile_ids(places.lon, places.lat).astype(str),
-                    "lon": places.lon,
-                    "lat": places.lat,
-                    **values,
-                    "service_class": pd.array(label, dtype="string"),
-                    "quantity": service.quantity,
-                    "quarter": service.quarter,
-                    "outside_region": ~inside,
-                }
-            ),
-        ],
-        axis=1,
-    )
     meta_service = {k: _json_value(v) for k, v in service.attributes(rd).items()}
-    path = rd.root / "service" / f"classes_{stem}.parquet"
-    table = pa.Table.from_pandas(out, preserve_index=False)
-    meta = {
-        **(table.schema.metadata or {}),
-        **licence_schema_metadata(licence_attrs(run_licence(rd))),
-        SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode(),
-    }
-    with atomic_path(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
-    log.info(
-        "wrote %s (%d places from %s, %d outside the region; %s quantity, %s)",
-        path,
-        n,
-        places.source,
-        int((~inside).sum()),
-        service.quantity,
-        service.quarter,
+    return write_places(
+        rd.root / "service" / f"classes_{stem}.parquet",
+        places,
+        inside,
+        {**values, "service_class": pd.array(label, dtype="string")},
+        quantity=service.quantity,
+        quarter=service.quarter,
+        licence=licence_attrs(run_licence(rd)),
+        metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
     )
-    return path

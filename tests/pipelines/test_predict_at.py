@@ -15,10 +15,11 @@ import shapely
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
+from geodbk.geo.locations import Locations
 from geodbk.quantities import predict_quantity
 from pipelines import cli
 from pipelines.bundles import load_tile_effect
-from pipelines.predict_at import OUTPUT_COLUMNS, run_predict_at
+from pipelines.predict_at import OUTPUT_COLUMNS, inside_region, run_predict_at, write_places
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat
 
 
@@ -142,3 +143,47 @@ def test_cli_reports_a_missing_file_cleanly(run: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert code == 3 and "nope.csv: no such file" in err and "Traceback" not in err
     assert json.dumps(err)  # a message, not an exception
+
+
+def test_write_places_frames_the_columns_and_keeps_the_input(
+    run: Path, measured: pd.DataFrame, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lon = np.append(measured["lon"].to_numpy()[:2], 100.0)  # the last place: far outside
+    lat = np.append(measured["lat"].to_numpy()[:2], 0.0)
+    ids = pd.DataFrame({"site": ["a", "b", "c"], "lat": [1, 2, 3]})
+    places = Locations(ids=ids, lon=lon, lat=lat, source="lon/lat")
+    inside = inside_region(RunDir(run), places)
+    assert inside.tolist() == [True, True, False]
+    licence = {"source": "S", "license": "L", "license_url": "U", "license_terms": "T"}
+    path = tmp_path / "deep" / "out.parquet"
+    with caplog.at_level("INFO", logger="geodbk"):
+        got = write_places(
+            path,
+            places,
+            inside,
+            {"value": np.array([1.0, 2.0, np.nan])},
+            quantity="area",
+            quarter="2023Q4",
+            licence=licence,
+            metadata={b"extra": b"1"},
+        )
+    assert got == path and "3 places from lon/lat, 1 outside the region" in caplog.text
+    frame = pd.read_parquet(path)
+    # the input's columns first, a clash renamed; then the output's, framed
+    assert list(frame.columns) == [
+        "site",
+        "input_lat",
+        "quadkey",
+        "lon",
+        "lat",
+        "value",
+        "quantity",
+        "quarter",
+        "outside_region",
+    ]
+    assert frame["input_lat"].tolist() == [1, 2, 3] and frame["lat"].tolist() == lat.tolist()
+    assert frame["outside_region"].tolist() == [False, False, True]
+    assert (frame["quarter"] == "2023Q4").all() and (frame["quantity"] == "area").all()
+    assert frame["quadkey"].str.len().eq(16).all()
+    meta = pq.read_schema(path).metadata
+    assert json.loads(meta[b"geodbk_data_licence"]) == licence and meta[b"extra"] == b"1"
