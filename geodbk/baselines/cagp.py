@@ -302,34 +302,29 @@ class CaGPRegressor(TorchBaseline):
         pad = module.i * module.block - t.shape[0]
         return torch.cat([t, t.new_ones(pad)]) if pad else t
 
-    def _loss(
-        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
-    ) -> Tensor:
+    def _terms(self, module: nn.Module, tests: Tensor | None, *, grad: bool) -> Tensor:
+        """CaGP's loss on all the data; caches the posterior's ``v`` and ``chol_G`` (detached)."""
         assert isinstance(module, CaGPModule)
         terms = cagp_terms(
             module,
             self._y_pad,
             chunk_elems=self.chunk_elems,
-            grad=True,
+            grad=grad,
             tests_pad=self._tests_pad(module, tests),
         )
         module.v.copy_(terms["v"].detach())
         module.chol_G.copy_(terms["chol_G"].detach())
         return terms["loss"]
 
+    def _loss(
+        self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
+    ) -> Tensor:
+        return self._terms(module, tests, grad=True)
+
     def _refresh(
         self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
     ) -> None:
-        assert isinstance(module, CaGPModule)
-        terms = cagp_terms(
-            module,
-            self._y_pad,
-            chunk_elems=self.chunk_elems,
-            grad=False,
-            tests_pad=self._tests_pad(module, tests),
-        )
-        module.v.copy_(terms["v"])
-        module.chol_G.copy_(terms["chol_G"])
+        self._terms(module, tests, grad=False)
 
     def _predict_latent(
         self, module: nn.Module, X: Tensor, tests: Tensor | None = None

@@ -251,38 +251,16 @@ def model_kwargs(
     return {**kwargs, **settings, **(overrides or {})}
 
 
-def build_model(
-    name: str,
-    *,
-    epochs: int,
-    batch_size: int,
-    seed: int,
-    rank: int = 256,
-    hidden: int = 64,
-    device: str = "cpu",
-    patience: int | None = None,
-    overrides: dict[str, Any] | None = None,
-    preset: str = "tuned",
-) -> Any:
+def build_model(name: str, **budget: Any) -> Any:
     """Construct model ``name`` with the shared budget and a preset's settings.
 
-    ``rank`` is r for the DBK family, the number of inducing points for SV-*, M = M2 for
-    SOLVE-GP and m for SoftKI; CaGP uses min(512, 2·rank) actions. ``hidden`` is the backbone
-    width. ``patience`` defaults to ``epochs`` (no early stopping inside the budget).
-    ``preset``: ``"tuned"`` (the project's settings, :data:`TUNED_PRESET`; the default here)
-    or ``"paper"`` (each model's paper, :data:`PAPER_PRESET`; the default of
+    ``budget``: the keyword arguments of :func:`model_kwargs` (``epochs``, ``batch_size`` and
+    ``seed`` required). ``rank`` is r for the DBK family, the number of inducing points for
+    SV-*, M = M2 for SOLVE-GP and m for SoftKI; CaGP uses min(512, 2·rank) actions. ``hidden``
+    is the backbone width. ``patience`` defaults to ``epochs`` (no early stopping inside the
+    budget). ``preset``: ``"tuned"`` (the project's settings, :data:`TUNED_PRESET`; the default
+    here) or ``"paper"`` (each model's paper, :data:`PAPER_PRESET`; the default of
     ``geodbk benchmark``). ``overrides`` win over both.
     """
-    kwargs = model_kwargs(
-        name,
-        epochs=epochs,
-        batch_size=batch_size,
-        seed=seed,
-        rank=rank,
-        hidden=hidden,
-        device=device,
-        patience=patience,
-        overrides=overrides,
-        preset=preset,
-    )
+    kwargs = model_kwargs(name, **budget)  # first: it refuses an unknown name
     return CONSTRUCTORS[name](**kwargs)

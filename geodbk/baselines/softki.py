@@ -38,6 +38,8 @@ SOLVERS = ("cholesky", "qr")
 #: ``z_init="kmeans"`` runs scikit-learn's ``KMeans`` up to this many training rows and
 #: ``MiniBatchKMeans`` beyond.
 KMEANS_MAX_N = 50_000
+#: Training rows at a time when the posterior is solved over all of them.
+REFRESH_CHUNK = 8192
 
 
 class SoftKIModule(nn.Module):
@@ -351,14 +353,9 @@ class SoftKIRegressor(TorchBaseline):
         return batch_marginal_nll(phi, r, s2)
 
     def _refresh(
-        self,
-        module: nn.Module,
-        X: Tensor,
-        y: Tensor,
-        tests: Tensor | None = None,
-        chunk_size: int = 8192,
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
     ) -> None:
-        """The posterior over all training data, in row chunks (float64).
+        """The posterior over all training data, in chunks of :data:`REFRESH_CHUNK` rows (float64).
 
         ``solver="cholesky"`` (weight space): Lambda = Phi'Phi + s2 I, mean(x) = phi(x)'
         Lambda^{-1} Phi' r, var_f(x) = s2 ||chol(Lambda)^{-1} phi(x)||². Tests-aware noise:
@@ -368,8 +365,9 @@ class SoftKIRegressor(TorchBaseline):
         """
         assert isinstance(module, SoftKIModule)
         if self.solver == "qr":
-            self._refresh_qr(module, X, y, tests, chunk_size)
+            self._refresh_qr(module, X, y, tests)
             return
+        chunk_size = REFRESH_CHUNK
         Lz = module.kzz_chol()
         m = Lz.shape[0]
         PtP = torch.zeros(m, m, dtype=torch.float64, device=X.device)
@@ -392,9 +390,7 @@ class SoftKIRegressor(TorchBaseline):
         module.alpha.copy_(alpha.to(module.alpha.dtype))
         module.chol_Lambda.copy_(L.to(module.chol_Lambda.dtype))
 
-    def _refresh_qr(
-        self, module: SoftKIModule, X: Tensor, y: Tensor, tests: Tensor | None, chunk_size: int
-    ) -> None:
+    def _refresh_qr(self, module: SoftKIModule, X: Tensor, y: Tensor, tests: Tensor | None) -> None:
         """004 eqs. 26–30 in float64: the QR of [A | b], A = [D^{-1/2} W Kzz; U], b = [D^{-1/2} r; 0].
 
         Row chunks are folded in one at a time: T <- R factor of [T; A_chunk | b_chunk], starting
@@ -402,6 +398,7 @@ class SoftKIRegressor(TorchBaseline):
         alpha = R^{-1} Q'b, mean(x) = K^_xz(x) alpha and var_f(x) = ||R^{-T} K^_zx(x)||²
         (A'A = C^ = Kzz + K^_zx D^{-1} K^_xz).
         """
+        chunk_size = REFRESH_CHUNK
         Lz = module.kzz_chol().double()
         m = Lz.shape[0]
         Kzz = Lz @ Lz.T

@@ -40,6 +40,8 @@ BASES = ("paper", "rbf")
 OPTIMIZERS = ("adam", "adamw")
 #: Absolute jitter on A = I + Phi'S_hat^{-1}Phi (eigenvalues >= 1): guards round-off only.
 A_JITTER = 1e-10
+#: Training rows at a time when max ||phi||² and the exact posterior are computed.
+REFRESH_CHUNK = 65536
 
 
 class PaperBasisNet(nn.Module):
@@ -90,19 +92,30 @@ def check_optimizer(optimizer: str) -> str:
     return optimizer
 
 
-def basis_network(
-    d: int, *, basis: str, rank: int, hidden: int, jitter: float, generator: torch.Generator
-) -> tuple[nn.Module, nn.Module]:
-    """``(network, expansion)`` with phi = expansion ∘ network; the network gets weight decay.
+@dataclass(frozen=True, kw_only=True)
+class SVDBKOptions:
+    """What both SVDBK modules are built from (the estimators' options of the same names)."""
 
-    ``"paper"``: (:class:`PaperBasisNet`, :class:`DirectBasis`); ``"rbf"``: (the core's
-    ``ResidualMLP``, ``RBFInducingBasis``).
-    """
-    if check_basis(basis) == "paper":
-        return PaperBasisNet(d, hidden, rank), DirectBasis()
-    return ResidualMLP(d, hidden), RBFInducingBasis(
-        hidden, rank, jitter=jitter, generator=generator
-    )
+    rank: int
+    hidden: int
+    jitter: float
+    noise_init: float
+    seed: int
+    noise: str = "constant"
+    noise_power: bool = False
+    basis: str = "rbf"
+
+    def basis_network(self, d: int, generator: torch.Generator) -> tuple[nn.Module, nn.Module]:
+        """``(network, expansion)`` with phi = expansion ∘ network; the network gets weight decay.
+
+        ``"paper"``: (:class:`PaperBasisNet`, :class:`DirectBasis`); ``"rbf"``: (the core's
+        ``ResidualMLP``, ``RBFInducingBasis``).
+        """
+        if check_basis(self.basis) == "paper":
+            return PaperBasisNet(d, self.hidden, self.rank), DirectBasis()
+        return ResidualMLP(d, self.hidden), RBFInducingBasis(
+            self.hidden, self.rank, jitter=self.jitter, generator=generator
+        )
 
 
 class SVDBKModule(nn.Module):
@@ -110,36 +123,22 @@ class SVDBKModule(nn.Module):
 
     max_phi_sq: Tensor
 
-    def __init__(
-        self,
-        d: int,
-        *,
-        rank: int,
-        hidden: int,
-        jitter: float,
-        noise_init: float,
-        seed: int,
-        noise: str = "constant",
-        noise_power: bool = False,
-        basis: str = "rbf",
-    ):
+    def __init__(self, d: int, options: SVDBKOptions):
         super().__init__()
-        gen = torch.Generator().manual_seed(seed)
+        o, gen = options, torch.Generator().manual_seed(options.seed)
         self.dbk = DBKModel(
             d,
-            expansion="rbf" if check_basis(basis) == "rbf" else "silu",
-            rank=rank,
-            hidden=hidden,
-            jitter=jitter,
-            noise_init=noise_init,
-            noise=noise,
-            noise_power=noise_power,
+            expansion="rbf" if check_basis(o.basis) == "rbf" else "silu",
+            rank=o.rank,
+            hidden=o.hidden,
+            jitter=o.jitter,
+            noise_init=o.noise_init,
+            noise=o.noise,
+            noise_power=o.noise_power,
             generator=gen,
         )
-        if basis == "paper":
-            network, expansion = basis_network(
-                d, basis=basis, rank=rank, hidden=hidden, jitter=jitter, generator=gen
-            )
+        if o.basis == "paper":
+            network, expansion = o.basis_network(d, gen)
             self.dbk.backbone = network  # type: ignore[assignment]
             self.dbk.basis = expansion  # type: ignore[assignment]
         self.register_buffer("max_phi_sq", torch.zeros(()))
@@ -184,29 +183,15 @@ class SVDBKExactModule(nn.Module):
     w_mean: Tensor
     chol_a: Tensor
 
-    def __init__(
-        self,
-        d: int,
-        *,
-        rank: int,
-        hidden: int,
-        jitter: float,
-        noise_init: float,
-        seed: int,
-        noise: str = "constant",
-        noise_power: bool = False,
-        basis: str = "rbf",
-    ):
+    def __init__(self, d: int, options: SVDBKOptions):
         super().__init__()
-        gen = torch.Generator().manual_seed(seed)
-        self.network, self.expansion = basis_network(
-            d, basis=basis, rank=rank, hidden=hidden, jitter=jitter, generator=gen
-        )
-        self.noise = make_noise(noise, init=noise_init, noise_power=noise_power)
+        o, gen = options, torch.Generator().manual_seed(options.seed)
+        self.network, self.expansion = o.basis_network(d, gen)
+        self.noise = make_noise(o.noise, init=o.noise_init, noise_power=o.noise_power)
         self.const_mean = nn.Parameter(torch.zeros(()))
         self.register_buffer("max_phi_sq", torch.zeros(()))
-        self.register_buffer("w_mean", torch.zeros(rank))
-        self.register_buffer("chol_a", torch.eye(rank))
+        self.register_buffer("w_mean", torch.zeros(o.rank))
+        self.register_buffer("chol_a", torch.eye(o.rank))
 
     def features(self, x: Tensor) -> Tensor:
         """phi(x), (b, r)."""
@@ -305,22 +290,22 @@ class SVDBKRegressor(TorchBaseline):
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         return {"d": int(X.shape[1])}
 
-    def _module_options(self) -> dict[str, Any]:
-        return {
-            "rank": int(self.rank),
-            "hidden": int(self.hidden),
-            "jitter": float(self.jitter),
-            "noise_init": float(self.noise_init),
-            "seed": int(self.seed),
-            "noise": self.noise,
-            "noise_power": bool(self.noise_power),
-            "basis": self.basis,
-        }
+    def _module_options(self) -> SVDBKOptions:
+        return SVDBKOptions(
+            rank=int(self.rank),
+            hidden=int(self.hidden),
+            jitter=float(self.jitter),
+            noise_init=float(self.noise_init),
+            seed=int(self.seed),
+            noise=self.noise,
+            noise_power=bool(self.noise_power),
+            basis=self.basis,
+        )
 
     def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))
-            return SVDBKModule(sizes["d"], **self._module_options())
+            return SVDBKModule(sizes["d"], self._module_options())
 
     def _optimizer(self, module: nn.Module) -> torch.optim.Optimizer:
         """Adam or AdamW at ``lr``; ``weight_decay`` on the network's parameters only."""
@@ -346,15 +331,10 @@ class SVDBKRegressor(TorchBaseline):
         return svdbk_loss(module, X, y, n_total, tests)
 
     def _refresh(
-        self,
-        module: nn.Module,
-        X: Tensor,
-        y: Tensor,
-        tests: Tensor | None = None,
-        chunk_size: int = 65536,
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
     ) -> None:
         assert isinstance(module, SVDBKModule)
-        module.max_phi_sq.copy_(_max_phi_sq(module, X, chunk_size))
+        module.max_phi_sq.copy_(_max_phi_sq(module, X))
 
     def _predict_latent(
         self, module: nn.Module, X: Tensor, tests: Tensor | None = None
@@ -377,7 +357,9 @@ class SVDBKRegressor(TorchBaseline):
             return module.features(self._tensor(X)).double().cpu().numpy()
 
 
-def _max_phi_sq(module: SVDBKModule | SVDBKExactModule, X: Tensor, chunk_size: int) -> Tensor:
+def _max_phi_sq(
+    module: SVDBKModule | SVDBKExactModule, X: Tensor, chunk_size: int = REFRESH_CHUNK
+) -> Tensor:
     """max_i ||phi(x_i)||² over ``X``, in chunks."""
     best = torch.zeros((), dtype=X.dtype, device=X.device)
     for start in range(0, X.shape[0], chunk_size):
@@ -424,7 +406,7 @@ class SVDBKExactRegressor(SVDBKRegressor):
     def _make_module(self, sizes: dict[str, Any]) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))
-            return SVDBKExactModule(sizes["d"], **self._module_options())
+            return SVDBKExactModule(sizes["d"], self._module_options())
 
     def _loss(
         self, module: nn.Module, X: Tensor, y: Tensor, n_total: int, tests: Tensor | None = None
@@ -442,16 +424,11 @@ class SVDBKExactRegressor(SVDBKRegressor):
         return loss
 
     def _refresh(
-        self,
-        module: nn.Module,
-        X: Tensor,
-        y: Tensor,
-        tests: Tensor | None = None,
-        chunk_size: int = 65536,
+        self, module: nn.Module, X: Tensor, y: Tensor, tests: Tensor | None = None
     ) -> None:
         """max_train ||phi||² and eq. 12's posterior from the training data, in chunks."""
         assert isinstance(module, SVDBKExactModule)
-        top = _max_phi_sq(module, X, chunk_size)
+        top, chunk_size = _max_phi_sq(module, X), REFRESH_CHUNK
 
         def chunks() -> Iterator[tuple[Tensor, Tensor, Tensor]]:
             for start in range(0, X.shape[0], chunk_size):

@@ -21,6 +21,7 @@ triangular solves.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +40,14 @@ from geodbk.baselines.svdbk import (
     SVDBKExactModule,
     SVDBKExactRegressor,
     SVDBKModule,
+    SVDBKOptions,
     SVDBKRegressor,
     svdbk_exact_loss,
     svdbk_loss,
 )
 
+#: A small module: r = 7, width 16.
+TINY = SVDBKOptions(rank=7, hidden=16, jitter=1e-4, noise_init=0.1, seed=0)
 JITTER = 1e-12  # relative to the smallest possible eigenvalue of the factorised matrix
 
 
@@ -72,8 +76,8 @@ def test_paper_basis_outputs_r_functions_and_only_the_network_is_decayed() -> No
     g = torch.randn(4, 7)
     assert DirectBasis()(g) is g and DirectBasis().prior_variance(g) is None
     for module in (
-        SVDBKModule(3, rank=7, hidden=16, jitter=1e-4, noise_init=0.1, seed=0, basis="paper"),
-        SVDBKExactModule(3, rank=7, hidden=16, jitter=1e-4, noise_init=0.1, seed=0, basis="paper"),
+        SVDBKModule(3, replace(TINY, basis="paper")),
+        SVDBKExactModule(3, replace(TINY, basis="paper")),
     ):
         assert module.features(x).shape == (11, 7)
         net_ids = {id(p) for p in module.network_parameters()}
@@ -81,7 +85,7 @@ def test_paper_basis_outputs_r_functions_and_only_the_network_is_decayed() -> No
         others = {id(p) for p in module.other_parameters()}
         assert not net_ids & others
         assert net_ids | others == {id(p) for p in module.parameters()}
-    rbf = SVDBKExactModule(3, rank=7, hidden=16, jitter=1e-4, noise_init=0.1, seed=0)
+    rbf = SVDBKExactModule(3, TINY)
     assert isinstance(rbf.network, ResidualMLP) and rbf.features(x).shape == (11, 7)
 
 
@@ -111,7 +115,7 @@ def test_bad_options_are_clear_errors(cls, option: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         cls(rank=4, hidden=8, epochs=1, **option).fit(X, y)
     with pytest.raises(ValueError, match="basis must be one of"):
-        SVDBKModule(2, rank=4, hidden=8, jitter=1e-4, noise_init=0.1, seed=0, basis="mlp")
+        SVDBKModule(2, replace(TINY, basis="mlp"))
 
 
 @pytest.mark.parametrize("cls", [SVDBKRegressor, SVDBKExactRegressor])
