@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from geodbk.validation import (
     as_urban_flags,
 )
 
-__all__ = ["QUANTITIES", "DBKRegressor"]
+__all__ = ["QUANTITIES", "BaseRegressor", "DBKRegressor", "check_quantity"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: Defaults of options added after the first bundle format (old bundles lack them).
@@ -41,8 +41,120 @@ _LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "n
 QUANTITIES = ("observation", "latent")
 
 
+class BaseRegressor(RegressorMixin, BaseEstimator):
+    """The scikit-learn regressor that ``DBKRegressor`` and the torch baselines
+    (:class:`geodbk.baselines.base.TorchBaseline`) both are.
+
+    The parameters are keyword-only dataclass fields declared by the subclasses: the generated
+    ``__init__`` only stores them (scikit-learn reads them from its signature) and they are
+    checked when fitting. Fitted attributes end in ``_`` and are not declared at class level. A
+    subclass supplies :meth:`predict_dist`; :meth:`predict` is its mean (and sd).
+    """
+
+    #: The fitted attribute that holds the trained torch module.
+    fitted_attribute: ClassVar[str] = "model_"
+
+    def __sklearn_tags__(self) -> Tags:
+        return regressor_tags(super().__sklearn_tags__())
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted or loaded: the trained module is there (not just ``n_features_in_`` of a fit
+        that failed)."""
+        return hasattr(self, self.fitted_attribute)
+
+    def _prediction_inputs(self, X: Any, quantity: str) -> np.ndarray:
+        """``X`` checked against the fitted inputs (their number and, for a DataFrame, names and
+        order) once the model is fitted (else ``NotFittedError``) and ``quantity`` is known."""
+        check_fitted(self)
+        check_quantity(quantity)
+        return validated_X(self, X, reset=False)
+
+    if TYPE_CHECKING:
+        #: The subclass's ``predict_dist(X, *, tests, [devices, urban,] quantity, chunk_size)``.
+        predict_dist: Callable[..., Prediction]
+
+    @overload
+    def predict(
+        self,
+        X: Any,
+        return_std: Literal[False] = ...,
+        *,
+        tests: Any = ...,
+        devices: Any = ...,
+        urban: Any = ...,
+        chunk_size: int | None = ...,
+    ) -> np.ndarray: ...
+
+    @overload
+    def predict(
+        self,
+        X: Any,
+        return_std: Literal[True],
+        *,
+        tests: Any = ...,
+        devices: Any = ...,
+        urban: Any = ...,
+        chunk_size: int | None = ...,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def predict(
+        self,
+        X: Any,
+        return_std: bool = False,
+        *,
+        tests: Any = None,
+        devices: Any = None,
+        urban: Any = None,
+        chunk_size: int | None = None,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictive mean at ``X`` (n, d) in y's units: float64 (n,), ``predict_dist(X).mean``.
+
+        With ``return_std=True`` returns ``(mean, std)``, where ``std`` is the predictive
+        standard deviation **of a new observation, noise included**:
+        ``std = sqrt(var_f + y_sd^2 s2(tests))``, the ``std`` of
+        ``predict_dist(X, tests=tests, devices=devices, urban=urban)`` (``quantity=
+        "observation"``; the latent sd without noise is ``predict_dist(X,
+        quantity="latent").std`` or ``.std_f``). For a tests-aware noise ``tests=None`` means a
+        single speed test; ``tests``, ``devices`` and ``urban`` are as in :meth:`predict_dist`
+        and used only with ``return_std=True`` (the mean does not depend on them).
+
+        Parameters
+        ----------
+        X
+            Inputs (n, d): an array, a list of rows or a DataFrame with the columns of ``fit``.
+        return_std
+            Also return the predictive sd.
+        tests, devices, urban
+            Noise covariates of the predicted observations (see :meth:`predict_dist`; the torch
+            baselines take only ``tests``).
+        chunk_size
+            At most this many rows are processed at a time (default: ``predict_dist``'s).
+
+        Returns
+        -------
+        numpy.ndarray or tuple of numpy.ndarray
+            ``mean`` (n,), or ``(mean, std)`` with ``return_std=True``.
+        """
+        size = {} if chunk_size is None else {"chunk_size": chunk_size}  # else predict_dist's
+        if not return_std:
+            # The mean is the same for both quantities; "latent" needs no noise covariates.
+            return self.predict_dist(X, quantity="latent", **size).mean
+        # The covariates given (the torch baselines take only ``tests``).
+        given = {"tests": tests, "devices": devices, "urban": urban}
+        covariates = {k: v for k, v in given.items() if v is not None}
+        pred = self.predict_dist(X, quantity="observation", **covariates, **size)
+        return pred.mean, pred.std
+
+
+def check_quantity(quantity: str) -> str:
+    """Return ``quantity`` if it is one of :data:`QUANTITIES`, else raise ``ValueError``."""
+    if quantity not in QUANTITIES:
+        raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
+    return quantity
+
+
 @dataclass(kw_only=True, eq=False, repr=False)
-class DBKRegressor(RegressorMixin, BaseEstimator):
+class DBKRegressor(BaseRegressor):
     """Deep basis kernel GP regressor (methods §1), a scikit-learn estimator.
 
     ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
@@ -127,14 +239,6 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
     noise_urban: bool = False
 
     # ------------------------------------------------------------------ configuration
-    def __sklearn_tags__(self) -> Tags:
-        return regressor_tags(super().__sklearn_tags__())
-
-    def __sklearn_is_fitted__(self) -> bool:
-        """Fitted or loaded: the trained model is there (not just ``n_features_in_`` of a fit
-        that failed)."""
-        return hasattr(self, "model_")
-
     @property
     def variance_correction(self) -> bool:
         """Whether predictions add ``k~(x,x) - ||phi(x)||^2`` (PPGP/ELBO with the RBF basis)."""
@@ -172,23 +276,26 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         )
 
     def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
+        """The untrained model (:meth:`_make_model`, seeded by ``seed``) on ``device``."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))
-            gen = torch.Generator().manual_seed(int(self.seed))
-            model = DBKModel(
-                input_dim,
-                expansion=self.expansion,
-                rank=int(self.rank),
-                hidden=int(self.hidden),
-                jitter=float(self.jitter),
-                noise_init=float(self.noise_init),
-                noise_floor=float(self.noise_floor),
-                noise=str(self.noise),
-                noise_power=bool(self.noise_power),
-                noise_urban=bool(self.noise_urban),
-                generator=gen,
-            )
+            model = self._make_model(input_dim, torch.Generator().manual_seed(int(self.seed)))
         return model.to(device=device, dtype=_DTYPES[self.dtype])
+
+    def _make_model(self, input_dim: int, generator: torch.Generator, **changes: Any) -> DBKModel:
+        """A :class:`DBKModel` with the estimator's options (``changes`` replace some)."""
+        options = {
+            "expansion": self.expansion,
+            "rank": int(self.rank),
+            "hidden": int(self.hidden),
+            "jitter": float(self.jitter),
+            "noise_init": float(self.noise_init),
+            "noise_floor": float(self.noise_floor),
+            "noise": str(self.noise),
+            "noise_power": bool(self.noise_power),
+            "noise_urban": bool(self.noise_urban),
+        }
+        return DBKModel(input_dim, **{**options, **changes}, generator=generator)
 
     def _check_fitted(self) -> DBKModel:
         """The fitted model; :class:`sklearn.exceptions.NotFittedError` before fit/load."""
@@ -562,80 +669,6 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         """
         return noise_parameters(self._check_fitted().noise, y_var=self.y_std_**2)
 
-    @overload
-    def predict(
-        self,
-        X: Any,
-        return_std: Literal[False] = ...,
-        *,
-        tests: Any = ...,
-        devices: Any = ...,
-        urban: Any = ...,
-        chunk_size: int = ...,
-    ) -> np.ndarray: ...
-
-    @overload
-    def predict(
-        self,
-        X: Any,
-        return_std: Literal[True],
-        *,
-        tests: Any = ...,
-        devices: Any = ...,
-        urban: Any = ...,
-        chunk_size: int = ...,
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def predict(
-        self,
-        X: Any,
-        return_std: bool = False,
-        *,
-        tests: Any = None,
-        devices: Any = None,
-        urban: Any = None,
-        chunk_size: int = 65536,
-    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictive mean at ``X`` (n, d) in y's units: float64 (n,), ``predict_dist(X).mean``.
-
-        With ``return_std=True`` returns ``(mean, std)``, where ``std`` is the predictive
-        standard deviation **of a new observation, noise included**:
-        ``std = sqrt(var_f + y_sd^2 s2(tests))``, the ``std`` of
-        ``predict_dist(X, tests=tests, devices=devices, urban=urban)`` (``quantity=
-        "observation"``; the latent sd without noise is ``predict_dist(X,
-        quantity="latent").std`` or ``.std_f``). For a tests-aware noise ``tests=None`` means a
-        single speed test; ``tests``, ``devices`` and ``urban`` are as in :meth:`predict_dist`
-        and used only with ``return_std=True`` (the mean does not depend on them).
-
-        Parameters
-        ----------
-        X
-            Inputs (n, d): an array, a list of rows or a DataFrame with the columns of ``fit``.
-        return_std
-            Also return the predictive sd.
-        tests, devices, urban
-            Noise covariates of the predicted observations (see :meth:`predict_dist`).
-        chunk_size
-            At most this many rows are processed at a time.
-
-        Returns
-        -------
-        numpy.ndarray or tuple of numpy.ndarray
-            ``mean`` (n,), or ``(mean, std)`` with ``return_std=True``.
-        """
-        if not return_std:
-            # The mean is the same for both quantities; "latent" needs no noise covariates.
-            return self.predict_dist(X, quantity="latent", chunk_size=chunk_size).mean
-        pred = self.predict_dist(
-            X,
-            tests=tests,
-            devices=devices,
-            urban=urban,
-            quantity="observation",
-            chunk_size=chunk_size,
-        )
-        return pred.mean, pred.std
-
     def predict_dist(
         self,
         X: Any,
@@ -678,11 +711,8 @@ class DBKRegressor(RegressorMixin, BaseEstimator):
         chunk_size
             At most this many rows are processed at a time.
         """
-        model = self._check_fitted()
-        if quantity not in QUANTITIES:
-            raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
-        x_np = self._check_input(X)
-        folded = self._folded_weights()
+        x_np = self._prediction_inputs(X, quantity)
+        model, folded = self._check_fitted(), self._folded_weights()
         mean, var_f = predict_in_chunks(
             lambda xb: model.latent_folded(xb, folded),
             x_np,

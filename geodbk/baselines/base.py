@@ -29,22 +29,22 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, overload
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils import Tags
 from torch import Tensor, nn
 
 from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.errors import DataError, GeodbkError, ModelFileError
 from geodbk.errors import TrainingDivergedError as TrainingDivergedError
+from geodbk.estimator import QUANTITIES as QUANTITIES
+from geodbk.estimator import BaseRegressor
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
-from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
+from geodbk.sklearn_api import check_fitted, validated_X, validated_y
 from geodbk.training import Epoch, fit, shuffled_batches
 from geodbk.validation import as_tests
 
@@ -77,9 +77,6 @@ def check_noise(noise: str) -> str:
 #: Options a checkpoint need not match to be resumed: the budget and the device.
 _BUDGET = ("epochs", "patience", "device")
 
-#: The quantities :meth:`TorchBaseline.predict_dist` can describe (as ``DBKRegressor``'s).
-QUANTITIES = ("observation", "latent")
-
 
 class ProblemTooLargeError(GeodbkError, ValueError):
     """The data set is larger than a method's stated size limit (e.g. the exact GP)."""
@@ -102,7 +99,7 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class TorchBaseline(RegressorMixin, BaseEstimator):
+class TorchBaseline(BaseRegressor):
     """Base estimator: standardisation, training loop, chunked prediction, safe bundles.
 
     A scikit-learn regressor whose parameters are keyword-only dataclass fields: a subclass
@@ -138,6 +135,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
     model_name: ClassVar[str] = "baseline"
     #: Full-batch models take one optimiser step per epoch on all the data.
     full_batch: ClassVar[bool] = False
+    fitted_attribute = "module_"
 
     epochs: int = 100
     batch_size: int = 1024
@@ -148,14 +146,6 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
     dtype: str = "float32"
     noise: str = "constant"
     noise_power: bool = False
-
-    def __sklearn_tags__(self) -> Tags:
-        return regressor_tags(super().__sklearn_tags__())
-
-    def __sklearn_is_fitted__(self) -> bool:
-        """Fitted or loaded: the trained module is there (not just ``n_features_in_`` of a
-        fit that failed)."""
-        return hasattr(self, "module_")
 
     def _validate(self) -> None:
         """Check the options (:meth:`fit` does; scikit-learn sets them unchecked)."""
@@ -399,37 +389,6 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
             self._refresh(module, Xt, yt, Tt)
         return self
 
-    @overload
-    def predict(
-        self, X: Any, return_std: Literal[False] = ..., *, tests: Any = ..., chunk_size: int = ...
-    ) -> np.ndarray: ...
-
-    @overload
-    def predict(
-        self, X: Any, return_std: Literal[True], *, tests: Any = ..., chunk_size: int = ...
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def predict(
-        self,
-        X: Any,
-        return_std: bool = False,
-        *,
-        tests: Any = None,
-        chunk_size: int = 8192,
-    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictive mean at ``X`` in the units of ``y``: float64 (n,), ``predict_dist(X).mean``.
-
-        With ``return_std=True`` returns ``(mean, std)`` with ``std`` the predictive sd **of a
-        new observation, noise included**, ``sqrt(var_f + y_sd² s2(tests))``: the ``std`` of
-        ``predict_dist(X, tests=tests)`` (``quantity="observation"``; ``tests=None`` means a
-        single speed test for the tests-aware noise; ``tests`` is used only with
-        ``return_std=True``). The latent sd is ``predict_dist(X, quantity="latent").std``.
-        """
-        if not return_std:
-            return self.predict_dist(X, quantity="latent", chunk_size=chunk_size).mean
-        pred = self.predict_dist(X, tests=tests, quantity="observation", chunk_size=chunk_size)
-        return pred.mean, pred.std
-
     def predict_dist(
         self,
         X: Any,
@@ -459,10 +418,7 @@ class TorchBaseline(RegressorMixin, BaseEstimator):
         chunk_size
             At most this many rows are processed at a time.
         """
-        module = self._check_fitted()
-        if quantity not in QUANTITIES:
-            raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
-        Xn = validated_X(self, X, reset=False)
+        Xn, module = self._prediction_inputs(X, quantity), self._check_fitted()
         per_row = self.tests_aware and tests is not None
         if per_row:
             # The counts ride along as a last input column so that they are chunked with X.

@@ -45,30 +45,14 @@ class SVRBFRegressor(DBKRegressor):
     objective: str = "elbo"
     lr: float = 0.01
 
-    def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
+    def _make_model(self, input_dim: int, generator: torch.Generator, **changes: Any) -> DBKModel:
         """A DBKModel whose backbone is the identity and whose basis lives on R^d."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self.seed))
-            gen = torch.Generator().manual_seed(int(self.seed))
-            model = DBKModel(
-                input_dim,
-                expansion="rbf",
-                rank=int(self.rank),
-                hidden=1,
-                jitter=float(self.jitter),
-                noise_init=float(self.noise_init),
-                noise_floor=float(self.noise_floor),
-                noise=str(self.noise),
-                noise_power=bool(self.noise_power),
-                generator=gen,
-            )
-            model.backbone = nn.Identity()  # type: ignore[assignment]
-            model.basis = RBFInducingBasis(
-                input_dim, int(self.rank), jitter=float(self.jitter), generator=gen
-            )
-        return model.to(
-            device=device, dtype=torch.float64 if self.dtype == "float64" else torch.float32
+        model = super()._make_model(input_dim, generator, expansion="rbf", hidden=1, **changes)
+        model.backbone = nn.Identity()  # type: ignore[assignment]
+        model.basis = RBFInducingBasis(
+            input_dim, int(self.rank), jitter=float(self.jitter), generator=generator
         )
+        return model
 
     def save(self, path: Any, *, metadata: dict[str, Any] | None = None) -> Any:
         """Save like ``DBKRegressor`` with ``metadata["baseline"] = "sv-rbf"`` recorded."""

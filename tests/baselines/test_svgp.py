@@ -26,6 +26,7 @@ from torch import nn
 
 from geodbk.baselines.svgp import SVRBFRegressor, pp_dkl, sv_dkl, vbll
 from geodbk.bases import RBFInducingBasis
+from geodbk.errors import DataError
 from geodbk.estimator import DBKRegressor
 from geodbk.model import DBKModel
 from geodbk.training import TrainConfig, batch_loss
@@ -202,3 +203,16 @@ def test_dbk_path_baselines_accept_tests_noise(make, tmp_path: Path) -> None:
     np.testing.assert_allclose(
         back.predict_dist(x[:5], tests=3).var, model.predict_dist(x[:5], tests=3).var
     )
+
+
+def test_sv_rbf_honours_noise_urban() -> None:
+    """SV-RBF builds its model with every noise option, the urban floor included (it was
+    dropped before issue 21: the option was accepted and had no effect)."""
+    x, y, tests = rows_with_tests(80)
+    urban = np.arange(80) % 2 == 0
+    model = SVRBFRegressor(rank=4, epochs=1, batch_size=40, device="cpu", noise="tests")
+    model.set_params(noise_urban=True).fit(x, y, tests=tests, urban=urban)
+    assert model.model_.noise.urban
+    assert "s2_floor_urban" in model.noise_parameters()
+    with pytest.raises(DataError, match="urban"):
+        model.predict_dist(x[:3])  # the observation quantity needs the class
