@@ -102,11 +102,9 @@ def make_noise(noise: str, *, init: float, noise_power: bool = False) -> Gaussia
 class TorchBaseline(BaseRegressor):
     """Base estimator: standardisation, training loop, chunked prediction, safe bundles.
 
-    A scikit-learn regressor whose parameters are keyword-only dataclass fields: a subclass
-    declares only its own (or re-declares a shared one to change its default), and the
-    generated ``__init__`` stores each unchanged (scikit-learn reads them from its signature);
-    options are checked in :meth:`fit`, not when set. Fitted attributes end in ``_`` and are
-    not declared at class level.
+    A :class:`geodbk.estimator.BaseRegressor` (parameters are keyword-only dataclass fields,
+    checked in :meth:`fit`): a subclass declares only its own, or re-declares a shared one to
+    change its default.
 
     Parameters
     ----------
