@@ -36,12 +36,11 @@ from pipelines.predict import parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
-    licence_attrs,
     read_json,
     require_grid,
     require_model,
     require_run,
-    run_licence,
+    run_licence_attrs,
     target_lock,
     target_spec,
     time_scaling_of,
@@ -254,7 +253,7 @@ def _export_target(
         licence = (
             {k: str(ds.attrs.get(k, "")) for k in LICENCE_KEYS}
             if "license" in ds.attrs
-            else licence_attrs(run_licence(rd))
+            else run_licence_attrs(rd)
         )
         provenance = {
             "run": rd.root.resolve().name,

@@ -67,12 +67,11 @@ from pipelines.rundir import (
     TargetSpec,
     check_thresholds,
     config_hash,
-    licence_attrs,
     load_tiles,
     locked_stage,
     model_inputs,
     require_run,
-    run_licence,
+    run_licence_attrs,
     scale_lonlat,
     scaling_of,
     target_spec,
@@ -787,7 +786,7 @@ def run_predict(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
         "time_aware": int(ts is not None),
-        **licence_attrs(run_licence(rd)),
+        **run_licence_attrs(rd),
     }
     if ts is not None:
         common["trained_quarters"] = f"{ts.first}:{ts.last}"

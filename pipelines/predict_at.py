@@ -30,18 +30,16 @@ from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.places import load_place_predictor
 from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import (
-    RunDir,
-    licence_attrs,
     licence_schema_metadata,
     locked_stage,
     require_run,
-    run_licence,
+    run_licence_attrs,
     target_spec,
 )
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["OUTPUT_COLUMNS", "inside_region", "run_predict_at", "write_places"]
+__all__ = ["OUTPUT_COLUMNS", "run_predict_at", "write_places"]
 
 #: The columns :func:`run_predict_at` adds after the input's own.
 OUTPUT_COLUMNS = (
@@ -102,9 +100,9 @@ def run_predict_at(
     rd = require_run(run)
     spec = target_spec(target)
     places = read_locations(at)
-    licence = licence_attrs(run_licence(rd))
+    licence = run_licence_attrs(rd)
     predictor = load_place_predictor(rd, target, quantity=quantity, quarter=quarter)
-    inside = inside_region(rd, places)
+    inside = np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
     values = {c: np.full(inside.size, np.nan) for c in ("mean", "sd")}
     seen = np.zeros(inside.size, dtype=bool)
     pull = np.full(inside.size, np.nan)
@@ -139,11 +137,6 @@ def run_predict_at(
     return write_places(
         path, places, inside, columns, quantity=quantity, quarter=predictor.quarter, licence=licence
     )
-
-
-def inside_region(rd: RunDir, places: Locations) -> np.ndarray:
-    """True for each of ``places`` inside the run's region."""
-    return np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
 
 
 def write_places(

@@ -254,6 +254,11 @@ def licence_attrs(licence: dict[str, str]) -> dict[str, str]:
     return dict(zip(LICENCE_KEYS, values, strict=True))
 
 
+def run_licence_attrs(rd: RunDir) -> dict[str, str]:
+    """The run's data licence (:func:`run_licence`) as file attributes (:func:`licence_attrs`)."""
+    return licence_attrs(run_licence(rd))
+
+
 def stale_model_message(rd: RunDir, target: str, metadata: dict[str, Any]) -> str | None:
     """Why ``target``'s model no longer matches the run's tile table, or ``None``: the model
     records the ``ingest_id`` of the table it was trained on, and a later ``geodbk ingest``

@@ -51,9 +51,8 @@ from pipelines.predict import _write_grid, add_grid_options, check_grid_options,
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     RunDir,
-    licence_attrs,
     require_run,
-    run_licence,
+    run_licence_attrs,
     target_lock,
 )
 from pipelines.service_at import write_classes_at
@@ -230,7 +229,7 @@ def _common_attrs(rd: RunDir, service: Service) -> dict[str, Any]:
         **service.attributes(rd),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
-        **licence_attrs(run_licence(rd)),
+        **run_licence_attrs(rd),
     }
 
 

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import shapely
 
 from geodbk.geo.locations import Locations
-from pipelines.predict_at import inside_region, write_places
-from pipelines.rundir import RunDir, licence_attrs, run_licence
+from pipelines.predict_at import write_places
+from pipelines.run_inputs import read_region
+from pipelines.rundir import RunDir, run_licence_attrs
 from pipelines.service_classes import Service
 
 __all__ = ["SERVICE_KEY", "output_columns", "write_classes_at"]
@@ -55,7 +57,7 @@ def _json_value(value: Any) -> Any:
 def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: str) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
     ``RUN/service/classes_<stem>.parquet``."""
-    inside = inside_region(rd, places)
+    inside = np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
     probs = [c for c in output_columns(service) if c.startswith("p_")]
     values = {c: np.full(inside.size, np.nan) for c in probs}
     label = np.full(inside.size, None, dtype=object)
@@ -72,6 +74,6 @@ def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: s
         {**values, "service_class": pd.array(label, dtype="string")},
         quantity=service.quantity,
         quarter=service.quarter,
-        licence=licence_attrs(run_licence(rd)),
+        licence=run_licence_attrs(rd),
         metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pipeline_helpers import make_run
 
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from pipelines.rundir import (
@@ -18,6 +19,8 @@ from pipelines.rundir import (
     require_grid,
     require_model,
     require_run,
+    run_licence,
+    run_licence_attrs,
     scale_lonlat,
     scaling_of,
     target_lock,
@@ -100,3 +103,15 @@ def test_a_second_lock_on_the_same_target_is_refused(tmp_path: Path) -> None:
             pass
     with target_lock(rd, "download", stage="report"):  # released
         pass
+
+
+def test_run_licence_attrs_names_the_licence_as_file_attributes(tmp_path: Path) -> None:
+    rd = RunDir(make_run(tmp_path / "run", n=40))
+    licence = run_licence(rd)  # the licence recorded in tiles.parquet
+    assert run_licence_attrs(rd) == {
+        "source": licence["source"],
+        "license": licence["license"],
+        "license_url": licence["license_url"],
+        "license_terms": licence["terms"],
+    }
+    assert all(run_licence_attrs(rd).values())
