@@ -32,7 +32,7 @@ from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.timeaxis import resolve_quarters
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid, sweep_spools
-from pipelines.predict import parse_trend
+from pipelines.predict import add_time_options, parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
@@ -102,19 +102,11 @@ def register(subparsers: Any) -> None:
         help="GeoTIFF (default), Cloud-Optimised GeoTIFF, or netcdf: one NetCDF-4 file "
         "exports/TARGET_quarters.nc with the quarters as a CF time dimension",
     )
-    t = p.add_mutually_exclusive_group()
-    t.add_argument(
-        "--quarter",
-        default=None,
-        metavar="SPEC",
-        help="time-aware models: export the grid of this quarter (2023Q2, 2022Q1:2023Q4, all) "
+    add_time_options(
+        p,
+        quarter="time-aware models: export the grid of this quarter (2023Q2, 2022Q1:2023Q4, all) "
         "to exports/TARGET_Q.tif",
-    )
-    t.add_argument(
-        "--trend",
-        default=None,
-        metavar="Q1:Q2",
-        help="time-aware models: export the trend grid to exports/TARGET_trend_Q1_Q2.tif",
+        trend="time-aware models: export the trend grid to exports/TARGET_trend_Q1_Q2.tif",
     )
 
 

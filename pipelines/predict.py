@@ -184,27 +184,17 @@ def register(subparsers: Any) -> None:
         help="with a tests+devices model: the K tests come from M distinct devices (default: "
         "M = K, each test from its own device); other models ignore it",
     )
-    p.add_argument(
-        "--quantity",
-        choices=list(QUANTITIES),
-        default=DEFAULT_MAP_QUANTITY,
-        help="what the mean, interval and probability layers describe: tile (default) = what a "
+    add_quantity_option(
+        p,
+        "what the mean, interval and probability layers describe: tile (default) = what a "
         "zoom-16 tile here typically gets, its own history included where it has one; area = "
         "the neighbourhood level f(x); test = one speed test (or --tests K)",
     )
-    t = p.add_mutually_exclusive_group()
-    t.add_argument(
-        "--quarter",
-        default=None,
-        metavar="SPEC",
-        help="time-aware models: quarter(s) to map, e.g. 2023Q2, 2022Q1:2023Q4 or all "
+    add_time_options(
+        p,
+        quarter="time-aware models: quarter(s) to map, e.g. 2023Q2, 2022Q1:2023Q4 or all "
         "(default: the latest quarter of the table, written to grids/TARGET.nc)",
-    )
-    t.add_argument(
-        "--trend",
-        default=None,
-        metavar="Q1:Q2",
-        help="time-aware models: change per year between two quarters "
+        trend="time-aware models: change per year between two quarters "
         "(grids/TARGET_trend_Q1_Q2.nc)",
     )
     p.add_argument(
@@ -999,6 +989,22 @@ def add_grid_options(parser: argparse.ArgumentParser, *, verb: str = "write") ->
         default="tiles",
         help="grid box: the region cut to the observed tiles (default) or the whole region",
     )
+
+
+def add_quantity_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--quantity`` (one of :data:`geodbk.quantities.QUANTITIES`, default ``tile``) of every
+    stage that maps a quantity (predict, service, summarize); ``help`` says what of."""
+    parser.add_argument(
+        "--quantity", choices=list(QUANTITIES), default=DEFAULT_MAP_QUANTITY, help=help
+    )
+
+
+def add_time_options(parser: argparse.ArgumentParser, *, quarter: str, trend: str) -> None:
+    """``--quarter SPEC`` or ``--trend Q1:Q2`` (not both) of the stages that read the grids of
+    time-aware models (predict, export), with their help texts."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quarter", default=None, metavar="SPEC", help=quarter)
+    group.add_argument("--trend", default=None, metavar="Q1:Q2", help=trend)
 
 
 def check_grid_options(

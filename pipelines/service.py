@@ -43,11 +43,17 @@ from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
 from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
-from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES
+from geodbk.quantities import DEFAULT_MAP_QUANTITY
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import sweep_spools
-from pipelines.predict import _write_grid, add_grid_options, check_grid_options, map_grid
+from pipelines.predict import (
+    _write_grid,
+    add_grid_options,
+    add_quantity_option,
+    check_grid_options,
+    map_grid,
+)
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     RunDir,
@@ -125,11 +131,9 @@ def register(subparsers: Any) -> None:
         help="latency at or below which a place can count as served at any tier "
         "(default %(default)g)",
     )
-    p.add_argument(
-        "--quantity",
-        choices=list(QUANTITIES),
-        default=DEFAULT_MAP_QUANTITY,
-        help="what the classes are of: tile (default) = the typical speed of the zoom-16 tile "
+    add_quantity_option(
+        p,
+        "what the classes are of: tile (default) = the typical speed of the zoom-16 tile "
         "at the place; area = the neighbourhood level f(x); test = one speed test",
     )
     p.add_argument(

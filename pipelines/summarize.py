@@ -45,10 +45,10 @@ from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mas
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
 from geodbk.joint import JointSampler, latent_scale_of, quantity_draws, standard_normal_weights
-from geodbk.quantities import DEFAULT_MAP_QUANTITY, QUANTITIES, check_quantity
+from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.places import load_place_predictor
-from pipelines.predict import add_grid_options, check_grid_options, map_grid
+from pipelines.predict import add_grid_options, add_quantity_option, check_grid_options, map_grid
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -130,11 +130,9 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="joint posterior samples (default %(default)s; memory grows with areas x S)",
     )
-    p.add_argument(
-        "--quantity",
-        choices=list(QUANTITIES),
-        default=DEFAULT_MAP_QUANTITY,
-        help="what is averaged over each area's cells: tile (default) = what a zoom-16 tile "
+    add_quantity_option(
+        p,
+        "what is averaged over each area's cells: tile (default) = what a zoom-16 tile "
         "typically gets; area = the neighbourhood level f(x); test = one speed test",
     )
     p.add_argument(
