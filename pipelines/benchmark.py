@@ -72,7 +72,7 @@ from geodbk.tile_effect import (
 )
 from geodbk.validation import counts_or_one
 from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, table2_lines
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 from pipelines.scoring import by_tests_scores, clean_json
 from pipelines.training_data import noise_columns, time_axis, urban_classes, urban_groups_supported
@@ -1171,8 +1171,7 @@ def register(subparsers: Any) -> None:
         help="compare DBK with the baseline GPs on one run's split (quality, time, memory)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        run="run directory (from geodbk ingest)",
-        target="what to model",
+        **FITTING,
     )
     p.add_argument(
         "--models", help="comma-separated model names, or 'all' (required without --protocol)"

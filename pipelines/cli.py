@@ -60,6 +60,10 @@ DISK_EXIT_CODE = 6
 
 T = TypeVar("T")
 
+#: The ``--run`` and ``--target`` of the stages that fit models on an ingested run (train,
+#: benchmark), as keyword arguments of :func:`stage_parser`.
+FITTING = {"run": "run directory (from geodbk ingest)", "target": "what to model"}
+
 
 def stage_parser(
     subparsers: Any,

@@ -37,7 +37,7 @@ from geodbk.predictive import noise_kwargs
 from geodbk.tile_effect import MIN_HOLDOUT_ROWS, choose_objective, fit_tile_effect, urban_groups
 from geodbk.training import CHECKPOINT_NAME
 from pipelines.bundles import save_tile_effect
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
 from pipelines.layers import fit_run_local_layer, save_local_layer
 from pipelines.rundir import (
@@ -112,8 +112,7 @@ def register(subparsers: Any) -> None:
         help="train a DBK-RBF (dPPGP) model for one target",
         description=DESCRIPTION,
         epilog=EPILOG,
-        run="run directory (from geodbk ingest)",
-        target="what to model",
+        **FITTING,
     )
     p.add_argument(
         "--config",
