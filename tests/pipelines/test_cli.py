@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pipeline_helpers import make_run
@@ -89,6 +93,56 @@ def test_call_with_options_passes_the_parameters_named() -> None:
     # a given value wins over the option of the same name
     got = cli.call_with_options(run_fit, args, epochs=7, seed=2)
     assert got == {"run": "r", "epochs": 7, "fmt": "cog", "seed": 2}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            "train --run r --target upload --config c.yaml --no-progress --no-tile-effect",
+            {
+                "run": Path("r"),
+                "config_path": Path("c.yaml"),
+                "progress": False,
+                "tile_effect": "off",
+            },
+        ),
+        ("train --run r --target upload", {"config_path": None, "progress": True, "time": None}),
+        (
+            "download --cache c --quarters 2023Q4 --no-census --no-progress",
+            {"cache": "c", "census": False, "progress": False},
+        ),
+        (
+            "service --run r --format cog --tile-zoom 12",
+            {"run": Path("r"), "fmt": "cog", "tile_zoom": 12},
+        ),
+        (
+            "predict --run r --target latency --at p.csv --tests 2",
+            {"run": Path("r"), "at": Path("p.csv"), "tests": 2.0},
+        ),
+        (
+            "benchmark --run r --target download --models dbk-rbf --no-isolate",
+            {"isolate": False, "models": ["dbk-rbf"], "epochs": 20},
+        ),
+    ],
+)
+def test_stage_options_reach_the_run_function(
+    argv: str, expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage = argv.split()[0]
+    name = {"predict": "run_predict_at"}.get(stage, f"run_{stage}")
+    module = importlib.import_module(f"pipelines.{stage}")
+    real = getattr(module, name)
+    got: dict[str, Any] = {}
+
+    @functools.wraps(real)
+    def record(*args: Any, **kwargs: Any) -> Any:
+        got.update(inspect.signature(real).bind(*args, **kwargs).arguments)
+        return {"census": {}, "tiles_dir": "t", "quarters": ["2023Q4"], "models": {}}
+
+    monkeypatch.setattr(module, name, record)
+    assert cli.main(argv.split()) == 0
+    assert {k: got[k] for k in expected} == expected
 
 
 def test_missing_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
