@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
@@ -341,19 +340,3 @@ class CaGPRegressor(TorchBaseline):
     def _kernel(self, module: nn.Module, A: Tensor, B: Tensor) -> Tensor:
         assert isinstance(module, CaGPModule)
         return module.k(A, B)
-
-    def dense_actions(self) -> np.ndarray:
-        """The dense action matrix S (n × i) in the Morton row order of ``training_inputs``."""
-        module = self._check_fitted()
-        assert isinstance(module, CaGPModule)
-        w = module.weights().detach()
-        S = torch.zeros(module.i * module.block, module.i, dtype=w.dtype)
-        for j in range(module.i):
-            S[j * module.block : (j + 1) * module.block, j] = w[j].cpu()
-        return S[: module.n].double().numpy()
-
-    def training_inputs(self) -> np.ndarray:
-        """The training inputs in the Morton row order used by the actions, (n, d)."""
-        module = self._check_fitted()
-        assert isinstance(module, CaGPModule)
-        return module.X[: module.n].detach().double().cpu().numpy()

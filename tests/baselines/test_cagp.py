@@ -5,7 +5,8 @@
 * Against the dense O(n³) formulas (float64): the predictive mean and variances, the loss as
   the negative ELBO of the dense posterior, the chunked kernel-times-actions products against
   the unchunked and dense ones, with constant noise s2 I and with the tests-aware
-  D = diag(s2_i) (issue 9).
+  D = diag(s2_i). The reference builds K in numpy and S from the action weights, and fails
+  when the model's kernel, noise, actions or variance solve is perturbed (mutation checks).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as nn_f
 from baseline_helpers import dense_s2, kl_gauss, region, set_tests_noise, speed_test_counts
 from torch import nn
 
+from geodbk.baselines import cagp as cagp_module
 from geodbk.baselines.cagp import CaGPRegressor, cagp_terms
 from geodbk.baselines.kernels import morton_order
 from geodbk.baselines.registry import CAGP_LR_GRID, PAPER_PRESET, build_model
@@ -99,38 +102,48 @@ def cagp() -> CaGPRegressor:
     return est
 
 
-def _cagp_dense(est: CaGPRegressor) -> dict[str, np.ndarray]:
+def _matern32(A: np.ndarray, B: np.ndarray, ls: np.ndarray, os2: float) -> np.ndarray:
+    """The Matérn-3/2 ARD kernel in numpy, independent of the model's kernel code."""
+    z = math.sqrt(3.0) * np.sqrt((((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
+    return os2 * (1.0 + z) * np.exp(-z)
+
+
+def _cagp_dense(est: CaGPRegressor) -> dict[str, Any]:
+    """K from ``_matern32``, S from the action weights (``_block_dense``), G and C = S G^{-1} S'."""
     module = est.module_
     n = module.n
-    Xs = torch.as_tensor(est.training_inputs())
-    K = module.k(Xs, Xs).detach().numpy()
-    s2 = float(module.noise().detach())
-    S = est.dense_actions()
-    r = est._y_pad[:n].numpy() - float(module.mean_const)
+    Xs = module.X[:n].detach().double().numpy()
+    with torch.no_grad():
+        ls, os2 = module.lengthscale().double().numpy(), float(module.outputscale())
+        s2 = module.noise.floor + float(nn_f.softplus(module.noise.raw))
+        c = float(module.mean_const)
+    K = _matern32(Xs, Xs, ls, os2)
+    S = _block_dense(est)[:n]
+    r = est._y_pad[:n].numpy() - c
     G = S.T @ (K + s2 * np.eye(n)) @ S
     G += 1e-8 * np.mean(np.diag(G)) * np.eye(G.shape[0])  # the model's relative Cholesky jitter
     C = S @ np.linalg.solve(G, S.T)
-    return {"K": K, "S": S, "C": C, "r": r, "s2": s2, "Xs": Xs.numpy()}
+    return {"K": K, "S": S, "C": C, "r": r, "s2": s2, "Xs": Xs, "ls": ls, "os2": os2, "c": c}
 
 
-def test_cagp_predictive_matches_dense_formula(cagp: CaGPRegressor) -> None:
-    d = _cagp_dense(cagp)
-    module = cagp.module_
-    Xq, _ = region(11, seed=9)
-    Kq = module.k(torch.as_tensor(Xq), torch.as_tensor(d["Xs"])).detach().numpy()
-    mean = float(module.mean_const) + Kq @ d["C"] @ d["r"]
-    var_f = float(module.outputscale()) - np.einsum("ij,jk,ik->i", Kq, d["C"], Kq)
-    pred = cagp.predict_dist(Xq)
-    sd = cagp.y_sd_
-    np.testing.assert_allclose(pred.mean, mean * sd + cagp.y_mean_, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
-    np.testing.assert_allclose(pred.var, (var_f + d["s2"]) * sd**2, rtol=1e-7, atol=1e-10)
+def _compare_cagp(est: CaGPRegressor) -> None:
+    """Predictive mean and variances, and the loss as the negative ELBO of the dense posterior.
 
-
-def test_cagp_loss_is_the_negative_elbo_of_the_dense_posterior(cagp: CaGPRegressor) -> None:
-    """-ELBO = -Σ E_q log N(y_j; f_j, s2) + KL(N(mu, K - KCK) || N(0, K)) with dense matrices."""
-    d = _cagp_dense(cagp)
+    mean = c + k(x,X) C r, var_f = s - k(x,X) C k(X,x), var = var_f + s2;
+    -ELBO = -Σ E_q log N(y_j; f_j, s2) + KL(N(mu, K - KCK) || N(0, K)), mu = K C r.
+    """
+    est._refresh(est.module_, None, None)  # type: ignore[arg-type]
+    d = _cagp_dense(est)
     K, C, r, s2 = d["K"], d["C"], d["r"], d["s2"]
+    Xq, _ = region(11, seed=9)
+    Kq = _matern32(Xq, d["Xs"], d["ls"], d["os2"])
+    mean = d["c"] + Kq @ C @ r
+    var_f = d["os2"] - np.einsum("ij,jk,ik->i", Kq, C, Kq)
+    pred = est.predict_dist(Xq)
+    sd = est.y_sd_
+    np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(pred.var, (var_f + s2) * sd**2, rtol=1e-7, atol=1e-10)
     n = K.shape[0]
     mu = K @ C @ r
     Sigma = K - K @ C @ K
@@ -139,8 +152,39 @@ def test_cagp_loss_is_the_negative_elbo_of_the_dense_posterior(cagp: CaGPRegress
     )
     dense = (-exp_loglik + kl_gauss(mu, Sigma, np.zeros(n), K)) / n
     with torch.no_grad():
-        ours = cagp_terms(cagp.module_, cagp._y_pad, chunk_elems=2**20, grad=False)["loss"]
+        ours = cagp_terms(est.module_, est._y_pad, chunk_elems=2**20, grad=False)["loss"]
     assert float(ours) == pytest.approx(dense, rel=1e-7, abs=1e-9)
+
+
+def test_cagp_matches_the_dense_posterior_and_elbo(cagp: CaGPRegressor) -> None:
+    _compare_cagp(cagp)
+
+
+def _scaled(fn: Any, factor: float) -> Any:
+    return lambda *args, **kwargs: factor * fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("factor", ["kernel", "noise", "actions", "variance solve"])
+def test_cagp_reference_fails_when_a_factor_is_perturbed(
+    factor: str, cagp: CaGPRegressor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation check: K, s2, some action weights or the variance's solve scaled in the model."""
+    module = cagp.module_
+    if factor == "kernel":
+        monkeypatch.setattr(cagp_module, "matern32_ard", _scaled(cagp_module.matern32_ard, 1.01))
+    elif factor == "noise":
+        monkeypatch.setattr(module.noise, "forward", _scaled(module.noise.forward, 1.01))
+    elif factor == "actions":  # one row of each block (a common scale of S cancels in C)
+        bump = torch.ones_like(module.actions)
+        bump[:, 0] = 1.01
+        weights = module.weights
+        monkeypatch.setattr(module, "weights", lambda: weights() * bump)
+    else:
+        monkeypatch.setattr(cagp_module, "tri_solve", _scaled(cagp_module.tri_solve, 1.01))
+    with pytest.raises(AssertionError):
+        _compare_cagp(cagp)
+    monkeypatch.undo()
+    _compare_cagp(cagp)  # the fixture is left as it was
 
 
 def test_cagp_chunked_products_match_unchunked_values_and_gradients(cagp: CaGPRegressor) -> None:
@@ -164,7 +208,7 @@ def test_cagp_chunked_products_match_unchunked_values_and_gradients(cagp: CaGPRe
 def _block_dense(est: CaGPRegressor) -> np.ndarray:
     module = est.module_
     S = np.zeros((module.i * module.block, module.i))
-    w = module.weights().detach().numpy()
+    w = (module.actions * module.mask).detach().numpy()  # the weights, not via module.weights
     for j in range(module.i):
         S[j * module.block : (j + 1) * module.block, j] = w[j]
     return S
@@ -187,13 +231,14 @@ def test_cagp_tests_noise_matches_dense_formula() -> None:
         ours = cagp_terms(
             m, est._y_pad, chunk_elems=2**20, grad=False, tests_pad=est._tests_pad(m, Tt)
         )["loss"]
-        Xs = torch.as_tensor(est.training_inputs())
-        K = m.k(Xs, Xs).numpy()
+        Xs = m.X[:37].detach()  # the training inputs in the actions' (Morton) order
+        ls = m.lengthscale().double().numpy()
+        K = _matern32(Xs.numpy(), Xs.numpy(), ls, float(m.outputscale()))
         Kq_t = torch.as_tensor(region(9, seed=14)[0])
-        Kq = m.k(Kq_t, Xs).numpy()
+        Kq = _matern32(Kq_t.numpy(), Xs.numpy(), ls, float(m.outputscale()))
         c, os_ = float(m.mean_const), float(m.outputscale())
     s2 = dense_s2(tests[morton_order(X)])  # D in the actions' (Morton) row order
-    S = est.dense_actions()
+    S = _block_dense(est)[:37]
     r = est._y_pad[:37].numpy() - c
     G = S.T @ (K + np.diag(s2)) @ S
     G += 1e-8 * np.mean(np.diag(G)) * np.eye(G.shape[0])  # the model's relative jitter
