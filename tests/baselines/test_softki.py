@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as nn_f
 from baseline_helpers import dense_s2, region, set_tests_noise, speed_test_counts, standardised
 from sklearn.cluster import KMeans
 
@@ -327,41 +328,89 @@ def test_registry_presets() -> None:
 
 
 # ---------------------------------------------------------------------------------- dense formulas
-def test_softki_posterior_matches_dense_gp() -> None:
-    X, y = region(80, seed=4)
-    est = SoftKIRegressor(num_points=10, epochs=3, batch_size=40, dtype="float64").fit(X, y)
-    m = est.module_
+def _softki_kernel(m: Any, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """w(a)' (Kzz + jitter) w(b) in numpy from the module's parameters (not its code):
+    w(x) = softmax_j(-||x - z_j|| / T), Kzz the RBF-ARD kernel with the relative jitter 1e-6."""
     with torch.no_grad():
-        Xt = torch.as_tensor(X)
-        Xq = torch.as_tensor(region(13, seed=5)[0])
-        Phi = m.features(Xt).numpy()
-        Phq = m.features(Xq).numpy()
-        s2 = float(m.noise())
-        r = (y - est.y_mean_) / est.y_sd_ - float(m.mean_const)
-        Khat = Phi @ Phi.T + s2 * np.eye(80)
-        Kq = Phq @ Phi.T
-        mean = float(m.mean_const) + Kq @ np.linalg.solve(Khat, r)
-        var_f = np.einsum("ij,ij->i", Phq, Phq) - np.einsum(
-            "ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T)
-        )
-        # the kernel is w(x)' Kzz w(x') with the soft weights
-        W = m.weights(Xq).numpy()
-        Kzz = (m.kzz_chol() @ m.kzz_chol().T).numpy()
-        np.testing.assert_allclose(
-            est.kernel(Xq.numpy(), Xq.numpy()), W @ Kzz @ W.T, rtol=1e-9, atol=1e-12
-        )
-        # batch marginal likelihood vs a dense multivariate normal
-        nll = float(batch_marginal_nll(torch.as_tensor(Phi), torch.as_tensor(r), m.noise()))
-        dense_nll = (
-            -torch.distributions.MultivariateNormal(
-                torch.zeros(80, dtype=torch.float64), torch.as_tensor(Khat)
-            ).log_prob(torch.as_tensor(r))
-            / 80
-        )
-        assert nll == pytest.approx(float(dense_nll), rel=1e-9)
-    pred = est.predict_dist(Xq.numpy())
+        Z = m.Z.double().numpy()
+        ls, os2 = m.lengthscale().double().numpy(), float(m.outputscale())
+        T = float(m.log_temperature.exp())
+
+    def w(X: np.ndarray) -> np.ndarray:
+        logits = -np.sqrt(((X[:, None, :] - Z[None, :, :]) ** 2).sum(-1)) / T
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    Kzz = os2 * np.exp(-0.5 * (((Z[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1))
+    Kzz += 1e-6 * np.mean(np.diag(Kzz)) * np.eye(len(Z))
+    return w(A) @ Kzz @ w(B).T
+
+
+def _compare_softki(est: SoftKIRegressor, X: np.ndarray, y: np.ndarray) -> None:
+    """Posterior mean and var_f, the kernel and the batch marginal likelihood against the dense
+    GP N(c, K + s2 I) with K from ``_softki_kernel``."""
+    m = est.module_
+    n = len(y)
+    Xt = torch.as_tensor(X)
+    Xq = region(13, seed=5)[0]
+    with torch.no_grad():
+        s2 = m.noise.floor + float(nn_f.softplus(m.noise.raw))
+        c = float(m.mean_const)
+        r = (y - est.y_mean_) / est.y_sd_ - c
+        est._refresh(m, Xt, torch.as_tensor(r + c))
+        nll = float(batch_marginal_nll(m.features(Xt), torch.as_tensor(r), m.noise()))
+    Khat = _softki_kernel(m, X, X) + s2 * np.eye(n)
+    Kq = _softki_kernel(m, Xq, X)
+    mean = c + Kq @ np.linalg.solve(Khat, r)
+    kqq = np.diag(_softki_kernel(m, Xq, Xq))
+    var_f = kqq - np.einsum("ij,ji->i", Kq, np.linalg.solve(Khat, Kq.T))
+    np.testing.assert_allclose(est.kernel(Xq, Xq), _softki_kernel(m, Xq, Xq), rtol=1e-9, atol=1e-12)
+    dense_nll = -torch.distributions.MultivariateNormal(
+        torch.zeros(n, dtype=torch.float64), torch.as_tensor(Khat)
+    ).log_prob(torch.as_tensor(r))
+    assert nll == pytest.approx(float(dense_nll) / n, rel=1e-9)
+    pred = est.predict_dist(Xq)
     np.testing.assert_allclose(pred.mean, mean * est.y_sd_ + est.y_mean_, rtol=1e-8, atol=1e-9)
     np.testing.assert_allclose(pred.var_f, var_f * est.y_sd_**2, rtol=1e-6, atol=1e-10)
+
+
+@pytest.fixture(scope="module")
+def softki_fit() -> tuple[SoftKIRegressor, np.ndarray, np.ndarray]:
+    X, y = region(80, seed=4)
+    est = SoftKIRegressor(num_points=10, epochs=3, batch_size=40, dtype="float64").fit(X, y)
+    return est, X, y
+
+
+def test_softki_posterior_matches_dense_gp(softki_fit) -> None:
+    _compare_softki(*softki_fit)
+
+
+@pytest.mark.parametrize("factor", ["kzz", "weights", "noise", "variance solve"])
+def test_softki_reference_fails_when_a_factor_is_perturbed(
+    factor: str, softki_fit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation check: Kzz, one soft weight per row, s2 or the variance's solve scaled."""
+    est, X, y = softki_fit
+    m = est.module_
+    if factor == "kzz":
+        monkeypatch.setattr(softki_module, "rbf_ard", _scaled(softki_module.rbf_ard))
+    elif factor == "weights":  # the first weight of each row
+        weights = m.weights
+
+        def bumped(Xb: torch.Tensor) -> torch.Tensor:
+            w = weights(Xb).clone()
+            w[:, 0] *= 1.01
+            return w
+
+        monkeypatch.setattr(m, "weights", bumped)
+    elif factor == "noise":
+        monkeypatch.setattr(m.noise, "forward", _scaled(m.noise.forward))
+    else:
+        monkeypatch.setattr(softki_module, "tri_solve", _scaled(softki_module.tri_solve))
+    with pytest.raises(AssertionError):
+        _compare_softki(est, X, y)
+    monkeypatch.undo()
+    _compare_softki(est, X, y)  # the fixture is left as it was
 
 
 def test_softki_temperature_is_learned() -> None:
