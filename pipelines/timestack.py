@@ -11,10 +11,7 @@ moved into place, so memory stays bounded and an earlier file is never half repl
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ import h5netcdf
 import h5py
 import numpy as np
 
-from geodbk.atomic import disk_error
+from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines.gridfile import COMPRESSION_LEVEL, open_grid
@@ -81,9 +78,7 @@ def write_time_stack(out: Path, grids: Sequence[Path], *, attrs: dict[str, Any])
         raise DataError(f"the quarter grids have different shapes {sorted(shapes)}; {fix}")
     names = [n for n in layouts[-1][3] if all(n in lay[3] for lay in layouts)]
     bounds = np.array([quarter_bounds(q) for q in quarters])
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.part.nc")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with atomic_path(out, suffix=".nc") as tmp:
         with h5netcdf.File(tmp, "w") as nc, open_grid(grids[-1], fix=fix) as last:
             ny, nx = shapes.pop()
             nc.dimensions = {"time": len(grids), "nv": 2, "y": ny, "x": nx}
@@ -118,18 +113,6 @@ def write_time_stack(out: Path, grids: Sequence[Path], *, attrs: dict[str, Any])
             nc.attrs.update({k: _plain(v) for k, v in last.attrs.items()})
             nc.attrs.update({k: _plain(v) for k, v in attrs.items()})
             nc.attrs["Conventions"] = "CF-1.8"
-        os.replace(tmp, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        named = disk_error(exc, out)
-        if named is exc:
-            raise
-        raise named from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return out
 
 
