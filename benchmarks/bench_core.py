@@ -53,12 +53,13 @@ def _timeit(fn: Callable[[], Any], *, warmup: int, reps: int, device: torch.devi
 # ---------------------------------------------------------------------------- DBK models
 def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> dict[str, Any]:
     """DBK model, its dPPGP training step and its folded predictor."""
+    from geodbk.hyperparameters import DBKHyperparameters
     from geodbk.model import DBKModel
-    from geodbk.training import TrainConfig, batch_loss
+    from geodbk.training import LoopConfig, batch_loss
 
     torch.manual_seed(0)
     model = DBKModel(2, expansion=expansion, rank=r, hidden=h).to(device)
-    config = TrainConfig(objective="dppgp", alpha=0.1, beta=0.01)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
     opt = torch.optim.AdamW(
         [
             {"params": model.backbone_parameters(), "weight_decay": 1e-2},

@@ -44,11 +44,12 @@ from geodbk.posterior import (
 
 def _random_model(rank: int, hidden: int, steps: int, *, batch: int, seed: int) -> DBKModel:
     """A DBK-RBF model trained ``steps`` dPPGP steps on ``y = sin(3 x1) cos(2 x2) + noise``."""
-    from geodbk.training import TrainConfig, _make_optimizer, batch_loss
+    from geodbk.hyperparameters import DBKHyperparameters
+    from geodbk.training import LoopConfig, _make_optimizer, batch_loss
 
     torch.manual_seed(seed)
     model = DBKModel(2, expansion="rbf", rank=rank, hidden=hidden)
-    config = TrainConfig(objective="dppgp", batch_size=batch)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", batch_size=batch))
     opt = _make_optimizer(model, config)
     n = 100 * batch
     for _ in range(steps):

@@ -140,9 +140,10 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
 
     from geodbk.geo.parquet_batches import ParquetRowGroups, count_rows, predict_table
     from geodbk.geo.parquet_shards import read_parquet_shard
+    from geodbk.hyperparameters import DBKHyperparameters
     from geodbk.model import DBKModel
     from geodbk.streaming import train_streaming
-    from geodbk.training import TrainConfig
+    from geodbk.training import LoopConfig
 
     t0 = time.perf_counter()
     train = pc.field("split") == "train"
@@ -154,7 +155,7 @@ def child_stream(rows: int, phase: str, src: Path) -> dict[str, Any]:
     elif phase == "train_epoch":
         torch.manual_seed(0)
         model = DBKModel(2, rank=16, hidden=8, generator=torch.Generator().manual_seed(0))
-        cfg = TrainConfig(batch_size=1024, epochs=1, lr=1e-3, seed=0)
+        cfg = LoopConfig.of(DBKHyperparameters(batch_size=1024, epochs=1, lr=1e-3, seed=0))
         n = count_rows(src, filters=train)
         train_streaming(
             model,
@@ -331,13 +332,14 @@ def child_model(rank: int, hidden: int, batch: int, device: str = "cpu") -> dict
     """
     import torch
 
+    from geodbk.hyperparameters import DBKHyperparameters
     from geodbk.model import DBKModel
-    from geodbk.training import TrainConfig, _make_optimizer, batch_loss
+    from geodbk.training import LoopConfig, _make_optimizer, batch_loss
 
     torch.manual_seed(0)
     model = DBKModel(2, rank=rank, hidden=hidden, generator=torch.Generator().manual_seed(0))
     model = model.to(device)
-    cfg = TrainConfig(batch_size=batch)
+    cfg = LoopConfig.of(DBKHyperparameters(batch_size=batch))
     opt = _make_optimizer(model, cfg)
     x = (torch.rand(batch, 2) * 2 - 1).to(device)
     y = torch.randn(batch).to(device)

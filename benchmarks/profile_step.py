@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.objectives import batch_loss
-from geodbk.training import TrainConfig
+from geodbk.training import LoopConfig
 
 #: Operator name fragments of each group (first match wins).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = DBKModel(2, expansion=args.expansion, rank=args.rank, hidden=args.hidden)
-    config = TrainConfig(objective="dppgp", alpha=0.1, beta=0.01)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
     opt = torch.optim.AdamW(
         [
             {"params": model.backbone_parameters(), "weight_decay": 1e-2},

@@ -18,6 +18,7 @@ from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.distributed import ShardPlan, global_mean_std
 from geodbk.errors import DataError, ModelFileError
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.joint import JointSampler
 from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
@@ -25,7 +26,7 @@ from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
 from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
 from geodbk.streaming import train_streaming
-from geodbk.training import OBJECTIVES, TrainConfig, exact_posterior_from_data, train_model
+from geodbk.training import OBJECTIVES, LoopConfig, exact_posterior_from_data, train_model
 from geodbk.validation import (
     as_devices,
     as_tests,
@@ -154,96 +155,78 @@ def check_quantity(quantity: str) -> str:
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class DBKRegressor(BaseRegressor):
+class DBKRegressor(BaseRegressor, DBKHyperparameters):
     """Deep basis kernel GP regressor (methods §1), a scikit-learn estimator.
 
-    ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
-    ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
-    ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
-    ``tests_i`` speed tests; ``fit(..., tests=...)``) or
-    ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
-    the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
-    trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
+        ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
+        ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
+        ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
+        ``tests_i`` speed tests; ``fit(..., tests=...)``) or
+        ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
+        the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
+        trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
 
-    A scikit-learn regressor (``BaseEstimator`` + ``RegressorMixin``): the parameters are those
-    of ``__init__`` (``get_params`` / ``set_params`` / ``clone``), :meth:`predict` returns the
-    predictive mean (``return_std=True``: and sd) as numpy arrays, ``score`` is R², an unfitted
-    model raises :class:`sklearn.exceptions.NotFittedError`, and ``n_features_in_`` (and, when
-    fitted on a DataFrame, ``feature_names_in_``) are checked at prediction time, so it works in
-    ``make_pipeline``, ``cross_val_score`` and ``GridSearchCV``. The full predictive
-    distribution is :meth:`predict_dist`. Options are checked when fitting, not when set.
+        A scikit-learn regressor (``BaseEstimator`` + ``RegressorMixin``): the parameters are those
+        of ``__init__`` (``get_params`` / ``set_params`` / ``clone``), :meth:`predict` returns the
+        predictive mean (``return_std=True``: and sd) as numpy arrays, ``score`` is R², an unfitted
+        model raises :class:`sklearn.exceptions.NotFittedError`, and ``n_features_in_`` (and, when
+        fitted on a DataFrame, ``feature_names_in_``) are checked at prediction time, so it works in
+        ``make_pipeline``, ``cross_val_score`` and ``GridSearchCV``. The full predictive
+        distribution is :meth:`predict_dist`. Options are checked when fitting, not when set.
+    The parameters shared with ``geodbk train``'s config, and their defaults, are declared in
+    :class:`~geodbk.hyperparameters.DBKHyperparameters`.
 
-    Parameters
-    ----------
-    expansion
-        ``"rbf"`` (DBK-RBF, whitened inducing-point basis) or ``"silu"`` (DBK-SiLU).
-    rank
-        Number of basis functions ``r``.
-    hidden
-        Backbone width ``h``.
-    objective
-        ``"dppgp"``, ``"exact"`` (full-batch exact marginal likelihood, exact posterior),
-        ``"ppgp"`` or ``"elbo"``. PPGP and ELBO with the RBF basis add the base-kernel variance
-        correction ``k~(x,x) - ||phi(x)||^2`` at training and prediction time.
-    alpha, beta
-        dPPGP trace-regulariser and KL weights (``beta`` is also PPGP's KL weight).
-    batch_size, epochs, lr, weight_decay, patience
-        AdamW options (weight decay on the backbone only) and early-stopping patience.
-    device
-        ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
-    seed
-        Seeds the initialisation and the mini-batch order.
-    jitter
-        Relative Cholesky jitter of the RBF basis.
-    dtype
-        ``"float32"`` or ``"float64"``.
-    noise_init, noise_floor
-        Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
-        standardised units.
-    noise
-        ``"constant"`` (homoscedastic ``s2``), ``"tests"`` (per-point
-        ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
-        ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
-        ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
-        positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
-        :meth:`fit`; not with :meth:`fit_batches`).
-    noise_power
-        With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
-        ``devices`` (default ``p = q = 1``).
-    noise_urban
-        With the tests-aware noise: learn a separate floor for urban tiles,
-        ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
-        ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
-        :meth:`predict_dist` (not with :meth:`fit_batches`).
+        Parameters
+        ----------
+        expansion
+            ``"rbf"`` (DBK-RBF, whitened inducing-point basis) or ``"silu"`` (DBK-SiLU).
+        rank
+            Number of basis functions ``r``.
+        hidden
+            Backbone width ``h``.
+        objective
+            ``"dppgp"``, ``"exact"`` (full-batch exact marginal likelihood, exact posterior),
+            ``"ppgp"`` or ``"elbo"``. PPGP and ELBO with the RBF basis add the base-kernel variance
+            correction ``k~(x,x) - ||phi(x)||^2`` at training and prediction time.
+        alpha, beta
+            dPPGP trace-regulariser and KL weights (``beta`` is also PPGP's KL weight).
+        batch_size, epochs, lr, weight_decay, patience
+            AdamW options (weight decay on the backbone only) and early-stopping patience.
+        device
+            ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
+        seed
+            Seeds the initialisation and the mini-batch order.
+        jitter
+            Relative Cholesky jitter of the RBF basis.
+        dtype
+            ``"float32"`` or ``"float64"``.
+        noise_init, noise_floor
+            Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
+            standardised units.
+        noise
+            ``"constant"`` (homoscedastic ``s2``), ``"tests"`` (per-point
+            ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
+            ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
+            ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
+            positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
+            :meth:`fit`; not with :meth:`fit_batches`).
+        noise_power
+            With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
+            ``devices`` (default ``p = q = 1``).
+        noise_urban
+            With the tests-aware noise: learn a separate floor for urban tiles,
+            ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
+            ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
+            :meth:`predict_dist` (not with :meth:`fit_batches`).
     """
 
-    expansion: str = "rbf"
-    rank: int = 1024
-    hidden: int = 256
-    objective: str = "dppgp"
-    alpha: float = 0.1
-    beta: float = 0.01
-    batch_size: int = 1024
-    epochs: int = 400
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
-    patience: int = 50
-    device: str = "auto"
-    seed: int = 0
+    # the others, and every default, are those of DBKHyperparameters
     jitter: float = 1e-4
     dtype: str = "float32"
-    noise_init: float = 1e-2
     noise_floor: float = 1e-6
-    noise: str = "constant"
-    noise_power: bool = False
     noise_urban: bool = False
 
     # ------------------------------------------------------------------ configuration
-    @property
-    def variance_correction(self) -> bool:
-        """Whether predictions add ``k~(x,x) - ||phi(x)||^2`` (PPGP/ELBO with the RBF basis)."""
-        return self.expansion == "rbf" and self.objective in ("ppgp", "elbo")
-
     def _validate(self) -> None:
         if self.expansion not in EXPANSIONS:
             raise ValueError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
@@ -260,20 +243,6 @@ class DBKRegressor(BaseRegressor):
                 'noise_urban (a noise floor per urban/rural class) needs noise="tests" or '
                 f'"tests+devices", got noise={self.noise!r}'
             )
-
-    def _train_config(self) -> TrainConfig:
-        return TrainConfig(
-            objective=self.objective,
-            alpha=float(self.alpha),
-            beta=float(self.beta),
-            batch_size=int(self.batch_size),
-            epochs=int(self.epochs),
-            lr=float(self.lr),
-            weight_decay=float(self.weight_decay),
-            patience=int(self.patience),
-            seed=int(self.seed),
-            variance_correction=self.variance_correction,
-        )
 
     def _build_model(self, input_dim: int, device: torch.device) -> DBKModel:
         """The untrained model (:meth:`_make_model`, seeded by ``seed``) on ``device``."""
@@ -391,7 +360,7 @@ class DBKRegressor(BaseRegressor):
             self.model_,
             x_t,
             y_t,
-            config=self._train_config(),
+            config=LoopConfig.of(self),
             x_val=xv_t,
             y_val=yv_t,
             nll_offset=math.log(self.y_std_),
@@ -541,7 +510,7 @@ class DBKRegressor(BaseRegressor):
             y_column=y_column,
             y_mean=self.y_mean_,
             y_std=self.y_std_,
-            config=self._train_config(),
+            config=LoopConfig.of(self),
             x_val=xv_t,
             y_val=yv_t,
             n_global=source.count_rows(),

@@ -18,7 +18,7 @@ import torch
 
 if TYPE_CHECKING:
     from geodbk.model import DBKModel, ModelOutput
-    from geodbk.training import TrainConfig
+    from geodbk.training import LoopConfig
 
 __all__ = [
     "dppgp_loss",
@@ -210,7 +210,7 @@ def batch_loss(
     y: torch.Tensor,
     *,
     n: int,
-    config: TrainConfig,
+    config: LoopConfig,
     tests: torch.Tensor | None = None,
     out: ModelOutput | None = None,
     phi_sq_max: torch.Tensor | None = None,

@@ -83,7 +83,7 @@ def train_streaming(
     y_mean, y_std
         Target standardisation.
     config
-        A :class:`geodbk.training.TrainConfig` (objective, batch size, epochs, lr, patience...).
+        A :class:`geodbk.training.LoopConfig` (objective, batch size, epochs, lr, patience...).
     x_val, y_val
         Validation data (standardised targets), held in memory; ``None``: no selection.
     rank, world_size

@@ -16,9 +16,9 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_type_hints
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from geodbk.atomic import atomic_path
 from geodbk.distributed import ShardPlan, make_epoch_runner
 from geodbk.errors import ModelFileError, TrainingDivergedError
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.objectives import (
     batch_loss,
@@ -39,7 +40,7 @@ __all__ = [
     "CHECKPOINT_NAME",
     "OBJECTIVES",
     "Epoch",
-    "TrainConfig",
+    "LoopConfig",
     "TrainResult",
     "batch_loss",
     "evaluate_nll",
@@ -53,21 +54,37 @@ CHECKPOINT_NAME = "last.pt"
 _CHECKPOINT_FORMAT = "geodbk-checkpoint-v2"
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Options of :func:`train_model` (see the estimator for their meaning)."""
+@dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """What the DBK training loop needs (:func:`train_model`,
+    :func:`geodbk.streaming.train_streaming`, :func:`geodbk.objectives.batch_loss`): the
+    hyperparameters of the same names (their meaning and defaults:
+    :class:`~geodbk.hyperparameters.DBKHyperparameters`), built from them by :meth:`of`, and
+    the rows per chunk of the validation NLL and the exact posterior."""
 
-    objective: str = "dppgp"
-    alpha: float = 0.1
-    beta: float = 0.01
-    batch_size: int = 1024
-    epochs: int = 400
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
-    patience: int = 50
-    seed: int = 0
-    variance_correction: bool = False
+    objective: str
+    alpha: float
+    beta: float
+    batch_size: int
+    epochs: int
+    lr: float
+    weight_decay: float
+    patience: int
+    seed: int
+    variance_correction: bool
     eval_chunk_size: int = 65536
+
+    @classmethod
+    def of(cls, hyperparameters: DBKHyperparameters, **changes: Any) -> LoopConfig:
+        """The loop options of ``hyperparameters`` (its fields and ``variance_correction``,
+        cast to the types here), ``changes`` replacing some."""
+        types = get_type_hints(cls)
+        values = {
+            f.name: types[f.name](getattr(hyperparameters, f.name))
+            for f in fields(cls)
+            if hasattr(hyperparameters, f.name)
+        }
+        return cls(**{**values, **changes})
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -134,7 +151,7 @@ def evaluate_nll(
     return total / max(x.shape[0], 1)
 
 
-def _make_optimizer(model: DBKModel, config: TrainConfig) -> torch.optim.AdamW:
+def _make_optimizer(model: DBKModel, config: LoopConfig) -> torch.optim.AdamW:
     groups = [
         {"params": model.backbone_parameters(), "weight_decay": config.weight_decay},
         {"params": model.other_parameters(), "weight_decay": 0.0},
@@ -353,7 +370,7 @@ def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> lis
     return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
-def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
+def checkpoint_options(config: LoopConfig) -> dict[str, Any]:
     """The options of ``config`` a checkpoint must match to be resumed (not the budget)."""
     skip = ("epochs", "patience", "eval_chunk_size")
     return {k: v for k, v in asdict(config).items() if k not in skip}
@@ -361,7 +378,7 @@ def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
 
 def validator(
     model: DBKModel,
-    config: TrainConfig,
+    config: LoopConfig,
     x_val: torch.Tensor | None,
     y_val: torch.Tensor | None,
     tests_val: torch.Tensor | None = None,
@@ -388,7 +405,7 @@ def train_model(
     x: torch.Tensor,
     y: torch.Tensor,
     *,
-    config: TrainConfig,
+    config: LoopConfig,
     x_val: torch.Tensor | None = None,
     y_val: torch.Tensor | None = None,
     nll_offset: float = 0.0,

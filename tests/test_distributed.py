@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from geodbk.distributed import ShardPlan, shutdown_distributed
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
-from geodbk.training import TrainConfig, shuffled_batches, train_model
+from geodbk.training import LoopConfig, shuffled_batches, train_model
 
 N, N_VAL, RANK_R, HIDDEN = 300, 60, 16, 8
 
@@ -67,14 +68,16 @@ CASES: tuple[tuple[str, str, str, tuple[int, int], int], ...] = (
 )
 
 
-def _case_config(objective: str, batch_size: int) -> TrainConfig:
-    return TrainConfig(
-        objective=objective,
-        batch_size=batch_size,
-        epochs=3,
-        lr=2e-2,
-        patience=5,
-        seed=3,
+def _case_config(objective: str, batch_size: int) -> LoopConfig:
+    return LoopConfig.of(
+        DBKHyperparameters(
+            objective=objective,
+            batch_size=batch_size,
+            epochs=3,
+            lr=2e-2,
+            patience=5,
+            seed=3,
+        ),
         variance_correction=True,
     )
 

@@ -14,11 +14,12 @@ from geodbk.baselines.base import make_noise
 from geodbk.baselines.registry import build_model
 from geodbk.errors import DataError
 from geodbk.geo.parquet_batches import fit_parquet
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.likelihoods import NOISE_MODELS, inverse_softplus, noise_parameters
 from geodbk.likelihoods import TestsNoise as _TestsNoise  # (not a test class)
 from geodbk.model import DBKModel
 from geodbk.objectives import exact_marginal_log_likelihood
-from geodbk.training import TrainConfig, batch_loss
+from geodbk.training import LoopConfig, batch_loss
 
 DT = torch.float64
 
@@ -82,7 +83,7 @@ def test_dppgp_uses_per_point_s2_in_data_and_trace_terms() -> None:
     x = torch.rand(32, 2, generator=gen, dtype=DT) * 2 - 1
     y = torch.randn(32, generator=gen, dtype=DT)
     cov = torch.randint(1, 20, (32, 2), generator=gen).double()
-    config = TrainConfig(objective="dppgp", alpha=0.7, beta=0.05)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.7, beta=0.05))
     loss = batch_loss(model, x, y, n=500, config=config, tests=cov)
     s2 = torch.tensor(
         _numpy_s2(model.noise, cov[:, 0].numpy(), cov[:, 1].numpy()), dtype=DT

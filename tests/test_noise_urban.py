@@ -12,11 +12,12 @@ from test_noise import _dense_reference, _dppgp_reference
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.geo.parquet_batches import fit_parquet
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.likelihoods import TestsNoise as _TestsNoise  # (not a test class)
 from geodbk.likelihoods import inverse_softplus, noise_parameters
 from geodbk.model import DBKModel
 from geodbk.objectives import exact_marginal_log_likelihood
-from geodbk.training import TrainConfig, batch_loss
+from geodbk.training import LoopConfig, batch_loss
 
 DT = torch.float64
 
@@ -82,7 +83,7 @@ def test_dppgp_and_exact_mll_use_the_class_floor() -> None:
     counts = torch.randint(1, 20, (32, 2), generator=gen).double()
     urban = (torch.rand(32, generator=gen) < 0.5).double()
     cov = torch.column_stack([counts, urban])
-    config = TrainConfig(objective="dppgp", alpha=0.7, beta=0.05)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.7, beta=0.05))
     loss = batch_loss(model, x, y, n=500, config=config, tests=cov)
     s2 = torch.tensor(_numpy_s2(model.noise, cov.numpy()), dtype=DT)
     expect = _dppgp_reference(model, x, y, s2, alpha=0.7, beta=0.05, n=500)

@@ -15,13 +15,14 @@ from geo_helpers import write_xy_table
 
 from geodbk.errors import TrainingDivergedError
 from geodbk.geo.parquet_batches import ParquetRowGroups
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.streaming import train_streaming
-from geodbk.training import TrainConfig
+from geodbk.training import LoopConfig
 
 
 def _fit(
-    src: Path, config: TrainConfig, *, input_dim: int = 2, noise: str = "constant", **kw: object
+    src: Path, config: LoopConfig, *, input_dim: int = 2, noise: str = "constant", **kw: object
 ) -> tuple[list[dict[str, object]], DBKModel]:
     """A seeded float64 DBKModel (r = h = 8) trained by :func:`train_streaming` on ``src``'s
     train split, with the target standardised by the whole column's mean and sd."""
@@ -50,7 +51,7 @@ def test_train_streaming_is_deterministic_and_learns(tmp_path: Path) -> None:
     val = pq.read_table(src, filters=[("split", "=", "val")])
     xv = torch.tensor(np.column_stack([val["x1"].to_numpy(), val["x2"].to_numpy()]))
     yv = torch.tensor((val["y"].to_numpy() - y_all.mean()) / y_all.std())
-    cfg = TrainConfig(batch_size=64, epochs=4, lr=1e-2, patience=10, seed=2)
+    cfg = LoopConfig.of(DBKHyperparameters(batch_size=64, epochs=4, lr=1e-2, patience=10, seed=2))
 
     def fit() -> tuple[list[dict[str, object]], DBKModel]:
         return _fit(src, cfg, x_val=xv, y_val=yv)
@@ -95,7 +96,9 @@ def test_train_streaming_resume_equals_uninterrupted_run(tmp_path: Path) -> None
     xv, yv, tv = _val(src, y_all)
 
     def run(epochs: int, ckpt: Path, resume: bool) -> tuple[list[dict[str, object]], DBKModel]:
-        cfg = TrainConfig(batch_size=64, epochs=epochs, lr=1e-2, patience=10, seed=3)
+        cfg = LoopConfig.of(
+            DBKHyperparameters(batch_size=64, epochs=epochs, lr=1e-2, patience=10, seed=3)
+        )
         return _fit(
             src,
             cfg,
@@ -128,7 +131,9 @@ def test_streaming_inputs_callable_and_tests_column(tmp_path: Path) -> None:
         return np.column_stack([cols["x1"], cols["x2"], np.full(len(cols["x1"]), 0.5)])
 
     def fit(tests_column: str | None) -> float:
-        cfg = TrainConfig(batch_size=64, epochs=6, lr=0.1, patience=10, seed=0)
+        cfg = LoopConfig.of(
+            DBKHyperparameters(batch_size=64, epochs=6, lr=0.1, patience=10, seed=0)
+        )
         hist, model = _fit(
             src, cfg, input_dim=3, noise="tests", inputs=inputs, tests_column=tests_column
         )
@@ -155,6 +160,6 @@ def test_train_streaming_divergence_is_training_diverged_error(tmp_path: Path) -
             y_column="y",
             y_mean=4.0,
             y_std=0.5,
-            config=TrainConfig(batch_size=64, epochs=2),
+            config=LoopConfig.of(DBKHyperparameters(batch_size=64, epochs=2)),
             dtype=torch.float64,
         )

@@ -15,9 +15,10 @@ import torch
 
 from geodbk.errors import TrainingDivergedError
 from geodbk.geo.parquet_batches import ParquetRowGroups
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.streaming import train_streaming
-from geodbk.training import Epoch, TrainConfig, TrainResult, fit, train_model
+from geodbk.training import Epoch, LoopConfig, TrainResult, fit, train_model
 
 N_TRAIN, N_VAL = 192, 48
 
@@ -52,13 +53,15 @@ def test_in_memory_and_streaming_training_agree(
     )
     mean, sd = float(y.mean()), float(y.std())
     ys = (y - mean) / sd
-    cfg = TrainConfig(
-        objective=objective,
-        batch_size=64,
-        epochs=4,
-        lr=3e-2,
-        patience=10,
-        seed=5,
+    cfg = LoopConfig.of(
+        DBKHyperparameters(
+            objective=objective,
+            batch_size=64,
+            epochs=4,
+            lr=3e-2,
+            patience=10,
+            seed=5,
+        ),
         variance_correction=True,
     )
     xv, yv = torch.tensor(x[N_TRAIN:]), torch.tensor(ys[N_TRAIN:])
@@ -171,7 +174,7 @@ def test_divergence_raises_training_diverged_error() -> None:
     model = _model("silu")
     with torch.no_grad():
         model.q.mean.fill_(float("nan"))
-    cfg = TrainConfig(batch_size=64, epochs=2, seed=0)
+    cfg = LoopConfig.of(DBKHyperparameters(batch_size=64, epochs=2, seed=0))
     with pytest.raises(TrainingDivergedError, match="training loss became nan at epoch 1"):
         train_model(model, torch.tensor(x), torch.tensor(y), config=cfg)
     assert issubclass(TrainingDivergedError, FloatingPointError)

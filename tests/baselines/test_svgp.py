@@ -28,8 +28,9 @@ from geodbk.baselines.svgp import SVRBFRegressor, pp_dkl, sv_dkl, vbll
 from geodbk.bases import RBFInducingBasis
 from geodbk.errors import DataError
 from geodbk.estimator import DBKRegressor
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
-from geodbk.training import TrainConfig, batch_loss
+from geodbk.training import LoopConfig, batch_loss
 
 try:
     import gpytorch
@@ -115,7 +116,11 @@ def test_sv_rbf_elbo_matches_gpytorch_variational_elbo() -> None:
     X, y = _data(40, 2, seed=1)
     n_total = 500  # a mini-batch of a larger data set: KL is scaled by 1/n_total
     ours = batch_loss(
-        model, X, y, n=n_total, config=TrainConfig(objective="elbo", variance_correction=True)
+        model,
+        X,
+        y,
+        n=n_total,
+        config=LoopConfig.of(DBKHyperparameters(objective="elbo"), variance_correction=True),
     )
     gp, lik = _reference(model)
     mll = gpytorch.mlls.VariationalELBO(lik, gp, num_data=n_total)
@@ -150,7 +155,9 @@ def test_deep_kernel_objectives_match_gpytorch(objective: str, mll_cls: str) -> 
     _randomise(model, torch.Generator().manual_seed(5))
     X, y = _data(50, 2, seed=6)
     n_total = 300
-    config = TrainConfig(objective=objective, beta=1.0, variance_correction=True)
+    config = LoopConfig.of(
+        DBKHyperparameters(objective=objective, beta=1.0), variance_correction=True
+    )
     ours = batch_loss(model, X, y, n=n_total, config=config)
     gp, lik = _reference(model)
     mll = getattr(gpytorch.mlls, mll_cls)(lik, gp, num_data=n_total, beta=1.0)

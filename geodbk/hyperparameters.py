@@ -1,0 +1,50 @@
+"""The DBK hyperparameters and their defaults, declared once.
+
+:class:`DBKHyperparameters` holds the model and training options that both
+:class:`geodbk.DBKRegressor` (its scikit-learn parameters) and the config of ``geodbk train``
+(:class:`pipelines.config.TrainConfig`, its YAML keys) have, with the defaults of the seed's
+Ookla settings (docs/decisions/defaults.md). Each derives from it and declares only what is
+its own: the estimator adds ``jitter``, ``dtype``, ``noise_floor`` and ``noise_urban``; the
+pipeline config re-declares ``noise`` and ``noise_init`` (default ``auto`` and ``0``, resolved
+from the tile table) and adds its pipeline keys. The training loop takes its options from
+these fields (:meth:`geodbk.training.LoopConfig.of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DBKHyperparameters"]
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class DBKHyperparameters:
+    """DBK model and training hyperparameters (their meaning: :class:`geodbk.DBKRegressor`).
+
+    Keyword-only fields that are only stored (checked where they are used). No ``__eq__``
+    or ``__repr__`` of its own, so that a scikit-learn estimator deriving from it keeps
+    ``BaseEstimator``'s (and is hashable by identity); a subclass may generate its own.
+    """
+
+    expansion: str = "rbf"
+    objective: str = "dppgp"
+    rank: int = 1024
+    hidden: int = 256
+    alpha: float = 0.1
+    beta: float = 0.01
+    batch_size: int = 1024
+    epochs: int = 400
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    patience: int = 50
+    device: str = "auto"
+    seed: int = 0
+    noise: str = "constant"
+    noise_power: bool = False
+    noise_init: float = 1e-2
+
+    @property
+    def variance_correction(self) -> bool:
+        """Whether training and predictions add the base-kernel variance correction
+        ``k~(x,x) - ||phi(x)||^2`` (PPGP and ELBO with the RBF basis)."""
+        return self.expansion == "rbf" and self.objective in ("ppgp", "elbo")
