@@ -20,11 +20,12 @@ import dataclasses
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
 
 from geodbk.errors import DataError
+from geodbk.hyperparameters import DBKHyperparameters
 
 _EXPANSIONS = ("rbf", "silu")
 _OBJECTIVES = ("dppgp", "ppgp", "elbo", "exact")
@@ -38,13 +39,17 @@ NOISE_MODELS = tuple(n for n in _NOISES if n != "auto")
 URBAN_SUFFIX = "+urban"
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+@dataclass(kw_only=True)
+class TrainConfig(DBKHyperparameters):
     """Hyperparameters of ``geodbk train`` (passed to :class:`geodbk.DBKRegressor`).
 
-    Defaults are the seed's settings for Ookla data: DBK-RBF trained with dPPGP, h=256, r=1024,
-    α=0.1, β=0.01, batch 1024, AdamW lr 1e-3 with weight decay 1e-2 on the backbone only,
-    400 epochs, best epoch by validation NLL, early stopping after ``patience`` epochs.
+    The model and training keys, and their defaults, are those of
+    :class:`geodbk.hyperparameters.DBKHyperparameters` (the estimator's): the seed's settings
+    for Ookla data, DBK-RBF trained with dPPGP, h=256, r=1024, α=0.1, β=0.01, batch 1024, AdamW
+    lr 1e-3 with weight decay 1e-2 on the backbone only, 400 epochs, best epoch by validation
+    NLL, early stopping after ``patience`` epochs. Declared here are only ``noise`` and
+    ``noise_init`` (their defaults ``auto`` and ``0`` are resolved from the tile table) and the
+    pipeline keys. A value: change it with :meth:`replace` (a new config), not by assignment.
 
     Attributes
     ----------
@@ -122,23 +127,9 @@ class TrainConfig:
         ``off`` keeps the tile effect alone (measured on Hawaii: docs/quantities.md).
     """
 
-    expansion: str = "rbf"
-    objective: str = "dppgp"
-    rank: int = 1024
-    hidden: int = 256
-    alpha: float = 0.1
-    beta: float = 0.01
-    batch_size: int = 1024
-    epochs: int = 400
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
-    patience: int = 50
-    device: str = "auto"
-    seed: int = 0
-    predict_chunk_size: int = 65536
     noise: str = "auto"
-    noise_power: bool = False
     noise_init: float = 0.0
+    predict_chunk_size: int = 65536
     time: bool = False
     streaming: bool = False
     tile_effect: str = "auto"
@@ -146,10 +137,10 @@ class TrainConfig:
     local_layer: str = "auto"
 
     def __post_init__(self) -> None:
-        for key in ("tile_effect", "local_layer"):  # YAML true / false (the class is frozen)
+        for key in ("tile_effect", "local_layer"):  # YAML true / false
             value = getattr(self, key)
             if isinstance(value, bool):
-                object.__setattr__(self, key, "on" if value else "off")
+                setattr(self, key, "on" if value else "off")
         self.validate(source="config")
 
     def validate(self, *, source: str) -> None:
@@ -226,10 +217,7 @@ class TrainConfig:
         ``time``, ``streaming`` and ``tile_effect(_groups)`` are pipeline options, not
         estimator ones.
         """
-        d = self.to_dict()
-        d.pop("predict_chunk_size")
-        for key in ("time", "streaming", "tile_effect", "tile_effect_groups", "local_layer"):
-            d.pop(key)
+        d = {f.name: getattr(self, f.name) for f in fields(DBKHyperparameters)}
         if d["noise"] == "auto":
             d["noise"] = "constant"
         if d["noise_init"] == 0:
@@ -243,34 +231,12 @@ class TrainConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-_FIELD_TYPES: dict[str, type] = {
-    "expansion": str,
-    "objective": str,
-    "rank": int,
-    "hidden": int,
-    "alpha": float,
-    "beta": float,
-    "batch_size": int,
-    "epochs": int,
-    "lr": float,
-    "weight_decay": float,
-    "patience": int,
-    "device": str,
-    "seed": int,
-    "predict_chunk_size": int,
-    "noise": str,
-    "noise_power": bool,
-    "noise_init": float,
-    "time": bool,
-    "streaming": bool,
-    "tile_effect": str,
-    "tile_effect_groups": str,
-    "local_layer": str,
-}
+#: The type of each key (its annotation).
+_FIELD_TYPES: dict[str, type] = get_type_hints(TrainConfig)
 
 #: Initial noise variance (standardised units) per noise model when ``noise_init`` is 0.
 NOISE_INIT = {
-    "constant": 1e-2,
+    "constant": DBKHyperparameters.noise_init,  # the estimator's (the seed's)
     "tests": 0.5,
     "tests+devices": 0.5,
     "tests+urban": 0.5,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from geodbk import DBKRegressor
 from geodbk.errors import DataError
-from pipelines.config import TrainConfig, demo_config, dump_config, load_config
+from geodbk.hyperparameters import DBKHyperparameters
+from pipelines.config import NOISE_INIT, TrainConfig, demo_config, dump_config, load_config
 from pipelines.train import resolve_config
 
 
@@ -22,6 +25,43 @@ def test_defaults_are_the_seed_ookla_settings() -> None:
         1e-2,
         400,
     )
+
+
+#: The YAML keys of ``config.yaml`` (older runs read and compare them on ``--resume``).
+CONFIG_KEYS = (
+    "alpha batch_size beta device epochs expansion hidden local_layer lr noise noise_init "
+    "noise_power objective patience predict_chunk_size rank seed streaming tile_effect "
+    "tile_effect_groups time weight_decay"
+).split()
+
+
+def test_model_keys_take_the_estimators_defaults() -> None:
+    """One declaration (DBKHyperparameters): every model key but the two resolved from the
+    tile table has the estimator's default, and the config passes the estimator its keys."""
+    c, est = TrainConfig(), DBKRegressor()
+    shared = {f.name for f in fields(DBKHyperparameters)}
+    differ = {k for k in shared if getattr(c, k) != getattr(est, k)}
+    assert differ == {"noise", "noise_init"}
+    assert (c.noise, c.noise_init, NOISE_INIT["constant"]) == ("auto", 0.0, est.noise_init)
+    kwargs = c.replace(noise="tests+urban", rank=8).estimator_kwargs()
+    assert set(kwargs) == shared | {"noise_urban"}
+    assert (kwargs["noise"], kwargs["noise_urban"], kwargs["noise_init"], kwargs["rank"]) == (
+        "tests",
+        True,
+        0.5,
+        8,
+    )
+    assert DBKRegressor(**kwargs).get_params()["rank"] == 8
+
+
+def test_the_yaml_keys_and_their_order_are_those_of_older_runs(tmp_path: Path) -> None:
+    text = dump_config(TrainConfig())
+    assert [line.split(":")[0] for line in text.splitlines()] == CONFIG_KEYS
+    assert "noise: auto\nnoise_init: 0.0\n" in text
+    c = TrainConfig(tile_effect=True, local_layer=False)  # type: ignore[arg-type]
+    assert (c.tile_effect, c.local_layer) == ("on", "off")  # YAML booleans
+    assert c.replace(rank=8) == TrainConfig(rank=8, tile_effect="on", local_layer="off")
+    assert c.replace(rank=8) is not c and c.rank == 1024
 
 
 def test_file_overrides_defaults_and_flags_override_file(tmp_path: Path) -> None:
