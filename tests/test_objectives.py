@@ -127,7 +127,8 @@ def test_kl_matches_torch_distributions() -> None:
     assert abs(float(ours - ref)) < 1e-10
 
 
-def test_dppgp_matches_direct_formula() -> None:
+def _dppgp_ours_and_direct(**scale: float) -> tuple[float, float]:
+    """dPPGP on a batch, ours (with the inputs named in ``scale`` scaled) and written out."""
     phi, y = _problem(n=17, r=5)
     m, chol = _random_q(5)
     s2 = torch.tensor(0.15, dtype=DT)
@@ -137,7 +138,20 @@ def test_dppgp_matches_direct_formula() -> None:
     phi_sq = (phi**2).sum(-1)
     kl = gaussian_kl_standard(m, chol)
     alpha, beta, n_total = 0.3, 0.05, 1000
-    ours = dppgp_loss(mu, var_f, phi_sq, y, s2, kl=kl, n=n_total, alpha=alpha, beta=beta)
+    inputs = {"mean": mu, "var_f": var_f, "phi_sq": phi_sq, "noise": s2, "kl": kl}
+    for name, factor in scale.items():
+        inputs[name] = inputs[name] * factor
+    ours = dppgp_loss(
+        inputs["mean"],
+        inputs["var_f"],
+        inputs["phi_sq"],
+        y,
+        inputs["noise"],
+        kl=inputs["kl"],
+        n=n_total,
+        alpha=alpha,
+        beta=beta,
+    )
     b = phi.shape[0]
     direct = 0.0
     kmax = max(float(phi[i] @ phi[i]) for i in range(b))
@@ -148,10 +162,40 @@ def test_dppgp_matches_direct_formula() -> None:
         direct += alpha * (kmax - float(phi[i] @ phi[i])) / (2 * float(s2))
     direct /= b
     direct += beta / n_total * float(kl)
-    assert abs(float(ours) - direct) < 1e-10
+    return float(ours), direct
 
 
-def test_ppgp_and_elbo_direct_formulas() -> None:
+def test_dppgp_matches_direct_formula() -> None:
+    ours, direct = _dppgp_ours_and_direct()
+    assert abs(ours - direct) < 1e-10
+
+
+@pytest.mark.parametrize("factor", ["mean", "var_f", "phi_sq", "noise", "kl"])
+def test_dppgp_reference_fails_when_a_factor_is_perturbed(factor: str) -> None:
+    """Mutation check: one term of the loss 0.1% off and the comparison above fails."""
+    ours, direct = _dppgp_ours_and_direct(**{factor: 1.001})
+    assert abs(ours - direct) > 1e-10  # the tolerance of the comparison
+
+
+def test_exact_references_fail_when_a_factor_is_perturbed() -> None:
+    """Mutation check: Phi, s2 or c 0.1% off in the exact marginal likelihood and posterior."""
+    phi, y = _problem()
+    n = phi.shape[0]
+    s2 = torch.linspace(0.05, 0.6, n, dtype=DT)
+    cov = phi @ phi.T + torch.diag(s2)
+    dense = MultivariateNormal(torch.full((n,), 0.4, dtype=DT), covariance_matrix=cov).log_prob(y)
+    for args in ((phi * 1.001, s2, 0.4), (phi, s2 * 1.001, 0.4), (phi, s2, 0.4 * 1.001)):
+        assert (
+            abs(float(exact_marginal_log_likelihood(args[0], y, args[1], mean=args[2]) - dense))
+            > 1e-4
+        )
+        post = exact_weight_posterior(args[0], y, args[1], mean=args[2])
+        k_inv_r = torch.linalg.solve(cov, y - 0.4)
+        assert not torch.allclose(phi @ post.mean + 0.4, 0.4 + phi @ phi.T @ k_inv_r, atol=1e-6)
+
+
+def _ppgp_elbo_ours_and_direct(scale: float = 1.0) -> tuple[float, float, float, float]:
+    """PPGP and ELBO losses, ours (var_correction and var_f scaled by ``scale``) and direct."""
     phi, y = _problem(n=13, r=4)
     m, chol = _random_q(4)
     s2 = torch.tensor(0.2, dtype=DT)
@@ -159,15 +203,23 @@ def test_ppgp_and_elbo_direct_formulas() -> None:
     var_f = ((phi @ chol) ** 2).sum(-1)
     corr = torch.rand(13, dtype=DT, generator=torch.Generator().manual_seed(5))
     kl = gaussian_kl_standard(m, chol)
-    pp = ppgp_loss(mu, var_f, y, s2, kl=kl, n=100, beta=0.5, var_correction=corr)
+    pp = ppgp_loss(mu, var_f, y, s2, kl=kl, n=100, beta=0.5, var_correction=corr * scale)
     pp_ref = gaussian_nll(y, mu, var_f + corr + s2).mean() + 0.5 / 100 * kl
-    assert abs(float(pp - pp_ref)) < 1e-12
     # ELBO: E_q[-log N(y; w'phi, s2)] with E_q[(y - w'phi)^2] = (y - m'phi)^2 + phi'LL'phi
-    el = elbo_loss(mu, var_f, y, s2, kl=kl, n=100)
+    el = elbo_loss(mu, var_f * scale, y, s2, kl=kl, n=100)
     cov = chol @ chol.T
     sq = torch.stack([(y[i] - phi[i] @ m) ** 2 + phi[i] @ cov @ phi[i] for i in range(13)])
     direct = (0.5 * torch.log(2 * math.pi * s2) + sq / (2 * s2)).mean() + kl / 100
-    assert abs(float(el - direct)) < 1e-12
+    return float(pp), float(pp_ref), float(el), float(direct)
+
+
+def test_ppgp_and_elbo_direct_formulas() -> None:
+    pp, pp_ref, el, direct = _ppgp_elbo_ours_and_direct()
+    assert abs(pp - pp_ref) < 1e-12
+    assert abs(el - direct) < 1e-12
+    # mutation check: the correction (PPGP) or var_f (ELBO) 0.1% off fails the comparison
+    pp, pp_ref, el, direct = _ppgp_elbo_ours_and_direct(1.001)
+    assert abs(pp - pp_ref) > 1e-12 and abs(el - direct) > 1e-12
 
 
 def test_gradcheck_objectives() -> None:
