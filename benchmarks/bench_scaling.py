@@ -24,7 +24,8 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   prediction time per point (65,536 points, folded weights) for several (r, h, batch).
   ``--device cuda`` times it on a GPU (median of 50 steps after 2 warm-ups, 2^20 prediction
   points, synchronised, peak ``torch.cuda.max_memory_allocated``); ``--epoch-rows N ...`` also
-  times one epoch of ``DBKRegressor.fit`` on N in-memory rows at the last (r, h, batch).
+  times one epoch of ``DBKRegressor.fit`` on N in-memory rows at the last (r, h, batch), and
+  ``--map-side N ...`` the model part of an N x N map (:func:`child_map`).
 
 Usage::
 
@@ -32,7 +33,7 @@ Usage::
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py stream --rows 1e5 1e6 1e7
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py report --rows 1e5 1e6
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_scaling.py model
-    python benchmarks/bench_scaling.py model --device cuda --epoch-rows 1e6 1e7
+    python benchmarks/bench_scaling.py model --device cuda --epoch-rows 1e6 1e7 --map-side 16384
     ... [--out results.json]
 """
 
@@ -411,6 +412,60 @@ def child_epoch(rows: int, rank: int, hidden: int, batch: int, device: str) -> d
     }
 
 
+def child_map(side: int, rank: int, hidden: int, device: str, cap_s: float) -> dict[str, Any]:
+    """Seconds for the model part of a ``side`` x ``side`` map of the area and tile quantities.
+
+    A DBK-RBF model (``rank``, ``hidden``; one epoch on 4,096 synthetic rows: the cost of a
+    prediction does not depend on the weights) is evaluated on the grid's cell centres in
+    blocks of about 2^20 cells through :func:`geodbk.quantities.predict_quantity` (the code
+    ``geodbk predict`` runs per block), and each block's mean, sd and the exceedance
+    probability ``P(y <= t) = Phi((t - mean) / sd)`` are stored as float32 host arrays. The
+    region mask and the file writes are not included. A pass stops once it has run ``cap_s``
+    seconds; the cells it reached are reported.
+    """
+    from scipy.special import ndtr
+
+    from geodbk import DBKRegressor
+    from geodbk.quantities import predict_quantity
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(4096, 2))
+    y = 1.0 + 0.5 * np.sin(3 * x[:, 0]) + 0.1 * rng.standard_normal(4096)
+    model = DBKRegressor(rank=rank, hidden=hidden, epochs=1, device=device, seed=0).fit(x, y)
+    axis = np.linspace(-1, 1, side)
+    rows_per_block = max(1, 2**20 // side)
+    block = 2**20
+    out: dict[str, Any] = {"side": side, "cells": side * side, "rank": rank, "hidden": hidden}
+    out["device"] = device
+    predict_quantity(model, x[:1024], quantity="area")  # warm-up: kernels, allocator
+    for quantity in ("area", "tile"):
+        mean = np.empty((side, side), dtype=np.float32)
+        sd = np.empty((side, side), dtype=np.float32)
+        below = np.empty((side, side), dtype=np.float32)
+        t0 = time.perf_counter()
+        done = 0
+        for start in range(0, side, rows_per_block):
+            rows = slice(start, min(side, start + rows_per_block))
+            lat = np.repeat(axis[rows], side)
+            lon = np.tile(axis, rows.stop - rows.start)
+            q = predict_quantity(
+                model, np.column_stack([lon, lat]), quantity=quantity, chunk_size=block
+            )
+            mean[rows] = q.mean.reshape(-1, side)
+            sd[rows] = q.sd.reshape(-1, side)
+            below[rows] = ndtr((1.0 - q.mean) / q.sd).reshape(-1, side)
+            done = rows.stop
+            if time.perf_counter() - t0 > cap_s:
+                break
+        seconds = time.perf_counter() - t0
+        out[f"{quantity}_cells_done"] = done * side
+        out[f"{quantity}_s"] = seconds
+        out[f"{quantity}_cells_per_s"] = done * side / seconds
+    out["peak_mib"] = _peak_device_mib(device)
+    out["host_peak_rss_mib"] = _peak_mib()
+    return out
+
+
 # ---------------------------------------------------------------- driver
 def _run_child(args: list[str]) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -460,6 +515,15 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="also time one epoch of DBKRegressor.fit (rank, hidden, batch of the last config)",
     )
+    m.add_argument(
+        "--map-side",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time the model part of an N x N map (area and tile quantities, "
+        "last config's rank and hidden)",
+    )
+    m.add_argument("--map-cap-s", type=float, default=300.0, help="stop a map pass after S s")
     m.add_argument("--out", type=Path, default=None)
     c = sub.add_parser("_child")
     c.add_argument("what")
@@ -476,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.what == "epoch":
             rows, r, h, b = (int(float(v)) for v in args.rest[:4])
             result = child_epoch(rows, r, h, b, args.rest[4])
+        elif args.what == "map":
+            side, r, h = (int(v) for v in args.rest[:3])
+            result = child_map(side, r, h, args.rest[3], float(args.rest[4]))
         elif args.what == "write_run":
             _write_run(Path(args.rest[1]), int(args.rest[0]))
             result = {"rows": int(args.rest[0])}
@@ -508,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
         for rows in args.epoch_rows:
             r = _run_child(["epoch", str(int(rows)), *args.configs[-1].split(":"), args.device])
+            print(json.dumps(r), flush=True)
+            results.append(r)
+        for side in args.map_side:
+            rank, hidden = args.configs[-1].split(":")[:2]
+            r = _run_child(["map", str(side), rank, hidden, args.device, str(args.map_cap_s)])
             print(json.dumps(r), flush=True)
             results.append(r)
     elif args.cmd == "report":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import fcntl
 import inspect
 import json
 import logging
@@ -816,8 +817,10 @@ def run_benchmark(
     noise terms; a model without them would be recorded as failed).
 
     Returns the report dict (also written as JSON). Failures are recorded per (model, seed).
-    With ``merge`` the entries of models not in ``models`` are kept from an existing report
-    (each entry records its own budget and creation time).
+    With ``merge`` the entries of models not in ``models`` are kept from the report on disk,
+    re-read at each write (:func:`write_report`), so concurrent runs of different models into
+    one run directory keep each other's results (each entry records its own budget and
+    creation time).
     """
 
     run = Path(run)
@@ -906,13 +909,8 @@ def run_benchmark(
     }
     out_dir = run / "benchmark"
     stem = target if protocol is None else f"{target}_{protocol}"
-    previous = out_dir / f"{stem}.json"
-    if merge and previous.is_file():
-        try:
-            kept = json.loads(previous.read_text(encoding="utf-8")).get("models", {})
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"{previous}: cannot merge into an unreadable report ({exc})") from exc
-        report["models"] = {k: v for k, v in canonical_keys(kept).items() if k not in models}
+    if merge:
+        _read_models(out_dir / f"{stem}.json")  # an unreadable report fails before any training
     for name in models:
         model_overrides = dict((overrides or {}).get(name) or {})
         sweep = None
@@ -947,9 +945,42 @@ def run_benchmark(
         if sweep is not None:
             report["models"][name]["sweep"] = sweep
         # Write after every model so a long benchmark leaves usable partial results.
-        atomic_write_json(out_dir / f"{stem}.json", report)
-        atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
+        write_report(out_dir, stem, report, merge=merge, own=set(models))
     return report
+
+
+def _read_models(path: Path) -> dict[str, Any]:
+    """The model entries of the report at ``path`` (canonical metric names), or ``{}``."""
+    if not path.is_file():
+        return {}
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8")).get("models", {})
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot merge into an unreadable report ({exc})") from exc
+    return canonical_keys(kept)
+
+
+def write_report(
+    out_dir: Path, stem: str, report: dict[str, Any], *, merge: bool, own: set[str]
+) -> None:
+    """Write ``report`` as ``OUT_DIR/STEM.{json,md}`` atomically.
+
+    With ``merge`` the entries of models not in ``own`` are re-read from the report on disk
+    at each write, under an exclusive lock on ``OUT_DIR/.STEM.lock``: several processes that
+    benchmark different models into one run directory (``--merge``) keep each other's results.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stem}.json"
+    with open(out_dir / f".{stem}.lock", "a", encoding="utf-8") as lock:
+        if merge:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            others = {k: v for k, v in _read_models(json_path).items() if k not in own}
+            report["models"] = {
+                **others,
+                **{k: v for k, v in report["models"].items() if k in own},
+            }
+        atomic_write_json(json_path, report)
+        atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
 
 
 def _run_seeds(
@@ -1255,7 +1286,11 @@ def register(subparsers: Any) -> None:
         "--sweep gives the option",
     )
     p.add_argument(
-        "--merge", action="store_true", help="keep the other models' results already in TARGET.json"
+        "--merge",
+        action="store_true",
+        help="keep the other models' results in TARGET.json (re-read at each write, so "
+        "processes benchmarking different models, e.g. a protocol's models on one GPU, can "
+        "share one run directory)",
     )
     p.add_argument(
         "--protocol",

@@ -55,16 +55,23 @@ def apply_protocol(
 ) -> dict[str, Any]:
     """The benchmark settings of protocol ``name``: its models, epochs, preset and noise.
 
-    ``epochs`` may shorten the protocol (recorded as given); a ``models``, ``preset`` or
-    ``noise`` other than the protocol's, ``time`` or ``tile_effect`` is refused with a
+    ``epochs`` may shorten the protocol (recorded as given); ``models`` may name a subset of the
+    protocol's models, so that they can run in separate processes that ``--merge`` into one
+    report (the table marks the others "not run yet"). A model outside the protocol, a ``preset``
+    or ``noise`` other than the protocol's, ``time`` or ``tile_effect`` is refused with a
     ``DataError`` that names the option, since the result would not be the protocol's table.
     """
     if name not in PROTOCOLS:
         raise DataError(f"unknown --protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
     proto = PROTOCOLS[name]
     conflicts = []
-    if models is not None and sorted(m.strip() for m in models.split(",")) != sorted(proto.models):
-        conflicts.append(f"--models {models} (it trains {','.join(proto.models)})")
+    chosen = list(proto.models)
+    if models is not None:
+        asked = {m.strip() for m in models.split(",") if m.strip()}
+        if not asked or not asked <= set(proto.models):
+            conflicts.append(f"--models {models} (it trains {','.join(proto.models)})")
+        else:
+            chosen = [m for m in proto.models if m in asked]
     if preset is not None and preset != proto.preset:
         conflicts.append(f"--preset {preset} (it uses {proto.preset})")
     if noise is not None and noise != proto.noise:
@@ -80,7 +87,7 @@ def apply_protocol(
             + " or run without --protocol"
         )
     return {
-        "models": list(proto.models),
+        "models": chosen,
         "epochs": proto.epochs if epochs is None else epochs,
         "preset": proto.preset,
         "noise": proto.noise,

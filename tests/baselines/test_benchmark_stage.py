@@ -98,6 +98,38 @@ def test_benchmark_merge_keeps_other_models(run_dir: Path) -> None:
     assert kept["coverage95"] == 0.75 and kept["width95"] == 1.5
     assert kept["rural"]["coverage95"] == pytest.approx(2 / 3)
     assert not {"coverage", "pi_width"} & set(kept)
+
+
+def test_benchmark_merge_keeps_a_model_another_process_wrote_meanwhile(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``--merge`` runs of different models into one run directory at once."""
+    import pipelines.benchmark as bench
+
+    path = run_dir / "benchmark" / "upload.json"
+    path.unlink(missing_ok=True)
+    real_run_seeds = bench._run_seeds
+
+    def run_seeds_while_another_process_writes(*args: Any, **kwargs: Any) -> Any:
+        result = real_run_seeds(*args, **kwargs)
+        # the other process finishes its model (sv-rbf) while this one trains softki
+        other = json.loads(path.read_text()) if path.is_file() else {"models": {}}
+        other["models"]["sv-rbf"] = {
+            "status": "failed",
+            "summary": None,
+            "runs": [],
+            "failures": [{"seed": 0, "reason": "written by the other process"}],
+        }
+        path.write_text(json.dumps(other))
+        return result
+
+    monkeypatch.setattr(bench, "_run_seeds", run_seeds_while_another_process_writes)
+    budget = {**TINY_BUDGET, "epochs": 1}
+    run_benchmark(run_dir, target="upload", models=["softki"], merge=True, **budget)
+    assert set(json.loads(path.read_text())["models"]) == {"softki", "sv-rbf"}
+    # without --merge the report is this run's alone
+    run_benchmark(run_dir, target="upload", models=["softki"], **budget)
+    assert set(json.loads(path.read_text())["models"]) == {"softki"}
     md = (run_dir / "benchmark" / "latency.md").read_text()
     assert "| sv-rbf | 75.0% (100.0% / 66.7%); 1.200 |" in md
     fresh = run_benchmark(

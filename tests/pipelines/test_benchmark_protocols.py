@@ -27,12 +27,16 @@ def test_protocol_fixes_models_and_settings() -> None:
     same = {**NO_FLAGS, "models": "dbk-rbf,sv-rbf,sv-dkl", "preset": "paper", "noise": "constant"}
     assert apply_protocol("seed-table2", **same)["models"] == fixed["models"]
     assert apply_protocol("seed-table2", **{**NO_FLAGS, "epochs": 3})["epochs"] == 3
+    # a subset, for one process per model merged into one report: the protocol's order kept
+    subset = apply_protocol("seed-table2", **{**NO_FLAGS, "models": "dbk-rbf, sv-rbf"})
+    assert subset["models"] == ["sv-rbf", "dbk-rbf"] and subset["epochs"] == 400
 
 
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
     [
         ("models", "dbk-rbf,cagp", "--models dbk-rbf,cagp"),
+        ("models", " , ", "--models  , "),
         ("preset", "tuned", "--preset tuned"),
         ("noise", "tests", "--noise tests"),
         ("time", True, "--time"),
