@@ -263,7 +263,8 @@ def fit(
     """Run ``epoch_step`` for up to ``epochs`` epochs and leave ``module`` at the best one.
 
     Each epoch: ``epoch_step(e)`` (``e`` counts from 0) trains and returns the mean training
-    loss (or an :class:`Epoch`); a non-finite loss raises :class:`TrainingDivergedError`. Then
+    loss (or an :class:`Epoch`); a non-finite loss, or a failed Cholesky after the parameters
+    became non-finite, raises :class:`TrainingDivergedError`. Then
     ``validate()`` gives the validation NLL (``None``: no validation data; NaN raises
     :class:`TrainingDivergedError`, +inf is recorded as ``None`` and never kept). The score is
     ``val_nll + nll_offset``, else the training loss; the lowest-scoring state is kept, and
@@ -303,9 +304,19 @@ def fit(
         while loop.epoch < epochs and not loop.stopped:
             t0 = time.perf_counter()
             module.train()
-            out = epoch_step(loop.epoch)
-            out = out if isinstance(out, Epoch) else Epoch(float(out))
             epoch = loop.epoch + 1
+            try:
+                out = epoch_step(loop.epoch)
+            except torch.linalg.LinAlgError as exc:
+                bad = [k for k, v in module.named_parameters() if not bool(torch.isfinite(v).all())]
+                if not bad:
+                    raise
+                raise TrainingDivergedError(
+                    f"{name}: the parameters became non-finite during epoch {epoch} "
+                    f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), and then {exc}; "
+                    "try dtype float64, a smaller lr or a larger jitter"
+                ) from exc
+            out = out if isinstance(out, Epoch) else Epoch(float(out))
             if not math.isfinite(out.train_loss):
                 raise TrainingDivergedError(
                     f"{name}: the training loss became {out.train_loss} at epoch {epoch}; "

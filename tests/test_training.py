@@ -178,6 +178,22 @@ def test_divergence_raises_training_diverged_error() -> None:
     with pytest.raises(TrainingDivergedError, match="training loss became nan at epoch 1"):
         train_model(model, torch.tensor(x), torch.tensor(y), config=cfg)
     assert issubclass(TrainingDivergedError, FloatingPointError)
+    # non-finite parameters that make the next Kzz Cholesky fail (the loss never reported)
+    rbf = _model("rbf")
+    with torch.no_grad():
+        rbf.basis.inducing.fill_(float("nan"))
+    with pytest.raises(
+        TrainingDivergedError, match=r"non-finite during epoch 1 \(basis\.inducing\)"
+    ):
+        train_model(rbf, torch.tensor(x), torch.tensor(y), config=cfg)
+    with pytest.raises(torch.linalg.LinAlgError):  # finite parameters: the error as it was
+        fit(
+            _Toy(),
+            lambda e: float(torch.linalg.cholesky(-torch.eye(2)).sum()),
+            optimizer=torch.optim.SGD(_Toy().parameters(), lr=1.0),
+            epochs=1,
+            patience=None,
+        )
     with pytest.raises(TrainingDivergedError, match="validation NLL is NaN"):
         fit(
             _Toy(),
