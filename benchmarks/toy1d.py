@@ -111,7 +111,7 @@ def run(
     rbf_iters: int = 100,
     rbf_max_n: int = 5000,
     expansion: str = "rbf",
-    lr: float = 3e-3,
+    lr: float = 1e-3,
     seed: int = 0,
     patience: int = 1000,
 ) -> dict[str, Any]:
@@ -129,6 +129,7 @@ def run(
         "device": "cpu",
         "seed": seed,
         "patience": patience,
+        "lr": lr,
     }
 
     def record(name: str, mean: np.ndarray, var: np.ndarray, seconds: float) -> None:
@@ -176,7 +177,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-train", type=int, default=20_000)
     ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of every DBK fit")
     ap.add_argument("--exact-epochs", type=int, default=300)
     ap.add_argument("--rbf-iters", type=int, default=100)
     ap.add_argument("--rbf-max-n", type=int, default=2000)
@@ -193,6 +194,7 @@ def main() -> None:
         rbf_max_n=args.rbf_max_n,
         expansion=args.expansion,
         seed=args.seed,
+        lr=args.lr,
     )
     res["threads"] = threads
     print(
