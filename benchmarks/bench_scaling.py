@@ -597,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(r), flush=True)
                 results.append(r)
     else:
+        args.tmp.mkdir(parents=True, exist_ok=True)
         for rows_f in args.rows:
             rows = int(rows_f)
             src = args.tmp / f"geodbk_stream_{rows}.parquet"
