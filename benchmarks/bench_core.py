@@ -13,7 +13,9 @@ inducing points), backbone width h and batch size b, on 2-D inputs (lon/lat scal
 
 A training step = forward + loss + backward + AdamW step on one batch. Prediction = predictive
 mean and variance (noise included) for ``--n-pred`` points in chunks of ``--chunk`` under
-``torch.no_grad()`` (GPyTorch: eval mode, ``fast_pred_var``, caches warmed first).
+``torch.no_grad()`` (GPyTorch: eval mode, ``fast_pred_var``, caches warmed first). The run
+also measures the machine's fp32 matrix-product rate (:func:`matmul_gflops`), and each DBK row
+states its prediction's FLOPs per point and the time over the floor they set at that rate.
 
 Usage::
 
@@ -84,7 +86,37 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
         mean, _, var = model.predict_folded(x, state["folded"])
         return mean, var
 
-    return {"step": step, "prepare": prepare, "predict": predict}
+    def flops_per_point() -> float:
+        """Multiply-adds x 2 of one folded prediction: backbone, k_Z(g), mean and variance."""
+        folded = state["folded"]
+        total = sum(
+            2.0 * mod.in_features * mod.out_features
+            for mod in model.backbone.modules()
+            if isinstance(mod, torch.nn.Linear)
+        )
+        total += 2.0 * h * r  # the kernel (or SiLU layer) to the r basis functions
+        total += 2.0 * r  # the mean u'a
+        total += 2.0 * r * folded.factor.shape[1]  # the variance ||B'u||^2
+        if folded.whitener is not None:
+            total += 2.0 * r * folded.whitener.shape[1]
+        return total
+
+    return {"step": step, "prepare": prepare, "predict": predict, "flops": flops_per_point}
+
+
+def matmul_gflops(device: torch.device) -> float:
+    """The best fp32 matrix-product rate (GFLOP/s) over a few shapes, in this process.
+
+    The shapes are those of a seed-size prediction chunk (4096 x 1024 x 1024) and two square
+    products; each is timed 5 times after a warm-up and the fastest run is kept.
+    """
+    best = 0.0
+    for m, k, n in ((4096, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)):
+        a = torch.randn(m, k, device=device)
+        b = torch.randn(k, n, device=device)
+        times = _timeit(lambda a=a, b=b: a @ b, warmup=1, reps=5, device=device)
+        best = max(best, 2.0 * m * k * n / min(times) / 1e9)
+    return best
 
 
 # ---------------------------------------------------------------------------- GPyTorch SVGP
@@ -165,9 +197,22 @@ MAKERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def bench_setting(
-    r: int, h: int, b: int, *, n_pred: int, chunk: int, steps: int, device: torch.device
+    r: int,
+    h: int,
+    b: int,
+    *,
+    n_pred: int,
+    chunk: int,
+    steps: int,
+    device: torch.device,
+    gflops: float,
 ) -> list[dict[str, Any]]:
-    """Time every model at one (r, h, b) setting."""
+    """Time every model at one (r, h, b) setting.
+
+    A DBK row also gets its prediction's FLOPs per point and the floor they set at the
+    machine's matrix-product rate ``gflops``: ``floor = FLOPs / rate``, and the measured time
+    over that floor.
+    """
     gen = torch.Generator().manual_seed(0)
     n_train = 100_000
     x_train = (torch.rand(b * 4, 2, generator=gen) * 2 - 1).to(device)
@@ -210,6 +255,11 @@ def bench_setting(
                 "predict_us_per_point": 1e6 * t_pred / n_pred,
             }
         )
+        if "flops" in m:
+            flops = m["flops"]()
+            rows[-1]["predict_mflop_per_point"] = flops / 1e6
+            rows[-1]["predict_floor_us_per_point"] = 1e6 * flops / (gflops * 1e9)
+            rows[-1]["predict_over_floor"] = (t_pred / n_pred) / (flops / (gflops * 1e9))
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -243,12 +293,20 @@ def main() -> None:
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    info["matmul_gflops_fp32"] = matmul_gflops(device)
     print(json.dumps(info), flush=True)
     rows: list[dict[str, Any]] = []
     for triple in args.settings.split(";"):
         r, h, b = (int(v) for v in triple.split(","))
         rows += bench_setting(
-            r, h, b, n_pred=args.n_pred, chunk=args.chunk, steps=args.steps, device=device
+            r,
+            h,
+            b,
+            n_pred=args.n_pred,
+            chunk=args.chunk,
+            steps=args.steps,
+            device=device,
+            gflops=info["matmul_gflops_fp32"],
         )
     if args.out:
         with open(args.out, "w") as fh:

@@ -7,6 +7,11 @@ Cholesky of Kzz, triangular solves, matrix products, the KL term's r² work (``t
 ``diag`` bookkeeping of q(w)'s factor) and the rest::
 
     OMP_NUM_THREADS=1 python benchmarks/profile_step.py --rank 1024 --hidden 256 --batch 1024
+
+``--predict`` profiles the folded prediction (``latent_folded``) of ``--batch`` points instead,
+the work of ``geodbk predict`` per chunk::
+
+    OMP_NUM_THREADS=1 python benchmarks/profile_step.py --predict --batch 4096
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--predict", action="store_true", help="profile the folded prediction, not a step"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -69,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         batch_loss(model, x, y, n=100_000, config=config).backward()
         opt.step()
 
+    if args.predict:
+        model.eval()
+        folded = model.fold()
+
+        def step() -> None:
+            with torch.no_grad():
+                model.latent_folded(x, folded)
+
     for _ in range(args.warmup):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -78,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(e.self_cpu_time_total for e in events)
     print(
         f"{args.expansion} r={args.rank} h={args.hidden} b={args.batch} threads={args.threads}: "
-        f"{total / args.steps / 1e3:.1f} ms of operator self time per step"
+        f"{total / args.steps / 1e3:.1f} ms of operator self time per "
+        + ("prediction of the batch" if args.predict else "step")
     )
     shares: dict[str, float] = {}
     for e in events:
