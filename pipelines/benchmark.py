@@ -971,14 +971,14 @@ def write_report(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / f"{stem}.json"
+    if not merge:
+        atomic_write_json(json_path, report)
+        atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
+        return
     with open(out_dir / f".{stem}.lock", "a", encoding="utf-8") as lock:
-        if merge:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            others = {k: v for k, v in _read_models(json_path).items() if k not in own}
-            report["models"] = {
-                **others,
-                **{k: v for k, v in report["models"].items() if k in own},
-            }
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        others = {k: v for k, v in _read_models(json_path).items() if k not in own}
+        report["models"] = {**others, **{k: v for k, v in report["models"].items() if k in own}}
         atomic_write_json(json_path, report)
         atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
 
