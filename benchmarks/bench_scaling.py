@@ -419,13 +419,13 @@ def child_map(side: int, rank: int, hidden: int, device: str, cap_s: float) -> d
     prediction does not depend on the weights) is evaluated on the grid's cell centres in
     blocks of about 2^20 cells through :func:`geodbk.quantities.predict_quantity` (the code
     ``geodbk predict`` runs per block), and each block's mean, sd and the exceedance
-    probability ``P(y <= t) = Phi((t - mean) / sd)`` are stored as float32 host arrays. The
+    probability ``P(y <= 1)`` (:func:`geodbk.exceedance.exceedance_probability`) are stored as
+    float32 host arrays. The
     region mask and the file writes are not included. A pass stops once it has run ``cap_s``
     seconds; the cells it reached are reported.
     """
-    from scipy.special import ndtr
-
     from geodbk import DBKRegressor
+    from geodbk.exceedance import exceedance_probability
     from geodbk.quantities import predict_quantity
 
     rng = np.random.default_rng(0)
@@ -435,8 +435,13 @@ def child_map(side: int, rank: int, hidden: int, device: str, cap_s: float) -> d
     axis = np.linspace(-1, 1, side)
     rows_per_block = max(1, 2**20 // side)
     block = 2**20
-    out: dict[str, Any] = {"side": side, "cells": side * side, "rank": rank, "hidden": hidden}
-    out["device"] = device
+    out: dict[str, Any] = {
+        "side": side,
+        "cells": side * side,
+        "rank": rank,
+        "hidden": hidden,
+        "device": device,
+    }
     predict_quantity(model, x[:1024], quantity="area")  # warm-up: kernels, allocator
     for quantity in ("area", "tile"):
         mean = np.empty((side, side), dtype=np.float32)
@@ -453,7 +458,7 @@ def child_map(side: int, rank: int, hidden: int, device: str, cap_s: float) -> d
             )
             mean[rows] = q.mean.reshape(-1, side)
             sd[rows] = q.sd.reshape(-1, side)
-            below[rows] = ndtr((1.0 - q.mean) / q.sd).reshape(-1, side)
+            below[rows] = exceedance_probability(q.mean, q.sd, 1.0, above=False).reshape(-1, side)
             done = rows.stop
             if time.perf_counter() - t0 > cap_s:
                 break

@@ -22,6 +22,7 @@ in the table with its reason and never stops the other models.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import fcntl
 import inspect
@@ -966,19 +967,20 @@ def write_report(
     """Write ``report`` as ``OUT_DIR/STEM.{json,md}`` atomically.
 
     With ``merge`` the entries of models not in ``own`` are re-read from the report on disk
-    at each write, under an exclusive lock on ``OUT_DIR/.STEM.lock``: several processes that
-    benchmark different models into one run directory (``--merge``) keep each other's results.
+    at each write, under an exclusive ``flock`` on ``RUN/.locks/benchmark_STEM.lock`` (waiting
+    for it): several processes that benchmark different models into one run directory
+    (``--merge``) keep each other's results.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / f"{stem}.json"
-    if not merge:
-        atomic_write_json(json_path, report)
-        atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
-        return
-    with open(out_dir / f".{stem}.lock", "a", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        others = {k: v for k, v in _read_models(json_path).items() if k not in own}
-        report["models"] = {**others, **{k: v for k, v in report["models"].items() if k in own}}
+    with contextlib.ExitStack() as held:
+        if merge:
+            locks = out_dir.parent / ".locks"
+            locks.mkdir(exist_ok=True)
+            lock = held.enter_context(open(locks / f"benchmark_{stem}.lock", "a", encoding="utf-8"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            others = {k: v for k, v in _read_models(json_path).items() if k not in own}
+            report["models"] = {**others, **{k: v for k, v in report["models"].items() if k in own}}
         atomic_write_json(json_path, report)
         atomic_write_text(out_dir / f"{stem}.md", render_markdown(report))
 
