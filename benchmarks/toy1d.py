@@ -10,7 +10,11 @@ Usage::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/toy1d.py --n-train 20000 --epochs 20
 
-The default test suite runs a small version of the same comparison (tests/test_toy1d.py).
+The default test suite runs a small version of the same comparison (tests/test_toy1d.py, with
+:data:`SMALL_DPPGP` on :data:`SMALL_ROWS`). ``--small-seeds`` fits only that version's r = 128
+dPPGP model once per model seed (data unchanged), in ``--dtype``::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/toy1d.py --small-seeds 0 1 2 3
 """
 
 from __future__ import annotations
@@ -38,6 +42,24 @@ def true_mean(x: np.ndarray) -> np.ndarray:
 def true_sd(x: np.ndarray) -> np.ndarray:
     """Noise sd ``|2 sin(10 x)|``."""
     return np.abs(2.0 * np.sin(10.0 * x))
+
+
+#: Rows (train, validation, test) of the small version in the default test suite.
+SMALL_ROWS = (1000, 500, 1000)
+
+#: DBK-RBF dPPGP settings of the small version (r and epochs are set per fit).
+SMALL_DPPGP: dict[str, Any] = {
+    "expansion": "rbf",
+    "hidden": 64,
+    "objective": "dppgp",
+    "alpha": 0.01,
+    "beta": 0.01,
+    "batch_size": 200,
+    "epochs": 400,
+    "lr": 3e-3,
+    "device": "cpu",
+    "seed": 0,
+}
 
 
 def make_data(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -170,6 +192,27 @@ def run(
     return out
 
 
+def small_dppgp(*, seed: int, dtype: str = "float32") -> dict[str, Any]:
+    """Test NLL, 95% coverage and sd-vs-true-sd Spearman of the small version's r = 128 fit
+    with model seed ``seed`` (the data keep seeds 0, 1, 2)."""
+    from geodbk import DBKRegressor
+    from geodbk.metrics import coverage, gaussian_nll
+
+    n_train, n_val, n_test = SMALL_ROWS
+    x, y = make_data(n_train, seed=0)
+    xv, yv = make_data(n_val, seed=1)
+    xs, ys = make_data(n_test, seed=2)
+    model = DBKRegressor(**{**SMALL_DPPGP, "rank": 128, "seed": seed, "dtype": dtype})
+    p = model.fit(x, y, xv, yv).predict_dist(xs)
+    return {
+        "seed": seed,
+        "dtype": dtype,
+        "nll": gaussian_nll(ys, p.mean, p.var),
+        "coverage95": coverage(ys, p.mean, p.var),
+        "spearman_sd": spearman(np.sqrt(p.var), true_sd(xs[:, 0])),
+    }
+
+
 def main() -> None:
     """Command-line entry point: print the metrics as JSON."""
     import torch
@@ -183,9 +226,21 @@ def main() -> None:
     ap.add_argument("--rbf-max-n", type=int, default=2000)
     ap.add_argument("--expansion", default="rbf", choices=["silu", "rbf"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--small-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="only the test suite's small r = 128 dPPGP fit, once per model seed",
+    )
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = ap.parse_args()
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
+    if args.small_seeds is not None:
+        for seed in args.small_seeds:
+            print(json.dumps(small_dppgp(seed=seed, dtype=args.dtype)), flush=True)
+        return
     res = run(
         n_train=args.n_train,
         epochs=args.epochs,

@@ -18,20 +18,6 @@ import torch
 from geodbk import DBKRegressor
 from geodbk.metrics import coverage, gaussian_nll
 
-N_TRAIN, N_TEST = 1000, 1000
-DPPGP: dict[str, Any] = {
-    "expansion": "rbf",
-    "hidden": 64,
-    "objective": "dppgp",
-    "alpha": 0.01,
-    "beta": 0.01,
-    "batch_size": 200,
-    "epochs": 400,
-    "lr": 3e-3,
-    "device": "cpu",
-    "seed": 0,
-}
-
 
 def _toy() -> ModuleType:
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "toy1d.py"
@@ -57,9 +43,11 @@ def results() -> dict[str, Any]:
 
 def _run_small() -> dict[str, Any]:
     toy = _toy()
-    x, y = toy.make_data(N_TRAIN, seed=0)
-    xv, yv = toy.make_data(500, seed=1)
-    xs, ys = toy.make_data(N_TEST, seed=2)
+    n_train, n_val, n_test = toy.SMALL_ROWS
+    dppgp = toy.SMALL_DPPGP
+    x, y = toy.make_data(n_train, seed=0)
+    xv, yv = toy.make_data(n_val, seed=1)
+    xs, ys = toy.make_data(n_test, seed=2)
     sd_true = toy.true_sd(xs[:, 0])
     out: dict[str, Any] = {}
 
@@ -70,11 +58,11 @@ def _run_small() -> dict[str, Any]:
             "spearman": toy.spearman(np.sqrt(var), sd_true),
         }
 
-    for rank, epochs in ((128, DPPGP["epochs"]), (8, 150), (1, 80)):
-        model = DBKRegressor(**{**DPPGP, "rank": rank, "epochs": epochs})
+    for rank, epochs in ((128, dppgp["epochs"]), (8, 150), (1, 80)):
+        model = DBKRegressor(**{**dppgp, "rank": rank, "epochs": epochs})
         p = model.fit(x, y, xv, yv).predict_dist(xs)
         record(f"dppgp_r{rank}", p.mean, p.var)
-    exact = DBKRegressor(**{**DPPGP, "rank": 128, "objective": "exact", "epochs": 100})
+    exact = DBKRegressor(**{**dppgp, "rank": 128, "objective": "exact", "epochs": 100})
     pe = exact.fit(x, y, xv, yv).predict_dist(xs)
     record("exact_dbk", pe.mean, pe.var)
     mean, var = toy.fit_exact_rbf_gp(x, y, xs, iters=30)
