@@ -16,7 +16,7 @@ uptime | tee -a "$out/gpu.txt"
 pids=()
 for target in download upload; do
   for model in sv-rbf sv-dkl dbk-rbf; do
-    timeout "${TRAIN_CAP_S:-420}" python3 benchmarks/benchmark_stage_only.py --run "$run" \
+    timeout "${TRAIN_CAP_S:-420}" python3 benchmarks/stage_only.py benchmark --run "$run" \
       --target "$target" --protocol seed-table2 --models "$model" --merge \
       --rank "${RANK:-1024}" --hidden "${HIDDEN:-256}" --batch-size 1024 --threads 1 \
       --device "${DEVICE:-cuda}" ${EPOCHS:+--epochs $EPOCHS} \

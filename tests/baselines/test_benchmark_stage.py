@@ -398,9 +398,19 @@ def test_benchmark_tile_effect(tmp_path: Path) -> None:
     assert report["models"]["dbk-rbf"]["runs"][0]["tile_effect"]["rho"] > 0
 
 
-def test_the_benchmark_stage_runs_without_the_geo_stack() -> None:
-    """benchmarks/benchmark_stage_only.py parses and runs ``geodbk benchmark``'s options where
-    geopandas, shapely, pyproj and rioxarray cannot be imported (the lent GPU machine)."""
+@pytest.mark.parametrize(
+    ("stage", "blocked", "option"),
+    [
+        ("benchmark", ("geopandas", "shapely", "pyproj", "rioxarray", "rasterio"), "--models"),
+        ("train", ("rioxarray", "rasterio", "xarray"), "--no-local-layer"),
+    ],
+)
+def test_a_stage_runs_without_the_geo_stack(
+    stage: str, blocked: tuple[str, ...], option: str
+) -> None:
+    """benchmarks/stage_only.py parses ``geodbk STAGE``'s options where the packages the stage
+    does not need cannot be imported (the lent GPU machine: no raster stack, and for the
+    benchmark no geopandas, shapely or pyproj either)."""
     import subprocess
     import sys
 
@@ -409,11 +419,11 @@ def test_the_benchmark_stage_runs_without_the_geo_stack() -> None:
         "import runpy, sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('geopandas', 'shapely', 'pyproj', 'rioxarray'):\n"
+        f"        if name.split('.')[0] in {blocked!r}:\n"
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "sys.argv = ['benchmark_stage_only.py', '--help']\n"
-        "runpy.run_path('benchmarks/benchmark_stage_only.py', run_name='__main__')\n"
+        f"sys.argv = ['stage_only.py', {stage!r}, '--help']\n"
+        "runpy.run_path('benchmarks/stage_only.py', run_name='__main__')\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -424,4 +434,4 @@ def test_the_benchmark_stage_runs_without_the_geo_stack() -> None:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert "--tile-effect" in out.stdout and "--models" in out.stdout
+    assert "--tile-effect" in out.stdout and option in out.stdout
