@@ -688,6 +688,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             chunk_size=chunk_size,
             device=self.device_,
             dtype=_DTYPES[self.dtype],
+            width=int(self.rank),
         )
         v = self.y_std_**2
         var_f = v * var_f
@@ -738,6 +739,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             chunk_size=chunk_size,
             device=self.device_,
             dtype=_DTYPES[self.dtype],
+            width=int(self.rank),
         )
         return self.y_std_ * mean, self.y_std_**2 * var
 
@@ -760,6 +762,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             chunk_size=chunk_size,
             device=self.device_,
             dtype=_DTYPES[self.dtype],
+            width=int(self.rank),
         )
         return phi
 

@@ -21,6 +21,7 @@ __all__ = [
     "Z95",
     "Prediction",
     "change_moments",
+    "chunk_rows_for",
     "latent_change",
     "noise_kwargs",
     "predict_in_chunks",
@@ -79,6 +80,23 @@ class Prediction:
         return int(self.mean.shape[0])
 
 
+#: On the CPU, a chunk's widest intermediate (rows x ``width``) holds at most this many values,
+#: so that it stays in cache: 2^21 floats (8 MB in float32) was the fastest of 2^19-2^24 for
+#: r = 256 and r = 512 (docs/benchmarks/scaling.md, "Chunk size of a prediction").
+CPU_CHUNK_VALUES = 1 << 21
+#: Rows per chunk on the CPU at the least, whatever ``width``.
+CPU_CHUNK_MIN_ROWS = 1024
+
+
+def chunk_rows_for(chunk_size: int, *, device: torch.device | str, width: int | None = None) -> int:
+    """Rows per prediction chunk: ``chunk_size``, and on the CPU with a ``width`` (values per
+    row of the widest intermediate, e.g. the rank r) at most ``CPU_CHUNK_VALUES // width``
+    (but at least ``CPU_CHUNK_MIN_ROWS``). A GPU takes ``chunk_size`` as it is."""
+    if width is None or torch.device(device).type != "cpu":
+        return chunk_size
+    return min(chunk_size, max(CPU_CHUNK_MIN_ROWS, CPU_CHUNK_VALUES // max(width, 1)))
+
+
 def predict_in_chunks(
     fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]],
     x: np.ndarray,
@@ -86,11 +104,14 @@ def predict_in_chunks(
     chunk_size: int,
     device: torch.device,
     dtype: torch.dtype,
+    width: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Apply ``fn`` to ``x`` in chunks of at most ``chunk_size`` rows, under ``no_grad``.
 
     Only one chunk is on the device at a time; outputs are gathered as numpy float64 arrays
-    (preallocated, so memory is O(n) for the outputs plus O(chunk_size r) for the work).
+    (preallocated, so memory is O(n) for the outputs plus O(chunk_size r) for the work). With
+    ``width`` (values per row of ``fn``'s widest intermediate) the chunk is capped on the CPU
+    by :func:`chunk_rows_for`.
 
     Parameters
     ----------
@@ -102,9 +123,13 @@ def predict_in_chunks(
         Maximum rows per chunk.
     device, dtype
         Where and in which precision ``fn`` runs.
+    width
+        Values per row of ``fn``'s widest intermediate (the rank r for a DBK prediction);
+        ``None``: no cap.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    chunk_size = chunk_rows_for(chunk_size, device=device, width=width)
     n = x.shape[0]
     outputs: list[np.ndarray] | None = None
     with torch.no_grad():

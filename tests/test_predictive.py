@@ -66,3 +66,35 @@ def test_latent_variance_drops_by_at_most_the_bound() -> None:
     d = vf0 - vf1
     assert float(d.min()) >= -1e-12 and float(d.max()) <= trunc.variance_bound
     assert float(((v0 - v1) / v0).max()) <= 1.0  # variance_rtol, since var >= min s2
+
+
+def test_chunk_rows_are_capped_on_the_cpu_only() -> None:
+    """On the CPU a chunk keeps rows x width within CPU_CHUNK_VALUES (at least
+    CPU_CHUNK_MIN_ROWS rows, never more than asked); a GPU, or no width, keeps chunk_size."""
+    from geodbk.predictive import CPU_CHUNK_MIN_ROWS, CPU_CHUNK_VALUES, chunk_rows_for
+
+    assert chunk_rows_for(65536, device="cpu", width=256) == CPU_CHUNK_VALUES // 256
+    assert chunk_rows_for(65536, device="cpu", width=10**7) == CPU_CHUNK_MIN_ROWS
+    assert chunk_rows_for(100, device="cpu", width=256) == 100
+    assert chunk_rows_for(65536, device="cpu") == 65536
+    assert chunk_rows_for(65536, device="cuda", width=256) == 65536
+
+
+def test_predict_in_chunks_gives_the_same_values_whatever_the_cap() -> None:
+    """The capped chunking changes only the work's grouping: outputs equal one big chunk."""
+    import numpy as np
+    import torch
+
+    from geodbk.predictive import predict_in_chunks
+
+    x = np.random.default_rng(0).normal(size=(5000, 2))
+
+    def fn(xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return xb.sum(1), (xb**2).sum(1)
+
+    one = predict_in_chunks(fn, x, chunk_size=5000, device=torch.device("cpu"), dtype=torch.float64)
+    capped = predict_in_chunks(
+        fn, x, chunk_size=5000, device=torch.device("cpu"), dtype=torch.float64, width=1 << 20
+    )
+    for a, b in zip(one, capped, strict=True):
+        np.testing.assert_array_equal(a, b)
