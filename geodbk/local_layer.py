@@ -494,8 +494,9 @@ class LocalLayer:
         xy: Any = None,
         chunk_size: int = 16384,
     ) -> TileEffectPrediction:
-        """The tile's posterior at rows (tile, time, km position ``xy``; default the
-        ``positions`` of the tile ids), with the field included: ``shift``, ``tile_var``,
+        """The tile's posterior at rows (tile, time, km position ``xy``; default: each row at
+        its tile's centre, ``positions`` of the tile id, with the neighbours found once per
+        distinct tile), with the field included: ``shift``, ``tile_var``,
         ``noise_var``, ``seen`` as :meth:`TileEffect.predict`, and ``pull``, the neighbours'
         kriged part of ``shift``.
 
@@ -515,12 +516,10 @@ class LocalLayer:
         tiles_a, times_a, _, vf, comp, code, own = self.effect._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
         )
-        if xy is None:
-            if self.positions is None:
-                raise ValueError("give xy= (km positions), or build the layer with positions=")
-            xy = self.positions(tiles_a)
-        xy_a = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
-        if xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all():
+        if xy is None and self.positions is None:
+            raise ValueError("give xy= (km positions), or build the layer with positions=")
+        xy_a = None if xy is None else np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+        if xy_a is not None and (xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all()):
             raise DataError("prediction rows: one finite km position per row is needed")
         lay = self.effect._layout()
         t = self._tensors()
@@ -533,7 +532,11 @@ class LocalLayer:
             summ = self._summary_cache
             for s in range(0, tiles_a.size, chunk_size):
                 part = slice(s, s + chunk_size)
-                hood = self._neighbours.query(xy_a[part], own[part])
+                hood = (
+                    self._neighbours.query(xy_a[part], own[part])
+                    if xy_a is not None
+                    else self._tile_hood(tiles_a[part], own[part])
+                )
                 m, v, pulled = _predict_rows(
                     lay,
                     hood,
@@ -547,6 +550,21 @@ class LocalLayer:
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
         return row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
+
+    def _tile_hood(self, tiles: np.ndarray, own: np.ndarray) -> _Hood:
+        """The neighbours of rows placed at their tiles' centres (``positions``): queried once
+        per distinct tile, so rows of one tile share its neighbours."""
+        assert self.positions is not None
+        distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
+        hood = self._neighbours.query(self.positions(distinct), own[first])
+        rows = torch.as_tensor(inverse.reshape(-1))
+        return _Hood(
+            nb=hood.nb[rows],
+            d_star=hood.d_star[rows],
+            sets=hood.sets,
+            d_sets=hood.d_sets,
+            inverse=hood.inverse[rows],
+        )
 
 
 def _predict_rows(
@@ -581,23 +599,32 @@ def _predict_rows(
         sel = torch.as_tensor(seen)
         # the own tile's rows, centred on the pull, with the kriging variance as a constant
         # prior part: r - mu ~ N(0, tau² rho^|dt| + lambda sqrt(v v') + s2nb + E)
-        pos = torch.as_tensor(local)
         m_rows = pull[sel]
         s2_rows = s2nb[sel]
-        lay_t = _Layout(
-            sub_lay.tiles[local],
+        # targets of one tile with the same pull and kriging variance share one factor
+        keys = np.column_stack(
+            [local, m_rows.numpy().view(np.int64), s2_rows.numpy().view(np.int64)]
+        )
+        distinct, inverse = unique_rows(keys)
+        first = np.full(distinct.shape[0], -1)
+        first[inverse[::-1]] = np.arange(inverse.size)[::-1]
+        pos = torch.as_tensor(local[first])
+        lay_u = _Layout(
+            sub_lay.tiles[local[first]],
             sub_lay.times[pos],
-            sub_lay.residual[pos] - m_rows[:, None],
+            sub_lay.residual[pos] - m_rows[first][:, None],
             sub_lay.var_f[pos],
             sub_lay.components[pos],
             sub_lay.mask[pos],
             sub_lay.group[pos],
         )
-        L, b = _factor(lay_t, tau2, rho, lam, kappa, constant=s2_rows, mu=mu)
+        L_u, b_u = _factor(lay_u, tau2, rho, lam, kappa, constant=s2_rows[first], mu=mu)
+        rows_u = torch.as_tensor(inverse)
+        lay_t = lay_u.subset(inverse)
         sh, v = _predict_tile_with_constant(
             lay_t,
-            L,
-            b,
+            L_u[rows_u],
+            b_u[rows_u],
             times[sel],
             var_f[sel],
             tau2=tile_offset_variance(lay_t, tau2, mu),

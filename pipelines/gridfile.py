@@ -3,10 +3,11 @@
 The grid is written row block by row block straight into a NetCDF-4 (HDF5) file through
 h5netcdf, chunked by row blocks and compressed (zlib with byte shuffle), at a hidden temporary
 path next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
-A block that fills whole chunks is encoded here, the variables' chunks compressed in parallel
-threads (zlib releases the GIL), and written as raw chunks; a chunk holding only the fill value
-is not stored at all (readers get the fill value).
-Peak memory is one row block, whatever the grid size. Paths and attributes may hold any Unicode
+Chunks are tiles of at most ``CHUNK_CELLS`` cells (``CHUNK_COLS`` columns wide, or as many rows
+as the caller writes per block), so that the ocean or land around a region falls in chunks
+holding only the fill value, which are not stored at all (readers get the fill value). Row blocks written in order are gathered into whole rows of chunks, whose
+chunks are encoded here, in parallel threads (zlib releases the GIL), and written raw.
+Peak memory is one row block plus one row of chunks, whatever the grid size. Paths and attributes may hold any Unicode
 text. CF conventions (``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN,
 bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to bool), every grid
 variable has ``grid_mapping = "spatial_ref"`` and the ``spatial_ref`` variable holds the CRS as
@@ -39,8 +40,10 @@ log = logging.getLogger("geodbk")
 CONVENTIONS = "CF-1.8"
 #: zlib level of the grid variables (1: fast; NaN-filled ocean compresses to almost nothing).
 COMPRESSION_LEVEL = 1
-#: Cells per HDF5 chunk (whole rows).
-CHUNK_CELLS = 262_144
+#: Cells per HDF5 chunk at most.
+CHUNK_CELLS = 65_536
+#: Columns per HDF5 chunk at most (a narrower grid's chunks span its width).
+CHUNK_COLS = 512
 #: Room kept free beyond a block's bytes: HDF5 metadata and headers.
 SPACE_MARGIN = 1 << 20
 #: Bytes of written chunks HDF5 may hold per variable before writing them (its chunk cache).
@@ -136,6 +139,9 @@ class GridWriter:
         Global attributes.
     crs_attrs
         Attributes of the ``spatial_ref`` variable (from rioxarray's ``write_crs``).
+    chunk_rows
+        Rows per chunk; a caller that writes blocks of this many rows has each block written
+        as it comes, without gathering. Default: tiles of ``CHUNK_COLS`` columns.
     """
 
     def __init__(
@@ -147,6 +153,7 @@ class GridWriter:
         variables: Mapping[str, tuple[Any, dict[str, Any]]],
         attrs: Mapping[str, Any],
         crs_attrs: Mapping[str, Any],
+        chunk_rows: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +166,14 @@ class GridWriter:
         self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.part.nc")
         self._rows_done = np.zeros(len(self.y), dtype=bool)
         self._written = 0
-        self._chunk_rows = max(1, min(len(self.y), CHUNK_CELLS // max(len(self.x), 1)))
+        if chunk_rows is None:
+            self._chunk_cols = max(1, min(len(self.x), CHUNK_COLS))
+            self._chunk_rows = max(1, min(len(self.y), CHUNK_CELLS // self._chunk_cols))
+        else:
+            self._chunk_rows = max(1, min(len(self.y), chunk_rows))
+            self._chunk_cols = max(1, min(len(self.x), CHUNK_CELLS // self._chunk_rows))
+        # rows written in order but not yet a whole row of chunks: (first row, blocks)
+        self._pending: tuple[int, dict[str, np.ndarray]] | None = (0, {})
         self._fills: dict[str, Any] = {}  # each variable's fill value, set by _layout
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
         self._ensure_space(0)
@@ -205,35 +219,68 @@ class GridWriter:
             if arr.shape != (n_rows, nx):
                 raise ValueError(f"{name}: block shape {arr.shape}, expected {(n_rows, nx)}")
             blocks[name] = arr.astype(np.int8 if dt == np.dtype(bool) else dt, copy=False)
-        cr = self._chunk_rows
-        whole = rows.start % cr == 0 and (n_rows == cr or rows.stop == len(self.y))
-        if whole:
-            self._write_chunks(rows.start // cr, blocks)
-        else:
-            for name, arr in blocks.items():
-                self._nc.variables[name][rows, :] = arr
+        self._gather(rows, blocks)
         self._rows_done[rows] = True
         self._written += n_bytes
 
+    def _gather(self, rows: slice, blocks: Mapping[str, np.ndarray]) -> None:
+        """Add rows written in order to the pending ones and write every whole row of chunks
+        they complete; rows out of order (and any pending ones) go through HDF5 as they are."""
+        cr, ny = self._chunk_rows, len(self.y)
+        if self._pending is None or rows.start != self._pending[0] + self._pending_rows():
+            self._write_pending_through_hdf5()
+            for name, arr in blocks.items():
+                self._nc.variables[name][rows, :] = arr
+            return
+        start, pending = self._pending
+        merged = (
+            {name: np.concatenate([pending[name], arr]) for name, arr in blocks.items()}
+            if self._pending_rows()
+            else dict(blocks)
+        )
+        n = rows.stop - start
+        done = n if rows.stop == ny else n - n % cr
+        for offset in range(0, done, cr):
+            part = {name: arr[offset : offset + cr] for name, arr in merged.items()}
+            self._write_chunks((start + offset) // cr, part)
+        self._pending = (start + done, {name: arr[done:] for name, arr in merged.items()})
+
+    def _pending_rows(self) -> int:
+        """Rows gathered but not yet written."""
+        if self._pending is None or not self._pending[1]:
+            return 0
+        return len(next(iter(self._pending[1].values())))
+
+    def _write_pending_through_hdf5(self) -> None:
+        """Write the gathered rows as they are and gather no more (rows came out of order)."""
+        if self._pending is not None and self._pending_rows():
+            start, pending = self._pending
+            for name, arr in pending.items():
+                self._nc.variables[name][start : start + len(arr), :] = arr
+        self._pending = None
+
     def _write_chunks(self, index: int, blocks: Mapping[str, np.ndarray]) -> None:
-        """Chunk ``index`` of every variable: encoded in parallel (:func:`encode_chunk`), written
-        raw; a chunk of fill values only is left unallocated."""
-        cr, nx = self._chunk_rows, len(self.x)
-        chunks: dict[str, np.ndarray] = {}
+        """Row ``index`` of chunks of every variable: encoded in parallel
+        (:func:`encode_chunk`), written raw; a chunk of fill values only is left unallocated."""
+        cr, cw, nx = self._chunk_rows, self._chunk_cols, len(self.x)
+        chunks: dict[tuple[str, int], np.ndarray] = {}
         for name, arr in blocks.items():
             fill = self._fills[name]
             nan_fill = np.issubdtype(arr.dtype, np.floating) and bool(np.isnan(fill))
-            if (np.isnan(arr) if nan_fill else arr == fill).all():
-                continue
-            if arr.shape[0] < cr:  # the last chunk runs past the grid: pad with the fill
-                pad = np.full((cr - arr.shape[0], nx), fill, dtype=arr.dtype)
-                arr = np.concatenate([arr, pad])
-            chunks[name] = arr
+            for col in range(0, nx, cw):
+                tile = arr[:, col : col + cw]
+                if (np.isnan(tile) if nan_fill else tile == fill).all():
+                    continue
+                if tile.shape != (cr, cw):  # at the grid's edge: pad with the fill
+                    padded = np.full((cr, cw), fill, dtype=arr.dtype)
+                    padded[: tile.shape[0], : tile.shape[1]] = tile
+                    tile = padded
+                chunks[(name, col)] = tile
         # compressing while the next block is computed was slower on 2 cores (torch's threads
         # and zlib's compete), so the block's chunks are encoded together and written now
         encoded = self._pool.map(encode_chunk, chunks.values())
-        for name, data in zip(chunks, encoded, strict=True):
-            self._nc.variables[name]._h5ds.id.write_direct_chunk((index * cr, 0), data)
+        for (name, col), data in zip(chunks, encoded, strict=True):
+            self._nc.variables[name]._h5ds.id.write_direct_chunk((index * cr, col), data)
 
     def close(self) -> Path:
         """Move the complete file onto :attr:`path`; every row must have been written."""
@@ -294,7 +341,7 @@ class GridWriter:
             v.attrs.update(attrs)
         ref = nc.create_variable("spatial_ref", (), "i4", data=np.int32(0))
         ref.attrs.update({k: _attr(val) for k, val in self.crs_attrs.items()})
-        chunks = (self._chunk_rows, nx)
+        chunks = (self._chunk_rows, self._chunk_cols)
         for name, (dt, attrs) in self.variables.items():
             is_bool = dt == np.dtype(bool)
             # bool is stored as int8 with HDF5's default fill, 0

@@ -30,7 +30,6 @@ log = logging.getLogger("geodbk")
 __all__ = [
     "LAYER_FILE",
     "fit_run_local_layer",
-    "layer_xy",
     "load_local_layer",
     "load_map_layers",
     "save_local_layer",
@@ -132,13 +131,6 @@ def load_map_layers(rd: Any, target: str, model: Any) -> tuple[Any, Any]:
     md = getattr(model, "metadata_", None) or {}
     layer = load_local_layer(rd.model_dir(target), effect, expected=md.get("local_layer"))
     return effect, layer
-
-
-def layer_xy(layer: Any, lon: Any, lat: Any) -> np.ndarray | None:
-    """km positions of places for ``layer`` (``None`` without a layer)."""
-    if layer is None:
-        return None
-    return lonlat_to_km(lon, lat, lat0=layer.params.lat0)
 
 
 def load_local_layer(model_dir: Path, effect: Any, *, expected: dict[str, Any] | None) -> Any:

@@ -20,7 +20,7 @@ from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.quantities import QuantityPrediction, check_quantity, predict_quantity
 from geodbk.tile_effect import TileEffect
 from pipelines.bundles import load_model
-from pipelines.layers import layer_xy, load_map_layers, tile_positions
+from pipelines.layers import load_map_layers, tile_positions
 from pipelines.run_inputs import observed_quarters, read_urban, tile_ids
 from pipelines.rundir import (
     RunDir,
@@ -119,7 +119,6 @@ class PlacePredictor:
             layer=layer,
             tiles=tile_ids(lon, lat) if effect is not None else None,
             times=times,
-            xy=layer_xy(layer, lon, lat),
             urban=self.urban(lon, lat),
             tests=tests,
             devices=devices,

@@ -59,7 +59,7 @@ from geodbk.quantities import (
 from pipelines.bundles import load_model
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value
-from pipelines.layers import layer_xy, load_map_layers
+from pipelines.layers import load_map_layers
 from pipelines.predict_at import run_predict_at
 from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
 from pipelines.rundir import (
@@ -928,7 +928,6 @@ def run_predict(
                 layer=layer,
                 tiles=tile_ids(lon, lat) if effect is not None else None,
                 times=float(quarter_index(q)) if q is not None else tile_time,
-                xy=layer_xy(layer, lon, lat),
             )
 
         log.info("predicting %s for %s", target, label)
@@ -1094,7 +1093,13 @@ def _write_grid(
         block_rows,
     )
     writer = GridWriter(
-        out, x=grid.x, y=grid.y, variables=all_vars, attrs=attrs, crs_attrs=crs_attributes()
+        out,
+        x=grid.x,
+        y=grid.y,
+        variables=all_vars,
+        attrs=attrs,
+        crs_attrs=crs_attributes(),
+        chunk_rows=block_rows,
     )
     n_in = 0
     try:

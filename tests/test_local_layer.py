@@ -296,3 +296,42 @@ def test_unique_rows_equals_numpy_and_survives_a_hash_collision() -> None:
     got, got_inv = unique_rows(clash)
     np.testing.assert_array_equal(got, np.unique(clash, axis=0))
     assert got_inv.tolist() == [1, 0, 1]
+
+
+def test_rows_without_positions_sit_at_their_tiles_centres() -> None:
+    """With ``xy`` left out, each row stands at its tile's centre (``positions``) and the
+    neighbours are found once per distinct tile: the same numbers as giving every row its
+    tile's centre, rows of one tile share their pull and the variance differs only by
+    ``lambda var_f``."""
+    rng = np.random.default_rng(7)
+    tiles, times, _pos, v, noise, xy = _data(rng, n_tiles=25)
+    residual = rng.normal(0, 0.3, tiles.size)
+    base = _layer(tiles, times, v, noise, residual, xy, neighbours=5)
+    centres = {f"new{i}": rng.uniform(0, 10, 2) for i in range(6)}
+    centres.update({f"t{j:02d}": xy[j] for j in range(len(xy))})
+
+    def positions(ids: np.ndarray) -> np.ndarray:
+        return np.array([centres[str(t)] for t in ids])
+
+    layer = LocalLayer(base.effect, base.params, tile_xy=base.tile_xy, positions=positions)
+    names = np.array(["new0", "t03", "new0", "new5", "t03", "t11", "new5", "new0", "t03"])
+    m = names.size
+    kw = {
+        "times": np.array([6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 2.0]),
+        "var_f": rng.uniform(0.01, 0.03, m),
+        "components": np.full((m, 1), 0.05),
+    }
+    at_tiles = layer.predict(tiles=names, **kw)
+    explicit = layer.predict(tiles=names, xy=positions(names), **kw)
+    np.testing.assert_allclose(at_tiles.shift, explicit.shift, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(at_tiles.tile_var, explicit.tile_var, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(at_tiles.pull, explicit.pull, rtol=1e-12, atol=1e-14)
+    for i in range(m):  # alone, nothing is shared: the same numbers
+        alone = layer.predict(tiles=names[i : i + 1], **{k: a[i : i + 1] for k, a in kw.items()})
+        assert at_tiles.shift[i] == pytest.approx(alone.shift[0], rel=1e-10, abs=1e-12)
+        assert at_tiles.tile_var[i] == pytest.approx(alone.tile_var[0], rel=1e-10, abs=1e-12)
+    for name in ("new0", "new5"):
+        rows = np.flatnonzero(names == name)
+        assert np.ptp(at_tiles.shift[rows]) == 0.0
+        gap = at_tiles.tile_var[rows] - LAM * kw["var_f"][rows]
+        np.testing.assert_allclose(gap, gap[0], rtol=1e-12)

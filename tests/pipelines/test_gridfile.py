@@ -104,3 +104,44 @@ def test_grid_writer_raw_chunks_read_back_everywhere(
         assert h5["a"].compression == "gzip" and h5["a"].shuffle
     with rasterio.open(f"netcdf:{path}:b") as src:
         np.testing.assert_allclose(src.read(1), b)
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_grid_writer_tiles_chunks_and_skips_fill_only_tiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Chunks are tiles (3 rows x 4 columns here): blocks of 2 rows written in order are
+    gathered into whole rows of chunks, a tile holding only NaN is not stored, and the edge
+    tiles are padded; blocks out of order are written through HDF5. Every value reads back."""
+    import h5py
+
+    import pipelines.gridfile as gridfile
+
+    nx, ny = 10, 11
+    monkeypatch.setattr(gridfile, "CHUNK_COLS", 4)
+    monkeypatch.setattr(gridfile, "CHUNK_CELLS", 12)
+    rng = np.random.default_rng(1)
+    a = np.full((ny, nx), np.nan, dtype=np.float32)
+    a[0:2, 0:3] = rng.normal(size=(2, 3))  # tile (0, 0)
+    a[4, 9] = 1.5  # tile (1, 2): the padded edge column
+    a[10, 5] = -2.0  # tile (3, 1): the padded last row of chunks
+    path = tmp_path / "g.nc"
+    w = GridWriter(
+        path,
+        x=np.linspace(0.0, 1.0, nx),
+        y=np.linspace(1.0, 0.0, ny),
+        variables={"a": (np.float32, {})},
+        attrs={},
+        crs_attrs=crs_attributes(),
+    )
+    starts = list(range(0, ny, 2))
+    for start in starts if order == "in order" else starts[::-1]:
+        rows = slice(start, min(start + 2, ny))
+        w.write_rows(rows, {"a": a[rows]})
+    w.close()
+    with xr.open_dataset(path) as ds:
+        np.testing.assert_array_equal(ds["a"].values, a)
+    with h5py.File(path, "r") as h5:
+        assert h5["a"].chunks == (3, 4)
+        if order == "in order":
+            assert h5["a"].id.get_num_chunks() == 3  # of 12 tiles: the 9 NaN-only ones unstored

@@ -342,7 +342,7 @@ def test_tile_quantity_maps_use_the_local_layer(run: Path, target: str) -> None:
     from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
     from geodbk.geo.timeaxis import quarter_index
     from geodbk.quantities import predict_quantity
-    from pipelines.layers import layer_xy, load_map_layers
+    from pipelines.layers import load_map_layers
     from pipelines.predict import PART_VARS
 
     rd = RunDir(run)
@@ -389,7 +389,6 @@ def test_tile_quantity_maps_use_the_local_layer(run: Path, target: str) -> None:
         layer=layer,
         tiles=keys,
         times=float(quarter_index(quarter or md["tiles_metadata"]["quarters"][-1])),
-        xy=layer_xy(layer, lon, lat),
         urban=urban,
     )
     np.testing.assert_allclose(v["tile_mean"], q.mean, atol=1e-5)
