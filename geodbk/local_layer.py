@@ -603,7 +603,11 @@ def _predict_rows(
         s2_rows = s2nb[sel]
         # targets of one tile with the same pull and kriging variance share one factor
         keys = np.column_stack(
-            [local, m_rows.numpy().view(np.int64), s2_rows.numpy().view(np.int64)]
+            [
+                local,
+                m_rows.detach().numpy().view(np.int64),
+                s2_rows.detach().numpy().view(np.int64),
+            ]
         )
         distinct, inverse = unique_rows(keys)
         first = np.full(distinct.shape[0], -1)

@@ -335,3 +335,47 @@ def test_rows_without_positions_sit_at_their_tiles_centres() -> None:
         assert np.ptp(at_tiles.shift[rows]) == 0.0
         gap = at_tiles.tile_var[rows] - LAM * kw["var_f"][rows]
         np.testing.assert_allclose(gap, gap[0], rtol=1e-12)
+
+
+def test_fit_on_held_out_quarters_of_measured_tiles() -> None:
+    """Validation rows of tiles that also have training rows (a random split): the own
+    tile's factor is shared by its rows and differentiated through; the field still lowers
+    the validation NLL."""
+    rng = np.random.default_rng(5)
+    n = 150
+    xy = rng.uniform(0, 20, size=(n, 2))
+    d = np.sqrt(((xy[:, None] - xy[None]) ** 2).sum(-1))
+    field = rng.multivariate_normal(np.zeros(n), 0.1 * _c(d * RANGE / 3.0) + 1e-9 * np.eye(n))
+    rows = 4
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    noise = np.full((tile.size, 1), 0.05)
+    y = field[tile] + rng.normal(0, math.sqrt(0.05), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    val = (times == rows - 1) & (rng.random(tile.size) < 0.5)  # the last quarter of half
+    train = ~val
+    params = TileEffectParameters(
+        tau2={"all": 0.1}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
+    )
+    effect = TileEffect(
+        params,
+        tiles=ids[train],
+        times=times[train],
+        residual=y[train],
+        var_f=np.full(train.sum(), 1e-4),
+        components=noise[train],
+    )
+    layer = LocalLayer.fit(
+        effect,
+        tile_xy=xy,
+        val_tiles=ids[val],
+        val_xy=xy[tile[val]],
+        val_times=times[val],
+        val_residual=y[val],
+        val_var_f=np.full(val.sum(), 1e-4),
+        val_components=noise[val],
+        neighbours=8,
+    )
+    p = layer.params
+    assert p.val_nll is not None and p.val_nll_without is not None
+    assert np.isfinite(p.val_nll) and p.val_nll <= p.val_nll_without + 1e-9
