@@ -75,6 +75,34 @@ def _layer(tiles, times, v, noise, residual, xy, *, neighbours: int) -> LocalLay
     return LocalLayer(effect, spatial, tile_xy=xy[order])
 
 
+def _fit_layer(ids, times, y, noise, row_xy, train, *, tile_xy, tau2: float, **options):
+    """A local layer fitted on the rows ``~train`` over a tile effect (rho 1, GP variance
+    1e-4) conditioned on the rows ``train``; ``options`` go to :meth:`LocalLayer.fit`."""
+    params = TileEffectParameters(
+        tau2={"all": tau2}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
+    )
+    effect = TileEffect(
+        params,
+        tiles=ids[train],
+        times=times[train],
+        residual=y[train],
+        var_f=np.full(train.sum(), 1e-4),
+        components=noise[train],
+    )
+    val = ~train
+    return LocalLayer.fit(
+        effect,
+        tile_xy=tile_xy,
+        val_tiles=ids[val],
+        val_xy=row_xy[val],
+        val_times=times[val],
+        val_residual=y[val],
+        val_var_f=np.full(val.sum(), 1e-4),
+        val_components=noise[val],
+        **options,
+    )
+
+
 def test_prediction_matches_the_dense_joint_gaussian() -> None:
     rng = np.random.default_rng(0)
     tiles, times, pos, v, noise, xy = _data(rng)
@@ -150,29 +178,17 @@ def test_fit_finds_a_spatial_field_and_lowers_validation_nll(keep_total: bool) -
     y = field[tile] + white[tile] + rng.normal(0, math.sqrt(0.03), tile.size)
     ids = np.array([f"t{j:03d}" for j in tile])
     held = rng.random(n) < 0.2  # leave-tile-out: validation tiles have no training rows
-    train, val = ~held[tile], held[tile]
-    params = TileEffectParameters(
-        tau2={"all": 0.12}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
-    )
-    effect = TileEffect(
-        params,
-        tiles=ids[train],
-        times=times[train],
-        residual=y[train],
-        var_f=np.full(train.sum(), 1e-4),
-        components=noise[train],
-    )
+    train = ~held[tile]
     train_tiles = np.unique(ids[train])
-    tile_xy = xy[[int(t[1:]) for t in train_tiles]]
-    layer = LocalLayer.fit(
-        effect,
-        tile_xy=tile_xy,
-        val_tiles=ids[val],
-        val_xy=xy[tile[val]],
-        val_times=times[val],
-        val_residual=y[val],
-        val_var_f=np.full(val.sum(), 1e-4),
-        val_components=noise[val],
+    layer = _fit_layer(
+        ids,
+        times,
+        y,
+        noise,
+        xy[tile],
+        train,
+        tile_xy=xy[[int(t[1:]) for t in train_tiles]],
+        tau2=0.12,
         neighbours=12,
         keep_total=keep_total,
     )
@@ -352,30 +368,8 @@ def test_fit_on_held_out_quarters_of_measured_tiles() -> None:
     noise = np.full((tile.size, 1), 0.05)
     y = field[tile] + rng.normal(0, math.sqrt(0.05), tile.size)
     ids = np.array([f"t{j:03d}" for j in tile])
-    val = (times == rows - 1) & (rng.random(tile.size) < 0.5)  # the last quarter of half
-    train = ~val
-    params = TileEffectParameters(
-        tau2={"all": 0.1}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
-    )
-    effect = TileEffect(
-        params,
-        tiles=ids[train],
-        times=times[train],
-        residual=y[train],
-        var_f=np.full(train.sum(), 1e-4),
-        components=noise[train],
-    )
-    layer = LocalLayer.fit(
-        effect,
-        tile_xy=xy,
-        val_tiles=ids[val],
-        val_xy=xy[tile[val]],
-        val_times=times[val],
-        val_residual=y[val],
-        val_var_f=np.full(val.sum(), 1e-4),
-        val_components=noise[val],
-        neighbours=8,
-    )
+    train = ~((times == rows - 1) & (rng.random(tile.size) < 0.5))  # hold half the last quarter
+    layer = _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=xy, tau2=0.1, neighbours=8)
     p = layer.params
     assert p.val_nll is not None and p.val_nll_without is not None
     assert np.isfinite(p.val_nll) and p.val_nll <= p.val_nll_without + 1e-9
