@@ -1,0 +1,79 @@
+"""Does ``torch.compile`` pay for a DBK-RBF training step on the CPU? Median seconds of a dPPGP
+step (forward, loss, backward, AdamW) with the objective eager or compiled (inductor, default
+mode), one process per mode, after 3 warm-up steps that include the compilation::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode eager
+    OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode compile
+
+Start each on a quiet machine (nothing else running, 1-minute load below 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from geodbk.hyperparameters import DBKHyperparameters
+from geodbk.model import DBKModel
+from geodbk.objectives import batch_loss
+from geodbk.training import LoopConfig
+
+
+def main() -> None:
+    """Print one JSON line: the mode, sizes, warm-up seconds and step milliseconds."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rank", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    p.add_argument("--steps", type=int, default=15)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = DBKModel(2, expansion="rbf", rank=args.rank, hidden=args.hidden)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
+    opt = torch.optim.AdamW(
+        [
+            {"params": model.backbone_parameters(), "weight_decay": 1e-2},
+            {"params": model.other_parameters(), "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+    )
+    x = torch.rand(args.batch, 2) * 2 - 1
+    y = torch.randn(args.batch)
+
+    def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return batch_loss(model, xb, yb, n=100_000, config=config)
+
+    fn = torch.compile(loss) if args.mode == "compile" else loss
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        fn(x, y).backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    warmup = sum(step() for _ in range(3))
+    times = [step() for _ in range(args.steps)]
+    print(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "rank": args.rank,
+                "hidden": args.hidden,
+                "batch": args.batch,
+                "warmup_s": warmup,
+                "step_ms_median": 1e3 * statistics.median(times),
+                "step_ms_min": 1e3 * min(times),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
