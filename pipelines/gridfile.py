@@ -1,17 +1,18 @@
 """Stream a large (y, x) grid to a NetCDF-4 file with bounded memory.
 
-The grid is written row block by row block straight into a NetCDF-4 (HDF5) file through
-h5netcdf, chunked by row blocks and compressed (zlib with byte shuffle), at a hidden temporary
-path next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
-Chunks are tiles of at most ``CHUNK_CELLS`` cells (``CHUNK_COLS`` columns wide, or as many rows
-as the caller writes per block), so that the ocean or land around a region falls in chunks
-holding only the fill value, which are not stored at all (readers get the fill value). Row blocks written in order are gathered into whole rows of chunks, whose
-chunks are encoded here, in parallel threads (zlib releases the GIL), and written raw.
-Peak memory is one row block plus one row of chunks, whatever the grid size. Paths and attributes may hold any Unicode
-text. CF conventions (``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN,
-bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to bool), every grid
-variable has ``grid_mapping = "spatial_ref"`` and the ``spatial_ref`` variable holds the CRS as
-rioxarray writes it. Read with ``xr.open_dataset(path)`` (engine ``h5netcdf``).
+The grid is written row block by row block, in order, straight into a NetCDF-4 (HDF5) file
+through h5netcdf, compressed (zlib with byte shuffle), at a hidden temporary path next to the
+destination; :meth:`GridWriter.close` moves it onto the destination atomically. Chunks are
+tiles of at most ``CHUNK_CELLS`` cells (``CHUNK_COLS`` columns wide, or as many rows as the
+caller writes per block), so that the ocean or land around a region falls in chunks holding
+only the fill value, which are not stored at all (readers get the fill value). Blocks are
+gathered into whole rows of chunks, whose chunks are encoded here, in parallel threads (zlib
+releases the GIL), and written raw. Peak memory is one row block plus one row of chunks,
+whatever the grid size. Paths and attributes may hold any Unicode text. CF conventions
+(``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN, bool variables are int8
+with ``dtype = "bool"`` (xarray decodes them to bool), every grid variable has
+``grid_mapping = "spatial_ref"`` and the ``spatial_ref`` variable holds the CRS as rioxarray
+writes it. Read with ``xr.open_dataset(path)`` (engine ``h5netcdf``).
 """
 
 from __future__ import annotations
@@ -172,8 +173,9 @@ class GridWriter:
         else:
             self._chunk_rows = max(1, min(len(self.y), chunk_rows))
             self._chunk_cols = max(1, min(len(self.x), CHUNK_CELLS // self._chunk_rows))
-        # rows written in order but not yet a whole row of chunks: (first row, blocks)
-        self._pending: tuple[int, dict[str, np.ndarray]] | None = (0, {})
+        # rows not yet a whole row of chunks: (their first row, their blocks)
+        self._pending: tuple[int, dict[str, np.ndarray]] = (0, {})
+        self._next_row = 0
         self._fills: dict[str, Any] = {}  # each variable's fill value, set by _layout
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
         self._ensure_space(0)
@@ -208,7 +210,8 @@ class GridWriter:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
 
     def write_rows(self, rows: slice, values: Mapping[str, np.ndarray]) -> None:
-        """Write rows ``rows`` of every variable; ``values[name]`` has shape (rows, nx)."""
+        """Write rows ``rows`` of every variable, the blocks in order from row 0;
+        ``values[name]`` has shape (rows, nx)."""
         nx = len(self.x)
         n_rows = rows.stop - rows.start
         n_bytes = sum(max(dt.itemsize, 1) * n_rows * nx for dt, _ in self.variables.values())
@@ -224,18 +227,17 @@ class GridWriter:
         self._written += n_bytes
 
     def _gather(self, rows: slice, blocks: Mapping[str, np.ndarray]) -> None:
-        """Add rows written in order to the pending ones and write every whole row of chunks
-        they complete; rows out of order (and any pending ones) go through HDF5 as they are."""
+        """Add the rows to the pending ones and write every whole row of chunks they complete
+        (the last row of chunks when the grid's last row arrives)."""
         cr, ny = self._chunk_rows, len(self.y)
-        if self._pending is None or rows.start != self._pending[0] + self._pending_rows():
-            self._write_pending_through_hdf5()
-            for name, arr in blocks.items():
-                self._nc.variables[name][rows, :] = arr
-            return
         start, pending = self._pending
+        if rows.start != self._next_row:
+            raise ValueError(
+                f"rows {rows.start}:{rows.stop} out of order: row {self._next_row} next"
+            )
         merged = (
             {name: np.concatenate([pending[name], arr]) for name, arr in blocks.items()}
-            if self._pending_rows()
+            if pending
             else dict(blocks)
         )
         n = rows.stop - start
@@ -244,20 +246,7 @@ class GridWriter:
             part = {name: arr[offset : offset + cr] for name, arr in merged.items()}
             self._write_chunks((start + offset) // cr, part)
         self._pending = (start + done, {name: arr[done:] for name, arr in merged.items()})
-
-    def _pending_rows(self) -> int:
-        """Rows gathered but not yet written."""
-        if self._pending is None or not self._pending[1]:
-            return 0
-        return len(next(iter(self._pending[1].values())))
-
-    def _write_pending_through_hdf5(self) -> None:
-        """Write the gathered rows as they are and gather no more (rows came out of order)."""
-        if self._pending is not None and self._pending_rows():
-            start, pending = self._pending
-            for name, arr in pending.items():
-                self._nc.variables[name][start : start + len(arr), :] = arr
-        self._pending = None
+        self._next_row = rows.stop
 
     def _write_chunks(self, index: int, blocks: Mapping[str, np.ndarray]) -> None:
         """Row ``index`` of chunks of every variable: encoded in parallel
