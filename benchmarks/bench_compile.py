@@ -16,11 +16,9 @@ import statistics
 import time
 
 import torch
+from profile_step import step_setup
 
-from geodbk.hyperparameters import DBKHyperparameters
-from geodbk.model import DBKModel
 from geodbk.objectives import batch_loss
-from geodbk.training import LoopConfig
 
 
 def main() -> None:
@@ -33,18 +31,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=15)
     args = p.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = DBKModel(2, expansion="rbf", rank=args.rank, hidden=args.hidden)
-    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
-    opt = torch.optim.AdamW(
-        [
-            {"params": model.backbone_parameters(), "weight_decay": 1e-2},
-            {"params": model.other_parameters(), "weight_decay": 0.0},
-        ],
-        lr=1e-3,
-    )
-    x = torch.rand(args.batch, 2) * 2 - 1
-    y = torch.randn(args.batch)
+    model, config, opt, x, y = step_setup("rbf", args.rank, args.hidden, args.batch)
 
     def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return batch_loss(model, xb, yb, n=100_000, config=config)

@@ -44,6 +44,24 @@ def group_of(name: str) -> str:
     return "rest"
 
 
+def step_setup(
+    expansion: str, rank: int, hidden: int, batch: int
+) -> tuple[DBKModel, LoopConfig, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    """An untrained DBK model (seed 0), the seed's dPPGP settings, its AdamW optimiser (weight
+    decay 1e-2 on the backbone) and one random batch of inputs in [-1, 1]^2 and targets."""
+    torch.manual_seed(0)
+    model = DBKModel(2, expansion=expansion, rank=rank, hidden=hidden)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
+    opt = torch.optim.AdamW(
+        [
+            {"params": model.backbone_parameters(), "weight_decay": 1e-2},
+            {"params": model.other_parameters(), "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+    )
+    return model, config, opt, torch.rand(batch, 2) * 2 - 1, torch.randn(batch)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--expansion", default="rbf", choices=["rbf", "silu"])
@@ -59,18 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = DBKModel(2, expansion=args.expansion, rank=args.rank, hidden=args.hidden)
-    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
-    opt = torch.optim.AdamW(
-        [
-            {"params": model.backbone_parameters(), "weight_decay": 1e-2},
-            {"params": model.other_parameters(), "weight_decay": 0.0},
-        ],
-        lr=1e-3,
-    )
-    x = torch.rand(args.batch, 2) * 2 - 1
-    y = torch.randn(args.batch)
+    model, config, opt, x, y = step_setup(args.expansion, args.rank, args.hidden, args.batch)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
