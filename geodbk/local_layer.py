@@ -609,9 +609,8 @@ def _predict_rows(
                 s2_rows.detach().numpy().view(np.int64),
             ]
         )
-        distinct, inverse = unique_rows(keys)
-        first = np.full(distinct.shape[0], -1)
-        first[inverse[::-1]] = np.arange(inverse.size)[::-1]
+        _, inverse = unique_rows(keys)
+        first = np.unique(inverse, return_index=True)[1]  # one target per distinct key
         pos = torch.as_tensor(local[first])
         lay_u = _Layout(
             sub_lay.tiles[local[first]],

@@ -165,7 +165,6 @@ class GridWriter:
         self.crs_attrs = dict(crs_attrs)
         sweep_spools(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.part.nc")
-        self._rows_done = np.zeros(len(self.y), dtype=bool)
         self._written = 0
         if chunk_rows is None:
             self._chunk_cols = max(1, min(len(self.x), CHUNK_COLS))
@@ -173,8 +172,8 @@ class GridWriter:
         else:
             self._chunk_rows = max(1, min(len(self.y), chunk_rows))
             self._chunk_cols = max(1, min(len(self.x), CHUNK_CELLS // self._chunk_rows))
-        # rows not yet a whole row of chunks: (their first row, their blocks)
-        self._pending: tuple[int, dict[str, np.ndarray]] = (0, {})
+        # the rows before _next_row that are not yet a whole row of chunks
+        self._pending: dict[str, np.ndarray] = {}
         self._next_row = 0
         self._fills: dict[str, Any] = {}  # each variable's fill value, set by _layout
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
@@ -223,18 +222,18 @@ class GridWriter:
                 raise ValueError(f"{name}: block shape {arr.shape}, expected {(n_rows, nx)}")
             blocks[name] = arr.astype(np.int8 if dt == np.dtype(bool) else dt, copy=False)
         self._gather(rows, blocks)
-        self._rows_done[rows] = True
         self._written += n_bytes
 
     def _gather(self, rows: slice, blocks: Mapping[str, np.ndarray]) -> None:
         """Add the rows to the pending ones and write every whole row of chunks they complete
         (the last row of chunks when the grid's last row arrives)."""
         cr, ny = self._chunk_rows, len(self.y)
-        start, pending = self._pending
         if rows.start != self._next_row:
             raise ValueError(
                 f"rows {rows.start}:{rows.stop} out of order: row {self._next_row} next"
             )
+        pending = self._pending
+        start = rows.start - (len(next(iter(pending.values()))) if pending else 0)
         merged = (
             {name: np.concatenate([pending[name], arr]) for name, arr in blocks.items()}
             if pending
@@ -245,7 +244,7 @@ class GridWriter:
         for offset in range(0, done, cr):
             part = {name: arr[offset : offset + cr] for name, arr in merged.items()}
             self._write_chunks((start + offset) // cr, part)
-        self._pending = (start + done, {name: arr[done:] for name, arr in merged.items()})
+        self._pending = {name: arr[done:] for name, arr in merged.items()} if done < n else {}
         self._next_row = rows.stop
 
     def _write_chunks(self, index: int, blocks: Mapping[str, np.ndarray]) -> None:
@@ -274,8 +273,8 @@ class GridWriter:
     def close(self) -> Path:
         """Move the complete file onto :attr:`path`; every row must have been written."""
         try:
-            if not self._rows_done.all():
-                raise ValueError(f"{int((~self._rows_done).sum())} grid rows were never written")
+            if self._next_row < len(self.y):
+                raise ValueError(f"{len(self.y) - self._next_row} grid rows were never written")
             self._pool.shutdown()
             self._nc.close()
             with open(self._tmp, "rb") as handle:
