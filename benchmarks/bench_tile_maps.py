@@ -28,7 +28,9 @@ from typing import Any
 
 CHILD = """
 import json, resource, sys, time
+from pipelines.allocator import keep_freed_memory
 from pipelines.predict import run_predict
+keep_freed_memory()  # as the geodbk command does
 import xarray as xr
 run, target, quantity, res = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 t0 = time.perf_counter()

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from geodbk import __version__
 from geodbk.errors import GeodbkError
 from geodbk.geo.contract import TARGETS
+from pipelines.allocator import keep_freed_memory
 
 #: Stage modules in the order ``--help`` lists them.
 STAGES: tuple[str, ...] = (
@@ -143,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    keep_freed_memory()
     try:
         previous = signal.signal(signal.SIGTERM, _interrupt)
     except ValueError:  # not the main thread: leave SIGTERM alone

@@ -41,10 +41,11 @@ log = logging.getLogger("geodbk")
 CONVENTIONS = "CF-1.8"
 #: zlib level of the grid variables (1: fast; NaN-filled ocean compresses to almost nothing).
 COMPRESSION_LEVEL = 1
-#: Cells per HDF5 chunk at most.
-CHUNK_CELLS = 65_536
+#: Cells per HDF5 chunk at most (64 KB of float32): small enough that the chunks holding both
+#: land and ocean, which are stored, hold little ocean.
+CHUNK_CELLS = 16_384
 #: Columns per HDF5 chunk at most (a narrower grid's chunks span its width).
-CHUNK_COLS = 512
+CHUNK_COLS = 256
 #: Room kept free beyond a block's bytes: HDF5 metadata and headers.
 SPACE_MARGIN = 1 << 20
 #: Bytes of written chunks HDF5 may hold per variable before writing them (its chunk cache).
@@ -176,6 +177,7 @@ class GridWriter:
         self._pending: dict[str, np.ndarray] = {}
         self._next_row = 0
         self._fills: dict[str, Any] = {}  # each variable's fill value, set by _layout
+        self._chunk_writers: dict[str, Any] = {}  # each variable's HDF5 dataset id, by _layout
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
         self._ensure_space(0)
         try:
@@ -244,31 +246,41 @@ class GridWriter:
         for offset in range(0, done, cr):
             part = {name: arr[offset : offset + cr] for name, arr in merged.items()}
             self._write_chunks((start + offset) // cr, part)
-        self._pending = {name: arr[done:] for name, arr in merged.items()} if done < n else {}
+        # a copy: the caller may reuse its block arrays
+        self._pending = (
+            {name: arr[done:].copy() for name, arr in merged.items()} if done < n else {}
+        )
         self._next_row = rows.stop
 
     def _write_chunks(self, index: int, blocks: Mapping[str, np.ndarray]) -> None:
         """Row ``index`` of chunks of every variable: encoded in parallel
         (:func:`encode_chunk`), written raw; a chunk of fill values only is left unallocated."""
         cr, cw, nx = self._chunk_rows, self._chunk_cols, len(self.x)
+        n_cols = -(-nx // cw)
         chunks: dict[tuple[str, int], np.ndarray] = {}
         for name, arr in blocks.items():
-            fill = self._fills[name]
-            nan_fill = np.issubdtype(arr.dtype, np.floating) and bool(np.isnan(fill))
-            for col in range(0, nx, cw):
-                tile = arr[:, col : col + cw]
-                if (np.isnan(tile) if nan_fill else tile == fill).all():
-                    continue
+            for col in np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols)):
+                start = int(col) * cw
+                tile = arr[:, start : start + cw]
                 if tile.shape != (cr, cw):  # at the grid's edge: pad with the fill
-                    padded = np.full((cr, cw), fill, dtype=arr.dtype)
+                    padded = np.full((cr, cw), self._fills[name], dtype=arr.dtype)
                     padded[: tile.shape[0], : tile.shape[1]] = tile
                     tile = padded
-                chunks[(name, col)] = tile
+                chunks[(name, start)] = tile
         # compressing while the next block is computed was slower on 2 cores (torch's threads
         # and zlib's compete), so the block's chunks are encoded together and written now
         encoded = self._pool.map(encode_chunk, chunks.values())
-        for (name, col), data in zip(chunks, encoded, strict=True):
-            self._nc.variables[name]._h5ds.id.write_direct_chunk((index * cr, col), data)
+        for (name, start), data in zip(chunks, encoded, strict=True):
+            self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
+
+    def _fill_only(self, arr: np.ndarray, fill: Any, n_cols: int) -> np.ndarray:
+        """(n_cols,) bool: whether each chunk column of ``arr`` (rows, nx) holds only ``fill``."""
+        cw = self._chunk_cols
+        nan_fill = np.issubdtype(arr.dtype, np.floating) and bool(np.isnan(fill))
+        is_fill: np.ndarray = np.isnan(arr) if nan_fill else np.equal(arr, fill)
+        padded = np.ones(n_cols * cw, dtype=bool)
+        padded[: arr.shape[1]] = is_fill.all(axis=0)
+        return np.asarray(padded.reshape(n_cols, cw).all(axis=1))
 
     def close(self) -> Path:
         """Move the complete file onto :attr:`path`; every row must have been written."""
@@ -344,6 +356,7 @@ class GridWriter:
                 shuffle=True,
                 fillvalue=None if is_bool else self._fills[name],
             )
+            self._chunk_writers[name] = var._h5ds.id
             if is_bool:
                 var.attrs["dtype"] = "bool"  # xarray decodes int8 + this to bool
             var.attrs.update({k: _attr(val) for k, val in attrs.items() if k != "_FillValue"})

@@ -1102,6 +1102,9 @@ def _write_grid(
         chunk_rows=block_rows,
     )
     n_in = 0
+    # the region's GeoJSON mapping once, not per block; the blocks' arrays are reused
+    shape = geom if geom.is_empty else geom.__geo_interface__
+    buffers: dict[str, np.ndarray] = {}
     try:
         blocks_iter = tqdm(
             list(grid.row_blocks(block_rows)),
@@ -1111,7 +1114,7 @@ def _write_grid(
             leave=False,
         )
         for rows in blocks_iter:
-            mask = region_mask(geom, grid, rows)
+            mask = region_mask(shape, grid, rows)
             blocks: dict[str, np.ndarray] = {"in_region": mask}
             values: dict[str, np.ndarray] = {}
             if mask.any():
@@ -1121,7 +1124,10 @@ def _write_grid(
                 _check_finite(values, names, out=out)
             for name in names:
                 dtype, var_attrs = variables[name]
-                block = np.full(mask.shape, fill_value(dtype, var_attrs), dtype=dtype)
+                block = buffers.get(name)
+                if block is None or block.shape != mask.shape:
+                    block = buffers[name] = np.empty(mask.shape, dtype=dtype)
+                block.fill(fill_value(dtype, var_attrs))
                 if values:
                     block[mask] = values[name]
                 blocks[name] = block

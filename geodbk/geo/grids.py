@@ -8,8 +8,9 @@ coarsened, when needed, so the grid has at most ``max_cells`` cells.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from affine import Affine
@@ -122,7 +123,9 @@ def make_grid(
     return Grid(x=x, y=y, dx=dx, dy=dy)
 
 
-def region_mask(geometry: BaseGeometry, grid: Grid, rows: slice | None = None) -> np.ndarray:
+def region_mask(
+    geometry: BaseGeometry | Mapping[str, Any], grid: Grid, rows: slice | None = None
+) -> np.ndarray:
     """Boolean mask, True where the cell centre lies inside ``geometry``, by rasterising the
     polygons onto the grid's transform (``rasterio.features.geometry_mask``: a cell is inside
     when its centre is) rather than testing every centre against the polygons.
@@ -130,7 +133,8 @@ def region_mask(geometry: BaseGeometry, grid: Grid, rows: slice | None = None) -
     Parameters
     ----------
     geometry
-        Region polygon(s) in EPSG:4326.
+        Region polygon(s) in EPSG:4326, or their GeoJSON-like mapping
+        (``__geo_interface__``), which a caller masking many blocks converts once.
     grid
         The grid.
     rows
@@ -144,7 +148,7 @@ def region_mask(geometry: BaseGeometry, grid: Grid, rows: slice | None = None) -
     from rasterio.features import geometry_mask
 
     n_rows = len(grid.y) if rows is None else len(grid.y[rows])
-    if geometry.is_empty or n_rows == 0:
+    if n_rows == 0 or (isinstance(geometry, BaseGeometry) and geometry.is_empty):
         return np.zeros((n_rows, len(grid.x)), dtype=bool)
     mask = geometry_mask(
         [geometry], out_shape=(n_rows, len(grid.x)), transform=grid.transform(rows), invert=True

@@ -144,3 +144,34 @@ def test_grid_writer_tiles_chunks_and_skips_fill_only_tiles(
     with h5py.File(path, "r") as h5:
         assert h5["a"].chunks == (3, 4)
         assert h5["a"].id.get_num_chunks() == 3  # of 12 tiles: the 9 NaN-only ones unstored
+
+
+def test_grid_writer_keeps_pending_rows_when_the_caller_reuses_its_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of 2 rows into chunks of 3: the rows left pending are the writer's own copy, so a
+    caller may refill one block array for every block (as ``geodbk predict`` does)."""
+    import pipelines.gridfile as gridfile
+
+    nx, ny = 5, 9
+    monkeypatch.setattr(gridfile, "CHUNK_COLS", 5)
+    monkeypatch.setattr(gridfile, "CHUNK_CELLS", 15)
+    a = np.arange(nx * ny, dtype=np.float32).reshape(ny, nx)
+    path = tmp_path / "g.nc"
+    w = GridWriter(
+        path,
+        x=np.linspace(0.0, 1.0, nx),
+        y=np.linspace(1.0, 0.0, ny),
+        variables={"a": (np.float32, {})},
+        attrs={},
+        crs_attrs=crs_attributes(),
+    )
+    buffer = np.empty((2, nx), dtype=np.float32)
+    for start in range(0, ny, 2):
+        rows = slice(start, min(start + 2, ny))
+        block = buffer[: rows.stop - rows.start]
+        block[:] = a[rows]
+        w.write_rows(rows, {"a": block})
+    w.close()
+    with xr.open_dataset(path) as ds:
+        np.testing.assert_array_equal(ds["a"].values, a)
