@@ -125,14 +125,7 @@ def test_grid_writer_tiles_chunks_and_skips_fill_only_tiles(
     a[4, 9] = 1.5  # tile (1, 2): the padded edge column
     a[10, 5] = -2.0  # tile (3, 1): the padded last row of chunks
     path = tmp_path / "g.nc"
-    w = GridWriter(
-        path,
-        x=np.linspace(0.0, 1.0, nx),
-        y=np.linspace(1.0, 0.0, ny),
-        variables={"a": (np.float32, {})},
-        attrs={},
-        crs_attrs=crs_attributes(),
-    )
+    w = _one_variable_writer(path, nx=nx, ny=ny)
     with pytest.raises(ValueError, match="out of order"):
         w.write_rows(slice(2, 4), {"a": a[2:4]})
     for start in range(0, ny, 2):
@@ -158,14 +151,7 @@ def test_grid_writer_keeps_pending_rows_when_the_caller_reuses_its_block(
     monkeypatch.setattr(gridfile, "CHUNK_CELLS", 15)
     a = np.arange(nx * ny, dtype=np.float32).reshape(ny, nx)
     path = tmp_path / "g.nc"
-    w = GridWriter(
-        path,
-        x=np.linspace(0.0, 1.0, nx),
-        y=np.linspace(1.0, 0.0, ny),
-        variables={"a": (np.float32, {})},
-        attrs={},
-        crs_attrs=crs_attributes(),
-    )
+    w = _one_variable_writer(path, nx=nx, ny=ny)
     buffer = np.empty((2, nx), dtype=np.float32)
     for start in range(0, ny, 2):
         rows = slice(start, min(start + 2, ny))
@@ -175,3 +161,15 @@ def test_grid_writer_keeps_pending_rows_when_the_caller_reuses_its_block(
     w.close()
     with xr.open_dataset(path) as ds:
         np.testing.assert_array_equal(ds["a"].values, a)
+
+
+def _one_variable_writer(path: Path, *, nx: int, ny: int) -> GridWriter:
+    """A writer of one float32 variable ``a`` on an (ny, nx) grid over the unit square."""
+    return GridWriter(
+        path,
+        x=np.linspace(0.0, 1.0, nx),
+        y=np.linspace(1.0, 0.0, ny),
+        variables={"a": (np.float32, {})},
+        attrs={},
+        crs_attrs=crs_attributes(),
+    )
