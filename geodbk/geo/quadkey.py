@@ -113,13 +113,15 @@ def tile_to_quadkey(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> npt
     if (xa < 0).any() or (ya < 0).any() or (xa >> za).any() or (ya >> za).any():
         raise ValueError("tile x/y out of range for their zoom")
     width = int(za.max())
-    pos = np.arange(width, dtype=np.int64)
-    inside = pos[None, :] < za[:, None]
-    shift = np.where(inside, za[:, None] - 1 - pos[None, :], 0)
-    digit = ((xa[:, None] >> shift) & 1) | (((ya[:, None] >> shift) & 1) << 1)
-    codes = np.where(inside, digit + 48, 0).astype(np.uint8)
-    as_bytes = np.ascontiguousarray(codes).view(f"S{width}").ravel()
-    return as_bytes.astype(f"U{width}")
+    uniform = bool((za == width).all())
+    # digit `pos` (from the left) of each key, one column at a time: ASCII '0'-'3', or NUL past
+    # a key's zoom (numpy's bytes strings end at the first trailing NUL)
+    codes = np.zeros((xa.size, width), dtype=np.uint8)
+    for pos in range(width):
+        shift = width - 1 - pos if uniform else np.maximum(za - 1 - pos, 0)
+        digit = (((xa >> shift) & 1) | (((ya >> shift) & 1) << 1)) + 48
+        codes[:, pos] = digit if uniform else np.where(za > pos, digit, 0)
+    return codes.view(f"S{width}").ravel().astype(f"U{width}")
 
 
 def tile_bounds(

@@ -33,6 +33,19 @@ def test_tile_to_quadkey_round_trip_and_mercantile() -> None:
     ] == keys[:50]
 
 
+@pytest.mark.parametrize("zoom", [1, 16, 23])
+def test_tile_to_quadkey_at_one_zoom_matches_mercantile(zoom: int) -> None:
+    """One zoom for every tile (a map's zoom-16 tiles), the corners of the range included."""
+    rng = np.random.default_rng(zoom)
+    x = np.concatenate([[0, 2**zoom - 1, 0], rng.integers(0, 2**zoom, 500)])
+    y = np.concatenate([[0, 2**zoom - 1, 2**zoom - 1], rng.integers(0, 2**zoom, 500)])
+    keys = qk.tile_to_quadkey(x, y, zoom)
+    expected = [
+        mercantile.quadkey(mercantile.Tile(int(a), int(b), zoom)) for a, b in zip(x, y, strict=True)
+    ]
+    assert keys.tolist() == expected
+
+
 def test_bounds_and_centroid_match_mercantile() -> None:
     keys = _random_quadkeys(2000, seed=2)
     w, s, e, n = qk.quadkey_bounds(keys)
