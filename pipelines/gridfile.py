@@ -89,6 +89,18 @@ def fill_value(dtype: Any, attrs: Mapping[str, Any]) -> np.ndarray:
     return np.array(np.nan, dtype=dt)
 
 
+def stored_alike(a: tuple[Any, Mapping[str, Any]], b: tuple[Any, Mapping[str, Any]]) -> bool:
+    """Whether two grid variables ``(dtype, attrs)`` are stored alike (the same dtype and fill
+    value), so that the chunks of one block of values serve both."""
+    dt = np.dtype(a[0])
+    if dt != np.dtype(b[0]):
+        return False
+    if dt == np.dtype(bool):
+        return True
+    fa, fb = fill_value(dt, a[1]), fill_value(dt, b[1])
+    return bool(np.array_equal(fa, fb, equal_nan=bool(np.issubdtype(dt, np.floating))))
+
+
 @contextlib.contextmanager
 def open_grid(path: str | Path, *, fix: str, **kwargs: Any) -> Iterator[Any]:
     """``xarray.open_dataset(path, **kwargs)`` as a context manager; a file that is not a
@@ -244,7 +256,11 @@ class GridWriter:
         n = rows.stop - start
         done = n if rows.stop == ny else n - n % cr
         for offset in range(0, done, cr):
-            part = {name: arr[offset : offset + cr] for name, arr in merged.items()}
+            views: dict[int, np.ndarray] = {}  # one view per array: shared blocks stay shared
+            part = {
+                name: views.setdefault(id(arr), arr[offset : offset + cr])
+                for name, arr in merged.items()
+            }
             self._write_chunks((start + offset) // cr, part)
         # a copy: the caller may reuse its block arrays
         self._pending = (
@@ -258,7 +274,13 @@ class GridWriter:
         cr, cw, nx = self._chunk_rows, self._chunk_cols, len(self.x)
         n_cols = -(-nx // cw)
         chunks: dict[tuple[str, int], np.ndarray] = {}
+        same_as: dict[str, str] = {}  # a variable given the very array of an earlier one
+        first: dict[int, str] = {}
         for name, arr in blocks.items():
+            earlier = first.setdefault(id(arr), name)
+            if earlier != name and stored_alike(self.variables[earlier], self.variables[name]):
+                same_as[name] = earlier
+                continue
             for col in np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols)):
                 start = int(col) * cw
                 tile = arr[:, start : start + cw]
@@ -269,9 +291,13 @@ class GridWriter:
                 chunks[(name, start)] = tile
         # compressing while the next block is computed was slower on 2 cores (torch's threads
         # and zlib's compete), so the block's chunks are encoded together and written now
-        encoded = self._pool.map(encode_chunk, chunks.values())
-        for (name, start), data in zip(chunks, encoded, strict=True):
+        encoded = dict(zip(chunks, self._pool.map(encode_chunk, chunks.values()), strict=True))
+        for (name, start), data in encoded.items():
             self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
+        for name, earlier in same_as.items():  # their chunks once encoded, written twice
+            for (owner, start), data in encoded.items():
+                if owner == earlier:
+                    self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
 
     def _fill_only(self, arr: np.ndarray, fill: Any, n_cols: int) -> np.ndarray:
         """(n_cols,) bool: whether each chunk column of ``arr`` (rows, nx) holds only ``fill``."""

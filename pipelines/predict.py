@@ -58,7 +58,7 @@ from geodbk.quantities import (
 )
 from pipelines.bundles import load_model
 from pipelines.cli import call_with_options, stage_parser
-from pipelines.gridfile import GridWriter, fill_value
+from pipelines.gridfile import GridWriter, fill_value, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.predict_at import run_predict_at
 from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
@@ -370,13 +370,15 @@ def predict_block(
         chunk_size=chunk_size,
     )
     mean = q.mean
-    std = q.sd
+    std_f = np.sqrt(q.area_var)
+    # the area quantity's variables are f's own: the same arrays, so the grid encodes them once
+    std = std_f if quantity == "area" else q.sd
     lower = mean - Z95 * std
     upper = mean + Z95 * std
     out = {
         "mean": mean,
         "std": std,
-        "std_f": np.sqrt(q.area_var),
+        "std_f": std_f,
         "pi_lower": lower,
         "pi_upper": upper,
         "pi_width": upper - lower,
@@ -385,20 +387,25 @@ def predict_block(
         "pi_upper_natural": spec.to_natural(upper),
     }
     out["pi_width_natural"] = out["pi_upper_natural"] - out["pi_lower_natural"]
-    out["latent_pi_lower"] = q.area_mean - Z95 * out["std_f"]
-    out["latent_pi_upper"] = q.area_mean + Z95 * out["std_f"]
-    out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
-    out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
+    if quantity == "area":
+        for bound in ("lower", "upper"):
+            out[f"latent_pi_{bound}"] = out[f"pi_{bound}"]
+            out[f"latent_pi_{bound}_natural"] = out[f"pi_{bound}_natural"]
+    else:
+        out["latent_pi_lower"] = q.area_mean - Z95 * std_f
+        out["latent_pi_upper"] = q.area_mean + Z95 * std_f
+        out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
+        out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
         # the bad side of t: P(speed <= t) or P(latency >= t)
         out[spec.threshold_name(t)] = exceedance_probability(
             mean, std, spec.natural_to_log10(t), above=not spec.higher_is_better
         )
     out["area_mean"] = q.area_mean
-    out["tile_mean"] = q.area_mean + q.offset
+    out["tile_mean"] = mean if quantity == "tile" else q.area_mean + q.offset
     out["tile_offset"] = q.offset
     out["tile_pull"] = q.pull
-    out["tile_sd"] = np.sqrt(q.tile_var)
+    out["tile_sd"] = std if quantity == "tile" else np.sqrt(q.tile_var)
     single = q.noise_var
     if tests != 1 or devices is not None:
         single = observation_noise_variance(model, len(mean), effect=effect, urban=urban)
@@ -1122,14 +1129,20 @@ def _write_grid(
                 values = evaluate(lon2[mask], lat2[mask])
                 n_in += int(mask.sum())
                 _check_finite(values, names, out=out)
+            filled: dict[int, str] = {}  # variables holding the same array share one block
             for name in names:
                 dtype, var_attrs = variables[name]
+                same = filled.get(id(values[name])) if values else None
+                if same is not None and stored_alike(variables[same], variables[name]):
+                    blocks[name] = blocks[same]
+                    continue
                 block = buffers.get(name)
                 if block is None or block.shape != mask.shape:
                     block = buffers[name] = np.empty(mask.shape, dtype=dtype)
                 block.fill(fill_value(dtype, var_attrs))
                 if values:
                     block[mask] = values[name]
+                    filled[id(values[name])] = name
                 blocks[name] = block
             writer.write_rows(rows, blocks)
         if n_in == 0:

@@ -173,3 +173,43 @@ def _one_variable_writer(path: Path, *, nx: int, ny: int) -> GridWriter:
         attrs={},
         crs_attrs=crs_attributes(),
     )
+
+
+def test_variables_given_one_array_are_encoded_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two float32 variables given the very same block array share its encoded chunks (the
+    area map's mean and area_mean), and both read back whole; the same values in another
+    array, or the same array as float64, are encoded on their own."""
+    import pipelines.gridfile as gridfile
+
+    encoded: list[int] = []
+    encode = gridfile.encode_chunk
+    monkeypatch.setattr(
+        gridfile, "encode_chunk", lambda values: encoded.append(values.size) or encode(values)
+    )
+    nx, ny = 6, 4
+    a = np.random.default_rng(3).normal(size=(ny, nx)).astype(np.float32)
+    names = ("a", "same", "copy", "wide")
+    path = tmp_path / "g.nc"
+    w = GridWriter(
+        path,
+        x=np.linspace(0.0, 1.0, nx),
+        y=np.linspace(1.0, 0.0, ny),
+        variables={
+            "a": (np.float32, {"long_name": "a"}),
+            "same": (np.float32, {"long_name": "another name"}),
+            "copy": (np.float32, {}),
+            "wide": (np.float64, {}),
+        },
+        attrs={},
+        crs_attrs=crs_attributes(),
+        chunk_rows=ny,
+    )
+    w.write_rows(slice(0, ny), {"a": a, "same": a, "copy": a.copy(), "wide": a})
+    w.close()
+    assert len(encoded) == 3  # one chunk each for a (and same), copy and wide
+    with xr.open_dataset(path) as ds:
+        for name in names:
+            np.testing.assert_array_equal(ds[name].values, a)
+        assert ds["same"].attrs["long_name"] == "another name"
