@@ -274,13 +274,16 @@ class GridWriter:
         cr, cw, nx = self._chunk_rows, self._chunk_cols, len(self.x)
         n_cols = -(-nx // cw)
         chunks: dict[tuple[str, int], np.ndarray] = {}
-        same_as: dict[str, str] = {}  # a variable given the very array of an earlier one
+        # the variables each encoded array is written to: a variable given the very array of
+        # an earlier one, stored alike, shares its chunks
+        names_of: dict[str, list[str]] = {}
         first: dict[int, str] = {}
         for name, arr in blocks.items():
             earlier = first.setdefault(id(arr), name)
             if earlier != name and stored_alike(self.variables[earlier], self.variables[name]):
-                same_as[name] = earlier
+                names_of[earlier].append(name)
                 continue
+            names_of[name] = [name]
             for col in np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols)):
                 start = int(col) * cw
                 tile = arr[:, start : start + cw]
@@ -291,13 +294,10 @@ class GridWriter:
                 chunks[(name, start)] = tile
         # compressing while the next block is computed was slower on 2 cores (torch's threads
         # and zlib's compete), so the block's chunks are encoded together and written now
-        encoded = dict(zip(chunks, self._pool.map(encode_chunk, chunks.values()), strict=True))
-        for (name, start), data in encoded.items():
-            self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
-        for name, earlier in same_as.items():  # their chunks once encoded, written twice
-            for (owner, start), data in encoded.items():
-                if owner == earlier:
-                    self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
+        encoded = self._pool.map(encode_chunk, chunks.values())
+        for (owner, start), data in zip(chunks, encoded, strict=True):
+            for name in names_of[owner]:
+                self._chunk_writers[name].write_direct_chunk((index * cr, start), data)
 
     def _fill_only(self, arr: np.ndarray, fill: Any, n_cols: int) -> np.ndarray:
         """(n_cols,) bool: whether each chunk column of ``arr`` (rows, nx) holds only ``fill``."""

@@ -369,43 +369,39 @@ def predict_block(
         devices=devices,
         chunk_size=chunk_size,
     )
-    mean = q.mean
-    std_f = np.sqrt(q.area_var)
-    # the area quantity's variables are f's own: the same arrays, so the grid encodes them once
-    std = std_f if quantity == "area" else q.sd
-    lower = mean - Z95 * std
-    upper = mean + Z95 * std
+    # f's and the tile's moments; the quantity's are the very same arrays where they coincide,
+    # so the grid writer encodes each array once
+    area = (q.area_mean, np.sqrt(q.area_var))
+    tile = (q.mean, q.sd) if quantity == "tile" else (q.area_mean + q.offset, np.sqrt(q.tile_var))
+    mean, std = {"area": area, "tile": tile}.get(quantity, (q.mean, q.sd))
+    interval = _interval(spec, mean, std)
+    latent = interval if quantity == "area" else _interval(spec, *area)
     out = {
         "mean": mean,
         "std": std,
-        "std_f": std_f,
-        "pi_lower": lower,
-        "pi_upper": upper,
-        "pi_width": upper - lower,
+        "std_f": area[1],
+        "pi_lower": interval["lower"],
+        "pi_upper": interval["upper"],
+        "pi_width": interval["upper"] - interval["lower"],
         "mean_natural": spec.to_natural(mean),
-        "pi_lower_natural": spec.to_natural(lower),
-        "pi_upper_natural": spec.to_natural(upper),
+        "pi_lower_natural": interval["lower_natural"],
+        "pi_upper_natural": interval["upper_natural"],
+        "pi_width_natural": interval["upper_natural"] - interval["lower_natural"],
+        "latent_pi_lower": latent["lower"],
+        "latent_pi_upper": latent["upper"],
+        "latent_pi_lower_natural": latent["lower_natural"],
+        "latent_pi_upper_natural": latent["upper_natural"],
     }
-    out["pi_width_natural"] = out["pi_upper_natural"] - out["pi_lower_natural"]
-    if quantity == "area":
-        for bound in ("lower", "upper"):
-            out[f"latent_pi_{bound}"] = out[f"pi_{bound}"]
-            out[f"latent_pi_{bound}_natural"] = out[f"pi_{bound}_natural"]
-    else:
-        out["latent_pi_lower"] = q.area_mean - Z95 * std_f
-        out["latent_pi_upper"] = q.area_mean + Z95 * std_f
-        out["latent_pi_lower_natural"] = spec.to_natural(out["latent_pi_lower"])
-        out["latent_pi_upper_natural"] = spec.to_natural(out["latent_pi_upper"])
     for t in thresholds:
         # the bad side of t: P(speed <= t) or P(latency >= t)
         out[spec.threshold_name(t)] = exceedance_probability(
             mean, std, spec.natural_to_log10(t), above=not spec.higher_is_better
         )
     out["area_mean"] = q.area_mean
-    out["tile_mean"] = mean if quantity == "tile" else q.area_mean + q.offset
+    out["tile_mean"] = tile[0]
     out["tile_offset"] = q.offset
     out["tile_pull"] = q.pull
-    out["tile_sd"] = std if quantity == "tile" else np.sqrt(q.tile_var)
+    out["tile_sd"] = tile[1]
     single = q.noise_var
     if tests != 1 or devices is not None:
         single = observation_noise_variance(model, len(mean), effect=effect, urban=urban)
@@ -414,6 +410,17 @@ def predict_block(
     if "urban" in noise_kwargs(model, tests, devices, urban=urban):
         out["urban"] = np.asarray(urban, dtype=np.float64)
     return out
+
+
+def _interval(spec: TargetSpec, mean: np.ndarray, sd: np.ndarray) -> dict[str, np.ndarray]:
+    """The 95% interval ``mean -+ Z95 sd`` (log10) and its bounds in natural units."""
+    lower, upper = mean - Z95 * sd, mean + Z95 * sd
+    return {
+        "lower": lower,
+        "upper": upper,
+        "lower_natural": spec.to_natural(lower),
+        "upper_natural": spec.to_natural(upper),
+    }
 
 
 def trend_block(
