@@ -96,7 +96,11 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
         )
         total += 2.0 * h * r  # the kernel (or SiLU layer) to the r basis functions
         total += 2.0 * r  # the mean u'a
-        total += 2.0 * r * folded.factor.shape[1]  # the variance ||B'u||^2
+        width = folded.block_width  # the variance ||C'u||^2, over C's lower-triangular blocks
+        if width > 0:
+            total += sum(2.0 * (r - s) * min(width, r - s) for s in range(0, r, width))
+        else:
+            total += 2.0 * r * folded.factor.shape[1]
         if folded.whitener is not None:
             total += 2.0 * r * folded.whitener.shape[1]
         return total

@@ -236,7 +236,7 @@ class DBKModel(nn.Module):
         g = self.backbone(x)
         u = self.basis.raw_features(g)
         mean = u @ folded.mean_vec + self.const_mean
-        var_f = (u @ folded.factor).square_().sum(-1)
+        var_f = folded.latent_variance(u)
         if folded.whitener is None:
             return mean, var_f
         prior = self.basis.prior_variance(g)

@@ -17,9 +17,11 @@ __all__ = [
     "FoldedWeights",
     "WeightPosterior",
     "accumulate_statistics",
+    "block_width_for",
     "exact_weight_posterior",
     "feature_sq_bound",
     "fold_into_basis",
+    "lower_triangular_factor",
     "posterior_from_statistics",
     "truncate_variance_factor",
     "truncation_rank",
@@ -32,6 +34,9 @@ VARIANCE_RTOL = 1e-3
 
 #: The truncation is skipped when it would keep more than this fraction of the r eigenpairs.
 MAX_RANK_FRACTION = 0.8
+
+#: Column blocks of a lower-triangular variance factor are ``max(this, r // 8)`` wide.
+MIN_BLOCK_WIDTH = 64
 
 #: ``max_{|t| <= a} |SiLU(t)|`` is ``max(a sigmoid(a), -min SiLU)``; ``-min SiLU`` (at
 #: ``t ~ -1.278``) is below this constant.
@@ -53,7 +58,8 @@ class FoldedWeights:
     ``mu(x) = u(x)' mean_vec + bias``, ``var_f(x) = ||factor' u(x)||^2`` and, when
     ``whitener`` is set, ``||phi(x)||^2 = ||whitener' u(x)||^2``.
 
-    ``factor`` is ``B = P L`` (r, r) or, truncated, ``B_k = P V_k Lambda_k^{1/2}`` (r, k); then
+    ``factor`` is a square ``C`` with ``C C' = B B'`` for ``B = P L`` (lower triangular when
+    ``block_width > 0``), or, truncated, ``B_k = P V_k Lambda_k^{1/2}`` (r, k); then
     ``0 <= ||B'u||^2 - ||B_k'u||^2 <= variance_bound`` at every input (0 when exact).
     """
 
@@ -61,11 +67,30 @@ class FoldedWeights:
     factor: torch.Tensor
     whitener: torch.Tensor | None = None
     variance_bound: float = 0.0
+    block_width: int = 0
 
     @property
     def truncated(self) -> bool:
         """Whether ``factor`` keeps fewer columns than it has rows."""
         return int(self.factor.shape[1]) < int(self.factor.shape[0])
+
+    def latent_variance(self, u: torch.Tensor) -> torch.Tensor:
+        """``var_f = ||factor' u||^2`` for each row of ``u`` (n, r).
+
+        With a lower-triangular factor (``block_width = w > 0``) the product runs over column
+        blocks ``J = [s, s + w)`` and skips the zero rows above each:
+        ``sum_J ||C[s:, J]' u[:, s:]||^2``, about ``(1 + w / r) / 2`` of the dense product's
+        ``r^2`` multiply-adds per row.
+        """
+        w = self.block_width
+        if w <= 0:
+            return (u @ self.factor).square_().sum(-1)
+        r = int(self.factor.shape[0])
+        var = (u @ self.factor[:, :w]).square_().sum(-1)
+        for start in range(w, r, w):
+            block = self.factor[start:, start : start + w]
+            var.add_((u[:, start:] @ block).square_().sum(-1))
+        return var
 
 
 def accumulate_statistics(
@@ -229,7 +254,9 @@ def fold_into_basis(
 
     DBK-RBF: ``phi = Lzz^{-1} k_Z``, so ``m'phi = (Lzz^{-T} m)' k_Z`` and
     ``||L'phi||^2 = ||(Lzz^{-T} L)' k_Z||^2`` (and ``||phi||^2 = ||Lzz^{-T}' k_Z||^2`` when
-    ``with_whitener``). DBK-SiLU: nothing to fold.
+    ``with_whitener``). DBK-SiLU: nothing to fold. The exact factor is made lower triangular
+    (:func:`lower_triangular_factor`, same ``B B'``), so that :meth:`FoldedWeights.latent_variance`
+    skips its zero blocks.
 
     With ``variance_rtol > 0`` the variance factor is truncated
     (:func:`truncate_variance_factor`): ``L L' = V Lambda V'`` and ``factor = P V_k
@@ -259,11 +286,38 @@ def fold_into_basis(
             if out is not None:
                 factor = basis.pullback(out[0])
                 bound = out[1]
+    width = 0
     if factor is None:
-        factor = basis.pullback(posterior.scale_tril)
+        factor = lower_triangular_factor(basis.pullback(posterior.scale_tril))
+        width = block_width_for(int(factor.shape[0]))
     whitener = None
     if with_whitener:
         r = posterior.mean.shape[0]
         eye = torch.eye(r, dtype=factor.dtype, device=factor.device)
         whitener = basis.pullback(eye)
-    return FoldedWeights(mean_vec=mean_vec, factor=factor, whitener=whitener, variance_bound=bound)
+    return FoldedWeights(
+        mean_vec=mean_vec,
+        factor=factor,
+        whitener=whitener,
+        variance_bound=bound,
+        block_width=width,
+    )
+
+
+def lower_triangular_factor(factor: torch.Tensor) -> torch.Tensor:
+    """A lower-triangular ``C`` with ``C C' = B B'`` for a square ``B``, in ``B``'s dtype.
+
+    ``C = R'`` for the QR decomposition ``B' = Q R`` (float64): ``C C' = R'R = B Q'Q B' =
+    B B'``. A ``B`` that is already lower triangular (DBK-SiLU's ``L``) is returned as is.
+    """
+    if not bool(torch.triu(factor, diagonal=1).any()):
+        return factor
+    upper = torch.linalg.qr(factor.detach().to(torch.float64).T, mode="r").R
+    return upper.T.to(factor.dtype).contiguous()
+
+
+def block_width_for(rank: int) -> int:
+    """Column-block width of a lower-triangular variance factor of rank ``rank``: ``max(64,
+    r // 8)``, or 0 (one dense product) when that is the whole factor."""
+    width = max(MIN_BLOCK_WIDTH, rank // 8)
+    return width if width < rank else 0

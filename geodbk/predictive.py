@@ -190,7 +190,7 @@ def change_moments(
     """
     du = u_to - u_from
     mean = du @ folded.mean_vec
-    var = ((du @ folded.factor) ** 2).sum(-1)
+    var = folded.latent_variance(du)
     if folded.whitener is not None:
         if prior_diff_var is None:
             raise ValueError("variance-corrected weights need prior_diff_var")

@@ -14,9 +14,12 @@ from geodbk.model import DBKModel
 from geodbk.posterior import (
     MAX_RANK_FRACTION,
     VARIANCE_RTOL,
+    FoldedWeights,
     WeightPosterior,
+    block_width_for,
     feature_sq_bound,
     fold_into_basis,
+    lower_triangular_factor,
     truncate_variance_factor,
     truncation_rank,
 )
@@ -213,3 +216,59 @@ def test_default_fold_is_exact_and_the_opt_in_keeps_the_relative_bound(
     _, _, v0 = core.predict_folded(x, core.fold(variance_rtol=0.0))
     _, _, v1 = core.predict_folded(x, folded)
     assert float(((v0 - v1).abs() / v0).max()) <= 1e-3
+
+
+@pytest.mark.parametrize("r", [24, 200, 256])
+def test_lower_triangular_factor_keeps_the_covariance(r: int) -> None:
+    g = torch.Generator().manual_seed(r)
+    full = torch.randn(r, r, generator=g, dtype=DT)  # a dense B (DBK-RBF's P L)
+    lower = lower_triangular_factor(full)
+    assert not bool(torch.triu(lower, diagonal=1).any())
+    torch.testing.assert_close(lower @ lower.T, full @ full.T, rtol=1e-10, atol=1e-10)
+    tril = torch.tril(full)  # already lower (DBK-SiLU's L): returned as is
+    assert lower_triangular_factor(tril) is tril
+
+
+@pytest.mark.parametrize(("r", "width"), [(24, 0), (200, 64), (256, 64), (1024, 128)])
+def test_blocked_variance_equals_the_dense_quadratic_form(r: int, width: int) -> None:
+    assert block_width_for(r) == width
+    g = torch.Generator().manual_seed(1)
+    full = torch.randn(r, r, generator=g, dtype=DT) / r**0.5
+    u = torch.randn(300, r, generator=g, dtype=DT)
+    folded = FoldedWeights(
+        mean_vec=torch.zeros(r, dtype=DT),
+        factor=lower_triangular_factor(full),
+        block_width=width,
+    )
+    dense = torch.einsum("ni,ij,nj->n", u, full @ full.T, u)  # u' B B' u
+    torch.testing.assert_close(folded.latent_variance(u), dense, rtol=1e-10, atol=1e-10)
+    # a factor that is not lower triangular would lose its upper blocks
+    if width:
+        wrong = FoldedWeights(mean_vec=folded.mean_vec, factor=full, block_width=width)
+        assert not torch.allclose(wrong.latent_variance(u), dense, rtol=1e-3)
+
+
+def test_fold_makes_the_exact_factor_lower_triangular(fitted: DBKRegressor) -> None:
+    core = fitted.model_
+    folded = core.fold()
+    assert not bool(torch.triu(folded.factor, diagonal=1).any())
+    assert folded.block_width == block_width_for(core.rank)
+    b = core.basis.pullback(core.weight_posterior().scale_tril)
+    torch.testing.assert_close(folded.factor @ folded.factor.T, b @ b.T, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("expansion", ["rbf", "silu"])
+def test_blocked_fold_reproduces_the_dense_prediction(expansion: str) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, size=(300, 2))
+    y = 3.0 + 0.4 * np.sin(3 * x[:, 0]) + rng.normal(scale=0.1, size=300)
+    params = {**SMALL, "rank": 200, "epochs": 1, "expansion": expansion}
+    core = DBKRegressor(**params).fit(x, y).model_
+    folded = core.fold()
+    assert folded.block_width == 64
+    xs = torch.rand(400, 2, dtype=DT) * 2 - 1
+    with torch.no_grad():
+        out = core(xs)
+    mean, var_f, _ = core.predict_folded(xs, folded)
+    torch.testing.assert_close(mean, out.mean, rtol=0, atol=1e-12)
+    torch.testing.assert_close(var_f, out.var_f, rtol=1e-9, atol=1e-12)
