@@ -39,9 +39,9 @@ from geodbk.tile_effect import (
     TileEffectPrediction,
     _factor,
     _Layout,
-    _tile_covariance,
     mean_gaussian_nll,
     minimize_lbfgs,
+    offset_covariance,
     row_prediction,
     tile_offset_variance,
 )
@@ -198,6 +198,9 @@ class _Hood:
         (u, k, k) the distances between the neighbours of each set.
     inverse
         (m,) the set of each target.
+    rows
+        (n,) the target of each predicted row, when rows share targets (a map's cells share
+        their tile's centre); ``None``: one target per row.
     """
 
     nb: torch.Tensor
@@ -205,6 +208,7 @@ class _Hood:
     sets: torch.Tensor
     d_sets: torch.Tensor
     inverse: torch.Tensor
+    rows: torch.Tensor | None = None
 
     @property
     def k(self) -> int:
@@ -222,7 +226,8 @@ def _krige(
     """Kriging of the field at targets from their neighbours: ``(mu, sigma²_nb)`` (m,), with
     ``mu = k*' K^{-1} b`` and ``sigma²_nb = sigma² - k*' K^{-1} k*`` (``K``: the neighbours'
     field covariance plus their summaries' noise). ``K``'s Cholesky factor and ``K^{-1} b`` are
-    computed once per distinct neighbour set (``hood.sets``)."""
+    computed once per distinct neighbour set (``hood.sets``), and the kriging once per target
+    (``hood.rows`` maps the rows to their targets)."""
     valid_set = hood.sets >= 0
     idx = hood.sets.clamp_min(0)
     pair = valid_set[:, :, None] & valid_set[:, None, :]
@@ -239,6 +244,8 @@ def _krige(
     mu = (ks * alpha[hood.inverse]).sum(-1)
     sol = torch.linalg.solve_triangular(L[hood.inverse], ks[..., None], upper=False)[..., 0]
     var = (sigma2 - (sol**2).sum(-1)).clamp_min(0.0)
+    if hood.rows is not None:
+        return mu[hood.rows], var[hood.rows]
     return mu, var
 
 
@@ -557,14 +564,7 @@ class LocalLayer:
         assert self.positions is not None
         distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
-        rows = torch.as_tensor(inverse.reshape(-1))
-        return _Hood(
-            nb=hood.nb[rows],
-            d_star=hood.d_star[rows],
-            sets=hood.sets,
-            d_sets=hood.d_sets,
-            inverse=hood.inverse[rows],
-        )
+        return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
 
 
 def _predict_rows(
@@ -621,19 +621,19 @@ def _predict_rows(
             sub_lay.mask[pos],
             sub_lay.group[pos],
         )
-        L_u, b_u = _factor(lay_u, tau2, rho, lam, kappa, constant=s2_rows[first], mu=mu)
-        rows_u = torch.as_tensor(inverse)
-        lay_t = lay_u.subset(inverse)
+        constant_u = s2_rows[first]
+        L_u, b_u = _factor(lay_u, tau2, rho, lam, kappa, constant=constant_u, mu=mu)
         sh, v = _predict_tile_with_constant(
-            lay_t,
-            L_u[rows_u],
-            b_u[rows_u],
+            lay_u,
+            L_u,
+            b_u,
+            inverse,
             times[sel],
             var_f[sel],
-            tau2=tile_offset_variance(lay_t, tau2, mu),
+            tau2=tile_offset_variance(lay_u, tau2, mu),
             rho=rho,
             lam=lam,
-            constant=s2_rows,
+            constant=constant_u,
         )
         where = torch.as_tensor(np.flatnonzero(seen))
         shift = shift.index_put((where,), m_rows + sh)
@@ -647,6 +647,7 @@ def _predict_tile_with_constant(
     lay: _Layout,
     L: torch.Tensor,
     b: torch.Tensor,
+    target: np.ndarray,
     times: torch.Tensor,
     var_f: torch.Tensor,
     *,
@@ -655,20 +656,35 @@ def _predict_tile_with_constant(
     lam: torch.Tensor,
     constant: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shift ``k'(K + E)^{-1} r`` and variance ``prior - k'(K + E)^{-1} k`` of target ``i`` at
-    ``times[i]`` from layout row ``i``, with ``k = tau_i² rho^|dt| + lambda sqrt(v v') + c_i``
-    and ``prior = tau_i² + lambda v + c_i`` (``tau2``: one ``tau_i²`` per layout row)."""
-    ks = _tile_covariance(
-        times[:, None],
-        var_f[:, None],
-        lay.times,
-        lay.var_f,
-        tau2=tau2[:, None],
-        rho=rho,
-        lam=lam,
+    """Shift ``k'(K + E)^{-1} r`` and variance ``prior - k'(K + E)^{-1} k`` of each row ``i``
+    of layout tile ``u = target[i]`` (factor ``L_u``, ``b_u = L_u^{-1} r_u``) at ``times[i]``,
+    with ``k = tau_u² rho^|t_i - t| + c_u + lambda sqrt(v_i) sqrt(v)`` and ``prior = tau_u² +
+    lambda v_i + c_u`` (``tau2``, ``constant``: one per layout tile).
+
+    ``k = A + sqrt(v_i) B`` with ``A``, ``B`` fixed by ``(u, t_i)``, so the two triangular
+    solves ``alpha = L^{-1} A`` and ``beta = L^{-1} B`` are done once per distinct ``(u, t_i)``
+    and each row costs O(1): ``shift = alpha'b + sqrt(v_i) beta'b`` and ``k'(K + E)^{-1} k =
+    ||alpha||² + 2 sqrt(v_i) alpha'beta + v_i ||beta||²``.
+    """
+    keys = np.column_stack([np.asarray(target, dtype=np.int64), times.numpy().view(np.int64)])
+    pairs, group = unique_rows(keys)
+    u = torch.as_tensor(pairs[:, 0])
+    t_g = times.new_tensor(pairs[:, 1].view(np.float64))
+    mask = lay.mask[u]
+    a_cov = offset_covariance(t_g[:, None], lay.times[u], tau2=tau2[u, None], rho=rho)
+    a_cov = torch.where(mask, a_cov + constant[u, None], torch.zeros((), dtype=_DT))
+    b_cov = torch.where(mask, lam * torch.sqrt(lay.var_f[u]), torch.zeros((), dtype=_DT))
+    sol = torch.linalg.solve_triangular(L[u], torch.stack([a_cov, b_cov], -1), upper=False)
+    alpha, beta = sol[..., 0], sol[..., 1]
+    bu = b[u]
+    g = torch.as_tensor(group)
+    root = torch.sqrt(var_f)
+    shift = (alpha * bu).sum(-1)[g] + root * (beta * bu).sum(-1)[g]
+    explained = (
+        (alpha * alpha).sum(-1)[g]
+        + 2.0 * root * (alpha * beta).sum(-1)[g]
+        + var_f * (beta * beta).sum(-1)[g]
     )
-    ks = torch.where(lay.mask, ks + constant[:, None], torch.zeros((), dtype=_DT))
-    a = torch.linalg.solve_triangular(L, ks[..., None], upper=False)[..., 0]
-    shift = (a * b).sum(-1)
-    prior = tau2 + lam * var_f + constant
-    return shift, (prior - (a * a).sum(-1)).clamp_min(0.0)
+    rows = torch.as_tensor(target)
+    prior = tau2[rows] + lam * var_f + constant[rows]
+    return shift, (prior - explained).clamp_min(0.0)

@@ -127,6 +127,35 @@ def test_prediction_matches_the_dense_joint_gaussian() -> None:
     )  # an unseen tile is all neighbours' pull
 
 
+def test_rows_of_one_tile_at_several_quarters_and_gp_variances_match_the_dense_gaussian() -> None:
+    """Rows of a measured tile share its factor and solves per (tile, quarter); each row's own
+    GP variance enters through sqrt(v_i): every row still equals the dense joint Gaussian."""
+    rng = np.random.default_rng(5)
+    tiles, times, pos, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    layer = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
+    targets = [
+        ("t03", 8.0, xy[3], 0.01),
+        ("t03", 8.0, xy[3], 0.05),
+        ("t03", 6.0, xy[3], 0.05),
+        ("t05", 8.0, xy[5], 0.02),
+        ("t03", 8.0, xy[3], 0.01),
+        ("t03", 2.0, xy[3], 0.0),
+    ]
+    pred = layer.predict(
+        tiles=[t[0] for t in targets],
+        xy=np.array([t[2] for t in targets]),
+        times=[t[1] for t in targets],
+        var_f=[t[3] for t in targets],
+        components=np.full((len(targets), 1), 0.05),
+    )
+    for i, target in enumerate(targets):
+        mean, var = _dense(tiles, times, pos, v, noise, residual, target)
+        assert pred.shift[i] == pytest.approx(mean, rel=1e-8, abs=1e-10)
+        assert pred.tile_var[i] == pytest.approx(var, rel=1e-8, abs=1e-10)
+    assert pred.shift[0] != pred.shift[1] and pred.tile_var[0] < pred.tile_var[1]
+
+
 def test_zero_field_gives_back_the_tile_effect() -> None:
     rng = np.random.default_rng(1)
     tiles, times, _, v, noise, xy = _data(rng)
