@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.spatial import cKDTree
 
@@ -526,18 +527,19 @@ class LocalLayer:
         if xy is None and self.positions is None:
             raise ValueError("give xy= (km positions), or build the layer with positions=")
         xy_a = None if xy is None else np.asarray(xy, dtype=np.float64).reshape(-1, 2)
-        if xy_a is not None and (xy_a.shape[0] != tiles_a.size or not np.isfinite(xy_a).all()):
+        if xy_a is not None and (xy_a.shape[0] != len(tiles_a) or not np.isfinite(xy_a).all()):
             raise DataError("prediction rows: one finite km position per row is needed")
         lay = self.effect._layout()
         t = self._tensors()
-        shift = np.zeros(tiles_a.size)
-        tile_var = np.zeros(tiles_a.size)
-        pull = np.zeros(tiles_a.size)
+        n = len(tiles_a)
+        shift = np.zeros(n)
+        tile_var = np.zeros(n)
+        pull = np.zeros(n)
         with torch.no_grad():
             if self._summary_cache is None:
                 self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
             summ = self._summary_cache
-            for s in range(0, tiles_a.size, chunk_size):
+            for s in range(0, n, chunk_size):
                 part = slice(s, s + chunk_size)
                 hood = (
                     self._neighbours.query(xy_a[part], own[part])
@@ -558,11 +560,16 @@ class LocalLayer:
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
         return row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
 
-    def _tile_hood(self, tiles: np.ndarray, own: np.ndarray) -> _Hood:
+    def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once
-        per distinct tile, so rows of one tile share its neighbours."""
+        per distinct tile, so rows of one tile share its neighbours. ``tiles``: strings, or a
+        ``pandas.Categorical`` (distinct tiles found from its integer codes)."""
         assert self.positions is not None
-        distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
+        if isinstance(tiles, pd.Categorical):
+            used, first, inverse = np.unique(tiles.codes, return_index=True, return_inverse=True)
+            distinct = np.asarray(tiles.categories, dtype=str)[used]
+        else:
+            distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
 

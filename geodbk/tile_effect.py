@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from geodbk.bases import stable_cholesky
@@ -413,8 +414,11 @@ def row_prediction(
     )
 
 
-def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
-    """Index of each of ``tiles`` in the sorted ``known`` tile ids, -1 where absent."""
+def _slots(known: np.ndarray, tiles: Any) -> np.ndarray:
+    """Index of each of ``tiles`` (strings, or a ``pandas.Categorical``: looked up once per
+    category) in the sorted ``known`` tile ids, -1 where absent."""
+    if isinstance(tiles, pd.Categorical):
+        return _slots(known, np.asarray(tiles.categories, dtype=str))[tiles.codes]
     if known.size == 0:
         return np.full(tiles.size, -1)
     pos = np.searchsorted(known, tiles).clip(0, known.size - 1)
@@ -422,11 +426,25 @@ def _slots(known: np.ndarray, tiles: np.ndarray) -> np.ndarray:
 
 
 def _as_rows(
-    tiles: Any, times: Any, residual: Any, var_f: Any, components: Any, *, what: str
-) -> tuple[np.ndarray, ...]:
-    """Validate one set of rows: equal lengths, finite values, (n, k) components."""
-    tiles_a = np.asarray(tiles).astype(str)
-    n = tiles_a.size
+    tiles: Any,
+    times: Any,
+    residual: Any,
+    var_f: Any,
+    components: Any,
+    *,
+    what: str,
+    categorical_ok: bool = False,
+) -> tuple[Any, ...]:
+    """Validate one set of rows: equal lengths, finite values, (n, k) components. Tile ids
+    become strings, except a ``pandas.Categorical`` when ``categorical_ok`` (rows to predict:
+    its codes spare the string work per row)."""
+    if categorical_ok and isinstance(tiles, pd.Categorical):
+        if (tiles.codes < 0).any():
+            raise DataError(f"{what}: missing tile ids")
+        tiles_a: Any = tiles
+    else:
+        tiles_a = np.asarray(tiles).astype(str)
+    n = len(tiles_a)
     times_a = np.asarray(times, dtype=np.float64).reshape(-1)
     var_a = np.maximum(np.asarray(var_f, dtype=np.float64).reshape(-1), 0.0)  # rounding < 0
     comp = np.asarray(components, dtype=np.float64)
@@ -437,7 +455,7 @@ def _as_rows(
     if not all(np.isfinite(c).all() for c in [*cols, comp]):
         raise DataError(f"{what}: non-finite times, residuals, variances or noise components")
     res = None if residual is None else np.asarray(residual, dtype=np.float64).reshape(-1)
-    return tiles_a, times_a, res, var_a, comp  # type: ignore[return-value]
+    return tiles_a, times_a, res, var_a, comp
 
 
 def urban_groups(urban: Any) -> np.ndarray:
@@ -572,12 +590,12 @@ class TileEffect:
         """Rows to predict or score with this effect: ``(tiles, times, residual, var_f,
         components)`` as :func:`_as_rows`, then each row's group code among the effect's
         groups and its tile's slot in the layout (-1: no conditioning rows)."""
-        arrays = _as_rows(*rows, what=what)
+        arrays = _as_rows(*rows, what=what, categorical_ok=True)
         if groups is None and self.grouped:
             raise ValueError(
                 f"this tile effect has a tau² per group {list(self.params.groups)}: give groups"
             )
-        labels = _group_labels(groups, arrays[0].size, what=what)
+        labels = _group_labels(groups, len(arrays[0]), what=what)
         code = _group_codes(labels, self.params.groups, what=what)
         return (*arrays, code, _slots(self._layout().tiles, arrays[0]))
 
@@ -806,7 +824,7 @@ class TileEffect:
         lay = self._layout()
         tau2, rho, lam, kappa = self._tensors()
         mu = self.persistent
-        shift = np.zeros(tiles_a.size)
+        shift = np.zeros(len(tiles_a))
         tile_var = tau2.numpy()[code] + self.params.latent_scale * vf
         seen_tiles = np.unique(slot[slot >= 0])
         with torch.no_grad():

@@ -21,7 +21,7 @@ from geodbk.quantities import QuantityPrediction, check_quantity, predict_quanti
 from geodbk.tile_effect import TileEffect
 from pipelines.bundles import load_model
 from pipelines.layers import load_map_layers, tile_positions
-from pipelines.run_inputs import observed_quarters, read_urban, tile_ids
+from pipelines.run_inputs import observed_quarters, read_urban, tile_codes
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -117,7 +117,7 @@ class PlacePredictor:
             quantity=quantity,
             effect=effect,
             layer=layer,
-            tiles=tile_ids(lon, lat) if effect is not None else None,
+            tiles=tile_codes(lon, lat) if effect is not None else None,
             times=times,
             urban=self.urban(lon, lat),
             tests=tests,

@@ -61,7 +61,7 @@ from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.predict_at import run_predict_at
-from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
+from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_codes
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -334,7 +334,7 @@ def predict_block(
     quantity: str = "test",
     effect: Any = None,
     layer: Any = None,
-    tiles: np.ndarray | None = None,
+    tiles: Any = None,
     times: np.ndarray | float | None = None,
     xy: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
@@ -940,7 +940,7 @@ def run_predict(
                 quantity=quantity,
                 effect=effect,
                 layer=layer,
-                tiles=tile_ids(lon, lat) if effect is not None else None,
+                tiles=tile_codes(lon, lat) if effect is not None else None,
                 times=float(quarter_index(q)) if q is not None else tile_time,
             )
 

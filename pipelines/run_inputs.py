@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
@@ -69,6 +70,17 @@ def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
     """The zoom-16 quadkey of the tile holding each point."""
     x, y = lonlat_to_tile(lon, lat, TILE_ZOOM)
     return tile_to_quadkey(x, y, TILE_ZOOM)
+
+
+def tile_codes(lon: np.ndarray, lat: np.ndarray) -> pd.Categorical:
+    """:func:`tile_ids` as a ``pandas.Categorical``: the quadkeys of the distinct tiles and one
+    integer code per point. The tile effect and the local layer then look tiles up once per
+    distinct tile, not once per point (a map has many cells per tile)."""
+    x, y = lonlat_to_tile(lon, lat, TILE_ZOOM)
+    key = np.asarray(x, dtype=np.int64) << TILE_ZOOM | np.asarray(y, dtype=np.int64)
+    _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+    names = tile_to_quadkey(np.asarray(x)[first], np.asarray(y)[first], TILE_ZOOM)
+    return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(names), validate=False)
 
 
 def observed_quarters(rd: RunDir, metadata: dict[str, Any]) -> list[str]:

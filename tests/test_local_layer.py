@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from geodbk.errors import DataError
 from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km, matern32
 from geodbk.tile_effect import TileEffect, TileEffectParameters
 
@@ -380,6 +382,19 @@ def test_rows_without_positions_sit_at_their_tiles_centres() -> None:
         assert np.ptp(at_tiles.shift[rows]) == 0.0
         gap = at_tiles.tile_var[rows] - LAM * kw["var_f"][rows]
         np.testing.assert_allclose(gap, gap[0], rtol=1e-12)
+    # tile ids as a pandas.Categorical (codes into distinct names, unused names included):
+    # the same numbers, from the tile effect alone as well
+    codes = pd.Categorical(names, categories=[*sorted(set(names)), "unused"])
+    as_codes = layer.predict(tiles=codes, **kw)
+    for field in ("shift", "tile_var", "pull", "noise_var", "seen"):
+        np.testing.assert_array_equal(getattr(as_codes, field), getattr(at_tiles, field))
+    effect_kw = {k: kw[k] for k in ("times", "var_f", "components")}
+    by_name = layer.effect.predict(tiles=names, **effect_kw)
+    by_code = layer.effect.predict(tiles=codes, **effect_kw)
+    np.testing.assert_array_equal(by_code.shift, by_name.shift)
+    np.testing.assert_array_equal(by_code.tile_var, by_name.tile_var)
+    with pytest.raises(DataError, match="missing tile ids"):
+        layer.predict(tiles=pd.Categorical([None, "t03"]), **{k: a[:2] for k, a in kw.items()})
 
 
 def test_fit_on_held_out_quarters_of_measured_tiles() -> None:

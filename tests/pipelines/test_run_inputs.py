@@ -14,7 +14,13 @@ import shapely
 
 from geodbk.errors import DataError
 from geodbk.geo.quadkey import quadkey_centroid
-from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_ids
+from pipelines.run_inputs import (
+    observed_quarters,
+    read_region,
+    read_urban,
+    tile_codes,
+    tile_ids,
+)
 from pipelines.rundir import RunDir
 
 
@@ -58,3 +64,14 @@ def test_observed_quarters_from_the_metadata_or_the_table(tmp_path: Path) -> Non
     assert observed_quarters(rd, {}) == ["2023Q1", "2023Q3"]
     pq.write_table(pa.table({"x1": [0.0]}), rd.tiles)
     assert observed_quarters(rd, {}) == []
+
+
+def test_tile_codes_name_the_same_tiles_as_tile_ids() -> None:
+    rng = np.random.default_rng(4)
+    # points of a few hundred zoom-16 tiles, many points per tile, two far apart groups
+    lon = np.concatenate([rng.uniform(-157.9, -157.8, 5000), rng.uniform(170.0, 170.05, 500)])
+    lat = np.concatenate([rng.uniform(21.3, 21.35, 5000), rng.uniform(-45.0, -44.97, 500)])
+    codes = tile_codes(lon, lat)
+    names = tile_ids(lon, lat)
+    np.testing.assert_array_equal(np.asarray(codes, dtype=str), names)
+    assert len(codes.categories) == np.unique(names).size < names.size
