@@ -13,10 +13,8 @@ from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import (
     FoldedWeights,
     WeightPosterior,
-    block_width_for,
     feature_sq_bound,
     fold_into_basis,
-    lower_sq_norms,
 )
 from geodbk.variational import VariationalWeights
 
@@ -160,9 +158,7 @@ class DBKModel(nn.Module):
         phi = self.basis(g)
         phi_sq = (phi**2).sum(-1)
         mean = phi @ self.q.mean + self.const_mean
-        width = block_width_for(int(phi.shape[-1]))
-        lower = self.q.scale_tril()
-        var_f = lower_sq_norms(phi, lower, width=width) if width else ((phi @ lower) ** 2).sum(-1)
+        var_f = ((phi @ self.q.scale_tril()) ** 2).sum(-1)
         prior = self.basis.prior_variance(g)
         correction = None if prior is None else (prior - phi_sq).clamp_min(0.0)
         return ModelOutput(

@@ -314,8 +314,8 @@ def lower_triangular_factor(factor: torch.Tensor) -> torch.Tensor:
 def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch.Tensor:
     """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r) with ``lower`` (r, r) lower
     triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``,
-    so the zero rows above each block are skipped, in the product and, under autograd, in
-    both gradient products (``(1 + w / r) / 2`` of the dense multiply-adds)."""
+    so the zero rows above each block are skipped (``(1 + w / r) / 2`` of the dense
+    multiply-adds)."""
     r = int(lower.shape[0])
     total = _sq_rows(u @ lower[:, :width])
     for start in range(width, r, width):
