@@ -567,7 +567,7 @@ class LocalLayer:
         assert self.positions is not None
         if isinstance(tiles, pd.Categorical):
             used, first, inverse = np.unique(tiles.codes, return_index=True, return_inverse=True)
-            distinct = np.asarray(tiles.categories, dtype=str)[used]
+            distinct = np.asarray(tiles.categories[used], dtype=str)  # only the tiles used
         else:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])

@@ -21,7 +21,6 @@ __all__ = [
     "exact_weight_posterior",
     "feature_sq_bound",
     "fold_into_basis",
-    "lower_sq_norms",
     "lower_triangular_factor",
     "posterior_from_statistics",
     "truncate_variance_factor",
@@ -83,9 +82,14 @@ class FoldedWeights:
         ``sum_J ||C[s:, J]' u[:, s:]||^2``, about ``(1 + w / r) / 2`` of the dense product's
         ``r^2`` multiply-adds per row.
         """
-        if self.block_width <= 0:
+        w = self.block_width
+        if w <= 0:
             return (u @ self.factor).square_().sum(-1)
-        return lower_sq_norms(u, self.factor, width=self.block_width)
+        var = (u @ self.factor[:, :w]).square_().sum(-1)
+        for start in range(w, int(self.factor.shape[0]), w):
+            block = self.factor[start:, start : start + w]
+            var.add_((u[:, start:] @ block).square_().sum(-1))
+        return var
 
 
 def accumulate_statistics(
@@ -309,24 +313,6 @@ def lower_triangular_factor(factor: torch.Tensor) -> torch.Tensor:
         return factor
     upper = torch.linalg.qr(factor.detach().to(torch.float64).T, mode="r").R
     return upper.T.to(factor.dtype).contiguous()
-
-
-def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch.Tensor:
-    """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r) with ``lower`` (r, r) lower
-    triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``,
-    so the zero rows above each block are skipped (``(1 + w / r) / 2`` of the dense
-    multiply-adds)."""
-    r = int(lower.shape[0])
-    total = _sq_rows(u @ lower[:, :width])
-    for start in range(width, r, width):
-        part = _sq_rows(u[:, start:] @ lower[start:, start : start + width])
-        total = total + part if total.requires_grad else total.add_(part)
-    return total
-
-
-def _sq_rows(x: torch.Tensor) -> torch.Tensor:
-    """Row sums of squares; in place when no gradient flows (prediction)."""
-    return (x.square() if x.requires_grad else x.square_()).sum(-1)
 
 
 def block_width_for(rank: int) -> int:
