@@ -55,7 +55,7 @@ def test_grid_writer_refuses_incomplete(tmp_path: Path) -> None:
 def test_grid_writer_raw_chunks_read_back_everywhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Blocks that fill whole chunks are encoded here (shuffle + zlib) and written raw: xarray,
+    """Blocks that fill whole chunks are encoded here (shuffle + deflate) and written raw: xarray,
     h5py and GDAL read back every value; a chunk of fill values only is not stored."""
     import h5py
     import rasterio
