@@ -13,14 +13,19 @@ from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import (
     FoldedWeights,
     WeightPosterior,
+    block_width_for,
     feature_sq_bound,
     fold_into_basis,
+    lower_sq_norms,
 )
 from geodbk.variational import VariationalWeights
 
-__all__ = ["EXPANSIONS", "DBKModel", "ModelOutput"]
+__all__ = ["EXPANSIONS", "TRAINING_BLOCK_MIN_RANK", "DBKModel", "ModelOutput"]
 
 EXPANSIONS = ("rbf", "silu")
+#: Smallest rank whose training forward sums ``||L'phi||^2`` over L's lower-triangular column
+#: blocks (:func:`geodbk.posterior.lower_sq_norms`); below it one dense product is as fast.
+TRAINING_BLOCK_MIN_RANK = 512
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,9 @@ class DBKModel(nn.Module):
         phi = self.basis(g)
         phi_sq = (phi**2).sum(-1)
         mean = phi @ self.q.mean + self.const_mean
-        var_f = ((phi @ self.q.scale_tril()) ** 2).sum(-1)
+        lower = self.q.scale_tril()
+        width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
+        var_f = lower_sq_norms(phi, lower, width=width) if width else ((phi @ lower) ** 2).sum(-1)
         prior = self.basis.prior_variance(g)
         correction = None if prior is None else (prior - phi_sq).clamp_min(0.0)
         return ModelOutput(

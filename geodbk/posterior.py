@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,6 +22,7 @@ __all__ = [
     "exact_weight_posterior",
     "feature_sq_bound",
     "fold_into_basis",
+    "lower_sq_norms",
     "lower_triangular_factor",
     "posterior_from_statistics",
     "truncate_variance_factor",
@@ -82,14 +84,9 @@ class FoldedWeights:
         ``sum_J ||C[s:, J]' u[:, s:]||^2``, about ``(1 + w / r) / 2`` of the dense product's
         ``r^2`` multiply-adds per row.
         """
-        w = self.block_width
-        if w <= 0:
+        if self.block_width <= 0:
             return (u @ self.factor).square_().sum(-1)
-        var = (u @ self.factor[:, :w]).square_().sum(-1)
-        for start in range(w, int(self.factor.shape[0]), w):
-            block = self.factor[start:, start : start + w]
-            var.add_((u[:, start:] @ block).square_().sum(-1))
-        return var
+        return lower_sq_norms(u, self.factor, width=self.block_width)
 
 
 def accumulate_statistics(
@@ -313,6 +310,62 @@ def lower_triangular_factor(factor: torch.Tensor) -> torch.Tensor:
         return factor
     upper = torch.linalg.qr(factor.detach().to(torch.float64).T, mode="r").R
     return upper.T.to(factor.dtype).contiguous()
+
+
+def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch.Tensor:
+    """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r), ``lower`` (r, r) lower
+    triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``.
+
+    The zero rows above each block are skipped, in the product and, under autograd, in both
+    gradient products: ``(1 + w / r) / 2`` of the dense multiply-adds. In place when no
+    gradient flows.
+    """
+    if torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad):
+        out: torch.Tensor = _LowerSqNorms.apply(u, lower, width)
+        return out
+    r = int(lower.shape[0])
+    total = (u @ lower[:, :width]).square_().sum(-1)
+    for start in range(width, r, width):
+        total.add_((u[:, start:] @ lower[start:, start : start + width]).square_().sum(-1))
+    return total
+
+
+class _LowerSqNorms(torch.autograd.Function):
+    """:func:`lower_sq_norms` with its gradients written block by block.
+
+    With ``P_J = u[:, s:] lower[s:, J]`` and ``G_J = 2 diag(g) P_J`` (``g`` the incoming
+    gradient): ``grad u[:, s:] += G_J lower[s:, J]'`` and ``grad lower[s:, J] = u[:, s:]' G_J``
+    (zero elsewhere), into one buffer each rather than one zero-filled tensor per block.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, lower: torch.Tensor, width: int) -> torch.Tensor:
+        starts = range(0, int(lower.shape[0]), width)
+        parts = [u[:, s:] @ lower[s:, s : s + width] for s in starts]
+        total = parts[0].square().sum(-1)
+        for part in parts[1:]:
+            total.add_(part.square().sum(-1))
+        ctx.width = width
+        ctx.save_for_backward(u, lower, *parts)
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        u, lower, *parts = ctx.saved_tensors
+        w = ctx.width
+        grad_u = None  # the first block spans all of u's columns: it sets grad_u
+        grad_lower = torch.zeros_like(lower) if ctx.needs_input_grad[1] else None
+        twice = 2.0 * grad[:, None]
+        for s, part in zip(range(0, int(lower.shape[0]), w), parts, strict=True):
+            g_part = part * twice
+            if ctx.needs_input_grad[0]:
+                if grad_u is None:
+                    grad_u = g_part @ lower[:, :w].T
+                else:
+                    grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
+            if grad_lower is not None:
+                grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
+        return grad_u, grad_lower, None
 
 
 def block_width_for(rank: int) -> int:

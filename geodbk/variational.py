@@ -35,8 +35,11 @@ class VariationalWeights(nn.Module):
         self.lower = nn.Parameter(torch.randn(rank, rank, generator=generator) / rank)
 
     def scale_tril(self) -> torch.Tensor:
-        """``L = tril(A, -1) + diag(exp(s))``, shape (r, r)."""
-        return torch.tril(self.lower, diagonal=-1) + torch.diag_embed(self.log_diag.exp())
+        """``L = tril(A, -1) + diag(exp(s))``, shape (r, r): the diagonal written into the
+        strict lower triangle's zeros (no r x r diagonal matrix, no r x r sum)."""
+        lower = torch.tril(self.lower, diagonal=-1)
+        lower.diagonal().copy_(self.log_diag.exp())
+        return lower
 
     @torch.no_grad()
     def set_(self, mean: torch.Tensor, scale_tril: torch.Tensor) -> None:

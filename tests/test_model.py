@@ -1,11 +1,16 @@
-"""DBKModel: folded prediction equals the forward pass; the weight-decay groups."""
+"""DBKModel: folded prediction equals the forward pass; the weight-decay groups; the blocked
+training variance."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import geodbk.model as model_module
+from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
+from geodbk.objectives import batch_loss
+from geodbk.training import LoopConfig
 
 DT = torch.float64
 
@@ -33,3 +38,36 @@ def test_weight_decay_groups_partition_parameters() -> None:
     other = {id(p) for p in model.other_parameters()}
     assert back.isdisjoint(other)
     assert back | other == {id(p) for p in model.parameters()}
+
+
+@pytest.mark.parametrize("expansion", ["rbf", "silu"])
+def test_blocked_training_variance_and_gradients_equal_the_dense_product(
+    expansion: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With blocks in training (r = 200 >= a lowered ``TRAINING_BLOCK_MIN_RANK``) the forward's
+    ``||L'phi||^2`` and every parameter's gradient of the dPPGP loss equal the dense product's
+    (float64)."""
+    torch.manual_seed(1)
+    model = DBKModel(2, expansion=expansion, rank=200, hidden=8).to(DT)
+    with torch.no_grad():  # a posterior factor far from its initial value
+        model.q.lower.normal_(0.0, 0.1)
+    x = torch.rand(64, 2, dtype=DT) * 2 - 1
+    y = torch.randn(64, dtype=DT)
+    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
+    params = list(model.parameters())
+
+    def loss_and_grads(min_rank: int) -> tuple[torch.Tensor, tuple]:
+        monkeypatch.setattr(model_module, "TRAINING_BLOCK_MIN_RANK", min_rank)
+        blocks = type(model(x).var_f.grad_fn).__name__ == "_LowerSqNormsBackward"
+        assert blocks == (min_rank <= model.rank)
+        loss = batch_loss(model, x, y, n=1000, config=config)
+        return loss, torch.autograd.grad(loss, params, allow_unused=True)
+
+    blocked, got = loss_and_grads(128)
+    dense, want = loss_and_grads(10**9)
+    torch.testing.assert_close(blocked, dense, rtol=1e-12, atol=1e-12)
+    for (name, _), g, w in zip(model.named_parameters(), got, want, strict=True):
+        if w is None:
+            assert g is None, name
+            continue
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
