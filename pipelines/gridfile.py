@@ -53,6 +53,8 @@ CHUNK_COLS = 256
 SPACE_MARGIN = 1 << 20
 #: Bytes of written chunks HDF5 may hold per variable before writing them (its chunk cache).
 CHUNK_CACHE = 1 << 20
+#: Key of a block's data mask among its variables (not a valid variable name).
+_DATA_MASK = "\x00data_mask"
 
 
 def encode_chunk(values: np.ndarray, *, level: int = COMPRESSION_LEVEL) -> bytes:
@@ -226,9 +228,21 @@ class GridWriter:
             )
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
 
-    def write_rows(self, rows: slice, values: Mapping[str, np.ndarray]) -> None:
+    def write_rows(
+        self,
+        rows: slice,
+        values: Mapping[str, np.ndarray],
+        *,
+        data_mask: np.ndarray | None = None,
+    ) -> None:
         """Write rows ``rows`` of every variable, the blocks in order from row 0;
-        ``values[name]`` has shape (rows, nx)."""
+        ``values[name]`` has shape (rows, nx).
+
+        ``data_mask`` (rows, nx) bool: the caller's promise that every variable holds its fill
+        value outside it. Chunks without a masked cell are then skipped for every variable
+        from the mask alone; without it each variable's values are tested. Give it with
+        every block or with none.
+        """
         nx = len(self.x)
         n_rows = rows.stop - rows.start
         n_bytes = sum(max(dt.itemsize, 1) * n_rows * nx for dt, _ in self.variables.values())
@@ -239,6 +253,10 @@ class GridWriter:
             if arr.shape != (n_rows, nx):
                 raise ValueError(f"{name}: block shape {arr.shape}, expected {(n_rows, nx)}")
             blocks[name] = arr.astype(np.int8 if dt == np.dtype(bool) else dt, copy=False)
+        if data_mask is not None:
+            if data_mask.shape != (n_rows, nx):
+                raise ValueError(f"data_mask shape {data_mask.shape}, expected {(n_rows, nx)}")
+            blocks[_DATA_MASK] = np.asarray(data_mask, dtype=bool)
         self._gather(rows, blocks)
         self._written += n_bytes
 
@@ -251,6 +269,8 @@ class GridWriter:
                 f"rows {rows.start}:{rows.stop} out of order: row {self._next_row} next"
             )
         pending = self._pending
+        if pending and pending.keys() != blocks.keys():
+            raise ValueError("data_mask must be given with every block or with none")
         start = rows.start - (len(next(iter(pending.values()))) if pending else 0)
         merged = (
             {name: np.concatenate([pending[name], arr]) for name, arr in blocks.items()}
@@ -277,18 +297,28 @@ class GridWriter:
         (:func:`encode_chunk`), written raw; a chunk of fill values only is left unallocated."""
         cr, cw, nx = self._chunk_rows, self._chunk_cols, len(self.x)
         n_cols = -(-nx // cw)
+        data_mask = blocks.get(_DATA_MASK)
+        stored = (
+            None
+            if data_mask is None
+            else np.flatnonzero(~self._fill_only(data_mask, False, n_cols))
+        )
         chunks: dict[tuple[str, int], np.ndarray] = {}
         # the variables each encoded array is written to: a variable given the very array of
         # an earlier one, stored alike, shares its chunks
         names_of: dict[str, list[str]] = {}
         first: dict[int, str] = {}
         for name, arr in blocks.items():
+            if name == _DATA_MASK:
+                continue
             earlier = first.setdefault(id(arr), name)
             if earlier != name and stored_alike(self.variables[earlier], self.variables[name]):
                 names_of[earlier].append(name)
                 continue
             names_of[name] = [name]
-            for col in np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols)):
+            if stored is None:
+                cols = np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols))
+            for col in cols if stored is None else stored:
                 start = int(col) * cw
                 tile = arr[:, start : start + cw]
                 if tile.shape != (cr, cw):  # at the grid's edge: pad with the fill

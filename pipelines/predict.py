@@ -1151,7 +1151,7 @@ def _write_grid(
                     block[mask] = values[name]
                     filled[id(values[name])] = name
                 blocks[name] = block
-            writer.write_rows(rows, blocks)
+            writer.write_rows(rows, blocks, data_mask=mask)
         if n_in == 0:
             raise DataError(
                 f"no cell centre of the {ny} x {nx} grid lies inside the region, so {out} would "

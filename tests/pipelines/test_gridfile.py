@@ -139,6 +139,44 @@ def test_grid_writer_tiles_chunks_and_skips_fill_only_tiles(
         assert h5["a"].id.get_num_chunks() == 3  # of 12 tiles: the 9 NaN-only ones unstored
 
 
+def test_a_data_mask_stores_the_same_chunks_as_testing_the_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``data_mask`` (blocks of 2 rows gathered into chunks of 3) the writer stores the
+    chunks holding a masked cell, the same ones testing every variable's values finds, and
+    every value reads back; a mask given with some blocks only is refused."""
+    import h5py
+
+    import pipelines.gridfile as gridfile
+
+    nx, ny = 10, 11
+    monkeypatch.setattr(gridfile, "CHUNK_COLS", 4)
+    monkeypatch.setattr(gridfile, "CHUNK_CELLS", 12)
+    mask = np.zeros((ny, nx), dtype=bool)
+    mask[0:2, 0:3] = True
+    mask[4, 9] = True
+    mask[10, 5] = True
+    a = np.where(mask, np.random.default_rng(2).normal(size=(ny, nx)), np.nan).astype(np.float32)
+    counts = {}
+    for with_mask in (False, True):
+        path = tmp_path / f"g{with_mask}.nc"
+        w = _one_variable_writer(path, nx=nx, ny=ny)
+        for start in range(0, ny, 2):
+            rows = slice(start, min(start + 2, ny))
+            w.write_rows(rows, {"a": a[rows]}, data_mask=mask[rows] if with_mask else None)
+        w.close()
+        with xr.open_dataset(path) as ds:
+            np.testing.assert_array_equal(ds["a"].values, a)
+        with h5py.File(path, "r") as h5:
+            counts[with_mask] = h5["a"].id.get_num_chunks()
+    assert counts == {False: 3, True: 3}
+    w = _one_variable_writer(tmp_path / "mixed.nc", nx=nx, ny=ny)
+    w.write_rows(slice(0, 2), {"a": a[0:2]}, data_mask=mask[0:2])  # pending: 2 of 3 rows
+    with pytest.raises(ValueError, match="every block or with none"):
+        w.write_rows(slice(2, 4), {"a": a[2:4]})
+    w.abort()
+
+
 def test_grid_writer_keeps_pending_rows_when_the_caller_reuses_its_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

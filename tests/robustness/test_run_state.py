@@ -216,7 +216,7 @@ def test_a_full_disk_during_predict_keeps_the_grid(
     grid = run / "grids" / "download.nc"
     before = grid.read_bytes()
 
-    def full(self: GridWriter, rows: slice, values: object) -> None:
+    def full(self: GridWriter, rows: slice, values: object, **options: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
 
     monkeypatch.setattr(GridWriter, "write_rows", full)
