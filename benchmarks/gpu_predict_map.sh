@@ -9,7 +9,7 @@
 #  4. one epoch of DBKRegressor.fit on 10^6 rows at the seed's size (benchmarks/bench_scaling.py).
 # Usage: benchmarks/gpu_predict_map.sh RUN OUT   (RUN holds an ingest: tiles.parquet,
 # region.geojson, urban_areas.geojson, ingest_report.json). The GPU machine has no geopandas,
-# shapely, pyproj, rasterio, rioxarray or h5netcdf: carry their wheels and put them on
+# shapely, pyproj, rasterio, rioxarray, h5netcdf or isal: carry their wheels and put them on
 # PYTHONPATH first (/work/.library/device/README.md).
 # A dry run on the CPU:
 #   DEVICE=cpu RANK=8 HIDDEN=8 EPOCHS=1 CELLS="100000" BIG=1000000 benchmarks/gpu_predict_map.sh RUN OUT

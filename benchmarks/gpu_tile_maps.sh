@@ -7,7 +7,7 @@
 #  3. the result JSONs, training histories and logs packed into OUT/tile_maps.tgz (the device
 #     tool returns at most 8 files).
 # Usage: benchmarks/gpu_tile_maps.sh SPLITS OUT   (SPLITS/random, SPLITS/tile, SPLITS/block: one
-# `geodbk ingest --split ...` each). The GPU machine has no geopandas, shapely, pyproj or pykrige:
+# `geodbk ingest --split ...` each). The GPU machine has no geopandas, shapely, pyproj, isal or pykrige:
 # carry their wheels and put them on PYTHONPATH first (/work/.library/device/README.md).
 # A dry run on the CPU:
 #   PYTHON=.venv/bin/python DEVICE=cpu RANK=8 HIDDEN=8 EPOCHS=1 SPLITS_LIST=tile MODES=pooled benchmarks/gpu_tile_maps.sh SPLITS OUT
