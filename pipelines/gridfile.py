@@ -1,20 +1,21 @@
 """Stream a large (y, x) grid to a NetCDF-4 file with bounded memory.
 
 The grid is written row block by row block, in order, straight into a NetCDF-4 (HDF5) file
-through h5netcdf, compressed (HDF5's deflate with byte shuffle), at a hidden temporary path next to the
-destination; :meth:`GridWriter.close` moves it onto the destination atomically. Chunks are
-tiles of at most ``CHUNK_CELLS`` cells (``CHUNK_COLS`` columns wide, or as many rows as the
-caller writes per block), so that the ocean or land around a region falls in chunks holding
-only the fill value, which are not stored at all (readers get the fill value). Blocks are
-gathered into whole rows of chunks, whose chunks are encoded here, in parallel threads (the
-encoder releases the GIL), and written raw. The deflate streams come from ISA-L
-(``isal.isal_zlib``): the zlib format HDF5's deflate filter reads, at about four times zlib's
-speed for the same size. Peak memory is one row block plus one row of chunks,
-whatever the grid size. Paths and attributes may hold any Unicode text. CF conventions
-(``Conventions = "CF-1.8"``): float variables carry ``_FillValue`` NaN, bool variables are int8
-with ``dtype = "bool"`` (xarray decodes them to bool), every grid variable has
-``grid_mapping = "spatial_ref"`` and the ``spatial_ref`` variable holds the CRS as rioxarray
-writes it. Read with ``xr.open_dataset(path)`` (engine ``h5netcdf``).
+through h5netcdf, compressed (HDF5's deflate with byte shuffle), at a hidden temporary path
+next to the destination; :meth:`GridWriter.close` moves it onto the destination atomically.
+Chunks are tiles of at most ``CHUNK_CELLS`` cells (``CHUNK_COLS`` columns wide, or as many rows
+as the caller writes per block), so that the ocean or land around a region falls in chunks
+holding only the fill value, which are not stored at all (readers get the fill value). Blocks
+are gathered into whole rows of chunks, whose chunks are encoded here, in parallel threads
+(the encoder releases the GIL), and written raw. The deflate streams come from ISA-L
+(``isal.isal_zlib``; the standard library's ``zlib`` where isal is not installed): the zlib
+format HDF5's deflate filter reads, at about four times zlib's speed for the same size. Peak
+memory is one row block plus one row of chunks, whatever the grid size. Paths and attributes
+may hold any Unicode text. CF conventions (``Conventions = "CF-1.8"``): float variables carry
+``_FillValue`` NaN, bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to
+bool), every grid variable has ``grid_mapping = "spatial_ref"`` and the ``spatial_ref``
+variable holds the CRS as rioxarray writes it. Read with ``xr.open_dataset(path)`` (engine
+``h5netcdf``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from typing import Any
 
 import h5netcdf
 import numpy as np
-from isal import isal_zlib
+
+try:  # ISA-L's deflate, about four times zlib's speed for the same zlib-format stream
+    from isal import isal_zlib as deflate
+except ImportError:  # an install without isal: the standard library's, slower
+    import zlib as deflate  # type: ignore[no-redef]
 
 from geodbk.atomic import disk_error
 from geodbk.errors import DataError
@@ -64,7 +69,7 @@ def encode_chunk(values: np.ndarray, *, level: int = COMPRESSION_LEVEL) -> bytes
     flat = np.ascontiguousarray(values).reshape(-1)
     size = flat.dtype.itemsize
     shuffled = flat.view(np.uint8).reshape(-1, size).T.copy() if size > 1 else flat.view(np.uint8)
-    return isal_zlib.compress(shuffled.data, level)
+    return deflate.compress(shuffled.data, level)
 
 
 def free_bytes(folder: Path) -> int:

@@ -251,3 +251,18 @@ def test_variables_given_one_array_are_encoded_once(
         for name in names:
             np.testing.assert_array_equal(ds[name].values, a)
         assert ds["same"].attrs["long_name"] == "another name"
+
+
+def test_chunks_are_zlib_streams_with_or_without_isal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk is the shuffled bytes in a zlib stream, from ISA-L or, where isal is missing,
+    from the standard library's zlib, at the same level."""
+    import zlib
+
+    import pipelines.gridfile as gridfile
+
+    values = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(20, 30)
+    shuffled = values.reshape(-1).view(np.uint8).reshape(-1, 4).T.tobytes()
+    assert zlib.decompress(gridfile.encode_chunk(values)) == shuffled
+    monkeypatch.setattr(gridfile, "deflate", zlib)
+    assert zlib.decompress(gridfile.encode_chunk(values)) == shuffled
+    assert gridfile.encode_chunk(values) == zlib.compress(shuffled, gridfile.COMPRESSION_LEVEL)
