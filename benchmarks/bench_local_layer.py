@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         times_val=gp["times"][va],
         noise_val=noise(va),
         groups_val=groups[va],
+        tests_val=frame["tests"].to_numpy(np.float64)[va],
+        urban_val=urban[va],
     )
     t_layer = time.perf_counter()
     lat0 = layer.params.lat0

@@ -53,6 +53,7 @@ __all__ = [
     "SpatialParameters",
     "lonlat_to_km",
     "matern32",
+    "split_unseen_prior",
 ]
 
 _DT = torch.float64
@@ -97,6 +98,11 @@ class SpatialParameters:
         Latitude of the projection to km.
     val_nll, val_nll_without
         Validation NLL with the layer and with the tile effect alone, on the same rows.
+    place_share
+        ``c`` in (0, 1]: the share of an unmeasured tile's prior offset variance (the white
+        ``tau²`` and the field's kriging variance) that is the place's, what a well-measured
+        tile's level shows; the rest, ``1 - c``, is its testers' and goes to one test's noise
+        (:meth:`LocalLayer.predict`). 1 (files written before it): all of it is the place's.
     """
 
     sigma2: float
@@ -106,6 +112,7 @@ class SpatialParameters:
     lat0: float = 0.0
     val_nll: float | None = None
     val_nll_without: float | None = None
+    place_share: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -517,7 +524,9 @@ class LocalLayer:
         3. The place's own rows condition the tile effect with prior mean ``mu`` and prior
            variance ``lambda v_f + sigma²_nb``: ``shift = mu + k'(K_own + E)^{-1}(r - mu)``,
            ``var = tau² + lambda v_* + sigma²_nb - k'(K_own + E)^{-1} k``; a tile without rows
-           gets ``mu`` and ``tau² + lambda v_* + sigma²_nb``.
+           gets ``mu`` and ``lambda v_* + c (tau² + sigma²_nb)``, and ``(1 - c)(tau² +
+           sigma²_nb)`` is added to its ``noise_var`` (``c``: ``place_share``), so a test's
+           variance ``tile_var + noise_var`` does not depend on ``c``.
 
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
         """
@@ -558,7 +567,10 @@ class LocalLayer:
                     with_pull=True,
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
-        return row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
+        pred = row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
+        return split_unseen_prior(
+            pred, latent=float(t.lam) * np.asarray(vf), place_share=self.params.place_share
+        )
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once
@@ -572,6 +584,19 @@ class LocalLayer:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
+
+
+def split_unseen_prior(
+    pred: TileEffectPrediction, *, latent: np.ndarray, place_share: float
+) -> TileEffectPrediction:
+    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P =
+    tile_var - latent`` (``latent = lambda v_f``) in ``tile_var`` and move ``(1 - c) P`` to
+    ``noise_var`` (``c = place_share``); measured tiles' rows are unchanged."""
+    if place_share >= 1.0:
+        return pred
+    prior = np.where(pred.seen, 0.0, np.maximum(pred.tile_var - latent, 0.0))
+    moved = (1.0 - place_share) * prior
+    return replace(pred, tile_var=pred.tile_var - moved, noise_var=pred.noise_var + moved)
 
 
 def _predict_rows(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,17 @@ import numpy as np
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import ModelFileError
 from geodbk.geo.quadkey import quadkey_centroid
-from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
+from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km, split_unseen_prior
+from geodbk.metrics import COVERAGE95
 from geodbk.tile_effect import TileEffect
 from pipelines.bundles import load_tile_effect
+from pipelines.map_calibration import MIN_TESTS, map_calibration
 
 log = logging.getLogger("geodbk")
 
 __all__ = [
     "LAYER_FILE",
+    "choose_place_share",
     "fit_run_local_layer",
     "load_local_layer",
     "load_map_layers",
@@ -37,6 +41,12 @@ __all__ = [
 ]
 
 LAYER_FILE = "local_layer.json"
+#: Place shares tried, ascending (:func:`choose_place_share`).
+PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
+#: Coverage of well-measured validation tiles' levels the chosen place share reaches.
+PLACE_COVERAGE = 0.95
+#: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
+MIN_PLACE_TILES = 30
 
 
 def tile_positions(quadkeys: Any, *, lat0: float) -> np.ndarray:
@@ -69,10 +79,14 @@ def fit_run_local_layer(
     times_val: np.ndarray,
     noise_val: dict[str, Any],
     groups_val: np.ndarray | None,
+    tests_val: np.ndarray | None = None,
+    urban_val: np.ndarray | None = None,
 ) -> LocalLayer:
     """Fit the local layer on top of ``effect`` (conditioned on the training rows, then the
     validation rows: its first ``n_train`` rows are the training rows) and return it
-    conditioned on all of ``effect``'s rows."""
+    conditioned on all of ``effect``'s rows. With ``tests_val`` and ``urban_val`` the place
+    share of an unmeasured tile's prior is chosen on the validation tiles
+    (:func:`choose_place_share`); without them it stays 1."""
 
     train_effect = TileEffect(
         effect.params,
@@ -100,18 +114,90 @@ def fit_run_local_layer(
         val_groups=groups_val,
         lat0=lat0,
     )
+    if tests_val is not None and urban_val is not None:
+        share = choose_place_share(
+            layer,
+            tiles=tiles_val,
+            xy=tile_positions(tiles_val, lat0=lat0),
+            times=times_val,
+            y=np.asarray(y_val, dtype=np.float64),
+            mean=pred.mean,
+            var_f=pred.var_f,
+            components=comp,
+            groups=groups_val,
+            tests=tests_val,
+            urban=urban_val,
+        )
+        layer.params = replace(layer.params, place_share=share)
     log.info(
-        "local layer: sigma2 %.4g, range %.2f km, tau2 %s; validation NLL %.4f (tile effect "
-        "alone %.4f)",
+        "local layer: sigma2 %.4g, range %.2f km, tau2 %s, place share %.2f; validation NLL "
+        "%.4f (tile effect alone %.4f)",
         layer.params.sigma2,
         layer.params.range_km,
         layer.params.tau2,
+        layer.params.place_share,
         layer.params.val_nll,
         layer.params.val_nll_without,
     )
     return layer.with_effect(
         effect, tile_xy=_effect_positions(effect, lat0), positions=_positions_of(lat0)
     )
+
+
+def choose_place_share(
+    layer: LocalLayer,
+    *,
+    tiles: np.ndarray,
+    xy: np.ndarray,
+    times: np.ndarray,
+    y: np.ndarray,
+    mean: np.ndarray,
+    var_f: np.ndarray,
+    components: np.ndarray,
+    groups: np.ndarray | None,
+    tests: np.ndarray,
+    urban: np.ndarray,
+) -> float:
+    """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
+    at least 95% of the levels of the validation tiles without training rows that have
+    ``MIN_TESTS`` tests or more (:func:`pipelines.map_calibration.map_calibration`, the
+    report's map calibration), with ``layer`` conditioned on the training rows. 1 when fewer
+    than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
+    measured) or none reaches 95%."""
+    part = layer.predict(
+        tiles=tiles, times=times, var_f=var_f, components=components, groups=groups, xy=xy
+    )
+    unseen = ~np.asarray(part.seen)
+    latent = layer.effect.params.latent_scale * np.asarray(var_f, dtype=np.float64)
+
+    def coverage(c: float) -> tuple[int, float]:
+        p = split_unseen_prior(part, latent=latent, place_share=c)
+        scores = map_calibration(
+            tiles=np.asarray(tiles)[unseen],
+            y=y[unseen],
+            tests=np.asarray(tests)[unseen],
+            urban=np.asarray(urban)[unseen],
+            mean=(mean + p.shift)[unseen],
+            var=p.tile_var[unseen],
+            noise=p.noise_var[unseen],
+            persistent=p.persistent_var[unseen],
+        )
+        return int(scores["tiles"]), float(scores.get("all", {}).get(COVERAGE95, 1.0))
+
+    n_tiles, _ = coverage(1.0)
+    if n_tiles < MIN_PLACE_TILES:
+        log.info(
+            "local layer: %d validation tiles without training rows have %d+ tests (%d "
+            "needed); place share 1",
+            n_tiles,
+            MIN_TESTS,
+            MIN_PLACE_TILES,
+        )
+        return 1.0
+    for c in PLACE_SHARES:
+        if coverage(float(c))[1] >= PLACE_COVERAGE:
+            return float(c)
+    return 1.0
 
 
 def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:

@@ -853,4 +853,6 @@ def fit_local_layer_of_run(
         times_val=times,
         noise_val={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
         groups_val=group,
+        tests_val=split_tests(gdf, target)["val"],
+        urban_val=split_tests(gdf, target, column="urban")["val"],
     )

@@ -417,3 +417,39 @@ def test_fit_on_held_out_quarters_of_measured_tiles() -> None:
     p = layer.params
     assert p.val_nll is not None and p.val_nll_without is not None
     assert np.isfinite(p.val_nll) and p.val_nll <= p.val_nll_without + 1e-9
+
+
+@pytest.mark.parametrize("share", [0.2, 0.6])
+def test_place_share_moves_an_unmeasured_tiles_prior_to_the_test_noise(share: float) -> None:
+    """With ``place_share = c`` an unmeasured tile keeps ``lambda v + c (tau² + sigma²_nb)`` of
+    its prior as the tile variance and the rest goes to one test's noise: a test's variance
+    is unchanged, test >= tile >= 0, and measured tiles' rows are untouched."""
+    rng = np.random.default_rng(5)
+    tiles, times, _, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    whole = _layer(tiles, times, v, noise, residual, xy, neighbours=8)
+    part = LocalLayer(
+        whole.effect,
+        SpatialParameters(
+            sigma2=SIGMA2, range_km=RANGE, tau2={"all": TAU2}, neighbours=8, place_share=share
+        ),
+        tile_xy=whole.tile_xy,
+    )
+    kw = {"tiles": ["t02", "zz", "yy"], "times": [7.0, 3.0, 1.0], "var_f": [0.01, 0.03, 0.02]}
+    kw["components"] = np.full((3, 1), 0.1)
+    at = np.array([xy[2], [1.0, 1.0], [40.0, 40.0]])
+    a, b = whole.predict(xy=at, **kw), part.predict(xy=at, **kw)
+    np.testing.assert_allclose(a.tile_var + a.noise_var, b.tile_var + b.noise_var, rtol=1e-12)
+    latent = LAM * np.asarray(kw["var_f"])
+    np.testing.assert_allclose(b.tile_var[1:], latent[1:] + share * (a.tile_var - latent)[1:])
+    assert b.tile_var[0] == a.tile_var[0] and b.noise_var[0] == a.noise_var[0]
+    assert np.all(b.tile_var >= 0) and np.all(b.tile_var + b.noise_var >= b.tile_var)
+    np.testing.assert_array_equal(a.shift, b.shift)
+
+
+def test_spatial_parameters_without_a_place_share_read_as_one() -> None:
+    """Files written before the place share read as 1 (the whole prior is the place's)."""
+    raw = SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}).to_dict()
+    assert raw["place_share"] == 1.0
+    raw.pop("place_share")
+    assert SpatialParameters.from_dict(raw).place_share == 1.0

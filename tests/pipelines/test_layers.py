@@ -89,3 +89,83 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
         assert ds["std"].attrs["quantity"] == "tile: tile effect"
         inside = ds["in_region"].values
         assert np.all(ds["tile_pull"].values[inside] == 0)
+
+
+class _PriorOnlyLayer:
+    """A stand-in layer: every row's tile unmeasured (or measured where ``seen``), shift 0,
+    tile variance ``latent + prior``, noise ``noise``."""
+
+    def __init__(self, *, latent: float, prior: float, noise: float, seen: np.ndarray) -> None:
+        from types import SimpleNamespace
+
+        self.effect = SimpleNamespace(params=SimpleNamespace(latent_scale=1.0))
+        self.latent, self.prior, self.noise, self.seen = latent, prior, noise, seen
+
+    def predict(self, **kw: object) -> object:
+        from geodbk.tile_effect import TileEffectPrediction
+
+        n = self.seen.size
+        return TileEffectPrediction(
+            shift=np.zeros(n),
+            tile_var=np.where(self.seen, self.latent, self.latent + self.prior),
+            noise_var=np.full(n, self.noise),
+            persistent_var=np.zeros(n),
+            seen=self.seen,
+        )
+
+
+def _place_data(n_tiles: int, *, place_var: float, rows: int = 8, seed: int = 0):
+    """``rows`` rows of 5 tests per tile; each tile's level N(0, place_var), each row's value
+    its level plus N(0, 0.05)."""
+    rng = np.random.default_rng(seed)
+    level = rng.normal(0.0, np.sqrt(place_var), n_tiles)
+    tiles = np.repeat([f"t{j:03d}" for j in range(n_tiles)], rows)
+    y = np.repeat(level, rows) + rng.normal(0.0, np.sqrt(0.05), tiles.size)
+    return tiles, y
+
+
+def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles() -> None:
+    """Validation tiles whose levels spread by half the prior: the chosen share is the
+    smallest on the grid whose intervals cover >= 95% of their levels (the next smaller one
+    covers less); measured tiles' rows do not count; too few tiles leave it at 1."""
+    from pipelines.layers import PLACE_SHARES, choose_place_share
+    from pipelines.map_calibration import map_calibration
+
+    tiles, y = _place_data(200, place_var=0.1)
+    seen = np.zeros(tiles.size, dtype=bool)
+    seen[:16] = True  # two measured tiles, far off: ignored
+    y[:16] += 5.0
+    layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=seen)
+    kw = {
+        "xy": np.zeros((tiles.size, 2)),
+        "times": np.zeros(tiles.size),
+        "mean": np.zeros(tiles.size),
+        "var_f": np.full(tiles.size, 0.01),
+        "components": np.ones((tiles.size, 1)),
+        "groups": None,
+        "tests": np.full(tiles.size, 5.0),
+        "urban": np.zeros(tiles.size, dtype=bool),
+    }
+    share = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    assert 0.2 <= share < 1.0
+
+    def covered(c: float) -> float:
+        var = 0.01 + c * 0.2
+        out = map_calibration(
+            tiles=tiles[~seen],
+            y=y[~seen],
+            tests=kw["tests"][~seen],
+            urban=kw["urban"][~seen],
+            mean=np.zeros((~seen).sum()),
+            var=np.full((~seen).sum(), var),
+            noise=np.full((~seen).sum(), 0.05 + (1 - c) * 0.2),
+        )
+        return float(out["all"]["coverage95"])
+
+    assert covered(share) >= 0.95
+    smaller = [c for c in PLACE_SHARES if c < share]
+    assert not smaller or covered(smaller[-1]) < 0.95
+    few_tiles, few_y = _place_data(20, place_var=0.04)
+    few = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(160, dtype=bool))
+    kw_few = {k: (v[:160] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
+    assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few) == 1.0  # type: ignore[arg-type]
