@@ -16,8 +16,10 @@ kappa)`` by the validation NLL of validation rows with training history (random 
 too few validation rows have history (tile and block splits), by a hold-out of one training row
 of 20% of the multi-row training tiles; the local layer's share of ``tau²`` and range by the
 validation NLL (validation rows predicted from their own tile's training rows and their
-neighbours'). Both are conditioned on the training and validation rows and scored on the test
-rows:
+neighbours'), and its place share on the validation tiles without training rows
+(:func:`pipelines.layers.choose_place_share`). Both are conditioned on the training and
+validation rows and scored on the test rows; ``local_layer_c1`` is the same layer with the place
+share 1 (the same rows; its map keeps an unmeasured tile's whole prior):
 
 - row level: NLL (nats), 95% coverage and interval width, overall, urban and rural;
 - map level (``map``, :mod:`pipelines.map_calibration`, as the report's ``map_calibration``):
@@ -38,6 +40,7 @@ import argparse
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +183,11 @@ def table(folder: Path) -> str:
     ]
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
-        for name, res in d["results"].items():
+        share = (d.get("local_layer") or {}).get("place_share", 1.0)
+        for key, res in d["results"].items():
             r, m = res["rows"]["all"], res["map"]
+            name = {"local_layer": f"local_layer (c = {share:.2f})"}.get(key, key)
+            name = "local_layer (c = 1)" if key == "local_layer_c1" else name
             cov = " / ".join(
                 f"{100 * m[g][COVERAGE95]:.1f}" if g in m else "–" for g in ("urban", "rural")
             )
@@ -208,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
+    from geodbk.local_layer import LocalLayer
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import fit_run_local_layer, tile_positions
 
@@ -302,6 +309,23 @@ def main(argv: list[str] | None = None) -> int:
             lpart.persistent_var,
         ),
         "mean_abs_pull": float(np.abs(pull).mean()),
+    }
+    # the same layer with the whole prior kept as the place's (c = 1): the same rows
+    whole = LocalLayer(
+        layer.effect,
+        replace(layer.params, place_share=1.0),
+        tile_xy=layer.tile_xy,
+        positions=layer.positions,
+    ).predict(xy=xy[te], **kw)
+    results["local_layer_c1"] = {
+        "rows": results["local_layer"]["rows"],
+        "map": _map_scores(
+            frame[te],
+            gp["mean"][te] + whole.shift,
+            whole.tile_var,
+            whole.noise_var,
+            whole.persistent_var,
+        ),
     }
     t_krige = None
     if not args.no_kriging:
