@@ -237,7 +237,9 @@ def predict_quantity(
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
         persistent = part.persistent_var
-        noise_var = noise_var + persistent
+        # sum_k kappa_k c_k + the testers' persistent part (+ an unmeasured tile's testers'
+        # share of its prior, with a local layer's place share)
+        noise_var = part.noise_var
     if quantity == "area":
         mean, var = area_mean, area_var
     elif quantity == "tile":

@@ -404,7 +404,12 @@ def predict_block(
     out["tile_sd"] = tile[1]
     single = q.noise_var
     if tests != 1 or devices is not None:
+        # one test's noise, keeping what does not average over tests (the testers' parts)
+        averaged = observation_noise_variance(
+            model, len(mean), effect=effect, urban=urban, tests=tests, devices=devices
+        )
         single = observation_noise_variance(model, len(mean), effect=effect, urban=urban)
+        single = single + np.maximum(q.noise_var - averaged, 0.0)
     out["test_sd"] = np.sqrt(q.tile_var + single)
     out["tile_history"] = q.seen.astype(np.float64)
     if "urban" in noise_kwargs(model, tests, devices, urban=urban):

@@ -104,3 +104,38 @@ def test_quantities_without_a_tile_effect_use_the_noise_floor(fitted: dict) -> N
 def test_a_tile_effect_needs_tiles_and_times(fitted: dict) -> None:
     with pytest.raises(ValueError, match="tiles= and times="):
         predict_quantity(fitted["model"], fitted["X"], quantity="tile", effect=fitted["effect"])
+
+
+@pytest.mark.parametrize("share", [0.3, 1.0])
+def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
+    fitted: dict, share: float
+) -> None:
+    """With a local layer whose place share is ``c``, an unmeasured place's tile variance is
+    ``lambda var_f + c P`` and its test variance is that of ``c = 1``; measured places and
+    the means are unchanged."""
+    from geodbk.local_layer import LocalLayer, SpatialParameters
+
+    model, effect, X, tiles = fitted["model"], fitted["effect"], fitted["X"], fitted["tiles"]
+    measured = effect._layout().tiles
+    rng = np.random.default_rng(3)
+    spots = dict(zip(measured, rng.uniform(0, 20, size=(measured.size, 2)), strict=True))
+    xy = np.array([spots.get(t, rng.uniform(0, 20, 2)) for t in tiles])
+
+    def layer(c: float) -> LocalLayer:
+        params = SpatialParameters(
+            sigma2=0.05, range_km=3.0, tau2=dict(effect.params.tau2), place_share=c
+        )
+        return LocalLayer(effect, params, tile_xy=np.array([spots[t] for t in measured]))
+
+    kw = {"tiles": tiles, "times": 3.0, "tests": 1.0, "xy": xy}
+    one = {q: predict_quantity(model, X, quantity=q, effect=layer(1.0), **kw) for q in QUANTITIES}
+    got = {q: predict_quantity(model, X, quantity=q, effect=layer(share), **kw) for q in QUANTITIES}
+    np.testing.assert_allclose(got["test"].var, one["test"].var, rtol=1e-12)
+    np.testing.assert_allclose(got["tile"].mean, one["tile"].mean)
+    seen = fitted["seen"]
+    np.testing.assert_array_equal(got["tile"].var[:seen], one["tile"].var[:seen])
+    latent = effect.params.latent_scale * one["area"].var[seen:]
+    np.testing.assert_allclose(
+        got["tile"].var[seen:], latent + share * (one["tile"].var[seen:] - latent), rtol=1e-10
+    )
+    assert np.all(got["test"].var >= got["tile"].var) and np.all(got["tile"].var >= 0)
