@@ -158,16 +158,22 @@ def test_rows_of_one_tile_at_several_quarters_and_gp_variances_match_the_dense_g
     assert pred.shift[0] != pred.shift[1] and pred.tile_var[0] < pred.tile_var[1]
 
 
-def test_zero_field_gives_back_the_tile_effect() -> None:
-    rng = np.random.default_rng(1)
+def _layer_and_variant(seed: int, **spatial: float) -> tuple[LocalLayer, LocalLayer, np.ndarray]:
+    """A layer of 8 neighbours on random data, the same layer with the spatial parameters
+    changed by ``spatial``, and the tiles' km positions."""
+    rng = np.random.default_rng(seed)
     tiles, times, _, v, noise, xy = _data(rng)
     residual = rng.normal(0, 0.3, tiles.size)
     layer = _layer(tiles, times, v, noise, residual, xy, neighbours=8)
-    zero = LocalLayer(
-        layer.effect,
-        SpatialParameters(sigma2=0.0, range_km=RANGE, tau2={"all": TAU2}, neighbours=8),
-        tile_xy=layer.tile_xy,
+    params = {"sigma2": SIGMA2, "range_km": RANGE, "tau2": {"all": TAU2}, "neighbours": 8}
+    variant = LocalLayer(
+        layer.effect, SpatialParameters(**{**params, **spatial}), tile_xy=layer.tile_xy
     )
+    return layer, variant, xy
+
+
+def test_zero_field_gives_back_the_tile_effect() -> None:
+    layer, zero, xy = _layer_and_variant(1, sigma2=0.0)
     kw = {"tiles": ["t02", "t05", "zz"], "times": [7.0, 2.0, 3.0], "var_f": [0.01, 0.02, 0.03]}
     kw["components"] = np.full((3, 1), 0.1)
     mine = zero.predict(xy=np.array([xy[2], xy[5], [1.0, 1.0]]), **kw)
@@ -424,17 +430,7 @@ def test_place_share_moves_an_unmeasured_tiles_prior_to_the_test_noise(share: fl
     """With ``place_share = c`` an unmeasured tile keeps ``lambda v + c (tau² + sigma²_nb)`` of
     its prior as the tile variance and the rest goes to one test's noise: a test's variance
     is unchanged, test >= tile >= 0, and measured tiles' rows are untouched."""
-    rng = np.random.default_rng(5)
-    tiles, times, _, v, noise, xy = _data(rng)
-    residual = rng.normal(0, 0.3, tiles.size)
-    whole = _layer(tiles, times, v, noise, residual, xy, neighbours=8)
-    part = LocalLayer(
-        whole.effect,
-        SpatialParameters(
-            sigma2=SIGMA2, range_km=RANGE, tau2={"all": TAU2}, neighbours=8, place_share=share
-        ),
-        tile_xy=whole.tile_xy,
-    )
+    whole, part, xy = _layer_and_variant(5, place_share=share)
     kw = {"tiles": ["t02", "zz", "yy"], "times": [7.0, 3.0, 1.0], "var_f": [0.01, 0.03, 0.02]}
     kw["components"] = np.full((3, 1), 0.1)
     at = np.array([xy[2], [1.0, 1.0], [40.0, 40.0]])
