@@ -307,6 +307,7 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_sigma2": float(p.sigma2),
         "local_layer_range_km": float(p.range_km),
         "local_layer_neighbours": int(p.neighbours),
+        "local_layer_place_share": float(p.place_share),
     }
 
 

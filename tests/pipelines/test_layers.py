@@ -91,6 +91,17 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
         assert np.all(ds["tile_pull"].values[inside] == 0)
 
 
+def test_the_grid_records_the_layers_place_share(run: Path) -> None:
+    """The model's place share (saved with the layer) is a grid attribute."""
+    share = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_[
+        "local_layer"
+    ]["place_share"]
+    assert 0.0 < share <= 1.0
+    run_predict(run, target="download", max_cells=900)
+    with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        assert ds.attrs["local_layer_place_share"] == share
+
+
 class _PriorOnlyLayer:
     """A stand-in layer: every row's tile unmeasured (or measured where ``seen``), shift 0,
     tile variance ``latent + prior``, noise ``noise``."""
