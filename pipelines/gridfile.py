@@ -9,7 +9,7 @@ holding only the fill value, which are not stored at all (readers get the fill v
 are gathered into whole rows of chunks, whose chunks are encoded here, in parallel threads
 (the encoder releases the GIL), and written raw. The deflate streams come from ISA-L
 (``isal.isal_zlib``; the standard library's ``zlib`` where isal is not installed): the zlib
-format HDF5's deflate filter reads, at about four times zlib's speed for the same size. Peak
+format HDF5's deflate filter reads, at about four times zlib's speed (a few % larger). Peak
 memory is one row block plus one row of chunks, whatever the grid size. Paths and attributes
 may hold any Unicode text. CF conventions (``Conventions = "CF-1.8"``): float variables carry
 ``_FillValue`` NaN, bool variables are int8 with ``dtype = "bool"`` (xarray decodes them to
@@ -34,7 +34,7 @@ from typing import Any
 import h5netcdf
 import numpy as np
 
-try:  # ISA-L's deflate, about four times zlib's speed for the same zlib-format stream
+try:  # ISA-L's deflate: the same zlib format, about four times zlib's speed
     from isal import isal_zlib as deflate
 except ImportError:  # an install without isal: the standard library's, slower
     import zlib as deflate  # type: ignore[no-redef]
