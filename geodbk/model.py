@@ -163,9 +163,8 @@ class DBKModel(nn.Module):
         phi = self.basis(g)
         phi_sq = (phi**2).sum(-1)
         mean = phi @ self.q.mean + self.const_mean
-        lower = self.q.scale_tril()
         width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
-        var_f = lower_sq_norms(phi, lower, width=width) if width else ((phi @ lower) ** 2).sum(-1)
+        var_f = lower_sq_norms(phi, self.q.scale_tril(), width=width)
         prior = self.basis.prior_variance(g)
         correction = None if prior is None else (prior - phi_sq).clamp_min(0.0)
         return ModelOutput(

@@ -84,8 +84,6 @@ class FoldedWeights:
         ``sum_J ||C[s:, J]' u[:, s:]||^2``, about ``(1 + w / r) / 2`` of the dense product's
         ``r^2`` multiply-adds per row.
         """
-        if self.block_width <= 0:
-            return (u @ self.factor).square_().sum(-1)
         return lower_sq_norms(u, self.factor, width=self.block_width)
 
 
@@ -317,10 +315,13 @@ def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch
     triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``.
 
     The zero rows above each block are skipped, in the product and, under autograd, in both
-    gradient products: ``(1 + w / r) / 2`` of the dense multiply-adds. In place when no
-    gradient flows.
+    gradient products: ``(1 + w / r) / 2`` of the dense multiply-adds. ``width <= 0``: one
+    dense product (``lower`` may then be any (r, k) factor). In place when no gradient flows.
     """
-    if torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad):
+    grad = torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad)
+    if width <= 0:
+        return ((u @ lower) ** 2).sum(-1) if grad else (u @ lower).square_().sum(-1)
+    if grad:
         out: torch.Tensor = _LowerSqNorms.apply(u, lower, width)
         return out
     r = int(lower.shape[0])

@@ -321,9 +321,12 @@ class GridWriter:
                 names_of[earlier].append(name)
                 continue
             names_of[name] = [name]
-            if stored is None:
-                cols = np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols))
-            for col in cols if stored is None else stored:
+            cols = (
+                stored
+                if stored is not None
+                else np.flatnonzero(~self._fill_only(arr, self._fills[name], n_cols))
+            )
+            for col in cols:
                 start = int(col) * cw
                 tile = arr[:, start : start + cw]
                 if tile.shape != (cr, cw):  # at the grid's edge: pad with the fill

@@ -102,11 +102,12 @@ def fit_run_local_layer(
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
     pred = model.predict_dist(X_val, quantity="latent", **noise_val)
     _, comp = model.noise_components(n=len(pred), **noise_val)
+    val_xy = tile_positions(tiles_val, lat0=lat0)
     layer = LocalLayer.fit(
         train_effect,
         tile_xy=_effect_positions(train_effect, lat0),
         val_tiles=tiles_val,
-        val_xy=tile_positions(tiles_val, lat0=lat0),
+        val_xy=val_xy,
         val_times=times_val,
         val_residual=np.asarray(y_val, dtype=np.float64) - pred.mean,
         val_var_f=pred.var_f,
@@ -118,7 +119,7 @@ def fit_run_local_layer(
         share = choose_place_share(
             layer,
             tiles=tiles_val,
-            xy=tile_positions(tiles_val, lat0=lat0),
+            xy=val_xy,
             times=times_val,
             y=np.asarray(y_val, dtype=np.float64),
             mean=pred.mean,

@@ -840,9 +840,10 @@ def fit_local_layer_of_run(
         if "quarter" in gdf.columns
         else np.zeros(tiles.size)
     )
-    group = None
-    if cfg.tile_effect_groups == "urban":
-        group = urban_groups(split_tests(gdf, target, column="urban")["val"])
+    # the place share needs each validation row's tests and urban class (tables have both)
+    urban = split_tests(gdf, target, column="urban")["val"] if "urban" in gdf.columns else None
+    tests = split_tests(gdf, target)["val"] if "tests" in gdf.columns else None
+    group = urban_groups(urban) if cfg.tile_effect_groups == "urban" else None
     return fit_run_local_layer(
         model,
         effect,
@@ -853,6 +854,6 @@ def fit_local_layer_of_run(
         times_val=times,
         noise_val={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
         groups_val=group,
-        tests_val=split_tests(gdf, target)["val"],
-        urban_val=split_tests(gdf, target, column="urban")["val"],
+        tests_val=tests,
+        urban_val=urban,
     )
