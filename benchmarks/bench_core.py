@@ -11,7 +11,8 @@ inducing points), backbone width h and batch size b, on 2-D inputs (lon/lat scal
 * SV-DKL   — the same SVGP on ``g(x)`` from the same ``ResidualMLP`` backbone (plain
   ``ApproximateGP`` with r inducing points in R^h, no grid interpolation), ELBO.
 
-A training step = forward + loss + backward + AdamW step on one batch. Prediction = predictive
+A training step = forward + loss + backward + AdamW step (torch's fused kernel, for every model,
+as `geodbk train` uses it) on one batch. Prediction = predictive
 mean and variance (noise included) for ``--n-pred`` points in chunks of ``--chunk`` under
 ``torch.no_grad()`` (GPyTorch: eval mode, ``fast_pred_var``, caches warmed first). The run
 also measures the machine's fp32 matrix-product rate (:func:`matmul_gflops`), and each DBK row
@@ -68,6 +69,7 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
             {"params": model.other_parameters(), "weight_decay": 0.0},
         ],
         lr=1e-3,
+        fused=True,
     )
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -170,7 +172,7 @@ def make_svgp(kind: str, r: int, h: int, n: int, device: torch.device) -> dict[s
     groups = [{"params": rest, "weight_decay": 0.0}]
     if back:
         groups.append({"params": back, "weight_decay": 1e-2})
-    opt = torch.optim.AdamW(groups, lr=1e-3)
+    opt = torch.optim.AdamW(groups, lr=1e-3, fused=True)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
         model.train()

@@ -58,6 +58,7 @@ def step_setup(
             {"params": model.other_parameters(), "weight_decay": 0.0},
         ],
         lr=1e-3,
+        fused=True,
     )
     return model, config, opt, torch.rand(batch, 2) * 2 - 1, torch.randn(batch)
 

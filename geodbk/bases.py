@@ -11,11 +11,14 @@ Every basis exposes
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["RBFInducingBasis", "SiLUBasis", "stable_cholesky"]
+from geodbk.triangular import block_width_for, lower_gram
+
+__all__ = ["RBFInducingBasis", "SiLUBasis", "scaled_rbf", "stable_cholesky"]
 
 
 def stable_cholesky(matrix: torch.Tensor, *, jitter: float, max_tries: int = 5) -> torch.Tensor:
@@ -45,6 +48,79 @@ def stable_cholesky(matrix: torch.Tensor, *, jitter: float, max_tries: int = 5) 
     raise torch.linalg.LinAlgError(
         f"Cholesky failed with jitter up to {jit / 10:g}; the matrix may contain NaN/Inf"
     )
+
+
+def scaled_rbf(a: torch.Tensor, b: torch.Tensor, log_sk2: torch.Tensor) -> torch.Tensor:
+    """``sk2 exp(-||a_i - b_j||² / 2)`` for rows of ``a`` (n, h) and ``b`` (m, h), (n, m).
+
+    In log space, one fused product: ``log sk2 + a_i'b_j - ||a_i||²/2 - ||b_j||²/2``, capped at
+    ``log sk2`` (the squared distance is >= 0), exponentiated in place.
+    """
+    bias = log_sk2 - 0.5 * (b * b).sum(-1)
+    logits = torch.addmm(bias, a, b.T)
+    logits.sub_(0.5 * (a * a).sum(-1, keepdim=True)).clamp_(max=float(log_sk2))
+    return logits.exp_()
+
+
+class _ScaledRBF(torch.autograd.Function):
+    """:func:`scaled_rbf` with its gradients from ``W = G * K`` (``G`` the incoming gradient):
+    ``dl/da = W b - diag(W 1) a``, ``dl/db = W' a - diag(W' 1) b``, ``dl/dlog sk2 = 1'W 1``,
+    the derivatives of ``log k = log sk2 + a'b - ||a||²/2 - ||b||²/2``. Where rounding made the
+    squared distance negative and the cap applies, the distance is zero and these are its
+    derivatives too.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, log_sk2: torch.Tensor) -> torch.Tensor:
+        kernel = scaled_rbf(a, b, log_sk2)
+        ctx.save_for_backward(a, b, kernel)
+        return kernel
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        a, b, kernel = ctx.saved_tensors
+        weights = grad * kernel
+        row = weights.sum(1)
+        col = weights.sum(0)
+        grad_a = weights @ b - row[:, None] * a if ctx.needs_input_grad[0] else None
+        grad_b = weights.T @ a - col[:, None] * b if ctx.needs_input_grad[1] else None
+        grad_sk2 = row.sum() if ctx.needs_input_grad[2] else None
+        return grad_a, grad_b, grad_sk2
+
+
+class _Whiten(torch.autograd.Function):
+    """``phi = k_Z Lzz^{-T}`` with ``Lzz = chol(Kzz + j I)``, and the gradients of both inputs in
+    one backward.
+
+    With ``G = dl/dphi``: ``dl/dk_Z = G Lzz^{-1}``. Through the Cholesky factor,
+    ``dl/dLzz = -tril(Lzz^{-T} G' phi)``, so ``tril(Lzz' dl/dLzz) = -T`` with
+    ``T = tril(G' phi)``, and the gradient of the symmetric ``Kzz`` is the symmetric part of
+    ``-Lzz^{-T} D' Lzz^{-1}``, ``D`` being ``T`` with its diagonal halved. That matrix is
+    returned: ``Kzz`` must be symmetric by construction (its perturbations are), which makes
+    the symmetric part all that counts. Autograd's chain (the solve's backward, then the
+    Cholesky's) computes the symmetric form with one more r x r x r product.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, cross: torch.Tensor, kzz: torch.Tensor, jitter: float) -> torch.Tensor:
+        chol = stable_cholesky(kzz, jitter=jitter)
+        phi = torch.linalg.solve_triangular(chol.T, cross, upper=True, left=False)
+        ctx.save_for_backward(chol, phi)
+        return phi
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        chol, phi = ctx.saved_tensors
+        grad_cross = grad_kzz = None
+        if ctx.needs_input_grad[0]:
+            grad_cross = torch.linalg.solve_triangular(chol, grad, upper=False, left=False)
+        if ctx.needs_input_grad[1]:
+            lower = lower_gram(grad, phi, width=block_width_for(int(phi.shape[1])))
+            lower.diagonal().mul_(0.5)
+            half = torch.linalg.solve_triangular(chol.T, lower.mT, upper=True)
+            grad_kzz = torch.linalg.solve_triangular(chol, half, upper=False, left=False)
+            grad_kzz.neg_()
+        return grad_cross, grad_kzz, None
 
 
 class RBFInducingBasis(nn.Module):
@@ -88,39 +164,34 @@ class RBFInducingBasis(nn.Module):
         """The base-kernel variance ``sk2`` (0-d)."""
         return self.log_outputscale.exp()
 
-    def _sqdist(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def kernel(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The base kernel ``k~(a, b)`` between rows of ``a`` (n, h) and ``b`` (m, h), (n, m)
+        (:func:`scaled_rbf` of ``a / l`` and ``b / l``)."""
         inv_l = torch.exp(-self.log_lengthscale)
-        a = a * inv_l
-        b = b * inv_l
-        d2 = (a * a).sum(-1, keepdim=True) - 2.0 * a @ b.T + (b * b).sum(-1)
-        return d2.clamp_min(0.0)
+        if torch.is_grad_enabled():
+            out: torch.Tensor = _ScaledRBF.apply(a * inv_l, b * inv_l, self.log_outputscale)
+            return out
+        return scaled_rbf(a * inv_l, b * inv_l, self.log_outputscale)
 
     def cross(self, g: torch.Tensor) -> torch.Tensor:
-        """``k_Z(g)``: the base kernel between ``g`` (b, h) and the inducing points, (b, r).
+        """``k_Z(g)``: the base kernel between ``g`` (b, h) and the inducing points, (b, r)."""
+        return self.kernel(g, self.inducing)
 
-        In log space, one fused product: ``log k = log sk2 + a'z - ||a||²/2 - ||z||²/2`` with
-        ``a = g / l``, ``z = Z / l``, capped at ``log sk2`` (the squared distance is >= 0).
-        """
-        inv_l = torch.exp(-self.log_lengthscale)
-        a = g * inv_l
-        z = self.inducing * inv_l
-        bias = self.log_outputscale - 0.5 * (z * z).sum(-1)
-        logits = torch.addmm(bias, a, z.T)
-        half_sq = 0.5 * (a * a).sum(-1, keepdim=True)
-        if torch.is_grad_enabled() and logits.requires_grad:
-            return torch.exp(torch.clamp(logits - half_sq, max=self.log_outputscale))
-        return logits.sub_(half_sq).clamp_(max=float(self.log_outputscale)).exp_()
+    def _kzz(self) -> torch.Tensor:
+        """``Kzz`` (r, r); the Cholesky factor reads its lower triangle."""
+        return self.kernel(self.inducing, self.inducing)
+
+    def _absolute_jitter(self) -> float:
+        return self.jitter * float(self.outputscale().detach())
 
     def chol(self) -> torch.Tensor:
         """``Lzz = chol(Kzz + j sk2 I)``, lower triangular (r, r)."""
-        kzz = self.outputscale() * torch.exp(-0.5 * self._sqdist(self.inducing, self.inducing))
-        kzz = 0.5 * (kzz + kzz.T)
-        return stable_cholesky(kzz, jitter=self.jitter * float(self.outputscale().detach()))
+        return stable_cholesky(self._kzz(), jitter=self._absolute_jitter())
 
     def forward(self, g: torch.Tensor) -> torch.Tensor:
         """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r)."""
-        kz = self.cross(g)
-        return torch.linalg.solve_triangular(self.chol(), kz.T, upper=False).T
+        out: torch.Tensor = _Whiten.apply(self.cross(g), self._kzz(), self._absolute_jitter())
+        return out
 
     def raw_features(self, g: torch.Tensor) -> torch.Tensor:
         """``k_Z(g)``; ``phi(g)' M = k_Z(g)' Lzz^{-T} M``."""

@@ -10,21 +10,15 @@ from torch import nn
 from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
-from geodbk.posterior import (
-    FoldedWeights,
-    WeightPosterior,
-    block_width_for,
-    feature_sq_bound,
-    fold_into_basis,
-    lower_sq_norms,
-)
+from geodbk.posterior import FoldedWeights, WeightPosterior, feature_sq_bound, fold_into_basis
+from geodbk.triangular import block_width_for, lower_sq_norms
 from geodbk.variational import VariationalWeights
 
 __all__ = ["EXPANSIONS", "TRAINING_BLOCK_MIN_RANK", "DBKModel", "ModelOutput"]
 
 EXPANSIONS = ("rbf", "silu")
 #: Smallest rank whose training forward sums ``||L'phi||^2`` over L's lower-triangular column
-#: blocks (:func:`geodbk.posterior.lower_sq_norms`); below it one dense product is as fast.
+#: blocks (:func:`geodbk.triangular.lower_sq_norms`); below it one dense product is as fast.
 TRAINING_BLOCK_MIN_RANK = 512
 
 
@@ -44,6 +38,8 @@ class ModelOutput:
         ``||phi(x)||^2``, (b,).
     var_correction
         ``k~(x, x) - ||phi(x)||^2`` for inducing-point bases, else ``None``.
+    scale_tril
+        q(w)'s factor ``L`` (r, r) that ``var_f`` used, for the KL term of the same step.
     """
 
     phi: torch.Tensor
@@ -51,6 +47,7 @@ class ModelOutput:
     var_f: torch.Tensor
     phi_sq: torch.Tensor
     var_correction: torch.Tensor | None
+    scale_tril: torch.Tensor
 
 
 class DBKModel(nn.Module):
@@ -161,14 +158,20 @@ class DBKModel(nn.Module):
         """Basis, predictive mean and latent variance under ``q(w)`` on a batch ``x`` (b, d)."""
         g = self.backbone(x)
         phi = self.basis(g)
-        phi_sq = (phi**2).sum(-1)
+        phi_sq = torch.linalg.vector_norm(phi, dim=-1).square()
         mean = phi @ self.q.mean + self.const_mean
         width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
-        var_f = lower_sq_norms(phi, self.q.scale_tril(), width=width)
+        scale_tril = self.q.scale_tril()
+        var_f = lower_sq_norms(phi, scale_tril, width=width)
         prior = self.basis.prior_variance(g)
         correction = None if prior is None else (prior - phi_sq).clamp_min(0.0)
         return ModelOutput(
-            phi=phi, mean=mean, var_f=var_f, phi_sq=phi_sq, var_correction=correction
+            phi=phi,
+            mean=mean,
+            var_f=var_f,
+            phi_sq=phi_sq,
+            var_correction=correction,
+            scale_tril=scale_tril,
         )
 
     def weight_posterior(self) -> WeightPosterior:

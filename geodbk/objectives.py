@@ -59,7 +59,8 @@ def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.
     """
     r = mean.shape[-1]
     logdet = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
-    return 0.5 * ((mean**2).sum(-1) + (scale_tril**2).sum((-2, -1)) - 2.0 * logdet - r)
+    frobenius_sq = torch.linalg.vector_norm(scale_tril, dim=(-2, -1)).square()
+    return 0.5 * ((mean**2).sum(-1) + frobenius_sq - 2.0 * logdet - r)
 
 
 def dppgp_loss(
@@ -228,7 +229,7 @@ def batch_loss(
     """
     out = model(x) if out is None else out
     s2 = model.noise_var(tests)
-    kl = gaussian_kl_standard(model.q.mean, model.q.scale_tril())
+    kl = gaussian_kl_standard(model.q.mean, out.scale_tril)
     if kl_share != 1.0:
         kl = kl_share * kl
     corr = out.var_correction if config.variance_correction else None

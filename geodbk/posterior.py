@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from geodbk.bases import RBFInducingBasis, SiLUBasis
+from geodbk.triangular import block_width_for, lower_sq_norms
 
 __all__ = [
     "MAX_RANK_FRACTION",
@@ -18,11 +18,9 @@ __all__ = [
     "FoldedWeights",
     "WeightPosterior",
     "accumulate_statistics",
-    "block_width_for",
     "exact_weight_posterior",
     "feature_sq_bound",
     "fold_into_basis",
-    "lower_sq_norms",
     "lower_triangular_factor",
     "posterior_from_statistics",
     "truncate_variance_factor",
@@ -36,9 +34,6 @@ VARIANCE_RTOL = 1e-3
 
 #: The truncation is skipped when it would keep more than this fraction of the r eigenpairs.
 MAX_RANK_FRACTION = 0.8
-
-#: Column blocks of a lower-triangular variance factor are ``max(this, r // 8)`` wide.
-MIN_BLOCK_WIDTH = 64
 
 #: ``max_{|t| <= a} |SiLU(t)|`` is ``max(a sigmoid(a), -min SiLU)``; ``-min SiLU`` (at
 #: ``t ~ -1.278``) is below this constant.
@@ -308,69 +303,3 @@ def lower_triangular_factor(factor: torch.Tensor) -> torch.Tensor:
         return factor
     upper = torch.linalg.qr(factor.detach().to(torch.float64).T, mode="r").R
     return upper.T.to(factor.dtype).contiguous()
-
-
-def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch.Tensor:
-    """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r), ``lower`` (r, r) lower
-    triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``.
-
-    The zero rows above each block are skipped, in the product and, under autograd, in both
-    gradient products: ``(1 + w / r) / 2`` of the dense multiply-adds. ``width <= 0``: one
-    dense product (``lower`` may then be any (r, k) factor). In place when no gradient flows.
-    """
-    grad = torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad)
-    if width <= 0:
-        return ((u @ lower) ** 2).sum(-1) if grad else (u @ lower).square_().sum(-1)
-    if grad:
-        out: torch.Tensor = _LowerSqNorms.apply(u, lower, width)
-        return out
-    r = int(lower.shape[0])
-    total = (u @ lower[:, :width]).square_().sum(-1)
-    for start in range(width, r, width):
-        total.add_((u[:, start:] @ lower[start:, start : start + width]).square_().sum(-1))
-    return total
-
-
-class _LowerSqNorms(torch.autograd.Function):
-    """:func:`lower_sq_norms` with its gradients written block by block.
-
-    With ``P_J = u[:, s:] lower[s:, J]`` and ``G_J = 2 diag(g) P_J`` (``g`` the incoming
-    gradient): ``grad u[:, s:] += G_J lower[s:, J]'`` and ``grad lower[s:, J] = u[:, s:]' G_J``
-    (zero elsewhere), into one buffer each rather than one zero-filled tensor per block.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, u: torch.Tensor, lower: torch.Tensor, width: int) -> torch.Tensor:
-        starts = range(0, int(lower.shape[0]), width)
-        parts = [u[:, s:] @ lower[s:, s : s + width] for s in starts]
-        total = parts[0].square().sum(-1)
-        for part in parts[1:]:
-            total.add_(part.square().sum(-1))
-        ctx.width = width
-        ctx.save_for_backward(u, lower, *parts)
-        return total
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        u, lower, *parts = ctx.saved_tensors
-        w = ctx.width
-        grad_u = None  # the first block spans all of u's columns: it sets grad_u
-        grad_lower = torch.zeros_like(lower) if ctx.needs_input_grad[1] else None
-        twice = 2.0 * grad[:, None]
-        for s, part in zip(range(0, int(lower.shape[0]), w), parts, strict=True):
-            g_part = part * twice
-            if ctx.needs_input_grad[0]:
-                if grad_u is None:
-                    grad_u = g_part @ lower[:, :w].T
-                else:
-                    grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
-            if grad_lower is not None:
-                grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
-        return grad_u, grad_lower, None
-
-
-def block_width_for(rank: int) -> int:
-    """Column-block width of a lower-triangular variance factor of rank ``rank``: ``max(64,
-    r // 8)``, or 0 (one dense product) when that is the whole factor."""
-    width = max(MIN_BLOCK_WIDTH, rank // 8)
-    return width if width < rank else 0

@@ -152,11 +152,14 @@ def evaluate_nll(
 
 
 def _make_optimizer(model: DBKModel, config: LoopConfig) -> torch.optim.AdamW:
+    """AdamW with ``config.weight_decay`` on the backbone only; torch's fused kernel (one pass
+    per parameter instead of about ten) on the CPU and CUDA."""
     groups = [
         {"params": model.backbone_parameters(), "weight_decay": config.weight_decay},
         {"params": model.other_parameters(), "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.lr)
+    fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters())
+    return torch.optim.AdamW(groups, lr=config.lr, fused=fused)
 
 
 def _clone_state(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
 __all__ = ["VariationalWeights"]
+
+
+def _scale_tril(lower: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
+    """``tril(lower, -1)`` with ``diagonal`` written on its diagonal."""
+    out = torch.tril(lower, diagonal=-1)
+    out.diagonal().copy_(diagonal)
+    return out
+
+
+class _ScaleTril(torch.autograd.Function):
+    """``L = tril(A, -1) + diag(exp(s))`` with one pass for its backward: ``dl/dA = tril(G, -1)``,
+    ``dl/ds = diag(G) exp(s)``."""
+
+    @staticmethod
+    def forward(ctx: Any, lower: torch.Tensor, log_diag: torch.Tensor) -> torch.Tensor:
+        diagonal = log_diag.exp()
+        ctx.save_for_backward(diagonal)
+        return _scale_tril(lower, diagonal)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (diagonal,) = ctx.saved_tensors
+        return torch.tril(grad, diagonal=-1), grad.diagonal() * diagonal
 
 
 class VariationalWeights(nn.Module):
@@ -37,9 +61,10 @@ class VariationalWeights(nn.Module):
     def scale_tril(self) -> torch.Tensor:
         """``L = tril(A, -1) + diag(exp(s))``, shape (r, r): the diagonal written into the
         strict lower triangle's zeros (no r x r diagonal matrix, no r x r sum)."""
-        lower = torch.tril(self.lower, diagonal=-1)
-        lower.diagonal().copy_(self.log_diag.exp())
-        return lower
+        if torch.is_grad_enabled():
+            out: torch.Tensor = _ScaleTril.apply(self.lower, self.log_diag)
+            return out
+        return _scale_tril(self.lower, self.log_diag.exp())
 
     @torch.no_grad()
     def set_(self, mean: torch.Tensor, scale_tril: torch.Tensor) -> None:

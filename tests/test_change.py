@@ -51,9 +51,8 @@ def _joint_cov(est: DBKRegressor, A: np.ndarray, B: np.ndarray) -> tuple[np.ndar
         cov = phi @ (L @ L.T) @ phi.T
         if est.variance_correction:
             g = model.backbone(torch.as_tensor(X, dtype=torch.float64))
-            d2 = model.basis._sqdist(g, g).double().numpy()
-            sk2 = float(model.basis.outputscale())
-            cov = cov + sk2 * np.exp(-0.5 * d2) - phi @ phi.T
+            kernel = model.basis.kernel(g, g).double().numpy()
+            cov = cov + kernel - phi @ phi.T
     mean = est.y_mean_ + est.y_std_ * (phi @ m + c)
     return mean, cov * est.y_std_**2
 

@@ -16,14 +16,13 @@ from geodbk.posterior import (
     VARIANCE_RTOL,
     FoldedWeights,
     WeightPosterior,
-    block_width_for,
     feature_sq_bound,
     fold_into_basis,
-    lower_sq_norms,
     lower_triangular_factor,
     truncate_variance_factor,
     truncation_rank,
 )
+from geodbk.triangular import block_width_for
 
 DT = torch.float64
 
@@ -228,20 +227,6 @@ def test_lower_triangular_factor_keeps_the_covariance(r: int) -> None:
     torch.testing.assert_close(lower @ lower.T, full @ full.T, rtol=1e-10, atol=1e-10)
     tril = torch.tril(full)  # already lower (DBK-SiLU's L): returned as is
     assert lower_triangular_factor(tril) is tril
-
-
-@pytest.mark.parametrize(("r", "width"), [(12, 4), (10, 3), (9, 9)])
-def test_blocked_sq_norms_gradients_equal_the_dense_products(r: int, width: int) -> None:
-    """Under autograd the blocked ``||L'u||^2`` (its own backward) has the dense product's
-    values and gradients in u and L (gradcheck in float64, blocks of every shape)."""
-    g = torch.Generator().manual_seed(2)
-    u = torch.randn(7, r, generator=g, dtype=DT, requires_grad=True)
-    raw = torch.randn(r, r, generator=g, dtype=DT, requires_grad=True)
-    blocked = lower_sq_norms(u, torch.tril(raw), width=width)
-    torch.testing.assert_close(blocked, ((u @ torch.tril(raw)) ** 2).sum(-1))
-    assert torch.autograd.gradcheck(
-        lambda a, b: lower_sq_norms(a, torch.tril(b), width=width), (u, raw)
-    )
 
 
 @pytest.mark.parametrize(("r", "width"), [(24, 0), (200, 64), (256, 64), (1024, 128)])

@@ -35,3 +35,5 @@ def test_scale_tril_and_its_gradients_equal_the_sum_form() -> None:
     want = value_and_grads(torch.tril(q.lower, -1) + torch.diag_embed(q.log_diag.exp()))
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+    with torch.no_grad():  # the path without autograd builds the same matrix
+        assert torch.equal(q.scale_tril(), got[0])
