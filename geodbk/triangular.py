@@ -70,7 +70,7 @@ class _LowerSqNorms(torch.autograd.Function):
         u, lower, *parts = ctx.saved_tensors
         w = ctx.width
         grad_u = None  # the first block spans all of u's columns: it sets grad_u
-        grad_lower = torch.zeros_like(lower) if ctx.needs_input_grad[1] else None
+        grad_lower = torch.empty_like(lower) if ctx.needs_input_grad[1] else None
         twice = 2.0 * grad[:, None]
         for s, part in zip(range(0, int(lower.shape[0]), w), parts, strict=True):
             g_part = part * twice
@@ -80,6 +80,7 @@ class _LowerSqNorms(torch.autograd.Function):
                 else:
                     grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
             if grad_lower is not None:
+                grad_lower[:s, s : s + w] = 0.0
                 grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
         return grad_u, grad_lower, None
 
