@@ -14,20 +14,12 @@ from geodbk.posterior import FoldedWeights, WeightPosterior, feature_sq_bound, f
 from geodbk.triangular import block_width_for, lower_sq_norms
 from geodbk.variational import VariationalWeights
 
-__all__ = [
-    "CPU_PREDICT_BLOCK_ROWS",
-    "EXPANSIONS",
-    "TRAINING_BLOCK_MIN_RANK",
-    "DBKModel",
-    "ModelOutput",
-]
+__all__ = ["EXPANSIONS", "TRAINING_BLOCK_MIN_RANK", "DBKModel", "ModelOutput"]
 
 EXPANSIONS = ("rbf", "silu")
 #: Smallest rank whose training forward sums ``||L'phi||^2`` over L's lower-triangular column
 #: blocks (:func:`geodbk.triangular.lower_sq_norms`); below it one dense product is as fast.
 TRAINING_BLOCK_MIN_RANK = 512
-#: Rows per block of a folded prediction on the CPU (``benchmarks/bench_predict_rows.py``).
-CPU_PREDICT_BLOCK_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -249,23 +241,7 @@ class DBKModel(nn.Module):
     def latent_folded(
         self, x: torch.Tensor, folded: FoldedWeights
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Latent mean ``mu = u'a + c`` and variance ``var_f`` of :meth:`predict_folded`.
-
-        On the CPU, in blocks of :data:`CPU_PREDICT_BLOCK_ROWS` rows, so that a block's
-        (rows, r) features stay in cache through the kernel's in-place passes and the products.
-        """
-        rows = CPU_PREDICT_BLOCK_ROWS
-        if x.device.type == "cpu" and x.shape[0] > rows:
-            parts = [
-                self._latent_folded_block(x[i : i + rows], folded)
-                for i in range(0, x.shape[0], rows)
-            ]
-            return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        return self._latent_folded_block(x, folded)
-
-    def _latent_folded_block(
-        self, x: torch.Tensor, folded: FoldedWeights
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Latent mean ``mu = u'a + c`` and variance ``var_f`` of :meth:`predict_folded`."""
         g = self.backbone(x)
         u = self.basis.raw_features(g)
         mean = u @ folded.mean_vec + self.const_mean

@@ -1,4 +1,4 @@
-"""DBKModel: folded prediction (in blocks of rows) equals the forward pass; the weight-decay groups; the blocked
+"""DBKModel: folded prediction equals the forward pass; the weight-decay groups; the blocked
 training variance."""
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ DT = torch.float64
 
 @pytest.mark.parametrize("expansion", ["rbf", "silu"])
 @pytest.mark.parametrize("correction", [False, True])
-def test_folded_prediction_equals_forward(
-    expansion: str, correction: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Also across blocks of rows: 20 inputs in blocks of 7, 7 and 6."""
-    monkeypatch.setattr(model_module, "CPU_PREDICT_BLOCK_ROWS", 7)
+def test_folded_prediction_equals_forward(expansion: str, correction: bool) -> None:
     torch.manual_seed(0)
     model = DBKModel(2, expansion=expansion, rank=12, hidden=8).to(DT)
     x = torch.rand(20, 2, dtype=DT) * 2 - 1
