@@ -45,9 +45,7 @@ def _batch_mean(values: torch.Tensor, size: int | None) -> torch.Tensor:
     return values.mean() if size is None else values.sum() / size
 
 
-def gaussian_kl_standard(
-    mean: torch.Tensor, scale_tril: torch.Tensor, *, log_diag: torch.Tensor | None = None
-) -> torch.Tensor:
+def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.Tensor:
     """``KL(N(m, LL') || N(0, I_r))``.
 
     ``KL = 1/2 (||m||^2 + ||L||_F^2 - 2 sum_i log L_ii - r)``.
@@ -58,14 +56,9 @@ def gaussian_kl_standard(
         ``m``, shape (r,).
     scale_tril
         ``L``, lower triangular with positive diagonal, shape (r, r).
-    log_diag
-        ``log L_ii`` when the caller holds it (q(w) stores it), so that no gradient flows
-        through ``L``'s diagonal view (an r x r buffer in the backward).
     """
     r = mean.shape[-1]
-    if log_diag is None:
-        log_diag = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1))
-    logdet = log_diag.sum(-1)
+    logdet = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
     frobenius_sq = torch.linalg.vector_norm(scale_tril, dim=(-2, -1)).square()
     return 0.5 * ((mean**2).sum(-1) + frobenius_sq - 2.0 * logdet - r)
 
@@ -236,7 +229,7 @@ def batch_loss(
     """
     out = model(x) if out is None else out
     s2 = model.noise_var(tests)
-    kl = gaussian_kl_standard(model.q.mean, out.scale_tril, log_diag=model.q.log_diag)
+    kl = gaussian_kl_standard(model.q.mean, out.scale_tril)
     if kl_share != 1.0:
         kl = kl_share * kl
     corr = out.var_correction if config.variance_correction else None
