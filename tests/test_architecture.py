@@ -16,12 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "architecture.py"
 #: I/O allowed in geodbk outside geodbk.geo: (module, what) -> why.
 IO_EXCEPTIONS: dict[tuple[str, str], str] = {}
 #: Modules (or packages: every module below) without a test file named after them -> why.
-TEST_EXCEPTIONS: dict[str, str] = {
-    "app.streamlit_app": (
-        "the file `streamlit run app` executes: it puts the repository on sys.path and calls "
-        "app.main.main(); every AppTest page test runs it (tests/app/conftest.py APP_FILE)"
-    ),
-}
+TEST_EXCEPTIONS: dict[str, str] = {}
 
 
 def _untested(
