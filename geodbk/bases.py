@@ -54,11 +54,12 @@ def scaled_rbf(a: torch.Tensor, b: torch.Tensor, log_sk2: torch.Tensor) -> torch
     """``sk2 exp(-||a_i - b_j||² / 2)`` for rows of ``a`` (n, h) and ``b`` (m, h), (n, m).
 
     In log space, one fused product: ``log sk2 + a_i'b_j - ||a_i||²/2 - ||b_j||²/2``, capped at
-    ``log sk2`` (the squared distance is >= 0), exponentiated in place.
+    ``log sk2`` (the squared distance is >= 0; a tensor bound, so no device sync), exponentiated
+    in place.
     """
     bias = log_sk2 - 0.5 * (b * b).sum(-1)
     logits = torch.addmm(bias, a, b.T)
-    logits.sub_(0.5 * (a * a).sum(-1, keepdim=True)).clamp_(max=float(log_sk2))
+    logits.sub_(0.5 * (a * a).sum(-1, keepdim=True)).clamp_(max=log_sk2.detach())
     return logits.exp_()
 
 
