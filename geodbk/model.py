@@ -11,7 +11,7 @@ from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import FoldedWeights, WeightPosterior, feature_sq_bound, fold_into_basis
-from geodbk.triangular import block_width_for, lower_sq_norms, sq_norms
+from geodbk.triangular import block_width_for, lower_sq_norms
 from geodbk.variational import VariationalWeights
 
 __all__ = ["EXPANSIONS", "TRAINING_BLOCK_MIN_RANK", "DBKModel", "ModelOutput"]
@@ -158,7 +158,7 @@ class DBKModel(nn.Module):
         """Basis, predictive mean and latent variance under ``q(w)`` on a batch ``x`` (b, d)."""
         g = self.backbone(x)
         phi = self.basis(g)
-        phi_sq = sq_norms(phi)
+        phi_sq = torch.linalg.vector_norm(phi, dim=-1).square()
         mean = phi @ self.q.mean + self.const_mean
         width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
         scale_tril = self.q.scale_tril()

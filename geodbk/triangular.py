@@ -1,5 +1,4 @@
-"""Squared norms with a one-pass backward, and products with lower-triangular matrices that
-skip the zero upper triangle.
+"""Products with lower-triangular matrices that skip the zero upper triangle.
 
 Column blocks ``J = [s, s + w)`` of a lower-triangular ``L`` (r, r) are zero above row ``s``;
 summing over the blocks costs ``(1 + w / r) / 2`` of the dense multiply-adds.
@@ -11,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MIN_BLOCK_WIDTH", "block_width_for", "lower_gram", "lower_sq_norms", "sq_norms"]
+__all__ = ["MIN_BLOCK_WIDTH", "block_width_for", "lower_gram", "lower_sq_norms"]
 
 #: Column blocks of a lower-triangular factor are ``max(this, r // 8)`` wide.
 MIN_BLOCK_WIDTH = 64
@@ -24,32 +23,6 @@ def block_width_for(rank: int) -> int:
     return width if width < rank else 0
 
 
-def sq_norms(x: torch.Tensor, *, dim: int | tuple[int, ...] = -1) -> torch.Tensor:
-    """``sum x^2`` over ``dim``. Under autograd its backward is the one product ``2 g x`` (``g``
-    broadcast over ``dim``), where ``pow`` and ``vector_norm`` take three passes over ``x``."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        out: torch.Tensor = _SqNorms.apply(x, dim)
-        return out
-    return x.square().sum(dim)
-
-
-class _SqNorms(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
-        ctx.dim = dim
-        ctx.save_for_backward(x)
-        return x.square().sum(dim)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (x,) = ctx.saved_tensors
-        dims = (ctx.dim,) if isinstance(ctx.dim, int) else ctx.dim
-        twice = 2.0 * grad
-        for d in sorted(d % x.dim() for d in dims):
-            twice = twice.unsqueeze(d)
-        return x * twice, None
-
-
 def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch.Tensor:
     """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r), ``lower`` (r, r) lower
     triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``.
@@ -60,7 +33,9 @@ def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch
     """
     grad = torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad)
     if width <= 0:
-        return sq_norms(u @ lower) if grad else (u @ lower).square_().sum(-1)
+        if grad:
+            return torch.linalg.vector_norm(u @ lower, dim=-1).square()
+        return (u @ lower).square_().sum(-1)
     if grad:
         out: torch.Tensor = _LowerSqNorms.apply(u, lower, width)
         return out

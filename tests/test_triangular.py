@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geodbk.triangular import block_width_for, lower_gram, lower_sq_norms, sq_norms
+from geodbk.triangular import block_width_for, lower_gram, lower_sq_norms
 
 DT = torch.float64
 
@@ -38,13 +38,3 @@ def test_lower_gram_equals_the_lower_triangle_of_the_dense_product(r: int, width
 @pytest.mark.parametrize(("rank", "width"), [(64, 0), (100, 64), (512, 64), (2048, 256)])
 def test_block_width_is_an_eighth_of_the_rank_and_at_least_64(rank: int, width: int) -> None:
     assert block_width_for(rank) == width
-
-
-@pytest.mark.parametrize("dim", [-1, (-2, -1), 0])
-def test_sq_norms_values_and_gradients(dim: int | tuple[int, ...]) -> None:
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(6, 4, generator=g, dtype=DT, requires_grad=True)
-    torch.testing.assert_close(sq_norms(x, dim=dim), (x.detach() ** 2).sum(dim))
-    assert torch.autograd.gradcheck(lambda t: sq_norms(t, dim=dim), (x,))
-    with torch.no_grad():
-        torch.testing.assert_close(sq_norms(x, dim=dim), (x**2).sum(dim))
