@@ -79,7 +79,7 @@ def test_dppgp_beats_exact_dbk_and_exact_rbf_gp(results: dict[str, Any]) -> None
 
 def test_dppgp_sd_tracks_true_noise_and_covers(results: dict[str, Any]) -> None:
     """At this budget the rank correlation of the predictive sd with the true noise sd depends
-    on the float32 trajectory: 0.23–0.77 over the model seeds and numerically equal forms of
+    on the float32 trajectory: 0.23–0.77 over the model seeds, dtypes and numerically equal forms of
     the step measured (docs/benchmarks/core.md, section 2), against 0.11 for rank 1 and below
     0.05 for the exact models, whose noise is constant. 0.2 asks for the heteroscedastic
     shape without betting on one trajectory; the full-size run asks 0.5."""
