@@ -183,6 +183,7 @@ class RBFInducingBasis(nn.Module):
         return self.kernel(self.inducing, self.inducing)
 
     def _absolute_jitter(self) -> float:
+        """``j sk2``, the jitter added to ``Kzz``'s diagonal (a number: no gradient)."""
         return self.jitter * float(self.outputscale().detach())
 
     def chol(self) -> torch.Tensor:

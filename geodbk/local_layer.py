@@ -508,6 +508,7 @@ class LocalLayer:
         groups: Any = None,
         xy: Any = None,
         chunk_size: int = 16384,
+        place_share: float | None = None,
     ) -> TileEffectPrediction:
         """The tile's posterior at rows (tile, time, km position ``xy``; default: each row at
         its tile's centre, ``positions`` of the tile id, with the neighbours found once per
@@ -525,8 +526,9 @@ class LocalLayer:
            variance ``lambda v_f + sigma²_nb``: ``shift = mu + k'(K_own + E)^{-1}(r - mu)``,
            ``var = tau² + lambda v_* + sigma²_nb - k'(K_own + E)^{-1} k``; a tile without rows
            gets ``mu`` and ``lambda v_* + c (tau² + sigma²_nb)``, and ``(1 - c)(tau² +
-           sigma²_nb)`` is added to its ``noise_var`` (``c``: ``place_share``), so a test's
-           variance ``tile_var + noise_var`` does not depend on ``c``.
+           sigma²_nb)`` is added to its ``noise_var`` (``c``: ``place_share``, by default the
+           fitted ``params.place_share``), so a test's variance ``tile_var + noise_var`` does
+           not depend on ``c``.
 
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
         """
@@ -568,9 +570,8 @@ class LocalLayer:
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
         pred = row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
-        return split_unseen_prior(
-            pred, latent=float(t.lam) * np.asarray(vf), place_share=self.params.place_share
-        )
+        share = self.params.place_share if place_share is None else place_share
+        return split_unseen_prior(pred, latent=float(t.lam) * np.asarray(vf), place_share=share)
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once

@@ -164,9 +164,16 @@ def choose_place_share(
     ``MIN_TESTS`` tests or more (:func:`pipelines.map_calibration.map_calibration`, the
     report's map calibration), with ``layer`` conditioned on the training rows. 1 when fewer
     than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
-    measured) or none reaches 95%."""
+    measured) or none reaches 95%. Whatever share ``layer`` holds, its whole prior is split
+    from ``c = 1``."""
     part = layer.predict(
-        tiles=tiles, times=times, var_f=var_f, components=components, groups=groups, xy=xy
+        tiles=tiles,
+        times=times,
+        var_f=var_f,
+        components=components,
+        groups=groups,
+        xy=xy,
+        place_share=1.0,
     )
     unseen = ~np.asarray(part.seen)
     latent = layer.effect.params.latent_scale * np.asarray(var_f, dtype=np.float64)
