@@ -441,6 +441,10 @@ def test_place_share_moves_an_unmeasured_tiles_prior_to_the_test_noise(share: fl
     assert b.tile_var[0] == a.tile_var[0] and b.noise_var[0] == a.noise_var[0]
     assert np.all(b.tile_var >= 0) and np.all(b.tile_var + b.noise_var >= b.tile_var)
     np.testing.assert_array_equal(a.shift, b.shift)
+    # an explicit share overrides the fitted one
+    c = part.predict(xy=at, place_share=1.0, **kw)
+    np.testing.assert_array_equal(c.tile_var, a.tile_var)
+    np.testing.assert_array_equal(c.noise_var, a.noise_var)
 
 
 def test_spatial_parameters_without_a_place_share_read_as_one() -> None:
