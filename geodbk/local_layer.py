@@ -44,6 +44,7 @@ from geodbk.tile_effect import (
     minimize_lbfgs,
     offset_covariance,
     row_prediction,
+    split_unseen_prior,
     tile_offset_variance,
 )
 
@@ -53,7 +54,6 @@ __all__ = [
     "SpatialParameters",
     "lonlat_to_km",
     "matern32",
-    "split_unseen_prior",
 ]
 
 _DT = torch.float64
@@ -585,19 +585,6 @@ class LocalLayer:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
-
-
-def split_unseen_prior(
-    pred: TileEffectPrediction, *, latent: np.ndarray, place_share: float
-) -> TileEffectPrediction:
-    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P =
-    tile_var - latent`` (``latent = lambda v_f``) in ``tile_var`` and move ``(1 - c) P`` to
-    ``noise_var`` (``c = place_share``); measured tiles' rows are unchanged."""
-    if place_share >= 1.0:
-        return pred
-    prior = np.where(pred.seen, 0.0, np.maximum(pred.tile_var - latent, 0.0))
-    moved = (1.0 - place_share) * prior
-    return replace(pred, tile_var=pred.tile_var - moved, noise_var=pred.noise_var + moved)
 
 
 def _predict_rows(

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ __all__ = [
     "minimize_lbfgs",
     "offset_covariance",
     "predict_with_tile_effect",
+    "split_unseen_prior",
     "urban_groups",
 ]
 
@@ -110,6 +111,11 @@ class TileEffectParameters:
     persistent_scale
         ``mu_k``, the share of each noise component that persists at a tile across time steps
         (its testers'; 0 for the floor; ``None``: none, as in files written before it).
+    place_share
+        ``c`` in (0, 1]: the share of an unmeasured tile's prior offset variance ``tau²`` that
+        is the place's, what a well-measured tile's level shows; ``1 - c`` is its testers' and
+        goes to one test's noise (:func:`split_unseen_prior`). 1 (files written before it):
+        all of it is the place's.
     """
 
     tau2: dict[str, float]
@@ -122,8 +128,11 @@ class TileEffectParameters:
     objective: str = "validation"
     objective_rows: int | None = None
     persistent_scale: tuple[float, ...] | None = None
+    place_share: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 < float(self.place_share) <= 1.0:
+            raise ValueError(f"place_share must be in (0, 1], got {self.place_share}")
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
         mu = self.persistent_scale
@@ -412,6 +421,20 @@ def row_prediction(
         seen=seen,
         pull=pull,
     )
+
+
+def split_unseen_prior(
+    pred: TileEffectPrediction, *, latent: np.ndarray, place_share: float
+) -> TileEffectPrediction:
+    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P =
+    tile_var - latent`` (``latent = lambda v_f``) in ``tile_var`` and move ``(1 - c) P`` to
+    ``noise_var`` (``c = place_share``); measured tiles' rows are unchanged, and so is every
+    row's ``tile_var + noise_var``."""
+    if place_share >= 1.0:
+        return pred
+    prior = np.where(pred.seen, 0.0, np.maximum(pred.tile_var - latent, 0.0))
+    moved = (1.0 - place_share) * prior
+    return replace(pred, tile_var=pred.tile_var - moved, noise_var=pred.noise_var + moved)
 
 
 def _slots(known: np.ndarray, tiles: Any) -> np.ndarray:
@@ -796,11 +819,15 @@ class TileEffect:
         groups: Any = None,
         chunk_size: int = 8192,
         tile_chunk: int = 4096,
+        place_share: float | None = None,
     ) -> TileEffectPrediction:
         """The tile's posterior and the refitted noise at rows (tile, time).
 
         Add ``shift`` to the GP mean; ``tile_var`` replaces the GP's latent variance (the
-        tile's mean speed) and ``tile_var + noise_var`` is the observation's variance.
+        tile's mean speed) and ``tile_var + noise_var`` is the observation's variance. A tile
+        without conditioning rows gets ``lambda v_f + c tau²`` and ``(1 - c) tau²`` goes to
+        its ``noise_var`` (:func:`split_unseen_prior`; ``c``: ``place_share``, by default the
+        fitted ``params.place_share``).
 
         Parameters
         ----------
@@ -817,6 +844,8 @@ class TileEffect:
             Rows solved at a time.
         tile_chunk
             Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
+        place_share
+            The place's share ``c`` of an unmeasured tile's prior (default: the fitted one).
         """
         tiles_a, times_a, _, vf, comp, code, slot = self._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
@@ -850,7 +879,23 @@ class TileEffect:
                         mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
-        return row_prediction(shift, tile_var, comp, kappa, mu, seen=slot >= 0)
+        pred = row_prediction(shift, tile_var, comp, kappa, mu, seen=slot >= 0)
+        share = self.params.place_share if place_share is None else place_share
+        return split_unseen_prior(pred, latent=self.params.latent_scale * vf, place_share=share)
+
+    def first_rows(self, n: int) -> TileEffect:
+        """The same parameters conditioned on the first ``n`` rows only (e.g. the training
+        rows of an effect that also holds the validation rows)."""
+        return TileEffect(
+            self.params,
+            tiles=self.tiles[:n],
+            times=self.times[:n],
+            residual=self.residual[:n],
+            var_f=self.var_f[:n],
+            components=self.components[:n],
+            groups=self.groups[:n] if self.grouped else None,
+            max_rows=self.max_rows,
+        )
 
 
 def _latent_and_components(

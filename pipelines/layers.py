@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ import numpy as np
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import ModelFileError
 from geodbk.geo.quadkey import quadkey_centroid
-from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km, split_unseen_prior
+from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
 from geodbk.metrics import COVERAGE95
-from geodbk.tile_effect import TileEffect
+from geodbk.tile_effect import TileEffect, split_unseen_prior
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, map_calibration
 
@@ -32,12 +32,14 @@ log = logging.getLogger("geodbk")
 
 __all__ = [
     "LAYER_FILE",
+    "ValidationRows",
     "choose_place_share",
     "fit_run_local_layer",
     "load_local_layer",
     "load_map_layers",
     "save_local_layer",
     "tile_positions",
+    "with_effect_place_share",
 ]
 
 LAYER_FILE = "local_layer.json"
@@ -68,66 +70,80 @@ def _effect_positions(effect: Any, lat0: float) -> np.ndarray:
     return tile_positions(effect._layout().tiles, lat0=lat0)
 
 
+@dataclass(frozen=True)
+class ValidationRows:
+    """A run's validation rows as the post-fit steps read them.
+
+    Attributes
+    ----------
+    X, y
+        Model inputs and log10 targets.
+    tiles, times
+        Quadkeys and quarter indices.
+    noise
+        The model's noise covariates (``tests``, ``devices``, ``urban`` as it takes them).
+    groups
+        The tile effect's group of each row (``None``: one group).
+    tests, urban
+        Tests and urban flag of each row, for the place share (``None``: it stays 1).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    tiles: np.ndarray
+    times: np.ndarray
+    noise: dict[str, Any]
+    groups: np.ndarray | None = None
+    tests: np.ndarray | None = None
+    urban: np.ndarray | None = None
+
+
+def _gp_at(model: Any, val: ValidationRows) -> tuple[Any, np.ndarray]:
+    """The GP's latent prediction and noise components at the validation rows."""
+    pred = model.predict_dist(val.X, quantity="latent", **val.noise)
+    _, comp = model.noise_components(n=len(pred), **val.noise)
+    return pred, comp
+
+
 def fit_run_local_layer(
-    model: Any,
-    effect: Any,
-    *,
-    n_train: int,
-    X_val: np.ndarray,
-    y_val: np.ndarray,
-    tiles_val: np.ndarray,
-    times_val: np.ndarray,
-    noise_val: dict[str, Any],
-    groups_val: np.ndarray | None,
-    tests_val: np.ndarray | None = None,
-    urban_val: np.ndarray | None = None,
+    model: Any, effect: Any, *, n_train: int, val: ValidationRows
 ) -> LocalLayer:
     """Fit the local layer on top of ``effect`` (conditioned on the training rows, then the
     validation rows: its first ``n_train`` rows are the training rows) and return it
-    conditioned on all of ``effect``'s rows. With ``tests_val`` and ``urban_val`` the place
+    conditioned on all of ``effect``'s rows. With ``val.tests`` and ``val.urban`` the place
     share of an unmeasured tile's prior is chosen on the validation tiles
     (:func:`choose_place_share`); without them it stays 1."""
 
-    train_effect = TileEffect(
-        effect.params,
-        tiles=effect.tiles[:n_train],
-        times=effect.times[:n_train],
-        residual=effect.residual[:n_train],
-        var_f=effect.var_f[:n_train],
-        components=effect.components[:n_train],
-        groups=effect.groups[:n_train] if effect.grouped else None,
-        max_rows=effect.max_rows,
-    )
+    train_effect = effect.first_rows(n_train)
     _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
-    pred = model.predict_dist(X_val, quantity="latent", **noise_val)
-    _, comp = model.noise_components(n=len(pred), **noise_val)
-    val_xy = tile_positions(tiles_val, lat0=lat0)
+    pred, comp = _gp_at(model, val)
+    val_xy = tile_positions(val.tiles, lat0=lat0)
     layer = LocalLayer.fit(
         train_effect,
         tile_xy=_effect_positions(train_effect, lat0),
-        val_tiles=tiles_val,
+        val_tiles=val.tiles,
         val_xy=val_xy,
-        val_times=times_val,
-        val_residual=np.asarray(y_val, dtype=np.float64) - pred.mean,
+        val_times=val.times,
+        val_residual=np.asarray(val.y, dtype=np.float64) - pred.mean,
         val_var_f=pred.var_f,
         val_components=comp,
-        val_groups=groups_val,
+        val_groups=val.groups,
         lat0=lat0,
     )
-    if tests_val is not None and urban_val is not None:
+    if val.tests is not None and val.urban is not None:
         share = choose_place_share(
             layer,
-            tiles=tiles_val,
+            tiles=val.tiles,
             xy=val_xy,
-            times=times_val,
-            y=np.asarray(y_val, dtype=np.float64),
+            times=val.times,
+            y=np.asarray(val.y, dtype=np.float64),
             mean=pred.mean,
             var_f=pred.var_f,
             components=comp,
-            groups=groups_val,
-            tests=tests_val,
-            urban=urban_val,
+            groups=val.groups,
+            tests=val.tests,
+            urban=val.urban,
         )
         layer.params = replace(layer.params, place_share=share)
     log.info(
@@ -145,11 +161,37 @@ def fit_run_local_layer(
     )
 
 
+def with_effect_place_share(
+    model: Any, effect: TileEffect, *, n_train: int, val: ValidationRows
+) -> TileEffect:
+    """``effect`` with the place share of an unmeasured tile's ``tau²`` chosen on the
+    validation tiles without training rows (:func:`choose_place_share`, the effect conditioned
+    on its first ``n_train`` rows, the training rows): the tile effect's maps when no local
+    layer is fitted. Without ``val.tests`` and ``val.urban`` it stays 1."""
+    if val.tests is None or val.urban is None:
+        return effect
+    pred, comp = _gp_at(model, val)
+    share = choose_place_share(
+        effect.first_rows(n_train),
+        tiles=val.tiles,
+        times=val.times,
+        y=np.asarray(val.y, dtype=np.float64),
+        mean=pred.mean,
+        var_f=pred.var_f,
+        components=comp,
+        groups=val.groups,
+        tests=val.tests,
+        urban=val.urban,
+    )
+    log.info("tile effect: place share %.2f", share)
+    effect.params = replace(effect.params, place_share=share)
+    return effect
+
+
 def choose_place_share(
-    layer: LocalLayer,
+    tile_model: LocalLayer | TileEffect,
     *,
     tiles: np.ndarray,
-    xy: np.ndarray,
     times: np.ndarray,
     y: np.ndarray,
     mean: np.ndarray,
@@ -158,25 +200,32 @@ def choose_place_share(
     groups: np.ndarray | None,
     tests: np.ndarray,
     urban: np.ndarray,
+    xy: np.ndarray | None = None,
 ) -> float:
     """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
     at least 95% of the levels of the validation tiles without training rows that have
     ``MIN_TESTS`` tests or more (:func:`pipelines.map_calibration.map_calibration`, the
-    report's map calibration), with ``layer`` conditioned on the training rows. 1 when fewer
-    than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
-    measured) or none reaches 95%. Whatever share ``layer`` holds, its whole prior is split
-    from ``c = 1``."""
-    part = layer.predict(
-        tiles=tiles,
-        times=times,
-        var_f=var_f,
-        components=components,
-        groups=groups,
-        xy=xy,
-        place_share=1.0,
-    )
+    report's map calibration), with ``tile_model`` (a local layer, whose rows need their km
+    positions ``xy``, or a tile effect) conditioned on the training rows. 1 when fewer than
+    :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
+    measured) or none reaches 95%. Whatever share ``tile_model`` holds, its whole prior is
+    split from ``c = 1``."""
+    rows: dict[str, Any] = {
+        "tiles": tiles,
+        "times": times,
+        "var_f": var_f,
+        "components": components,
+        "groups": groups,
+        "place_share": 1.0,
+    }
+    if isinstance(tile_model, LocalLayer):
+        part = tile_model.predict(xy=xy, **rows)
+        effect = tile_model.effect
+    else:
+        part = tile_model.predict(**rows)
+        effect = tile_model
     unseen = ~np.asarray(part.seen)
-    latent = layer.effect.params.latent_scale * np.asarray(var_f, dtype=np.float64)
+    latent = effect.params.latent_scale * np.asarray(var_f, dtype=np.float64)
 
     def coverage(c: float) -> tuple[int, float]:
         p = split_unseen_prior(part, latent=latent, place_share=c)

@@ -319,6 +319,7 @@ def _tile_effect_attrs(effect: Any) -> dict[str, Any]:
     out: dict[str, Any] = {f"tile_effect_tau2_{g}": float(v) for g, v in p.tau2.items()}
     out["tile_effect_rho"] = float(p.rho)
     out["tile_effect_latent_scale"] = float(p.latent_scale)
+    out["tile_effect_place_share"] = float(p.place_share)
     return out
 
 

@@ -39,7 +39,12 @@ from geodbk.training import CHECKPOINT_NAME
 from pipelines.bundles import save_tile_effect
 from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
-from pipelines.layers import fit_run_local_layer, save_local_layer
+from pipelines.layers import (
+    ValidationRows,
+    fit_run_local_layer,
+    save_local_layer,
+    with_effect_place_share,
+)
 from pipelines.rundir import (
     RunDir,
     config_hash,
@@ -670,11 +675,14 @@ def run_train(
                 seed=cfg.seed,
             )
             log.info("tile effect: %s", effect.params.to_dict())
+            val = validation_rows_of_run(gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg)
+            n_train = len(parts["train"][1])
             if cfg.local_layer == "on":
                 step = "the local layer"
-                layer = fit_local_layer_of_run(
-                    model, effect, gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg
-                )
+                layer = fit_run_local_layer(model, effect, n_train=n_train, val=val)
+            else:
+                step = "the tile effect's place share"
+                effect = with_effect_place_share(model, effect, n_train=n_train, val=val)
         except Exception as exc:  # any failure: the saved GP stays, the message says so
             raise DataError(
                 f"the GP was trained and saved to {model_dir} without a tile effect or local "
@@ -821,18 +829,17 @@ def choose_time_extrapolation(
     return {"policy": best, "val_nll": scores, "val_rows_outside": outside}
 
 
-def fit_local_layer_of_run(
-    model: Any,
-    effect: Any,
+def validation_rows_of_run(
     gdf: Any,
     target: str,
     *,
     parts: dict[str, tuple[np.ndarray, np.ndarray]],
     noise_kw: dict[str, np.ndarray],
     cfg: TrainConfig,
-) -> Any:
-    """The local layer on ``effect`` (:func:`pipelines.layers.fit_run_local_layer`), with the
-    validation rows' tiles, quarters, noise covariates and groups read like the effect's."""
+) -> ValidationRows:
+    """The validation rows the post-fit steps read (:class:`pipelines.layers.ValidationRows`):
+    tiles, quarters, noise covariates and groups read like the tile effect's, and each row's
+    tests and urban class for the place share (tables have both)."""
 
     tiles = split_tests(gdf, target, column="quadkey")["val"]
     times = (
@@ -840,20 +847,14 @@ def fit_local_layer_of_run(
         if "quarter" in gdf.columns
         else np.zeros(tiles.size)
     )
-    # the place share needs each validation row's tests and urban class (tables have both)
     urban = split_tests(gdf, target, column="urban")["val"] if "urban" in gdf.columns else None
-    tests = split_tests(gdf, target)["val"] if "tests" in gdf.columns else None
-    group = urban_groups(urban) if cfg.tile_effect_groups == "urban" else None
-    return fit_run_local_layer(
-        model,
-        effect,
-        n_train=len(parts["train"][1]),
-        X_val=parts["val"][0],
-        y_val=parts["val"][1],
-        tiles_val=tiles,
-        times_val=times,
-        noise_val={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
-        groups_val=group,
-        tests_val=tests,
-        urban_val=urban,
+    return ValidationRows(
+        X=parts["val"][0],
+        y=parts["val"][1],
+        tiles=tiles,
+        times=times,
+        noise={k.removesuffix("_val"): v for k, v in noise_kw.items() if k.endswith("_val")},
+        groups=urban_groups(urban) if cfg.tile_effect_groups == "urban" else None,
+        tests=split_tests(gdf, target)["val"] if "tests" in gdf.columns else None,
+        urban=urban,
     )

@@ -380,3 +380,63 @@ def test_old_files_without_a_persistent_share_read_as_zero() -> None:
     assert raw["persistent_scale"] == [0.0, 0.0]
     raw.pop("persistent_scale")
     assert TileEffectParameters.from_dict(raw).persistent_scale == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("share", [0.3, 1.0])
+def test_place_share_moves_an_unseen_tiles_tau2_to_the_test_noise(share: float) -> None:
+    """With ``place_share = c`` an unseen tile keeps ``lambda v + c tau²`` as its tile
+    variance and ``(1 - c) tau²`` goes to its noise; a measured tile's rows and every row's
+    ``tile_var + noise_var`` are those of ``c = 1``."""
+    rng = np.random.default_rng(5)
+    tiles, times, r = _rows(rng, 30, tau2=0.2, rho=0.9, noise=0.05)
+    comp = np.column_stack([np.full(r.size, 0.02), np.full(r.size, 0.03)])
+    params = TileEffectParameters(
+        tau2=0.2, rho=0.9, noise_scale=(1.0, 1.0), components=("floor", "meas"), latent_scale=1.5
+    )
+    effect = _effect(dataclasses.replace(params, place_share=share), rng, tiles, times, r, comp)
+    q_tiles = np.array([tiles[0], "never-seen", "never-seen"])
+    kw = {
+        "tiles": q_tiles,
+        "times": np.array([3.0, 3.0, 7.0]),
+        "var_f": np.array([0.01, 0.02, 0.04]),
+        "components": np.full((3, 2), 0.02),
+    }
+    pred = effect.predict(**kw)
+    whole = effect.predict(**kw, place_share=1.0)
+    assert pred.seen.tolist() == [True, False, False]
+    np.testing.assert_allclose(pred.tile_var[1:], 1.5 * kw["var_f"][1:] + share * 0.2, rtol=1e-12)
+    np.testing.assert_allclose(whole.tile_var[1:], 1.5 * kw["var_f"][1:] + 0.2, rtol=1e-12)
+    np.testing.assert_allclose(
+        pred.tile_var + pred.noise_var, whole.tile_var + whole.noise_var, rtol=1e-12
+    )
+    assert pred.tile_var[0] == whole.tile_var[0] and pred.noise_var[0] == whole.noise_var[0]
+    np.testing.assert_array_equal(pred.shift, whole.shift)
+
+
+def test_first_rows_conditions_on_the_leading_rows_only() -> None:
+    rng = np.random.default_rng(6)
+    tiles, times, r = _rows(rng, 20, tau2=0.2, rho=0.9, noise=0.05)
+    comp = np.full((r.size, 1), 0.05)
+    params = TileEffectParameters(tau2=0.2, rho=0.9, noise_scale=(1.0,), components=("meas",))
+    effect = _effect(params, rng, tiles, times, r, comp)
+    n = int(np.flatnonzero(tiles == tiles[-1])[0])  # every row of the last tile left out
+    head = effect.first_rows(n)
+    assert head.params is effect.params and head.tiles.size == n
+    kw = {"times": np.array([5.0]), "var_f": np.array([0.01]), "components": np.array([[0.05]])}
+    assert effect.predict(tiles=tiles[-1:], **kw).seen[0]
+    assert not head.predict(tiles=tiles[-1:], **kw).seen[0]
+    np.testing.assert_array_equal(
+        head.predict(tiles=tiles[:1], **kw).shift, effect.predict(tiles=tiles[:1], **kw).shift
+    )
+
+
+def test_the_place_share_round_trips_and_old_files_read_as_one() -> None:
+    params = TileEffectParameters(
+        tau2=0.2, rho=0.9, noise_scale=(1.0,), components=("meas",), place_share=0.35
+    )
+    raw = params.to_dict()
+    assert TileEffectParameters.from_dict(raw).place_share == 0.35
+    raw.pop("place_share")
+    assert TileEffectParameters.from_dict(raw).place_share == 1.0
+    with pytest.raises(ValueError, match="place_share"):
+        dataclasses.replace(params, place_share=0.0)

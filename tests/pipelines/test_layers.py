@@ -83,9 +83,12 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
     md = DBKRegressor.load(folder, device="cpu").metadata_
     assert md["config"]["local_layer"] == "off" and "local_layer" not in md
     assert md["config"]["tile_effect"] == "on"
+    share = md["tile_effect"]["place_share"]  # chosen for the tile effect alone
+    assert 0.0 < share <= 1.0
     run_predict(run, target="upload", max_cells=900)
     with xr.open_dataset(run / "grids" / "upload.nc") as ds:
         assert ds.attrs["local_layer"] == 0 and ds.attrs["tile_effect"] == 1
+        assert ds.attrs["tile_effect_place_share"] == share
         assert ds["std"].attrs["quantity"] == "tile: tile effect"
         inside = ds["in_region"].values
         assert np.all(ds["tile_pull"].values[inside] == 0)
@@ -103,13 +106,13 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
 
 
 class _PriorOnlyLayer:
-    """A stand-in layer: every row's tile unmeasured (or measured where ``seen``), shift 0,
+    """A stand-in tile model: every row's tile unmeasured (or measured where ``seen``), shift 0,
     tile variance ``latent + prior``, noise ``noise``."""
 
     def __init__(self, *, latent: float, prior: float, noise: float, seen: np.ndarray) -> None:
         from types import SimpleNamespace
 
-        self.effect = SimpleNamespace(params=SimpleNamespace(latent_scale=1.0))
+        self.params = SimpleNamespace(latent_scale=1.0)  # read as a tile effect's
         self.latent, self.prior, self.noise, self.seen = latent, prior, noise, seen
 
     def predict(self, **kw: object) -> object:
@@ -180,3 +183,72 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     few = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(160, dtype=bool))
     kw_few = {k: (v[:160] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
     assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few) == 1.0  # type: ignore[arg-type]
+
+
+class _LatentGP:
+    """A stand-in GP: latent mean 0 and variance 0.01 everywhere, one noise component 0.05."""
+
+    class _Latent:
+        def __init__(self, n: int) -> None:
+            self.mean, self.var_f, self._n = np.zeros(n), np.full(n, 0.01), n
+
+        def __len__(self) -> int:
+            return self._n
+
+    def predict_dist(self, X: np.ndarray, **kw: object) -> object:
+        return self._Latent(len(X))
+
+    def noise_components(self, *, n: int, **kw: object) -> tuple[tuple[str], np.ndarray]:
+        return ("meas",), np.full((n, 1), 0.05)
+
+
+def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles() -> None:
+    """A real tile effect (no local layer): validation tiles without training rows whose
+    levels spread by a quarter of tau² choose a share below 1, and
+    :func:`pipelines.layers.with_effect_place_share` saves it in the effect's parameters,
+    which its predictions then use."""
+    from geodbk.tile_effect import TileEffect, TileEffectParameters
+    from pipelines.layers import ValidationRows, choose_place_share, with_effect_place_share
+
+    rng = np.random.default_rng(1)
+    params = TileEffectParameters(
+        tau2=0.4, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
+    )
+    train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
+    effect = TileEffect(
+        params,
+        tiles=train_tiles,
+        times=np.tile(np.arange(4.0), 40),
+        residual=rng.normal(0.0, 0.6, train_tiles.size),
+        var_f=np.full(train_tiles.size, 0.01),
+        components=np.full((train_tiles.size, 1), 0.05),
+    )
+    tiles, y = _place_data(200, place_var=0.1)
+    n = tiles.size
+    val = ValidationRows(
+        X=np.zeros((n, 2)),
+        y=y,
+        tiles=tiles,
+        times=np.zeros(n),
+        noise={},
+        tests=np.full(n, 5.0),
+        urban=np.zeros(n, dtype=bool),
+    )
+    share = choose_place_share(
+        effect,
+        tiles=tiles,
+        times=val.times,
+        y=y,
+        mean=np.zeros(n),
+        var_f=np.full(n, 0.01),
+        components=np.full((n, 1), 0.05),
+        groups=None,
+        tests=val.tests,  # type: ignore[arg-type]
+        urban=val.urban,  # type: ignore[arg-type]
+    )
+    assert 0.05 <= share < 1.0
+    with_share = with_effect_place_share(_LatentGP(), effect, n_train=train_tiles.size, val=val)
+    assert with_share.params.place_share == share
+    kw = {"times": np.zeros(1), "var_f": np.full(1, 0.01), "components": np.full((1, 1), 0.05)}
+    unseen = with_share.predict(tiles=np.array(["zzz"]), **kw)
+    assert unseen.tile_var[0] == pytest.approx(0.01 + share * 0.4)
