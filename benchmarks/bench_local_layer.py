@@ -16,10 +16,12 @@ kappa)`` by the validation NLL of validation rows with training history (random 
 too few validation rows have history (tile and block splits), by a hold-out of one training row
 of 20% of the multi-row training tiles; the local layer's share of ``tau²`` and range by the
 validation NLL (validation rows predicted from their own tile's training rows and their
-neighbours'), and its place share on the validation tiles without training rows
+neighbours'), and the place share of each (the tile effect's as ``geodbk train
+--no-local-layer`` chooses it) on the validation tiles without training rows
 (:func:`pipelines.layers.choose_place_share`). Both are conditioned on the training and
-validation rows and scored on the test rows; ``local_layer_c1`` is the same layer with the place
-share 1 (the same rows; its map keeps an unmeasured tile's whole prior):
+validation rows and scored on the test rows; ``local_layer_c1`` and ``tile_effect_c1`` are the
+same models with the place share 1 (the same rows; their maps keep an unmeasured tile's whole
+prior):
 
 - row level: NLL (nats), 95% coverage and interval width, overall, urban and rural;
 - map level (``map``, :mod:`pipelines.map_calibration`, as the report's ``map_calibration``):
@@ -184,10 +186,17 @@ def table(folder: Path) -> str:
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
         share = (d.get("local_layer") or {}).get("place_share", 1.0)
+        effect_share = (d.get("tile_effect") or {}).get("place_share", 1.0)
         for key, res in d["results"].items():
             r, m = res["rows"]["all"], res["map"]
-            name = {"local_layer": f"local_layer (c = {share:.2f})"}.get(key, key)
-            name = "local_layer (c = 1)" if key == "local_layer_c1" else name
+            name = {
+                "local_layer": f"local_layer (c = {share:.2f})",
+                "tile_effect": f"tile_effect (c = {effect_share:.2f})",
+            }.get(key, key)
+            name = {
+                "local_layer_c1": "local_layer (c = 1)",
+                "tile_effect_c1": "tile_effect (c = 1)",
+            }.get(key, name)
             cov = " / ".join(
                 f"{100 * m[g][COVERAGE95]:.1f}" if g in m else "–" for g in ("urban", "rural")
             )
@@ -216,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     from geodbk import DBKRegressor
     from geodbk.local_layer import LocalLayer
     from geodbk.tile_effect import urban_groups
-    from pipelines.layers import fit_run_local_layer, tile_positions
+    from pipelines.layers import (
+        ValidationRows,
+        fit_run_local_layer,
+        tile_positions,
+        with_effect_place_share,
+    )
 
     if argv is None:
         import sys
@@ -250,19 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     y_all = frame["y"].to_numpy()
     effect = fit_run_tile_effect(model, frame, gp, seed=args.seed)
     t_effect = time.perf_counter()
-    layer = fit_run_local_layer(
-        model,
-        effect,
-        n_train=int(tr.sum()),
-        X_val=gp["X"][va],
-        y_val=y_all[va],
-        tiles_val=tiles[va],
-        times_val=gp["times"][va],
-        noise_val=noise(va),
-        groups_val=groups[va],
-        tests_val=frame["tests"].to_numpy(np.float64)[va],
-        urban_val=urban[va],
+    val = ValidationRows(
+        X=gp["X"][va],
+        y=y_all[va],
+        tiles=tiles[va],
+        times=gp["times"][va],
+        noise=noise(va),
+        groups=groups[va],
+        tests=frame["tests"].to_numpy(np.float64)[va],
+        urban=urban[va],
     )
+    layer = fit_run_local_layer(model, effect, n_train=int(tr.sum()), val=val)
     t_layer = time.perf_counter()
     lat0 = layer.params.lat0
     xy = tile_positions(tiles, lat0=lat0)
@@ -283,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         "components": comp,
         "groups": groups[te],
     }
+    # the tile effect alone, as `geodbk train --no-local-layer` saves it: with its own place
+    # share chosen on the validation tiles (the layer keeps its own)
+    effect = with_effect_place_share(model, effect, n_train=int(tr.sum()), val=val)
     part = effect.predict(**kw)
+    whole_effect = effect.predict(**kw, place_share=1.0)
     results["tile_effect"] = {
         "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
         "map": _map_scores(
@@ -294,6 +310,16 @@ def main(argv: list[str] | None = None) -> int:
             part.persistent_var,
         ),
         "test_rows_with_history": float(part.seen.mean()),
+    }
+    results["tile_effect_c1"] = {
+        "rows": results["tile_effect"]["rows"],
+        "map": _map_scores(
+            frame[te],
+            gp["mean"][te] + whole_effect.shift,
+            whole_effect.tile_var,
+            whole_effect.noise_var,
+            whole_effect.persistent_var,
+        ),
     }
     lpart = layer.predict(xy=xy[te], **kw)
     pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
