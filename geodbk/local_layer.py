@@ -525,10 +525,11 @@ class LocalLayer:
         3. The place's own rows condition the tile effect with prior mean ``mu`` and prior
            variance ``lambda v_f + sigma²_nb``: ``shift = mu + k'(K_own + E)^{-1}(r - mu)``,
            ``var = tau² + lambda v_* + sigma²_nb - k'(K_own + E)^{-1} k``; a tile without rows
-           gets ``mu`` and ``lambda v_* + c (tau² + sigma²_nb)``, and ``(1 - c)(tau² +
-           sigma²_nb)`` is added to its ``noise_var`` (``c``: ``place_share``, by default the
-           fitted ``params.place_share``), so a test's variance ``tile_var + noise_var`` does
-           not depend on ``c``.
+           gets ``mu`` and ``lambda v_* + c (tau² + sigma²_nb)`` (at least ``v_*`` as far as
+           the whole prior holds it), and the rest is added to its ``noise_var`` (``c``:
+           ``place_share``, by default the fitted ``params.place_share``;
+           :func:`geodbk.tile_effect.split_unseen_prior`), so a test's variance ``tile_var +
+           noise_var`` does not depend on ``c``.
 
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
         """
@@ -571,7 +572,7 @@ class LocalLayer:
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
         pred = row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
         share = self.params.place_share if place_share is None else place_share
-        return split_unseen_prior(pred, latent=float(t.lam) * np.asarray(vf), place_share=share)
+        return split_unseen_prior(pred, var_f=vf, latent_scale=float(t.lam), place_share=share)
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once

@@ -424,17 +424,21 @@ def row_prediction(
 
 
 def split_unseen_prior(
-    pred: TileEffectPrediction, *, latent: np.ndarray, place_share: float
+    pred: TileEffectPrediction, *, var_f: np.ndarray, latent_scale: float, place_share: float
 ) -> TileEffectPrediction:
-    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P =
-    tile_var - latent`` (``latent = lambda v_f``) in ``tile_var`` and move ``(1 - c) P`` to
-    ``noise_var`` (``c = place_share``); measured tiles' rows are unchanged, and so is every
-    row's ``tile_var + noise_var``."""
+    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P = tile_var -
+    lambda v_f`` in ``tile_var`` and move the rest to ``noise_var`` (``c = place_share``), but
+    keep at least the GP's own latent variance ``v_f`` where the whole prior holds it:
+    ``tile_var' = max(lambda v_f + c P, min(v_f, tile_var))``, so a place never measured is
+    never mapped narrower than its area quantity because of ``c``. Measured tiles' rows are
+    unchanged, and so is every row's ``tile_var + noise_var``."""
     if place_share >= 1.0:
         return pred
-    prior = np.where(pred.seen, 0.0, np.maximum(pred.tile_var - latent, 0.0))
-    moved = (1.0 - place_share) * prior
-    return replace(pred, tile_var=pred.tile_var - moved, noise_var=pred.noise_var + moved)
+    vf = np.asarray(var_f, dtype=np.float64)
+    whole = pred.tile_var
+    kept = latent_scale * vf + place_share * np.maximum(whole - latent_scale * vf, 0.0)
+    tile_var = np.where(pred.seen, whole, np.maximum(kept, np.minimum(vf, whole)))
+    return replace(pred, tile_var=tile_var, noise_var=pred.noise_var + (whole - tile_var))
 
 
 def _slots(known: np.ndarray, tiles: Any) -> np.ndarray:
@@ -825,9 +829,10 @@ class TileEffect:
 
         Add ``shift`` to the GP mean; ``tile_var`` replaces the GP's latent variance (the
         tile's mean speed) and ``tile_var + noise_var`` is the observation's variance. A tile
-        without conditioning rows gets ``lambda v_f + c tau²`` and ``(1 - c) tau²`` goes to
-        its ``noise_var`` (:func:`split_unseen_prior`; ``c``: ``place_share``, by default the
-        fitted ``params.place_share``).
+        without conditioning rows gets ``lambda v_f + c tau²`` (at least ``v_f``, as far as
+        ``lambda v_f + tau²`` holds it) and the rest of ``tau²`` goes to its ``noise_var``
+        (:func:`split_unseen_prior`; ``c``: ``place_share``, by default the fitted
+        ``params.place_share``).
 
         Parameters
         ----------
@@ -881,7 +886,9 @@ class TileEffect:
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
         pred = row_prediction(shift, tile_var, comp, kappa, mu, seen=slot >= 0)
         share = self.params.place_share if place_share is None else place_share
-        return split_unseen_prior(pred, latent=self.params.latent_scale * vf, place_share=share)
+        return split_unseen_prior(
+            pred, var_f=vf, latent_scale=self.params.latent_scale, place_share=share
+        )
 
     def first_rows(self, n: int) -> TileEffect:
         """The same parameters conditioned on the first ``n`` rows only (e.g. the training

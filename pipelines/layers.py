@@ -225,10 +225,11 @@ def choose_place_share(
         part = tile_model.predict(**rows)
         effect = tile_model
     unseen = ~np.asarray(part.seen)
-    latent = effect.params.latent_scale * np.asarray(var_f, dtype=np.float64)
 
     def coverage(c: float) -> tuple[int, float]:
-        p = split_unseen_prior(part, latent=latent, place_share=c)
+        p = split_unseen_prior(
+            part, var_f=var_f, latent_scale=effect.params.latent_scale, place_share=c
+        )
         scores = map_calibration(
             tiles=np.asarray(tiles)[unseen],
             y=y[unseen],

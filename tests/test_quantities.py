@@ -111,8 +111,9 @@ def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
     fitted: dict, share: float
 ) -> None:
     """With a local layer whose place share is ``c``, an unmeasured place's tile variance is
-    ``lambda var_f + c P`` and its test variance is that of ``c = 1``; measured places and
-    the means are unchanged."""
+    ``lambda var_f + c P``, or ``var_f`` where that is more and ``lambda var_f + P`` holds it,
+    and its test variance is that of ``c = 1``; measured places and the means are
+    unchanged."""
     from geodbk.local_layer import LocalLayer, SpatialParameters
 
     model, effect, X, tiles = fitted["model"], fitted["effect"], fitted["X"], fitted["tiles"]
@@ -134,8 +135,10 @@ def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
     np.testing.assert_allclose(got["tile"].mean, one["tile"].mean)
     seen = fitted["seen"]
     np.testing.assert_array_equal(got["tile"].var[:seen], one["tile"].var[:seen])
-    latent = effect.params.latent_scale * one["area"].var[seen:]
-    np.testing.assert_allclose(
-        got["tile"].var[seen:], latent + share * (one["tile"].var[seen:] - latent), rtol=1e-10
-    )
+    area, whole = one["area"].var[seen:], one["tile"].var[seen:]
+    latent = effect.params.latent_scale * area
+    # c of the prior, but never below the area quantity's variance while the prior holds it
+    want = np.maximum(latent + share * (whole - latent), np.minimum(area, whole))
+    np.testing.assert_allclose(got["tile"].var[seen:], want, rtol=1e-10)
+    assert np.all(got["tile"].var[seen:] >= np.minimum(area, whole) * (1 - 1e-12))
     assert np.all(got["test"].var >= got["tile"].var) and np.all(got["tile"].var >= 0)

@@ -440,3 +440,28 @@ def test_the_place_share_round_trips_and_old_files_read_as_one() -> None:
     assert TileEffectParameters.from_dict(raw).place_share == 1.0
     with pytest.raises(ValueError, match="place_share"):
         dataclasses.replace(params, place_share=0.0)
+
+
+def test_an_unseen_tile_keeps_at_least_the_gps_variance_under_a_place_share() -> None:
+    """``split_unseen_prior`` with ``lambda`` near 0: ``c tau²`` alone would map an unmeasured
+    place narrower than the GP's own ``v_f``; it keeps ``v_f`` where the whole prior holds it
+    (all of the prior where ``v_f`` exceeds it), moves only the rest to the noise, and leaves
+    measured rows and every row's total alone."""
+    from geodbk.tile_effect import TileEffectPrediction, split_unseen_prior
+
+    lam, tau2, c = 1e-6, 0.2, 0.3
+    var_f = np.array([0.01, 0.1, 0.5, 0.1])
+    seen = np.array([False, False, False, True])
+    pred = TileEffectPrediction(
+        shift=np.zeros(4),
+        tile_var=np.where(seen, 0.05, lam * var_f + tau2),
+        noise_var=np.full(4, 0.3),
+        persistent_var=np.zeros(4),
+        seen=seen,
+    )
+    out = split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=c)
+    want = [lam * 0.01 + c * tau2, 0.1, lam * 0.5 + tau2, 0.05]  # c P; v_f; the whole prior; seen
+    np.testing.assert_allclose(out.tile_var, want, rtol=1e-12)
+    np.testing.assert_allclose(out.tile_var + out.noise_var, pred.tile_var + pred.noise_var)
+    assert out.noise_var[3] == pred.noise_var[3]
+    assert split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=1.0) is pred
