@@ -175,6 +175,14 @@ def _map_scores(
     )
 
 
+def _part_map(test: pd.DataFrame, gp_mean: np.ndarray, part: Any) -> dict:
+    """:func:`_map_scores` of the tile quantity of a tile effect's or local layer's
+    prediction ``part`` on the GP's mean."""
+    return _map_scores(
+        test, gp_mean + part.shift, part.tile_var, part.noise_var, part.persistent_var
+    )
+
+
 def table(folder: Path) -> str:
     """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
     coverage of the rows, and coverage / median |error| of well-measured tiles' levels."""
@@ -302,24 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     whole_effect = effect.predict(**kw, place_share=1.0)
     results["tile_effect"] = {
         "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
-        "map": _map_scores(
-            frame[te],
-            gp["mean"][te] + part.shift,
-            part.tile_var,
-            part.noise_var,
-            part.persistent_var,
-        ),
+        "map": _part_map(frame[te], gp["mean"][te], part),
         "test_rows_with_history": float(part.seen.mean()),
     }
     results["tile_effect_c1"] = {
         "rows": results["tile_effect"]["rows"],
-        "map": _map_scores(
-            frame[te],
-            gp["mean"][te] + whole_effect.shift,
-            whole_effect.tile_var,
-            whole_effect.noise_var,
-            whole_effect.persistent_var,
-        ),
+        "map": _part_map(frame[te], gp["mean"][te], whole_effect),
     }
     lpart = layer.predict(xy=xy[te], **kw)
     pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
@@ -327,13 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": _scores(
             y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u, tests
         ),
-        "map": _map_scores(
-            frame[te],
-            gp["mean"][te] + lpart.shift,
-            lpart.tile_var,
-            lpart.noise_var,
-            lpart.persistent_var,
-        ),
+        "map": _part_map(frame[te], gp["mean"][te], lpart),
         "mean_abs_pull": float(np.abs(pull).mean()),
     }
     # the same layer with the whole prior kept as the place's (c = 1): the same rows
@@ -345,13 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     ).predict(xy=xy[te], **kw)
     results["local_layer_c1"] = {
         "rows": results["local_layer"]["rows"],
-        "map": _map_scores(
-            frame[te],
-            gp["mean"][te] + whole.shift,
-            whole.tile_var,
-            whole.noise_var,
-            whole.persistent_var,
-        ),
+        "map": _part_map(frame[te], gp["mean"][te], whole),
     }
     t_krige = None
     if not args.no_kriging:

@@ -132,19 +132,7 @@ def fit_run_local_layer(
         lat0=lat0,
     )
     if val.tests is not None and val.urban is not None:
-        share = choose_place_share(
-            layer,
-            tiles=val.tiles,
-            xy=val_xy,
-            times=val.times,
-            y=np.asarray(val.y, dtype=np.float64),
-            mean=pred.mean,
-            var_f=pred.var_f,
-            components=comp,
-            groups=val.groups,
-            tests=val.tests,
-            urban=val.urban,
-        )
+        share = _share_on(layer, val, pred, comp, xy=val_xy)
         layer.params = replace(layer.params, place_share=share)
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, place share %.2f; validation NLL "
@@ -171,21 +159,36 @@ def with_effect_place_share(
     if val.tests is None or val.urban is None:
         return effect
     pred, comp = _gp_at(model, val)
-    share = choose_place_share(
-        effect.first_rows(n_train),
+    share = _share_on(effect.first_rows(n_train), val, pred, comp)
+    log.info("tile effect: place share %.2f", share)
+    effect.params = replace(effect.params, place_share=share)
+    return effect
+
+
+def _share_on(
+    tile_model: LocalLayer | TileEffect,
+    val: ValidationRows,
+    pred: Any,
+    components: np.ndarray,
+    *,
+    xy: np.ndarray | None = None,
+) -> float:
+    """:func:`choose_place_share` of ``tile_model`` on the validation rows (with their tests
+    and urban flags) and the GP's latent prediction ``pred`` there."""
+    assert val.tests is not None and val.urban is not None
+    return choose_place_share(
+        tile_model,
         tiles=val.tiles,
+        xy=xy,
         times=val.times,
         y=np.asarray(val.y, dtype=np.float64),
         mean=pred.mean,
         var_f=pred.var_f,
-        components=comp,
+        components=components,
         groups=val.groups,
         tests=val.tests,
         urban=val.urban,
     )
-    log.info("tile effect: place share %.2f", share)
-    effect.params = replace(effect.params, place_share=share)
-    return effect
 
 
 def choose_place_share(
