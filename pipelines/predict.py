@@ -1139,8 +1139,9 @@ def _write_grid(
             blocks: dict[str, np.ndarray] = {"in_region": mask}
             values: dict[str, np.ndarray] = {}
             if mask.any():
-                lon2, lat2 = np.meshgrid(grid.x, grid.y[rows])
-                values = evaluate(lon2[mask], lat2[mask])
+                # the centres of the masked cells in row-major order, without the block's grid
+                row_of, col_of = np.nonzero(mask)
+                values = evaluate(grid.x[col_of], grid.y[rows][row_of])
                 n_in += int(mask.sum())
                 _check_finite(values, names, out=out)
             filled: dict[int, str] = {}  # variables holding the same array share one block
