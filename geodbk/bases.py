@@ -38,10 +38,11 @@ def stable_cholesky(matrix: torch.Tensor, *, jitter: float, max_tries: int = 5) 
     torch.linalg.LinAlgError
         When no attempt succeeds (non-finite entries or a badly indefinite matrix).
     """
-    eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
     jit = float(jitter)
     for _ in range(max_tries):
-        chol, info = torch.linalg.cholesky_ex(matrix + jit * eye)
+        jittered = matrix.clone()
+        jittered.diagonal(dim1=-2, dim2=-1).add_(jit)
+        chol, info = torch.linalg.cholesky_ex(jittered)
         if int(info.max()) == 0:
             return chol
         jit *= 10.0

@@ -158,7 +158,7 @@ class DBKModel(nn.Module):
         """Basis, predictive mean and latent variance under ``q(w)`` on a batch ``x`` (b, d)."""
         g = self.backbone(x)
         phi = self.basis(g)
-        phi_sq = torch.linalg.vector_norm(phi, dim=-1).square()
+        phi_sq = (phi * phi).sum(-1)
         mean = phi @ self.q.mean + self.const_mean
         width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
         scale_tril = self.q.scale_tril()

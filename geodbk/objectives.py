@@ -59,7 +59,7 @@ def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.
     """
     r = mean.shape[-1]
     logdet = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
-    frobenius_sq = torch.linalg.vector_norm(scale_tril, dim=(-2, -1)).square()
+    frobenius_sq = (scale_tril * scale_tril).sum((-2, -1))
     return 0.5 * ((mean**2).sum(-1) + frobenius_sq - 2.0 * logdet - r)
 
 
