@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from geodbk.bases import RBFInducingBasis, SiLUBasis, _ScaledRBF, _Whiten
+from geodbk.bases import RIGHT_SOLVES_MAX_RANK, RBFInducingBasis, SiLUBasis, _ScaledRBF, _Whiten
 
 DT = torch.float64
 
@@ -134,3 +134,17 @@ def test_whitening_and_scaled_rbf_pass_gradcheck() -> None:
     kernel = _ScaledRBF.apply(a, a, log_sk2)
     (grad,) = torch.autograd.grad(kernel.diagonal().sum(), [log_sk2])
     torch.testing.assert_close(grad, 7 * log_sk2.detach().exp())
+
+
+@pytest.mark.parametrize("rank", [8, RIGHT_SOLVES_MAX_RANK + 1])
+def test_the_kzz_gradient_sandwich_matches_the_dense_product(rank: int) -> None:
+    """``_sandwich(L, D) = L^{-T} D' L^{-1}`` (float64) on both sides of the rank where the
+    CPU switches the first solve's side."""
+    from geodbk.bases import _sandwich
+
+    gen = torch.Generator().manual_seed(rank)
+    a = torch.randn(rank, rank, generator=gen, dtype=torch.float64)
+    chol = torch.linalg.cholesky(a @ a.T + rank * torch.eye(rank, dtype=torch.float64))
+    lower = torch.tril(torch.randn(rank, rank, generator=gen, dtype=torch.float64))
+    inv = torch.linalg.inv(chol)  # the dense reference only
+    torch.testing.assert_close(_sandwich(chol, lower), inv.T @ lower.T @ inv)
