@@ -160,6 +160,35 @@ def quantity_label(grid: Grid, spec: LayerSpec) -> str:
     return "test: single speed test"
 
 
+def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
+    """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
+    (``tile_effect_*``, ``local_layer_*``): the offsets' spread tau² per class, the share
+    lambda of the GP's variance, the place share of an unmeasured tile's prior and the local
+    layer's range. ``None`` for a grid made without a tile effect."""
+    a = attrs or {}
+    if int(a.get("tile_effect", 0) or 0) != 1:
+        return None
+    tau2 = ", ".join(
+        f"{k.removeprefix('tile_effect_tau2_')} {float(v):.3g}"
+        for k, v in sorted(a.items())
+        if k.startswith("tile_effect_tau2_")
+    )
+    parts = [f"tile effect (τ² {tau2}" if tau2 else "tile effect ("]
+    if "tile_effect_latent_scale" in a:
+        parts.append(f"λ {float(a['tile_effect_latent_scale']):.3g}")
+    layer = int(a.get("local_layer", 0) or 0) == 1
+    share = a.get("local_layer_place_share" if layer else "tile_effect_place_share")
+    if share is not None:
+        parts.append(f"place share {float(share):.2f}")
+    text = "Tile quantity: " + "; ".join(parts) + ")"
+    if layer and "local_layer_range_km" in a:
+        text += (
+            f" + local layer (range {float(a['local_layer_range_km']):.1f} km, "
+            f"σ² {float(a.get('local_layer_sigma2', 0.0)):.3g})"
+        )
+    return text
+
+
 def licence_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """``Data: SOURCE. Licence: LICENSE (TERMS).`` from a grid's or report's recorded licence
     attributes (``source``, ``license``, ``license_terms`` or ``terms``); ``None`` without."""

@@ -124,6 +124,9 @@ def render(ctx: RunContext) -> None:
     st.markdown(legend_html(legend), unsafe_allow_html=True)
     _draw(url, grid.bounds, extras, light, basemap=ctx.basemap)
     _caption(ctx, kind, chosen, len(qgrids))
+    made = maps.tile_model_caption(grid.attrs)
+    if made and spec.quantity != "latent":
+        st.caption(made)
     licence = maps.licence_caption(grid.attrs)
     if licence:
         st.caption(licence)

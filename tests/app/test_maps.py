@@ -81,3 +81,27 @@ def test_first_frame_raster_is_capped_and_sampled_from_block_middles() -> None:
     url = raster_url(small, small_lats, ColorScale("viridis", 0.0, float(values.max())))
     png = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert png.size == (nx // 3, ny // 3)
+
+
+def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
+    """The caption reads the tile effect's and local layer's grid attributes (the layer's
+    place share when there is a layer, the effect's otherwise); none without a tile effect."""
+    attrs = {
+        "tile_effect": 1,
+        "local_layer": 1,
+        "tile_effect_tau2_rural": 0.151,
+        "tile_effect_tau2_urban": 0.205,
+        "tile_effect_latent_scale": 1e-6,
+        "tile_effect_place_share": 1.0,
+        "local_layer_place_share": 0.35,
+        "local_layer_range_km": 4.18,
+        "local_layer_sigma2": 0.0297,
+    }
+    text = maps.tile_model_caption(attrs)
+    assert text is not None
+    assert "τ² rural 0.151, urban 0.205" in text and "λ 1e-06" in text
+    assert "place share 0.35" in text and "range 4.2 km" in text
+    alone = maps.tile_model_caption({**attrs, "local_layer": 0, "tile_effect_place_share": 0.2})
+    assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
+    assert maps.tile_model_caption({"tile_effect": 0}) is None
+    assert maps.tile_model_caption(None) is None
