@@ -30,6 +30,7 @@ from app.colormaps import (
 from app.context import RunContext
 from app.loaders import Z95, Grid, LoadError, Stamp, load_geojson, load_grid, load_trend, stamp
 from app.points import prob_threshold
+from app.quarters import attr_flag
 from app.runs import UNITS, natural_to_log10, to_natural
 from geodbk.noise_formula import noise_variance as formula_noise_variance
 
@@ -79,10 +80,7 @@ class LayerSpec:
 
 def has_tile_effect(grid: Grid) -> bool:
     """Whether ``geodbk predict`` used a tile effect for this grid (attribute ``tile_effect``)."""
-    try:
-        return int(grid.attrs.get("tile_effect", 0) or 0) == 1
-    except (TypeError, ValueError):
-        return False
+    return attr_flag(grid.attrs, "tile_effect")
 
 
 def quantities_of(grid: Grid) -> dict[str, str]:
@@ -166,7 +164,7 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     lambda of the GP's variance, the place share of an unmeasured tile's prior and the local
     layer's range. ``None`` for a grid made without a tile effect."""
     a = attrs or {}
-    if int(a.get("tile_effect", 0) or 0) != 1:
+    if not attr_flag(a, "tile_effect"):
         return None
     tau2 = ", ".join(
         f"{k.removeprefix('tile_effect_tau2_')} {float(v):.3g}"
@@ -176,7 +174,7 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     parts = [f"tile effect (τ² {tau2}" if tau2 else "tile effect ("]
     if "tile_effect_latent_scale" in a:
         parts.append(f"λ {float(a['tile_effect_latent_scale']):.3g}")
-    layer = int(a.get("local_layer", 0) or 0) == 1
+    layer = attr_flag(a, "local_layer")
     share = a.get("local_layer_place_share" if layer else "tile_effect_place_share")
     if share is not None:
         parts.append(f"place share {float(share):.2f}")

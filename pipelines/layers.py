@@ -10,6 +10,7 @@ quadkeys, in km on the projection centred at the training tiles' mean latitude.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable
@@ -131,9 +132,7 @@ def fit_run_local_layer(
         val_groups=val.groups,
         lat0=lat0,
     )
-    if val.tests is not None and val.urban is not None:
-        share = _share_on(layer, val, pred, comp, xy=val_xy)
-        layer.params = replace(layer.params, place_share=share)
+    layer.params = replace(layer.params, place_share=_share_on(layer, val, pred, comp, xy=val_xy))
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, place share %.2f; validation NLL "
         "%.4f (tile effect alone %.4f)",
@@ -155,14 +154,16 @@ def with_effect_place_share(
     """``effect`` with the place share of an unmeasured tile's ``tau²`` chosen on the
     validation tiles without training rows (:func:`choose_place_share`, the effect conditioned
     on its first ``n_train`` rows, the training rows): the tile effect's maps when no local
-    layer is fitted. Without ``val.tests`` and ``val.urban`` it stays 1."""
+    layer is fitted; a copy sharing ``effect``'s rows, which stays as it was. Without
+    ``val.tests`` and ``val.urban`` the share stays 1."""
     if val.tests is None or val.urban is None:
         return effect
     pred, comp = _gp_at(model, val)
     share = _share_on(effect.first_rows(n_train), val, pred, comp)
     log.info("tile effect: place share %.2f", share)
-    effect.params = replace(effect.params, place_share=share)
-    return effect
+    chosen = copy.copy(effect)
+    chosen.params = replace(effect.params, place_share=share)
+    return chosen
 
 
 def _share_on(
@@ -173,9 +174,10 @@ def _share_on(
     *,
     xy: np.ndarray | None = None,
 ) -> float:
-    """:func:`choose_place_share` of ``tile_model`` on the validation rows (with their tests
-    and urban flags) and the GP's latent prediction ``pred`` there."""
-    assert val.tests is not None and val.urban is not None
+    """:func:`choose_place_share` of ``tile_model`` on the validation rows and the GP's latent
+    prediction ``pred`` there; 1 without the rows' tests and urban flags."""
+    if val.tests is None or val.urban is None:
+        return 1.0
     return choose_place_share(
         tile_model,
         tiles=val.tiles,
