@@ -51,11 +51,14 @@ import pandas as pd
 
 from geodbk.metrics import (
     COVERAGE95,
+    COVERAGE95_INTERVAL,
     MEDIAN_ABS_ERROR,
     NLL,
     OFF_BY_2X,
     WIDTH95,
     canonical_keys,
+    coverage_verdict,
+    share_interval,
 )
 
 Z95 = 1.959963984540054
@@ -183,14 +186,26 @@ def _part_map(test: pd.DataFrame, gp_mean: np.ndarray, part: Any) -> dict:
     )
 
 
+def coverage_interval_of(group: dict[str, Any]) -> list[float]:
+    """A map group's ``coverage95_interval``; for files written before it, the same exact
+    binomial interval from its ``tiles`` and ``coverage95``."""
+    if COVERAGE95_INTERVAL in group:
+        return list(group[COVERAGE95_INTERVAL])
+    n = int(group["tiles"])
+    return list(share_interval(round(group[COVERAGE95] * n), n))
+
+
 def table(folder: Path) -> str:
     """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
-    coverage of the rows, and coverage / median |error| of well-measured tiles' levels."""
+    coverage of the rows, and coverage (with its 95% confidence interval over the tiles) /
+    median |error| of well-measured tiles' levels; then, per model, the runs whose coverage
+    interval holds 95% (all tiles, urban, rural)."""
     lines = [
         "| run | model | test NLL | row cov. | tests-bucket cells in 95 ± 2 | map tiles "
-        "| map cov. (urban / rural) | median \\|err\\| | off > 2x |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        "| map cov. (urban / rural) | its 95% CI | median \\|err\\| | off > 2x |",
+        "|---|---|---:|---:|---:|---:|---|---|---:|---:|",
     ]
+    consistent: dict[str, dict[str, list[bool]]] = {}
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
         share = (d.get("local_layer") or {}).get("place_share", 1.0)
@@ -209,6 +224,14 @@ def table(folder: Path) -> str:
                 f"{100 * m[g][COVERAGE95]:.1f}" if g in m else "–" for g in ("urban", "rural")
             )
             a = m.get("all", {})
+            for g in ("all", "urban", "rural"):
+                if g in m:
+                    verdict = coverage_verdict(coverage_interval_of(m[g]))
+                    consistent.setdefault(key, {}).setdefault(g, []).append(verdict == "consistent")
+            ci = "–"
+            if a:
+                low, high = coverage_interval_of(a)
+                ci = f"{100 * low:.1f}–{100 * high:.1f}"
             cells = [
                 b[g][COVERAGE95]
                 for b in (res["rows"].get("by_tests") or {}).values()
@@ -220,9 +243,17 @@ def table(folder: Path) -> str:
                 f"| {path.stem} | {name} | {r[NLL]:.3f} | {100 * r[COVERAGE95]:.1f} | "
                 f"{inside}/{len(cells)} | "
                 f"{m.get('tiles', 0)} | {100 * a.get(COVERAGE95, float('nan')):.1f} ({cov}) | "
-                f"{a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
+                f"{ci} | {a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
                 f"{100 * a.get(OFF_BY_2X, float('nan')):.1f} |"
             )
+    lines += ["", "| model | runs whose map coverage's 95% CI holds 95%: all / urban / rural |"]
+    lines.append("|---|---|")
+    for key, groups in consistent.items():
+        counts = " / ".join(
+            f"{sum(groups.get(g, []))} of {len(groups.get(g, []))}"
+            for g in ("all", "urban", "rural")
+        )
+        lines.append(f"| {key} | {counts} |")
     return "\n".join(lines)
 
 

@@ -17,10 +17,11 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import betaincinv, ndtr, ndtri
 
 __all__ = [
     "COVERAGE95",
+    "COVERAGE95_INTERVAL",
     "CRPS",
     "DEFAULT_LEVELS",
     "LEGACY_KEYS",
@@ -36,12 +37,14 @@ __all__ = [
     "WIDTH_SD",
     "canonical_keys",
     "coverage",
+    "coverage_verdict",
     "crps_gaussian",
     "gaussian_nll",
     "interval_width",
     "mae",
     "reliability_curve",
     "rmse",
+    "share_interval",
     "summary",
 ]
 
@@ -55,6 +58,9 @@ NLL = "nll"
 CRPS = "crps"
 #: Share of targets inside the central 95% predictive interval.
 COVERAGE95 = "coverage95"
+#: The 95% confidence interval ``[low, high]`` of a ``coverage95`` measured on few items
+#: (:func:`share_interval`).
+COVERAGE95_INTERVAL = "coverage95_interval"
 #: Mean width of the central 95% predictive interval.
 WIDTH95 = "width95"
 #: Standard deviation of the per-point 95% interval widths.
@@ -134,6 +140,34 @@ def coverage(y: np.ndarray, mean: np.ndarray, var: np.ndarray, *, level: float =
     y_, m_, v_ = _arrays(y, mean, var)
     half = _z(level) * np.sqrt(v_)
     return float(np.mean(np.abs(y_ - m_) <= half))
+
+
+def share_interval(hits: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact binomial) ``confidence`` interval of the share ``hits / n``:
+    ``[B^{-1}(a/2; k, n-k+1), B^{-1}(1-a/2; k+1, n-k)]`` with ``a = 1 - confidence`` and
+    ``B^{-1}`` the inverse regularised incomplete beta function; 0 and 1 at ``k = 0`` and
+    ``k = n``. It treats the items as independent."""
+    k, n = int(hits), int(n)
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= hits <= n and n >= 1, got hits={k}, n={n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    tail = 0.5 * (1.0 - confidence)
+    low = float(betaincinv(k, n - k + 1, tail)) if k > 0 else 0.0
+    high = float(betaincinv(k + 1, n - k, 1.0 - tail)) if k < n else 1.0
+    return low, high
+
+
+def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str:
+    """``"consistent"`` when ``nominal`` lies inside the measured coverage's confidence
+    ``interval``; ``"too narrow"`` when the whole interval is below it (the predictive
+    intervals miss too often), ``"too wide"`` when above."""
+    low, high = float(interval[0]), float(interval[1])
+    if high < nominal:
+        return "too narrow"
+    if low > nominal:
+        return "too wide"
+    return "consistent"
 
 
 def interval_width(var: np.ndarray, *, level: float = 0.95) -> float:

@@ -47,12 +47,14 @@ from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.metrics import (
     COVERAGE95,
+    COVERAGE95_INTERVAL,
     CRPS,
     MAE,
     MEDIAN_ABS_ERROR,
     NLL,
     OFF_BY_2X,
     WIDTH95,
+    coverage_verdict,
 )
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
@@ -983,7 +985,8 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
         f"Test tiles with at least {cal['min_tests']} tests over their test quarters: the "
         "95% interval of the map's quantity against the tile's tests-weighted level (its "
         "own test noise added). tile: what the map shows by default; area: the smooth f(x) "
-        "alone."
+        "alone. The coverage's own 95% confidence interval (exact binomial over the tiles) "
+        "says how far the count of tiles lets it be read: a calibrated map has 95% inside it."
     )
     rows = []
     for quantity in ("tile", "area"):
@@ -996,14 +999,45 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
                         group,
                         str(r["tiles"]),
                         _fmt(r[COVERAGE95], True),
+                        _interval_text(r.get(COVERAGE95_INTERVAL)),
                         _fmt(r[MEDIAN_ABS_ERROR]),
                         _fmt(r[OFF_BY_2X], True),
                     ]
                 )
     doc.table(
-        ["quantity", "tiles", "n", "95% coverage", "median |error| (log10)", "off by > 2×"],
+        [
+            "quantity",
+            "tiles",
+            "n",
+            "95% coverage",
+            "its 95% CI",
+            "median |error| (log10)",
+            "off by > 2×",
+        ],
         rows,
     )
+    tile = cal["tile"]["all"]
+    interval = tile.get(COVERAGE95_INTERVAL)
+    if interval is not None:
+        verdict = coverage_verdict(interval)
+        doc.para(
+            f"On these {tile['tiles']} tiles the tile quantity covers "
+            f"{_fmt(tile[COVERAGE95], True)}; its confidence interval, "
+            f"{_interval_text(interval)}, "
+            + (
+                "holds 95%: the map's intervals are as wide as they should be, as far as these "
+                "tiles can tell."
+                if verdict == "consistent"
+                else f"leaves out 95%: the map's intervals are {verdict}."
+            )
+        )
+
+
+def _interval_text(interval: Any) -> str:
+    """``93.9–99.8%`` for a share's ``[low, high]``; ``–`` without one."""
+    if not interval:
+        return "–"
+    return f"{100 * interval[0]:.1f}–{100 * interval[1]:.1f}%"
 
 
 def _tau2_text(tau2: dict[str, float] | float) -> str:

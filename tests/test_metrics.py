@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import integrate
-from scipy.stats import norm
+from scipy.stats import binomtest, norm
 
 from geodbk import metrics
+from geodbk.metrics import coverage_verdict, share_interval
 
 
 def test_crps_closed_form_matches_integral() -> None:
@@ -82,3 +83,27 @@ def test_legacy_keys_map_onto_canonical_names() -> None:
     canonical = {*metrics.SUMMARY_KEYS, *(k + metrics.STD_SUFFIX for k in metrics.SUMMARY_KEYS)}
     assert set(metrics.LEGACY_KEYS.values()) <= canonical
     assert not set(metrics.LEGACY_KEYS) & canonical
+
+
+@pytest.mark.parametrize(("hits", "n"), [(0, 12), (1, 12), (11, 12), (12, 12), (110, 116)])
+def test_share_interval_is_the_exact_binomial_interval(hits: int, n: int) -> None:
+    ref = binomtest(hits, n).proportion_ci(confidence_level=0.95, method="exact")
+    low, high = share_interval(hits, n)
+    assert low == pytest.approx(ref.low, abs=1e-12) and high == pytest.approx(ref.high, abs=1e-12)
+    assert low <= hits / n <= high
+    assert (low == 0.0) == (hits == 0) and (high == 1.0) == (hits == n)
+
+
+def test_share_interval_narrows_with_more_items_and_rejects_bad_counts() -> None:
+    small = share_interval(95, 100)
+    large = share_interval(950, 1000)
+    assert large[1] - large[0] < small[1] - small[0]
+    for hits, n in ((3, 2), (-1, 5), (0, 0)):
+        with pytest.raises(ValueError, match="hits"):
+            share_interval(hits, n)
+
+
+def test_coverage_verdict_reads_where_the_nominal_level_falls() -> None:
+    assert coverage_verdict(share_interval(114, 116)) == "consistent"  # 98.3% of 116 tiles
+    assert coverage_verdict(share_interval(99, 116)) == "too narrow"  # 85.3%
+    assert coverage_verdict(share_interval(1000, 1000)) == "too wide"

@@ -19,6 +19,7 @@ from app.runs import TARGETS
 from app.ui import missing
 from geodbk.metrics import (
     COVERAGE95,
+    COVERAGE95_INTERVAL,
     CRPS,
     MAE,
     MEDIAN_ABS_ERROR,
@@ -26,6 +27,7 @@ from geodbk.metrics import (
     OFF_BY_2X,
     STD_SUFFIX,
     WIDTH95,
+    coverage_verdict,
 )
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -312,12 +314,19 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
         for group in ("all", "urban", "rural"):
             r = (cal.get(quantity) or {}).get(group)
             if isinstance(r, dict):
+                interval = r.get(COVERAGE95_INTERVAL)
+                low, high = interval if isinstance(interval, list) else (None, None)
                 rows.append(
                     {
                         "quantity": quantity,
                         "group": group,
                         "tiles": r.get("tiles"),
                         "95% coverage": _num(r.get(COVERAGE95)),
+                        "CI low": _num(low),
+                        "CI high": _num(high),
+                        "reads as": coverage_verdict(interval)
+                        if isinstance(interval, list)
+                        else "",
                         "median |error| (log10)": _num(r.get(MEDIAN_ABS_ERROR)),
                         "off by > 2×": _num(r.get(OFF_BY_2X)),
                     }
@@ -338,11 +347,18 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
             "the map's own calibration cannot be measured on this split."
         )
         return
-    _table(table, percent=("95% coverage", "off by > 2×"), fixed=("median |error| (log10)",))
+    _table(
+        table,
+        percent=("95% coverage", "CI low", "CI high", "off by > 2×"),
+        fixed=("median |error| (log10)",),
+    )
     st.caption(
         f"Test tiles with at least {cal.get('min_tests', 30)} tests: the map's 95% interval "
         "against each tile's tests-weighted level. tile = what the maps show by default (each "
-        "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%."
+        "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%: "
+        "CI low–high is the coverage's own 95% confidence interval over the tiles (exact "
+        "binomial), and 'reads as' says whether 95% lies inside it (consistent) or the map's "
+        "intervals are too narrow or too wide."
     )
 
 

@@ -42,6 +42,10 @@ def test_demo_coverage_report_and_model_tabs(
     frames = [d.value for d in report.dataframe]
     cal = next(f for f in frames if "median |error| (log10)" in f.columns)
     assert list(cal["quantity"])[:3] == ["tile"] * 3 and "area" in set(cal["quantity"])
+    # with the coverage's own confidence interval and what it reads as
+    assert (cal["CI low"] <= cal["95% coverage"]).all()
+    assert (cal["95% coverage"] <= cal["CI high"]).all()
+    assert set(cal["reads as"]) <= {"consistent", "too narrow", "too wide"}
     svc = next(f for f in frames if "served when" in f.columns)
     assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
     assert any(c.startswith("Data: geodbk's synthetic") for c in texts(report, "caption"))
@@ -114,3 +118,17 @@ def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
     assert list(table["quarter"]) == ["2023Q4", "2024Q1"]
     assert table["rural n"].isna().tolist() == [True, False]
     assert math.isnan(table["NLL"].iloc[0]) and table["NLL"].iloc[1] == 1.0
+
+
+def test_map_calibration_table_reads_files_without_the_interval() -> None:
+    from app.tabs.report_tab import map_calibration_table
+
+    group = {"tiles": 40, "coverage95": 0.9, "median_abs_error": 0.2, "off_by_2x": 0.3}
+    old = map_calibration_table({"map_calibration": {"tile": {"all": group}}})
+    assert old is not None
+    assert math.isnan(old["CI low"][0]) and old["reads as"][0] == ""
+    new = map_calibration_table(
+        {"map_calibration": {"tile": {"all": group | {"coverage95_interval": [0.76, 0.97]}}}}
+    )
+    assert new is not None
+    assert new["CI low"][0] == 0.76 and new["reads as"][0] == "consistent"

@@ -32,6 +32,9 @@ def test_levels_weights_and_filter_by_hand() -> None:
     assert cal["urban"]["median_abs_error"] == pytest.approx(0.05)
     assert cal["all"]["median_abs_error"] == pytest.approx((0.05 + 0.5) / 2)
     assert cal["all"]["off_by_2x"] == pytest.approx(0.5)
+    # one tile of one covered: the exact binomial interval [0.025, 1]
+    assert cal["urban"]["coverage95_interval"] == pytest.approx([0.025, 1.0])
+    assert cal["all"]["coverage95_interval"][0] < 0.5 < cal["all"]["coverage95_interval"][1]
 
 
 def test_the_levels_own_noise_widens_the_interval() -> None:
@@ -77,6 +80,9 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     assert cal["tile"]["all"]["median_abs_error"] < cal["area"]["all"]["median_abs_error"]
     text = (run / "report" / "download" / "report.md").read_text()
     assert "## Map calibration" in text and "## Local layer" in text
+    low, high = cal["tile"]["all"]["coverage95_interval"]
+    assert low <= cal["tile"]["all"]["coverage95"] <= high
+    assert "its confidence interval" in text
     assert "tile quantity" in text
     # the demo region is geodbk's synthetic data: no third-party licence, and it says so
     assert "## Data and licence" in text and "no third-party licence" in text
