@@ -58,9 +58,9 @@ class Doc:
                 out += [f"- {item}" for item in val] + [""]
             elif kind == "table":
                 header, rows = val
-                out.append("| " + " | ".join(header) + " |")
+                out.append("| " + " | ".join(_cell(c) for c in header) + " |")
                 out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-                out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+                out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
                 out.append("")
             elif kind == "img":
                 out += [f"![{val[1]}]({val[0]})", ""]
@@ -194,3 +194,9 @@ QUARTER_HEADER: tuple[str, ...] = (
     "rural NLL",
     "rural cov.",
 )
+
+
+def _cell(value: Any) -> str:
+    """A markdown table cell: a ``|`` in the text (``median |error|``) escaped, so that it does
+    not split the cell."""
+    return str(value).replace("|", "\\|")

@@ -33,6 +33,14 @@ def test_markdown_and_html_render_the_same_blocks() -> None:
     assert "<img src='reliability.png' alt='a &#x27;curve&#x27;'>" in page
 
 
+def test_a_pipe_in_a_table_cell_does_not_split_it() -> None:
+    doc = Doc("t")
+    doc.table(["group", "median |error|"], [["all", "a|b"]])
+    md = doc.markdown().splitlines()
+    assert "| group | median \\|error\\| |" in md and "| all | a\\|b |" in md
+    assert "<th>median |error|</th>" in doc.html()
+
+
 def test_split_sentences_name_each_kind_and_the_row_counts() -> None:
     counts = {"train": 80, "val": 10, "test": 10}
     forecast = split_sentence(
