@@ -30,7 +30,15 @@ and initialises the model with ``S`` (a second cross-validation seed; use its ow
 validation rows and conditioned on each tile's train and validation quarters); the results go
 to ``VARIANT-tile_*``, whose ``.npz`` also keeps the GP's own predictions (``mean_gp``,
 ``var_gp``) and its latent mean, variance and noise components at every row, so that
-``tile --fold K`` refits the tile effect alone, without retraining the GP.
+``tile --fold K`` refits the tile effect alone, without retraining the GP. ``local --fold K``
+fits the local layer (:func:`pipelines.layers.fit_local_layer`: the tile effect plus the
+nearest-neighbour spatial field, as ``geodbk train`` fits it) from the same saved latents
+(``VARIANT-local_*``; ``pool --local-layer`` scores it)::
+
+    for k in $(seq 0 9); do OMP_NUM_THREADS=1 python benchmarks/bench_noise_cv.py local \
+        --run RUN --variant pooled-devices --fold $k --out runs/cv; done
+    python benchmarks/bench_noise_cv.py pool --run RUN --variant pooled-devices --out runs/cv \
+        --local-layer
 """
 
 from __future__ import annotations
@@ -149,6 +157,8 @@ def run_name(args: argparse.Namespace) -> str:
     """File stem of a variant's results: ``VARIANT``, or with the tile effect ``VARIANT-tile``
     plus ``u`` (``tile --by-urban``: each noise term rescaled per class) and ``g``
     (``--groups urban``: a tau² per class), e.g. ``VARIANT-tileg``."""
+    if getattr(args, "local_layer", False):
+        return f"{args.variant}-local"
     if not args.tile_effect:
         return args.variant
     suffix = ("u" if getattr(args, "by_urban", False) else "") + (
@@ -274,6 +284,74 @@ def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
     np.savez(out, **(saved | extra | {"mean": pred.mean, "var": pred.var}))
     return {"variant": run_name(args), "fold": args.fold, "tile_val_nll": extra["tile_val_nll"]}
+
+
+def refit_local_layer(args: argparse.Namespace) -> dict[str, Any]:
+    """The local layer of one fold from its saved GP latents (no GP retraining): the tile
+    effect refitted as ``tile`` does, then :func:`pipelines.layers.fit_local_layer` on the
+    fold's validation rows, conditioned on its train and validation rows, predicting its test
+    rows (each at its tile's centre). Writes ``VARIANT-local_fold_K.npz``."""
+    from geodbk.geo.timeaxis import quarter_indices
+    from geodbk.predictive import Prediction
+    from geodbk.tile_effect import TileEffect
+    from pipelines.layers import ValidationRows, fit_local_layer, tile_positions
+
+    rows = load_rows(Path(args.run), args.target)
+    train, val, test = fold_masks(len(rows), args)
+    saved = dict(np.load(Path(args.out) / f"{args.variant}-tileg_fold_{args.fold}.npz"))
+    y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
+    tiles = rows["quadkey"].astype(str).to_numpy()
+    times = quarter_indices(rows["quarter"].astype(str)).astype(np.float64)
+    urban = rows["urban"].to_numpy(dtype=bool)
+    groups = tile_groups(rows, args)
+    mean_f, var_f, comp = saved["latent_mean"], saved["latent_var"], saved["components"]
+    residual = y - mean_f
+
+    def part(mask: np.ndarray) -> dict[str, Any]:
+        return {
+            "tiles": tiles[mask],
+            "times": times[mask],
+            "residual": residual[mask],
+            "var_f": var_f[mask],
+            "components": comp[mask],
+            "groups": None if groups is None else groups[mask],
+        }
+
+    t0 = time.perf_counter()
+    names = [str(c) for c in saved["component_names"]]
+    effect = TileEffect.fit(
+        **part(train), **{f"val_{k}": v for k, v in part(val).items()}, component_names=names
+    ).with_rows(**part(val))
+    validation = ValidationRows(
+        X=np.empty((int(val.sum()), 0)),
+        y=y[val],
+        tiles=tiles[val],
+        times=times[val],
+        noise={},
+        groups=None if groups is None else groups[val],
+        tests=np.maximum(rows["tests"].to_numpy(dtype=np.float64), 1.0)[val],
+        urban=urban[val],
+    )
+    latent = Prediction(mean=mean_f[val], var=var_f[val], var_f=var_f[val])
+    layer = fit_local_layer(
+        effect, n_train=int(train.sum()), val=validation, pred=latent, components=comp[val]
+    )
+    test_rows = part(test)
+    test_rows.pop("residual")
+    got = layer.predict(**test_rows, xy=tile_positions(tiles[test], lat0=layer.params.lat0))
+    p = layer.params
+    extra = {
+        "mean": mean_f[test] + got.shift,
+        "var": got.tile_var + got.noise_var,
+        "local_sigma2": p.sigma2,
+        "local_range_km": p.range_km,
+        "local_val_nll": p.val_nll,
+        "local_val_nll_without": p.val_nll_without,
+        "local_seconds": time.perf_counter() - t0,
+    }
+    out = Path(args.out) / f"{run_name(args)}_fold_{args.fold}.npz"
+    np.savez(out, **(saved | extra))
+    return {"variant": run_name(args), "fold": args.fold, "local_val_nll": p.val_nll}
 
 
 def fold_masks(n: int, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -428,7 +506,7 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``fold`` (one fit) or ``pool`` (score the pooled folds)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fold", "pool", "tile"])
+    p.add_argument("what", choices=["fold", "pool", "tile", "local"])
     p.add_argument("--run", required=True)
     p.add_argument("--target", default="download")
     p.add_argument("--variant", default="time-power", choices=sorted(VARIANTS))
@@ -461,7 +539,17 @@ def main(argv: list[str] | None = None) -> int:
         help="with the tile effect: a tau² per urban/rural class (default, as `geodbk train`; "
         "results VARIANT-tileg_*) or one for every tile (`none`: VARIANT-tile_*)",
     )
+    p.add_argument(
+        "--local-layer",
+        action="store_true",
+        help="with `pool`: score the local layer's predictions (VARIANT-local_*, written by "
+        "`local` from a `fold --tile-effect` file)",
+    )
     args = p.parse_args(argv)
+    if args.what == "local":
+        args.local_layer = True
+        print(json.dumps(refit_local_layer(args)), file=sys.stderr)
+        return 0
     if args.what == "tile":
         args.tile_effect = True
         print(json.dumps(refit_tile_effect(args)), file=sys.stderr)

@@ -35,6 +35,7 @@ __all__ = [
     "LAYER_FILE",
     "ValidationRows",
     "choose_place_share",
+    "fit_local_layer",
     "fit_run_local_layer",
     "load_local_layer",
     "load_map_layers",
@@ -114,11 +115,20 @@ def fit_run_local_layer(
     conditioned on all of ``effect``'s rows. With ``val.tests`` and ``val.urban`` the place
     share of an unmeasured tile's prior is chosen on the validation tiles
     (:func:`choose_place_share`); without them it stays 1."""
+    pred, comp = _gp_at(model, val)
+    return fit_local_layer(effect, n_train=n_train, val=val, pred=pred, components=comp)
 
+
+def fit_local_layer(
+    effect: Any, *, n_train: int, val: ValidationRows, pred: Any, components: np.ndarray
+) -> LocalLayer:
+    """:func:`fit_run_local_layer` from the GP's latent prediction ``pred`` (``mean``,
+    ``var_f``) and noise ``components`` at the validation rows (``val.X`` and ``val.noise``
+    are not read)."""
+    comp = components
     train_effect = effect.first_rows(n_train)
     _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
-    pred, comp = _gp_at(model, val)
     val_xy = tile_positions(val.tiles, lat0=lat0)
     layer = LocalLayer.fit(
         train_effect,
