@@ -73,6 +73,7 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
     )
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        model.train()
         opt.zero_grad(set_to_none=True)
         loss = batch_loss(model, x, y, n=n, config=config)
         loss.backward()
@@ -212,51 +213,65 @@ def bench_setting(
     steps: int,
     device: torch.device,
     gflops: float,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
     """Time every model at one (r, h, b) setting.
 
-    A DBK row also gets its prediction's FLOPs per point and the floor they set at the
-    machine's matrix-product rate ``gflops``: ``floor = FLOPs / rate``, and the measured time
-    over that floor.
+    With ``rounds`` = 1 each model is timed in turn: ``steps`` training steps, then three
+    prediction passes. With more, the models take turns ``rounds`` times (``steps`` steps and
+    one prediction pass each per round), so that a machine whose speed drifts slows every
+    model alike, and the DBK models' ratios to SV-DKL are taken within each round (a
+    ``ratios`` row: median, min and max over the rounds). A DBK row also gets its prediction's
+    FLOPs per point and the floor they set at the machine's matrix-product rate ``gflops``:
+    ``floor = FLOPs / rate``, and the measured time over that floor.
     """
     gen = torch.Generator().manual_seed(0)
     n_train = 100_000
     x_train = (torch.rand(b * 4, 2, generator=gen) * 2 - 1).to(device)
     y_train = torch.sin(3 * x_train[:, 0]) + 0.1 * torch.randn(b * 4, generator=gen).to(device)
     x_pred = (torch.rand(n_pred, 2, generator=gen) * 2 - 1).to(device)
+    batches = [(x_train[i * b : (i + 1) * b], y_train[i * b : (i + 1) * b]) for i in range(4)]
+    models = {name: maker(r, h, n_train, device) for name, maker in MAKERS.items()}
+    step_times: dict[str, list[list[float]]] = {name: [] for name in models}
+    pred_times: dict[str, list[float]] = {name: [] for name in models}
+    for round_ in range(rounds):
+        for name, m in models.items():
+            counter = {"i": 0}
+
+            def one_step(m: dict[str, Any] = m, counter: dict = counter) -> None:
+                xb, yb = batches[counter["i"] % len(batches)]
+                counter["i"] += 1
+                m["step"](xb, yb)
+
+            step_times[name].append(
+                _timeit(one_step, warmup=2 if round_ == 0 else 0, reps=steps, device=device)
+            )
+            m["prepare"]()
+
+            def predict_all(m: dict[str, Any] = m) -> None:
+                with torch.no_grad():
+                    for i in range(0, n_pred, chunk):
+                        m["predict"](x_pred[i : i + chunk])
+
+            if round_ == 0:
+                with torch.no_grad():
+                    m["predict"](x_pred[:chunk])  # warm caches (GPyTorch) / allocator
+            pred_times[name] += _timeit(
+                predict_all, warmup=0, reps=3 if rounds == 1 else 1, device=device
+            )
     rows = []
-    for name, maker in MAKERS.items():
-        m = maker(r, h, n_train, device)
-        batches = [(x_train[i * b : (i + 1) * b], y_train[i * b : (i + 1) * b]) for i in range(4)]
-        counter = {"i": 0}
-
-        def one_step(
-            m: dict[str, Any] = m, batches: list = batches, counter: dict = counter
-        ) -> None:
-            xb, yb = batches[counter["i"] % len(batches)]
-            counter["i"] += 1
-            m["step"](xb, yb)
-
-        step_times = _timeit(one_step, warmup=2, reps=steps, device=device)
-        m["prepare"]()
-
-        def predict_all(m: dict[str, Any] = m) -> None:
-            with torch.no_grad():
-                for i in range(0, n_pred, chunk):
-                    m["predict"](x_pred[i : i + chunk])
-
-        with torch.no_grad():
-            m["predict"](x_pred[:chunk])  # warm caches (GPyTorch) / allocator
-        pred_times = _timeit(predict_all, warmup=0, reps=3, device=device)
-        t_pred = statistics.median(pred_times)
+    for name, m in models.items():
+        t_pred = statistics.median(pred_times[name])
+        every_step = [t for block in step_times[name] for t in block]
         rows.append(
             {
                 "model": name,
                 "r": r,
                 "h": h,
                 "b": b,
-                "step_ms_median": 1e3 * statistics.median(step_times),
-                "step_ms_min": 1e3 * min(step_times),
+                "rounds": rounds,
+                "step_ms_median": 1e3 * statistics.median(every_step),
+                "step_ms_min": 1e3 * min(every_step),
                 "predict_points_per_s": n_pred / t_pred,
                 "predict_us_per_point": 1e6 * t_pred / n_pred,
             }
@@ -268,7 +283,34 @@ def bench_setting(
             rows[-1]["predict_floor_us_per_point"] = 1e6 * floor_s
             rows[-1]["predict_over_floor"] = (t_pred / n_pred) / floor_s
         print(json.dumps(rows[-1]), flush=True)
+    if rounds > 1:
+        rows.append({"ratios": round_ratios(step_times, pred_times), "r": r, "h": h, "b": b})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def round_ratios(
+    step_times: dict[str, list[list[float]]], pred_times: dict[str, list[float]]
+) -> dict[str, dict[str, float]]:
+    """Each DBK model's step time over SV-DKL's and SV-DKL's prediction time over its, within
+    each round (step: the round's median step), as median, min and max over the rounds."""
+    out = {}
+    base_steps = [statistics.median(block) for block in step_times["SV-DKL"]]
+    for name in (n for n in step_times if n.startswith("DBK")):
+        steps = [statistics.median(block) for block in step_times[name]]
+        per_round = {
+            f"{name} step / SV-DKL step": [a / c for a, c in zip(steps, base_steps, strict=True)],
+            f"SV-DKL predict / {name} predict": [
+                c / a for a, c in zip(pred_times[name], pred_times["SV-DKL"], strict=True)
+            ],
+        }
+        for key, values in per_round.items():
+            out[key] = {
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+            }
+    return out
 
 
 def main() -> None:
@@ -284,6 +326,13 @@ def main() -> None:
         default="1024,256,1024;256,64,256",
         help="semicolon-separated r,h,b triples",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with more than 1, the models take turns this many times and the ratios to "
+        "SV-DKL are taken within each round (robust to a machine whose speed drifts)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -297,6 +346,7 @@ def main() -> None:
         "n_pred": args.n_pred,
         "chunk": args.chunk,
         "steps": args.steps,
+        "rounds": args.rounds,
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
@@ -314,6 +364,7 @@ def main() -> None:
             steps=args.steps,
             device=device,
             gflops=info["matmul_gflops_fp32"],
+            rounds=args.rounds,
         )
     if args.out:
         with open(args.out, "w") as fh:
