@@ -170,6 +170,7 @@ def run_ingest(
 
         the_region = Region(name="tiles extent", geometry=shapely.box(w, s, e, n), kind="tiles")
     region_bounds = the_region.bounds
+    _warn_if_across_the_antimeridian(the_region.name, region_bounds)
     layer = resolve_urban(
         urban_areas=urban_areas,
         tracts=tracts,
@@ -394,6 +395,27 @@ def _check_forecast_quarters(
         f"--quarters 2019Q1:2023Q4) or pass tiles of more quarters, or use --split random or "
         f"--split block"
     )
+
+
+#: A region wider than this (degrees of longitude) most likely crosses the 180° meridian.
+ANTIMERIDIAN_SPAN = 180.0
+
+
+def _warn_if_across_the_antimeridian(name: str, bounds: tuple[float, ...]) -> None:
+    """Warn when a region spans more than :data:`ANTIMERIDIAN_SPAN` degrees of longitude, as
+    one crossing the 180° meridian does (Alaska's Aleutians): longitudes stay in [-180, 180],
+    so its [-1, 1] scaling and its grids span the globe's width around the part it has."""
+    west, _, east, _ = bounds
+    if east - west > ANTIMERIDIAN_SPAN:
+        log.warning(
+            "the region %s spans longitudes %.2f to %.2f, so it crosses the 180° meridian: "
+            "geodbk keeps longitudes in [-180, 180], and its scaling and maps would span the "
+            "globe's width; map each side on its own (--bbox W S E N on one side), or keep the "
+            "region and pass --scale-by tiles so that the model's inputs span the tiles only",
+            name,
+            west,
+            east,
+        )
 
 
 def _check_split_sizes(labels: Any, *, split: str, block_size: float) -> None:

@@ -117,3 +117,18 @@ def test_cli_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["ingest", "--help"])
     out = capsys.readouterr().out
     assert "examples:" in out and "--rural-tracts" in out and "--split" in out
+
+
+def test_a_region_across_the_antimeridian_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pipelines.ingest import _warn_if_across_the_antimeridian
+
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _warn_if_across_the_antimeridian("Hawaii", (-178.4, 18.9, -154.8, 28.5))
+    assert not caplog.records
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _warn_if_across_the_antimeridian("Alaska", (-179.15, 51.2, 179.78, 71.4))
+    (record,) = caplog.records
+    assert "Alaska" in record.message and "180° meridian" in record.message
+    assert "--bbox" in record.message and "--scale-by tiles" in record.message
