@@ -162,7 +162,8 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
     (``tile_effect_*``, ``local_layer_*``): the offsets' spread tau² per class, the share
     lambda of the GP's variance, the place share of an unmeasured tile's prior and the local
-    layer's range. ``None`` for a grid made without a tile effect."""
+    layer's range, variance and (when refitted) rho. ``None`` for a grid made without a tile
+    effect."""
     a = attrs or {}
     if not attr_flag(a, "tile_effect"):
         return None
@@ -182,7 +183,9 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     if layer and "local_layer_range_km" in a:
         text += (
             f" + local layer (range {float(a['local_layer_range_km']):.1f} km, "
-            f"σ² {float(a.get('local_layer_sigma2', 0.0)):.3g})"
+            f"σ² {float(a.get('local_layer_sigma2', 0.0)):.3g}"
+            + (f", ρ {float(a['local_layer_rho']):.3g}" if "local_layer_rho" in a else "")
+            + ")"
         )
     return text
 

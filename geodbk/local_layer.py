@@ -36,6 +36,7 @@ from scipy.spatial import cKDTree
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
 from geodbk.tile_effect import (
+    MIN_OBJECTIVE_ROWS,
     TileEffect,
     TileEffectPrediction,
     _factor,
@@ -59,6 +60,8 @@ __all__ = [
 _DT = torch.float64
 _JITTER = 1e-9
 EARTH_RADIUS_KM = 6371.0088
+#: Upper bound of a refitted ``rho`` (a white offset that never changes is the field's job).
+_RHO_MAX = 0.999
 #: Default number of neighbouring tiles that krige the spatial field.
 NEIGHBOURS = 16
 
@@ -103,6 +106,9 @@ class SpatialParameters:
         ``tau²`` and the field's kriging variance) that is the place's, what a well-measured
         tile's level shows; the rest, ``1 - c``, is its testers' and goes to one test's noise
         (:meth:`LocalLayer.predict`). 1 (files written before it): all of it is the place's.
+    rho
+        The quarter-to-quarter correlation of the white offset, refitted with the field
+        (``None``, files written before it: the tile effect's).
     """
 
     sigma2: float
@@ -113,6 +119,7 @@ class SpatialParameters:
     val_nll: float | None = None
     val_nll_without: float | None = None
     place_share: float = 1.0
+    rho: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -368,7 +375,7 @@ class LocalLayer:
         p, e = self.params, self.effect.params
         return _Theta(
             tau2=torch.tensor([p.tau2[g] for g in e.groups], dtype=_DT),
-            rho=torch.tensor(e.rho, dtype=_DT),
+            rho=torch.tensor(e.rho if p.rho is None else p.rho, dtype=_DT),
             lam=torch.tensor(e.latent_scale, dtype=_DT),
             kappa=torch.tensor(e.noise_scale, dtype=_DT),
             mu=self.effect.persistent,
@@ -392,15 +399,21 @@ class LocalLayer:
         lat0: float = 0.0,
         neighbours: int = NEIGHBOURS,
         keep_total: bool = True,
+        fit_rho: bool = True,
         max_iter: int = 60,
     ) -> LocalLayer:
         """Choose ``sigma²``, ``ell`` and ``tau²`` per group by the validation NLL of rows
         predicted from their own tile's rows and their neighbours' (both from ``effect``,
-        conditioned on the training rows). ``rho``, ``lambda`` and ``kappa`` stay the
-        effect's. Validation rows are given like :meth:`TileEffect.fit`'s, plus ``val_xy``
-        (n, 2) km positions of their tiles. ``keep_total``: keep each group's total offset
-        variance at the effect's ``tau²`` and fit only the share ``sigma²`` of it that
-        neighbours share (``tau²_g - sigma²`` stays white), and the range.
+        conditioned on the training rows). ``lambda`` and ``kappa`` stay the effect's.
+        Validation rows are given like :meth:`TileEffect.fit`'s, plus ``val_xy`` (n, 2) km
+        positions of their tiles. ``keep_total``: keep each group's total offset variance at
+        the effect's ``tau²`` and fit only the share ``sigma²`` of it that neighbours share
+        (``tau²_g - sigma²`` stays white), and the range. ``fit_rho``: refit the white part's
+        quarter-to-quarter correlation ``rho`` with them, when at least
+        :data:`~geodbk.tile_effect.MIN_OBJECTIVE_ROWS` validation rows have a measured tile
+        (the field is constant in time, so the white part alone carries a tile's change from
+        quarter to quarter, and the effect's ``rho`` would shrink it by ``1 - sigma²/tau²``);
+        otherwise ``rho`` stays the effect's.
         """
         names = effect.params.components
         tiles, times, res, vf, comp, code_a, own = effect._rows(
@@ -441,23 +454,35 @@ class LocalLayer:
             if keep_total
             else [*np.log(0.7 * tau0), math.log(0.3 * scale), math.log(2.0)]
         )
+        # rho is read from tiles whose validation rows follow training rows; without enough
+        # of them (tile and block splits) the objective cannot tell it, and it stays the effect's
+        fit_rho = fit_rho and int((own >= 0).sum()) >= MIN_OBJECTIVE_ROWS
+        rho0 = min(max(float(effect.params.rho), 1e-3), _RHO_MAX - 1e-3) / _RHO_MAX
+        if fit_rho:
+            start_raw.append(math.log(rho0 / (1.0 - rho0)))
         raw = torch.tensor(start_raw, dtype=_DT, requires_grad=True)
         bounds = (math.log(1e-8 * scale), math.log(100.0 * scale))
         total = torch.as_tensor(tau0, dtype=_DT)
 
-        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            rng = torch.exp(p[-1].clamp(math.log(0.05), math.log(200.0)))
+        def unpack(
+            p: torch.Tensor,
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            rho = _RHO_MAX * torch.sigmoid(p[-1].clamp(-9.0, 9.0)) if fit_rho else fixed.rho
+            q = p[:-1] if fit_rho else p
+            rng = torch.exp(q[-1].clamp(math.log(0.05), math.log(200.0)))
             if keep_total:  # sigma² a share of the smallest tau²; each tau² gives it up
-                sigma2 = torch.sigmoid(p[0]).clamp(1e-6, 1.0 - 1e-6) * total.min()
-                return total - sigma2, sigma2, rng
-            tau2 = torch.exp(p[:n_g].clamp(*bounds))
-            sigma2 = torch.exp(p[n_g].clamp(*bounds))
-            return tau2, sigma2, rng
+                sigma2 = torch.sigmoid(q[0]).clamp(1e-6, 1.0 - 1e-6) * total.min()
+                return total - sigma2, sigma2, rng, rho
+            tau2 = torch.exp(q[:n_g].clamp(*bounds))
+            sigma2 = torch.exp(q[n_g].clamp(*bounds))
+            return tau2, sigma2, rng, rho
 
-        def nll(p: torch.Tensor, *, spatial: bool = True) -> torch.Tensor:
-            tau2, sigma2, rng = unpack(p)
+        def nll(p: torch.Tensor, *, spatial: bool = True, own_rho: bool = True) -> torch.Tensor:
+            tau2, sigma2, rng, rho = unpack(p)
+            if not own_rho:
+                rho = fixed.rho
             if not spatial:
-                tau2, sigma2 = fixed.tau2, torch.zeros((), dtype=_DT)
+                tau2, sigma2, rho = fixed.tau2, torch.zeros((), dtype=_DT), fixed.rho
             shift, var = _predict_rows(
                 lay,
                 hood,
@@ -465,15 +490,17 @@ class LocalLayer:
                 vt,
                 vv,
                 code,
-                replace(fixed, tau2=tau2, sigma2=sigma2, range_km=rng),
+                replace(fixed, tau2=tau2, sigma2=sigma2, range_km=rng, rho=rho),
             )
             noise = (vc * fixed.kappa).sum(-1) + unseen * (vc * fixed.mu).sum(-1)
             return mean_gaussian_nll(vr, shift, var + noise)
 
         minimize_lbfgs(nll, raw, max_iter=max_iter)
         with torch.no_grad():
-            tau2, sigma2, rng = unpack(raw)
+            tau2, sigma2, rng, rho = unpack(raw)
             best, without = float(nll(raw)), float(nll(raw, spatial=False))
+            if fit_rho and (effect_rho := float(nll(raw, own_rho=False))) <= best:
+                fit_rho, best = False, effect_rho  # the effect's rho (say 1) was no worse
         params = SpatialParameters(
             sigma2=float(sigma2),
             range_km=float(rng),
@@ -482,6 +509,7 @@ class LocalLayer:
             lat0=lat0,
             val_nll=best,
             val_nll_without=without,
+            rho=float(rho) if fit_rho else None,
         )
         return cls(effect, params, tile_xy=tile_xy)
 

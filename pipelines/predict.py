@@ -303,12 +303,15 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
     if layer is None:
         return {}
     p = layer.params
-    return {
+    out = {
         "local_layer_sigma2": float(p.sigma2),
         "local_layer_range_km": float(p.range_km),
         "local_layer_neighbours": int(p.neighbours),
         "local_layer_place_share": float(p.place_share),
     }
+    if p.rho is not None:  # refitted with the field: the offsets' rho the maps use
+        out["local_layer_rho"] = float(p.rho)
+    return out
 
 
 def _tile_effect_attrs(effect: Any) -> dict[str, Any]:

@@ -966,7 +966,14 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         "On top of the tile effect, a short-range spatial field (Matérn-3/2, range "
         f"{params['range_km']:.2f} km, variance {params['sigma2']:.4f} log10 units²) pulls each "
         f"tile toward its {params['neighbours']} nearest measured tiles; the offset's remaining "
-        f"white part has τ² = {_tau2_text(params['tau2'])}. Validation NLL "
+        f"white part has τ² = {_tau2_text(params['tau2'])}"
+        + (
+            f" and a quarter-to-quarter correlation ρ = {params['rho']:.3f}, refitted with the "
+            "field"
+            if params.get("rho") is not None
+            else ""
+        )
+        + ". Validation NLL "
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field."
     )

@@ -455,3 +455,75 @@ def test_spatial_parameters_without_a_place_share_read_as_one() -> None:
     assert raw["place_share"] == 1.0
     raw.pop("place_share")
     assert SpatialParameters.from_dict(raw).place_share == 1.0
+
+
+def _changing_tiles(seed: int) -> tuple[np.ndarray, ...]:
+    """150 tiles at 4 quarters: a static spatial field (0.1), a white offset drawn anew every
+    quarter (0.05: its quarter-to-quarter correlation is 0) and test noise (0.05)."""
+    rng = np.random.default_rng(seed)
+    n, rows = 150, 4
+    xy = rng.uniform(0, 20, size=(n, 2))
+    d = np.sqrt(((xy[:, None] - xy[None]) ** 2).sum(-1))
+    field = rng.multivariate_normal(np.zeros(n), 0.1 * _c(d * RANGE / 3.0) + 1e-9 * np.eye(n))
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    y = field[tile] + rng.normal(0, math.sqrt(0.05), tile.size)
+    y += rng.normal(0, math.sqrt(0.05), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    return ids, times, y, np.full((tile.size, 1), 0.05), xy, tile
+
+
+def test_fit_refits_rho_where_validation_rows_follow_training_rows() -> None:
+    """Held-out last quarters of measured tiles tell how much a tile changes from quarter to
+    quarter: the white offset's rho falls from the effect's 1 toward the truth, 0, and the
+    validation NLL is lower than with the effect's rho. Validation tiles without training
+    rows (a tile split) cannot tell it: rho stays the effect's."""
+    ids, times, y, noise, xy, tile = _changing_tiles(7)
+    train = times < 3
+    fitted = _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=xy, tau2=0.15)
+    kept = _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=xy, tau2=0.15, fit_rho=False)
+    assert fitted.params.rho is not None and fitted.params.rho < 0.5
+    assert kept.params.rho is None
+    assert fitted.params.val_nll < kept.params.val_nll
+    unseen = tile >= 120  # 30 tiles whose rows are all held out: 120 rows, none measured
+    layer = _fit_layer(ids, times, y, noise, xy[tile], ~unseen, tile_xy=xy[:120], tau2=0.15)
+    assert layer.params.rho is None
+
+
+def test_a_refitted_rho_is_the_one_the_layer_predicts_with() -> None:
+    """A layer whose parameters hold rho predicts as the same layer over a tile effect with
+    that rho; files without it read as the effect's (``None``)."""
+    ids, times, y, noise, xy, tile = _changing_tiles(3)
+    train = times < 3
+
+    def layer(effect_rho: float, layer_rho: float | None) -> LocalLayer:
+        params = TileEffectParameters(
+            tau2={"all": 0.15},
+            rho=effect_rho,
+            noise_scale=(1.0,),
+            components=("noise",),
+            latent_scale=1.0,
+        )
+        effect = TileEffect(
+            params,
+            tiles=ids[train],
+            times=times[train],
+            residual=y[train],
+            var_f=np.full(train.sum(), 1e-4),
+            components=noise[train],
+        )
+        spatial = SpatialParameters(
+            sigma2=0.08, range_km=RANGE, tau2={"all": 0.07}, neighbours=8, rho=layer_rho
+        )
+        return LocalLayer(effect, spatial, tile_xy=xy)
+
+    kw = {"tiles": ids[~train], "times": times[~train], "var_f": np.full((~train).sum(), 1e-4)}
+    kw |= {"components": noise[~train], "xy": xy[tile][~train]}
+    a = layer(0.3, None).predict(**kw)
+    b = layer(0.95, 0.3).predict(**kw)
+    np.testing.assert_allclose(a.shift, b.shift, rtol=1e-12)
+    np.testing.assert_allclose(a.tile_var, b.tile_var, rtol=1e-12)
+    raw = SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}, rho=0.4).to_dict()
+    assert SpatialParameters.from_dict(raw).rho == 0.4
+    raw.pop("rho")
+    assert SpatialParameters.from_dict(raw).rho is None
