@@ -184,7 +184,11 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
         text += (
             f" + local layer (range {float(a['local_layer_range_km']):.1f} km, "
             f"σ² {float(a.get('local_layer_sigma2', 0.0)):.3g}"
-            + (f", ρ {float(a['local_layer_rho']):.3g}" if "local_layer_rho" in a else "")
+            + "".join(
+                f", ρ {k.removeprefix('local_layer_rho_')} {float(v):.3g}"
+                for k, v in sorted(a.items())
+                if k.startswith("local_layer_rho_")
+            )
             + ")"
         )
     return text

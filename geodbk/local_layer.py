@@ -108,8 +108,8 @@ class SpatialParameters:
         tile's level shows; the rest, ``1 - c``, is its testers' and goes to one test's noise
         (:meth:`LocalLayer.predict`). 1 (files written before it): all of it is the place's.
     rho
-        The quarter-to-quarter correlation of the white offset, refitted with the field
-        (``None``, files written before it: the tile effect's).
+        The quarter-to-quarter correlation of the white offset per group, refitted with the
+        field (``None``: the tile effect's).
     """
 
     sigma2: float
@@ -120,7 +120,7 @@ class SpatialParameters:
     val_nll: float | None = None
     val_nll_without: float | None = None
     place_share: float = 1.0
-    rho: float | None = None
+    rho: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -131,7 +131,14 @@ class SpatialParameters:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SpatialParameters:
         """Inverse of :meth:`to_dict`."""
-        return cls(**{**raw, "tau2": {str(k): float(v) for k, v in raw["tau2"].items()}})
+        rho = raw.get("rho")
+        return cls(
+            **{
+                **raw,
+                "tau2": {str(k): float(v) for k, v in raw["tau2"].items()},
+                "rho": None if rho is None else {str(k): float(v) for k, v in rho.items()},
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -376,7 +383,7 @@ class LocalLayer:
         p, e = self.params, self.effect.params
         return _Theta(
             tau2=torch.tensor([p.tau2[g] for g in e.groups], dtype=_DT),
-            rho=torch.tensor(e.rho if p.rho is None else p.rho, dtype=_DT),
+            rho=torch.tensor(e.rho if p.rho is None else [p.rho[g] for g in e.groups], dtype=_DT),
             lam=torch.tensor(e.latent_scale, dtype=_DT),
             kappa=torch.tensor(e.noise_scale, dtype=_DT),
             mu=self.effect.persistent,
@@ -410,7 +417,7 @@ class LocalLayer:
         positions of their tiles. ``keep_total``: keep each group's total offset variance at
         the effect's ``tau²`` and fit only the share ``sigma²`` of it that neighbours share
         (``tau²_g - sigma²`` stays white), and the range. ``fit_rho``: refit the white part's
-        quarter-to-quarter correlation ``rho`` with them, when at least
+        quarter-to-quarter correlation ``rho``, one per group, with them, when at least
         :data:`~geodbk.tile_effect.MIN_OBJECTIVE_ROWS` validation rows have a measured tile
         (the field is constant in time, so the white part alone carries a tile's change from
         quarter to quarter, and the effect's ``rho`` would shrink it by ``1 - sigma²/tau²``);
@@ -460,7 +467,7 @@ class LocalLayer:
         fit_rho = fit_rho and int((own >= 0).sum()) >= MIN_OBJECTIVE_ROWS
         rho0 = min(max(float(effect.params.rho), 1e-3), _RHO_MAX - 1e-3) / _RHO_MAX
         if fit_rho:
-            start_raw.append(math.log(rho0 / (1.0 - rho0)))
+            start_raw += [math.log(rho0 / (1.0 - rho0))] * n_g
         raw = torch.tensor(start_raw, dtype=_DT, requires_grad=True)
         bounds = (math.log(1e-8 * scale), math.log(100.0 * scale))
         total = torch.as_tensor(tau0, dtype=_DT)
@@ -468,8 +475,8 @@ class LocalLayer:
         def unpack(
             p: torch.Tensor,
         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-            rho = _RHO_MAX * torch.sigmoid(p[-1].clamp(-9.0, 9.0)) if fit_rho else fixed.rho
-            q = p[:-1] if fit_rho else p
+            rho = _RHO_MAX * torch.sigmoid(p[-n_g:].clamp(-9.0, 9.0)) if fit_rho else fixed.rho
+            q = p[:-n_g] if fit_rho else p
             rng = torch.exp(q[-1].clamp(math.log(0.05), math.log(200.0)))
             if keep_total:  # sigma² a share of the smallest tau²; each tau² gives it up
                 sigma2 = torch.sigmoid(q[0]).clamp(1e-6, 1.0 - 1e-6) * total.min()
@@ -510,7 +517,11 @@ class LocalLayer:
             lat0=lat0,
             val_nll=best,
             val_nll_without=without,
-            rho=float(rho) if fit_rho else None,
+            rho=(
+                {g: float(v) for g, v in zip(effect.params.groups, rho, strict=True)}
+                if fit_rho
+                else None
+            ),
         )
         return cls(effect, params, tile_xy=tile_xy)
 
@@ -681,7 +692,7 @@ def _predict_rows(
             times[sel],
             var_f[sel],
             tau2=tile_offset_variance(lay_u, tau2, mu),
-            rho=rho,
+            rho=rho[lay_u.group] if rho.dim() else rho.expand(lay_u.group.shape[0]),
             lam=lam,
             constant=constant_u,
         )
@@ -709,7 +720,7 @@ def _predict_tile_with_constant(
     """Shift ``k'(K + E)^{-1} r`` and variance ``prior - k'(K + E)^{-1} k`` of each row ``i``
     of layout tile ``u = target[i]`` (factor ``L_u``, ``b_u = L_u^{-1} r_u``) at ``times[i]``,
     with ``k = tau_u² rho^|t_i - t| + c_u + lambda sqrt(v_i) sqrt(v)`` and ``prior = tau_u² +
-    lambda v_i + c_u`` (``tau2``, ``constant``: one per layout tile).
+    lambda v_i + c_u`` (``tau2``, ``rho``, ``constant``: one per layout tile).
 
     ``k = A + sqrt(v_i) B`` with ``A``, ``B`` fixed by ``(u, t_i)``, so the two triangular
     solves ``alpha = L^{-1} A`` and ``beta = L^{-1} B`` are done once per distinct ``(u, t_i)``
@@ -721,7 +732,7 @@ def _predict_tile_with_constant(
     u = torch.as_tensor(pairs[:, 0])
     t_g = times.new_tensor(pairs[:, 1].view(np.float64))
     mask = lay.mask[u]
-    a_cov = offset_covariance(t_g[:, None], lay.times[u], tau2=tau2[u, None], rho=rho)
+    a_cov = offset_covariance(t_g[:, None], lay.times[u], tau2=tau2[u, None], rho=rho[u, None])
     a_cov = torch.where(mask, a_cov + constant[u, None], torch.zeros((), dtype=_DT))
     b_cov = torch.where(mask, lam * torch.sqrt(lay.var_f[u]), torch.zeros((), dtype=_DT))
     sol = torch.linalg.solve_triangular(L[u], torch.stack([a_cov, b_cov], -1), upper=False)

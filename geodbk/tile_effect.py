@@ -331,9 +331,12 @@ def _factor(
     mu: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cholesky factors ``L`` of ``K + E`` per tile and ``b = L^{-1} r`` (padding inert);
-    ``tau2`` holds one ``tau²`` per group and ``mu`` the persistent shares
-    (:func:`tile_offset_variance`); ``constant`` (one per layout row) is added to every
-    pair of the row's real slots (a constant prior part, e.g. a kriging variance)."""
+    ``tau2`` holds one ``tau²`` per group, ``rho`` one for every tile (0-d) or one per group,
+    and ``mu`` the persistent shares (:func:`tile_offset_variance`); ``constant`` (one per
+    layout row) is added to every pair of the row's real slots (a constant prior part, e.g. a
+    kriging variance)."""
+    if rho.dim():
+        rho = rho[lay.group][:, None, None]
     pair = lay.mask[:, :, None] & lay.mask[:, None, :]
     K = _tile_covariance(
         lay.times[:, :, None],

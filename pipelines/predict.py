@@ -309,8 +309,8 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_neighbours": int(p.neighbours),
         "local_layer_place_share": float(p.place_share),
     }
-    if p.rho is not None:  # refitted with the field: the offsets' rho the maps use
-        out["local_layer_rho"] = float(p.rho)
+    for g, v in (p.rho or {}).items():  # refitted with the field: the rho the maps use
+        out[f"local_layer_rho_{g}"] = float(v)
     return out
 
 

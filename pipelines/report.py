@@ -941,7 +941,7 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
     doc.para(
         "Each test tile is shifted by its own persistent offset, learned from its other "
         "quarters in the train and val splits: an AR(1) offset over quarters with variance "
-        f"τ² = {_tau2_text(params['tau2'])} (log10 units²) and correlation "
+        f"τ² = {_per_group_text(params['tau2'])} (log10 units²) and correlation "
         f"ρ = {params['rho']:.3f} per "
         "quarter, learned together with the GP's own error at the tile (its latent variance "
         f"× {params.get('latent_scale', 1.0):.2f}); the observation noise was refitted as "
@@ -966,10 +966,10 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         "On top of the tile effect, a short-range spatial field (Matérn-3/2, range "
         f"{params['range_km']:.2f} km, variance {params['sigma2']:.4f} log10 units²) pulls each "
         f"tile toward its {params['neighbours']} nearest measured tiles; the offset's remaining "
-        f"white part has τ² = {_tau2_text(params['tau2'])}"
+        f"white part has τ² = {_per_group_text(params['tau2'])}"
         + (
-            f" and a quarter-to-quarter correlation ρ = {params['rho']:.3f}, refitted with the "
-            "field"
+            " and a quarter-to-quarter correlation ρ = "
+            f"{_per_group_text(params['rho'])}, refitted with the field"
             if params.get("rho") is not None
             else ""
         )
@@ -1047,11 +1047,12 @@ def _interval_text(interval: Any) -> str:
     return f"{100 * interval[0]:.1f}–{100 * interval[1]:.1f}%"
 
 
-def _tau2_text(tau2: dict[str, float] | float) -> str:
-    """``0.1700``, or ``0.1400 for rural tiles and 0.2100 for urban tiles`` (one per group)."""
-    if isinstance(tau2, dict) and list(tau2) != ["all"]:
-        return " and ".join(f"{v:.4f} for {group} tiles" for group, v in tau2.items())
-    return f"{tau2['all'] if isinstance(tau2, dict) else tau2:.4f}"
+def _per_group_text(value: dict[str, float] | float) -> str:
+    """A parameter with one value per tile group (tau², rho): ``0.1700``, or ``0.1400 for
+    rural tiles and 0.2100 for urban tiles``."""
+    if isinstance(value, dict) and list(value) != ["all"]:
+        return " and ".join(f"{v:.4f} for {group} tiles" for group, v in value.items())
+    return f"{value['all'] if isinstance(value, dict) else value:.4f}"
 
 
 def _time_sentence(time_info: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -482,7 +483,7 @@ def test_fit_refits_rho_where_validation_rows_follow_training_rows() -> None:
     train = times < 3
     fitted = _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=xy, tau2=0.15)
     kept = _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=xy, tau2=0.15, fit_rho=False)
-    assert fitted.params.rho is not None and fitted.params.rho < 0.5
+    assert fitted.params.rho is not None and fitted.params.rho["all"] < 0.5
     assert kept.params.rho is None
     assert fitted.params.val_nll < kept.params.val_nll
     unseen = tile >= 120  # 30 tiles whose rows are all held out: 120 rows, none measured
@@ -513,7 +514,11 @@ def test_a_refitted_rho_is_the_one_the_layer_predicts_with() -> None:
             components=noise[train],
         )
         spatial = SpatialParameters(
-            sigma2=0.08, range_km=RANGE, tau2={"all": 0.07}, neighbours=8, rho=layer_rho
+            sigma2=0.08,
+            range_km=RANGE,
+            tau2={"all": 0.07},
+            neighbours=8,
+            rho=None if layer_rho is None else {"all": layer_rho},
         )
         return LocalLayer(effect, spatial, tile_xy=xy)
 
@@ -523,7 +528,63 @@ def test_a_refitted_rho_is_the_one_the_layer_predicts_with() -> None:
     b = layer(0.95, 0.3).predict(**kw)
     np.testing.assert_allclose(a.shift, b.shift, rtol=1e-12)
     np.testing.assert_allclose(a.tile_var, b.tile_var, rtol=1e-12)
-    raw = SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}, rho=0.4).to_dict()
-    assert SpatialParameters.from_dict(raw).rho == 0.4
+    raw = SpatialParameters(
+        sigma2=0.1,
+        range_km=1.0,
+        tau2={"rural": 0.2, "urban": 0.3},
+        rho={"rural": 0.4, "urban": 0.9},
+    ).to_dict()
+    assert SpatialParameters.from_dict(json.loads(json.dumps(raw))).rho == {
+        "rural": 0.4,
+        "urban": 0.9,
+    }
     raw.pop("rho")
     assert SpatialParameters.from_dict(raw).rho is None
+
+
+def test_fit_refits_one_rho_per_group() -> None:
+    """Urban tiles whose white offset is drawn anew each quarter and rural tiles whose offset
+    persists: the refitted rho is lower for the urban group than for the rural one."""
+    rng = np.random.default_rng(11)
+    n, rows = 200, 4
+    xy = rng.uniform(0, 30, size=(n, 2))
+    urban_tile = np.arange(n) % 2 == 0
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    persistent = rng.normal(0, math.sqrt(0.1), n)[tile]
+    fresh = rng.normal(0, math.sqrt(0.1), tile.size)
+    y = np.where(urban_tile[tile], fresh, persistent) + rng.normal(0, math.sqrt(0.02), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    groups = np.where(urban_tile[tile], "urban", "rural")
+    noise = np.full((tile.size, 1), 0.02)
+    train, val = times < 3, times == 3
+    params = TileEffectParameters(
+        tau2={"rural": 0.1, "urban": 0.1},
+        rho=0.9,
+        noise_scale=(1.0,),
+        components=("noise",),
+        latent_scale=1.0,
+    )
+    effect = TileEffect(
+        params,
+        tiles=ids[train],
+        times=times[train],
+        residual=y[train],
+        var_f=np.full(train.sum(), 1e-4),
+        components=noise[train],
+        groups=groups[train],
+    )
+    layer = LocalLayer.fit(
+        effect,
+        tile_xy=xy,
+        val_tiles=ids[val],
+        val_xy=xy[tile][val],
+        val_times=times[val],
+        val_residual=y[val],
+        val_var_f=np.full(val.sum(), 1e-4),
+        val_components=noise[val],
+        val_groups=groups[val],
+    )
+    rho = layer.params.rho
+    assert rho is not None and set(rho) == {"rural", "urban"}
+    assert rho["urban"] < 0.5 < rho["rural"]

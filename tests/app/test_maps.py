@@ -101,8 +101,9 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     assert text is not None
     assert "τ² rural 0.151, urban 0.205" in text and "λ 1e-06" in text
     assert "place share 0.35" in text and "range 4.2 km" in text and "ρ" not in text
-    refitted = maps.tile_model_caption({**attrs, "local_layer_rho": 0.928})
-    assert refitted is not None and "σ² 0.0297, ρ 0.928)" in refitted
+    rho = {"local_layer_rho_rural": 0.857, "local_layer_rho_urban": 0.938}
+    refitted = maps.tile_model_caption({**attrs, **rho})
+    assert refitted is not None and "σ² 0.0297, ρ rural 0.857, ρ urban 0.938)" in refitted
     alone = maps.tile_model_caption({**attrs, "local_layer": 0, "tile_effect_place_share": 0.2})
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None
