@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -588,3 +589,69 @@ def test_fit_refits_one_rho_per_group() -> None:
     rho = layer.params.rho
     assert rho is not None and set(rho) == {"rural", "urban"}
     assert rho["urban"] < 0.5 < rho["rural"]
+
+
+def test_a_rho_per_group_matches_the_dense_joint_gaussian() -> None:
+    """Two groups with their own rho (and tau²): each measured tile's offset is AR(1) with
+    its group's rho, and the layer's prediction equals the dense joint Gaussian."""
+    rng = np.random.default_rng(4)
+    tiles, times, pos, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    index = np.array([int(t[1:]) for t in tiles])
+    groups = np.where(index % 2 == 0, "rural", "urban")
+    rho = {"rural": 0.5, "urban": 0.9}
+    tau2 = {"rural": 0.03, "urban": 0.05}
+    params = TileEffectParameters(
+        tau2=tau2, rho=RHO, noise_scale=(KAPPA,), components=("noise",), latent_scale=LAM
+    )
+    effect = TileEffect(
+        params,
+        tiles=tiles,
+        times=times,
+        residual=residual,
+        var_f=v,
+        components=noise,
+        groups=groups,
+    )
+    spatial = SpatialParameters(
+        sigma2=SIGMA2, range_km=RANGE, tau2=tau2, neighbours=len(xy), rho=rho
+    )
+    layer = LocalLayer(effect, spatial, tile_xy=xy[np.argsort(np.unique(tiles))])
+    row_rho = np.array([rho[g] for g in groups])
+    row_tau2 = np.array([tau2[g] for g in groups])
+    d = np.sqrt(((pos[:, None] - pos[None]) ** 2).sum(-1))
+    same = tiles[:, None] == tiles[None]
+    S = SIGMA2 * _c(d) + same * (
+        row_tau2[:, None] * row_rho[:, None] ** np.abs(times[:, None] - times[None])
+        + LAM * np.sqrt(np.outer(v, v))
+    )
+    S += np.diag(KAPPA * noise[:, 0])
+    for j, time_t in ((3, 9.0), (4, 8.0)):
+        tile_t, g = f"t{j:02d}", "urban" if j % 2 else "rural"
+        v_t = v[tiles == tile_t][0]
+        own = tiles == tile_t
+        k = SIGMA2 * _c(np.sqrt(((pos - xy[j]) ** 2).sum(-1)))
+        k = k + own * (tau2[g] * rho[g] ** np.abs(time_t - times) + LAM * np.sqrt(v_t * v))
+        sol = np.linalg.solve(S, np.column_stack([residual, k]))
+        pred = layer.predict(
+            tiles=[tile_t],
+            xy=xy[j : j + 1],
+            times=[time_t],
+            var_f=[v_t],
+            components=np.full((1, 1), 0.05),
+            groups=[g],
+        )
+        # (the factors' 1e-9 jitter is the only difference)
+        assert pred.shift[0] == pytest.approx(k @ sol[:, 0], rel=1e-7, abs=1e-9)
+        var = SIGMA2 + tau2[g] + LAM * v_t - k @ sol[:, 1]
+        assert pred.tile_var[0] == pytest.approx(var, rel=1e-7, abs=1e-9)
+        one_rho = LocalLayer(effect, replace(spatial, rho=None), tile_xy=layer.tile_xy)
+        other = one_rho.predict(
+            tiles=[tile_t],
+            xy=xy[j : j + 1],
+            times=[time_t],
+            var_f=[v_t],
+            components=np.full((1, 1), 0.05),
+            groups=[g],
+        )
+        assert abs(other.tile_var[0] - var) > 1e-4  # the effect's one rho is another answer
