@@ -47,6 +47,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,25 +198,21 @@ def tile_effect_fold(
     return tile_effect_from_latents(rows, y, latents, masks, groups) | latents
 
 
-def tile_effect_from_latents(
+def fold_tile_effect(
     rows: pd.DataFrame,
     y: np.ndarray,
     latents: dict[str, Any],
     masks: tuple[np.ndarray, np.ndarray, np.ndarray],
     groups: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Fit the tile effect on the fold's train/validation rows and predict its test rows
-    (``groups``: each row's tile group, one tau² per group).
-
-    :meth:`geodbk.tile_effect.TileEffect.fit` on the train residuals ``y - latent_mean``
-    (parameters by the validation rows), conditioned then on the train and validation
-    quarters of each tile (time step: the quarter index); returns the prediction and the
-    fitted parameters for the ``.npz``."""
+) -> tuple[Any, Callable[[np.ndarray], dict[str, Any]]]:
+    """The fold's tile effect: :meth:`geodbk.tile_effect.TileEffect.fit` on the train
+    residuals ``y - latent_mean`` (parameters by the validation rows), conditioned then on the
+    train and validation quarters of each tile (time step: the quarter index); with the
+    function that gives the effect's row arguments of a row mask."""
     from geodbk.geo.timeaxis import quarter_indices
-    from geodbk.predictive import Prediction
     from geodbk.tile_effect import TileEffect
 
-    train, val, test = masks
+    train, val, _ = masks
     tiles = rows["quadkey"].astype(str).to_numpy()
     times = quarter_indices(rows["quarter"].astype(str)).astype(np.float64)
     residual = y - latents["latent_mean"]
@@ -231,12 +228,29 @@ def tile_effect_from_latents(
             "groups": None if groups is None else groups[mask],
         }
 
-    t0 = time.perf_counter()
     effect = TileEffect.fit(
         **part(train),
         **{f"val_{k}": v for k, v in part(val).items()},
         component_names=[str(c) for c in latents["component_names"]],
     ).with_rows(**part(val))
+    return effect, part
+
+
+def tile_effect_from_latents(
+    rows: pd.DataFrame,
+    y: np.ndarray,
+    latents: dict[str, Any],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    groups: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Fit the tile effect on the fold's train/validation rows (:func:`fold_tile_effect`)
+    and predict its test rows (``groups``: each row's tile group, one tau² per group);
+    returns the prediction and the fitted parameters for the ``.npz``."""
+    from geodbk.predictive import Prediction
+
+    test = masks[2]
+    t0 = time.perf_counter()
+    effect, part = fold_tile_effect(rows, y, latents, masks, groups)
     test_rows = part(test)
     test_rows.pop("residual")
     got = effect.predict(**test_rows)
@@ -288,49 +302,31 @@ def refit_tile_effect(args: argparse.Namespace) -> dict[str, Any]:
 
 def refit_local_layer(args: argparse.Namespace) -> dict[str, Any]:
     """The local layer of one fold from its saved GP latents (no GP retraining): the tile
-    effect refitted as ``tile`` does, then :func:`pipelines.layers.fit_local_layer` on the
-    fold's validation rows, conditioned on its train and validation rows, predicting its test
-    rows (each at its tile's centre). Writes ``VARIANT-local_fold_K.npz``."""
-    from geodbk.geo.timeaxis import quarter_indices
+    effect refitted as ``tile`` does (:func:`fold_tile_effect`), then
+    :func:`pipelines.layers.fit_local_layer` on the fold's validation rows, conditioned on its
+    train and validation rows, predicting its test rows (each at its tile's centre). Writes
+    ``VARIANT-local_fold_K.npz``."""
     from geodbk.predictive import Prediction
-    from geodbk.tile_effect import TileEffect
     from pipelines.layers import ValidationRows, fit_local_layer, tile_positions
 
     rows = load_rows(Path(args.run), args.target)
     train, val, test = fold_masks(len(rows), args)
     saved = dict(np.load(Path(args.out) / f"{args.variant}-tileg_fold_{args.fold}.npz"))
     y = rows[f"log10_{args.target}"].to_numpy(dtype=np.float64)
-    tiles = rows["quadkey"].astype(str).to_numpy()
-    times = quarter_indices(rows["quarter"].astype(str)).astype(np.float64)
-    urban = rows["urban"].to_numpy(dtype=bool)
     groups = tile_groups(rows, args)
     mean_f, var_f, comp = saved["latent_mean"], saved["latent_var"], saved["components"]
-    residual = y - mean_f
-
-    def part(mask: np.ndarray) -> dict[str, Any]:
-        return {
-            "tiles": tiles[mask],
-            "times": times[mask],
-            "residual": residual[mask],
-            "var_f": var_f[mask],
-            "components": comp[mask],
-            "groups": None if groups is None else groups[mask],
-        }
-
     t0 = time.perf_counter()
-    names = [str(c) for c in saved["component_names"]]
-    effect = TileEffect.fit(
-        **part(train), **{f"val_{k}": v for k, v in part(val).items()}, component_names=names
-    ).with_rows(**part(val))
+    effect, part = fold_tile_effect(rows, y, saved, (train, val, test), groups)
+    at_val = part(val)
     validation = ValidationRows(
         X=np.empty((int(val.sum()), 0)),
         y=y[val],
-        tiles=tiles[val],
-        times=times[val],
+        tiles=at_val["tiles"],
+        times=at_val["times"],
         noise={},
-        groups=None if groups is None else groups[val],
+        groups=at_val["groups"],
         tests=np.maximum(rows["tests"].to_numpy(dtype=np.float64), 1.0)[val],
-        urban=urban[val],
+        urban=rows["urban"].to_numpy(dtype=bool)[val],
     )
     latent = Prediction(mean=mean_f[val], var=var_f[val], var_f=var_f[val])
     layer = fit_local_layer(
@@ -338,13 +334,14 @@ def refit_local_layer(args: argparse.Namespace) -> dict[str, Any]:
     )
     test_rows = part(test)
     test_rows.pop("residual")
-    got = layer.predict(**test_rows, xy=tile_positions(tiles[test], lat0=layer.params.lat0))
+    got = layer.predict(**test_rows, xy=tile_positions(test_rows["tiles"], lat0=layer.params.lat0))
     p = layer.params
     extra = {
         "mean": mean_f[test] + got.shift,
         "var": got.tile_var + got.noise_var,
         "local_sigma2": p.sigma2,
         "local_range_km": p.range_km,
+        "local_rho": np.array(list((p.rho or {}).values())),
         "local_val_nll": p.val_nll,
         "local_val_nll_without": p.val_nll_without,
         "local_seconds": time.perf_counter() - t0,

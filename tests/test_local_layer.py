@@ -79,20 +79,26 @@ def _layer(tiles, times, v, noise, residual, xy, *, neighbours: int) -> LocalLay
     return LocalLayer(effect, spatial, tile_xy=xy[order])
 
 
+def _effect_on(params, ids, times, y, noise, rows, groups=None) -> TileEffect:
+    """A tile effect with ``params`` conditioned on the rows ``rows`` (GP variance 1e-4)."""
+    return TileEffect(
+        params,
+        tiles=ids[rows],
+        times=times[rows],
+        residual=y[rows],
+        var_f=np.full(int(rows.sum()), 1e-4),
+        components=noise[rows],
+        groups=None if groups is None else groups[rows],
+    )
+
+
 def _fit_layer(ids, times, y, noise, row_xy, train, *, tile_xy, tau2: float, **options):
     """A local layer fitted on the rows ``~train`` over a tile effect (rho 1, GP variance
     1e-4) conditioned on the rows ``train``; ``options`` go to :meth:`LocalLayer.fit`."""
     params = TileEffectParameters(
         tau2={"all": tau2}, rho=1.0, noise_scale=(1.0,), components=("noise",), latent_scale=1.0
     )
-    effect = TileEffect(
-        params,
-        tiles=ids[train],
-        times=times[train],
-        residual=y[train],
-        var_f=np.full(train.sum(), 1e-4),
-        components=noise[train],
-    )
+    effect = _effect_on(params, ids, times, y, noise, train)
     val = ~train
     return LocalLayer.fit(
         effect,
@@ -506,14 +512,7 @@ def test_a_refitted_rho_is_the_one_the_layer_predicts_with() -> None:
             components=("noise",),
             latent_scale=1.0,
         )
-        effect = TileEffect(
-            params,
-            tiles=ids[train],
-            times=times[train],
-            residual=y[train],
-            var_f=np.full(train.sum(), 1e-4),
-            components=noise[train],
-        )
+        effect = _effect_on(params, ids, times, y, noise, train)
         spatial = SpatialParameters(
             sigma2=0.08,
             range_km=RANGE,
@@ -566,15 +565,7 @@ def test_fit_refits_one_rho_per_group() -> None:
         components=("noise",),
         latent_scale=1.0,
     )
-    effect = TileEffect(
-        params,
-        tiles=ids[train],
-        times=times[train],
-        residual=y[train],
-        var_f=np.full(train.sum(), 1e-4),
-        components=noise[train],
-        groups=groups[train],
-    )
+    effect = _effect_on(params, ids, times, y, noise, train, groups)
     layer = LocalLayer.fit(
         effect,
         tile_xy=xy,
@@ -633,25 +624,13 @@ def test_a_rho_per_group_matches_the_dense_joint_gaussian() -> None:
         k = SIGMA2 * _c(np.sqrt(((pos - xy[j]) ** 2).sum(-1)))
         k = k + own * (tau2[g] * rho[g] ** np.abs(time_t - times) + LAM * np.sqrt(v_t * v))
         sol = np.linalg.solve(S, np.column_stack([residual, k]))
-        pred = layer.predict(
-            tiles=[tile_t],
-            xy=xy[j : j + 1],
-            times=[time_t],
-            var_f=[v_t],
-            components=np.full((1, 1), 0.05),
-            groups=[g],
-        )
+        target = {"tiles": [tile_t], "xy": xy[j : j + 1], "times": [time_t], "var_f": [v_t]}
+        target |= {"components": np.full((1, 1), 0.05), "groups": [g]}
+        pred = layer.predict(**target)
         # (the factors' 1e-9 jitter is the only difference)
         assert pred.shift[0] == pytest.approx(k @ sol[:, 0], rel=1e-7, abs=1e-9)
         var = SIGMA2 + tau2[g] + LAM * v_t - k @ sol[:, 1]
         assert pred.tile_var[0] == pytest.approx(var, rel=1e-7, abs=1e-9)
         one_rho = LocalLayer(effect, replace(spatial, rho=None), tile_xy=layer.tile_xy)
-        other = one_rho.predict(
-            tiles=[tile_t],
-            xy=xy[j : j + 1],
-            times=[time_t],
-            var_f=[v_t],
-            components=np.full((1, 1), 0.05),
-            groups=[g],
-        )
+        other = one_rho.predict(**target)
         assert abs(other.tile_var[0] - var) > 1e-4  # the effect's one rho is another answer
