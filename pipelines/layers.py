@@ -144,11 +144,12 @@ def fit_local_layer(
     )
     layer.params = replace(layer.params, place_share=_share_on(layer, val, pred, comp, xy=val_xy))
     log.info(
-        "local layer: sigma2 %.4g, range %.2f km, tau2 %s, place share %.2f; validation NLL "
-        "%.4f (tile effect alone %.4f)",
+        "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
+        "validation NLL %.4f (tile effect alone %.4f)",
         layer.params.sigma2,
         layer.params.range_km,
         layer.params.tau2,
+        layer.params.rho or "the tile effect's",
         layer.params.place_share,
         layer.params.val_nll,
         layer.params.val_nll_without,
