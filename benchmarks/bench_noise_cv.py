@@ -159,7 +159,7 @@ def run_name(args: argparse.Namespace) -> str:
     plus ``u`` (``tile --by-urban``: each noise term rescaled per class) and ``g``
     (``--groups urban``: a tau² per class), e.g. ``VARIANT-tileg``."""
     if getattr(args, "local_layer", False):
-        return f"{args.variant}-local"
+        return f"{args.variant}-local" + ("-keeprho" if getattr(args, "keep_rho", False) else "")
     if not args.tile_effect:
         return args.variant
     suffix = ("u" if getattr(args, "by_urban", False) else "") + (
@@ -330,7 +330,12 @@ def refit_local_layer(args: argparse.Namespace) -> dict[str, Any]:
     )
     latent = Prediction(mean=mean_f[val], var=var_f[val], var_f=var_f[val])
     layer = fit_local_layer(
-        effect, n_train=int(train.sum()), val=validation, pred=latent, components=comp[val]
+        effect,
+        n_train=int(train.sum()),
+        val=validation,
+        pred=latent,
+        components=comp[val],
+        fit_rho=not args.keep_rho,
     )
     test_rows = part(test)
     test_rows.pop("residual")
@@ -541,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with `pool`: score the local layer's predictions (VARIANT-local_*, written by "
         "`local` from a `fold --tile-effect` file)",
+    )
+    p.add_argument(
+        "--keep-rho",
+        action="store_true",
+        help="with `local` and `pool --local-layer`: keep the tile effect's rho in the local "
+        "layer (results VARIANT-local-keeprho_*)",
     )
     args = p.parse_args(argv)
     if args.what == "local":

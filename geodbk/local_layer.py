@@ -12,8 +12,8 @@ with ``delta_j``, ``u_j`` and the noise of :mod:`geodbk.tile_effect` and ``s`` a
 over tile centres, ``C(h) = (1 + √3 h) exp(-√3 h)``, range ``ell`` in km. ``lambda`` and
 ``kappa`` come from the tile effect; ``sigma²``, ``ell`` and ``tau²`` per group are refitted by
 validation NLL, and ``rho`` with them where validation rows follow training rows of their
-tiles (``s`` is constant in time, so ``u`` alone carries a tile's change between quarters). A place gets ``c_* = delta_* + s(x_*) + u_*(t*)`` from a nearest-neighbour GP
-in three steps (:meth:`LocalLayer.predict`): each measured tile reduced to the GLS estimate of
+tiles (``s`` is constant in time, so ``u`` alone carries a tile's change between quarters).
+A place gets ``c_* = delta_* + s(x_*) + u_*(t*)`` from a nearest-neighbour GP in three steps (:meth:`LocalLayer.predict`): each measured tile reduced to the GLS estimate of
 ``delta_j + s_j``, the field kriged from the ``k`` nearest other measured tiles, then the tile
 effect conditioned on the place's own rows around that pull.
 

@@ -120,12 +120,18 @@ def fit_run_local_layer(
 
 
 def fit_local_layer(
-    effect: Any, *, n_train: int, val: ValidationRows, pred: Any, components: np.ndarray
+    effect: Any,
+    *,
+    n_train: int,
+    val: ValidationRows,
+    pred: Any,
+    components: np.ndarray,
+    fit_rho: bool = True,
 ) -> LocalLayer:
     """:func:`fit_run_local_layer` from the GP's latent prediction ``pred`` (``mean``,
     ``var_f``) and noise ``components`` at the validation rows (``val.X`` and ``val.noise``
-    are not read)."""
-    comp = components
+    are not read); ``fit_rho=False`` keeps the tile effect's rho
+    (:meth:`geodbk.local_layer.LocalLayer.fit`)."""
     train_effect = effect.first_rows(n_train)
     _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
@@ -138,11 +144,13 @@ def fit_local_layer(
         val_times=val.times,
         val_residual=np.asarray(val.y, dtype=np.float64) - pred.mean,
         val_var_f=pred.var_f,
-        val_components=comp,
+        val_components=components,
         val_groups=val.groups,
         lat0=lat0,
+        fit_rho=fit_rho,
     )
-    layer.params = replace(layer.params, place_share=_share_on(layer, val, pred, comp, xy=val_xy))
+    share = _share_on(layer, val, pred, components, xy=val_xy)
+    layer.params = replace(layer.params, place_share=share)
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
         "validation NLL %.4f (tile effect alone %.4f)",
