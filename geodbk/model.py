@@ -11,14 +11,14 @@ from geodbk.backbone import ResidualMLP
 from geodbk.bases import RBFInducingBasis, SiLUBasis
 from geodbk.likelihoods import NOISE_MODELS, GaussianNoise, TestsNoise
 from geodbk.posterior import FoldedWeights, WeightPosterior, feature_sq_bound, fold_into_basis
-from geodbk.triangular import block_width_for, lower_sq_norms
+from geodbk.triangular import block_width_for, latent_moments
 from geodbk.variational import VariationalWeights
 
 __all__ = ["EXPANSIONS", "TRAINING_BLOCK_MIN_RANK", "DBKModel", "ModelOutput"]
 
 EXPANSIONS = ("rbf", "silu")
 #: Smallest rank whose training forward sums ``||L'phi||^2`` over L's lower-triangular column
-#: blocks (:func:`geodbk.triangular.lower_sq_norms`); below it one dense product is as fast.
+#: blocks (:func:`geodbk.triangular.latent_moments`); below it one dense product is as fast.
 TRAINING_BLOCK_MIN_RANK = 512
 
 
@@ -158,11 +158,10 @@ class DBKModel(nn.Module):
         """Basis, predictive mean and latent variance under ``q(w)`` on a batch ``x`` (b, d)."""
         g = self.backbone(x)
         phi = self.basis(g)
-        phi_sq = (phi * phi).sum(-1)
-        mean = phi @ self.q.mean + self.const_mean
         width = block_width_for(self.rank) if self.rank >= TRAINING_BLOCK_MIN_RANK else 0
         scale_tril = self.q.scale_tril()
-        var_f = lower_sq_norms(phi, scale_tril, width=width)
+        mean, var_f, phi_sq = latent_moments(phi, self.q.mean, scale_tril, width=width)
+        mean = mean + self.const_mean
         prior = self.basis.prior_variance(g)
         correction = None if prior is None else (prior - phi_sq).clamp_min(0.0)
         return ModelOutput(

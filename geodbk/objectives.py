@@ -12,7 +12,7 @@ divided by ``B`` (one process's part of a global batch of ``B`` rows split over 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -48,7 +48,8 @@ def _batch_mean(values: torch.Tensor, size: int | None) -> torch.Tensor:
 def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.Tensor:
     """``KL(N(m, LL') || N(0, I_r))``.
 
-    ``KL = 1/2 (||m||^2 + ||L||_F^2 - 2 sum_i log L_ii - r)``.
+    ``KL = 1/2 (||m||^2 + ||L||_F^2 - 2 sum_i log L_ii - r)``. Under autograd, for one ``m``
+    (r,) and ``L`` (r, r), its gradient ``dKL/dL = L - diag(1 / L_ii)`` is one pass over ``L``.
 
     Parameters
     ----------
@@ -57,10 +58,35 @@ def gaussian_kl_standard(mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.
     scale_tril
         ``L``, lower triangular with positive diagonal, shape (r, r).
     """
+    if torch.is_grad_enabled() and mean.dim() == 1 and scale_tril.dim() == 2:
+        kl: torch.Tensor = _StandardKL.apply(mean, scale_tril)
+        return kl
     r = mean.shape[-1]
     logdet = torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
     frobenius_sq = (scale_tril * scale_tril).sum((-2, -1))
     return 0.5 * ((mean**2).sum(-1) + frobenius_sq - 2.0 * logdet - r)
+
+
+class _StandardKL(torch.autograd.Function):
+    """:func:`gaussian_kl_standard` of one ``(m, L)`` with ``dKL/dm = m`` and
+    ``dKL/dL = L - diag(1 / L_ii)`` written in one buffer (autograd's chain of the three terms
+    makes five passes over ``L`` and a dense diagonal matrix)."""
+
+    @staticmethod
+    def forward(ctx: Any, mean: torch.Tensor, scale_tril: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(mean, scale_tril)
+        with torch.no_grad():
+            return gaussian_kl_standard(mean, scale_tril)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        mean, scale_tril = ctx.saved_tensors
+        grad_mean = mean * grad if ctx.needs_input_grad[0] else None
+        grad_tril = None
+        if ctx.needs_input_grad[1]:
+            grad_tril = scale_tril * grad
+            grad_tril.diagonal().sub_(grad / torch.diagonal(scale_tril))
+        return grad_mean, grad_tril
 
 
 def dppgp_loss(

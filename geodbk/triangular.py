@@ -10,7 +10,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["MIN_BLOCK_WIDTH", "block_width_for", "lower_gram", "lower_sq_norms"]
+__all__ = [
+    "MIN_BLOCK_WIDTH",
+    "block_width_for",
+    "latent_moments",
+    "lower_gram",
+    "lower_sq_norms",
+]
 
 #: Column blocks of a lower-triangular factor are ``max(this, r // 8)`` wide.
 MIN_BLOCK_WIDTH = 64
@@ -27,18 +33,14 @@ def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch
     """``||lower' u_i||^2`` for each row ``u_i`` of ``u`` (n, r), ``lower`` (r, r) lower
     triangular: ``sum_J ||lower[s:, J]' u[:, s:]||^2`` over column blocks ``J = [s, s + w)``.
 
-    The zero rows above each block are skipped, in the product and, under autograd, in both
-    gradient products: ``(1 + w / r) / 2`` of the dense multiply-adds. ``width <= 0``: one
-    dense product (``lower`` may then be any (r, k) factor). In place when no gradient flows.
+    The zero rows above each block are skipped: ``(1 + w / r) / 2`` of the dense multiply-adds.
+    ``width <= 0``: one dense product (``lower`` may then be any (r, k) factor). In place when
+    no gradient flows; under autograd, the blocked backward of :func:`latent_moments`.
     """
-    grad = torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad)
+    if torch.is_grad_enabled() and (u.requires_grad or lower.requires_grad):
+        return latent_moments(u, u.new_zeros(u.shape[-1]), lower, width=width)[1]
     if width <= 0:
-        if grad:
-            return torch.linalg.vector_norm(u @ lower, dim=-1).square()
         return (u @ lower).square_().sum(-1)
-    if grad:
-        out: torch.Tensor = _LowerSqNorms.apply(u, lower, width)
-        return out
     r = int(lower.shape[0])
     total = (u @ lower[:, :width]).square_().sum(-1)
     for start in range(width, r, width):
@@ -46,43 +48,87 @@ def lower_sq_norms(u: torch.Tensor, lower: torch.Tensor, *, width: int) -> torch
     return total
 
 
-class _LowerSqNorms(torch.autograd.Function):
-    """:func:`lower_sq_norms` with its gradients written block by block.
+def latent_moments(
+    u: torch.Tensor, mean: torch.Tensor, lower: torch.Tensor, *, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(u m, ||lower' u_i||^2, ||u_i||^2)`` for the rows ``u_i`` of ``u`` (n, r), with one
+    backward for the three.
 
-    With ``P_J = u[:, s:] lower[s:, J]`` and ``G_J = 2 diag(g) P_J`` (``g`` the incoming
-    gradient): ``grad u[:, s:] += G_J lower[s:, J]'`` and ``grad lower[s:, J] = u[:, s:]' G_J``
-    (zero elsewhere), into one buffer each rather than one zero-filled tensor per block.
+    The predictive mean, latent variance and feature norm a DBK training step needs from
+    ``phi`` (``u``), ``q(w)``'s mean ``m`` (r,) and factor ``L`` (``lower``, r x r, lower
+    triangular when ``width > 0``). Blocks as in :func:`lower_sq_norms`. The backward, with
+    ``P_J = u[:, s:] L[s:, J]`` and ``G_J = 2 diag(g_var) P_J``::
+
+        grad u = sum_J G_J L[s:, J]' (into u[:, s:]) + 2 diag(g_sq) u + g_mean m'
+        grad L[s:, J] = u[:, s:]' G_J,  grad m = u' g_mean
+
+    written into one buffer each: two passes over ``u``'s shape besides the products, where
+    autograd's chain of the three makes about ten.
     """
+    if not torch.is_grad_enabled():
+        return u @ mean, lower_sq_norms(u, lower, width=width), (u * u).sum(-1)
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = _LatentMoments.apply(
+        u, mean, lower, width
+    )
+    return out
+
+
+class _LatentMoments(torch.autograd.Function):
+    """:func:`latent_moments` under autograd."""
 
     @staticmethod
-    def forward(ctx: Any, u: torch.Tensor, lower: torch.Tensor, width: int) -> torch.Tensor:
-        starts = range(0, int(lower.shape[0]), width)
-        parts = [u[:, s:] @ lower[s:, s : s + width] for s in starts]
-        total = parts[0].square().sum(-1)
+    def forward(
+        ctx: Any, u: torch.Tensor, mean: torch.Tensor, lower: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        r = int(lower.shape[0])
+        w = width if 0 < width < r else int(lower.shape[1])
+        starts = list(range(0, r, w)) if 0 < width < r else [0]
+        parts = [u[:, s:] @ lower[s:, s : s + w] for s in starts]
+        var_f = (parts[0] * parts[0]).sum(-1)
         for part in parts[1:]:
-            total.add_(part.square().sum(-1))
-        ctx.width = width
-        ctx.save_for_backward(u, lower, *parts)
-        return total
+            var_f.add_((part * part).sum(-1))
+        ctx.width = w
+        ctx.starts = starts
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(u, mean, lower, *parts)
+        return u @ mean, var_f, (u * u).sum(-1)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        u, lower, *parts = ctx.saved_tensors
+    def backward(
+        ctx: Any,
+        grad_mean: torch.Tensor | None,
+        grad_var: torch.Tensor | None,
+        grad_sq: torch.Tensor | None,
+    ) -> tuple[torch.Tensor | None, ...]:
+        u, mean, lower, *parts = ctx.saved_tensors
         w = ctx.width
-        grad_u = None  # the first block spans all of u's columns: it sets grad_u
-        grad_lower = torch.empty_like(lower) if ctx.needs_input_grad[1] else None
-        twice = 2.0 * grad[:, None]
-        for s, part in zip(range(0, int(lower.shape[0]), w), parts, strict=True):
-            g_part = part * twice
-            if ctx.needs_input_grad[0]:
-                if grad_u is None:
-                    grad_u = g_part @ lower[:, :w].T
-                else:
-                    grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
-            if grad_lower is not None:
-                grad_lower[:s, s : s + w] = 0.0
-                grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
-        return grad_u, grad_lower, None
+        need_u, need_mean, need_lower = ctx.needs_input_grad[:3]
+        grad_u = grad_lower = None
+        if grad_var is not None:
+            twice = 2.0 * grad_var[:, None]
+            if need_lower and len(parts) > 1:
+                grad_lower = torch.empty_like(lower)
+            for s, part in zip(ctx.starts, parts, strict=True):
+                g_part = part * twice
+                if need_u:
+                    if grad_u is None:  # the first block spans all of u's columns
+                        grad_u = g_part @ lower[:, :w].T
+                    else:
+                        grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
+                if need_lower and len(parts) == 1:
+                    grad_lower = u.T @ g_part
+                elif grad_lower is not None:
+                    grad_lower[:s, s : s + w] = 0.0
+                    grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
+        if need_u:
+            if grad_u is None:
+                grad_u = torch.zeros_like(u)
+            if grad_sq is not None:
+                grad_u.addcmul_(u, grad_sq[:, None], value=2.0)
+            if grad_mean is not None:
+                grad_u.addr_(grad_mean, mean)
+        grad_m = u.T @ grad_mean if need_mean and grad_mean is not None else None
+        return grad_u, grad_m, grad_lower, None
 
 
 def lower_gram(a: torch.Tensor, b: torch.Tensor, *, width: int) -> torch.Tensor:
