@@ -24,6 +24,7 @@ from geodbk.objectives import batch_loss
 def main() -> None:
     """Print one JSON line: the mode, sizes, warm-up seconds and step milliseconds."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--expansion", choices=["rbf", "silu"], default="rbf")
     p.add_argument("--rank", type=int, default=256)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--batch", type=int, default=256)
@@ -31,7 +32,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=15)
     args = p.parse_args()
     torch.set_num_threads(1)
-    model, config, opt, x, y = step_setup("rbf", args.rank, args.hidden, args.batch)
+    model, config, opt, x, y = step_setup(args.expansion, args.rank, args.hidden, args.batch)
 
     def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return batch_loss(model, xb, yb, n=100_000, config=config)

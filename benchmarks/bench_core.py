@@ -17,6 +17,9 @@ mean and variance (noise included) for ``--n-pred`` points in chunks of ``--chun
 ``torch.no_grad()`` (GPyTorch: eval mode, ``fast_pred_var``, caches warmed first). The run
 also measures the machine's fp32 matrix-product rate (:func:`matmul_gflops`), and each DBK row
 states its prediction's FLOPs per point and the time over the floor they set at that rate.
+The process runs with the allocator settings of the ``geodbk`` command
+(:func:`pipelines.allocator.keep_freed_memory`, for every model; ``--default-malloc``: glibc's
+own, under which a step's fresh buffers fault their pages in again at random).
 
 Usage::
 
@@ -35,6 +38,7 @@ from typing import Any
 
 import torch
 
+from pipelines.allocator import keep_freed_memory
 from pipelines.benchmark import cpu_model
 
 
@@ -333,8 +337,15 @@ def main() -> None:
         help="with more than 1, the models take turns this many times and the ratios to "
         "SV-DKL are taken within each round (robust to a machine whose speed drifts)",
     )
+    ap.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="keep glibc's own allocator settings (default: those of the geodbk command, "
+        "which reuse freed memory; the same for every model)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    kept_freed_memory = False if args.default_malloc else keep_freed_memory()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     info = {
@@ -347,6 +358,7 @@ def main() -> None:
         "chunk": args.chunk,
         "steps": args.steps,
         "rounds": args.rounds,
+        "keeps_freed_memory": kept_freed_memory,
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
