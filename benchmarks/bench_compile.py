@@ -1,6 +1,8 @@
-"""Does ``torch.compile`` pay for a DBK-RBF training step on the CPU? Median seconds of a dPPGP
-step (forward, loss, backward, AdamW) with the objective eager or compiled (inductor, default
-mode), one process per mode, after 3 warm-up steps that include the compilation::
+"""Does ``torch.compile`` pay for a DBK training step on the CPU? Median seconds of a dPPGP step
+(forward, loss, backward, AdamW) with the objective eager or compiled (inductor, default mode),
+one process per mode, after 3 warm-up steps that include the compilation, with the ``geodbk``
+command's allocator settings (:func:`pipelines.allocator.keep_freed_memory`;
+``--default-malloc``: glibc's own); ``--expansion silu`` for DBK-SiLU::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode eager
     OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode compile
@@ -19,6 +21,7 @@ import torch
 from profile_step import step_setup
 
 from geodbk.objectives import batch_loss
+from pipelines.allocator import keep_freed_memory
 
 
 def main() -> None:
@@ -30,7 +33,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")
     p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--default-malloc", action="store_true")
     args = p.parse_args()
+    kept_freed_memory = False if args.default_malloc else keep_freed_memory()
     torch.set_num_threads(1)
     model, config, opt, x, y = step_setup(args.expansion, args.rank, args.hidden, args.batch)
 
@@ -52,6 +57,8 @@ def main() -> None:
         json.dumps(
             {
                 "mode": args.mode,
+                "expansion": args.expansion,
+                "keeps_freed_memory": kept_freed_memory,
                 "rank": args.rank,
                 "hidden": args.hidden,
                 "batch": args.batch,

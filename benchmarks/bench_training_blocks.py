@@ -1,7 +1,7 @@
 """The training step with the blocked ``||L'phi||^2`` against one dense product, in one process.
 
 ``DBKModel.forward`` sums the latent variance over q(w)'s lower-triangular column blocks when
-``r >= geodbk.model.TRAINING_BLOCK_MIN_RANK`` (:func:`geodbk.triangular.lower_sq_norms`). This
+``r >= geodbk.model.TRAINING_BLOCK_MIN_RANK`` (:func:`geodbk.triangular.latent_moments`). This
 script times the step of ``benchmarks/profile_step.py`` (dPPGP, AdamW, one random batch) with
 the threshold set so that each size runs dense, then blocked, alternating, ``--rounds`` times,
 and prints the median step of each round in ms::
