@@ -81,8 +81,9 @@ class _LatentMoments(torch.autograd.Function):
         ctx: Any, u: torch.Tensor, mean: torch.Tensor, lower: torch.Tensor, width: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         r = int(lower.shape[0])
-        w = width if 0 < width < r else int(lower.shape[1])
-        starts = list(range(0, r, w)) if 0 < width < r else [0]
+        blocked = 0 < width < r
+        w = width if blocked else int(lower.shape[1])
+        starts = list(range(0, r, w)) if blocked else [0]
         parts = [u[:, s:] @ lower[s:, s : s + w] for s in starts]
         var_f = (parts[0] * parts[0]).sum(-1)
         for part in parts[1:]:
@@ -106,8 +107,8 @@ class _LatentMoments(torch.autograd.Function):
         grad_u = grad_lower = None
         if grad_var is not None:
             twice = 2.0 * grad_var[:, None]
-            if need_lower and len(parts) > 1:
-                grad_lower = torch.empty_like(lower)
+            # blocks: one buffer for L's gradient; one dense product: the product itself
+            buffer = torch.empty_like(lower) if need_lower and len(parts) > 1 else None
             for s, part in zip(ctx.starts, parts, strict=True):
                 g_part = part * twice
                 if need_u:
@@ -115,11 +116,13 @@ class _LatentMoments(torch.autograd.Function):
                         grad_u = g_part @ lower[:, :w].T
                     else:
                         grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
-                if need_lower and len(parts) == 1:
+                if buffer is not None:
+                    buffer[:s, s : s + w] = 0.0
+                    buffer[s:, s : s + w] = u[:, s:].T @ g_part
+                elif need_lower:
                     grad_lower = u.T @ g_part
-                elif grad_lower is not None:
-                    grad_lower[:s, s : s + w] = 0.0
-                    grad_lower[s:, s : s + w] = u[:, s:].T @ g_part
+            if buffer is not None:
+                grad_lower = buffer
         if need_u:
             if grad_u is None:
                 grad_u = torch.zeros_like(u)
