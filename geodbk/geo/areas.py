@@ -26,6 +26,7 @@ import shapely
 from shapely.geometry.base import BaseGeometry
 
 from geodbk.errors import DataError
+from geodbk.geo.frame import geometry_in_frame, native_box, native_longitude, wrap_longitude
 from geodbk.geo.grids import Grid
 from geodbk.geo.regions import _source
 from geodbk.local_layer import EARTH_RADIUS_KM
@@ -155,19 +156,17 @@ class Areas:
         if n_rows == 0 or not out:
             return out
         y = grid.y[rows]
-        box = shapely.box(
-            grid.x[0] - grid.dx / 2,
-            y[-1] - grid.dy / 2,
-            grid.x[-1] + grid.dx / 2,
-            y[0] + grid.dy / 2,
-        )
+        west_edge = float(native_longitude(grid.x[0] - grid.dx / 2))
+        width = float(grid.x[-1] - grid.x[0]) + grid.dx
+        box = native_box(west_edge, y[-1] - grid.dy / 2, west_edge + width, y[0] + grid.dy / 2)
         tree, index = self._tree()
-        hits = index[tree.query(box, predicate="intersects")]
+        hits = np.unique(index[tree.query(box, predicate="intersects")])
         transform = grid.transform(rows)
+        west = grid.frame_west
         for layer in range(self.n_layers):
             chosen = hits[self.layers[hits] == layer]
             if chosen.size:
-                shapes = ((self.polygons[k], int(k)) for k in chosen)
+                shapes = ((geometry_in_frame(self.polygons[k], west=west), int(k)) for k in chosen)
                 out[layer] = np.asarray(
                     rasterize(shapes, out_shape=shape, transform=transform, fill=-1, dtype="int32"),
                     dtype=np.int32,
@@ -182,7 +181,8 @@ class Areas:
         if idx.size == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         pts = shapely.point_on_surface(list(self.polygons[idx]))
-        px, py = shapely.get_x(pts), shapely.get_y(pts)
+        px = wrap_longitude(shapely.get_x(pts), west=grid.frame_west)
+        py = shapely.get_y(pts)
         col = np.floor((px - (grid.x[0] - grid.dx / 2)) / grid.dx).astype(np.int64)
         row = np.floor(((grid.y[0] + grid.dy / 2) - py) / grid.dy).astype(np.int64)
         ny, nx = grid.shape

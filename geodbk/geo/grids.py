@@ -16,6 +16,8 @@ import numpy as np
 from affine import Affine
 from shapely.geometry.base import BaseGeometry
 
+from geodbk.geo.frame import geometry_in_frame
+
 #: Default cap on the number of grid cells (rows x columns).
 DEFAULT_MAX_CELLS = 1_000_000
 #: Zoom of Ookla tiles, the default grid resolution.
@@ -49,6 +51,13 @@ class Grid:
     @property
     def size(self) -> int:
         return len(self.y) * len(self.x)
+
+    @property
+    def frame_west(self) -> float:
+        """West end of the turn of longitude centred on the grid (``middle - 180``): a geometry
+        in [-180, 180] longitudes is moved into ``[frame_west, frame_west + 360)`` before it
+        meets a grid across the 180° meridian (:func:`geodbk.geo.frame.geometry_in_frame`)."""
+        return 0.5 * float(self.x[0] + self.x[-1]) - 180.0
 
     def row_blocks(self, block_rows: int) -> Iterator[slice]:
         """Yield row slices of at most ``block_rows`` rows covering the grid."""
@@ -134,7 +143,9 @@ def region_mask(
     ----------
     geometry
         Region polygon(s) in EPSG:4326, or their GeoJSON-like mapping
-        (``__geo_interface__``), which a caller masking many blocks converts once.
+        (``__geo_interface__``), which a caller masking many blocks converts once (after
+        :func:`geodbk.geo.frame.geometry_in_frame` with ``west=grid.frame_west``; a shapely
+        geometry is moved here).
     grid
         The grid.
     rows
@@ -150,6 +161,8 @@ def region_mask(
     n_rows = len(grid.y) if rows is None else len(grid.y[rows])
     if n_rows == 0 or (isinstance(geometry, BaseGeometry) and geometry.is_empty):
         return np.zeros((n_rows, len(grid.x)), dtype=bool)
+    if isinstance(geometry, BaseGeometry):
+        geometry = geometry_in_frame(geometry, west=grid.frame_west)
     mask = geometry_mask(
         [geometry], out_shape=(n_rows, len(grid.x)), transform=grid.transform(rows), invert=True
     )

@@ -13,6 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
+from geodbk.geo.frame import native_longitude
+
 #: Deepest zoom a quadkey may have here (tile indices fit in int64; Bing maps stop at 23).
 MAX_ZOOM = 23
 
@@ -159,8 +161,9 @@ def tile_polygons(
 
 
 def lonlat_to_tile(lon: npt.ArrayLike, lat: npt.ArrayLike, zoom: int) -> tuple[IntArray, IntArray]:
-    """Return the XYZ tile ``(x, y)`` at ``zoom`` containing each lon/lat point."""
-    lon_a = np.asarray(lon, dtype=np.float64)
+    """Return the XYZ tile ``(x, y)`` at ``zoom`` containing each lon/lat point (a longitude
+    beyond [-180, 180], as on a grid across the 180° meridian, is taken back by whole turns)."""
+    lon_a = native_longitude(lon)
     lat_a = np.clip(np.asarray(lat, dtype=np.float64), -85.05112877980659, 85.05112877980659)
     n = 2.0**zoom
     x = np.floor((lon_a + 180.0) / 360.0 * n)

@@ -1,6 +1,4 @@
-"""Regions (a state from a Census state-boundary file, any polygon file, a bounding box) and the
-affine scaling of lon/lat to [-1, 1]² by the region's bounding box.
-"""
+"""Regions: a state from a Census state-boundary file, any polygon file, a bounding box."""
 
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ from shapely.geometry.base import BaseGeometry
 
 from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError
+from geodbk.geo.frame import Scaling, frame_bounds, native_box, wrap_longitude
 
 WGS84 = "EPSG:4326"
 
@@ -152,56 +151,6 @@ def read_vector(
 
 
 @dataclass(frozen=True)
-class Scaling:
-    """Affine map of lon/lat to [-1, 1]²: ``x1 = 2 (lon - lon_min) / (lon_max - lon_min) - 1``."""
-
-    lon_min: float
-    lon_max: float
-    lat_min: float
-    lat_max: float
-
-    @classmethod
-    def from_bounds(cls, bounds: tuple[float, float, float, float] | npt.ArrayLike) -> Scaling:
-        """Scaling from ``(west, south, east, north)``; a degenerate side is widened by 1e-6°."""
-        w, s, e, n = (float(v) for v in np.asarray(bounds, dtype=float))
-        if not e > w:
-            w, e = w - 1e-6, e + 1e-6
-        if not n > s:
-            s, n = s - 1e-6, n + 1e-6
-        return cls(lon_min=w, lon_max=e, lat_min=s, lat_max=n)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Scaling:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            float(d["lon_min"]), float(d["lon_max"]), float(d["lat_min"]), float(d["lat_max"])
-        )
-
-    def to_dict(self) -> dict[str, float]:
-        """JSON-ready dict (the ``scaling`` entry of the table metadata)."""
-        return {
-            "lon_min": self.lon_min,
-            "lon_max": self.lon_max,
-            "lat_min": self.lat_min,
-            "lat_max": self.lat_max,
-        }
-
-    def scale(
-        self, lon: npt.ArrayLike, lat: npt.ArrayLike
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Map lon/lat to ``(x1, x2)``."""
-        x1 = (
-            2.0 * (np.asarray(lon, dtype=float) - self.lon_min) / (self.lon_max - self.lon_min)
-            - 1.0
-        )
-        x2 = (
-            2.0 * (np.asarray(lat, dtype=float) - self.lat_min) / (self.lat_max - self.lat_min)
-            - 1.0
-        )
-        return x1, x2
-
-
-@dataclass(frozen=True)
 class Region:
     """A study region: its boundary (EPSG:4326) and where it came from.
 
@@ -228,24 +177,33 @@ class Region:
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
-        """``(west, south, east, north)``."""
+        """``(west, south, east, north)`` in [-180, 180] longitudes (a filter's box: across the
+        180° meridian it spans every longitude)."""
         w, s, e, n = self.geometry.bounds
         return (float(w), float(s), float(e), float(n))
+
+    @property
+    def extent(self) -> tuple[float, float, float, float]:
+        """``(west, south, east, north)`` in the region's frame
+        (:func:`geodbk.geo.longitude.frame_bounds`: ``east`` exceeds 180 across the 180°
+        meridian); scalings and grids span this."""
+        return frame_bounds(self.geometry)
 
     def contains(self, lon: npt.ArrayLike, lat: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Vectorised test of which points lie inside (or on the boundary of) the region."""
         lon_a = np.asarray(lon, dtype=float)
         lat_a = np.asarray(lat, dtype=float)
         if self.kind == "bbox":
-            w, s, e, n = self.bounds
-            return (lon_a >= w) & (lon_a <= e) & (lat_a >= s) & (lat_a <= n)
+            w, s, e, n = self.extent
+            lon_f = wrap_longitude(lon_a, west=w)
+            return (lon_f >= w) & (lon_f <= e) & (lat_a >= s) & (lat_a <= n)
         geom = self.geometry
         shapely.prepare(geom)
         return np.asarray(shapely.intersects_xy(geom, lon_a, lat_a), dtype=bool)
 
     def scaling(self) -> Scaling:
-        """The [-1, 1]² scaling by the region's bounding box."""
-        return Scaling.from_bounds(self.bounds)
+        """The [-1, 1]² scaling by the region's bounding box in its frame (:attr:`extent`)."""
+        return Scaling.from_bounds(self.extent)
 
     def to_geodataframe(self) -> gpd.GeoDataFrame:
         """One-row GeoDataFrame (EPSG:4326) with name, kind and attrs, for ``region.geojson``."""
@@ -262,6 +220,7 @@ class Region:
             "kind": self.kind,
             "source": self.source,
             "bounds": list(self.bounds),
+            "extent": list(self.extent),
             "attrs": {k: str(v) for k, v in self.attrs.items()},
         }
 
@@ -336,14 +295,24 @@ def polygon_region(path: str | Path) -> Region:
 
 
 def bbox_region(west: float, south: float, east: float, north: float) -> Region:
-    """A bounding-box region (degrees, EPSG:4326)."""
+    """A bounding-box region (degrees, EPSG:4326). ``west > east`` is a box across the 180°
+    meridian (as in GeoJSON), e.g. ``172 51 -129 72`` for Alaska with its far Aleutians; such a
+    box wider than half the globe is refused as swapped."""
     w, s, e, n = (float(v) for v in (west, south, east, north))
-    if not (-180 <= w < e <= 180 and -90 <= s < n <= 90):
+    if not (-180 <= w <= 180 and -180 <= e <= 180 and w != e and -90 <= s < n <= 90):
         raise DataError(
-            f"bad --bbox {w} {s} {e} {n}: give WEST SOUTH EAST NORTH in degrees with west < east "
-            "and south < north"
+            f"bad --bbox {w} {s} {e} {n}: give WEST SOUTH EAST NORTH in degrees (longitudes in "
+            "-180..180) with south < north and west < east (west > east: across the 180° "
+            "meridian)"
         )
-    return Region(name="bbox", geometry=shapely.box(w, s, e, n), kind="bbox")
+    if w > e and e + 360.0 - w > 180.0:
+        raise DataError(
+            f"bad --bbox {w} {s} {e} {n}: west > east is a box across the 180° meridian, here "
+            f"{e + 360.0 - w:g}° wide; give WEST SOUTH EAST NORTH with west < east (--bbox {e} "
+            f"{s} {w} {n}?)"
+        )
+    geometry = native_box(w, s, e if e > w else e + 360.0, n)
+    return Region(name="bbox", geometry=geometry, kind="bbox")
 
 
 def resolve_region(

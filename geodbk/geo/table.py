@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGET_INFO
-from geodbk.geo.regions import Scaling
+from geodbk.geo.frame import Scaling
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
 
 SCHEMA_VERSION = 1

@@ -68,3 +68,13 @@ def test_region_mask_blockwise_equals_whole() -> None:
 def test_block_rows_bound_cells() -> None:
     assert block_rows_for(1000, max_block_cells=10_000) == 10
     assert block_rows_for(10**6, max_block_cells=10) == 1
+
+
+def test_a_grid_across_the_meridian_masks_both_halves_of_a_split_region() -> None:
+    halves = [shapely.box(179.5, 51.0, 180.0, 52.0), shapely.box(-180.0, 51.0, -179.5, 52.0)]
+    grid = make_grid((179.5, 51.0, 180.5, 52.0), resolution=0.1)
+    assert grid.x.max() > 180.0 and grid.frame_west == pytest.approx(0.0)
+    mask = region_mask(shapely.MultiPolygon(halves), grid)
+    assert mask.all()  # every centre lies in one of the halves
+    west_only = region_mask(halves[0], grid)
+    np.testing.assert_array_equal(west_only.any(axis=0), grid.x < 180.0)

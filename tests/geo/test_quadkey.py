@@ -83,3 +83,8 @@ def test_bytes_input_and_empty() -> None:
     assert qk.tile_to_quadkey([], [], []).shape == (0,)
     with pytest.raises(ValueError):
         qk.tile_to_quadkey([4], [0], [2])
+
+
+def test_longitudes_beyond_180_find_the_tile_a_turn_away() -> None:
+    x, y = qk.lonlat_to_tile([190.0, -170.0, 179.999], [51.0, 51.0, 51.0], 16)
+    assert x[0] == x[1] and y[0] == y[1] and x[2] == 2**16 - 1

@@ -74,3 +74,13 @@ def test_region_geojson_round_trip(states: Path, tmp_path: Path) -> None:
     assert back["name"].tolist() == ["California"]
     geom = back.geometry.iloc[0]
     assert geom.equals_exact(r.geometry, 1e-9) or geom.equals(r.geometry)
+
+
+def test_a_bbox_across_the_meridian_is_one_region_and_a_swapped_one_is_refused() -> None:
+    region = regions.bbox_region(172.0, 51.0, -129.0, 72.0)
+    assert region.extent == pytest.approx((172.0, 51.0, 231.0, 72.0))
+    inside = region.contains([175.0, -150.0, 0.0, -128.0], [60.0, 60.0, 60.0, 60.0])
+    assert inside.tolist() == [True, True, False, False]
+    assert region.scaling().lon_max == pytest.approx(231.0)
+    with pytest.raises(DataError, match=r"359° wide.*--bbox -100.0 39.0 -99.0 40.0\?"):
+        regions.bbox_region(-99.0, 39.0, -100.0, 40.0)

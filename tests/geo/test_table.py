@@ -12,7 +12,7 @@ from geo_helpers import make_tiles
 
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo import ookla, table
-from geodbk.geo.regions import Scaling
+from geodbk.geo.frame import Scaling
 
 
 def test_random_split_exact_and_seeded() -> None:

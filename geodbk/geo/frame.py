@@ -1,0 +1,162 @@
+"""A region's frame: its longitudes, across the 180° meridian too, and their [-1, 1]² scaling.
+
+Tables, quadkeys and geometries keep longitudes in [-180, 180]. A region's *frame* is the
+shortest arc of longitude that covers it, ``[west, east]`` with ``west`` in [-180, 180] and
+``east < west + 360``; across the 180° meridian ``east`` exceeds 180. Scalings and grids work
+in the frame, so that the model's inputs and the maps are continuous across the meridian;
+geometry tests and quadkeys take longitudes back to [-180, 180] (:func:`native_longitude`).
+:class:`Scaling` maps the frame's box to the model's inputs in [-1, 1]².
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import shapely
+from shapely.geometry.base import BaseGeometry
+
+__all__ = [
+    "Scaling",
+    "frame_bounds",
+    "geometry_in_frame",
+    "longitude_arc",
+    "native_box",
+    "native_longitude",
+    "wrap_longitude",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def wrap_longitude(lon: npt.ArrayLike, *, west: float) -> FloatArray:
+    """Longitudes moved by whole turns into ``[west, west + 360)``; those already inside are
+    returned unchanged (bit for bit)."""
+    lon_a = np.asarray(lon, dtype=np.float64)
+    outside = (lon_a < west) | (lon_a >= west + 360.0)
+    if not outside.any():
+        return lon_a
+    return np.where(outside, west + np.mod(lon_a - west, 360.0), lon_a)
+
+
+def native_longitude(lon: npt.ArrayLike) -> FloatArray:
+    """Longitudes outside [-180, 180] moved by whole turns into [-180, 180); 180 stays 180."""
+    lon_a = np.asarray(lon, dtype=np.float64)
+    outside = (lon_a < -180.0) | (lon_a > 180.0)
+    if not outside.any():
+        return lon_a
+    return np.where(outside, wrap_longitude(lon_a, west=-180.0), lon_a)
+
+
+def longitude_arc(lon: npt.ArrayLike) -> tuple[float, float]:
+    """``(west, east)`` of the shortest arc covering the longitudes (``east`` may exceed 180).
+
+    The arc leaves out the largest gap between neighbouring longitudes around the circle. When
+    that gap is the one across the 180° meridian, the arc is ``(min, max)``, unchanged.
+    """
+    lon_a = np.unique(native_longitude(np.asarray(lon, dtype=np.float64).ravel()))
+    lon_a = lon_a[np.isfinite(lon_a)]
+    if lon_a.size == 0:
+        raise ValueError("no finite longitude")
+    west, east = float(lon_a[0]), float(lon_a[-1])
+    if lon_a.size == 1:
+        return west, east
+    gaps = np.diff(lon_a)
+    i = int(np.argmax(gaps))
+    if gaps[i] <= west + 360.0 - east:
+        return west, east
+    return float(lon_a[i + 1]), float(lon_a[i]) + 360.0
+
+
+def frame_bounds(geometry: BaseGeometry) -> tuple[float, float, float, float]:
+    """``(west, south, east, north)`` of a geometry (EPSG:4326) in its frame: its bounds, or,
+    when its vertices' shortest arc of longitude crosses the 180° meridian, that arc."""
+    w, s, e, n = (float(v) for v in geometry.bounds)
+    if e - w <= 180.0:
+        return (w, s, e, n)
+    west, east = longitude_arc(shapely.get_coordinates(geometry)[:, 0])
+    return (west, s, east, n)
+
+
+def geometry_in_frame(geometry: BaseGeometry, *, west: float) -> BaseGeometry:
+    """The geometry with each part moved by whole turns so that its centroid's longitude lies
+    in ``[west, west + 360)`` (a region split at the 180° meridian made whole for a grid in its
+    frame); unchanged when no part moves."""
+    parts = shapely.get_parts(geometry)
+    if parts.size == 0:
+        return geometry
+    cx = shapely.get_x(shapely.centroid(parts))
+    shift = wrap_longitude(cx, west=west) - cx
+    if not np.any(shift != 0.0):
+        return geometry
+    moved = [
+        shapely.transform(p, lambda xy, d=d: xy + np.array([d, 0.0])) if d != 0.0 else p
+        for p, d in zip(parts, shift, strict=True)
+    ]
+    return shapely.union_all(moved)
+
+
+def native_box(west: float, south: float, east: float, north: float) -> BaseGeometry:
+    """The box ``[west, east] x [south, north]`` in [-180, 180] longitudes: one polygon, or two
+    split at the 180° meridian when ``east`` exceeds 180."""
+    if east <= 180.0:
+        return shapely.box(west, south, east, north)
+    return shapely.MultiPolygon(
+        [shapely.box(west, south, 180.0, north), shapely.box(-180.0, south, east - 360.0, north)]
+    )
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Affine map of lon/lat to [-1, 1]²: ``x1 = 2 (lon - lon_min) / (lon_max - lon_min) - 1``.
+
+    The bounds are those of the region's frame (:mod:`geodbk.geo.longitude`): across the 180°
+    meridian ``lon_max`` exceeds 180, and a longitude is first moved by whole turns into the
+    half-turn either side of the frame's middle.
+    """
+
+    lon_min: float
+    lon_max: float
+    lat_min: float
+    lat_max: float
+
+    @classmethod
+    def from_bounds(cls, bounds: tuple[float, float, float, float] | npt.ArrayLike) -> Scaling:
+        """Scaling from ``(west, south, east, north)``; a degenerate side is widened by 1e-6°."""
+        w, s, e, n = (float(v) for v in np.asarray(bounds, dtype=float))
+        if not e > w:
+            w, e = w - 1e-6, e + 1e-6
+        if not n > s:
+            s, n = s - 1e-6, n + 1e-6
+        return cls(lon_min=w, lon_max=e, lat_min=s, lat_max=n)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Scaling:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            float(d["lon_min"]), float(d["lon_max"]), float(d["lat_min"]), float(d["lat_max"])
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready dict (the ``scaling`` entry of the table metadata)."""
+        return {
+            "lon_min": self.lon_min,
+            "lon_max": self.lon_max,
+            "lat_min": self.lat_min,
+            "lat_max": self.lat_max,
+        }
+
+    def scale(
+        self, lon: npt.ArrayLike, lat: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Map lon/lat to ``(x1, x2)``."""
+        middle = 0.5 * (self.lon_min + self.lon_max)
+        lon_f = wrap_longitude(lon, west=middle - 180.0)
+        x1 = 2.0 * (lon_f - self.lon_min) / (self.lon_max - self.lon_min) - 1.0
+        x2 = (
+            2.0 * (np.asarray(lat, dtype=float) - self.lat_min) / (self.lat_max - self.lat_min)
+            - 1.0
+        )
+        return x1, x2
