@@ -542,7 +542,11 @@ def register(subparsers: Any) -> None:
     g.add_argument("--state", help="state postal code, name or FIPS (uses the Census state file)")
     g.add_argument("--region", metavar="FILE", help="any polygon file")
     g.add_argument(
-        "--bbox", nargs=4, type=float, metavar=("W", "S", "E", "N"), help="bounding box (degrees)"
+        "--bbox",
+        nargs=4,
+        type=float,
+        metavar=("W", "S", "E", "N"),
+        help="bounding box in degrees (W > E: a box across the 180° meridian)",
     )
     p.add_argument(
         "--no-census", dest="census", action="store_false", help="do not fetch the Census files"

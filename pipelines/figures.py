@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geodbk.atomic import atomic_path
+from geodbk.geo.frame import geometry_in_frame, wrap_longitude
 from geodbk.metrics import COVERAGE95, NLL
 
 COLORS = {"urban": "#d95f02", "rural": "#1b9e77", "all": "#444444"}
@@ -110,6 +111,7 @@ class SdBinner:
         """Add rows: centroids ``lon``/``lat``, residuals ``y - mean`` and predictive ``sd``."""
         lon_min, _, _, lat_max = self.bounds
         size = self.nx * self.ny
+        lon = wrap_longitude(lon, west=lon_min - 1.0)  # in the box's frame (180° meridian)
         ix = np.clip(((lon - lon_min) / self.step).astype(int), 0, self.nx - 1)
         iy = np.clip(((lat_max - lat) / self.step).astype(int), 0, self.ny - 1)
         flat = iy * self.nx + ix
@@ -180,7 +182,8 @@ def sd_maps(
             interpolation="nearest",
         )
         if region is not None:
-            for geom in getattr(region, "geoms", [region]):
+            shown = geometry_in_frame(region, west=0.5 * (extent[0] + extent[1]) - 180.0)
+            for geom in getattr(shown, "geoms", [shown]):
                 xs, ys = geom.exterior.xy
                 ax.plot(xs, ys, color="black", lw=0.5)
         ax.set_xlim(extent[0], extent[1])

@@ -24,14 +24,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import shapely
 
 from geodbk import __version__
 from geodbk.atomic import atomic_write_json, atomic_write_text, disk_error
 from geodbk.errors import DataError
 from geodbk.geo.census import UrbanLayer, resolve_urban
+from geodbk.geo.frame import Scaling, longitude_arc, native_box
 from geodbk.geo.licence import data_licence
 from geodbk.geo.ookla import read_tiles
-from geodbk.geo.regions import Region, Scaling, resolve_region, write_region_geojson
+from geodbk.geo.regions import Region, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
 from pipelines.cli import call_with_options, stage_parser
@@ -164,13 +166,12 @@ def run_ingest(
         )
     if split == "forecast":
         _check_forecast_quarters(frame["quarter"], tiles=tiles, quarters=quarters)
+    lon_w, lon_e = longitude_arc(frame["lon"].to_numpy(dtype=np.float64))
+    centres_box = (lon_w, float(frame["lat"].min()), lon_e, float(frame["lat"].max()))
     if the_region is None:
-        w, s, e, n = (float(v) for v in frame.total_bounds)
-        import shapely
-
-        the_region = Region(name="tiles extent", geometry=shapely.box(w, s, e, n), kind="tiles")
+        the_region = Region(name="tiles extent", geometry=_tiles_box(frame), kind="tiles")
     region_bounds = the_region.bounds
-    _warn_if_across_the_antimeridian(the_region.name, region_bounds)
+    _log_frame(the_region)
     layer = resolve_urban(
         urban_areas=urban_areas,
         tracts=tracts,
@@ -187,13 +188,7 @@ def run_ingest(
         urban = _label_unique(
             layer, frame["lon"].to_numpy(), frame["lat"].to_numpy(), frame["quadkey"]
         )
-    scaling = (
-        the_region.scaling()
-        if scale_by == "region"
-        else Scaling.from_bounds(
-            (frame["lon"].min(), frame["lat"].min(), frame["lon"].max(), frame["lat"].max())
-        )
-    )
+    scaling = the_region.scaling() if scale_by == "region" else Scaling.from_bounds(centres_box)
     table, split_info = prepare_tile_table(
         frame, scaling=scaling, urban=urban, split=split, seed=seed, block_size=block_size
     )
@@ -397,24 +392,27 @@ def _check_forecast_quarters(
     )
 
 
-#: A region wider than this (degrees of longitude) most likely crosses the 180° meridian.
-ANTIMERIDIAN_SPAN = 180.0
+def _tiles_box(frame: Any) -> Any:
+    """The box around the tiles' polygons in [-180, 180] longitudes: two boxes split at the
+    180° meridian when the tiles' shortest arc of longitude crosses it."""
+    w, s, e, n = (float(v) for v in frame.total_bounds)
+    if e - w > 180.0:
+        w, e = longitude_arc(shapely.get_coordinates(frame.geometry.to_numpy())[:, 0])
+    return native_box(w, s, e, n)
 
 
-def _warn_if_across_the_antimeridian(name: str, bounds: tuple[float, ...]) -> None:
-    """Warn when a region spans more than :data:`ANTIMERIDIAN_SPAN` degrees of longitude, as
-    one crossing the 180° meridian does (Alaska's Aleutians): longitudes stay in [-180, 180],
-    so its [-1, 1] scaling and its grids span the globe's width around the part it has."""
-    west, _, east, _ = bounds
-    if east - west > ANTIMERIDIAN_SPAN:
-        log.warning(
-            "the region %s spans longitudes %.2f to %.2f, so it crosses the 180° meridian: "
-            "geodbk keeps longitudes in [-180, 180], and its scaling and maps would span the "
-            "globe's width; map each side on its own (--bbox W S E N on one side), or keep the "
-            "region and pass --scale-by tiles so that the model's inputs span the tiles only",
-            name,
+def _log_frame(region: Region) -> None:
+    """Say so when the region crosses the 180° meridian (Alaska's Aleutians): its scaling and
+    maps then run east past 180° (:mod:`geodbk.geo.frame`), its tables stay in [-180, 180]."""
+    west, _, east, _ = region.extent
+    if east > 180.0:
+        log.info(
+            "the region %s crosses the 180° meridian: its scaling and maps span longitudes "
+            "%.2f to %.2f (east of 180 = %.2f), the tile table keeps [-180, 180]",
+            region.name,
             west,
             east,
+            east - 360.0,
         )
 
 
@@ -554,7 +552,11 @@ def register(subparsers: Any) -> None:
     )
     g.add_argument("--region", metavar="FILE", help="any polygon file as the region")
     g.add_argument(
-        "--bbox", nargs=4, type=float, metavar=("W", "S", "E", "N"), help="bounding box in degrees"
+        "--bbox",
+        nargs=4,
+        type=float,
+        metavar=("W", "S", "E", "N"),
+        help="bounding box in degrees (W > E: a box across the 180° meridian)",
     )
     u = p.add_argument_group("urban/rural source (one of)")
     u.add_argument(

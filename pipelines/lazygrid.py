@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.geotiff import write_geotiff
 from geodbk.geo.grids import Grid
 from geodbk.geo.timeaxis import format_quarter, quarter_index
@@ -132,7 +133,9 @@ def grid_dataset(
         if geometry is None:
             mask = np.ones(lon2.shape, dtype=bool)
         else:
-            mask = np.asarray(shapely.intersects_xy(geometry, lon2, lat2), dtype=bool)
+            mask = np.asarray(
+                shapely.intersects_xy(geometry, native_longitude(lon2), lat2), dtype=bool
+            )
         if mask.any():
             X = inputs(lon2[mask], lat2[mask])
             values = predict_block(model, spec, X, thr, chunk_size=chunk_size)

@@ -16,6 +16,7 @@ import pandas as pd
 import shapely
 
 from geodbk.errors import DataError
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
 from geodbk.quantities import QuantityPrediction, check_quantity, predict_quantity
 from geodbk.tile_effect import TileEffect
@@ -79,7 +80,9 @@ class PlacePredictor:
         """Each place's urban flag when the model needs it, else ``None``."""
         if self.urban_geometry is None:
             return None
-        return np.asarray(shapely.intersects_xy(self.urban_geometry, lon, lat), dtype=bool)
+        return np.asarray(
+            shapely.intersects_xy(self.urban_geometry, native_longitude(lon), lat), dtype=bool
+        )
 
     def predict(
         self,

@@ -38,6 +38,7 @@ from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import Z95
+from geodbk.geo.frame import frame_bounds, geometry_in_frame, native_longitude, wrap_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
@@ -609,32 +610,52 @@ def _var_attrs(
 TILE_MARGIN_DEG = 0.05
 
 
-def grid_bounds(
-    rd: RunDir, region_bounds: tuple[float, float, float, float], *, extent: str
+def tiles_west_of(region_extent: tuple[float, float, float, float]) -> float:
+    """The west end of the turn of longitude the tiles' lon/lat extent is taken in: a degree
+    west of the region's frame (:attr:`geodbk.geo.regions.Region.extent`), so that a region
+    across the 180° meridian has a contiguous extent of tiles."""
+    return float(region_extent[0]) - 1.0
+
+
+def cut_to_tiles(
+    region_extent: tuple[float, float, float, float],
+    tiles_extent: tuple[float, float, float, float] | None,
 ) -> tuple[float, float, float, float]:
-    """Bounding box of the grid: the region's, or cut to the tiles' extent (+ margin)."""
+    """The region's box (in its frame) cut to the tiles' lon/lat extent plus
+    :data:`TILE_MARGIN_DEG`; the region's box when the cut is empty or there are no tiles."""
+    if tiles_extent is None:
+        return region_extent
+    m = TILE_MARGIN_DEG
+    box = (
+        max(region_extent[0], tiles_extent[0] - m),
+        max(region_extent[1], tiles_extent[1] - m),
+        min(region_extent[2], tiles_extent[2] + m),
+        min(region_extent[3], tiles_extent[3] + m),
+    )
+    return box if box[2] > box[0] and box[3] > box[1] else region_extent
+
+
+def grid_bounds(
+    rd: RunDir, region_extent: tuple[float, float, float, float], *, extent: str
+) -> tuple[float, float, float, float]:
+    """Bounding box of the grid: the region's (in its frame), or :func:`cut_to_tiles`."""
     if extent == "region":
-        return region_bounds
+        return region_extent
     if extent != "tiles":
         raise DataError(f"extent must be 'tiles' or 'region', got {extent!r}")
 
+    west = tiles_west_of(region_extent)
     lo = np.array([np.inf, np.inf])
     hi = -lo
     for cols in iter_parquet_batches(rd.tiles, columns=["lon", "lat"]):  # O(batch) memory
-        xy = np.column_stack([cols["lon"], cols["lat"]]).astype(np.float64)
+        lon = wrap_longitude(np.asarray(cols["lon"], dtype=np.float64), west=west)
+        xy = np.column_stack([lon, cols["lat"]]).astype(np.float64)
         xy = xy[np.isfinite(xy).all(axis=1)]
         if len(xy):
             lo, hi = np.minimum(lo, xy.min(axis=0)), np.maximum(hi, xy.max(axis=0))
     if not np.isfinite(lo).all():
-        return region_bounds
-    m = TILE_MARGIN_DEG
-    box = (
-        max(region_bounds[0], float(lo[0]) - m),
-        max(region_bounds[1], float(lo[1]) - m),
-        min(region_bounds[2], float(hi[0]) + m),
-        min(region_bounds[3], float(hi[1]) + m),
-    )
-    return box if box[2] > box[0] and box[3] > box[1] else region_bounds
+        return region_extent
+    return cut_to_tiles(region_extent, (float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])))
 
 
 def map_grid(
@@ -652,7 +673,7 @@ def map_grid(
     (default: zoom-16 cells coarsened to ``max_cells``), refused by :func:`check_grid_size`
     when too coarse, or larger than ``max_cells`` at an explicit resolution without ``force``."""
     geom = read_region(rd)
-    bounds = grid_bounds(rd, geom.bounds, extent=extent)
+    bounds = grid_bounds(rd, frame_bounds(geom), extent=extent)
     grid = make_grid(bounds, resolution=resolution, tile_zoom=tile_zoom, max_cells=max_cells)
     explicit = resolution is not None or tile_zoom is not None
     check_grid_size(grid, bounds, max_cells=max_cells, force=force or not explicit, n_vars=n_vars)
@@ -937,7 +958,9 @@ def run_predict(
             if urban_geom is not None:
                 import shapely
 
-                urban = np.asarray(shapely.intersects_xy(urban_geom, lon, lat), dtype=bool)
+                urban = np.asarray(
+                    shapely.intersects_xy(urban_geom, native_longitude(lon), lat), dtype=bool
+                )
             return predict_block(
                 model,
                 spec,
@@ -1127,7 +1150,9 @@ def _write_grid(
     )
     n_in = 0
     # the region's GeoJSON mapping once, not per block; the blocks' arrays are reused
-    shape = geom if geom.is_empty else geom.__geo_interface__
+    shape = (
+        geom if geom.is_empty else geometry_in_frame(geom, west=grid.frame_west).__geo_interface__
+    )
     buffers: dict[str, np.ndarray] = {}
     try:
         blocks_iter = tqdm(

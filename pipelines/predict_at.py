@@ -25,6 +25,7 @@ import shapely
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations, read_locations
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.places import load_place_predictor
@@ -102,7 +103,9 @@ def run_predict_at(
     places = read_locations(at)
     licence = run_licence_attrs(rd)
     predictor = load_place_predictor(rd, target, quantity=quantity, quarter=quarter)
-    inside = np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
+    inside = np.asarray(
+        shapely.intersects_xy(read_region(rd), native_longitude(places.lon), places.lat), dtype=bool
+    )
     values = {c: np.full(inside.size, np.nan) for c in ("mean", "sd")}
     seen = np.zeros(inside.size, dtype=bool)
     pull = np.full(inside.size, np.nan)

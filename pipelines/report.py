@@ -36,6 +36,7 @@ from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, sta
 from geodbk.errors import DataError, ModelFileError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS
+from geodbk.geo.frame import frame_bounds, wrap_longitude
 from geodbk.geo.licence import licence_line
 from geodbk.geo.parquet_batches import (
     count_rows,
@@ -65,7 +66,7 @@ from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
 from pipelines.layers import load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
-from pipelines.predict import TILE_MARGIN_DEG
+from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.run_inputs import read_region
@@ -345,6 +346,7 @@ def scan_tiles(
     quarters: bool = False,
     batch_size: int = BATCH_ROWS,
     compact_rows: int = 1 << 20,
+    west: float = -180.0,
 ) -> TileScan:
     """Distinct tiles, quarters and lon/lat extent of a tile table, in one streaming pass.
 
@@ -364,6 +366,9 @@ def scan_tiles(
         Rows per record batch.
     compact_rows
         Reduced rows held before a merge.
+    west
+        The extent's longitudes are taken in ``[west, west + 360)``
+        (:func:`pipelines.predict.tiles_west_of`: contiguous across the 180° meridian).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -387,6 +392,7 @@ def scan_tiles(
             seen.update(str(q) for q in pc.unique(batch.column("quarter")).to_pylist())
         for j, c in enumerate(("lon", "lat")):
             v = np.asarray(batch.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
+            v = wrap_longitude(v, west=west) if c == "lon" else v
             lo[j], hi[j] = min(lo[j], v.min()), max(hi[j], v.max())
         pending.append(_first_per_tile(pa.Table.from_batches([batch]).select(keep)))
         n_pending += pending[-1].num_rows
@@ -404,24 +410,6 @@ def scan_tiles(
         return TileScan(empty, sorted(seen), None)
     extent = (float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1]))
     return TileScan(merged, sorted(seen), extent)
-
-
-def cut_to_tiles(
-    region_bounds: tuple[float, float, float, float],
-    extent: tuple[float, float, float, float] | None,
-) -> tuple[float, float, float, float]:
-    """:func:`pipelines.predict.grid_bounds` with ``extent="tiles"`` from a known tile extent:
-    the region box cut to the tiles' lon/lat extent plus the margin (no table read)."""
-    if extent is None:
-        return region_bounds
-    m = TILE_MARGIN_DEG
-    box = (
-        max(region_bounds[0], extent[0] - m),
-        max(region_bounds[1], extent[1] - m),
-        min(region_bounds[2], extent[2] + m),
-        min(region_bounds[3], extent[3] + m),
-    )
-    return box if box[2] > box[0] and box[3] > box[1] else region_bounds
 
 
 def service_coverage(
@@ -784,7 +772,13 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         if m.any():
             curves[g] = reliability(y[m], mean[m], std[m])
     ts = time_scaling_of(md)
-    scan = scan_tiles(rd.tiles, quarters=ts is not None or tile_effect is not None)
+    region = read_region(rd)
+    region_extent = frame_bounds(region)
+    scan = scan_tiles(
+        rd.tiles,
+        quarters=ts is not None or tile_effect is not None,
+        west=tiles_west_of(region_extent),
+    )
     latest = latest_quarter(scan.quarters) if scan.quarters else None
     current = latest if ts is not None else None
     coverage_rows = service_coverage(
@@ -803,12 +797,11 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     del scan  # one row per distinct tile: not needed any more
 
     # Figure 10: held-out rows (val + test), binned.
-    region = read_region(rd)
     emp, pred_sd, extent = heldout_sd_map(
         rd,
         spec,
         model,
-        cut_to_tiles(region.bounds, tile_extent),
+        cut_to_tiles(region_extent, tile_extent),
         metadata=md,
         chunk=chunk,
         has_tests=has_tests,

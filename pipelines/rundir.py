@@ -26,6 +26,7 @@ import numpy as np
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGETS, target_info
+from geodbk.geo.frame import Scaling
 from geodbk.geo.licence import OOKLA_LICENCE
 from geodbk.geo.table import read_table_metadata, read_tile_table
 from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
@@ -352,9 +353,9 @@ def scaling_of(meta: dict[str, Any], *, source: Path) -> dict[str, float]:
 
 
 def scale_lonlat(lon: np.ndarray, lat: np.ndarray, scaling: dict[str, float]) -> np.ndarray:
-    """Scale lon/lat to the model's inputs ``[x1, x2]`` in [-1, 1]² (float64, shape (n, 2))."""
-    x1 = 2.0 * (lon - scaling["lon_min"]) / (scaling["lon_max"] - scaling["lon_min"]) - 1.0
-    x2 = 2.0 * (lat - scaling["lat_min"]) / (scaling["lat_max"] - scaling["lat_min"]) - 1.0
+    """Scale lon/lat to the model's inputs ``[x1, x2]`` in [-1, 1]² (float64, shape (n, 2)) by
+    :meth:`geodbk.geo.frame.Scaling.scale`."""
+    x1, x2 = Scaling.from_dict(scaling).scale(lon, lat)
     return np.column_stack([x1, x2]).astype(np.float64)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations
 from pipelines.predict_at import write_places
 from pipelines.run_inputs import read_region
@@ -57,7 +58,9 @@ def _json_value(value: Any) -> Any:
 def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: str) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
     ``RUN/service/classes_<stem>.parquet``."""
-    inside = np.asarray(shapely.intersects_xy(read_region(rd), places.lon, places.lat), dtype=bool)
+    inside = np.asarray(
+        shapely.intersects_xy(read_region(rd), native_longitude(places.lon), places.lat), dtype=bool
+    )
     probs = [c for c in output_columns(service) if c.startswith("p_")]
     values = {c: np.full(inside.size, np.nan) for c in probs}
     label = np.full(inside.size, None, dtype=object)

@@ -41,6 +41,7 @@ from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.areas import Areas, cell_area_km2, read_areas
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
@@ -459,7 +460,9 @@ def _summarize_cells(
         lon, lat = grid.x[col[ok]], grid.y[row[ok]]
         import shapely
 
-        in_region = np.asarray(shapely.intersects_xy(region, lon, lat), dtype=bool)
+        in_region = np.asarray(
+            shapely.intersects_xy(region, native_longitude(lon), lat), dtype=bool
+        )
         chosen = missing[ok][in_region]
         lon, lat = lon[in_region], lat[in_region]
         for start in range(0, chosen.size, sampler.chunk):

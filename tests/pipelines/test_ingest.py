@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+import shapely
 
 from geodbk.errors import DataError
+from geodbk.geo.regions import Region
 from geodbk.geo.table import read_tile_table
 from pipelines import cli
 from pipelines.ingest import DEMO_INGEST, demo_ingest_kwargs, run_ingest
@@ -119,16 +121,19 @@ def test_cli_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "examples:" in out and "--rural-tracts" in out and "--split" in out
 
 
-def test_a_region_across_the_antimeridian_is_warned_about(
+def test_a_region_across_the_antimeridian_is_logged_with_its_frame(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from pipelines.ingest import _warn_if_across_the_antimeridian
+    from pipelines.ingest import _log_frame
 
-    with caplog.at_level("WARNING", logger="geodbk"):
-        _warn_if_across_the_antimeridian("Hawaii", (-178.4, 18.9, -154.8, 28.5))
+    hawaii = Region("Hawaii", shapely.box(-178.4, 18.9, -154.8, 28.5), kind="bbox")
+    with caplog.at_level("INFO", logger="geodbk"):
+        _log_frame(hawaii)
     assert not caplog.records
-    with caplog.at_level("WARNING", logger="geodbk"):
-        _warn_if_across_the_antimeridian("Alaska", (-179.15, 51.2, 179.78, 71.4))
+    halves = [shapely.box(172.4, 51.2, 180.0, 53.0), shapely.box(-180.0, 51.2, -129.9, 71.4)]
+    alaska = Region("Alaska", shapely.MultiPolygon(halves), kind="state")
+    with caplog.at_level("INFO", logger="geodbk"):
+        _log_frame(alaska)
     (record,) = caplog.records
     assert "Alaska" in record.message and "180° meridian" in record.message
-    assert "--bbox" in record.message and "--scale-by tiles" in record.message
+    assert "172.40 to 230.10" in record.message
