@@ -18,6 +18,8 @@ import pandas as pd
 import pydeck as pdk
 from pydeck.bindings.json_tools import default_serialize
 
+from geodbk.geo.frame import wrap_longitude
+
 #: Layer ids that carry clickable points (their objects have ``lon``/``lat``).
 PICK_LAYER_ID = "click-grid"
 TILES_LAYER_ID = "tiles"
@@ -223,10 +225,64 @@ def markers_layer(points: pd.DataFrame) -> list[pdk.Layer]:
     ]
 
 
+def _shift_x(coords: Any, shift: float) -> Any:
+    """Nested ``[x, y]`` coordinate lists with ``x + shift``."""
+    if coords and isinstance(coords[0], (int, float)):
+        return [coords[0] + shift, *coords[1:]]
+    return [_shift_x(c, shift) for c in coords]
+
+
+def _first_x(coords: Any) -> float:
+    while coords and not isinstance(coords[0], (int, float)):
+        coords = coords[0]
+    return float(coords[0]) if coords else 0.0
+
+
+def _into_turn(layer: pdk.Layer, *, west: float, raster_shift: float) -> None:
+    """Move a layer's longitudes by whole turns into ``[west, west + 360)`` (a point by its own,
+    a tile, path or polygon by its first vertex's); a raster's bounds by ``raster_shift``."""
+
+    def turned(x: float) -> float:
+        return float(wrap_longitude(x, west=west)) - x
+
+    if layer.type == "BitmapLayer":
+        w, s, e, n = layer.bounds
+        layer.bounds = [w + raster_shift, s, e + raster_shift, n]
+        return
+    data = layer.data
+    if isinstance(data, Mapping):  # GeoJSON
+        for feat in data.get("features") or []:
+            geom = feat.get("geometry") or {}
+            if geom.get("type") == "Polygon":
+                geom["coordinates"] = _shift_x(
+                    geom["coordinates"], turned(_first_x(geom["coordinates"]))
+                )
+            elif geom.get("type") == "MultiPolygon":
+                geom["coordinates"] = [
+                    _shift_x(poly, turned(_first_x(poly))) for poly in geom["coordinates"]
+                ]
+        return
+    for row in data if isinstance(data, list) else []:
+        if "lon" in row:
+            shift = turned(float(row["lon"]))
+            row["lon"] = float(row["lon"]) + shift
+            if "polygon" in row:
+                row["polygon"] = _shift_x(row["polygon"], shift)
+        elif "path" in row:
+            row["path"] = _shift_x(row["path"], turned(_first_x(row["path"])))
+
+
+def view_longitude(bounds: Bounds) -> float:
+    """The longitude of the bounds' middle in [-180, 180) (where deck.gl keeps a view centre)."""
+    return float(wrap_longitude((bounds[0] + bounds[2]) / 2, west=-180.0))
+
+
 def fit_view(bounds: Bounds, width_px: int = 900, height_px: int = 520) -> pdk.ViewState:
-    """A view state centred on the bounds, zoomed so they fit the given canvas size."""
+    """A view state centred on the bounds, zoomed so they fit the given canvas size; the centre's
+    longitude in [-180, 180) (deck.gl moves a centre beyond it there, away from the bounds'
+    turn: :func:`deck` moves the rasters with it)."""
     west, south, east, north = bounds
-    lon = (west + east) / 2
+    lon = view_longitude(bounds)
     lat = (south + north) / 2
 
     def merc_y(la: float) -> float:
@@ -260,6 +316,11 @@ def deck(
 ) -> pdk.Deck:
     """Assemble a deck with an ``{label}`` HTML tooltip, drawn over the map style ``basemap``
     (a style URL) or over no base map at all (:data:`NO_BASE_MAP`, the default)."""
+    centre = view_longitude(bounds)
+    turn = centre - (bounds[0] + bounds[2]) / 2
+    if turn != 0.0 or bounds[0] + turn < -180.0 or bounds[2] + turn > 180.0:
+        for layer in layers:  # across the 180° meridian: everything into the view's turn
+            _into_turn(layer, west=centre - 180.0, raster_shift=turn)
     out = CompactDeck(
         layers=list(layers),
         initial_view_state=fit_view(bounds, width_px, height_px),

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from app.quarters import with_time
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, to_natural
 from geodbk.geo.contract import Z95
+from geodbk.geo.frame import Scaling, wrap_longitude
 from geodbk.geo.quadkey import quadkey_bounds
 from geodbk.metrics import canonical_keys
 
@@ -179,6 +180,24 @@ class TileTable:
         return None
 
 
+def _in_frame_of(frame: pd.DataFrame, scaling: Any) -> pd.DataFrame:
+    """Tiles' ``lon``, ``west`` and ``east`` moved by whole turns into the run's frame (the
+    half-turn either side of the middle of its scaled box, :mod:`geodbk.geo.frame`), so that
+    a run across the 180° meridian draws its tiles beside its maps."""
+    try:
+        west = 0.5 * (float(scaling["lon_min"]) + float(scaling["lon_max"])) - 180.0
+    except (KeyError, TypeError, ValueError):
+        return frame
+    shift = wrap_longitude(frame["lon"].to_numpy(dtype=float), west=west) - frame["lon"].to_numpy(
+        dtype=float
+    )
+    if not shift.any():
+        return frame
+    return frame.assign(
+        lon=frame["lon"] + shift, west=frame["west"] + shift, east=frame["east"] + shift
+    )
+
+
 @st.cache_data(show_spinner=False, max_entries=4)
 def load_tiles(path: str, stamp_: Stamp) -> TileTable:
     """Read ``tiles.parquet`` without geopandas: columns, tile bounds and ``geodbk`` metadata.
@@ -202,6 +221,7 @@ def load_tiles(path: str, stamp_: Stamp) -> TileTable:
     frame["quadkey"] = frame["quadkey"].astype(str)
     frame["urban"] = frame["urban"].astype(bool)
     frame = pd.concat([frame, _tile_bounds(frame, geometry)], axis=1)
+    frame = _in_frame_of(frame, metadata.get("scaling") if isinstance(metadata, dict) else None)
     for target in TARGETS:
         col = RAW_COLUMNS[target]
         if col in frame.columns:
@@ -266,8 +286,10 @@ class Grid:
         return to_natural(self.arrays[name], self.target)
 
     def cell_of(self, lon: float, lat: float) -> tuple[int, int] | None:
-        """``(row, col)`` of the cell containing a point, or None outside the grid."""
+        """``(row, col)`` of the cell containing a point, or None outside the grid (a longitude
+        a whole turn away, as a map across the 180° meridian may give, is taken back)."""
         w, s, e, n = self.bounds
+        lon = float(wrap_longitude(lon, west=0.5 * (w + e) - 180.0))
         if not (w <= lon <= e and s <= lat <= n):
             return None
         col = int(np.argmin(np.abs(self.lon - lon)))
@@ -437,19 +459,9 @@ def load_model(model_dir: str, stamp_: Stamp) -> Any:
 def scale_lonlat(
     lon: NDArray[np.floating], lat: NDArray[np.floating], scaling: dict[str, float]
 ) -> NDArray[np.float64]:
-    """Scale lon/lat to the model's ``[-1, 1]^2`` inputs (the tile table's scaling)."""
-    x1 = (
-        2
-        * (np.asarray(lon, float) - scaling["lon_min"])
-        / (scaling["lon_max"] - scaling["lon_min"])
-        - 1
-    )
-    x2 = (
-        2
-        * (np.asarray(lat, float) - scaling["lat_min"])
-        / (scaling["lat_max"] - scaling["lat_min"])
-        - 1
-    )
+    """Scale lon/lat to the model's ``[-1, 1]^2`` inputs (the tile table's scaling, by
+    :meth:`geodbk.geo.frame.Scaling.scale`)."""
+    x1, x2 = Scaling.from_dict(scaling).scale(lon, lat)
     return np.column_stack([x1, x2])
 
 

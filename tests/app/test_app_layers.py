@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
+from shapely.geometry import box, mapping
 
+from app import layers as L
 from app.colormaps import png_data_url
 from app.layers import NO_BASE_MAP, bitmap_layer, deck, fit_view, outline_paths, outlines_layer
 
@@ -63,3 +66,33 @@ def test_deck_draws_a_base_map_only_when_given_a_style() -> None:
     styled = deck(layers, (0.0, 0.0, 1.0, 1.0), basemap=BASEMAP_STYLE)
     assert json.loads(styled.to_json())["mapStyle"] == BASEMAP_STYLE
     assert reachable("127.0.0.1", port=9, timeout_s=0.5) is False  # nothing listens there
+
+
+def test_a_map_across_the_180_meridian_draws_every_layer_in_the_views_turn() -> None:
+    bounds = (179.85, 51.5, 180.16, 51.75)  # a grid in its region's frame, east of 180
+    points = pd.DataFrame({"lon": [179.9, 180.1], "lat": [51.6, 51.6], "label": ["w", "e"]})
+    halves = {
+        "type": "FeatureCollection",
+        "features": [
+            {"type": "Feature", "properties": {}, "geometry": mapping(box(a, 51.5, b, 51.75))}
+            for a, b in ((179.85, 180.0), (-180.0, -179.85))
+        ],
+    }
+    paths = L.outline_paths(halves)
+    layers = [
+        L.bitmap_layer("data:,", bounds),
+        L.click_grid_layer(points, 10.0),
+        L.outlines_layer([(paths, (0, 0, 0, 255), 1.0)]),
+        L.outline_layer(halves, "fill", (0, 0, 0, 0), 0.0, (1, 1, 1, 255)),
+    ]
+    doc = json.loads(L.deck(layers, bounds).to_json())
+    centre = doc["initialViewState"]["longitude"]
+    assert -180.0 <= centre < 180.0
+    by_id = {layer["id"]: layer for layer in doc["layers"]}
+    west, _, east, _ = by_id["raster"]["bounds"]
+    assert west < centre < east and east - west == pytest.approx(0.31)
+    xs = [p["lon"] for p in by_id[L.PICK_LAYER_ID]["data"]]
+    xs += [x for row in by_id[L.OUTLINES_LAYER_ID]["data"] for x, _ in row["path"]]
+    for feat in by_id["fill"]["data"]["features"]:
+        xs += [x for ring in feat["geometry"]["coordinates"] for x, _ in ring]
+    assert west - 1e-9 <= min(xs) and max(xs) <= east + 1e-9  # all beside the raster
