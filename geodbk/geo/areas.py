@@ -141,7 +141,7 @@ class Areas:
         """``(points, areas)``: every pair of a point and a polygon that holds it (a point in
         overlapping polygons is in several pairs), from the polygons' spatial index."""
         tree, index = self._tree()
-        pts = shapely.points(np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64))
+        pts = shapely.points(native_longitude(lon), np.asarray(lat, dtype=np.float64))
         pairs = tree.query(pts, predicate="intersects")
         return pairs[0].astype(np.int64), index[pairs[1]].astype(np.int64)
 
