@@ -36,6 +36,7 @@ from scipy.spatial import cKDTree
 
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
+from geodbk.geo.frame import wrap_longitude
 from geodbk.tile_effect import (
     MIN_OBJECTIVE_ROWS,
     TileEffect,
@@ -67,11 +68,16 @@ _RHO_MAX = 0.999
 NEIGHBOURS = 16
 
 
-def lonlat_to_km(lon: Any, lat: Any, *, lat0: float) -> np.ndarray:
+def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
     """``(n, 2)`` km coordinates on the equirectangular projection centred at latitude
     ``lat0``: ``x = R cos(lat0) lon``, ``y = R lat`` (radians); accurate to < 1% over a few
-    hundred km."""
-    lon_r = np.radians(np.asarray(lon, dtype=np.float64))
+    hundred km. With ``lon0``, longitudes are first moved by whole turns into
+    ``[lon0 - 180, lon0 + 180)``, so that places either side of the 180° meridian are
+    neighbours."""
+    lon_a = np.asarray(lon, dtype=np.float64)
+    if lon0 is not None:
+        lon_a = wrap_longitude(lon_a, west=float(lon0) - 180.0)
+    lon_r = np.radians(lon_a)
     lat_r = np.radians(np.asarray(lat, dtype=np.float64))
     return np.column_stack(
         [EARTH_RADIUS_KM * math.cos(math.radians(lat0)) * lon_r, EARTH_RADIUS_KM * lat_r]
@@ -100,6 +106,9 @@ class SpatialParameters:
         Neighbouring tiles that krige the field at a place.
     lat0
         Latitude of the projection to km.
+    lon0
+        Middle of the turn of longitude the projection's ``x`` is taken in (the tiles'
+        shortest arc's; ``None``, files written before it: [-180, 180] as given).
     val_nll, val_nll_without
         Validation NLL with the layer and with the tile effect alone, on the same rows.
     place_share
@@ -117,6 +126,7 @@ class SpatialParameters:
     tau2: dict[str, float]
     neighbours: int = NEIGHBOURS
     lat0: float = 0.0
+    lon0: float | None = None
     val_nll: float | None = None
     val_nll_without: float | None = None
     place_share: float = 1.0
@@ -405,6 +415,7 @@ class LocalLayer:
         val_components: Any,
         val_groups: Any = None,
         lat0: float = 0.0,
+        lon0: float | None = None,
         neighbours: int = NEIGHBOURS,
         keep_total: bool = True,
         fit_rho: bool = True,
@@ -447,6 +458,7 @@ class LocalLayer:
                 tau2=dict(effect.params.tau2),
                 neighbours=neighbours,
                 lat0=lat0,
+                lon0=lon0,
             ),
             tile_xy=tile_xy,
         )
@@ -515,6 +527,7 @@ class LocalLayer:
             tau2={g: float(v) for g, v in zip(effect.params.groups, tau2, strict=True)},
             neighbours=neighbours,
             lat0=lat0,
+            lon0=lon0,
             val_nll=best,
             val_nll_without=without,
             rho=(

@@ -187,7 +187,7 @@ def predict_quantity(
         ``effect`` or ``layer``.
     xy
         km position of each place (:func:`geodbk.local_layer.lonlat_to_km` with the layer's
-        ``lat0``); needed with ``layer``.
+        ``lat0`` and ``lon0``); needed with ``layer``.
     urban
         Urban flag of each place (bool, (n,)): the noise floor of a model with one per class
         and the ``tau²`` group of a grouped tile effect.

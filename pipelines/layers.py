@@ -22,6 +22,7 @@ import numpy as np
 
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import ModelFileError
+from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
 from geodbk.metrics import COVERAGE95
@@ -53,23 +54,23 @@ PLACE_COVERAGE = 0.95
 MIN_PLACE_TILES = 30
 
 
-def tile_positions(quadkeys: Any, *, lat0: float) -> np.ndarray:
+def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
     """``(n, 2)`` km positions of the tiles' centres (:func:`geodbk.local_layer.lonlat_to_km`)."""
     lon, lat = quadkey_centroid(np.asarray(quadkeys).astype(str))
-    return lonlat_to_km(lon, lat, lat0=lat0)
+    return lonlat_to_km(lon, lat, lat0=lat0, lon0=lon0)
 
 
-def _positions_of(lat0: float) -> Callable[[np.ndarray], np.ndarray]:
-    """Tile ids (quadkeys) -> km positions on the projection at ``lat0``."""
+def _positions_of(lat0: float, lon0: float | None) -> Callable[[np.ndarray], np.ndarray]:
+    """Tile ids (quadkeys) -> km positions on the projection at ``lat0`` (``lon0``)."""
 
     def positions(quadkeys: np.ndarray) -> np.ndarray:
-        return tile_positions(quadkeys, lat0=lat0)
+        return tile_positions(quadkeys, lat0=lat0, lon0=lon0)
 
     return positions
 
 
-def _effect_positions(effect: Any, lat0: float) -> np.ndarray:
-    return tile_positions(effect._layout().tiles, lat0=lat0)
+def _effect_positions(effect: Any, lat0: float, lon0: float | None) -> np.ndarray:
+    return tile_positions(effect._layout().tiles, lat0=lat0, lon0=lon0)
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,13 @@ def fit_local_layer(
     are not read); ``fit_rho=False`` keeps the tile effect's rho
     (:meth:`geodbk.local_layer.LocalLayer.fit`)."""
     train_effect = effect.first_rows(n_train)
-    _, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
+    lon, lat = quadkey_centroid(np.asarray(train_effect.tiles).astype(str))
     lat0 = float(np.mean(lat)) if len(lat) else 0.0
-    val_xy = tile_positions(val.tiles, lat0=lat0)
+    lon0 = 0.5 * sum(longitude_arc(lon)) if len(lon) else 0.0  # the tiles' arc's middle
+    val_xy = tile_positions(val.tiles, lat0=lat0, lon0=lon0)
     layer = LocalLayer.fit(
         train_effect,
-        tile_xy=_effect_positions(train_effect, lat0),
+        tile_xy=_effect_positions(train_effect, lat0, lon0),
         val_tiles=val.tiles,
         val_xy=val_xy,
         val_times=val.times,
@@ -147,6 +149,7 @@ def fit_local_layer(
         val_components=components,
         val_groups=val.groups,
         lat0=lat0,
+        lon0=lon0,
         fit_rho=fit_rho,
     )
     share = _share_on(layer, val, pred, components, xy=val_xy)
@@ -163,7 +166,9 @@ def fit_local_layer(
         layer.params.val_nll_without,
     )
     return layer.with_effect(
-        effect, tile_xy=_effect_positions(effect, lat0), positions=_positions_of(lat0)
+        effect,
+        tile_xy=_effect_positions(effect, lat0, lon0),
+        positions=_positions_of(lat0, lon0),
     )
 
 
@@ -322,6 +327,6 @@ def load_local_layer(model_dir: Path, effect: Any, *, expected: dict[str, Any] |
     return LocalLayer(
         effect,
         params,
-        tile_xy=_effect_positions(effect, params.lat0),
-        positions=_positions_of(params.lat0),
+        tile_xy=_effect_positions(effect, params.lat0, params.lon0),
+        positions=_positions_of(params.lat0, params.lon0),
     )

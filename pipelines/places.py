@@ -163,7 +163,8 @@ class PlacePredictor:
         layer = None
         if self.layer is not None:
             measured = np.unique(np.asarray(held.tiles).astype(str))  # the effect's tile order
-            xy = tile_positions(measured, lat0=self.layer.params.lat0)
+            params = self.layer.params
+            xy = tile_positions(measured, lat0=params.lat0, lon0=params.lon0)
             layer = self.layer.with_effect(held, tile_xy=xy)
         return replace(self, effect=held, layer=layer)
 

@@ -634,3 +634,20 @@ def test_a_rho_per_group_matches_the_dense_joint_gaussian() -> None:
         one_rho = LocalLayer(effect, replace(spatial, rho=None), tile_xy=layer.tile_xy)
         other = one_rho.predict(**target)
         assert abs(other.tile_var[0] - var) > 1e-4  # the effect's one rho is another answer
+
+
+def test_km_positions_either_side_of_the_180_meridian_are_neighbours_with_lon0() -> None:
+    lon, lat = [179.999, -179.999], [51.6, 51.6]
+    near = lonlat_to_km(lon, lat, lat0=51.6, lon0=180.0)
+    assert np.hypot(*(near[1] - near[0])) == pytest.approx(
+        0.002 * 111.195 * math.cos(math.radians(51.6)), rel=1e-3
+    )
+    far = lonlat_to_km(lon, lat, lat0=51.6)  # files written before lon0: as given
+    assert np.hypot(*(far[1] - far[0])) > 20_000.0
+    hawaii = ([-157.8, -155.1], [21.3, 19.7])
+    np.testing.assert_array_equal(
+        lonlat_to_km(*hawaii, lat0=20.5, lon0=-156.4), lonlat_to_km(*hawaii, lat0=20.5)
+    )
+    old = SpatialParameters(sigma2=0.1, range_km=2.0, tau2={"all": 0.2}).to_dict()
+    del old["lon0"]
+    assert SpatialParameters.from_dict(old).lon0 is None

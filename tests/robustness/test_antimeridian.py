@@ -7,6 +7,7 @@ the two halves, split at 180° as Census files hold Alaska.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import geopandas as gpd
@@ -141,6 +142,8 @@ def test_tile_maps_report_and_summaries_cover_both_sides(aleutian_run: Path) -> 
         sd = ds["std"].to_numpy()
         assert ds.attrs["quantity"] == "tile"
     assert inside[:, x > 180.0].any() and np.isfinite(sd[inside]).all()
+    layer = json.loads((aleutian_run / "models" / "download" / "local_layer.json").read_text())
+    assert layer["lon0"] == pytest.approx(180.0, abs=0.02)  # neighbours across the meridian
     assert cli.main(["report", "--run", str(aleutian_run), "--target", "download"]) == 0
     metrics = (aleutian_run / "report").rglob("metrics.json")
     assert any(metrics)
