@@ -315,8 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     layer = fit_run_local_layer(model, effect, n_train=int(tr.sum()), val=val)
     t_layer = time.perf_counter()
-    lat0 = layer.params.lat0
-    xy = tile_positions(tiles, lat0=lat0)
+    xy = tile_positions(tiles, lat0=layer.params.lat0, lon0=layer.params.lon0)
     y = y_all[te]
     u = urban[te]
     tests = frame["tests"].to_numpy(np.float64)[te]

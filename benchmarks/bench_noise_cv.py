@@ -339,8 +339,10 @@ def refit_local_layer(args: argparse.Namespace) -> dict[str, Any]:
     )
     test_rows = part(test)
     test_rows.pop("residual")
-    got = layer.predict(**test_rows, xy=tile_positions(test_rows["tiles"], lat0=layer.params.lat0))
     p = layer.params
+    got = layer.predict(
+        **test_rows, xy=tile_positions(test_rows["tiles"], lat0=p.lat0, lon0=p.lon0)
+    )
     extra = {
         "mean": mean_f[test] + got.shift,
         "var": got.tile_var + got.noise_var,
