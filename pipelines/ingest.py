@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import shapely
 
 from geodbk import __version__
 from geodbk.atomic import atomic_write_json, atomic_write_text, disk_error
 from geodbk.errors import DataError
 from geodbk.geo.census import UrbanLayer, resolve_urban
-from geodbk.geo.frame import Scaling, longitude_arc, native_box
+from geodbk.geo.frame import Scaling, frame_bounds, longitude_arc, native_box
 from geodbk.geo.licence import data_licence
 from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, resolve_region, write_region_geojson
@@ -395,10 +394,7 @@ def _check_forecast_quarters(
 def _tiles_box(frame: Any) -> Any:
     """The box around the tiles' polygons in [-180, 180] longitudes: two boxes split at the
     180° meridian when the tiles' shortest arc of longitude crosses it."""
-    w, s, e, n = (float(v) for v in frame.total_bounds)
-    if e - w > 180.0:
-        w, e = longitude_arc(shapely.get_coordinates(frame.geometry.to_numpy())[:, 0])
-    return native_box(w, s, e, n)
+    return native_box(*frame_bounds(frame.geometry.to_numpy()))
 
 
 def _log_frame(region: Region) -> None:

@@ -18,6 +18,7 @@ from app.colormaps import Legend, auto_scale, colors_for, format_value, legend_h
 from app.context import RunContext
 from app.loaders import Stamp, stamp
 from app.ui import missing
+from geodbk.geo.frame import frame_bounds
 
 MAP_HEIGHT = 520
 #: Polygons are simplified to this tolerance (degrees, about 50 m) before they are sent to the
@@ -63,7 +64,7 @@ def load_summary(
     info = json.loads(meta.get(b"geodbk_summary", b"{}"))
     licence = json.loads(meta.get(b"geodbk_data_licence", b"{}"))
     mapped = gdf[gdf["n_cells"] > 0] if "n_cells" in gdf and (gdf["n_cells"] > 0).any() else gdf
-    w, s, e, n = (float(v) for v in mapped.total_bounds)  # the areas the map covers
+    w, s, e, n = frame_bounds(mapped.geometry.to_numpy())  # the areas the map covers
     gdf = gdf.set_geometry(gdf.geometry.simplify(DRAW_TOLERANCE_DEG, preserve_topology=True))
     geo = json.loads(gdf.to_json(drop_id=True))
     frame = pd.DataFrame(gdf.drop(columns="geometry"))

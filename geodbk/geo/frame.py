@@ -70,10 +70,11 @@ def longitude_arc(lon: npt.ArrayLike) -> tuple[float, float]:
     return float(lon_a[i + 1]), float(lon_a[i]) + 360.0
 
 
-def frame_bounds(geometry: BaseGeometry) -> tuple[float, float, float, float]:
-    """``(west, south, east, north)`` of a geometry (EPSG:4326) in its frame: its bounds, or,
-    when its vertices' shortest arc of longitude crosses the 180° meridian, that arc."""
-    w, s, e, n = (float(v) for v in geometry.bounds)
+def frame_bounds(geometry: BaseGeometry | npt.ArrayLike) -> tuple[float, float, float, float]:
+    """``(west, south, east, north)`` of a geometry, or of an array of them (EPSG:4326), in its
+    frame: its bounds, or, when its vertices' shortest arc of longitude crosses the 180°
+    meridian, that arc."""
+    w, s, e, n = (float(v) for v in shapely.total_bounds(geometry))
     if e - w <= 180.0:
         return (w, s, e, n)
     west, east = longitude_arc(shapely.get_coordinates(geometry)[:, 0])
