@@ -20,6 +20,8 @@ from html import escape
 import numpy as np
 from numpy.typing import NDArray
 
+from geodbk.geo.frame import native_longitude
+
 #: Colour map per kind of layer.
 CMAPS: dict[str, str] = {
     "value": "viridis",
@@ -201,6 +203,12 @@ def png_data_url(rgba: NDArray[np.uint8]) -> str:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(rgba), mode="RGBA").save(buf, format="PNG", optimize=False)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def format_lonlat(lon: float, lat: float, digits: int = 4) -> str:
+    """``"lon, lat"`` as users read them: the longitude in [-180, 180] (a map across the 180°
+    meridian runs past 180)."""
+    return f"{float(native_longitude(lon)):.{digits}f}, {lat:.{digits}f}"
 
 
 def format_value(value: float, unit: str = "") -> str:

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from app.colormaps import format_lonlat
+
 
 @dataclass(frozen=True)
 class RefPoint:
@@ -26,7 +28,7 @@ class RefPoint:
     @property
     def label(self) -> str:
         """Name with coordinates, for captions."""
-        return f"{self.name} ({self.lon:.3f}, {self.lat:.3f})"
+        return f"{self.name} ({format_lonlat(self.lon, self.lat, 3)})"
 
 
 def normalise_slice(values: NDArray[np.floating]) -> NDArray[np.float64]:

@@ -12,7 +12,7 @@ import streamlit as st
 
 from app import layers as L
 from app import maps
-from app.colormaps import format_value
+from app.colormaps import format_lonlat, format_value
 from app.context import RunContext
 from app.kernel import RefPoint
 from app.loaders import LoadError, scale_lonlat, stamp
@@ -110,7 +110,7 @@ def render(ctx: RunContext) -> None:
             return
         lon, lat = point
         when = f" in {quarter}" if quarter else ""
-        st.subheader(f"{t.capitalize()} at {lon:.4f}, {lat:.4f}{when}")
+        st.subheader(f"{t.capitalize()} at {format_lonlat(lon, lat)}{when}")
         is_urban, area = point_class(ctx, lon, lat, tiles)
         summary, how = _predict(
             ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter, urban=is_urban

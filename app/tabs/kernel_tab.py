@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import layers as L
 from app import loaders, maps
-from app.colormaps import CMAPS, ColorScale, Legend, legend_html
+from app.colormaps import CMAPS, ColorScale, Legend, format_lonlat, legend_html
 from app.context import RunContext
 from app.kernel import RefPoint, kernel_slice, normalise_slice
 from app.points import point_from_selection
@@ -183,7 +183,7 @@ def render(ctx: RunContext) -> None:
             ]
             key = f"kernel_chart_{start + j}"
             with col:
-                st.markdown(f"**{ref.name}** · {ref.lon:.3f}, {ref.lat:.3f}")
+                st.markdown(f"**{ref.name}** · {format_lonlat(ref.lon, ref.lat, 3)}")
                 st.pydeck_chart(
                     L.deck(layer_list, grid.bounds, width_px=300, height_px=SLICE_HEIGHT),
                     height=SLICE_HEIGHT,

@@ -23,6 +23,7 @@ from app.colormaps import (
     Legend,
     auto_scale,
     colors_for,
+    format_lonlat,
     format_value,
     legend_html,
     value_cmap,
@@ -293,12 +294,12 @@ def _clicked_summary(ctx: RunContext, grid: Grid) -> None:
     cell = grid.cell_of(*point)
     lon, lat = point
     if cell is None or not grid.in_region[cell]:
-        st.caption(f"Selected point {lon:.4f}, {lat:.4f} is outside the region.")
+        st.caption(f"Selected point {format_lonlat(lon, lat)} is outside the region.")
         return
     unit = UNITS[ctx.target]
     r, c = cell
     st.caption(
-        f"Selected point {lon:.4f}, {lat:.4f}: median "
+        f"Selected point {format_lonlat(lon, lat)}: median "
         f"{format_value(grid.natural('mean')[r, c], unit)}, 95% interval "
         f"{format_value(grid.natural('pi_lower')[r, c])}–"
         f"{format_value(grid.natural('pi_upper')[r, c], unit)}. Details in the Inspect tab."

@@ -95,3 +95,10 @@ def test_value_cmap_draws_the_better_service_yellow_for_every_target() -> None:
     assert value_cmap("download") == value_cmap("upload") != value_cmap("latency")
     np.testing.assert_array_equal(fast, low_latency)
     assert fast[0] > 200 and fast[1] > 200 and fast[2] < 100  # yellow
+
+
+def test_lonlat_text_reads_in_minus_180_to_180() -> None:
+    from app.colormaps import format_lonlat
+
+    assert format_lonlat(180.0632, 51.57884) == "-179.9368, 51.5788"
+    assert format_lonlat(-157.81234, 21.3, 3) == "-157.812, 21.300"
