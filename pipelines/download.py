@@ -302,15 +302,26 @@ class HTTPRangeFile(io.RawIOBase):
         return len(data)
 
 
+def _native_boxes(
+    bbox: tuple[float, float, float, float],
+) -> list[tuple[float, float, float, float]]:
+    """``bbox`` in [-180, 180] longitudes: itself, or its two halves either side of the 180°
+    meridian when its east exceeds 180 (a region's frame, :mod:`geodbk.geo.frame`)."""
+    w, s, e, n = bbox
+    if e <= 180.0:
+        return [bbox]
+    return [(w, s, 180.0, n), (-180.0, s, e - 360.0, n)]
+
+
 def _row_groups_in_bbox(
     meta: pq.FileMetaData, bbox: tuple[float, float, float, float]
 ) -> list[int] | None:
-    """Row groups whose tile_x/tile_y statistics intersect ``bbox``; None without such columns."""
+    """Row groups whose tile_x/tile_y statistics intersect ``bbox`` (either half of one across
+    the 180° meridian); None without such columns."""
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     if "tile_x" not in names or "tile_y" not in names:
         return None
     ix, iy = names.index("tile_x"), names.index("tile_y")
-    w, s, e, n = bbox
     keep = []
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
@@ -318,9 +329,25 @@ def _row_groups_in_bbox(
         if sx is None or sy is None or not (sx.has_min_max and sy.has_min_max):
             keep.append(g)  # no statistics: must read it
             continue
-        if sx.max >= w and sx.min <= e and sy.max >= s and sy.min <= n:
+        if any(
+            sx.max >= w and sx.min <= e and sy.max >= s and sy.min <= n
+            for w, s, e, n in _native_boxes(bbox)
+        ):
             keep.append(g)
     return keep
+
+
+def _rows_in_bbox(table: pa.Table, bbox: tuple[float, float, float, float]) -> Any:
+    """The rows of ``table`` whose ``tile_x``/``tile_y`` lie in ``bbox`` (either half)."""
+    inside = None
+    for w, s, e, n in _native_boxes(bbox):
+        x, y = table["tile_x"], table["tile_y"]
+        box = pc.and_(
+            pc.and_(pc.greater_equal(x, w), pc.less_equal(x, e)),
+            pc.and_(pc.greater_equal(y, s), pc.less_equal(y, n)),
+        )
+        inside = box if inside is None else pc.or_(inside, box)
+    return inside
 
 
 def fetch_ookla(
@@ -334,7 +361,8 @@ def fetch_ookla(
 ) -> dict[str, Any]:
     """Fetch one Ookla quarter into ``cache/ookla/<key>``; returns what was done.
 
-    With ``bbox`` and a file carrying ``tile_x``/``tile_y``, only the intersecting row groups are
+    With ``bbox`` (east beyond 180: a box across the 180° meridian) and a file carrying
+    ``tile_x``/``tile_y``, only the intersecting row groups are
     read and only the rows whose centroid lies in ``bbox`` are written (a sidecar
     ``<file>.json`` records the bbox); otherwise the whole file is downloaded.
     """
@@ -357,17 +385,12 @@ def fetch_ookla(
         except Exception as exc:
             raise DownloadError(f"{url}: not a readable parquet file ({exc})") from exc
         if groups is not None:
-            w, s, e, n = bbox
             tables = []
             for g in tqdm(
                 groups, desc=dest.name, unit="row group", disable=not progress, leave=False
             ):
                 t = pf.read_row_group(g)
-                mask = pc.and_(
-                    pc.and_(pc.greater_equal(t["tile_x"], w), pc.less_equal(t["tile_x"], e)),
-                    pc.and_(pc.greater_equal(t["tile_y"], s), pc.less_equal(t["tile_y"], n)),
-                )
-                tables.append(t.filter(mask))
+                tables.append(t.filter(_rows_in_bbox(t, bbox)))
             table = pa.concat_tables(tables) if tables else pf.schema_arrow.empty_table()
             with atomic_path(dest) as tmp:
                 pq.write_table(table, tmp, compression="zstd")
@@ -466,7 +489,7 @@ def run_download(
         region=region,
         bbox=tuple(bbox) if bbox is not None else None,  # type: ignore[arg-type]
     )
-    box = the_region.bounds if the_region is not None else None
+    box = the_region.extent if the_region is not None else None  # its frame: east may pass 180
     if box is None:
         log.warning("no region given: downloading whole quarterly files (hundreds of MB each)")
     files = [

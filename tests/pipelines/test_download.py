@@ -353,3 +353,23 @@ def test_cli_download_state_then_ingest(server: _Server, tmp_path: Path) -> None
     t, meta = read_tile_table(run)
     assert meta["counts"]["kept"] == 1600 and meta["quarters"] == ["2023Q3", "2023Q4"]
     assert 0 < meta["counts"]["urban"] < 1600
+
+
+def test_row_groups_either_side_of_the_180_meridian(server: _Server, tmp_path: Path) -> None:
+    key = dl.ookla_key("mobile", "2023Q4")
+    t = pa.concat_tables(
+        [
+            _ookla_table(179.0, 51.5, 1000, seed=1, with_xy=True),  # 179.0..179.55 E
+            _ookla_table(10.0, 51.5, 3000, seed=2, with_xy=True),  # Europe, same latitudes
+            _ookla_table(-179.9, 51.5, 1000, seed=3, with_xy=True),  # 179.9..179.35 W
+        ]
+    )
+    _write(server.root, key, t, row_group_size=1000)
+    frame = (178.9, 51.0, 180.7, 53.0)  # a region's frame: east of 180 is 179.3 W
+    info = dl.fetch_ookla(
+        type="mobile", quarter="2023Q4", cache=tmp_path, bbox=frame, base_url=server.url,
+        progress=False,
+    )  # fmt: skip
+    assert info["row_groups_read"] == 2 and info["rows"] == 2000
+    lon = pq.read_table(tmp_path / "ookla" / key)["tile_x"].to_numpy()
+    assert ((lon > 178.9) | (lon < -179.3)).all() and (lon > 0).sum() == 1000
