@@ -50,7 +50,7 @@ def test_frame_bounds_and_geometry_in_frame() -> None:
     whole = geometry_in_frame(ALASKA, west=0.5 * (w + e) - 180.0)
     assert whole.bounds == pytest.approx((172.4, 51.2, 230.1, 71.4))
     assert whole.area == pytest.approx(ALASKA.area)
-    parts = np.array(list(ALASKA.geoms) + [shapely.Point(-150.0, 60.0)], dtype=object)
+    parts = np.array([*ALASKA.geoms, shapely.Point(-150.0, 60.0)], dtype=object)
     assert frame_bounds(parts) == pytest.approx((172.4, 51.2, 230.1, 71.4))  # arrays too
 
 
