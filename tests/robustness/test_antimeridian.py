@@ -158,3 +158,26 @@ def test_tile_maps_report_and_summaries_cover_both_sides(aleutian_run: Path) -> 
     table = pd.read_parquet(aleutian_run / "summaries" / "download_areas.parquet").set_index("id")
     assert (table["n_cells"] > 100).all() and (table["n_tiles"] == COLUMNS * ROWS).all()
     assert table.loc["west", "mean_log10"] > table.loc["east", "mean_log10"]
+
+
+def test_service_classes_across_the_meridian(aleutian_run: Path, tmp_path: Path) -> None:
+    cfg = aleutian_run.parent / "cfg.yaml"
+    for target in ("upload", "latency"):
+        train = ["train", "--run", str(aleutian_run), "--target", target, "--config", str(cfg)]
+        assert cli.main(train) == 0
+    service = ["service", "--run", str(aleutian_run), "--resolution", "0.01"]
+    assert cli.main(service) == 0
+    with xr.open_dataset(aleutian_run / "service" / "classes.nc") as ds:
+        x = ds["x"].to_numpy()
+        inside = ds["in_region"].to_numpy().astype(bool)
+        unserved = ds["p_unserved"].to_numpy()
+    assert x.min() < 180.0 < x.max()
+    for side in (x < 180.0, x > 180.0):
+        assert inside[:, side].any() and np.isfinite(unserved[:, side][inside[:, side]]).all()
+    places = tmp_path / "pl.csv"
+    pd.DataFrame({"id": ["w", "e"], "lon": [179.999, -179.999], "lat": [51.62, 51.62]}).to_csv(
+        places, index=False
+    )
+    assert cli.main(["service", "--run", str(aleutian_run), "--at", str(places)]) == 0
+    out = pd.read_parquet(aleutian_run / "service" / "classes_pl.parquet")
+    assert not out["outside_region"].any()
