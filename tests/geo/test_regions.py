@@ -84,3 +84,21 @@ def test_a_bbox_across_the_meridian_is_one_region_and_a_swapped_one_is_refused()
     assert region.scaling().lon_max == pytest.approx(231.0)
     with pytest.raises(DataError, match=r"359° wide.*--bbox -100.0 39.0 -99.0 40.0\?"):
         regions.bbox_region(-99.0, 39.0, -100.0, 40.0)
+
+
+@pytest.mark.realdata
+def test_alaska_from_the_census_state_file_is_one_region_in_one_frame(hawaii_dir: Path) -> None:
+    from geodbk.geo.grids import make_grid, region_mask
+
+    alaska = regions.state_region(hawaii_dir / "census" / "cb_2018_us_state_500k.zip", "AK")
+    w, _, e, _ = alaska.extent
+    assert 172.0 < w < 173.0 and 229.5 < e < 230.5  # Attu to the Yukon border, not the globe
+    assert alaska.bounds[2] - alaska.bounds[0] > 358.0  # as the file holds it
+    towns = {"Attu": (173.18, 52.85), "Shemya": (174.11, 52.71), "Adak": (-176.65, 51.88)}
+    lon, lat = np.array(list(towns.values())).T
+    assert alaska.contains(lon, lat).all()
+    x1, _ = alaska.scaling().scale(lon, lat)
+    assert ((-1.0 < x1) & (x1 < 1.0)).all() and (np.diff(x1) > 0).all()  # west to east
+    grid = make_grid(alaska.extent, resolution=0.25)
+    mask = region_mask(alaska.geometry, grid)
+    assert mask[:, grid.x < 180.0].any() and mask[:, grid.x > 180.0].any()
