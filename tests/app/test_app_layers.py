@@ -79,8 +79,12 @@ def test_a_map_across_the_180_meridian_draws_every_layer_in_the_views_turn() -> 
         ],
     }
     paths = L.outline_paths(halves)
+    tiles = pd.DataFrame(
+        {"west": [179.99, -180.0], "south": 51.6, "east": [180.0, -179.99], "north": 51.61}
+    ).assign(lon=lambda f: (f.west + f.east) / 2, lat=51.605, label=["w", "e"])
     layers = [
         L.bitmap_layer("data:,", bounds),
+        L.tiles_layer(tiles, np.full((2, 4), 200, dtype=np.uint8)),
         L.click_grid_layer(points, 10.0),
         L.outlines_layer([(paths, (0, 0, 0, 255), 1.0)]),
         L.outline_layer(halves, "fill", (0, 0, 0, 0), 0.0, (1, 1, 1, 255)),
@@ -92,6 +96,7 @@ def test_a_map_across_the_180_meridian_draws_every_layer_in_the_views_turn() -> 
     west, _, east, _ = by_id["raster"]["bounds"]
     assert west < centre < east and east - west == pytest.approx(0.31)
     xs = [p["lon"] for p in by_id[L.PICK_LAYER_ID]["data"]]
+    xs += [x for row in by_id[L.TILES_LAYER_ID]["data"] for x, _ in row["polygon"]]
     xs += [x for row in by_id[L.OUTLINES_LAYER_ID]["data"] for x, _ in row["path"]]
     for feat in by_id["fill"]["data"]["features"]:
         xs += [x for ring in feat["geometry"]["coordinates"] for x, _ in ring]
