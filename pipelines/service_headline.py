@@ -2,18 +2,23 @@
 
 The class map gives each place's class probabilities; their mean over the region is the
 *expected* share of area in each class. How sure that share is needs the joint posterior:
-for sample ``s`` and target ``t`` the quantity at place ``c`` is
+for sample ``s`` and target ``t`` the standardised deviation at place ``c`` is
 
 .. math::
 
-    q_{tcs} = m_{tc} + a_{tc} \\, \\delta_{tcs} + \\sqrt{v_{tc}} \\, z_{tcs},
+    e_{tcs} = (a_{tc} \\, \\delta_{tcs} + \\sqrt{v_{tc}} \\, z_{tcs}) / s_{tc},
 
 with ``delta`` the correlated latent deviations of target ``t``'s DBK weights (one weight draw
 per sample, shared by every place; :class:`geodbk.joint.JointSampler`), ``(a, v)`` of
 :func:`geodbk.joint.quantity_parts` (``v``: the tile's own offset, the local layer and the
-residual process), and ``z_{.cs}`` standard normals correlated across the three targets by the
-copula (independent between places and samples). The three models were trained apart, so their
-weight draws are independent. A place's class in sample ``s`` is the number of nested tiers it
+residual process), ``z`` independent standard normals and ``s_{tc}`` the quantity's sd. The
+three models were trained apart, so the ``e_{.cs}`` of the three targets are independent
+N(0, 1) at each place; the quantity is ``q_{.cs} = m_{.c} + s_{.c} (L e_{.cs})`` with ``L``
+the Cholesky factor of the copula's correlation ``R``. At every place the three quantities are
+then ``N(m, S R S)``, as in the class map (:meth:`pipelines.service_classes.Service.predict`),
+so the sampled shares' mean is the map's expected share, whatever part of the variance is
+the latent GP's; across places each target keeps its posterior's correlation, and the other
+targets' through ``L``. A place's class in sample ``s`` is the number of nested tiers it
 meets (download and upload at least, latency at most the tier's values), and the share of area
 in class ``k`` is ``sum_c w_c 1[class_cs = k] / sum_c w_c`` with ``w_c = cos(lat_c)``; its
 90% interval is the 5% and 95% sample quantiles. The same over the run's distinct observed
@@ -130,16 +135,20 @@ def class_share_draws(
     for start in range(0, len(lon), chunk):
         part = slice(start, start + chunk)
         n = len(lon[part])
-        z = np.einsum("ij,jns->ins", chol, rng.standard_normal((3, n, samples)))
-        q = np.empty((3, n, samples))
+        z = rng.standard_normal((3, n, samples))
+        e = np.empty((3, n, samples))  # standardised deviations, independent across targets
+        mean = np.empty((3, n))
+        sd = np.empty((3, n))
         for i, target in enumerate(SERVICE_TARGETS):
             p = service.predictors[target]
             pred = p.predict(lon[part], lat[part], quantity=service.quantity)
             latent = samplers[target].draws(p.inputs(lon[part], lat[part]), chunk_size=chunk)
             effect = None if service.quantity == "area" else p.effect
             a, ind = quantity_parts(pred, latent.residual_var, latent_scale=latent_scale_of(effect))
-            q[i] = latent.deviations * a[:, None] + np.sqrt(ind)[:, None] * z[i]
-            q[i] += np.asarray(pred.mean, dtype=np.float64)[:, None]
+            mean[i] = np.asarray(pred.mean, dtype=np.float64)
+            sd[i] = np.sqrt(np.asarray(pred.var, dtype=np.float64))
+            e[i] = (latent.deviations * a[:, None] + np.sqrt(ind)[:, None] * z[i]) / sd[i][:, None]
+        q = np.einsum("ij,jns->ins", chol, e) * sd[:, :, None] + mean[:, :, None]
         if not np.isfinite(q).all():
             raise DataError(
                 "a model gave non-finite samples, so no headline was written; the model file "
@@ -204,9 +213,9 @@ def write_headline(
         "quarter": service.quarter,
         "grid": rd.relative(grid_name or grid_path),
         "method": (
-            "joint posterior samples of the three models (independent weight draws) with the "
-            "tile-level parts correlated by the copula; shares on a uniform random subsample "
-            f"of at most {HEADLINE_PLACES} places"
+            "joint posterior samples of the three models (independent weight draws), their "
+            "standardised deviations at each place correlated by the copula as in the class "
+            f"map; shares on a uniform random subsample of at most {HEADLINE_PLACES} places"
         ),
     }
     for name, (lon, lat, weight) in {

@@ -69,6 +69,29 @@ def test_sampled_shares_agree_with_the_class_map(run: Path) -> None:
         assert abs(draws.draws[k].mean() - expected) < 4 * mc_error, name
 
 
+@pytest.mark.parametrize("quantity", ["area", "tile"])
+def test_sampled_shares_agree_with_the_class_map_under_a_strong_copula(
+    run: Path, quantity: str
+) -> None:
+    """With correlated targets the samples correlate each place's whole deviation as the map
+    does, so their mean is the map's expected share for the ``area`` quantity too, whose
+    variance is mostly the latent GP's (correlating the tile-level parts alone misses it)."""
+    service = load_service(RunDir(run))
+    strong = np.array([[1.0, 0.8, -0.6], [0.8, 1.0, -0.5], [-0.6, -0.5, 1.0]])
+    service = dataclasses.replace(
+        service, quantity=quantity, copula=dataclasses.replace(service.copula, correlation=strong)
+    )
+    lon, lat, weight = region_cells(run / "service" / "classes.nc")
+    keep = subsample(len(lon), limit=800)
+    lon, lat, weight = lon[keep], lat[keep], weight[keep]
+    draws = class_share_draws(service, lon, lat, weight, samples=400, seed=5)
+    probs = service.predict(lon, lat)
+    for k, name in enumerate(service.classes):
+        expected = float(np.sum(weight * probs[f"p_{name}"]) / weight.sum())
+        mc_error = draws.draws[k].std() / np.sqrt(draws.draws.shape[1]) + 1e-3
+        assert abs(draws.draws[k].mean() - expected) < 4 * mc_error, name
+
+
 def test_one_cell_per_place_weights_matter(run: Path) -> None:
     rd = RunDir(run)
     service = load_service(rd)
