@@ -54,15 +54,17 @@ def longitude_arc(lon: npt.ArrayLike) -> tuple[float, float]:
     """``(west, east)`` of the shortest arc covering the longitudes (``east`` may exceed 180).
 
     The arc leaves out the largest gap between neighbouring longitudes around the circle. When
-    that gap is the one across the 180° meridian, the arc is ``(min, max)``, unchanged.
+    that gap is the one across the 180° meridian, the arc is ``(min, max)``, unchanged: always
+    so when ``max - min <= 180`` (then no other gap can be wider), which needs no sort.
     """
-    lon_a = np.unique(native_longitude(np.asarray(lon, dtype=np.float64).ravel()))
+    lon_a = native_longitude(np.asarray(lon, dtype=np.float64).ravel())
     lon_a = lon_a[np.isfinite(lon_a)]
     if lon_a.size == 0:
         raise ValueError("no finite longitude")
-    west, east = float(lon_a[0]), float(lon_a[-1])
-    if lon_a.size == 1:
+    west, east = float(lon_a.min()), float(lon_a.max())
+    if east - west <= 180.0:
         return west, east
+    lon_a = np.unique(lon_a)
     gaps = np.diff(lon_a)
     i = int(np.argmax(gaps))
     if gaps[i] <= west + 360.0 - east:
