@@ -178,6 +178,42 @@ def read_rural_tract_list(path: str | Path) -> set[str]:
     return set(ids)
 
 
+#: A year of the 2010s or 2020s in a file name, not part of a longer number.
+_YEAR = re.compile(r"(?<!\d)(20[12]\d)(?!\d)")
+
+
+def census_vintage(name: str | Path) -> int | None:
+    """The census (2010 or 2020) whose tracts a file holds, from the first year of the 2010s or
+    2020s in its name (``tl_2019_15_tract`` holds 2010 tracts, ``tl_2023_15_tract`` 2020
+    tracts), else ``None``."""
+    m = _YEAR.search(Path(str(name)).name)
+    return None if m is None else 2010 if int(m.group(1)) < 2020 else 2020
+
+
+def _warn_on_mixed_vintages(
+    tracts: str | Path, rural_tracts: str | Path, field: str
+) -> dict[str, int | None]:
+    """The vintages of the tract layer (its field ``GEOID10``/``GEOID20``, else its name) and
+    of the rural list (its name), with a warning when they differ: tracts renumbered between
+    the two censuses are missing from the list and would be labelled urban."""
+    layer = {"GEOID10": 2010, "GEOID20": 2020}.get(field) or census_vintage(tracts)
+    listed = census_vintage(rural_tracts)
+    if layer is not None and listed is not None and layer != listed:
+        log.warning(
+            "%s holds %d census tracts but the rural-tract list %s names %d tracts: tracts "
+            "renumbered between the two censuses are not on the list and are labelled urban; "
+            "pass the %d tract layer (e.g. tl_%d_SS_tract%s.zip) or --urban-areas instead",
+            tracts,
+            layer,
+            rural_tracts,
+            listed,
+            listed,
+            listed,
+            str(listed)[2:] if listed == 2010 else "",
+        )
+    return {"tract_vintage": layer, "rural_list_vintage": listed}
+
+
 def read_tract_urban(
     tracts: str | Path,
     rural_tracts: str | Path,
@@ -190,6 +226,7 @@ def read_tract_urban(
     f = _pick(gdf, _TRACT_FIELDS)
     if f is None:
         raise DataError(f"{tracts}: not a census-tract layer (no GEOID or GEOID10 field)")
+    vintages = _warn_on_mixed_vintages(tracts, rural_tracts, f)
     raw = gdf[f].astype(str).str.strip()
     if len(raw) and raw.str.len().max() <= 5:
         raise DataError(
@@ -221,6 +258,8 @@ def read_tract_urban(
         code_field=f,
         null_geometries=_null_geometries(gdf),
         rural_list_covers_state=covers,
+        tract_vintage=vintages["tract_vintage"],
+        rural_list_vintage=vintages["rural_list_vintage"],
     )
 
 

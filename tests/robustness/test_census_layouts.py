@@ -149,3 +149,31 @@ def test_tract_layers_of_every_tiger_vintage_join_the_rural_list(
     rural.write_text("FIPS\n15001021300\n")
     layer = census.read_tract_urban(archive, rural)
     assert layer.label(LON, LAT).tolist() == [False, True, False]
+
+
+def test_tracts_of_another_census_than_the_rural_list_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert census.census_vintage("tl_2010_15_tract10.zip") == 2010
+    assert census.census_vintage("tl_2019_15_tract.zip") == 2010
+    assert census.census_vintage("tl_2023_15_tract.zip") == 2020
+    assert census.census_vintage("fcc_rural_census_tracts_2010.csv") == 2010
+    assert (
+        census.census_vintage("tracts.zip") is None and census.census_vintage("x12010.csv") is None
+    )
+    rural = tmp_path / "fcc_rural_census_tracts_2010.csv"
+    rural.write_text("FIPS\n15001021300\n")
+    for field, warned in (("GEOID20", True), ("GEOID10", False), ("GEOID", False)):
+        folder = tmp_path / field
+        folder.mkdir()
+        parts = _shapefile_parts(folder, _squares(**{field: ["15001021300", "15001021400"]}), "t")
+        archive = _zip(tmp_path / f"t_{field}.zip", {f"t/{n}": b for n, b in parts.items()})
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="geodbk"):
+            layer = census.read_tract_urban(archive, rural)
+        messages = [r.message for r in caplog.records if "renumbered" in r.message]
+        assert bool(messages) == warned, field
+        if warned:
+            assert "2020 census tracts" in messages[0] and "tl_2010_SS_tract10.zip" in messages[0]
+        assert layer.info["rural_list_vintage"] == 2010
+        assert layer.info["tract_vintage"] == {"GEOID20": 2020, "GEOID10": 2010}.get(field)
