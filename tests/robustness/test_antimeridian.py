@@ -181,3 +181,18 @@ def test_service_classes_across_the_meridian(aleutian_run: Path, tmp_path: Path)
     assert cli.main(["service", "--run", str(aleutian_run), "--at", str(places)]) == 0
     out = pd.read_parquet(aleutian_run / "service" / "classes_pl.parquet")
     assert not out["outside_region"].any()
+
+
+def test_without_a_region_the_tiles_extent_spans_the_meridian_and_not_the_globe(
+    aleutian_run: Path, tmp_path: Path
+) -> None:
+    tiles = sorted(str(p) for p in (aleutian_run.parent / "ookla").glob("*.parquet"))
+    run = tmp_path / "run"
+    argv = ["ingest", "--tiles", *tiles, "--run", str(run), "--type", "mobile",
+            "--quarters", "2023Q1:2023Q2", "--scale-by", "tiles"]  # fmt: skip
+    assert cli.main(argv) == 0
+    table, meta = read_tile_table(run)
+    assert meta["region"]["kind"] == "tiles" and meta["region"]["extent"][2] > 180.0
+    assert 179.8 < meta["scaling"]["lon_min"] < 180.0 < meta["scaling"]["lon_max"] < 180.2
+    assert table["x1"].min() == pytest.approx(-1.0) and table["x1"].max() == pytest.approx(1.0)
+    assert len(table) == 2 * 2 * COLUMNS * ROWS  # every tile kept: the box holds both halves
