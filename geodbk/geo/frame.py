@@ -115,7 +115,7 @@ def native_box(west: float, south: float, east: float, north: float) -> BaseGeom
 class Scaling:
     """Affine map of lon/lat to [-1, 1]²: ``x1 = 2 (lon - lon_min) / (lon_max - lon_min) - 1``.
 
-    The bounds are those of the region's frame (:mod:`geodbk.geo.longitude`): across the 180°
+    The bounds are those of the region's frame (:func:`frame_bounds`): across the 180°
     meridian ``lon_max`` exceeds 180, and a longitude is first moved by whole turns into the
     half-turn either side of the frame's middle.
     """
