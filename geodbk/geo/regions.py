@@ -185,7 +185,7 @@ class Region:
     @property
     def extent(self) -> tuple[float, float, float, float]:
         """``(west, south, east, north)`` in the region's frame
-        (:func:`geodbk.geo.longitude.frame_bounds`: ``east`` exceeds 180 across the 180°
+        (:func:`geodbk.geo.frame.frame_bounds`: ``east`` exceeds 180 across the 180°
         meridian); scalings and grids span this."""
         return frame_bounds(self.geometry)
 
