@@ -278,9 +278,9 @@ def view_longitude(bounds: Bounds) -> float:
 
 
 def fit_view(bounds: Bounds, width_px: int = 900, height_px: int = 520) -> pdk.ViewState:
-    """A view state centred on the bounds, zoomed so they fit the given canvas size; the centre's
-    longitude in [-180, 180) (deck.gl moves a centre beyond it there, away from the bounds'
-    turn: :func:`deck` moves the rasters with it)."""
+    """A view state centred on the bounds, zoomed so they fit the given canvas size, with the
+    centre's longitude in [-180, 180): deck.gl moves a centre beyond it a whole turn away from
+    the bounds, so :func:`deck` moves the layers into the view's turn."""
     west, south, east, north = bounds
     lon = view_longitude(bounds)
     lat = (south + north) / 2
@@ -315,7 +315,9 @@ def deck(
     basemap: str | None = None,
 ) -> pdk.Deck:
     """Assemble a deck with an ``{label}`` HTML tooltip, drawn over the map style ``basemap``
-    (a style URL) or over no base map at all (:data:`NO_BASE_MAP`, the default)."""
+    (a style URL) or over no base map at all (:data:`NO_BASE_MAP`, the default). Bounds across
+    the 180° meridian (a region's frame) move every layer's longitudes into the view's turn
+    (:func:`view_longitude`), in place."""
     centre = view_longitude(bounds)
     turn = centre - (bounds[0] + bounds[2]) / 2
     if turn != 0.0 or bounds[0] + turn < -180.0 or bounds[2] + turn > 180.0:
