@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from geodbk.errors import DataError
+from geodbk.geo.frame import native_longitude
 from geodbk.geo.quadkey import quadkey_centroid, valid_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
@@ -142,7 +143,8 @@ def read_locations(path: str | Path) -> Locations:
     DataError
         When the file is missing or unreadable, has no rows, has no quadkey, lon/lat or
         geometry column, or has values that are not quadkeys or numbers, or coordinates
-        outside lon [-180, 180] / lat [-90, 90]; the message names the file and the column.
+        outside lon [-180, 360] / lat [-90, 90]; the message names the file and the column.
+        Longitudes past 180 (a 0-360 convention) are taken back to [-180, 180].
     """
     path = Path(path)
     if not path.is_file():
@@ -171,12 +173,13 @@ def read_locations(path: str | Path) -> Locations:
             "'quadkey' column (text), 'lon'/'lat' columns (EPSG:4326 degrees) or point "
             "geometries (GeoJSON / GeoParquet)"
         )
-    outside = np.flatnonzero((np.abs(lon) > 180) | (np.abs(lat) > 90))
+    outside = np.flatnonzero((lon < -180) | (lon > 360) | (np.abs(lat) > 90))
     if outside.size:
         raise DataError(
-            f"{path}: {outside.size} place(s) have coordinates outside lon [-180, 180] / lat "
-            f"[-90, 90] (first at row {int(outside[0]) + 1}: {lon[outside[0]]}, "
+            f"{path}: {outside.size} place(s) have coordinates outside lon [-180, 180] (or "
+            f"0-360) / lat [-90, 90] (first at row {int(outside[0]) + 1}: {lon[outside[0]]}, "
             f"{lat[outside[0]]}); are the columns swapped or in a projected CRS?"
         )
+    lon = native_longitude(lon)
     ids = pd.DataFrame(frame.drop(columns=[geo_name])) if geo_name is not None else frame
     return Locations(ids=ids.reset_index(drop=True), lon=lon, lat=lat, source=source)

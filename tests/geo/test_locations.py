@@ -77,3 +77,13 @@ def test_unusable_files_are_refused_naming_the_file(
     assert str(path) in str(info.value)
     with pytest.raises(DataError, match="no such file"):
         read_locations(tmp_path / "missing.csv")
+
+
+def test_longitudes_of_a_0_to_360_convention_are_taken_back(tmp_path: Path) -> None:
+    path = tmp_path / "aleutians.csv"
+    path.write_text("id,lon,lat\nadak,183.35,51.88\nshemya,174.11,52.71\n")
+    got = read_locations(path)
+    np.testing.assert_allclose(got.lon, [-176.65, 174.11])
+    path.write_text("id,lon,lat\nx,361.0,51.0\n")
+    with pytest.raises(DataError, match=r"outside lon \[-180, 180\] \(or 0-360\)"):
+        read_locations(path)
