@@ -262,13 +262,15 @@ def _into_turn(layer: pdk.Layer, *, west: float, raster_shift: float) -> None:
                     _shift_x(poly, turned(_first_x(poly))) for poly in geom["coordinates"]
                 ]
         return
-    for row in data if isinstance(data, list) else []:
-        if "lon" in row:
-            shift = turned(float(row["lon"]))
-            row["lon"] = float(row["lon"]) + shift
-            if "polygon" in row:
-                row["polygon"] = _shift_x(row["polygon"], shift)
-        elif "path" in row:
+    rows = data if isinstance(data, list) else []
+    points = [row for row in rows if "lon" in row]
+    lon = np.array([float(row["lon"]) for row in points])
+    for row, shift in zip(points, wrap_longitude(lon, west=west) - lon, strict=True):
+        row["lon"] = float(row["lon"] + shift)
+        if "polygon" in row:
+            row["polygon"] = _shift_x(row["polygon"], float(shift))
+    for row in rows:
+        if "lon" not in row and "path" in row:
             row["path"] = _shift_x(row["path"], turned(_first_x(row["path"])))
 
 

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from app.quarters import with_time
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, to_natural
 from geodbk.geo.contract import Z95
-from geodbk.geo.frame import Scaling, wrap_longitude
+from geodbk.geo.frame import Scaling, wrap_near
 from geodbk.geo.quadkey import quadkey_bounds
 from geodbk.metrics import canonical_keys
 
@@ -185,12 +185,11 @@ def _in_frame_of(frame: pd.DataFrame, scaling: Any) -> pd.DataFrame:
     half-turn either side of the middle of its scaled box, :mod:`geodbk.geo.frame`), so that
     a run across the 180° meridian draws its tiles beside its maps."""
     try:
-        west = 0.5 * (float(scaling["lon_min"]) + float(scaling["lon_max"])) - 180.0
+        centre = 0.5 * (float(scaling["lon_min"]) + float(scaling["lon_max"]))
     except (KeyError, TypeError, ValueError):
         return frame
-    shift = wrap_longitude(frame["lon"].to_numpy(dtype=float), west=west) - frame["lon"].to_numpy(
-        dtype=float
-    )
+    lon = frame["lon"].to_numpy(dtype=float)
+    shift = wrap_near(lon, centre=centre) - lon
     if not shift.any():
         return frame
     return frame.assign(
@@ -289,7 +288,7 @@ class Grid:
         """``(row, col)`` of the cell containing a point, or None outside the grid (a longitude
         a whole turn away, as a map across the 180° meridian may give, is taken back)."""
         w, s, e, n = self.bounds
-        lon = float(wrap_longitude(lon, west=0.5 * (w + e) - 180.0))
+        lon = float(wrap_near(lon, centre=0.5 * (w + e)))
         if not (w <= lon <= e and s <= lat <= n):
             return None
         col = int(np.argmin(np.abs(self.lon - lon)))

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.errors import DataError, GeodbkError
+from geodbk.geo.frame import native_boxes
 from geodbk.geo.ookla import TYPES
 from geodbk.geo.regions import bbox_region, resolve_region
 from geodbk.geo.timeaxis import parse_quarters
@@ -302,17 +303,6 @@ class HTTPRangeFile(io.RawIOBase):
         return len(data)
 
 
-def _native_boxes(
-    bbox: tuple[float, float, float, float],
-) -> list[tuple[float, float, float, float]]:
-    """``bbox`` in [-180, 180] longitudes: itself, or its two halves either side of the 180°
-    meridian when its east exceeds 180 (a region's frame, :mod:`geodbk.geo.frame`)."""
-    w, s, e, n = bbox
-    if e <= 180.0:
-        return [bbox]
-    return [(w, s, 180.0, n), (-180.0, s, e - 360.0, n)]
-
-
 def _row_groups_in_bbox(
     meta: pq.FileMetaData, bbox: tuple[float, float, float, float]
 ) -> list[int] | None:
@@ -331,7 +321,7 @@ def _row_groups_in_bbox(
             continue
         if any(
             sx.max >= w and sx.min <= e and sy.max >= s and sy.min <= n
-            for w, s, e, n in _native_boxes(bbox)
+            for w, s, e, n in native_boxes(*bbox)
         ):
             keep.append(g)
     return keep
@@ -339,9 +329,9 @@ def _row_groups_in_bbox(
 
 def _rows_in_bbox(table: pa.Table, bbox: tuple[float, float, float, float]) -> Any:
     """The rows of ``table`` whose ``tile_x``/``tile_y`` lie in ``bbox`` (either half)."""
+    x, y = table["tile_x"], table["tile_y"]
     inside = None
-    for w, s, e, n in _native_boxes(bbox):
-        x, y = table["tile_x"], table["tile_y"]
+    for w, s, e, n in native_boxes(*bbox):
         box = pc.and_(
             pc.and_(pc.greater_equal(x, w), pc.less_equal(x, e)),
             pc.and_(pc.greater_equal(y, s), pc.less_equal(y, n)),

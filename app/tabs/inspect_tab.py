@@ -22,7 +22,7 @@ from app.runs import RAW_TO_NATURAL, UNITS
 from app.tabs.kernel_tab import choose_time
 from app.tabs.map_tab import POINT_KEY
 from app.ui import missing, quarter_slider
-from geodbk.geo.frame import native_longitude, wrap_longitude
+from geodbk.geo.frame import native_longitude, wrap_near
 
 SOURCE_KEY = "inspect_source"
 CLICKED = "Clicked point"
@@ -84,7 +84,7 @@ def _choose_point(ctx: RunContext, presets: list[RefPoint]) -> tuple[float, floa
         lon = c2.number_input("Longitude", -180.0, 180.0, lon0, format="%.4f", key="inspect_lon")
         lat = c3.number_input("Latitude", -85.0, 85.0, lat0, format="%.4f", key="inspect_lat")
         if grid is not None:  # into the grid's turn of longitude
-            lon = float(wrap_longitude(lon, west=0.5 * float(grid.lon[0] + grid.lon[-1]) - 180.0))
+            lon = float(wrap_near(lon, centre=0.5 * float(grid.lon[0] + grid.lon[-1])))
         return float(lon), float(lat)
     preset = presets[[f"{p.name} (preset)" for p in presets].index(source)]
     return preset.lon, preset.lat

@@ -160,7 +160,7 @@ class Areas:
         width = float(grid.x[-1] - grid.x[0]) + grid.dx
         box = native_box(west_edge, y[-1] - grid.dy / 2, west_edge + width, y[0] + grid.dy / 2)
         tree, index = self._tree()
-        hits = np.unique(index[tree.query(box, predicate="intersects")])
+        hits = index[tree.query(box, predicate="intersects")]
         transform = grid.transform(rows)
         west = grid.frame_west
         for layer in range(self.n_layers):

@@ -24,8 +24,10 @@ __all__ = [
     "geometry_in_frame",
     "longitude_arc",
     "native_box",
+    "native_boxes",
     "native_longitude",
     "wrap_longitude",
+    "wrap_near",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -39,6 +41,12 @@ def wrap_longitude(lon: npt.ArrayLike, *, west: float) -> FloatArray:
     if not outside.any():
         return lon_a
     return np.where(outside, west + np.mod(lon_a - west, 360.0), lon_a)
+
+
+def wrap_near(lon: npt.ArrayLike, *, centre: float) -> FloatArray:
+    """Longitudes moved by whole turns into the half-turn either side of ``centre``,
+    ``[centre - 180, centre + 180)`` (:func:`wrap_longitude`)."""
+    return wrap_longitude(lon, west=float(centre) - 180.0)
 
 
 def native_longitude(lon: npt.ArrayLike) -> FloatArray:
@@ -87,6 +95,9 @@ def geometry_in_frame(geometry: BaseGeometry, *, west: float) -> BaseGeometry:
     """The geometry with each part moved by whole turns so that its centroid's longitude lies
     in ``[west, west + 360)`` (a region split at the 180° meridian made whole for a grid in its
     frame); unchanged when no part moves."""
+    w, _, e, _ = shapely.bounds(geometry)
+    if w >= west and e < west + 360.0:  # every part is already in the turn
+        return geometry
     parts = shapely.get_parts(geometry)
     if parts.size == 0:
         return geometry
@@ -101,14 +112,21 @@ def geometry_in_frame(geometry: BaseGeometry, *, west: float) -> BaseGeometry:
     return shapely.union_all(moved)
 
 
-def native_box(west: float, south: float, east: float, north: float) -> BaseGeometry:
-    """The box ``[west, east] x [south, north]`` in [-180, 180] longitudes: one polygon, or two
-    split at the 180° meridian when ``east`` exceeds 180."""
+def native_boxes(
+    west: float, south: float, east: float, north: float
+) -> list[tuple[float, float, float, float]]:
+    """The box ``[west, east] x [south, north]`` as ``(west, south, east, north)`` boxes in
+    [-180, 180] longitudes: itself, or its two halves either side of the 180° meridian when
+    ``east`` exceeds 180."""
     if east <= 180.0:
-        return shapely.box(west, south, east, north)
-    return shapely.MultiPolygon(
-        [shapely.box(west, south, 180.0, north), shapely.box(-180.0, south, east - 360.0, north)]
-    )
+        return [(west, south, east, north)]
+    return [(west, south, 180.0, north), (-180.0, south, east - 360.0, north)]
+
+
+def native_box(west: float, south: float, east: float, north: float) -> BaseGeometry:
+    """:func:`native_boxes` as one polygon, or a multipolygon of the two halves."""
+    boxes = [shapely.box(*b) for b in native_boxes(west, south, east, north)]
+    return boxes[0] if len(boxes) == 1 else shapely.MultiPolygon(boxes)
 
 
 @dataclass(frozen=True)
@@ -155,8 +173,7 @@ class Scaling:
         self, lon: npt.ArrayLike, lat: npt.ArrayLike
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Map lon/lat to ``(x1, x2)``."""
-        middle = 0.5 * (self.lon_min + self.lon_max)
-        lon_f = wrap_longitude(lon, west=middle - 180.0)
+        lon_f = wrap_near(lon, centre=0.5 * (self.lon_min + self.lon_max))
         x1 = 2.0 * (lon_f - self.lon_min) / (self.lon_max - self.lon_min) - 1.0
         x2 = (
             2.0 * (np.asarray(lat, dtype=float) - self.lat_min) / (self.lat_max - self.lat_min)
