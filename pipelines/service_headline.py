@@ -41,7 +41,7 @@ from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.joint import JointSampler, latent_scale_of, quantity_parts, standard_normal_weights
-from pipelines.rundir import RunDir
+from pipelines.rundir import RunDir, run_licence
 from pipelines.service_classes import SERVICE_TARGETS, Service
 
 __all__ = [
@@ -217,6 +217,7 @@ def write_headline(
             "standardised deviations at each place correlated by the copula as in the class "
             f"map; shares on a uniform random subsample of at most {HEADLINE_PLACES} places"
         ),
+        "data_licence": run_licence(rd),
     }
     for name, (lon, lat, weight) in {
         "area": region_cells(grid_path),

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 from pipelines import cli
-from pipelines.rundir import RunDir
+from pipelines.rundir import RunDir, run_licence
 from pipelines.service_classes import SERVICE_TARGETS, load_service
 from pipelines.service_headline import class_share_draws, region_cells, subsample
 
@@ -38,6 +38,7 @@ def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_headline_has_a_mean_and_interval_per_class(run: Path) -> None:
     headline = json.loads((run / "service" / "headline.json").read_text())
     assert headline["quantity"] == "tile" and headline["samples"] == 200
+    assert headline["data_licence"] == run_licence(RunDir(run))
     for kind in ("area", "tiles"):
         shares = headline[kind]
         assert shares["used"] == shares["places"] > 0
