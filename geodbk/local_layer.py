@@ -66,6 +66,10 @@ EARTH_RADIUS_KM = 6371.0088
 _RHO_MAX = 0.999
 #: Default number of neighbouring tiles that krige the spatial field.
 NEIGHBOURS = 16
+#: Fewest targets a k-d tree query shares among the machine's cores: scipy starts one thread
+#: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
+#: thread answers faster (benchmarks/bench_neighbour_query.py).
+PARALLEL_QUERY_TARGETS = 2048
 
 
 def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -330,7 +334,8 @@ class _Neighbours:
                 inverse=torch.zeros(m, dtype=torch.int64),
             )
         kq = min(self.k + 1, len(self.xy))
-        d, nb = self.tree.query(xy, k=kq, workers=-1)
+        workers = -1 if m >= PARALLEL_QUERY_TARGETS else 1
+        d, nb = self.tree.query(xy, k=kq, workers=workers)
         d, nb = d.reshape(m, kq), nb.reshape(m, kq)
         is_own = nb == np.asarray(own)[:, None]
         order = np.argsort(is_own, axis=1, kind="stable")[:, : self.k]
