@@ -9,6 +9,7 @@
 #     ~12 M and ~268 M cells, the cell count of 16384², each (size, quantity) in its own
 #     process, first and warm calls, peak RSS) and benchmarks/bench_predict_phases.py (the area
 #     map of ~268 M cells by phase), each capped so that the call ends by DEADLINE_S.
+# SPLITS_LIST=none skips step 1's twelve GPs (the map timings alone, about 6 minutes).
 # Usage: benchmarks/gpu_session.sh SPLITS OUT   (SPLITS/random, SPLITS/tile, SPLITS/block: one
 # `geodbk ingest --split ...` each). On the GPU machine, geopandas, shapely, pyproj, rasterio,
 # rioxarray, h5netcdf, isal and pykrige travel as wheels (/work/.library/device/README.md).
@@ -41,7 +42,7 @@ CFG
 timeout "${TRAIN_CAP_S:-330}" "$py" -m pipelines.cli train --run "$maprun" --target download \
   --config "$maprun/cfg.yaml" --no-progress >"$out/map_train.log" 2>&1 &
 map_pid=$!
-WORK=$work PYTHON=$py bash benchmarks/gpu_tile_maps.sh "$splits" "$out"
+[ "${SPLITS_LIST:-}" = none ] || WORK=$work PYTHON=$py bash benchmarks/gpu_tile_maps.sh "$splits" "$out"
 wait "$map_pid"
 echo "map model: rc=$? at $(($(date +%s) - t0)) s" | tee -a "$out/machine.txt"
 uptime >>"$out/machine.txt"
