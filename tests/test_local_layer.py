@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +13,14 @@ import pytest
 import torch
 
 from geodbk.errors import DataError
-from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km, matern32
+from geodbk.local_layer import (
+    PARALLEL_QUERY_TARGETS,
+    LocalLayer,
+    SpatialParameters,
+    _Neighbours,
+    lonlat_to_km,
+    matern32,
+)
 from geodbk.tile_effect import TileEffect, TileEffectParameters
 
 TAU2, RHO, LAM, KAPPA, SIGMA2, RANGE = 0.04, 0.8, 1.5, 1.2, 0.09, 2.5
@@ -651,3 +659,26 @@ def test_km_positions_either_side_of_the_180_meridian_are_neighbours_with_lon0()
     old = SpatialParameters(sigma2=0.1, range_km=2.0, tau2={"all": 0.2}).to_dict()
     del old["lon0"]
     assert SpatialParameters.from_dict(old).lon0 is None
+
+
+def test_small_neighbour_queries_start_no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map block's query of a few hundred tiles runs on the calling thread (scipy starts a
+    thread per core for ``workers=-1``), with the neighbours of a threaded query."""
+    rng = np.random.default_rng(0)
+    hood = _Neighbours(rng.uniform(0.0, 50.0, (400, 2)), 8)
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    small = rng.uniform(0.0, 50.0, (300, 2))
+    got = hood.query(small, np.full(300, -1))
+    assert started == []
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    big = np.concatenate([small, rng.uniform(0.0, 50.0, (PARALLEL_QUERY_TARGETS, 2))])
+    threaded = hood.query(big, np.full(big.shape[0], -1))
+    assert torch.equal(threaded.nb[:300], got.nb)
+    assert torch.allclose(threaded.d_star[:300], got.d_star)
