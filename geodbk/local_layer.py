@@ -70,6 +70,10 @@ NEIGHBOURS = 16
 #: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
 #: thread answers faster (benchmarks/bench_neighbour_query.py).
 PARALLEL_QUERY_TARGETS = 2048
+#: Rows per chunk when rows stand at their tiles' centres (a map's cells): the targets are the
+#: chunk's distinct tiles, usually a few hundred, so a larger chunk costs little memory and
+#: spares the per-chunk work (profile: benchmarks/profile_local_layer.py).
+MAP_ROWS_PER_CHUNK = 65536
 
 
 def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -589,7 +593,9 @@ class LocalLayer:
            :func:`geodbk.tile_effect.split_unseen_prior`), so a test's variance ``tile_var +
            noise_var`` does not depend on ``c``.
 
-        Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``).
+        Targets are solved in chunks of ``chunk_size`` rows (memory ``chunk * k²``); rows at
+        their tiles' centres (no ``xy``) in chunks of :data:`MAP_ROWS_PER_CHUNK` rows, whose
+        distinct tiles are the targets.
         """
         tiles_a, times_a, _, vf, comp, code, own = self.effect._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
@@ -609,8 +615,9 @@ class LocalLayer:
             if self._summary_cache is None:
                 self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
             summ = self._summary_cache
-            for s in range(0, n, chunk_size):
-                part = slice(s, s + chunk_size)
+            step = chunk_size if xy_a is not None else max(chunk_size, MAP_ROWS_PER_CHUNK)
+            for s in range(0, n, step):
+                part = slice(s, s + step)
                 hood = (
                     self._neighbours.query(xy_a[part], own[part])
                     if xy_a is not None

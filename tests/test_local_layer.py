@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+import geodbk.local_layer as local_layer
 from geodbk.errors import DataError
 from geodbk.local_layer import (
     PARALLEL_QUERY_TARGETS,
@@ -682,3 +683,31 @@ def test_small_neighbour_queries_start_no_threads(monkeypatch: pytest.MonkeyPatc
     threaded = hood.query(big, np.full(big.shape[0], -1))
     assert torch.equal(threaded.nb[:300], got.nb)
     assert torch.allclose(threaded.d_star[:300], got.d_star)
+
+
+def test_rows_at_tile_centres_give_the_same_numbers_in_any_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A map's rows (at their tiles' centres) are predicted in chunks of
+    ``MAP_ROWS_PER_CHUNK`` rows: chunk boundaries through a tile's rows change nothing."""
+    rng = np.random.default_rng(11)
+    tiles, times, _pos, v, noise, xy = _data(rng, n_tiles=20)
+    base = _layer(tiles, times, v, noise, rng.normal(0, 0.3, tiles.size), xy, neighbours=5)
+    centres = {f"t{j:02d}": xy[j] for j in range(len(xy))} | {"new": np.array([5.0, 5.0])}
+
+    def positions(ids: np.ndarray) -> np.ndarray:
+        return np.array([centres[str(t)] for t in ids])
+
+    layer = LocalLayer(base.effect, base.params, tile_xy=base.tile_xy, positions=positions)
+    names = rng.choice(sorted(centres), size=50)
+    kw = {
+        "tiles": names,
+        "times": np.full(50, 6.0),
+        "var_f": rng.uniform(0.01, 0.03, 50),
+        "components": np.full((50, 1), 0.05),
+    }
+    whole = layer.predict(**kw)
+    monkeypatch.setattr(local_layer, "MAP_ROWS_PER_CHUNK", 7)
+    chunked = layer.predict(chunk_size=1, **kw)
+    for field in ("shift", "tile_var", "pull", "noise_var"):
+        np.testing.assert_allclose(getattr(chunked, field), getattr(whole, field), rtol=1e-12)
