@@ -70,10 +70,6 @@ NEIGHBOURS = 16
 #: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
 #: thread answers faster (benchmarks/bench_neighbour_query.py).
 PARALLEL_QUERY_TARGETS = 2048
-#: Rows per chunk when rows stand at their tiles' centres (a map's cells): the targets are the
-#: chunk's distinct tiles, usually a few hundred, so a larger chunk costs little memory and
-#: spares the per-chunk work (profile: benchmarks/profile_local_layer.py).
-MAP_ROWS_PER_CHUNK = 65536
 
 
 def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -593,9 +589,9 @@ class LocalLayer:
            :func:`geodbk.tile_effect.split_unseen_prior`), so a test's variance ``tile_var +
            noise_var`` does not depend on ``c``.
 
-        Targets are solved in chunks of ``chunk_size`` rows (memory ``chunk * k²``); rows at
-        their tiles' centres (no ``xy``) in chunks of :data:`MAP_ROWS_PER_CHUNK` rows, whose
-        distinct tiles are the targets.
+        Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``): rows with
+        ``xy``; without it, the rows of up to ``chunk_size`` distinct tiles, so that a map's
+        many cells per tile go in few chunks (:func:`tile_chunks`).
         """
         tiles_a, times_a, _, vf, comp, code, own = self.effect._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
@@ -615,9 +611,12 @@ class LocalLayer:
             if self._summary_cache is None:
                 self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
             summ = self._summary_cache
-            step = chunk_size if xy_a is not None else max(chunk_size, MAP_ROWS_PER_CHUNK)
-            for s in range(0, n, step):
-                part = slice(s, s + step)
+            parts = (
+                [slice(s, s + chunk_size) for s in range(0, n, chunk_size)]
+                if xy_a is not None
+                else tile_chunks(tiles_a, chunk_size)
+            )
+            for part in parts:
                 hood = (
                     self._neighbours.query(xy_a[part], own[part])
                     if xy_a is not None
@@ -651,6 +650,22 @@ class LocalLayer:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
+
+
+def tile_chunks(tiles: Any, chunk_size: int) -> list[slice | np.ndarray]:
+    """Row chunks of at most ``chunk_size`` distinct tiles each, every row of a tile in one
+    chunk: ``[slice(0, n)]`` when the rows hold no more tiles, else index arrays (each chunk's
+    rows in their order). ``tiles``: strings or a ``pandas.Categorical``."""
+    keys = tiles.codes if isinstance(tiles, pd.Categorical) else np.asarray(tiles)
+    _, inverse = np.unique(keys, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n_tiles = int(inverse.max()) + 1 if inverse.size else 0
+    if n_tiles <= chunk_size:
+        return [slice(0, inverse.size)]
+    order = np.argsort(inverse, kind="stable")
+    starts = np.searchsorted(inverse[order], np.arange(0, n_tiles, chunk_size))
+    ends = [*starts[1:], inverse.size]
+    return [np.sort(order[a:b]) for a, b in zip(starts, ends, strict=True)]
 
 
 def _predict_rows(

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import torch
 
-import geodbk.local_layer as local_layer
 from geodbk.errors import DataError
 from geodbk.local_layer import (
     PARALLEL_QUERY_TARGETS,
@@ -21,6 +20,7 @@ from geodbk.local_layer import (
     _Neighbours,
     lonlat_to_km,
     matern32,
+    tile_chunks,
 )
 from geodbk.tile_effect import TileEffect, TileEffectParameters
 
@@ -685,11 +685,27 @@ def test_small_neighbour_queries_start_no_threads(monkeypatch: pytest.MonkeyPatc
     assert torch.allclose(threaded.d_star[:300], got.d_star)
 
 
-def test_rows_at_tile_centres_give_the_same_numbers_in_any_chunks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A map's rows (at their tiles' centres) are predicted in chunks of
-    ``MAP_ROWS_PER_CHUNK`` rows: chunk boundaries through a tile's rows change nothing."""
+def test_tile_chunks_keep_each_tiles_rows_together() -> None:
+    """Chunks of at most ``chunk_size`` distinct tiles cover every row once, in row order,
+    with all rows of a tile in one chunk; one slice when the rows hold few enough tiles."""
+    rng = np.random.default_rng(3)
+    names = rng.choice([f"q{i}" for i in range(10)], size=200)
+    assert tile_chunks(names, 10) == [slice(0, 200)]
+    for tiles in (names, pd.Categorical(names, categories=[f"q{i}" for i in range(12)])):
+        parts = tile_chunks(tiles, 3)
+        assert len(parts) == 4
+        rows = np.concatenate(parts)
+        assert sorted(rows.tolist()) == list(range(200))
+        for part in parts:
+            assert np.all(np.diff(part) > 0)
+            assert len(set(names[part])) <= 3
+        owner = {name: i for i, part in enumerate(parts) for name in names[part]}
+        assert all(owner[name] == i for i, part in enumerate(parts) for name in names[part])
+
+
+def test_rows_at_tile_centres_give_the_same_numbers_in_any_chunks() -> None:
+    """A map's rows (at their tiles' centres) are predicted in chunks of ``chunk_size``
+    distinct tiles: how the tiles are cut into chunks changes nothing."""
     rng = np.random.default_rng(11)
     tiles, times, _pos, v, noise, xy = _data(rng, n_tiles=20)
     base = _layer(tiles, times, v, noise, rng.normal(0, 0.3, tiles.size), xy, neighbours=5)
@@ -707,7 +723,6 @@ def test_rows_at_tile_centres_give_the_same_numbers_in_any_chunks(
         "components": np.full((50, 1), 0.05),
     }
     whole = layer.predict(**kw)
-    monkeypatch.setattr(local_layer, "MAP_ROWS_PER_CHUNK", 7)
-    chunked = layer.predict(chunk_size=1, **kw)
+    chunked = layer.predict(chunk_size=3, **kw)
     for field in ("shift", "tile_var", "pull", "noise_var"):
         np.testing.assert_allclose(getattr(chunked, field), getattr(whole, field), rtol=1e-12)
