@@ -36,7 +36,7 @@ from scipy.spatial import cKDTree
 
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
-from geodbk.geo.frame import wrap_longitude
+from geodbk.geo.frame import wrap_near
 from geodbk.tile_effect import (
     MIN_OBJECTIVE_ROWS,
     TileEffect,
@@ -79,9 +79,7 @@ def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) 
     ``[lon0 - 180, lon0 + 180)``, so that places either side of the 180° meridian are
     neighbours."""
     lon_a = np.asarray(lon, dtype=np.float64)
-    if lon0 is not None:
-        lon_a = wrap_longitude(lon_a, west=float(lon0) - 180.0)
-    lon_r = np.radians(lon_a)
+    lon_r = np.radians(lon_a if lon0 is None else wrap_near(lon_a, centre=lon0))
     lat_r = np.radians(np.asarray(lat, dtype=np.float64))
     return np.column_stack(
         [EARTH_RADIUS_KM * math.cos(math.radians(lat0)) * lon_r, EARTH_RADIUS_KM * lat_r]
@@ -655,7 +653,11 @@ class LocalLayer:
 def tile_chunks(tiles: Any, chunk_size: int) -> list[slice | np.ndarray]:
     """Row chunks of at most ``chunk_size`` distinct tiles each, every row of a tile in one
     chunk: ``[slice(0, n)]`` when the rows hold no more tiles, else index arrays (each chunk's
-    rows in their order). ``tiles``: strings or a ``pandas.Categorical``."""
+    rows in their order). ``tiles``: strings or a ``pandas.Categorical``; a map block's, whose
+    categories are its distinct tiles, is one chunk without a pass over its rows."""
+    at_most = len(tiles.categories) if isinstance(tiles, pd.Categorical) else len(tiles)
+    if at_most <= chunk_size:  # no more distinct tiles than that: one chunk
+        return [slice(0, len(tiles))]
     keys = tiles.codes if isinstance(tiles, pd.Categorical) else np.asarray(tiles)
     _, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(-1)
