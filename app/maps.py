@@ -112,9 +112,14 @@ def noise_variance(grid: Grid, tests: float) -> float | NDArray[np.float64] | No
 
 def quantity_mean(grid: Grid, spec: LayerSpec) -> NDArray[np.float64]:
     """Mean (log10) of what ``spec.quantity`` asks for: ``area_mean`` for the area quantity,
-    ``tile_mean`` for the tile and test quantities, ``mean`` for grids without them."""
+    ``tile_mean`` for the tile and test quantities, ``mean`` for grids without them; a single
+    test's is moved by the grid's ``test_mean_shift`` (the tile effect's, recorded by
+    ``geodbk predict``; 0 when absent)."""
     name = "area_mean" if spec.quantity == "latent" else "tile_mean"
     out: NDArray[np.float64] = grid.arrays.get(name, grid.arrays["mean"])
+    moved = float(grid.attrs.get("test_mean_shift", 0.0))
+    if spec.quantity == "single" and name in grid.arrays and moved != 0.0:
+        return out + moved
     return out
 
 

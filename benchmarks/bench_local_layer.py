@@ -140,6 +140,12 @@ def fit_run_tile_effect(
     )
 
 
+def _row_mean(gp_mean: np.ndarray, part: Any) -> np.ndarray:
+    """A test row's mean: the GP's, the tile's shift and the row's tests' shift."""
+    moved = 0.0 if part.tests_shift is None else part.tests_shift
+    return gp_mean + part.shift + moved
+
+
 def _scores(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
 ) -> dict:
@@ -284,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-kriging", action="store_true")
+    p.add_argument(
+        "--no-tests-mean",
+        action="store_true",
+        help="fit the tile effect without the rows' tests shift (the model before it)",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -301,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
 
     y_all = frame["y"].to_numpy()
-    effect = fit_run_tile_effect(model, frame, gp, seed=args.seed)
+    effect = fit_run_tile_effect(
+        model, frame, gp, seed=args.seed, tests_mean=not args.no_tests_mean
+    )
     t_effect = time.perf_counter()
     val = ValidationRows(
         X=gp["X"][va],
@@ -339,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     part = effect.predict(**kw)
     whole_effect = effect.predict(**kw, place_share=1.0)
     results["tile_effect"] = {
-        "rows": _scores(y, gp["mean"][te] + part.shift, part.tile_var + part.noise_var, u, tests),
+        "rows": _scores(
+            y, _row_mean(gp["mean"][te], part), part.tile_var + part.noise_var, u, tests
+        ),
         "map": _part_map(frame[te], gp["mean"][te], part),
         "test_rows_with_history": float(part.seen.mean()),
     }
@@ -351,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
     results["local_layer"] = {
         "rows": _scores(
-            y, gp["mean"][te] + lpart.shift, lpart.tile_var + lpart.noise_var, u, tests
+            y, _row_mean(gp["mean"][te], lpart), lpart.tile_var + lpart.noise_var, u, tests
         ),
         "map": _part_map(frame[te], gp["mean"][te], lpart),
         "mean_abs_pull": float(np.abs(pull).mean()),

@@ -466,7 +466,8 @@ class LocalLayer:
             tile_xy=tile_xy,
         )
         hood = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
-        vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, res, vf, comp))
+        net = res - effect.tests_shift(comp)  # the validation rows net of their tests' shift
+        vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, net, vf, comp))
         unseen = torch.as_tensor(own < 0)
         fixed = start._tensors()
         n_g = len(effect.params.groups)
@@ -632,7 +633,16 @@ class LocalLayer:
                     with_pull=True,
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
-        pred = row_prediction(shift, tile_var, comp, t.kappa, t.mu, seen=own >= 0, pull=pull)
+        pred = row_prediction(
+            shift,
+            tile_var,
+            comp,
+            t.kappa,
+            t.mu,
+            seen=own >= 0,
+            pull=pull,
+            tests_shift=self.effect.tests_shift(comp),
+        )
         share = self.params.place_share if place_share is None else place_share
         return split_unseen_prior(pred, var_f=vf, latent_scale=float(t.lam), place_share=share)
 

@@ -15,7 +15,9 @@ answers three different questions about a place x (units of y, log10 for Ookla t
   of many tests; for a constant-noise model the whole ``s2``);
 - ``test``: one new speed test (or the tile average of ``tests`` tests from ``devices``
   devices): the tile's variance plus the observation noise of those tests (the tile effect's
-  refitted noise ``sum_k kappa_k c_k`` when there is one, the GP's ``s2(tests)`` otherwise).
+  refitted noise ``sum_k kappa_k c_k`` when there is one, the GP's ``s2(tests)`` otherwise),
+  and with a tile effect the tile's mean moved by those tests' shift ``sum_k gamma_k (c_k -
+  c0_k)`` (the log of an average of fewer tests sits lower).
 
 So ``var(test) >= var(tile) >= 0`` at every place. ``var(tile)`` can be below ``var(area)``:
 a tile's history narrows it, and the tile effect rescales the GP's own variance by ``lambda``.
@@ -87,6 +89,10 @@ class QuantityPrediction:
     tile_basis
         How ``tile_var`` was obtained: ``"local layer"``, ``"tile effect"`` or ``"noise
         floor"`` (no tile effect).
+    tests_shift
+        How far the asked-for tests move one test's mean from the tile's, ``sum_k gamma_k
+        (c_k - c0_k)`` (the tile effect's; 0 without one): part of the ``test`` quantity's
+        mean, not of the ``tile``'s.
     """
 
     quantity: str
@@ -101,6 +107,7 @@ class QuantityPrediction:
     seen: np.ndarray
     tile_basis: str
     persistent_var: np.ndarray | None = None
+    tests_shift: np.ndarray | None = None
 
     @property
     def sd(self) -> np.ndarray:
@@ -210,6 +217,7 @@ def predict_quantity(
     comp, floor, noise_var = _noise_parts(model, n, effect=effect, noise_kw=noise_kw)
     pull = np.zeros(n)
     persistent = np.zeros(n)
+    tests_shift = np.zeros(n)
     if effect is None:
         offset = np.zeros(n)
         tile_var = area_var + floor
@@ -237,6 +245,8 @@ def predict_quantity(
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
         persistent = part.persistent_var
+        if part.tests_shift is not None:
+            tests_shift = np.asarray(part.tests_shift, dtype=np.float64)
         # sum_k kappa_k c_k + the testers' persistent part (+ an unmeasured tile's testers'
         # share of its prior, with a local layer's place share)
         noise_var = part.noise_var
@@ -245,7 +255,7 @@ def predict_quantity(
     elif quantity == "tile":
         mean, var = area_mean + offset, tile_var
     else:
-        mean, var = area_mean + offset, tile_var + noise_var
+        mean, var = area_mean + offset + tests_shift, tile_var + noise_var
     return QuantityPrediction(
         quantity=quantity,
         mean=mean,
@@ -259,4 +269,5 @@ def predict_quantity(
         seen=np.asarray(seen, dtype=bool),
         tile_basis=basis,
         persistent_var=np.asarray(persistent, dtype=np.float64),
+        tests_shift=tests_shift,
     )

@@ -24,8 +24,10 @@ A row at ``t*`` gets, by one Cholesky factor per tile,
 
 with ``k_*`` the row of ``K`` at ``(t*, x*)``; a tile without rows gets ``m(x*)`` and the
 place's ``tau²_g + lambda v_f(x*)``, and a row there adds its own testers' ``sum_k mu_k c_*k``
-to the noise. ``(tau², mu, rho, lambda, kappa)`` minimise the validation NLL of rows
-predicted from their tile's training rows. Units: those of ``y``. Decision and evidence:
+to the noise. An observation's mean also moves with its own tests, by ``sum_k gamma_k (c_*k -
+c0_k)`` around the training rows' mean ``c0`` (the log of an average of fewer tests sits
+lower); the tile's offset does not. ``(tau², mu, rho, lambda, kappa, gamma)`` minimise the
+validation NLL of rows predicted from their tile's training rows. Units: those of ``y``. Decision and evidence:
 docs/decisions/tile_effect.md.
 """
 
@@ -56,6 +58,7 @@ __all__ = [
     "offset_covariance",
     "predict_with_tile_effect",
     "split_unseen_prior",
+    "tests_mean_shift",
     "urban_groups",
 ]
 
@@ -79,6 +82,10 @@ MIN_HOLDOUT_ROWS = 10
 #: Noise components that fall with a tile's tests or devices; only these get a persistent share
 #: ``mu_k`` (a constant component's would be the place's ``tau²`` again).
 PERSISTENT_COMPONENTS = ("meas", "dev")
+#: Noise components whose size moves a row's mean (``gamma_k``): the log of an average of n
+#: tests sits ``(ln 10 / 2) s2 / n`` below the log of the long-run mean speed (Jensen), so
+#: rows of few tests or devices sit lower (docs/decisions/tile_effect.md, "Tests move the mean").
+TESTS_COMPONENTS = ("meas", "dev")
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,11 @@ class TileEffectParameters:
         is the place's, what a well-measured tile's level shows; ``1 - c`` is its testers' and
         goes to one test's noise (:func:`split_unseen_prior`). 1 (files written before it):
         all of it is the place's.
+    tests_shift, tests_centre
+        ``gamma_k`` and ``c0_k``: an observation's mean sits ``sum_k gamma_k (c_k - c0_k)``
+        from its tile's with its noise terms ``c_k`` (the log of an average of fewer tests
+        sits lower: :data:`TESTS_COMPONENTS`); ``c0`` is the training rows' mean. The tile's
+        offset and the tile quantity do not move. Zeros (files written before it): no shift.
     """
 
     tau2: dict[str, float]
@@ -129,6 +141,8 @@ class TileEffectParameters:
     objective_rows: int | None = None
     persistent_scale: tuple[float, ...] | None = None
     place_share: float = 1.0
+    tests_shift: tuple[float, ...] | None = None
+    tests_centre: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.place_share) <= 1.0:
@@ -140,6 +154,12 @@ class TileEffectParameters:
         if len(mu) != len(self.components):
             raise ValueError(f"persistent_scale needs one value per component {self.components}")
         object.__setattr__(self, "persistent_scale", mu)
+        for name in ("tests_shift", "tests_centre"):
+            value = getattr(self, name)
+            value = (0.0,) * len(self.components) if value is None else tuple(map(float, value))
+            if len(value) != len(self.components):
+                raise ValueError(f"{name} needs one value per component {self.components}")
+            object.__setattr__(self, name, value)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -155,6 +175,8 @@ class TileEffectParameters:
                 "noise_scale": tuple(raw["noise_scale"]),
                 "components": tuple(raw["components"]),
                 "persistent_scale": raw.get("persistent_scale"),
+                "tests_shift": raw.get("tests_shift"),
+                "tests_centre": raw.get("tests_centre"),
             }
         )
 
@@ -165,6 +187,8 @@ class TileEffectParameters:
         out["noise_scale"] = list(self.noise_scale)
         out["components"] = list(self.components)
         out["persistent_scale"] = list(self.persistent_scale or ())
+        out["tests_shift"] = list(self.tests_shift or ())
+        out["tests_centre"] = list(self.tests_centre or ())
         return out
 
 
@@ -189,6 +213,9 @@ class TileEffectPrediction:
     pull
         The neighbouring tiles' part of ``shift`` (a :class:`geodbk.local_layer.LocalLayer`'s
         kriged field; ``None`` for the tile effect alone).
+    tests_shift
+        The rows' own tests' move of one test's mean, ``sum_k gamma_k (c_k - c0_k)``: added
+        to an observation's mean, not to the tile's (``None``: none).
     """
 
     shift: np.ndarray
@@ -197,6 +224,7 @@ class TileEffectPrediction:
     persistent_var: np.ndarray
     seen: np.ndarray
     pull: np.ndarray | None = None
+    tests_shift: np.ndarray | None = None
 
 
 def mean_gaussian_nll(
@@ -411,10 +439,12 @@ def row_prediction(
     *,
     seen: np.ndarray,
     pull: np.ndarray | None = None,
+    tests_shift: np.ndarray | None = None,
 ) -> TileEffectPrediction:
     """The prediction at rows with the tile's posterior ``shift`` and ``tile_var``: a row's
     noise is ``sum_k kappa_k c_k`` plus its testers' persistent ``sum_k mu_k c_k`` where its
-    tile has no conditioning rows (a measured tile's is in its offset)."""
+    tile has no conditioning rows (a measured tile's is in its offset); ``tests_shift`` as
+    :class:`TileEffectPrediction`'s."""
     persistent = np.where(seen, 0.0, components @ mu.numpy())
     return TileEffectPrediction(
         shift=shift,
@@ -423,7 +453,19 @@ def row_prediction(
         persistent_var=persistent,
         seen=seen,
         pull=pull,
+        tests_shift=tests_shift,
     )
+
+
+def tests_mean_shift(
+    components: Any, gamma: Sequence[float] | torch.Tensor, centre: Sequence[float]
+) -> Any:
+    """``sum_k gamma_k (c_k - c0_k)`` of each row of ``components`` (n, k) (or (T, M, k)):
+    numpy in, numpy out; a tensor ``gamma`` (under autograd) gives a tensor."""
+    if isinstance(gamma, torch.Tensor):
+        comp = torch.as_tensor(components, dtype=_DT)
+        return (comp - torch.as_tensor(centre, dtype=_DT)) @ gamma
+    return (np.asarray(components, dtype=np.float64) - np.asarray(centre)) @ np.asarray(gamma)
 
 
 def split_unseen_prior(
@@ -629,6 +671,11 @@ class TileEffect:
         code = _group_codes(labels, self.params.groups, what=what)
         return (*arrays, code, _slots(self._layout().tiles, arrays[0]))
 
+    def tests_shift(self, components: Any) -> np.ndarray:
+        """``sum_k gamma_k (c_k - c0_k)`` of rows with noise ``components`` (n, k)."""
+        p = self.params
+        return tests_mean_shift(components, p.tests_shift or (), p.tests_centre or ())
+
     def _layout(self) -> _Layout:
         if self._layout_cache is None:
             self._layout_cache = _layout(
@@ -662,9 +709,11 @@ class TileEffect:
         max_rows: int = MAX_ROWS,
         max_iter: int = 100,
         persistent: bool = False,
+        tests_mean: bool = True,
     ) -> TileEffect:
-        """Choose ``(tau², rho, lambda, kappa)`` by the validation NLL of rows predicted from
-        their tile's training rows, and return the tile effect conditioned on the training rows.
+        """Choose ``(tau², rho, lambda, kappa, gamma)`` by the validation NLL of rows predicted
+        from their tile's training rows, and return the tile effect conditioned on the training
+        rows.
 
         Parameters
         ----------
@@ -687,6 +736,9 @@ class TileEffect:
         persistent
             Also fit ``mu``, the testers' persistent share of the ``meas``/``dev`` noise
             components (off by default: docs/quantities.md, "Busy tiles").
+        tests_mean
+            Also fit ``gamma``, the move of a row's mean with its ``meas``/``dev`` noise
+            components around their training mean ``c0`` (:class:`TileEffectParameters`).
 
         Returns
         -------
@@ -729,13 +781,16 @@ class TileEffect:
         lasting = torch.tensor(
             [persistent and n in PERSISTENT_COMPONENTS for n in names], dtype=torch.bool
         )
-        # tau² per group, rho, lambda, kappa, mu: half the floor in the offset, rho 0.9, the
-        # noise as is and a tenth of it persistent
+        moving = torch.tensor([tests_mean and n in TESTS_COMPONENTS for n in names])
+        centre = tuple(float(c) for c in train[4].mean(0)) if train[0].size else (0.0,) * n_k
+        # tau² per group, rho, lambda, kappa, mu, gamma: half the floor in the offset, rho
+        # 0.9, the noise as is, a tenth of it persistent, no shift
         raw = torch.tensor(
             [math.log(max(0.5 * floor_share, 1e-6))] * n_g
             + [math.log(0.9 / 0.1), 0.0]
             + [0.0] * n_k
-            + [math.log(0.1)] * n_k,
+            + [math.log(0.1)] * n_k
+            + [0.0] * n_k,
             dtype=_DT,
             requires_grad=True,
         )
@@ -750,23 +805,27 @@ class TileEffect:
             rho = torch.sigmoid(p[n_g]).clamp(1e-6, 1.0)
             lam = torch.exp(p[n_g + 1].clamp(math.log(1e-6), math.log(1e3)))
             kappa = torch.exp(p[n_g + 2 : n_g + 2 + n_k].clamp(math.log(1e-8), math.log(1e3)))
-            mu = torch.exp(p[n_g + 2 + n_k :].clamp(math.log(1e-8), math.log(1e3)))
-            return tau2, rho, lam, kappa, torch.where(lasting, mu, torch.zeros_like(mu))
+            mu_raw = p[n_g + 2 + n_k : n_g + 2 + 2 * n_k]
+            mu = torch.exp(mu_raw.clamp(math.log(1e-8), math.log(1e3)))
+            gamma = torch.where(moving, p[n_g + 2 + 2 * n_k :], torch.zeros(n_k, dtype=_DT))
+            return tau2, rho, lam, kappa, torch.where(lasting, mu, torch.zeros_like(mu)), gamma
 
         unseen_val = torch.as_tensor(slot < 0)
 
         def val_nll(p: torch.Tensor) -> torch.Tensor:
-            tau2, rho, lam, kappa, mu = unpack(p)
+            tau2, rho, lam, kappa, mu, gamma = unpack(p)
             L, b = _factor(lay, tau2, rho, lam, kappa, mu=mu)
             shift, tile_var = _predict_tile(
                 lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
             )
             noise = (vc * kappa).sum(-1) + unseen_val * (vc * mu).sum(-1)
-            return mean_gaussian_nll(vr, shift, tile_var + noise)
+            # an observation's mean: the tile's, moved by the row's own tests
+            moved = shift + tests_mean_shift(vc, gamma, centre)
+            return mean_gaussian_nll(vr, moved, tile_var + noise)
 
         minimize_lbfgs(val_nll, raw, max_iter=max_iter)
         with torch.no_grad():
-            tau2, rho, lam, kappa, mu = unpack(raw)
+            tau2, rho, lam, kappa, mu, gamma = unpack(raw)
             best = float(val_nll(raw))
             without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
         params = TileEffectParameters(
@@ -778,6 +837,8 @@ class TileEffect:
             val_nll=best,
             val_nll_without=without,
             persistent_scale=tuple(float(m) for m in mu),
+            tests_shift=tuple(float(g) for g in gamma),
+            tests_centre=centre,
         )
         return cls(
             params,
@@ -887,7 +948,9 @@ class TileEffect:
                         mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
-        pred = row_prediction(shift, tile_var, comp, kappa, mu, seen=slot >= 0)
+        pred = row_prediction(
+            shift, tile_var, comp, kappa, mu, seen=slot >= 0, tests_shift=self.tests_shift(comp)
+        )
         share = self.params.place_share if place_share is None else place_share
         return split_unseen_prior(
             pred, var_f=vf, latent_scale=self.params.latent_scale, place_share=share
@@ -935,6 +998,7 @@ def fit_tile_effect(
     max_rows: int = MAX_ROWS,
     seed: int = 0,
     persistent: bool = False,
+    tests_mean: bool = True,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
@@ -969,6 +1033,8 @@ def fit_tile_effect(
         Seed of the training hold-out.
     persistent
         Also fit the testers' persistent share ``mu`` (:meth:`TileEffect.fit`).
+    tests_mean
+        Also fit the rows' mean shift with their tests ``gamma`` (:meth:`TileEffect.fit`).
 
     Raises
     ------
@@ -1016,6 +1082,7 @@ def fit_tile_effect(
         val_groups=obj_groups,
         max_rows=max_rows,
         persistent=persistent,
+        tests_mean=tests_mean,
     )
     params = dataclasses.replace(
         fitted.params, objective=objective, objective_rows=int(obj[0].size)
@@ -1055,9 +1122,10 @@ def predict_with_tile_effect(
     """The model's prediction with the tile effect: a :class:`geodbk.predictive.Prediction`.
 
     ``mean = m(x) + shift``, ``var_f = tile_var`` (the tile's mean speed: the GP's error and
-    the offset given the tile's history) and, for ``quantity="observation"``,
-    ``var = var_f + s2'`` with the refitted noise ``s2' = sum_k kappa_k c_k`` of the rows'
-    ``tests``/``devices``; for ``"latent"``, ``var = var_f``. ``groups``: each row's tile group
+    the offset given the tile's history) and, for ``quantity="observation"``, the rows' tests'
+    shift added to the mean and ``var = var_f + s2'`` with the refitted noise
+    ``s2' = sum_k kappa_k c_k`` of the rows' ``tests``/``devices``; for ``"latent"``,
+    ``var = var_f``. ``groups``: each row's tile group
     (needed when the effect has a ``tau²`` per group).
     """
 
@@ -1067,5 +1135,9 @@ def predict_with_tile_effect(
     part = effect.predict(
         tiles=tiles, times=times, var_f=pred.var_f, components=comp, groups=groups
     )
-    var = part.tile_var + part.noise_var if quantity == "observation" else part.tile_var.copy()
-    return Prediction(mean=pred.mean + part.shift, var=var, var_f=part.tile_var)
+    mean = pred.mean + part.shift
+    if quantity == "observation":
+        if part.tests_shift is not None:
+            mean = mean + part.tests_shift
+        return Prediction(mean=mean, var=part.tile_var + part.noise_var, var_f=part.tile_var)
+    return Prediction(mean=mean, var=part.tile_var.copy(), var_f=part.tile_var)

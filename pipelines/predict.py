@@ -315,8 +315,10 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
     return out
 
 
-def _tile_effect_attrs(effect: Any) -> dict[str, Any]:
-    """Grid attributes of the tile effect's parameters (none without one)."""
+def _tile_effect_attrs(effect: Any, model: Any) -> dict[str, Any]:
+    """Grid attributes of the tile effect's parameters (none without one), with
+    ``test_mean_shift``: how far one speed test's mean sits from the tile quantity's (log10;
+    the ``test`` quantity's ``tests_shift`` at tests=1, the same at every cell)."""
     if effect is None:
         return {}
     p = effect.params
@@ -324,6 +326,9 @@ def _tile_effect_attrs(effect: Any) -> dict[str, Any]:
     out["tile_effect_rho"] = float(p.rho)
     out["tile_effect_latent_scale"] = float(p.latent_scale)
     out["tile_effect_place_share"] = float(p.place_share)
+    one = noise_kwargs(model, 1.0, urban=np.zeros(1, dtype=bool))
+    _, comp = model.noise_components(n=1, **one)
+    out["test_mean_shift"] = float(effect.tests_shift(np.asarray(comp).reshape(1, -1))[0])
     return out
 
 
@@ -912,7 +917,7 @@ def run_predict(
         "quantity_description": description,
         "tile_effect": int(effect is not None),
         "local_layer": int(layer is not None),
-        **_tile_effect_attrs(effect),
+        **_tile_effect_attrs(effect, model),
         **_local_layer_attrs(layer),
         "tests": float(tests),
         **(

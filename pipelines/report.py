@@ -949,6 +949,24 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
             if params.get("objective") == "training hold-out"
             else ""
         )
+        + _tests_shift_text(params)
+    )
+
+
+def _tests_shift_text(params: dict[str, Any]) -> str:
+    """The tile effect's tests shift in a sentence ('' when it has none)."""
+    moved = [
+        f"{name} × {gamma:.2f}"
+        for name, gamma in zip(params["components"], params.get("tests_shift") or (), strict=False)
+        if gamma != 0.0
+    ]
+    if not moved:
+        return ""
+    return (
+        " A test row's mean also moves with its own number of tests (the log of an average "
+        "of fewer tests sits lower), by its noise terms around the training rows' mean: "
+        f"{', '.join(moved)} (log10 per log10² of noise); the tile's offset and the tile "
+        "quantity do not."
     )
 
 

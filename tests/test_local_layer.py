@@ -726,3 +726,55 @@ def test_rows_at_tile_centres_give_the_same_numbers_in_any_chunks() -> None:
     chunked = layer.predict(chunk_size=3, **kw)
     for field in ("shift", "tile_var", "pull", "noise_var"):
         np.testing.assert_allclose(getattr(chunked, field), getattr(whole, field), rtol=1e-12)
+
+
+def test_a_tests_shift_is_fitted_on_observations_and_given_back_to_them() -> None:
+    """Over a tile effect with a tests shift ``gamma (c - c0)``, the layer is fitted on the
+    validation rows net of their own shift (the same as a layer over an effect without one,
+    given those net rows), conditions on the same rows, and reports each target row's shift
+    apart from the tile's."""
+    rng = np.random.default_rng(21)
+    tiles, times, pos, v, noise, xy = _data(rng, n_tiles=30)
+    residual = rng.normal(0, 0.3, tiles.size)
+    gamma, centre = -1.5, 0.1
+    base = TileEffectParameters(
+        tau2={"all": TAU2}, rho=RHO, noise_scale=(KAPPA,), components=("meas",), latent_scale=LAM
+    )
+    moved = replace(base, tests_shift=(gamma,), tests_centre=(centre,))
+    train = rng.random(tiles.size) < 0.7
+    val = ~train
+
+    def fitted(params: TileEffectParameters, val_r: np.ndarray) -> LocalLayer:
+        effect = TileEffect(
+            params,
+            tiles=tiles[train],
+            times=times[train],
+            residual=residual[train],
+            var_f=v[train],
+            components=noise[train],
+        )
+        measured = np.unique(tiles[train])
+        return LocalLayer.fit(
+            effect,
+            tile_xy=xy[[int(t[1:]) for t in measured]],
+            val_tiles=tiles[val],
+            val_xy=pos[val],
+            val_times=times[val],
+            val_residual=val_r,
+            val_var_f=v[val],
+            val_components=noise[val],
+            max_iter=30,
+        )
+
+    with_shift = fitted(moved, residual[val])
+    without = fitted(base, residual[val] - gamma * (noise[val, 0] - centre))
+    assert with_shift.params.sigma2 == pytest.approx(without.params.sigma2, rel=1e-6)
+    assert with_shift.params.range_km == pytest.approx(without.params.range_km, rel=1e-6)
+    q_comp = rng.uniform(0.01, 0.3, (val.sum(), 1))
+    q = {"tiles": tiles[val], "xy": pos[val], "times": times[val] + 1.0, "var_f": v[val]}
+    a = with_shift.predict(**q, components=q_comp)
+    b = without.predict(**q, components=q_comp)
+    np.testing.assert_allclose(a.shift, b.shift, atol=1e-8)
+    np.testing.assert_allclose(a.tile_var, b.tile_var, atol=1e-8)
+    np.testing.assert_allclose(a.tests_shift, gamma * (q_comp[:, 0] - centre), atol=1e-12)
+    assert b.tests_shift is not None and not b.tests_shift.any()

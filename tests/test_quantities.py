@@ -142,3 +142,23 @@ def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
     np.testing.assert_allclose(got["tile"].var[seen:], want, rtol=1e-10)
     assert np.all(got["tile"].var[seen:] >= np.minimum(area, whole) * (1 - 1e-12))
     assert np.all(got["test"].var >= got["tile"].var) and np.all(got["tile"].var >= 0)
+
+
+def test_the_test_quantity_moves_with_its_tests_and_the_tile_quantity_does_not(
+    fitted: dict,
+) -> None:
+    """The tile effect's tests shift: one test's mean is the tile's plus ``gamma (c(K) -
+    c0)``, with ``c(K)`` the noise components of K tests; the tile quantity is the same
+    whatever K."""
+    model, effect, X, tiles = fitted["model"], fitted["effect"], fitted["X"], fitted["tiles"]
+    gamma = np.asarray(effect.params.tests_shift)
+    assert gamma[1] != 0.0  # the fixture's tests-aware model has a "meas" component
+    kw = {"effect": effect, "tiles": tiles, "times": 3.0}
+    tile = {k: predict_quantity(model, X, quantity="tile", tests=k, **kw) for k in (1.0, 16.0)}
+    test = {k: predict_quantity(model, X, quantity="test", tests=k, **kw) for k in (1.0, 16.0)}
+    np.testing.assert_allclose(tile[1.0].mean, tile[16.0].mean)
+    for k in (1.0, 16.0):
+        _, comp = model.noise_components(n=len(X), tests=k)
+        moved = (np.asarray(comp) - np.asarray(effect.params.tests_centre)) @ gamma
+        np.testing.assert_allclose(test[k].mean, tile[k].mean + moved, atol=1e-12)
+        np.testing.assert_allclose(test[k].tests_shift, moved, atol=1e-12)

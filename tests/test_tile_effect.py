@@ -465,3 +465,110 @@ def test_an_unseen_tile_keeps_at_least_the_gps_variance_under_a_place_share() ->
     np.testing.assert_allclose(out.tile_var + out.noise_var, pred.tile_var + pred.noise_var)
     assert out.noise_var[3] == pred.noise_var[3]
     assert split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=1.0) is pred
+
+
+def _tests_rows(rng: np.random.Generator, n_tiles: int, *, gamma: float, s2_meas: float = 0.3):
+    """Tiles over 8 quarters with an AR(1) offset, 1-20 tests a row, noise components
+    ``[0.05, s2_meas / tests]`` and the residual's mean moved by ``gamma (c_meas - mean)``."""
+    tiles, times, comp = [], [], []
+    for j in range(n_tiles):
+        q = np.sort(rng.choice(8, size=int(rng.integers(2, 9)), replace=False)).astype(float)
+        tiles += [f"t{j:03d}"] * q.size
+        times += list(q)
+        comp += [[0.05, s2_meas / t] for t in rng.integers(1, 21, q.size)]
+    tiles_a, times_a, comp_a = np.array(tiles), np.array(times), np.array(comp)
+    y = np.empty(tiles_a.size)
+    for tile in np.unique(tiles_a):
+        rows = np.flatnonzero(tiles_a == tile)
+        t = times_a[rows]
+        cov = 0.2 * 0.9 ** np.abs(t[:, None] - t[None, :]) + np.diag(comp_a[rows].sum(1))
+        y[rows] = rng.multivariate_normal(np.zeros(rows.size), cov)
+    y += gamma * (comp_a[:, 1] - comp_a[:, 1].mean())
+    return tiles_a, times_a, y, comp_a
+
+
+def _fit_with_components(tiles, times, y, comp, val, **kw) -> TileEffect:
+    return TileEffect.fit(
+        tiles=tiles[~val],
+        times=times[~val],
+        residual=y[~val],
+        var_f=np.zeros((~val).sum()),
+        components=comp[~val],
+        val_tiles=tiles[val],
+        val_times=times[val],
+        val_residual=y[val],
+        val_var_f=np.zeros(val.sum()),
+        val_components=comp[val],
+        component_names=("floor", "meas"),
+        **kw,
+    )
+
+
+def test_fit_recovers_the_tests_shift_and_lowers_validation_nll() -> None:
+    """Rows of fewer tests sit lower (gamma < 0): the fit finds gamma near the truth, no
+    shift for the floor (the same at every row) and the training mean as the centre, and
+    the shift lowers the validation NLL; with ``tests_mean=False`` gamma stays 0."""
+    rng = np.random.default_rng(11)
+    tiles, times, y, comp = _tests_rows(rng, 500, gamma=-1.2)
+    val = rng.random(y.size) < 0.2
+    moved = _fit_with_components(tiles, times, y, comp, val)
+    still = _fit_with_components(tiles, times, y, comp, val, tests_mean=False)
+    gamma, centre = moved.params.tests_shift, moved.params.tests_centre
+    assert gamma[0] == 0.0 and -1.7 < gamma[1] < -0.7
+    np.testing.assert_allclose(centre, comp[~val].mean(0))
+    assert still.params.tests_shift == (0.0, 0.0)
+    assert moved.params.val_nll < still.params.val_nll - 0.005
+
+
+def test_a_tests_shift_moves_an_observation_not_the_tile() -> None:
+    """With gamma, the tile's posterior is the dense reference on the rows' residuals (as
+    without it), and a row's own shift ``gamma (c - c0)`` is reported apart from it."""
+    rng = np.random.default_rng(12)
+    gamma, centre = (0.0, -1.0), (0.05, 0.1)
+    plain = TileEffectParameters(
+        tau2=0.3, rho=0.9, noise_scale=(1.0, 1.0), components=("floor", "meas"), latent_scale=0.5
+    )
+    tiles = np.array(["a"] * 4 + ["b"] * 3)
+    times = np.array([0, 1, 2, 3, 0, 2, 5], dtype=float)
+    comp = np.column_stack([np.full(7, 0.05), 0.3 / rng.integers(1, 10, 7)])
+    residual = rng.normal(size=7)
+    moved = dataclasses.replace(plain, tests_shift=gamma, tests_centre=centre)
+    effect = _effect(moved, rng, tiles, times, residual, comp)
+    q = {"tiles": ["a", "b", "c"], "times": [4.0, 4.0, 4.0], "var_f": [0.01, 0.02, 0.03]}
+    q_comp = np.array([[0.05, 0.3], [0.05, 0.03], [0.05, 0.1]])
+    got = effect.predict(**q, components=q_comp)
+    for i, tile in enumerate(q["tiles"]):
+        mean, var = _dense_tile(effect, tile, 4.0, q["var_f"][i])
+        assert got.shift[i] == pytest.approx(mean, abs=1e-8)
+        assert got.tile_var[i] == pytest.approx(var, abs=1e-8)
+    np.testing.assert_allclose(got.tests_shift, [-0.2, 0.07, 0.0], atol=1e-12)
+    # an observation's mean carries it; the latent (tile) prediction does not
+    from geodbk.tile_effect import predict_with_tile_effect
+
+    class _GP:
+        def predict_dist(self, X, quantity, **kw):
+            from geodbk.predictive import Prediction
+
+            n = len(X)
+            return Prediction(mean=np.zeros(n), var=np.full(n, 0.01), var_f=np.full(n, 0.01))
+
+        def noise_components(self, n, **kw):
+            return ("floor", "meas"), q_comp
+
+    at = {"tiles": q["tiles"], "times": q["times"]}
+    obs = predict_with_tile_effect(_GP(), effect, np.zeros((3, 2)), **at)
+    tile = predict_with_tile_effect(_GP(), effect, np.zeros((3, 2)), **at, quantity="latent")
+    np.testing.assert_allclose(obs.mean - tile.mean, got.tests_shift, atol=1e-12)
+
+
+def test_old_files_without_a_tests_shift_read_as_no_shift() -> None:
+    raw = TileEffectParameters(
+        tau2=0.2, rho=0.9, noise_scale=(1.0, 1.0), components=("floor", "meas")
+    ).to_dict()
+    assert raw["tests_shift"] == [0.0, 0.0]
+    for key in ("tests_shift", "tests_centre"):
+        raw.pop(key)
+    params = TileEffectParameters.from_dict(raw)
+    assert params.tests_shift == (0.0, 0.0) and params.tests_centre == (0.0, 0.0)
+    round_trip = dataclasses.replace(params, tests_shift=(0.0, -1.1), tests_centre=(0.1, 0.2))
+    assert TileEffectParameters.from_dict(round_trip.to_dict()) == round_trip

@@ -182,11 +182,14 @@ def quantity_parts(
         for n in (*needed, "tile_pull", "tile_history")
         if n in grid.arrays
     }
+    # one test's mean: the tile's, moved by what a single test's average gets (grid attribute;
+    # 0 in grids written before it)
+    one_test = value["tile_mean"] + float(grid.attrs.get("test_mean_shift", 0.0))
     rows = []
     for name, mean, sd in (
         ("area: neighbourhood level f(x)", value["area_mean"], value["std_f"]),
         ("tile: what a tile here typically gets", value["tile_mean"], value["tile_sd"]),
-        ("test: one speed test", value["tile_mean"], value["test_sd"]),
+        ("test: one speed test", one_test, value["test_sd"]),
     ):
         s = PointSummary.from_log10(mean - shift, sd)
         rows.append(

@@ -108,3 +108,23 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None
     assert maps.tile_model_caption(None) is None
+
+
+def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path) -> None:
+    """One speed test's median is the tile's moved by the grid's ``test_mean_shift`` (the
+    tile effect's, written by ``geodbk predict``); the tile and area quantities keep theirs."""
+    import dataclasses
+
+    path = tiny_run / "grids" / "download.nc"
+    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    inside = grid.in_region
+    moved = dataclasses.replace(grid, attrs={**grid.attrs, "test_mean_shift": -0.25})
+    for quantity in ("tile", "latent"):
+        spec = maps.LayerSpec("median", quantity=quantity)
+        a, b = maps.layer_values(grid, spec), maps.layer_values(moved, spec)
+        assert np.allclose(a[inside], b[inside])
+    single = maps.LayerSpec("median", quantity="single")
+    base = maps.layer_values(grid, single)
+    shifted = maps.layer_values(moved, single)
+    before = float(grid.attrs.get("test_mean_shift", 0.0))
+    np.testing.assert_allclose(shifted[inside], base[inside] * 10 ** (-0.25 - before), rtol=1e-5)

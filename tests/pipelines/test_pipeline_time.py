@@ -411,5 +411,11 @@ def test_area_and_test_quantities_on_request(run: Path, tmp_path: Path) -> None:
         inside = ds["in_region"].values
         assert ds.attrs["quantity"] == "test" and ds.attrs["tile_effect"] == 1
         np.testing.assert_allclose(ds["std"].values[inside], ds["test_sd"].values[inside])
+        # one test's mean: the tile's moved by the tile effect's tests shift, recorded
+        shift = ds.attrs["test_mean_shift"]
+        assert shift != 0.0
+        np.testing.assert_allclose(
+            ds["mean"].values[inside], ds["tile_mean"].values[inside] + shift, atol=1e-5
+        )
     with pytest.raises(DataError, match="--quantity"):
         run_predict(r, target="upload", quantity="latent", **GRID)

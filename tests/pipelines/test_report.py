@@ -269,3 +269,13 @@ def test_scan_tiles_matches_groupby_first(tmp_path: Path) -> None:
             assert np.array_equal(got[col].to_numpy(), want[col].to_numpy()), (compact, col)
         assert scan.quarters == ["2021Q1", "2022Q4", "2023Q2"]
         assert scan.extent == (df["lon"].min(), df["lat"].min(), df["lon"].max(), df["lat"].max())
+
+
+def test_the_tile_effect_section_names_its_tests_shift() -> None:
+    from pipelines.report import _tests_shift_text
+
+    params = {"components": ["floor", "meas", "dev"], "tests_shift": [0.0, -1.25, -0.5]}
+    text = _tests_shift_text(params)
+    assert "meas × -1.25" in text and "dev × -0.50" in text and "floor" not in text
+    assert _tests_shift_text({"components": ["floor"], "tests_shift": [0.0]}) == ""
+    assert _tests_shift_text({"components": ["floor", "meas"]}) == ""  # files before it
