@@ -150,7 +150,7 @@ def _scores(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
 ) -> dict:
     """NLL, 95% coverage and width overall, urban and rural, and by tests bucket."""
-    from pipelines.scoring import by_tests_scores
+    from pipelines.scoring import bucket_masks, by_tests_scores
 
     z = (y - mean) / np.sqrt(var)
     nll = 0.5 * (np.log(2 * np.pi * var) + z**2)
@@ -163,6 +163,11 @@ def _scores(
             WIDTH95: float((2 * Z95 * np.sqrt(var[m])).mean()),
         }
     out["by_tests"] = by_tests_scores(y, mean, np.sqrt(var), urban, tests)
+    # the mean error by tests bucket (observed - predicted, log10): a mean that ignores the
+    # tests' shift leaves rows of few tests below it
+    out["bias_by_tests"] = {
+        bucket: float((y - mean)[m].mean()) for bucket, m in bucket_masks(tests).items() if m.any()
+    }
     return out
 
 
