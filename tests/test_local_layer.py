@@ -745,14 +745,7 @@ def test_a_tests_shift_is_fitted_on_observations_and_given_back_to_them() -> Non
     val = ~train
 
     def fitted(params: TileEffectParameters, val_r: np.ndarray) -> LocalLayer:
-        effect = TileEffect(
-            params,
-            tiles=tiles[train],
-            times=times[train],
-            residual=residual[train],
-            var_f=v[train],
-            components=noise[train],
-        )
+        effect = _effect_on(params, tiles, times, residual, noise, train)
         measured = np.unique(tiles[train])
         return LocalLayer.fit(
             effect,
