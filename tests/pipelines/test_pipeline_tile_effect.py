@@ -75,7 +75,8 @@ def test_tile_effect_is_saved_and_lowers_the_test_nll(runs: dict[str, Path]) -> 
 
 def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) -> None:
     """predictions.parquet of the tiled run = the plain GP of the same model + the offset of
-    its local layer (the tile effect plus its neighbours' pull, on by default)."""
+    its local layer (the tile effect plus its neighbours' pull, on by default) + each row's
+    own tests shift."""
     from geodbk import DBKRegressor
     from geodbk.geo.timeaxis import quarter_indices
     from pipelines.layers import load_map_layers
@@ -102,7 +103,10 @@ def test_report_predictions_are_the_gp_plus_the_offset(runs: dict[str, Path]) ->
         "groups": urban_groups(pred["urban"]),
     }
     full = layer.predict(**rows_kw)
-    np.testing.assert_allclose(pred["mean"], gp.mean + full.shift, rtol=1e-6, atol=1e-8)
+    assert full.tests_shift is not None and np.abs(full.tests_shift).max() > 1e-3
+    np.testing.assert_allclose(
+        pred["mean"], gp.mean + full.shift + full.tests_shift, rtol=1e-6, atol=1e-8
+    )
     np.testing.assert_allclose(pred["std"], np.sqrt(full.tile_var + full.noise_var), rtol=1e-5)
     # the tile effect's own part: history narrows a seen tile below its class prior
     part = effect.predict(**rows_kw)
