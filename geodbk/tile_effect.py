@@ -27,8 +27,8 @@ place's ``tau²_g + lambda v_f(x*)``, and a row there adds its own testers' ``su
 to the noise. An observation's mean also moves with its own tests, by ``sum_k gamma_k (c_*k -
 c0_k)`` around the training rows' mean ``c0`` (the log of an average of fewer tests sits
 lower); the tile's offset does not. ``(tau², mu, rho, lambda, kappa, gamma)`` minimise the
-validation NLL of rows predicted from their tile's training rows. Units: those of ``y``. Decision and evidence:
-docs/decisions/tile_effect.md.
+validation NLL of rows predicted from their tile's training rows. Units: those of ``y``.
+Decision and evidence: docs/decisions/tile_effect.md.
 """
 
 from __future__ import annotations
@@ -82,10 +82,11 @@ MIN_HOLDOUT_ROWS = 10
 #: Noise components that fall with a tile's tests or devices; only these get a persistent share
 #: ``mu_k`` (a constant component's would be the place's ``tau²`` again).
 PERSISTENT_COMPONENTS = ("meas", "dev")
-#: Noise components whose size moves a row's mean (``gamma_k``): the log of an average of n
-#: tests sits ``(ln 10 / 2) s2 / n`` below the log of the long-run mean speed (Jensen), so
-#: rows of few tests or devices sit lower (docs/decisions/tile_effect.md, "Tests move the mean").
-TESTS_COMPONENTS = ("meas", "dev")
+#: Noise components whose size moves a row's mean (``gamma_k``): the same terms, those that
+#: fall with tests or devices. The log of an average of n tests sits ``(ln 10 / 2) s2 / n``
+#: below the log of the long-run mean speed (Jensen), so rows of few tests or devices sit lower
+#: (docs/decisions/tile_effect.md, "An observation's tests move its mean").
+TESTS_COMPONENTS = PERSISTENT_COMPONENTS
 
 
 @dataclass(frozen=True)
@@ -460,12 +461,14 @@ def row_prediction(
 def tests_mean_shift(
     components: Any, gamma: Sequence[float] | torch.Tensor, centre: Sequence[float]
 ) -> Any:
-    """``sum_k gamma_k (c_k - c0_k)`` of each row of ``components`` (n, k) (or (T, M, k)):
-    numpy in, numpy out; a tensor ``gamma`` (under autograd) gives a tensor."""
+    """``sum_k gamma_k (c_k - c0_k) = c'gamma - c0'gamma`` of each row of ``components`` (n, k)
+    (or (T, M, k)), one product and no (n, k) temporary: numpy in, numpy out; a tensor
+    ``gamma`` (under autograd) gives a tensor."""
     if isinstance(gamma, torch.Tensor):
         comp = torch.as_tensor(components, dtype=_DT)
-        return (comp - torch.as_tensor(centre, dtype=_DT)) @ gamma
-    return (np.asarray(components, dtype=np.float64) - np.asarray(centre)) @ np.asarray(gamma)
+        return comp @ gamma - torch.as_tensor(centre, dtype=_DT) @ gamma
+    g = np.asarray(gamma, dtype=np.float64)
+    return np.asarray(components, dtype=np.float64) @ g - float(np.dot(centre, g))
 
 
 def split_unseen_prior(
