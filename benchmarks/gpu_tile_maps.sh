@@ -3,7 +3,8 @@
 #  1. `geodbk train --no-tile-effect` at r=1024, h=256, batch 1024, up to 400 epochs (patience 25),
 #     one process per (split, target, pooled|time), all at once on the one GPU;
 #  2. benchmarks/bench_local_layer.py on each trained run (the tile effect, the local layer and
-#     the kriging anchor fitted on the CPU, one thread each, all at once);
+#     the kriging anchor fitted on the CPU, one thread each, all at once), with the tile effect's
+#     tests shift (NAME.json) and, on the same GP, without it (NAME.no_shift.json);
 #  3. the result JSONs, training histories and logs packed into OUT/tile_maps.tgz (the device
 #     tool returns at most 8 files).
 # Usage: benchmarks/gpu_tile_maps.sh SPLITS OUT   (SPLITS/random, SPLITS/tile, SPLITS/block: one
@@ -58,6 +59,10 @@ for name in "${runs[@]}"; do
   cp "$work/$name/models/$target/history.csv" "$work/history_$name.csv"
   timeout "${BENCH_CAP_S:-150}" "${PYTHON:-python3}" benchmarks/bench_local_layer.py --run "$work/$name" \
     --target "$target" --out "$work/$name.json" >"$work/bench_$name.log" 2>&1 &
+  pids+=($!)
+  timeout "${BENCH_CAP_S:-150}" "${PYTHON:-python3}" benchmarks/bench_local_layer.py --run "$work/$name" \
+    --target "$target" --no-tests-mean --out "$work/$name.no_shift.json" \
+    >"$work/bench_$name.no_shift.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
