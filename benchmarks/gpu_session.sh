@@ -11,8 +11,12 @@
 #     map of ~268 M cells by phase), each capped so that the call ends by DEADLINE_S.
 # SPLITS_LIST=none skips step 1's twelve GPs (the map timings alone, about 6 minutes).
 # Usage: benchmarks/gpu_session.sh SPLITS OUT   (SPLITS/random, SPLITS/tile, SPLITS/block: one
-# `geodbk ingest --split ...` each). On the GPU machine, geopandas, shapely, pyproj, rasterio,
-# rioxarray, h5netcdf, isal and pykrige travel as wheels (/work/.library/device/README.md).
+# `geodbk ingest --split ...` each). The GPU machine lacks geopandas, shapely, pyproj, pyogrio,
+# rasterio, rioxarray, h5netcdf, isal and pykrige (the versions of constraints.txt, with affine,
+# click-plugins and cligj). Their cp312 wheels come to 79 MB, over the 64 MiB a call carries, so
+# unpack them into one folder site/ here and carry it as an xz tarball (52 MB at xz -9e):
+#   for w in WHEELS/*.whl; do unzip -q -o "$w" -d site; done; tar cf - site | xz -9e >X/site.tar.xz
+# and begin the device command with: tar xJf X/site.tar.xz -C /tmp && export PYTHONPATH=/tmp/site
 # A dry run on the CPU:
 #   PYTHON=.venv/bin/python DEVICE=cpu RANK=8 HIDDEN=8 EPOCHS=1 SPLITS_LIST=tile MODES=pooled \
 #     CELLS=100000 BIG=400000 benchmarks/gpu_session.sh SPLITS OUT
