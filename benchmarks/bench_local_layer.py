@@ -300,12 +300,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fit the tile effect without the rows' tests shift (the model before it)",
     )
-    p.add_argument(
-        "--tile-reference",
-        choices=("rows", "many_tests", "tests_weighted"),
-        default="rows",
-        help="the row the tile quantity describes (geodbk.tile_effect.TileEffectParameters)",
-    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -324,12 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
     y_all = frame["y"].to_numpy()
     effect = fit_run_tile_effect(
-        model,
-        frame,
-        gp,
-        seed=args.seed,
-        tests_mean=not args.no_tests_mean,
-        tile_reference=args.tile_reference,
+        model, frame, gp, seed=args.seed, tests_mean=not args.no_tests_mean
     )
     t_effect = time.perf_counter()
     val = ValidationRows(

@@ -466,7 +466,7 @@ class LocalLayer:
             tile_xy=tile_xy,
         )
         hood = start._neighbours.query(np.asarray(val_xy, dtype=np.float64), own)
-        net = res - effect.centred_shift(comp)  # the validation rows net of their tests' shift
+        net = res - effect.tests_shift(comp)  # the validation rows net of their tests' shift
         vt, vr, vv, vc = (torch.as_tensor(a, dtype=_DT) for a in (times, net, vf, comp))
         unseen = torch.as_tensor(own < 0)
         fixed = start._tensors()
@@ -634,7 +634,7 @@ class LocalLayer:
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
         pred = row_prediction(
-            shift + self.effect.level_shift,
+            shift,
             tile_var,
             comp,
             t.kappa,

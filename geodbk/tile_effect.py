@@ -87,12 +87,6 @@ PERSISTENT_COMPONENTS = ("meas", "dev")
 #: below the log of the long-run mean speed (Jensen), so rows of few tests or devices sit lower
 #: (docs/decisions/tile_effect.md, "An observation's tests move its mean").
 TESTS_COMPONENTS = PERSISTENT_COMPONENTS
-#: The tile quantity describes a tile as its own rows measured it (files written before the
-#: choice); :data:`MANY_TESTS_REFERENCE`: as its many tests average to (TileEffectParameters).
-ROWS_REFERENCE = "rows"
-MANY_TESTS_REFERENCE = "many_tests"
-TESTS_WEIGHTED_REFERENCE = "tests_weighted"
-TILE_REFERENCES = (ROWS_REFERENCE, MANY_TESTS_REFERENCE, TESTS_WEIGHTED_REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -133,15 +127,8 @@ class TileEffectParameters:
     tests_shift, tests_centre
         ``gamma_k`` and ``c0_k``: an observation's mean sits ``sum_k gamma_k (c_k - c0_k)``
         from its tile's with its noise terms ``c_k`` (the log of an average of fewer tests
-        sits lower: :data:`TESTS_COMPONENTS`); ``c0`` is the training rows' mean. Zeros (files
-        written before it): no shift.
-    tile_reference
-        The row the tile quantity describes. ``rows`` (files written before it): offsets
-        conditioned on the rows' residuals as they are, so a measured tile's level is that of
-        its own rows' tests and an unmeasured one's that of the training rows' mean ``c0``.
-        ``many_tests``: offsets conditioned on residuals net of their rows' tests shift, and
-        the tile quantity at ``c = 0``, the level a tile's many tests average to
-        (:meth:`TileEffect.level_shift`).
+        sits lower: :data:`TESTS_COMPONENTS`); ``c0`` is the training rows' mean. The tile's
+        offset and the tile quantity do not move. Zeros (files written before it): no shift.
     """
 
     tau2: dict[str, float]
@@ -157,15 +144,10 @@ class TileEffectParameters:
     place_share: float = 1.0
     tests_shift: tuple[float, ...] | None = None
     tests_centre: tuple[float, ...] | None = None
-    tile_reference: str = ROWS_REFERENCE
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.place_share) <= 1.0:
             raise ValueError(f"place_share must be in (0, 1], got {self.place_share}")
-        if self.tile_reference not in TILE_REFERENCES:
-            raise ValueError(
-                f"tile_reference must be one of {TILE_REFERENCES}, got {self.tile_reference!r}"
-            )
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
         mu = self.persistent_scale
@@ -692,45 +674,17 @@ class TileEffect:
         code = _group_codes(labels, self.params.groups, what=what)
         return (*arrays, code, _slots(self._layout().tiles, arrays[0]))
 
-    def centred_shift(self, components: Any) -> np.ndarray:
-        """``sum_k gamma_k (c_k - c0_k)`` of rows with noise ``components`` (n, k): their move
-        from a conditioning row's mean."""
+    def tests_shift(self, components: Any) -> np.ndarray:
+        """``sum_k gamma_k (c_k - c0_k)`` of rows with noise ``components`` (n, k)."""
         p = self.params
         return tests_mean_shift(components, p.tests_shift or (), p.tests_centre or ())
-
-    @property
-    def level_shift(self) -> float:
-        """``sum_k gamma_k (c_ref_k - c0_k)``: the tile quantity's move from the conditioning
-        rows' mean to its reference row (``-c0'gamma`` for ``many_tests``, 0 for ``rows``)."""
-        p = self.params
-        if p.tile_reference == ROWS_REFERENCE:
-            return 0.0
-        if p.tile_reference == TESTS_WEIGHTED_REFERENCE:
-            # the conditioning rows' mix weighted by their tests (tests ~ 1 / c_meas)
-            comp = np.asarray(self.components, dtype=np.float64)
-            w = 1.0 / np.maximum(comp[:, list(p.components).index("meas")], 1e-12)
-            mix = (w[:, None] * comp).sum(0) / w.sum()
-            return float(np.dot(mix - np.asarray(p.tests_centre), p.tests_shift))
-        return -float(np.dot(p.tests_centre or (), p.tests_shift or ()))
-
-    def tests_shift(self, components: Any) -> np.ndarray:
-        """``sum_k gamma_k (c_k - c_ref_k)`` of rows with noise ``components`` (n, k): an
-        observation's move from the tile quantity's mean."""
-        return self.centred_shift(components) - self.level_shift
-
-    def _conditioning_residual(self) -> np.ndarray:
-        """The residuals the offsets are conditioned on: net of the rows' tests shift for
-        ``many_tests``, as they are for ``rows``."""
-        if self.params.tile_reference == ROWS_REFERENCE:
-            return self.residual
-        return self.residual - self.centred_shift(self.components)
 
     def _layout(self) -> _Layout:
         if self._layout_cache is None:
             self._layout_cache = _layout(
                 self.tiles,
                 self.times,
-                self._conditioning_residual(),
+                self.residual,
                 self.var_f,
                 self.components,
                 self._group_code,
@@ -759,7 +713,6 @@ class TileEffect:
         max_iter: int = 100,
         persistent: bool = False,
         tests_mean: bool = True,
-        tile_reference: str = ROWS_REFERENCE,
     ) -> TileEffect:
         """Choose ``(tau², rho, lambda, kappa, gamma)`` by the validation NLL of rows predicted
         from their tile's training rows, and return the tile effect conditioned on the training
@@ -789,9 +742,6 @@ class TileEffect:
         tests_mean
             Also fit ``gamma``, the move of a row's mean with its ``meas``/``dev`` noise
             components around their training mean ``c0`` (:class:`TileEffectParameters`).
-        tile_reference
-            ``rows`` or ``many_tests`` (:class:`TileEffectParameters`); with ``many_tests`` the
-            conditioning residuals are net of their rows' shift at every ``gamma`` tried.
 
         Returns
         -------
@@ -865,17 +815,11 @@ class TileEffect:
 
         unseen_val = torch.as_tensor(slot < 0)
 
-        netted = tile_reference != ROWS_REFERENCE
-
         def val_nll(p: torch.Tensor) -> torch.Tensor:
             tau2, rho, lam, kappa, mu, gamma = unpack(p)
-            cond = lay
-            if netted:  # the offsets see the residuals net of their rows' tests shift
-                moved_rows = tests_mean_shift(lay.components, gamma, centre) * lay.mask
-                cond = dataclasses.replace(lay, residual=lay.residual - moved_rows)
-            L, b = _factor(cond, tau2, rho, lam, kappa, mu=mu)
+            L, b = _factor(lay, tau2, rho, lam, kappa, mu=mu)
             shift, tile_var = _predict_tile(
-                cond, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
+                lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
             )
             noise = (vc * kappa).sum(-1) + unseen_val * (vc * mu).sum(-1)
             # an observation's mean: the tile's, moved by the row's own tests
@@ -898,7 +842,6 @@ class TileEffect:
             persistent_scale=tuple(float(m) for m in mu),
             tests_shift=tuple(float(g) for g in gamma),
             tests_centre=centre,
-            tile_reference=tile_reference,
         )
         return cls(
             params,
@@ -1009,13 +952,7 @@ class TileEffect:
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
         pred = row_prediction(
-            shift + self.level_shift,
-            tile_var,
-            comp,
-            kappa,
-            mu,
-            seen=slot >= 0,
-            tests_shift=self.tests_shift(comp),
+            shift, tile_var, comp, kappa, mu, seen=slot >= 0, tests_shift=self.tests_shift(comp)
         )
         share = self.params.place_share if place_share is None else place_share
         return split_unseen_prior(
@@ -1065,7 +1002,6 @@ def fit_tile_effect(
     seed: int = 0,
     persistent: bool = False,
     tests_mean: bool = True,
-    tile_reference: str = ROWS_REFERENCE,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
@@ -1102,8 +1038,6 @@ def fit_tile_effect(
         Also fit the testers' persistent share ``mu`` (:meth:`TileEffect.fit`).
     tests_mean
         Also fit the rows' mean shift with their tests ``gamma`` (:meth:`TileEffect.fit`).
-    tile_reference
-        The row the tile quantity describes (:class:`TileEffectParameters`).
 
     Raises
     ------
@@ -1152,7 +1086,6 @@ def fit_tile_effect(
         max_rows=max_rows,
         persistent=persistent,
         tests_mean=tests_mean,
-        tile_reference=tile_reference,
     )
     params = dataclasses.replace(
         fitted.params, objective=objective, objective_rows=int(obj[0].size)
