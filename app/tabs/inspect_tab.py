@@ -112,12 +112,23 @@ def render(ctx: RunContext) -> None:
         when = f" in {quarter}" if quarter else ""
         st.subheader(f"{t.capitalize()} at {format_lonlat(lon, lat)}{when}")
         is_urban, area = point_class(ctx, lon, lat, tiles)
-        summary, how = _predict(
+        at_point, how = _predict(
             ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter, urban=is_urban
         )
+        cell = map_quantity_at(ctx, lon, lat, grid_path, _map_spec())
+        summary: PointSummary | None = at_point
+        heading = _point_heading(how)
+        if cell is not None:  # what the Map tab shows, at this cell
+            from_model = how.startswith("Model evaluated")
+            summary, heading = cell
+            when = f" of {quarter}" if quarter else ""
+            how = f"From the grid cell{when}, as the Map tab shows it."
+            if from_model and at_point is not None:
+                how += " " + how_at_point(at_point)
         if summary is None:
             st.warning("No prediction available at this point (outside the grid and no model).")
         else:
+            st.markdown(f"**{heading}**")
             m1, m2, m3 = st.columns([1, 1.7, 1])
             m1.metric(f"Median ({unit})", format_value(summary.median))
             m2.metric(
@@ -160,6 +171,52 @@ def render(ctx: RunContext) -> None:
             )
             st.markdown("**Nearest observed tiles**")
             st.dataframe(table, hide_index=True, width="stretch")
+
+
+def _map_spec() -> maps.LayerSpec:
+    """The quantity the Map tab's "What the map shows" has chosen (the tile quantity until it
+    has been opened)."""
+    quantity = str(st.session_state.get("quantity", "tile"))
+    tests = float(st.session_state.get("quantity_tests", 1.0) or 1.0)
+    return maps.LayerSpec(kind="median", quantity=quantity, tests=tests)
+
+
+def map_quantity_at(
+    ctx: RunContext, lon: float, lat: float, grid_path: Path | None, spec: maps.LayerSpec
+) -> tuple[PointSummary, str] | None:
+    """The grid cell's distribution of the quantity ``spec`` names and its label (``None``
+    without a grid, outside it, or for a grid without that quantity's variables)."""
+    if grid_path is None:
+        return None
+    grid = ctx.grid(grid_path)
+    needed = "area_mean" if spec.quantity == "latent" else "tile_mean"
+    cell = grid.cell_of(lon, lat)
+    sd = maps.quantity_std(grid, spec)
+    if cell is None or needed not in grid.arrays or sd is None:
+        return None
+    mean = float(maps.quantity_mean(grid, spec)[cell])
+    if not (np.isfinite(mean) and np.isfinite(sd[cell])):
+        return None
+    shift = np.log10(RAW_TO_NATURAL[ctx.target])
+    label = maps.quantity_label(grid, spec)
+    return PointSummary.from_log10(mean - shift, float(sd[cell])), label
+
+
+def how_at_point(summary: PointSummary) -> str:
+    """One sentence on the GP alone at the exact point, beside a grid cell's quantity."""
+    return (
+        f"The GP alone at this exact point (one speed test, no tile offset): median "
+        f"{format_value(summary.median)}, 95% interval {format_value(summary.lower)}–"
+        f"{format_value(summary.upper)}."
+    )
+
+
+def _point_heading(how: str) -> str:
+    """The headline's quantity when it comes from the model at the point or the grid's
+    ``mean``."""
+    if how.startswith("Model evaluated"):
+        return "test: one speed test (the GP alone at this exact point, no tile offset)"
+    return "the grid cell's stored prediction"
 
 
 def quantity_parts(

@@ -250,7 +250,14 @@ def _quantity_controls(ctx: RunContext, kind: str) -> tuple[str, float]:
     tests = 1.0
     if quantity == "average":
         tests = float(
-            q2.number_input("K (tests per tile)", min_value=1, max_value=1000, value=4, step=1)
+            q2.number_input(
+                "K (tests per tile)",
+                min_value=1,
+                max_value=1000,
+                value=4,
+                step=1,
+                key="quantity_tests",
+            )
         )
     return str(quantity), tests
 

@@ -74,11 +74,21 @@ def tile_effect_note(metrics: dict[str, Any]) -> str | None:
         return None
     rho = _num(params.get("rho"))
     without, with_ = _num(params.get("val_nll_without")), _num(params.get("val_nll"))
+    note = (
+        "Scored with the tile effect (on by default; `geodbk train --no-tile-effect` leaves it "
+        "out): each test tile is shifted by its own persistent offset, learned from its other "
+        f"quarters (τ² = {_tau2_text(params.get('tau2'))} log10², ρ = {rho:.3f} per quarter; "
+        f"validation NLL {without:.3f} without, {with_:.3f} with)"
+    )
+    layer = metrics.get("local_layer")
+    if isinstance(layer, dict):
+        note += (
+            ", and the local layer's pull of measured neighbouring tiles (range "
+            f"{_num(layer.get('range_km')):.2f} km, σ² {_num(layer.get('sigma2')):.4f} log10²)"
+        )
     return (
-        "Scored with the tile effect (`geodbk train --tile-effect`): each test tile is shifted "
-        "by its own persistent offset, learned from its other quarters "
-        f"(τ² = {_tau2_text(params.get('tau2'))} log10², ρ = {rho:.3f} per quarter; "
-        f"validation NLL {without:.3f} without, {with_:.3f} with). The maps show the GP alone."
+        note + ". The maps' tile and test quantities come from the same layers; the area "
+        "quantity is the GP's f(x) alone."
     )
 
 

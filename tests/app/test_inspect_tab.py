@@ -67,3 +67,31 @@ def test_demo_inspect_presets_and_coordinates(
     assert_clean(at)
     area = [m for m in texts(tab(at, "Inspect a point"), "markdown") if m.startswith("**Area:**")]
     assert "outside the modelled region" in area[0]
+
+
+def test_inspect_headline_is_the_map_tabs_quantity_at_the_cell(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    from app.colormaps import format_value
+    from app.runs import RAW_TO_NATURAL
+
+    root, name = demo_root
+    path = root / name / "grids" / "download.nc"
+    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    rows, cols = np.nonzero(np.nan_to_num(grid.arrays["tile_history"]) == 1.0)
+    r, c = int(rows[0]), int(cols[0])
+    point = (float(grid.lon[c]), float(grid.lat[r]))
+    shift = np.log10(RAW_TO_NATURAL["download"])
+    at = make_app(root, name)
+    at.session_state["inspect_point"] = point
+    for quantity, heading, variable in (
+        ("tile", "tile: what a tile here typically gets", "tile_mean"),
+        ("latent", "area: neighbourhood level f(x)", "area_mean"),
+    ):
+        at.session_state["quantity"] = quantity
+        inspect = open_tab(at, "Inspect a point")
+        assert f"**{heading}**" in texts(inspect, "markdown"), quantity
+        median = 10 ** (float(grid.arrays[variable][r, c]) - shift)
+        assert inspect.metric[0].value == format_value(median), quantity
+    # a measured tile's level differs from its neighbourhood's, so the two headlines differ
+    assert not np.isclose(grid.arrays["tile_mean"][r, c], grid.arrays["area_mean"][r, c])

@@ -78,6 +78,7 @@ def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
     note = [c for c in captions if "tile effect" in c]
     assert note and "τ² = 0.1234 rural, 0.2345 urban log10²" in note[0]
     assert "0.790 without, 0.660 with" in note[0]
+    assert "the area quantity is the GP's f(x) alone" in note[0]
     at = make_app(synthetic_root, "synth")
     at.run()
     assert not [c for c in texts(open_tab(at, "Coverage report"), "caption") if "tile effect" in c]
@@ -91,6 +92,11 @@ def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
     for tau2 in (0.25, {"all": 0.25}):
         note = tile_effect_note({"tile_effect": {**base, "tau2": tau2}})
         assert note is not None and "τ² = 0.2500 log10²" in note
+        assert "local layer" not in note
+    layer = {"range_km": 3.25, "sigma2": 0.0312}
+    note = tile_effect_note({"tile_effect": {**base, "tau2": 0.25}, "local_layer": layer})
+    assert note is not None and "local layer's pull" in note
+    assert "range 3.25 km, σ² 0.0312 log10²" in note
 
 
 def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
