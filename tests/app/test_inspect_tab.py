@@ -7,22 +7,31 @@ from pathlib import Path
 
 import numpy as np
 from apptest_helpers import AppFactory, assert_clean, element_types, open_tab, tab, texts
+from streamlit.testing.v1 import AppTest
 
 from app import loaders
+
+
+def _at_measured_cell(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> tuple[AppTest, loaders.Grid, int, int]:
+    """The demo app with its Inspect point in a cell whose tile has measured history, the
+    download grid and that cell's (row, col)."""
+    root, name = demo_root
+    path = root / name / "grids" / "download.nc"
+    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    rows, cols = np.nonzero(np.nan_to_num(grid.arrays["tile_history"]) == 1.0)
+    assert rows.size
+    r, c = int(rows[0]), int(cols[0])
+    at = make_app(root, name)
+    at.session_state["inspect_point"] = (float(grid.lon[c]), float(grid.lat[r]))
+    return at, grid, r, c
 
 
 def test_inspect_shows_the_three_quantities_and_the_tiles_offset(
     make_app: AppFactory, demo_root: tuple[Path, str]
 ) -> None:
-    root, name = demo_root
-    path = root / name / "grids" / "download.nc"
-    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
-    # a cell whose tile has measured history
-    rows, cols = np.nonzero(np.nan_to_num(grid.arrays["tile_history"]) == 1.0)
-    assert rows.size
-    point = (float(grid.lon[cols[0]]), float(grid.lat[rows[0]]))
-    at = make_app(root, name)
-    at.session_state["inspect_point"] = point
+    at, grid, r, c = _at_measured_cell(make_app, demo_root)
     at.run()
     inspect = open_tab(at, "Inspect a point")
     assert_clean(at)
@@ -37,7 +46,7 @@ def test_inspect_shows_the_three_quantities_and_the_tiles_offset(
     ]
     assert names[3] == "tile's offset (measured history)"
     assert names[4] == "of which its neighbours' pull"
-    offset = float(grid.arrays["tile_offset"][rows[0], cols[0]])
+    offset = float(grid.arrays["tile_offset"][r, c])
     assert parts["median"].iloc[3] == f"×{10**offset:.2f}"
 
 
@@ -75,15 +84,8 @@ def test_inspect_headline_is_the_map_tabs_quantity_at_the_cell(
     from app.colormaps import format_value
     from app.runs import RAW_TO_NATURAL
 
-    root, name = demo_root
-    path = root / name / "grids" / "download.nc"
-    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
-    rows, cols = np.nonzero(np.nan_to_num(grid.arrays["tile_history"]) == 1.0)
-    r, c = int(rows[0]), int(cols[0])
-    point = (float(grid.lon[c]), float(grid.lat[r]))
+    at, grid, r, c = _at_measured_cell(make_app, demo_root)
     shift = np.log10(RAW_TO_NATURAL["download"])
-    at = make_app(root, name)
-    at.session_state["inspect_point"] = point
     for quantity, heading, variable in (
         ("tile", "tile: what a tile here typically gets", "tile_mean"),
         ("latent", "area: neighbourhood level f(x)", "area_mean"),
