@@ -55,7 +55,9 @@ def test_map_and_inspect_use_the_class_floor(
     at.session_state["inspect_point"] = (float(grid.lon[cols[0]]), float(grid.lat[rows[0]]))
     at.run()
     inspect = open_tab(at, "Inspect a point")
-    assert any("Model evaluated at this exact point" in c for c in texts(inspect, "caption"))
+    # the headline is the Map tab's single test at the cell; the caption the GP at the point
+    assert "**test: single speed test**" in texts(inspect, "markdown")
+    assert any("The GP alone at this exact point" in c for c in texts(inspect, "caption"))
     assert not texts(tab(at, "Inspect a point"), "warning")
     area = [m for m in texts(inspect, "markdown") if m.startswith("**Area:**")]
     assert area and "urban" in area[0]
