@@ -402,7 +402,7 @@ def _map(
         )
         layer_list += L.markers_layer(marker)[:1]
     st.pydeck_chart(
-        L.deck(layer_list, grid.bounds, width_px=560, height_px=460),
+        L.deck(layer_list, grid.bounds, width_px=470, height_px=460),
         height=460,
         on_select=_on_click,
         selection_mode="single-object",
