@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from app import maps
 from app.colormaps import format_lonlat, format_value
 from app.context import RunContext
 from app.kernel import RefPoint
-from app.loaders import LoadError, scale_lonlat, stamp
+from app.loaders import Z95, LoadError, scale_lonlat, stamp
 from app.points import PointSummary, lognormal_pdf, nearest_tiles, point_from_selection
 from app.quarters import is_quarter, with_time
 from app.runs import RAW_TO_NATURAL, UNITS
@@ -153,7 +154,8 @@ def render(ctx: RunContext) -> None:
             st.caption(
                 "area: the neighbourhood level f(x); tile: what the zoom-16 tile here typically "
                 "gets (f plus the tile's own offset: its measured history, and the pull of its "
-                "measured neighbours); test: one speed test here (the tile plus test noise)."
+                "measured neighbours); test: one speed test here (the tile, moved by what a "
+                "single test's average gets, plus one test's noise)."
             )
         region_note = _region_note(ctx, lon, lat)
         st.markdown(f"**Area:** {area}{region_note}")
@@ -272,6 +274,15 @@ def quantity_parts(
                 "95% interval": "",
             }
         )
+    # one test around the tile: its tests' shift and its noise, sd² = test_sd² - tile_sd²
+    noise_sd = math.sqrt(max(value["test_sd"] ** 2 - value["tile_sd"] ** 2, 0.0))
+    rows.append(
+        {
+            "quantity": "one test's noise (its shift; 95% spread)",
+            "median": f"×{10 ** (one_test - value['tile_mean']):.2f}",
+            "95% interval": f"×/÷ {10 ** (Z95 * noise_sd):.2f}",
+        }
+    )
     return pd.DataFrame(rows)
 
 

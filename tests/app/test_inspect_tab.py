@@ -10,6 +10,7 @@ from apptest_helpers import AppFactory, assert_clean, element_types, open_tab, t
 from streamlit.testing.v1 import AppTest
 
 from app import loaders
+from geodbk.geo.contract import Z95
 
 
 def _at_measured_cell(
@@ -48,6 +49,14 @@ def test_inspect_shows_the_three_quantities_and_the_tiles_offset(
     assert names[4] == "of which its neighbours' pull"
     offset = float(grid.arrays["tile_offset"][r, c])
     assert parts["median"].iloc[3] == f"×{10**offset:.2f}"
+    # one test around the tile: the grid's tests shift and the noise between test_sd and tile_sd
+    assert names[5] == "one test's noise (its shift; 95% spread)"
+    moved = float(grid.attrs.get("test_mean_shift", 0.0))
+    assert parts["median"].iloc[5] == f"×{10**moved:.2f}"
+    test_sd, tile_sd = (float(grid.arrays[n][r, c]) for n in ("test_sd", "tile_sd"))
+    noise_sd = np.sqrt(test_sd**2 - tile_sd**2)
+    assert noise_sd > 0.05  # one test is noisy
+    assert parts["95% interval"].iloc[5] == f"×/÷ {10 ** (Z95 * noise_sd):.2f}"
 
 
 def test_demo_inspect_presets_and_coordinates(
