@@ -867,7 +867,7 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     if "by_tests" in metrics_doc:
         _by_tests_section(doc, metrics_doc["by_tests"], md.get("noise"))
     if tile_effect is not None:
-        _tile_effect_section(doc, tile_effect.params.to_dict())
+        _tile_effect_section(doc, tile_effect.params.to_dict(), with_layer=layer is not None)
     if layer is not None:
         _local_layer_section(doc, layer.params.to_dict())
     _map_calibration_section(doc, metrics_doc["map_calibration"])
@@ -924,8 +924,9 @@ def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
     doc.image("figures/reliability_by_tests.png", "reliability diagram per tests bucket")
 
 
-def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
-    """What the tile effect is and what it was fitted to (``geodbk train --tile-effect``)."""
+def _tile_effect_section(doc: Doc, params: dict[str, Any], *, with_layer: bool = False) -> None:
+    """What the tile effect is and what it was fitted to; ``with_layer``: a local layer's
+    section follows (unseen tiles then also get their measured neighbours' pull)."""
     doc.heading("Tile effect")
     scales = ", ".join(
         f"{name} × {scale:.2f}"
@@ -940,7 +941,9 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any]) -> None:
         f"× {params.get('latent_scale', 1.0):.2f}); the observation noise was refitted as "
         f"{scales}. Validation NLL {_fmt(params.get('val_nll_without'))} without the offset, "
         f"{_fmt(params.get('val_nll'))} with it. Tiles never seen in training get the GP mean "
-        "with the prior variance of error and offset. The tile quantity of the maps, of "
+        "with the prior variance of error and offset"
+        + (", moved by their measured neighbours' pull (local layer, below)" if with_layer else "")
+        + ". The tile quantity of the maps, of "
         "`predict --at` and of the tile shares of service coverage uses each tile's offset "
         "(at the table's latest quarter for the shares). "
         + (

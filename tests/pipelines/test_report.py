@@ -279,3 +279,23 @@ def test_the_tile_effect_section_names_its_tests_shift() -> None:
     assert "meas × -1.25" in text and "dev × -0.50" in text and "floor" not in text
     assert _tests_shift_text({"components": ["floor"], "tests_shift": [0.0]}) == ""
     assert _tests_shift_text({"components": ["floor", "meas"]}) == ""  # files before it
+
+
+def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
+    from pipelines.report import _tile_effect_section
+    from pipelines.report_doc import Doc
+
+    params = {
+        "components": ["floor", "meas"],
+        "noise_scale": [0.0, 0.9],
+        "tau2": {"rural": 0.1, "urban": 0.2},
+        "rho": 0.9,
+        "val_nll": 0.6,
+        "val_nll_without": 0.8,
+    }
+    for with_layer in (False, True):
+        doc = Doc("r")
+        _tile_effect_section(doc, params, with_layer=with_layer)
+        text = doc.markdown()
+        assert "prior variance of error and offset" in text
+        assert ("measured neighbours' pull (local layer, below)" in text) == with_layer
