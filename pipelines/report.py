@@ -1028,8 +1028,8 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     doc.table(
         [
             "quantity",
+            "group",
             "tiles",
-            "n",
             "95% coverage",
             "its 95% CI",
             "median |error| (log10)",

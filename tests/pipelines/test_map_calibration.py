@@ -80,6 +80,11 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     assert cal["tile"]["all"]["median_abs_error"] < cal["area"]["all"]["median_abs_error"]
     text = (run / "report" / "download" / "report.md").read_text()
     assert "## Map calibration" in text and "## Local layer" in text
+    # the table's columns: quantity, group, its tile count
+    header = "| quantity | group | tiles | 95% coverage |"
+    assert header in text
+    first = text.split(header, 1)[1].splitlines()[2]
+    assert first.startswith(f"| tile | all | {cal['tile']['all']['tiles']} |")
     low, high = cal["tile"]["all"]["coverage95_interval"]
     assert low <= cal["tile"]["all"]["coverage95"] <= high
     assert "its confidence interval" in text
