@@ -140,12 +140,6 @@ def fit_run_tile_effect(
     )
 
 
-def _row_mean(gp_mean: np.ndarray, part: Any) -> np.ndarray:
-    """A test row's mean: the GP's, the tile's shift and the row's tests' shift."""
-    moved = 0.0 if part.tests_shift is None else part.tests_shift
-    return gp_mean + part.shift + moved
-
-
 def _scores(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
 ) -> dict:
@@ -358,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     whole_effect = effect.predict(**kw, place_share=1.0)
     results["tile_effect"] = {
         "rows": _scores(
-            y, _row_mean(gp["mean"][te], part), part.tile_var + part.noise_var, u, tests
+            y, gp["mean"][te] + part.observation_shift, part.tile_var + part.noise_var, u, tests
         ),
         "map": _part_map(frame[te], gp["mean"][te], part),
         "test_rows_with_history": float(part.seen.mean()),
@@ -371,7 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     pull = lpart.pull if lpart.pull is not None else np.zeros(len(y))
     results["local_layer"] = {
         "rows": _scores(
-            y, _row_mean(gp["mean"][te], lpart), lpart.tile_var + lpart.noise_var, u, tests
+            y,
+            gp["mean"][te] + lpart.observation_shift,
+            lpart.tile_var + lpart.noise_var,
+            u,
+            tests,
         ),
         "map": _part_map(frame[te], gp["mean"][te], lpart),
         "mean_abs_pull": float(np.abs(pull).mean()),

@@ -227,6 +227,11 @@ class TileEffectPrediction:
     pull: np.ndarray | None = None
     tests_shift: np.ndarray | None = None
 
+    @property
+    def observation_shift(self) -> np.ndarray:
+        """``shift`` plus the rows' ``tests_shift``: an observation's move from the GP mean."""
+        return self.shift if self.tests_shift is None else self.shift + self.tests_shift
+
 
 def mean_gaussian_nll(
     residual: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
@@ -1138,9 +1143,7 @@ def predict_with_tile_effect(
     part = effect.predict(
         tiles=tiles, times=times, var_f=pred.var_f, components=comp, groups=groups
     )
-    mean = pred.mean + part.shift
     if quantity == "observation":
-        if part.tests_shift is not None:
-            mean = mean + part.tests_shift
-        return Prediction(mean=mean, var=part.tile_var + part.noise_var, var_f=part.tile_var)
-    return Prediction(mean=mean, var=part.tile_var.copy(), var_f=part.tile_var)
+        mean, var = pred.mean + part.observation_shift, part.tile_var + part.noise_var
+        return Prediction(mean=mean, var=var, var_f=part.tile_var)
+    return Prediction(mean=pred.mean + part.shift, var=part.tile_var.copy(), var_f=part.tile_var)
