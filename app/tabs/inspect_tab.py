@@ -27,6 +27,8 @@ from geodbk.geo.frame import native_longitude, wrap_near
 
 SOURCE_KEY = "inspect_source"
 CLICKED = "Clicked point"
+#: The headline's name when it is the GP at the exact point (no grid cell to show).
+MODEL_HEADING = "test: one speed test (the GP alone at this exact point, no tile offset)"
 TYPED = "Coordinates"
 
 
@@ -113,19 +115,21 @@ def render(ctx: RunContext) -> None:
         when = f" in {quarter}" if quarter else ""
         st.subheader(f"{t.capitalize()} at {format_lonlat(lon, lat)}{when}")
         is_urban, area = point_class(ctx, lon, lat, tiles)
-        at_point, how = _predict(
-            ctx, lon, lat, t_in=t_in, grid_path=grid_path, quarter=quarter, urban=is_urban
-        )
+        at_point = _model_at_point(ctx, lon, lat, t_in=t_in, quarter=quarter, urban=is_urban)
         cell = map_quantity_at(ctx, lon, lat, grid_path, _map_spec())
-        summary: PointSummary | None = at_point
-        heading = _point_heading(how)
+        when = f" of {quarter}" if quarter else ""
+        summary: PointSummary | None = None
+        heading, how = "", ""
         if cell is not None:  # what the Map tab shows, at this cell
-            from_model = how.startswith("Model evaluated")
             summary, heading = cell
-            when = f" of {quarter}" if quarter else ""
             how = f"From the grid cell{when}, as the Map tab shows it."
-            if from_model and at_point is not None:
-                how += " " + how_at_point(at_point)
+            if at_point is not None:
+                how += " " + how_at_point(at_point[0])
+        elif at_point is not None:
+            (summary, how), heading = at_point, MODEL_HEADING
+        elif grid_path is not None:  # a grid without the quantities: its stored prediction
+            summary = _stored_at(ctx, lon, lat, grid_path)
+            heading, how = "the grid cell's stored prediction", f"From the grid cell{when}."
         if summary is None:
             st.warning("No prediction available at this point (outside the grid and no model).")
         else:
@@ -213,14 +217,6 @@ def how_at_point(summary: PointSummary) -> str:
     )
 
 
-def _point_heading(how: str) -> str:
-    """The headline's quantity when it comes from the model at the point or the grid's
-    ``mean``."""
-    if how.startswith("Model evaluated"):
-        return "test: one speed test (the GP alone at this exact point, no tile offset)"
-    return "the grid cell's stored prediction"
-
-
 def quantity_parts(
     ctx: RunContext, lon: float, lat: float, grid_path: Path | None
 ) -> pd.DataFrame | None:
@@ -241,9 +237,7 @@ def quantity_parts(
         for n in (*needed, "tile_pull", "tile_history")
         if n in grid.arrays
     }
-    # one test's mean: the tile's, moved by what a single test's average gets (grid attribute;
-    # 0 in grids written before it)
-    one_test = value["tile_mean"] + float(grid.attrs.get("test_mean_shift", 0.0))
+    one_test = float(maps.quantity_mean(grid, maps.LayerSpec("median", quantity="single"))[cell])
     rows = []
     for name, mean, sd in (
         ("area: neighbourhood level f(x)", value["area_mean"], value["std_f"]),
@@ -322,43 +316,43 @@ def _region_note(ctx: RunContext, lon: float, lat: float) -> str:
     return ""
 
 
-def _predict(
+def _model_at_point(
     ctx: RunContext,
     lon: float,
     lat: float,
     *,
     t_in: float | None = None,
-    grid_path: Path | None = None,
     quarter: str | None = None,
     urban: bool | None = None,
-) -> tuple[PointSummary | None, str]:
-    """Evaluate the model at the point, inputs ``[x1, x2]`` or ``[x1, x2, t]`` for a
-    time-aware model at the chosen quarter, a single speed test (a model with a noise floor
-    per urban/rural class: that of the point's class ``urban``); falls back to the grid cell
-    when no model loads."""
-    if ctx.files.has_model:
-        try:
-            model = ctx.model()
-            X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
-            kw = {"urban": urban} if getattr(model, "noise_urban", False) else {}
-            pred: Any = model.predict_dist(with_time(X, t_in), **kw)
-            m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
-            s = float(np.asarray(pred.std)[0])
-            how = "Model evaluated at this exact point"
-            how += f" for {quarter} (t = {t_in:.2f})." if t_in is not None else "."
-            return PointSummary.from_log10(m, s), how
-        except Exception as exc:
-            st.warning(f"The model could not be evaluated here ({exc}); showing the grid cell.")
-    if grid_path is not None:
-        grid = ctx.grid(grid_path)
-        cell = grid.cell_of(lon, lat)
-        if cell is not None and np.isfinite(grid.arrays["mean"][cell]):
-            m = float(grid.arrays["mean"][cell]) - np.log10(RAW_TO_NATURAL[ctx.target])
-            when = f" of {quarter}" if quarter else ""
-            return PointSummary.from_log10(
-                m, float(grid.arrays["std"][cell])
-            ), f"From the grid cell{when}."
-    return None, ""
+) -> tuple[PointSummary, str] | None:
+    """The GP evaluated at the point, inputs ``[x1, x2]`` or ``[x1, x2, t]`` for a time-aware
+    model at the chosen quarter: one speed test (a model with a noise floor per urban/rural
+    class: that of the point's class ``urban``), and a sentence saying so; ``None`` without a
+    model or when it cannot be evaluated (with a warning)."""
+    if not ctx.files.has_model:
+        return None
+    try:
+        model = ctx.model()
+        X = scale_lonlat(np.array([lon]), np.array([lat]), ctx.scaling())
+        kw = {"urban": urban} if getattr(model, "noise_urban", False) else {}
+        pred: Any = model.predict_dist(with_time(X, t_in), **kw)
+    except Exception as exc:
+        st.warning(f"The model could not be evaluated here ({exc}); showing the grid cell.")
+        return None
+    m = float(np.asarray(pred.mean)[0]) - np.log10(RAW_TO_NATURAL[ctx.target])
+    how = "Model evaluated at this exact point"
+    how += f" for {quarter} (t = {t_in:.2f})." if t_in is not None else "."
+    return PointSummary.from_log10(m, float(np.asarray(pred.std)[0])), how
+
+
+def _stored_at(ctx: RunContext, lon: float, lat: float, grid_path: Path) -> PointSummary | None:
+    """The grid cell's stored ``mean`` and ``std`` (``None`` outside the grid or region)."""
+    grid = ctx.grid(grid_path)
+    cell = grid.cell_of(lon, lat)
+    if cell is None or not np.isfinite(grid.arrays["mean"][cell]):
+        return None
+    m = float(grid.arrays["mean"][cell]) - np.log10(RAW_TO_NATURAL[ctx.target])
+    return PointSummary.from_log10(m, float(grid.arrays["std"][cell]))
 
 
 def _density_chart(s: PointSummary, unit: str) -> alt.Chart:
