@@ -11,6 +11,8 @@ Every basis exposes
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -178,6 +180,45 @@ class RBFInducingBasis(nn.Module):
         self.inducing = nn.Parameter(torch.rand(rank, hidden, generator=generator) * 2.0 - 1.0)
         self.log_lengthscale = nn.Parameter(torch.full((hidden,), 0.5 * math.log(hidden)))
         self.log_outputscale = nn.Parameter(torch.zeros(()))
+        self._chol_cache: tuple[float, list[torch.Tensor], torch.Tensor] | None = None
+
+    def kernel_parameters(self) -> tuple[nn.Parameter, nn.Parameter, nn.Parameter]:
+        """The parameters ``Kzz`` depends on: ``Z``, ``log l`` and ``log sk2``."""
+        return (self.inducing, self.log_lengthscale, self.log_outputscale)
+
+    @contextmanager
+    def fixed_kernel(self) -> Iterator[None]:
+        """Hold the base kernel and the inducing points fixed inside the block: no gradient
+        reaches :meth:`kernel_parameters`, and ``phi(g) = Lzz^{-1} k_Z(g)`` uses a factor
+        ``Lzz`` computed once for as long as they keep their values (:meth:`fixed_chol`)."""
+        params = self.kernel_parameters()
+        before = [p.requires_grad for p in params]
+        for p in params:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p, flag in zip(params, before, strict=True):
+                p.requires_grad_(flag)
+
+    def fixed_chol(self) -> torch.Tensor:
+        """``Lzz`` without gradient, recomputed only when the kernel parameters' values (or the
+        jitter) differ from those it was computed with. Values are compared, not version
+        counters: torch's fused AdamW updates parameters without bumping them."""
+        params = [p.detach() for p in self.kernel_parameters()]
+        cached = self._chol_cache
+        if (
+            cached is None
+            or cached[0] != self.jitter
+            or not all(
+                a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+                for a, b in zip(cached[1], params, strict=True)
+            )
+        ):
+            with torch.no_grad():
+                cached = (self.jitter, [p.clone() for p in params], self.chol())
+            self._chol_cache = cached
+        return cached[2]
 
     def outputscale(self) -> torch.Tensor:
         """The base-kernel variance ``sk2`` (0-d)."""
@@ -209,9 +250,14 @@ class RBFInducingBasis(nn.Module):
         return stable_cholesky(self._kzz(), jitter=self._absolute_jitter())
 
     def forward(self, g: torch.Tensor) -> torch.Tensor:
-        """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r)."""
-        out: torch.Tensor = _Whiten.apply(self.cross(g), self._kzz(), self._absolute_jitter())
-        return out
+        """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r); ``Lzz`` from :meth:`fixed_chol` when no
+        gradient is to reach the kernel parameters."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel_parameters()):
+            out: torch.Tensor = _Whiten.apply(self.cross(g), self._kzz(), self._absolute_jitter())
+            return out
+        return torch.linalg.solve_triangular(
+            self.fixed_chol().T, self.cross(g), upper=True, left=False
+        )
 
     def raw_features(self, g: torch.Tensor) -> torch.Tensor:
         """``k_Z(g)``; ``phi(g)' M = k_Z(g)' Lzz^{-T} M``."""
@@ -254,6 +300,15 @@ class SiLUBasis(nn.Module):
     def forward(self, g: torch.Tensor) -> torch.Tensor:
         """``phi(g) = c * SiLU(W g + b)``, shape (b, r)."""
         return self.scale * torch.nn.functional.silu(self.linear(g))
+
+    def kernel_parameters(self) -> tuple[nn.Parameter, ...]:
+        """None: the SiLU basis has no base kernel."""
+        return ()
+
+    @contextmanager
+    def fixed_kernel(self) -> Iterator[None]:
+        """Nothing to hold fixed (no base kernel)."""
+        yield
 
     def raw_features(self, g: torch.Tensor) -> torch.Tensor:
         """``phi(g)`` itself (nothing to fold)."""

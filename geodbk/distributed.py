@@ -302,6 +302,13 @@ def make_epoch_runner(
     if config.objective == "exact":
         raise ValueError("sharded training supports the mini-batch objectives, not 'exact'")
     distributed = plan.rank is not None and plan.world_size > 1
+    if distributed and config.kernel_update_every > 1:
+        # DDP's reducer waits for every parameter's gradient on every step, and the loss
+        # reaches q(w) and the noise outside its forward, so find_unused_parameters cannot help
+        raise ValueError(
+            "kernel_update_every > 1 (steps that hold the RBF kernel fixed) is not supported "
+            "with DDP; use kernel_update_every=1"
+        )
     forward: Callable[[torch.Tensor], Any] = model
     if distributed:
         if not _dist_active():
@@ -318,36 +325,36 @@ def make_epoch_runner(
         tests: torch.Tensor | None = None,
     ) -> float:
         total = 0.0
-        for idx, b_global in plan.epoch_batches(generator=generator, batch_size=config.batch_size):
+        batches = plan.epoch_batches(generator=generator, batch_size=config.batch_size)
+        for i, (idx, b_global) in enumerate(batches):
             idx = idx.to(x.device)
             optimizer.zero_grad(set_to_none=True)
-            out = forward(x[idx])
             tb = None if tests is None else tests[idx]
-            if not distributed:
-                loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb, out=out)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * b_global
-                continue
-            assert plan.rank is not None
-            phi_sq_max = None
-            if config.objective == "dppgp":
-                phi_sq_max = _global_max(out.phi_sq, rank=plan.rank, world=world)
-            part = batch_loss(
-                model,
-                x[idx],
-                y[idx],
-                n=n,
-                config=config,
-                tests=tb,
-                out=out,
-                phi_sq_max=phi_sq_max,
-                size=b_global,
-                kl_share=1.0 / world,
-            )
-            (world * part).backward()
+            with model.kernel_held(config.holds_kernel(i)):
+                out = forward(x[idx])
+                if not distributed:
+                    loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb, out=out)
+                    loss.backward()
+                else:
+                    assert plan.rank is not None
+                    phi_sq_max = None
+                    if config.objective == "dppgp":
+                        phi_sq_max = _global_max(out.phi_sq, rank=plan.rank, world=world)
+                    loss = batch_loss(
+                        model,
+                        x[idx],
+                        y[idx],
+                        n=n,
+                        config=config,
+                        tests=tb,
+                        out=out,
+                        phi_sq_max=phi_sq_max,
+                        size=b_global,
+                        kl_share=1.0 / world,
+                    )
+                    (world * loss).backward()
             optimizer.step()
-            total += float(part.detach()) * b_global
+            total += float(loss.detach()) * b_global
         if distributed:
             import torch.distributed as dist
 

@@ -37,7 +37,12 @@ __all__ = ["QUANTITIES", "BaseRegressor", "DBKRegressor", "check_quantity"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: Defaults of options added after the first bundle format (old bundles lack them).
-_LATER_DEFAULTS: dict[str, Any] = {"noise": "constant", "noise_power": False, "noise_urban": False}
+_LATER_DEFAULTS: dict[str, Any] = {
+    "noise": "constant",
+    "noise_power": False,
+    "noise_urban": False,
+    "kernel_update_every": 1,
+}
 #: The quantities :meth:`DBKRegressor.predict_dist` can describe.
 QUANTITIES = ("observation", "latent")
 
@@ -196,6 +201,11 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
         seed
             Seeds the initialisation and the mini-batch order.
+        kernel_update_every
+            With the RBF basis and a mini-batch objective: the inducing points and the base
+            kernel take a gradient step on every ``kernel_update_every``-th mini-batch of an
+            epoch, the first included; on the others they are held and ``Kzz``'s Cholesky
+            factor is reused, which makes those steps cheaper. ``1`` (default): every step.
         jitter
             Relative Cholesky jitter of the RBF basis.
         dtype
@@ -826,7 +836,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         try:
             config = dict(meta["config"])
             config["device"] = device
-            config = {**_LATER_DEFAULTS, **config}  # bundles from before the noise option
+            config = {**_LATER_DEFAULTS, **config}  # bundles from before these options
             est = cls(**{k: config[k] for k in cls._get_param_names()})  # unknown keys ignored
             est._validate()
             est.device_ = resolve_device(device)

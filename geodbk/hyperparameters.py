@@ -42,6 +42,7 @@ class DBKHyperparameters:
     noise: str = "constant"
     noise_power: bool = False
     noise_init: float = 1e-2
+    kernel_update_every: int = 1
 
     @property
     def variance_correction(self) -> bool:

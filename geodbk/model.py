@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -131,6 +132,12 @@ class DBKModel(nn.Module):
     def rank(self) -> int:
         """Number of basis functions ``r``."""
         return self.q.rank
+
+    def kernel_held(self, hold: bool) -> AbstractContextManager[None]:
+        """With ``hold``, the basis's base kernel and inducing points take no gradient inside
+        the block and its Cholesky factor is reused (:meth:`RBFInducingBasis.fixed_kernel`);
+        else nothing changes."""
+        return self.basis.fixed_kernel() if hold else nullcontext()
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         """Parameters of the backbone (the only ones with weight decay)."""

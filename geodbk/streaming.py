@@ -127,7 +127,7 @@ def train_streaming(
     gen = torch.Generator(device="cpu").manual_seed(int(config.seed) + rank)
 
     def epoch_step(epoch: int) -> float:
-        total, seen = 0.0, 0
+        total, seen, steps = 0.0, 0, 0
         order_g = np.random.default_rng([int(config.seed), epoch, rank]).permutation(groups)
         for w in range(0, len(order_g), window):
             part = source.read(sorted(int(g) for g in order_g[w : w + window]), cols)
@@ -148,11 +148,13 @@ def train_streaming(
                 idx = idx.to(device)
                 optimizer.zero_grad(set_to_none=True)
                 tb = None if tt is None else tt[idx]
-                loss = batch_loss(model, xt[idx], yt[idx], n=n, config=config, tests=tb)
-                loss.backward()
+                with model.kernel_held(config.holds_kernel(steps)):
+                    loss = batch_loss(model, xt[idx], yt[idx], n=n, config=config, tests=tb)
+                    loss.backward()
                 optimizer.step()
                 total += float(loss.detach()) * len(idx)
                 seen += len(idx)
+                steps += 1
         return total / max(seen, 1)
 
     return fit(

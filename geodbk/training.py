@@ -72,6 +72,7 @@ class LoopConfig:
     patience: int
     seed: int
     variance_correction: bool
+    kernel_update_every: int = 1
     eval_chunk_size: int = 65536
 
     @classmethod
@@ -91,6 +92,14 @@ class LoopConfig:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.batch_size < 1 or self.epochs < 0 or self.patience < 1:
             raise ValueError("batch_size and patience must be >= 1 and epochs >= 0")
+        if self.kernel_update_every < 1:
+            raise ValueError(f"kernel_update_every must be >= 1, got {self.kernel_update_every}")
+
+    def holds_kernel(self, batch: int) -> bool:
+        """Whether the ``batch``-th mini-batch of an epoch (from 0) holds the RBF basis's
+        kernel fixed: all but every ``kernel_update_every``-th, the first of each epoch
+        updating it."""
+        return batch % self.kernel_update_every != 0
 
 
 @dataclass
@@ -385,9 +394,13 @@ def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> lis
 
 
 def checkpoint_options(config: LoopConfig) -> dict[str, Any]:
-    """The options of ``config`` a checkpoint must match to be resumed (not the budget)."""
+    """The options of ``config`` a checkpoint must match to be resumed (not the budget;
+    ``kernel_update_every`` only when not 1, so checkpoints written before it match)."""
     skip = ("epochs", "patience", "eval_chunk_size")
-    return {k: v for k, v in asdict(config).items() if k not in skip}
+    options = {k: v for k, v in asdict(config).items() if k not in skip}
+    if options["kernel_update_every"] == 1:
+        del options["kernel_update_every"]
+    return options
 
 
 def validator(
@@ -476,12 +489,13 @@ def train_model(
         if runner is not None:
             return runner(x, y, optimizer, tests)
         total = 0.0
-        for idx in shuffled_batches(n, config.batch_size, gen):
+        for i, idx in enumerate(shuffled_batches(n, config.batch_size, gen)):
             idx = idx.to(x.device)
             optimizer.zero_grad(set_to_none=True)
             tb = None if tests is None else tests[idx]
-            loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
-            loss.backward()
+            with model.kernel_held(config.holds_kernel(i)):
+                loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
+                loss.backward()
             optimizer.step()
             total += float(loss.detach()) * int(idx.shape[0])
         return total / n

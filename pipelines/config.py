@@ -65,6 +65,9 @@ class TrainConfig(DBKHyperparameters):
         ``auto``, ``cpu`` or ``cuda``.
     seed
         Random seed (initialisation and batch order).
+    kernel_update_every
+        DBK-RBF: the inducing points and kernel take a step every this many mini-batches
+        (held, with Kzz's Cholesky factor reused, in between); 1: every batch.
     predict_chunk_size
         Rows per prediction chunk (bounds memory in predict and report).
     noise
@@ -174,6 +177,7 @@ class TrainConfig(DBKHyperparameters):
             ("lr", self.lr > 0, "> 0"),
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("patience", self.patience >= 1, ">= 1"),
+            ("kernel_update_every", self.kernel_update_every >= 1, ">= 1"),
             ("predict_chunk_size", self.predict_chunk_size >= 1, ">= 1"),
             ("noise_init", 0 <= self.noise_init < 100, "0 (default) or a variance in (0, 100)"),
             (

@@ -148,3 +148,44 @@ def test_the_kzz_gradient_sandwich_matches_the_dense_product(rank: int) -> None:
     lower = torch.tril(torch.randn(rank, rank, generator=gen, dtype=torch.float64))
     inv = torch.linalg.inv(chol)  # the dense reference only
     torch.testing.assert_close(_sandwich(chol, lower), inv.T @ lower.T @ inv)
+
+
+def test_a_held_kernel_gives_the_same_features_no_kernel_gradient_and_one_reused_factor() -> None:
+    """Inside ``fixed_kernel`` phi and its gradient in g are those of the trained path, no
+    gradient reaches Z, l or sk2, the factor is computed once while they keep their values and
+    again after an in-place change of any of them; requires_grad is restored on leaving."""
+    h, r = 3, 10
+    basis = RBFInducingBasis(h, r, generator=torch.Generator().manual_seed(4)).to(DT)
+    g = torch.randn(15, h, dtype=DT, requires_grad=True)
+    want = basis(g)
+    (want_g,) = torch.autograd.grad(want.pow(2).sum(), g)
+    kernel = basis.kernel_parameters()
+    with basis.fixed_kernel():
+        assert not any(p.requires_grad for p in kernel)
+        got = basis(g)
+        got.pow(2).sum().backward()
+        first = basis.fixed_chol()
+        assert basis.fixed_chol() is first  # reused while nothing changed
+        for p in kernel:
+            with torch.no_grad():
+                p.add_(0.05)
+            moved = basis(g)
+            assert basis.fixed_chol() is not first
+            first = basis.fixed_chol()
+            with torch.no_grad():
+                ref = _Whiten.apply(basis.cross(g), basis._kzz(), basis._absolute_jitter())
+            torch.testing.assert_close(moved, ref, rtol=1e-12, atol=1e-14)
+    for p in kernel:  # torch's fused AdamW changes values without bumping version counters
+        p.grad = torch.ones_like(p)
+    torch.optim.AdamW(kernel, lr=0.1, fused=True).step()
+    assert basis.fixed_chol() is not first
+    torch.testing.assert_close(basis.fixed_chol(), basis.chol().detach(), rtol=0, atol=0)
+    for p in kernel:
+        p.grad = None
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+    assert g.grad is not None
+    torch.testing.assert_close(g.grad, want_g, rtol=1e-10, atol=1e-12)
+    assert all(p.grad is None and p.requires_grad for p in kernel)
+    silu = SiLUBasis(h, r)
+    with silu.fixed_kernel():
+        assert all(p.requires_grad for p in silu.parameters())

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from geodbk.distributed import ShardPlan, shutdown_distributed
+from geodbk.distributed import ShardPlan, make_epoch_runner, shutdown_distributed
 from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.training import LoopConfig, shuffled_batches, train_model
@@ -56,19 +56,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# (objective, expansion, noise, shard sizes, batch size): uneven shards; the (N - 5, 5) split
-# leaves rank 1 without rows in most global batches (checked in the test)
-CASES: tuple[tuple[str, str, str, tuple[int, int], int], ...] = (
-    ("dppgp", "rbf", "constant", _sizes(), 64),
-    ("dppgp", "silu", "constant", _sizes(), 64),
-    ("ppgp", "rbf", "constant", _sizes(), 64),
-    ("ppgp", "silu", "constant", _sizes(), 64),
-    ("dppgp", "rbf", "tests", (N - 5, 5), 32),
-    ("ppgp", "silu", "tests", (N - 5, 5), 32),
+# (objective, expansion, noise, shard sizes, batch size, kernel_update_every): uneven shards;
+# the (N - 5, 5) split leaves rank 1 without rows in most global batches (checked in the test)
+Case = tuple[str, str, str, tuple[int, int], int, int]
+CASES: tuple[Case, ...] = (
+    ("dppgp", "rbf", "constant", _sizes(), 64, 1),
+    ("dppgp", "silu", "constant", _sizes(), 64, 1),
+    ("ppgp", "rbf", "constant", _sizes(), 64, 1),
+    ("ppgp", "silu", "constant", _sizes(), 64, 1),
+    ("dppgp", "rbf", "tests", (N - 5, 5), 32, 1),
+    ("ppgp", "silu", "tests", (N - 5, 5), 32, 1),
 )
+# not under DDP (refused, see test_ddp_refuses_a_held_kernel): unranked shards only
+HELD_KERNEL_CASE: Case = ("dppgp", "rbf", "constant", _sizes(), 64, 2)
 
 
-def _case_config(objective: str, batch_size: int) -> LoopConfig:
+def _case_config(objective: str, batch_size: int, kernel_update_every: int = 1) -> LoopConfig:
     return LoopConfig.of(
         DBKHyperparameters(
             objective=objective,
@@ -77,16 +80,15 @@ def _case_config(objective: str, batch_size: int) -> LoopConfig:
             lr=2e-2,
             patience=5,
             seed=3,
+            kernel_update_every=kernel_update_every,
         ),
         variance_correction=True,
     )
 
 
-def _train_case(
-    case: tuple[str, str, str, tuple[int, int], int], rank: int | None, *, shards: bool
-) -> dict[str, Any]:
+def _train_case(case: Case, rank: int | None, *, shards: bool) -> dict[str, Any]:
     """Train one case on rank ``rank``'s rows (``None``: all rows; ``shards=False``: in memory)."""
-    objective, expansion, noise, sizes, batch_size = case
+    objective, expansion, noise, sizes, batch_size, kernel_update_every = case
     x, y, tests = _data()
     xv, yv, tv = _data(slice(N, N + N_VAL))
     lo, hi = (0, N) if rank is None else (sum(sizes[:rank]), sum(sizes[: rank + 1]))
@@ -96,7 +98,7 @@ def _train_case(
         model,
         x[lo:hi],
         y[lo:hi],
-        config=_case_config(objective, batch_size),
+        config=_case_config(objective, batch_size, kernel_update_every),
         x_val=xv,
         y_val=yv,
         tests=tests[lo:hi] if use_tests else None,
@@ -173,8 +175,10 @@ def test_plan_batches_are_the_in_memory_batches() -> None:
     assert ShardPlan((2, 30)).steps(4) == 8  # a small shard does not limit the steps
 
 
-@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: f"{c[0]}-{c[1]}")
-def test_unranked_plan_equals_in_memory(case: tuple[str, str, str, tuple[int, int], int]) -> None:
+@pytest.mark.parametrize(
+    "case", (*CASES[:4], HELD_KERNEL_CASE), ids=lambda c: f"{c[0]}-{c[1]}-kernel{c[5]}"
+)
+def test_unranked_plan_equals_in_memory(case: Case) -> None:
     """ShardPlan(sizes, rank=None) walks the in-memory batches: bit-identical training."""
     _assert_same_run(
         _train_case(case, None, shards=True), _train_case(case, None, shards=False), rtol=0
@@ -186,7 +190,7 @@ def test_two_process_gloo_equals_in_memory(tmp_path: Path) -> None:
     dPPGP and PPGP, RBF and SiLU bases, constant and tests-aware noise, uneven shards."""
     import torch.multiprocessing as mp
 
-    for _, _, _, sizes, b in CASES[4:]:  # these cases exercise the empty-rank steps
+    for _, _, _, sizes, b, _ in CASES[4:]:  # these cases exercise the empty-rank steps
         steps = ShardPlan(sizes, rank=1).epoch_batches(
             generator=torch.Generator().manual_seed(3), batch_size=b
         )
@@ -208,6 +212,18 @@ def test_two_process_gloo_equals_in_memory(tmp_path: Path) -> None:
             _assert_same_run(got[rank][c], want, rtol=1e-9)
     # some runs keep an earlier epoch than the last: the best-epoch comparison means something
     assert min(w["best_epoch"] for w in wants) < _case_config("dppgp", 1).epochs
+
+
+def test_ddp_refuses_a_held_kernel() -> None:
+    """A ranked plan of two processes with kernel_update_every > 1 is refused before any
+    process group is needed."""
+    with pytest.raises(ValueError, match="kernel_update_every"):
+        make_epoch_runner(
+            _model(),
+            ShardPlan(_sizes(), rank=0),
+            _case_config("dppgp", 64, 2),
+            generator=torch.Generator(),
+        )
 
 
 def test_sharded_fit_takes_devices_and_urban_noise() -> None:

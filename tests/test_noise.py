@@ -155,13 +155,14 @@ def test_save_load_keeps_noise_and_old_bundles_load_constant(small_fit, tmp_path
         back.predict_dist(x[:5], tests=3).var, model.predict_dist(x[:5], tests=3).var
     )
     assert back.noise_parameters() == pytest.approx(model.noise_parameters())
-    # a bundle written before the noise option: no "noise"/"noise_power" in its config
+    # a bundle written before the noise option and kernel_update_every: none in its config
     x2, y2, _, _ = _synthetic(60, s2_floor=0.02, s2_meas=0.2, seed=6)
     const = DBKRegressor(rank=4, hidden=4, epochs=1, device="cpu").fit(x2, y2)
     const.save(tmp_path / "old")
     doc = json.loads((tmp_path / "old" / "model.json").read_text())
     del doc["config"]["noise"], doc["config"]["noise_power"]
+    del doc["config"]["kernel_update_every"]
     (tmp_path / "old" / "model.json").write_text(json.dumps(doc))
     old = DBKRegressor.load(tmp_path / "old", device="cpu")
-    assert old.noise == "constant" and not old.tests_aware
+    assert old.noise == "constant" and not old.tests_aware and old.kernel_update_every == 1
     np.testing.assert_allclose(old.predict_dist(x2[:4]).var, const.predict_dist(x2[:4]).var)

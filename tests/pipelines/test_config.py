@@ -29,7 +29,8 @@ def test_defaults_are_the_seed_ookla_settings() -> None:
 
 #: The YAML keys of ``config.yaml`` (older runs read and compare them on ``--resume``).
 CONFIG_KEYS = (
-    "alpha batch_size beta device epochs expansion hidden local_layer lr noise noise_init "
+    "alpha batch_size beta device epochs expansion hidden kernel_update_every local_layer lr "
+    "noise noise_init "
     "noise_power objective patience predict_chunk_size rank seed streaming tile_effect "
     "tile_effect_groups time weight_decay"
 ).split()
@@ -88,6 +89,7 @@ def test_roundtrip_of_resolved_config(tmp_path: Path) -> None:
         ("epochs: true\n", "key 'epochs' must be int"),
         ("device: tpu\n", "key 'device' must be one of"),
         ("rank: 0\n", "key 'rank' must be >= 1"),
+        ("kernel_update_every: 0\n", "key 'kernel_update_every' must be >= 1"),
         ("- 1\n- 2\n", "must hold a mapping"),
         ("rank: [\n", "not valid YAML"),
     ],

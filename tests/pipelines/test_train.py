@@ -127,3 +127,22 @@ def test_explicit_on_is_refused_before_training(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="--tile-effect learns from a tile's other quarters"):
         train_stage.run_train(run, target="download", config=CFG, tile_effect="on", progress=False)
     assert not (RunDir(run).model_dir("download") / "model.json").exists()
+
+
+def test_a_held_kernel_trains_from_the_config_and_is_refused_with_ddp(tmp_path: Path) -> None:
+    """``kernel_update_every: 3`` in the YAML file trains (recorded in the model's config);
+    the same with --distributed stops before training, naming the key."""
+    from pipelines import cli
+    from pipelines.config import dump_config
+
+    run = tmp_path / "run"
+    run_ingest(run=run, **demo_ingest_kwargs())
+    cfg_file = tmp_path / "held.yaml"
+    held = CFG.replace(kernel_update_every=3, tile_effect="off", local_layer="off")
+    cfg_file.write_text(dump_config(held))
+    argv = ["train", "--run", str(run), "--target", "download", "--config", str(cfg_file)]
+    assert cli.main([*argv, "--no-progress"]) == 0
+    md = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_
+    assert md["config"]["kernel_update_every"] == 3
+    with pytest.raises(DataError, match="kernel_update_every"):
+        train_stage.run_train(run, target="download", config=held, distributed=True)
