@@ -58,15 +58,23 @@ def _timeit(fn: Callable[[], Any], *, warmup: int, reps: int, device: torch.devi
 
 
 # ---------------------------------------------------------------------------- DBK models
-def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> dict[str, Any]:
-    """DBK model, its dPPGP training step and its folded predictor."""
+def make_dbk(
+    expansion: str, r: int, h: int, n: int, device: torch.device, *, kernel_update_every: int = 1
+) -> dict[str, Any]:
+    """DBK model, its dPPGP training step and its folded predictor. With
+    ``kernel_update_every`` K > 1 one call of ``step`` takes K steps, as the training loop
+    does (the first updating the RBF kernel, the others holding it; ``steps_per_call``)."""
     from geodbk.hyperparameters import DBKHyperparameters
     from geodbk.model import DBKModel
     from geodbk.training import LoopConfig, batch_loss
 
     torch.manual_seed(0)
     model = DBKModel(2, expansion=expansion, rank=r, hidden=h).to(device)
-    config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
+    config = LoopConfig.of(
+        DBKHyperparameters(
+            objective="dppgp", alpha=0.1, beta=0.01, kernel_update_every=kernel_update_every
+        )
+    )
     opt = torch.optim.AdamW(
         [
             {"params": model.backbone_parameters(), "weight_decay": 1e-2},
@@ -78,10 +86,12 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
         model.train()
-        opt.zero_grad(set_to_none=True)
-        loss = batch_loss(model, x, y, n=n, config=config)
-        loss.backward()
-        opt.step()
+        for i in range(kernel_update_every):
+            opt.zero_grad(set_to_none=True)
+            with model.kernel_held(config.holds_kernel(i)):
+                loss = batch_loss(model, x, y, n=n, config=config)
+                loss.backward()
+            opt.step()
 
     state: dict[str, Any] = {}
 
@@ -112,7 +122,13 @@ def make_dbk(expansion: str, r: int, h: int, n: int, device: torch.device) -> di
             total += 2.0 * r * folded.whitener.shape[1]
         return total
 
-    return {"step": step, "prepare": prepare, "predict": predict, "flops": flops_per_point}
+    return {
+        "step": step,
+        "prepare": prepare,
+        "predict": predict,
+        "flops": flops_per_point,
+        "steps_per_call": kernel_update_every,
+    }
 
 
 def matmul_gflops(device: torch.device) -> float:
@@ -218,6 +234,7 @@ def bench_setting(
     device: torch.device,
     gflops: float,
     rounds: int = 1,
+    kernel_update_every: int = 1,
 ) -> list[dict[str, Any]]:
     """Time every model at one (r, h, b) setting.
 
@@ -227,7 +244,9 @@ def bench_setting(
     model alike, and the DBK models' ratios to SV-DKL are taken within each round (a
     ``ratios`` row: median, min and max over the rounds). A DBK row also gets its prediction's
     FLOPs per point and the floor they set at the machine's matrix-product rate ``gflops``:
-    ``floor = FLOPs / rate``, and the measured time over that floor.
+    ``floor = FLOPs / rate``, and the measured time over that floor. With
+    ``kernel_update_every`` K > 1 a fifth model, ``DBK-RBF kernel/K``, is DBK-RBF trained with
+    the kernel held on all but one step in K; its step time is the mean over such K steps.
     """
     gen = torch.Generator().manual_seed(0)
     n_train = 100_000
@@ -236,6 +255,10 @@ def bench_setting(
     x_pred = (torch.rand(n_pred, 2, generator=gen) * 2 - 1).to(device)
     batches = [(x_train[i * b : (i + 1) * b], y_train[i * b : (i + 1) * b]) for i in range(4)]
     models = {name: maker(r, h, n_train, device) for name, maker in MAKERS.items()}
+    if kernel_update_every > 1:
+        models[f"DBK-RBF kernel/{kernel_update_every}"] = make_dbk(
+            "rbf", r, h, n_train, device, kernel_update_every=kernel_update_every
+        )
     step_times: dict[str, list[list[float]]] = {name: [] for name in models}
     pred_times: dict[str, list[float]] = {name: [] for name in models}
     for round_ in range(rounds):
@@ -247,9 +270,9 @@ def bench_setting(
                 counter["i"] += 1
                 m["step"](xb, yb)
 
-            step_times[name].append(
-                _timeit(one_step, warmup=2 if round_ == 0 else 0, reps=steps, device=device)
-            )
+            per_call = m.get("steps_per_call", 1)
+            times = _timeit(one_step, warmup=2 if round_ == 0 else 0, reps=steps, device=device)
+            step_times[name].append([t / per_call for t in times])
             m["prepare"]()
 
             def predict_all(m: dict[str, Any] = m) -> None:
@@ -343,6 +366,13 @@ def main() -> None:
         help="keep glibc's own allocator settings (default: those of the geodbk command, "
         "which reuse freed memory; the same for every model)",
     )
+    ap.add_argument(
+        "--kernel-every",
+        type=int,
+        default=1,
+        help="with K > 1, also time DBK-RBF with kernel_update_every=K (the RBF kernel and "
+        "inducing points updated on one step in K, held with Kzz's factor reused on the others)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     kept_freed_memory = False if args.default_malloc else keep_freed_memory()
@@ -359,6 +389,7 @@ def main() -> None:
         "steps": args.steps,
         "rounds": args.rounds,
         "keeps_freed_memory": kept_freed_memory,
+        "kernel_update_every": args.kernel_every,
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
@@ -377,6 +408,7 @@ def main() -> None:
             device=device,
             gflops=info["matmul_gflops_fp32"],
             rounds=args.rounds,
+            kernel_update_every=args.kernel_every,
         )
     if args.out:
         with open(args.out, "w") as fh:
