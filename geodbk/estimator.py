@@ -246,6 +246,16 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         if int(self.rank) < 1 or int(self.hidden) < 1:
             raise ValueError("rank and hidden must be positive")
+        if int(self.kernel_update_every) != 1 and (
+            self.expansion != "rbf"
+            or self.objective == "exact"
+            or int(self.kernel_update_every) < 1
+        ):
+            raise ValueError(
+                "kernel_update_every must be 1 with expansion='silu' (no kernel to hold) or "
+                f"objective='exact' (one full-batch step per epoch), and >= 1; got "
+                f"{self.kernel_update_every!r}"
+            )
         if self.noise not in NOISE_MODELS:
             raise ValueError(f"noise must be one of {NOISE_MODELS}, got {self.noise!r}")
         if self.noise_urban and not self.tests_aware:

@@ -178,6 +178,13 @@ class TrainConfig(DBKHyperparameters):
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("patience", self.patience >= 1, ">= 1"),
             ("kernel_update_every", self.kernel_update_every >= 1, ">= 1"),
+            (
+                "kernel_update_every",
+                self.kernel_update_every == 1
+                or (self.expansion == "rbf" and self.objective != "exact"),
+                "1 with expansion 'silu' (no kernel to hold) or objective 'exact' (one "
+                "full-batch step per epoch)",
+            ),
             ("predict_chunk_size", self.predict_chunk_size >= 1, ">= 1"),
             ("noise_init", 0 <= self.noise_init < 100, "0 (default) or a variance in (0, 100)"),
             (

@@ -177,15 +177,26 @@ def test_bad_inputs_raise_clear_errors(fitted: DBKRegressor) -> None:
         fitted.predict(np.zeros((3, 5)))
     with pytest.raises(ValueError, match="expansion"):
         DBKRegressor(**{**SMALL, "expansion": "poly"}).fit(x, y)
+    for held in ({"expansion": "silu"}, {"objective": "exact"}, {"kernel_update_every": 0}):
+        with pytest.raises(ValueError, match="kernel_update_every must be 1 with"):
+            DBKRegressor(**{**SMALL, "kernel_update_every": 2, **held}).fit(x, y)
     with pytest.raises(NotFittedError, match="not fitted"):
         DBKRegressor().predict(x)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("expansion", ["rbf", "silu"])
-def test_cuda_matches_cpu(expansion: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("expansion", "kernel_update_every"), [("rbf", 1), ("silu", 1), ("rbf", 2)]
+)
+def test_cuda_matches_cpu(expansion: str, kernel_update_every: int, tmp_path: Path) -> None:
     x, y = _data()
-    opts = {**SMALL, "expansion": expansion, "dtype": "float64", "epochs": 3}
+    opts = {
+        **SMALL,
+        "expansion": expansion,
+        "dtype": "float64",
+        "epochs": 3,
+        "kernel_update_every": kernel_update_every,
+    }
     cpu = DBKRegressor(**{**opts, "device": "cpu"}).fit(x, y)
     gpu = DBKRegressor(**{**opts, "device": "cuda"}).fit(x, y)
     assert next(gpu.model_.parameters()).is_cuda

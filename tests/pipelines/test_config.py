@@ -90,6 +90,8 @@ def test_roundtrip_of_resolved_config(tmp_path: Path) -> None:
         ("device: tpu\n", "key 'device' must be one of"),
         ("rank: 0\n", "key 'rank' must be >= 1"),
         ("kernel_update_every: 0\n", "key 'kernel_update_every' must be >= 1"),
+        ("kernel_update_every: 2\nexpansion: silu\n", "key 'kernel_update_every' must be 1 with"),
+        ("kernel_update_every: 2\nobjective: exact\n", "key 'kernel_update_every' must be 1 with"),
         ("- 1\n- 2\n", "must hold a mapping"),
         ("rank: [\n", "not valid YAML"),
     ],
