@@ -181,25 +181,34 @@ class RBFInducingBasis(nn.Module):
         self.log_lengthscale = nn.Parameter(torch.full((hidden,), 0.5 * math.log(hidden)))
         self.log_outputscale = nn.Parameter(torch.zeros(()))
         self._chol_cache: tuple[float, list[torch.Tensor], torch.Tensor] | None = None
+        self._held = False
 
     def kernel_parameters(self) -> tuple[nn.Parameter, nn.Parameter, nn.Parameter]:
         """The parameters ``Kzz`` depends on: ``Z``, ``log l`` and ``log sk2``."""
         return (self.inducing, self.log_lengthscale, self.log_outputscale)
 
     @contextmanager
-    def fixed_kernel(self) -> Iterator[None]:
-        """Hold the base kernel and the inducing points fixed inside the block: no gradient
-        reaches :meth:`kernel_parameters`, and ``phi(g) = Lzz^{-1} k_Z(g)`` uses a factor
-        ``Lzz`` computed once for as long as they keep their values (:meth:`fixed_chol`)."""
+    def fixed_kernel(self, *, keep_graph: bool = False) -> Iterator[None]:
+        """Hold the base kernel and the inducing points fixed inside the block: ``phi(g) =
+        Lzz^{-1} k_Z(g)`` uses a factor ``Lzz`` computed once for as long as they keep their
+        values (:meth:`fixed_chol`), and they take no gradient. By default they leave the
+        autograd graph; with ``keep_graph`` (DDP, whose reducer waits for every parameter's
+        gradient on every step) they stay in it through ``k_Z(g)``, and the gradients they get
+        there are discarded on leaving the block."""
         params = self.kernel_parameters()
         before = [p.requires_grad for p in params]
-        for p in params:
-            p.requires_grad_(False)
+        self._held = True
+        if not keep_graph:
+            for p in params:
+                p.requires_grad_(False)
         try:
             yield
         finally:
+            self._held = False
             for p, flag in zip(params, before, strict=True):
                 p.requires_grad_(flag)
+                if keep_graph:
+                    p.grad = None
 
     def fixed_chol(self) -> torch.Tensor:
         """``Lzz`` without gradient, recomputed only when the kernel parameters' values (or the
@@ -250,9 +259,10 @@ class RBFInducingBasis(nn.Module):
         return stable_cholesky(self._kzz(), jitter=self._absolute_jitter())
 
     def forward(self, g: torch.Tensor) -> torch.Tensor:
-        """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r); ``Lzz`` from :meth:`fixed_chol` when no
-        gradient is to reach the kernel parameters."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel_parameters()):
+        """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r); ``Lzz`` from :meth:`fixed_chol` when the
+        kernel is held (:meth:`fixed_kernel`) or no gradient is to reach it."""
+        needs_grad = any(p.requires_grad for p in self.kernel_parameters())
+        if not self._held and torch.is_grad_enabled() and needs_grad:
             out: torch.Tensor = _Whiten.apply(self.cross(g), self._kzz(), self._absolute_jitter())
             return out
         return torch.linalg.solve_triangular(
@@ -306,7 +316,7 @@ class SiLUBasis(nn.Module):
         return ()
 
     @contextmanager
-    def fixed_kernel(self) -> Iterator[None]:
+    def fixed_kernel(self, *, keep_graph: bool = False) -> Iterator[None]:
         """Nothing to hold fixed (no base kernel)."""
         yield
 

@@ -302,13 +302,6 @@ def make_epoch_runner(
     if config.objective == "exact":
         raise ValueError("sharded training supports the mini-batch objectives, not 'exact'")
     distributed = plan.rank is not None and plan.world_size > 1
-    if distributed and config.kernel_update_every > 1:
-        # DDP's reducer waits for every parameter's gradient on every step, and the loss
-        # reaches q(w) and the noise outside its forward, so find_unused_parameters cannot help
-        raise ValueError(
-            "kernel_update_every > 1 (steps that hold the RBF kernel fixed) is not supported "
-            "with DDP; use kernel_update_every=1"
-        )
     forward: Callable[[torch.Tensor], Any] = model
     if distributed:
         if not _dist_active():
@@ -330,7 +323,9 @@ def make_epoch_runner(
             idx = idx.to(x.device)
             optimizer.zero_grad(set_to_none=True)
             tb = None if tests is None else tests[idx]
-            with model.kernel_held(config.holds_kernel(i)):
+            # DDP's reducer waits for every parameter's gradient, and the loss reaches q(w) and
+            # the noise outside its forward: a held kernel stays in the graph there
+            with model.kernel_held(config.holds_kernel(i), keep_graph=distributed):
                 out = forward(x[idx])
                 if not distributed:
                     loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb, out=out)

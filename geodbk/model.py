@@ -133,11 +133,11 @@ class DBKModel(nn.Module):
         """Number of basis functions ``r``."""
         return self.q.rank
 
-    def kernel_held(self, hold: bool) -> AbstractContextManager[None]:
+    def kernel_held(self, hold: bool, *, keep_graph: bool = False) -> AbstractContextManager[None]:
         """With ``hold``, the basis's base kernel and inducing points take no gradient inside
-        the block and its Cholesky factor is reused (:meth:`RBFInducingBasis.fixed_kernel`);
-        else nothing changes."""
-        return self.basis.fixed_kernel() if hold else nullcontext()
+        the block and its Cholesky factor is reused (:meth:`RBFInducingBasis.fixed_kernel`,
+        ``keep_graph`` as there); else nothing changes."""
+        return self.basis.fixed_kernel(keep_graph=keep_graph) if hold else nullcontext()
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         """Parameters of the backbone (the only ones with weight decay)."""

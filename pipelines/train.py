@@ -491,11 +491,6 @@ def run_train(
             "--tile-effect is not supported with --distributed yet; train in one process "
             "(drop --distributed) or use --no-tile-effect"
         )
-    if cfg.kernel_update_every > 1 and distributed:
-        raise DataError(
-            "config key 'kernel_update_every' must be 1 with --distributed (DDP all-reduces "
-            "every parameter's gradient on every step); drop --distributed or set it to 1"
-        )
     if cfg.streaming or distributed:
         cfg = cfg.replace(tile_effect="off") if cfg.tile_effect == "auto" else cfg
     if cfg.streaming and distributed:

@@ -186,6 +186,16 @@ def test_a_held_kernel_gives_the_same_features_no_kernel_gradient_and_one_reused
     assert g.grad is not None
     torch.testing.assert_close(g.grad, want_g, rtol=1e-10, atol=1e-12)
     assert all(p.grad is None and p.requires_grad for p in kernel)
+    # keep_graph (DDP): the kernel stays in the graph, its gradient is dropped on leaving
+    with torch.no_grad():
+        want = _Whiten.apply(basis.cross(g), basis._kzz(), basis._absolute_jitter())
+    with basis.fixed_kernel(keep_graph=True):
+        assert all(p.requires_grad for p in kernel)
+        kept = basis(g)
+        kept.pow(2).sum().backward()
+        assert all(p.grad is not None for p in kernel)
+    torch.testing.assert_close(kept, want, rtol=1e-12, atol=1e-14)
+    assert all(p.grad is None and p.requires_grad for p in kernel)
     silu = SiLUBasis(h, r)
     with silu.fixed_kernel():
         assert all(p.requires_grad for p in silu.parameters())

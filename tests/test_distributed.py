@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from geodbk.distributed import ShardPlan, make_epoch_runner, shutdown_distributed
+from geodbk.distributed import ShardPlan, shutdown_distributed
 from geodbk.hyperparameters import DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.training import LoopConfig, shuffled_batches, train_model
@@ -66,9 +66,8 @@ CASES: tuple[Case, ...] = (
     ("ppgp", "silu", "constant", _sizes(), 64, 1),
     ("dppgp", "rbf", "tests", (N - 5, 5), 32, 1),
     ("ppgp", "silu", "tests", (N - 5, 5), 32, 1),
+    ("dppgp", "rbf", "constant", _sizes(), 64, 2),
 )
-# not under DDP (refused, see test_ddp_refuses_a_held_kernel): unranked shards only
-HELD_KERNEL_CASE: Case = ("dppgp", "rbf", "constant", _sizes(), 64, 2)
 
 
 def _case_config(objective: str, batch_size: int, kernel_update_every: int = 1) -> LoopConfig:
@@ -176,7 +175,7 @@ def test_plan_batches_are_the_in_memory_batches() -> None:
 
 
 @pytest.mark.parametrize(
-    "case", (*CASES[:4], HELD_KERNEL_CASE), ids=lambda c: f"{c[0]}-{c[1]}-kernel{c[5]}"
+    "case", (*CASES[:4], CASES[6]), ids=lambda c: f"{c[0]}-{c[1]}-kernel{c[5]}"
 )
 def test_unranked_plan_equals_in_memory(case: Case) -> None:
     """ShardPlan(sizes, rank=None) walks the in-memory batches: bit-identical training."""
@@ -186,11 +185,12 @@ def test_unranked_plan_equals_in_memory(case: Case) -> None:
 
 
 def test_two_process_gloo_equals_in_memory(tmp_path: Path) -> None:
-    """One spawn, six trainings: 2-process DDP == in-memory train_model (no shards) in float64,
-    dPPGP and PPGP, RBF and SiLU bases, constant and tests-aware noise, uneven shards."""
+    """One spawn, seven trainings: 2-process DDP == in-memory train_model (no shards) in
+    float64, dPPGP and PPGP, RBF and SiLU bases, constant and tests-aware noise, uneven shards,
+    and the RBF kernel held on every other step (kept in DDP's graph, its gradient dropped)."""
     import torch.multiprocessing as mp
 
-    for _, _, _, sizes, b, _ in CASES[4:]:  # these cases exercise the empty-rank steps
+    for _, _, _, sizes, b, _ in CASES[4:6]:  # these cases exercise the empty-rank steps
         steps = ShardPlan(sizes, rank=1).epoch_batches(
             generator=torch.Generator().manual_seed(3), batch_size=b
         )
@@ -212,18 +212,6 @@ def test_two_process_gloo_equals_in_memory(tmp_path: Path) -> None:
             _assert_same_run(got[rank][c], want, rtol=1e-9)
     # some runs keep an earlier epoch than the last: the best-epoch comparison means something
     assert min(w["best_epoch"] for w in wants) < _case_config("dppgp", 1).epochs
-
-
-def test_ddp_refuses_a_held_kernel() -> None:
-    """A ranked plan of two processes with kernel_update_every > 1 is refused before any
-    process group is needed."""
-    with pytest.raises(ValueError, match="kernel_update_every"):
-        make_epoch_runner(
-            _model(),
-            ShardPlan(_sizes(), rank=0),
-            _case_config("dppgp", 64, 2),
-            generator=torch.Generator(),
-        )
 
 
 def test_sharded_fit_takes_devices_and_urban_noise() -> None:
