@@ -261,13 +261,18 @@ class RBFInducingBasis(nn.Module):
     def forward(self, g: torch.Tensor) -> torch.Tensor:
         """``phi(g) = Lzz^{-1} k_Z(g)``, shape (b, r); ``Lzz`` from :meth:`fixed_chol` when the
         kernel is held (:meth:`fixed_kernel`) or no gradient is to reach it."""
-        needs_grad = any(p.requires_grad for p in self.kernel_parameters())
-        if not self._held and torch.is_grad_enabled() and needs_grad:
+        if not self._factor_is_fixed():
             out: torch.Tensor = _Whiten.apply(self.cross(g), self._kzz(), self._absolute_jitter())
             return out
         return torch.linalg.solve_triangular(
             self.fixed_chol().T, self.cross(g), upper=True, left=False
         )
+
+    def _factor_is_fixed(self) -> bool:
+        """Whether ``Lzz`` takes no gradient here: the kernel is held, or no gradient is to
+        reach its parameters (then :meth:`fixed_chol` serves it)."""
+        needs_grad = any(p.requires_grad for p in self.kernel_parameters())
+        return self._held or not (torch.is_grad_enabled() and needs_grad)
 
     def raw_features(self, g: torch.Tensor) -> torch.Tensor:
         """``k_Z(g)``; ``phi(g)' M = k_Z(g)' Lzz^{-T} M``."""
@@ -276,7 +281,8 @@ class RBFInducingBasis(nn.Module):
     def pullback(self, matrix: torch.Tensor) -> torch.Tensor:
         """``Lzz^{-T} M`` for ``M`` of shape (r,) or (r, k) (triangular solve)."""
         mat = matrix.unsqueeze(-1) if matrix.dim() == 1 else matrix
-        out = torch.linalg.solve_triangular(self.chol().T, mat, upper=True)
+        chol = self.fixed_chol() if self._factor_is_fixed() else self.chol()
+        out = torch.linalg.solve_triangular(chol.T, mat, upper=True)
         return out.squeeze(-1) if matrix.dim() == 1 else out
 
     def prior_variance(self, g: torch.Tensor) -> torch.Tensor | None:
