@@ -1,6 +1,6 @@
 """Does ``torch.compile`` pay for a DBK training step on the CPU? Median seconds of a dPPGP step
 (forward, loss, backward, AdamW) with the objective eager or compiled (inductor, default mode),
-one process per mode, after 3 warm-up steps that include the compilation, with the ``geodbk``
+one process per mode (``--device cuda``: on a GPU, synchronised), after 3 warm-up steps that include the compilation, with the ``geodbk``
 command's allocator settings (:func:`pipelines.allocator.keep_freed_memory`;
 ``--default-malloc``: glibc's own); ``--expansion silu`` for DBK-SiLU::
 
@@ -34,10 +34,14 @@ def main() -> None:
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--default-malloc", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (steps synchronised)")
     args = p.parse_args()
     kept_freed_memory = False if args.default_malloc else keep_freed_memory()
     torch.set_num_threads(1)
-    model, config, opt, x, y = step_setup(args.expansion, args.rank, args.hidden, args.batch)
+    model, config, opt, x, y = step_setup(
+        args.expansion, args.rank, args.hidden, args.batch, device=args.device
+    )
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
 
     def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return batch_loss(model, xb, yb, n=100_000, config=config)
@@ -49,6 +53,7 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         fn(x, y).backward()
         opt.step()
+        sync()
         return time.perf_counter() - t0
 
     warmup = sum(step() for _ in range(3))
@@ -57,6 +62,7 @@ def main() -> None:
         json.dumps(
             {
                 "mode": args.mode,
+                "device": args.device,
                 "expansion": args.expansion,
                 "keeps_freed_memory": kept_freed_memory,
                 "rank": args.rank,

@@ -24,7 +24,8 @@ memory (``ru_maxrss``), so the peaks of different sizes do not mix.
   prediction time per point (65,536 points, folded weights) for several (r, h, batch).
   ``--device cuda`` times it on a GPU (median of 50 steps after 2 warm-ups, 2^20 prediction
   points, synchronised, peak ``torch.cuda.max_memory_allocated``); ``--epoch-rows N ...`` also
-  times one epoch of ``DBKRegressor.fit`` on N in-memory rows at the last (r, h, batch), and
+  times one epoch of ``DBKRegressor.fit`` on N in-memory rows at the last (r, h, batch) for each
+  ``--kernel-every K`` (``kernel_update_every``; default 1), and
   ``--map-side N ...`` the model part of an N x N map (:func:`child_map`).
 
 Usage::
@@ -377,7 +378,9 @@ def child_model(rank: int, hidden: int, batch: int, device: str = "cpu") -> dict
     }
 
 
-def child_epoch(rows: int, rank: int, hidden: int, batch: int, device: str) -> dict[str, Any]:
+def child_epoch(
+    rows: int, rank: int, hidden: int, batch: int, device: str, kernel_update_every: int = 1
+) -> dict[str, Any]:
     """Seconds per epoch of ``DBKRegressor.fit`` on ``rows`` in-memory rows (tests-aware).
 
     Two epochs on synthetic 2-D rows with a 10% validation set; the second epoch's seconds
@@ -392,7 +395,14 @@ def child_epoch(rows: int, rank: int, hidden: int, batch: int, device: str) -> d
     y = 4.0 + 0.5 * np.sin(3 * x[:, 0]) + rng.standard_normal(rows) * np.sqrt(0.01 + 0.2 / tests)
     n_val = rows // 10
     est = DBKRegressor(
-        rank=rank, hidden=hidden, batch_size=batch, epochs=2, device=device, noise="tests", seed=0
+        rank=rank,
+        hidden=hidden,
+        batch_size=batch,
+        epochs=2,
+        device=device,
+        noise="tests",
+        seed=0,
+        kernel_update_every=kernel_update_every,
     )
     t0 = time.perf_counter()
     est.fit(
@@ -405,6 +415,7 @@ def child_epoch(rows: int, rank: int, hidden: int, batch: int, device: str) -> d
         "hidden": hidden,
         "batch": batch,
         "device": device,
+        "kernel_update_every": kernel_update_every,
         "steps_per_epoch": -(-(rows - n_val) // batch),
         "epoch_s": float(est.history_[-1]["seconds"]),
         "fit_s_two_epochs": total,
@@ -521,6 +532,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also time one epoch of DBKRegressor.fit (rank, hidden, batch of the last config)",
     )
     m.add_argument(
+        "--kernel-every",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="the epochs' kernel_update_every values, one process each (1: the kernel "
+        "steps on every batch)",
+    )
+    m.add_argument(
         "--map-side",
         type=int,
         nargs="*",
@@ -544,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             result = child_model(r, h, b, args.rest[3] if len(args.rest) > 3 else "cpu")
         elif args.what == "epoch":
             rows, r, h, b = (int(float(v)) for v in args.rest[:4])
-            result = child_epoch(rows, r, h, b, args.rest[4])
+            result = child_epoch(rows, r, h, b, args.rest[4], int(args.rest[5]))
         elif args.what == "map":
             side, r, h = (int(v) for v in args.rest[:3])
             result = child_map(side, r, h, args.rest[3], float(args.rest[4]))
@@ -579,9 +598,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r), flush=True)
             results.append(r)
         for rows in args.epoch_rows:
-            r = _run_child(["epoch", str(int(rows)), *args.configs[-1].split(":"), args.device])
-            print(json.dumps(r), flush=True)
-            results.append(r)
+            for every in args.kernel_every:
+                r = _run_child(
+                    ["epoch", str(int(rows)), *args.configs[-1].split(":"), args.device, str(every)]
+                )
+                print(json.dumps(r), flush=True)
+                results.append(r)
         for side in args.map_side:
             rank, hidden = args.configs[-1].split(":")[:2]
             r = _run_child(["map", str(side), rank, hidden, args.device, str(args.map_cap_s)])

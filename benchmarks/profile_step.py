@@ -45,12 +45,13 @@ def group_of(name: str) -> str:
 
 
 def step_setup(
-    expansion: str, rank: int, hidden: int, batch: int
+    expansion: str, rank: int, hidden: int, batch: int, *, device: str = "cpu"
 ) -> tuple[DBKModel, LoopConfig, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
     """An untrained DBK model (seed 0), the seed's dPPGP settings, its AdamW optimiser (weight
-    decay 1e-2 on the backbone) and one random batch of inputs in [-1, 1]^2 and targets."""
+    decay 1e-2 on the backbone) and one random batch of inputs in [-1, 1]^2 and targets, all on
+    ``device``."""
     torch.manual_seed(0)
-    model = DBKModel(2, expansion=expansion, rank=rank, hidden=hidden)
+    model = DBKModel(2, expansion=expansion, rank=rank, hidden=hidden).to(device)
     config = LoopConfig.of(DBKHyperparameters(objective="dppgp", alpha=0.1, beta=0.01))
     opt = torch.optim.AdamW(
         [
@@ -60,7 +61,8 @@ def step_setup(
         lr=1e-3,
         fused=True,
     )
-    return model, config, opt, torch.rand(batch, 2) * 2 - 1, torch.randn(batch)
+    x = torch.rand(batch, 2) * 2 - 1
+    return model, config, opt, x.to(device), torch.randn(batch).to(device)
 
 
 def main(argv: list[str] | None = None) -> int:
