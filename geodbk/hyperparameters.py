@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DBKHyperparameters"]
+__all__ = ["KERNEL_UPDATE_EVERY_DPPGP_RBF", "DBKHyperparameters"]
+
+#: ``kernel_update_every: 0`` (the default) for DBK-RBF trained with dPPGP: the kernel steps on
+#: one mini-batch in 4 (docs/decisions/defaults.md).
+KERNEL_UPDATE_EVERY_DPPGP_RBF = 4
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -42,7 +46,16 @@ class DBKHyperparameters:
     noise: str = "constant"
     noise_power: bool = False
     noise_init: float = 1e-2
-    kernel_update_every: int = 1
+    kernel_update_every: int = 0
+
+    def resolved_kernel_update_every(self) -> int:
+        """``kernel_update_every``, with ``0`` (default) resolved:
+        :data:`KERNEL_UPDATE_EVERY_DPPGP_RBF` for the RBF basis with the dPPGP objective, else
+        ``1`` (no kernel to hold with the SiLU basis; PPGP, ELBO and exact unmeasured held)."""
+        if self.kernel_update_every != 0:
+            return int(self.kernel_update_every)
+        held = self.expansion == "rbf" and self.objective == "dppgp"
+        return KERNEL_UPDATE_EVERY_DPPGP_RBF if held else 1
 
     @property
     def variance_correction(self) -> bool:

@@ -78,13 +78,15 @@ class LoopConfig:
     @classmethod
     def of(cls, hyperparameters: DBKHyperparameters, **changes: Any) -> LoopConfig:
         """The loop options of ``hyperparameters`` (its fields and ``variance_correction``,
-        cast to the types here), ``changes`` replacing some."""
+        cast to the types here; ``kernel_update_every`` resolved), ``changes`` replacing
+        some."""
         types = get_type_hints(cls)
         values = {
             f.name: types[f.name](getattr(hyperparameters, f.name))
             for f in fields(cls)
             if hasattr(hyperparameters, f.name)
         }
+        values["kernel_update_every"] = hyperparameters.resolved_kernel_update_every()
         return cls(**{**values, **changes})
 
     def __post_init__(self) -> None:

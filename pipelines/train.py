@@ -319,8 +319,8 @@ def _history_csv(history: list[dict[str, Any]]) -> str:
 
 def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
     """Config keys that must match to resume (epochs, patience, chunking and the tile effect,
-    fitted after training, may change)."""
-    d = cfg.to_dict()
+    fitted after training, may change), ``kernel_update_every`` resolved."""
+    d = {**cfg.to_dict(), "kernel_update_every": cfg.resolved_kernel_update_every()}
     for key in (
         "epochs",
         "patience",
@@ -394,11 +394,17 @@ def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
     if not has_state:
         log.warning("--resume: no checkpoint in %s; training from scratch", ckpt_dir)
         return False
-    if saved.is_file() and _resume_keys(load_config(saved)) != _resume_keys(cfg):
-        raise RunDirectoryError(
-            f"--resume: the checkpoint in {ckpt_dir} was made with a different config "
-            f"({saved}); resume with the same --config/--epochs/--device or train without --resume"
-        )
+    if saved.is_file():
+        # a config saved before kernel_update_every existed was trained with 1
+        before = _resume_keys(load_config(saved, base=TrainConfig(kernel_update_every=1)))
+        now = _resume_keys(cfg)
+        differ = sorted(k for k in now if before.get(k) != now[k])
+        if differ:
+            raise RunDirectoryError(
+                f"--resume: the checkpoint in {ckpt_dir} was made with a different config "
+                f"({saved}: {', '.join(f'{k}={before.get(k)!r}' for k in differ)}); resume "
+                "with the same --config/--epochs/--device or train without --resume"
+            )
     return True
 
 
@@ -549,6 +555,7 @@ def run_train(
             cfg = resolve_tile_effect_groups(cfg, gdf, target, source=rd.tiles)
         noise_kw = noise_covariates(gdf, target, cfg.noise)
     cfg = resolve_local_layer(cfg)
+    cfg = cfg.replace(kernel_update_every=cfg.resolved_kernel_update_every())
     scaling = scaling_of(meta, source=rd.tiles)
     is_main = shards is None or shards.is_main
     model_dir = rd.model_dir(target)

@@ -15,7 +15,7 @@ import torch
 
 from geodbk.errors import TrainingDivergedError
 from geodbk.geo.parquet_batches import ParquetRowGroups
-from geodbk.hyperparameters import DBKHyperparameters
+from geodbk.hyperparameters import KERNEL_UPDATE_EVERY_DPPGP_RBF, DBKHyperparameters
 from geodbk.model import DBKModel
 from geodbk.streaming import train_streaming
 from geodbk.training import Epoch, LoopConfig, TrainResult, fit, train_model
@@ -140,7 +140,29 @@ def test_a_held_kernel_takes_one_step_in_k_and_the_rest_train_every_step() -> No
     )
     assert all(p.requires_grad for p in model.parameters())
     with pytest.raises(ValueError, match="kernel_update_every"):
-        LoopConfig.of(DBKHyperparameters(kernel_update_every=0), variance_correction=False)
+        LoopConfig.of(DBKHyperparameters(kernel_update_every=-1), variance_correction=False)
+
+
+@pytest.mark.parametrize(
+    ("expansion", "objective", "given", "resolved"),
+    [
+        ("rbf", "dppgp", 0, KERNEL_UPDATE_EVERY_DPPGP_RBF),
+        ("rbf", "dppgp", 1, 1),
+        ("rbf", "ppgp", 0, 1),
+        ("rbf", "elbo", 0, 1),
+        ("rbf", "exact", 0, 1),
+        ("silu", "dppgp", 0, 1),
+        ("rbf", "ppgp", 3, 3),
+    ],
+)
+def test_the_default_holds_the_kernel_only_for_dppgp_with_the_rbf_basis(
+    expansion: str, objective: str, given: int, resolved: int
+) -> None:
+    """``kernel_update_every: 0`` (default) resolves to 4 for DBK-RBF under dPPGP (measured
+    there) and to 1 elsewhere; a value given is kept."""
+    hyper = DBKHyperparameters(expansion=expansion, objective=objective, kernel_update_every=given)
+    assert DBKHyperparameters().kernel_update_every == 0
+    assert LoopConfig.of(hyper, variance_correction=False).kernel_update_every == resolved
 
 
 class _Toy(torch.nn.Module):

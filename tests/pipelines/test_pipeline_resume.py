@@ -10,9 +10,11 @@ import pytest
 from pipeline_helpers import killed_after_checkpoints, make_run
 from safetensors.numpy import load_file
 
+from geodbk import DBKRegressor
 from geodbk.errors import RunDirectoryError
 from pipelines import cli
 from pipelines.config import demo_config, dump_config
+from pipelines.rundir import RunDir
 from pipelines.train import run_train
 
 CFG = demo_config(quick=True).replace(epochs=6, patience=6)
@@ -74,3 +76,19 @@ def test_resume_with_a_different_config_is_refused(tmp_path: Path) -> None:
     run_train(run, target="download", config=CFG.replace(epochs=1), progress=False)
     with pytest.raises(RunDirectoryError, match="different config"):
         run_train(run, target="download", config=CFG.replace(rank=8), resume=True, progress=False)
+
+
+def test_a_checkpoint_from_before_the_held_kernel_resumes_with_every_step(tmp_path: Path) -> None:
+    """A checkpoint whose config has no ``kernel_update_every`` was trained with 1: it resumes
+    with ``kernel_update_every: 1``, and the default (4 for DBK-RBF under dPPGP) is refused,
+    naming the key."""
+    run = make_run(tmp_path / "run")
+    old = CFG.replace(epochs=1, kernel_update_every=1)
+    run_train(run, target="download", config=old, progress=False)
+    saved = RunDir(run).checkpoint_dir("download") / "config.yaml"
+    lines = saved.read_text().splitlines(keepends=True)
+    saved.write_text("".join(x for x in lines if not x.startswith("kernel_update_every")))
+    with pytest.raises(RunDirectoryError, match="kernel_update_every=1"):
+        run_train(run, target="download", config=CFG.replace(epochs=2), resume=True, progress=False)
+    run_train(run, target="download", config=old.replace(epochs=2), resume=True, progress=False)
+    assert len(DBKRegressor.load(RunDir(run).model_dir("download")).history_) == 2

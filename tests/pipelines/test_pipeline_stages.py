@@ -18,6 +18,7 @@ from pipeline_helpers import REGION, grid_noise_s2, make_run
 from geodbk import DBKRegressor
 from geodbk.errors import ModelFileError, RunDirectoryError
 from geodbk.geo.grids import make_grid, region_mask
+from geodbk.hyperparameters import KERNEL_UPDATE_EVERY_DPPGP_RBF
 from pipelines.config import demo_config
 from pipelines.export import run_export
 from pipelines.predict import run_predict
@@ -46,9 +47,14 @@ def test_model_bundle(run: Path) -> None:
     assert md["target"] == "download" and md["log_column"] == "log10_download"
     assert set(md["input_scaling"]) == {"lon_min", "lon_max", "lat_min", "lat_max"}
     # noise "auto" is resolved from the tiles (`tests` and `devices` columns) before saving,
-    # tile_effect and local_layer "auto" too (off: the table has one quarter)
+    # tile_effect and local_layer "auto" too (off: the table has one quarter), and
+    # kernel_update_every 0 (4 for DBK-RBF under dPPGP)
     resolved = CFG.replace(
-        noise="tests+devices", noise_init=0.5, tile_effect="off", local_layer="off"
+        noise="tests+devices",
+        noise_init=0.5,
+        tile_effect="off",
+        local_layer="off",
+        kernel_update_every=KERNEL_UPDATE_EVERY_DPPGP_RBF,
     ).to_dict()
     assert md["config"] == resolved and md["geodbk_version"]
     noise_keys = {"noise", "s2_floor", "s2_meas", "power", "s2_dev", "power_devices"}

@@ -12,6 +12,7 @@ import pytest
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
+from geodbk.hyperparameters import KERNEL_UPDATE_EVERY_DPPGP_RBF
 from pipelines import train as train_stage
 from pipelines.config import demo_config
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
@@ -130,7 +131,8 @@ def test_explicit_on_is_refused_before_training(tmp_path: Path) -> None:
 
 
 def test_a_held_kernel_trains_from_the_config(tmp_path: Path) -> None:
-    """``kernel_update_every: 3`` in the YAML file trains (recorded in the model's config)."""
+    """``kernel_update_every: 3`` in the YAML file trains (recorded in the model's config);
+    the default ``0`` is saved resolved (4 for DBK-RBF under dPPGP)."""
     from pipelines import cli
     from pipelines.config import dump_config
 
@@ -143,3 +145,11 @@ def test_a_held_kernel_trains_from_the_config(tmp_path: Path) -> None:
     assert cli.main([*argv, "--no-progress"]) == 0
     md = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_
     assert md["config"]["kernel_update_every"] == 3
+    default = CFG.replace(tile_effect="off", local_layer="off")
+    assert default.kernel_update_every == 0
+    cfg_file.write_text(dump_config(default))
+    assert cli.main([*argv, "--no-progress"]) == 0
+    md = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_
+    assert md["config"]["kernel_update_every"] == KERNEL_UPDATE_EVERY_DPPGP_RBF
+    saved = RunDir(run).model_dir("download") / "config.yaml"
+    assert f"kernel_update_every: {KERNEL_UPDATE_EVERY_DPPGP_RBF}" in saved.read_text()
