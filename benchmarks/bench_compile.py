@@ -1,8 +1,9 @@
-"""Does ``torch.compile`` pay for a DBK training step on the CPU? Median seconds of a dPPGP step
-(forward, loss, backward, AdamW) with the objective eager or compiled (inductor, default mode),
-one process per mode (``--device cuda``: on a GPU, synchronised), after 3 warm-up steps that include the compilation, with the ``geodbk``
-command's allocator settings (:func:`pipelines.allocator.keep_freed_memory`;
-``--default-malloc``: glibc's own); ``--expansion silu`` for DBK-SiLU::
+"""Does ``torch.compile`` pay for a DBK training step? Median seconds of a dPPGP step (forward,
+loss, backward, AdamW) with the objective eager or compiled (inductor, default mode), one
+process per mode, after 3 warm-up steps that include the compilation, on the CPU with the
+``geodbk`` command's allocator settings (:func:`pipelines.allocator.keep_freed_memory`;
+``--default-malloc``: glibc's own) or, with ``--device cuda``, on a GPU (synchronised);
+``--expansion silu`` for DBK-SiLU::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode eager
     OMP_NUM_THREADS=1 python benchmarks/bench_compile.py --rank 256 --hidden 64 --batch 256 --mode compile
