@@ -35,6 +35,7 @@ import torch
 
 from geodbk.device import resolve_device
 from geodbk.objectives import batch_loss
+from geodbk.steps import minibatch_step
 
 __all__ = [
     "DistributedContext",
@@ -321,33 +322,34 @@ def make_epoch_runner(
         batches = plan.epoch_batches(generator=generator, batch_size=config.batch_size)
         for i, (idx, b_global) in enumerate(batches):
             idx = idx.to(x.device)
-            optimizer.zero_grad(set_to_none=True)
             tb = None if tests is None else tests[idx]
+            if not distributed:  # the whole batch is here (b_global rows)
+                total += minibatch_step(
+                    model, optimizer, x[idx], y[idx], n=n, config=config, batch=i, tests=tb
+                )
+                continue
+            assert plan.rank is not None
+            optimizer.zero_grad(set_to_none=True)
             # DDP's reducer waits for every parameter's gradient, and the loss reaches q(w) and
             # the noise outside its forward: a held kernel stays in the graph there
-            with model.kernel_held(config.holds_kernel(i), keep_graph=distributed):
+            with model.kernel_held(config.holds_kernel(i), keep_graph=True):
                 out = forward(x[idx])
-                if not distributed:
-                    loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb, out=out)
-                    loss.backward()
-                else:
-                    assert plan.rank is not None
-                    phi_sq_max = None
-                    if config.objective == "dppgp":
-                        phi_sq_max = _global_max(out.phi_sq, rank=plan.rank, world=world)
-                    loss = batch_loss(
-                        model,
-                        x[idx],
-                        y[idx],
-                        n=n,
-                        config=config,
-                        tests=tb,
-                        out=out,
-                        phi_sq_max=phi_sq_max,
-                        size=b_global,
-                        kl_share=1.0 / world,
-                    )
-                    (world * loss).backward()
+                phi_sq_max = None
+                if config.objective == "dppgp":
+                    phi_sq_max = _global_max(out.phi_sq, rank=plan.rank, world=world)
+                loss = batch_loss(
+                    model,
+                    x[idx],
+                    y[idx],
+                    n=n,
+                    config=config,
+                    tests=tb,
+                    out=out,
+                    phi_sq_max=phi_sq_max,
+                    size=b_global,
+                    kl_share=1.0 / world,
+                )
+                (world * loss).backward()
             optimizer.step()
             total += float(loss.detach()) * b_global
         if distributed:

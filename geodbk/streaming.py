@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from geodbk.batches import InputFn, RowGroupSource, stack_inputs
+from geodbk.steps import minibatch_step
 from geodbk.training import (
     _make_optimizer,
-    batch_loss,
     checkpoint_options,
     fit,
     shuffled_batches,
@@ -146,13 +146,10 @@ def train_streaming(
                 if len(idx) < 2 and config.objective == "dppgp":
                     continue
                 idx = idx.to(device)
-                optimizer.zero_grad(set_to_none=True)
                 tb = None if tt is None else tt[idx]
-                with model.kernel_held(config.holds_kernel(steps)):
-                    loss = batch_loss(model, xt[idx], yt[idx], n=n, config=config, tests=tb)
-                    loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(idx)
+                total += minibatch_step(
+                    model, optimizer, xt[idx], yt[idx], n=n, config=config, batch=steps, tests=tb
+                )
                 seen += len(idx)
                 steps += 1
         return total / max(seen, 1)

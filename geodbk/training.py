@@ -35,6 +35,7 @@ from geodbk.objectives import (
     gaussian_nll,
 )
 from geodbk.posterior import accumulate_statistics, posterior_from_statistics
+from geodbk.steps import minibatch_step
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -493,13 +494,10 @@ def train_model(
         total = 0.0
         for i, idx in enumerate(shuffled_batches(n, config.batch_size, gen)):
             idx = idx.to(x.device)
-            optimizer.zero_grad(set_to_none=True)
             tb = None if tests is None else tests[idx]
-            with model.kernel_held(config.holds_kernel(i)):
-                loss = batch_loss(model, x[idx], y[idx], n=n, config=config, tests=tb)
-                loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * int(idx.shape[0])
+            total += minibatch_step(
+                model, optimizer, x[idx], y[idx], n=n, config=config, batch=i, tests=tb
+            )
         return total / n
 
     gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
