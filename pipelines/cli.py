@@ -66,6 +66,18 @@ T = TypeVar("T")
 FITTING = {"run": "run directory (from geodbk ingest)", "target": "what to model"}
 
 
+def add_bbox_option(group: Any) -> None:
+    """``--bbox W S E N`` on ``group`` (a parser or an argument group): a region given as a
+    box in degrees."""
+    group.add_argument(
+        "--bbox",
+        nargs=4,
+        type=float,
+        metavar=("W", "S", "E", "N"),
+        help="bounding box in degrees (W > E: a box across the 180° meridian)",
+    )
+
+
 def stage_parser(
     subparsers: Any,
     name: str,

@@ -44,7 +44,7 @@ from geodbk.geo.frame import native_boxes
 from geodbk.geo.ookla import TYPES
 from geodbk.geo.regions import bbox_region, resolve_region
 from geodbk.geo.timeaxis import parse_quarters
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import add_bbox_option, call_with_options, stage_parser
 
 log = logging.getLogger("geodbk.download")
 
@@ -554,13 +554,7 @@ def register(subparsers: Any) -> None:
     g = p.add_argument_group("region (optional, one of)")
     g.add_argument("--state", help="state postal code, name or FIPS (uses the Census state file)")
     g.add_argument("--region", metavar="FILE", help="any polygon file")
-    g.add_argument(
-        "--bbox",
-        nargs=4,
-        type=float,
-        metavar=("W", "S", "E", "N"),
-        help="bounding box in degrees (W > E: a box across the 180° meridian)",
-    )
+    add_bbox_option(g)
     p.add_argument(
         "--no-census", dest="census", action="store_false", help="do not fetch the Census files"
     )

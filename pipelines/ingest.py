@@ -35,7 +35,7 @@ from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import add_bbox_option, call_with_options, stage_parser
 
 log = logging.getLogger("geodbk.ingest")
 
@@ -547,13 +547,7 @@ def register(subparsers: Any) -> None:
         help="Census state-boundary file (cb_2018_us_state_500k.zip)",
     )
     g.add_argument("--region", metavar="FILE", help="any polygon file as the region")
-    g.add_argument(
-        "--bbox",
-        nargs=4,
-        type=float,
-        metavar=("W", "S", "E", "N"),
-        help="bounding box in degrees (W > E: a box across the 180° meridian)",
-    )
+    add_bbox_option(g)
     u = p.add_argument_group("urban/rural source (one of)")
     u.add_argument(
         "--urban-areas", metavar="FILE", help="Census urban areas (tl_2020_us_uac20, UACE10)"
