@@ -116,9 +116,9 @@ class _LatentMoments(torch.autograd.Function):
                         grad_u = g_part @ lower[:, :w].T
                     else:
                         grad_u[:, s:].addmm_(g_part, lower[s:, s : s + w].T)
-                if buffer is not None:
+                if buffer is not None:  # written in place: BLAS takes the block's stride
                     buffer[:s, s : s + w] = 0.0
-                    buffer[s:, s : s + w] = u[:, s:].T @ g_part
+                    torch.mm(u[:, s:].T, g_part, out=buffer[s:, s : s + w])
                 elif need_lower:
                     grad_lower = u.T @ g_part
             if buffer is not None:
@@ -144,7 +144,7 @@ def lower_gram(a: torch.Tensor, b: torch.Tensor, *, width: int) -> torch.Tensor:
     out = torch.zeros(r, r, dtype=b.dtype, device=b.device)
     for start in range(0, r, width):
         stop = min(start + width, r)
-        out[start:, start:stop] = a[:, start:].T @ b[:, start:stop]
+        torch.mm(a[:, start:].T, b[:, start:stop], out=out[start:, start:stop])
         diagonal = out[start:stop, start:stop]
         diagonal.copy_(torch.tril(diagonal))
     return out
