@@ -66,7 +66,8 @@ def make_dbk(
     does (the first updating the RBF kernel, the others holding it; ``steps_per_call``)."""
     from geodbk.hyperparameters import DBKHyperparameters
     from geodbk.model import DBKModel
-    from geodbk.training import LoopConfig, batch_loss
+    from geodbk.steps import minibatch_step
+    from geodbk.training import LoopConfig
 
     torch.manual_seed(0)
     model = DBKModel(2, expansion=expansion, rank=r, hidden=h).to(device)
@@ -87,11 +88,7 @@ def make_dbk(
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
         model.train()
         for i in range(kernel_update_every):
-            opt.zero_grad(set_to_none=True)
-            with model.kernel_held(config.holds_kernel(i)):
-                loss = batch_loss(model, x, y, n=n, config=config)
-                loss.backward()
-            opt.step()
+            minibatch_step(model, opt, x, y, n=n, config=config, batch=i)
 
     state: dict[str, Any] = {}
 

@@ -248,10 +248,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         if int(self.rank) < 1 or int(self.hidden) < 1:
             raise ValueError("rank and hidden must be positive")
-        if int(self.kernel_update_every) < 0 or (
-            int(self.kernel_update_every) > 1
-            and (self.expansion != "rbf" or self.objective == "exact")
-        ):
+        if not self.kernel_update_every_allowed():
             raise ValueError(
                 "kernel_update_every must be 0 (default) or 1 with expansion='silu' (no kernel "
                 "to hold) or objective='exact' (one full-batch step per epoch), and >= 0; got "

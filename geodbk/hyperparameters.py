@@ -48,6 +48,12 @@ class DBKHyperparameters:
     noise_init: float = 1e-2
     kernel_update_every: int = 0
 
+    def kernel_update_every_allowed(self) -> bool:
+        """Whether ``kernel_update_every`` is valid here: ``>= 0``, and above 1 only with the
+        RBF basis (a kernel to hold) and a mini-batch objective (not ``exact``)."""
+        k = int(self.kernel_update_every)
+        return k >= 0 and (k <= 1 or (self.expansion == "rbf" and self.objective != "exact"))
+
     def resolved_kernel_update_every(self) -> int:
         """``kernel_update_every``, with ``0`` (default) resolved:
         :data:`KERNEL_UPDATE_EVERY_DPPGP_RBF` for the RBF basis with the dPPGP objective, else

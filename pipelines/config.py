@@ -182,8 +182,7 @@ class TrainConfig(DBKHyperparameters):
             ("kernel_update_every", self.kernel_update_every >= 0, ">= 0"),
             (
                 "kernel_update_every",
-                self.kernel_update_every <= 1
-                or (self.expansion == "rbf" and self.objective != "exact"),
+                self.kernel_update_every_allowed(),
                 "0 (default) or 1 with expansion 'silu' (no kernel to hold) or objective "
                 "'exact' (one full-batch step per epoch)",
             ),

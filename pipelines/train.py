@@ -398,11 +398,11 @@ def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
         # a config saved before kernel_update_every existed was trained with 1
         before = _resume_keys(load_config(saved, base=TrainConfig(kernel_update_every=1)))
         now = _resume_keys(cfg)
-        differ = sorted(k for k in now if before.get(k) != now[k])
+        differ = sorted(k for k in now if before[k] != now[k])
         if differ:
             raise RunDirectoryError(
                 f"--resume: the checkpoint in {ckpt_dir} was made with a different config "
-                f"({saved}: {', '.join(f'{k}={before.get(k)!r}' for k in differ)}); resume "
+                f"({saved}: {', '.join(f'{k}={before[k]!r}' for k in differ)}); resume "
                 "with the same --config/--epochs/--device or train without --resume"
             )
     return True
