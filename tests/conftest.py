@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -20,6 +21,24 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 HAWAII = SHARED_DATA / "hawaii"
+
+
+#: The dashboard's tests need streamlit, which `make install-dev` installs; a GPU machine that
+#: carries only the model's dependencies collects the rest of the suite (``pytest -m gpu tests``).
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+HAVE_STREAMLIT = _installed("streamlit")
+collect_ignore = [] if HAVE_STREAMLIT else ["app", "robustness/test_app_escaping.py"]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say when the dashboard's tests were left out, so that a missing install is seen."""
+    return None if HAVE_STREAMLIT else "streamlit is not installed: tests/app not collected"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import mercantile
 import numpy as np
 import pytest
 
 from geodbk.geo import quadkey as qk
+
+mercantile = pytest.importorskip("mercantile", reason="the reference quadkeys need mercantile")
 
 
 def _random_quadkeys(n: int, seed: int = 0) -> list[str]:
