@@ -19,6 +19,7 @@ import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
+from geodbk.geo.ookla import TILE_ZOOM
 from geodbk.geo.quadkey import quadkey_centroid, valid_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
@@ -112,6 +113,13 @@ def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.nda
             f"({', '.join(map(str, lengths))} digits), i.e. different zooms; usually leading "
             "zeros were lost on the way (the file was written with quadkeys as numbers): "
             "store them as text, all of one zoom (Ookla tiles: 16 digits)"
+        )
+    if lengths.size and int(lengths[0]) != TILE_ZOOM:
+        raise DataError(
+            f"{path}: column {column!r} holds {int(lengths[0])}-digit quadkeys, but the map's "
+            f"tiles are zoom-{TILE_ZOOM} quadkeys of {TILE_ZOOM} digits; a spreadsheet drops "
+            "a quadkey's leading 0 (store the quadkeys as text, e.g. quoted in the CSV), and a "
+            "cut quadkey names a larger tile (use the original file, or give lon/lat columns)"
         )
     lon, lat = quadkey_centroid(keys)
     return np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64)

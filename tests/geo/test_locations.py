@@ -63,6 +63,7 @@ def test_geometries_are_reprojected_and_polygons_give_an_inner_point(tmp_path: P
         ("sites.xlsx", "x", "unknown file type"),
         ("sites.csv", "lon,lat\n", "has no rows"),
         ("sites.csv", "quadkey\n0230\n02301\n", "2 lengths"),
+        ("sites.csv", "quadkey\n230123012301230\n230123012301231\n", "15-digit quadkeys"),
         ("sites.csv", "lat,lon\n-99.5,39.6\n", "swapped"),
         ("sites.csv", "name\nA\n", "no place columns"),
     ],
