@@ -36,6 +36,7 @@ from geodbk.geo.regions import Region, resolve_region, write_region_geojson
 from geodbk.geo.table import prepare_tile_table, write_tile_table
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
 from pipelines.cli import add_bbox_option, call_with_options, stage_parser
+from pipelines.rundir import file_in_run_path, file_in_run_path_message
 
 log = logging.getLogger("geodbk.ingest")
 
@@ -123,6 +124,12 @@ def run_ingest(
     """
     t0 = time.perf_counter()
     run_dir = Path(run)
+    blocker = file_in_run_path(run_dir)
+    if blocker is not None:
+        raise DataError(
+            f"{file_in_run_path_message(run_dir, blocker)}; give --run a folder path (new or "
+            "existing), not a file"
+        )
     if scale_by not in ("region", "tiles"):
         raise DataError(f"unknown --scale-by {scale_by!r}: use region or tiles")
     if split not in SPLIT_KINDS:

@@ -288,15 +288,38 @@ def licence_schema_metadata(licence: dict[str, str]) -> dict[bytes, bytes]:
     return {PARQUET_LICENCE_KEY: json.dumps(licence, sort_keys=True).encode()}
 
 
+def file_in_run_path(run: str | Path) -> Path | None:
+    """The file that stands where the run directory ``run`` or one of its parent folders
+    should be (``run`` itself, or a parent that is a file), else ``None``."""
+    path = Path(run)
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def file_in_run_path_message(run: str | Path, blocker: Path) -> str:
+    """Why ``run`` cannot be a run directory: ``blocker`` (:func:`file_in_run_path`) is a file."""
+    inside = "" if blocker == Path(run) else f" (a folder {run} cannot be made inside it)"
+    return f"run directory {run}: {blocker} is a file, not a folder{inside}"
+
+
 def require_run(run: str | Path) -> RunDir:
     """Check that ``run`` is an ingested run directory and return its :class:`RunDir`.
 
     Raises
     ------
     RunDirectoryError
-        When the folder or its ``tiles.parquet`` / ``region.geojson`` is missing.
+        When the folder or its ``tiles.parquet`` / ``region.geojson`` is missing, or ``run``
+        (or a parent of it) is a file.
     """
     rd = RunDir(Path(run))
+    blocker = file_in_run_path(rd.root)
+    if blocker is not None:
+        raise RunDirectoryError(
+            f"{file_in_run_path_message(rd.root, blocker)}; pass the run folder that "
+            f"`geodbk ingest --run FOLDER ...` wrote"
+        )
     if not rd.root.is_dir():
         raise RunDirectoryError(
             f"run directory {rd.root} does not exist; create it with "

@@ -1,0 +1,37 @@
+"""``geodbk ingest`` given paths that are not what they should be: a file as ``--run``, a run
+directory inside (or as) the ``--tiles`` folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from geo_helpers import make_tiles, write_hive
+
+from pipelines import cli
+
+BBOX = ["--bbox", "-158.3", "21.2", "-157.6", "21.8"]
+
+
+def _tiles(folder: Path) -> Path:
+    write_hive(folder, make_tiles(40).drop(columns="tile"), kind="fixed", year=2023, q=4)
+    return folder
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_a_file_as_the_run_directory_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], below: str
+) -> None:
+    tiles = _tiles(tmp_path / "tiles")
+    points = tmp_path / "pts.csv"
+    points.write_text("lon,lat\n-157.9,21.4\n")
+    run = points / below if below else points
+    code = cli.main(["ingest", "--tiles", str(tiles), "--run", str(run), *BBOX])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err
+    assert f"{points} is a file, not a folder" in err and "--run" in err
+    assert points.read_text() == "lon,lat\n-157.9,21.4\n"
+    code = cli.main(["train", "--run", str(run), "--target", "download"])
+    err = capsys.readouterr().err
+    assert code == 5 and f"{points} is a file, not a folder" in err
+    assert "does not exist" not in err
