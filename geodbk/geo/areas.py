@@ -28,7 +28,7 @@ from shapely.geometry.base import BaseGeometry
 from geodbk.errors import DataError
 from geodbk.geo.frame import geometry_in_frame, native_box, native_longitude, wrap_longitude
 from geodbk.geo.grids import Grid
-from geodbk.geo.regions import _source
+from geodbk.geo.regions import _source, lonlat_without_crs
 from geodbk.local_layer import EARTH_RADIUS_KM
 
 __all__ = [
@@ -336,14 +336,7 @@ def read_areas(path: str | Path, *, id_column: str | None = None) -> Areas:
     if len(frame) == 0:
         raise DataError(f"{shown} holds no areas (0 rows)")
     if frame.crs is None:
-        w, s, e, n = frame.total_bounds
-        if not (-180 <= w <= e <= 180 and -90 <= s <= n <= 90):
-            raise DataError(
-                f"{shown} has no coordinate reference system and its coordinates are not lon/lat "
-                "degrees; give the file with its CRS (e.g. the shapefile's .prj)"
-            )
-        log.warning("%s has no CRS; taking it as lon/lat (EPSG:4326)", shown)
-        frame = frame.set_crs(WGS84)
+        frame = lonlat_without_crs(frame, shown=shown)
     elif frame.crs != WGS84:
         frame = frame.to_crs(WGS84)
     frame = frame.reset_index(drop=True)

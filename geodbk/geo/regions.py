@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from geodbk.errors import DataError
 from geodbk.geo.frame import Scaling, frame_bounds, native_box, wrap_longitude
 
 WGS84 = "EPSG:4326"
+
+log = logging.getLogger("geodbk")
 
 _STATE_CODE_FIELDS = ("STUSPS", "STUSPS20", "STUSPS10", "STUSAB", "POSTAL")
 _STATE_NAME_FIELDS = ("NAME", "NAME20", "NAME10")
@@ -85,6 +88,35 @@ def _source(path: str | Path, *, what: str) -> tuple[Path, str]:
     return p, str(p)
 
 
+def lonlat_without_crs(gdf: gpd.GeoDataFrame, *, shown: str | Path) -> gpd.GeoDataFrame:
+    """A file's features read without a CRS, as EPSG:4326 when their coordinates are lon/lat
+    degrees (logged); projected coordinates (metres, feet) are refused.
+
+    Parameters
+    ----------
+    gdf
+        The features, ``crs`` ``None``.
+    shown
+        The file as named in messages.
+
+    Raises
+    ------
+    DataError
+        When the coordinates are out of the lon/lat range: the file lost its CRS (a shapefile
+        without its ``.prj``).
+    """
+    bounds = np.asarray(gdf.total_bounds, dtype=np.float64)
+    if np.isfinite(bounds).all():
+        w, s, e, n = bounds
+        if not (-180 <= w <= e <= 180 and -90 <= s <= n <= 90):
+            raise DataError(
+                f"{shown} has no coordinate reference system and its coordinates are not lon/lat "
+                "degrees; give the file with its CRS (e.g. the shapefile's .prj)"
+            )
+    log.warning("%s has no CRS; taking it as lon/lat (EPSG:4326)", shown)
+    return gdf.set_crs(WGS84)
+
+
 def read_vector(
     path: str | Path,
     *,
@@ -107,7 +139,8 @@ def read_vector(
     Raises
     ------
     DataError
-        If the file is missing, unreadable or has no CRS-compatible geometry.
+        If the file is missing, unreadable, has no geometry, or has no CRS and coordinates
+        that are not lon/lat (:func:`lonlat_without_crs`).
     """
     p, source = _source(path, what=what)
     try:
@@ -117,7 +150,8 @@ def read_vector(
         if bbox is not None:
             info = pyogrio.read_info(source)
             crs = info.get("crs")
-            file_bbox = bbox
+            # without a CRS the file's units are unknown: read it all, filter once in degrees
+            file_bbox = bbox if crs else None
             if crs and gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).crs != crs:
                 file_bbox = tuple(
                     gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).to_crs(crs).total_bounds
@@ -135,7 +169,9 @@ def read_vector(
     if "geometry" not in gdf or not isinstance(gdf, gpd.GeoDataFrame):
         raise DataError(f"{p}: the {what} file has no geometry")
     if gdf.crs is None:
-        gdf = gdf.set_crs(WGS84)
+        gdf = lonlat_without_crs(gdf, shown=p)
+        if bbox is not None and file_bbox is None:
+            gdf = gdf[gdf.geometry.intersects(shapely.box(*bbox))]
     elif gdf.crs != WGS84:
         gdf = gdf.to_crs(WGS84)
     usable = gdf.geometry.notna() & ~gdf.geometry.is_empty
