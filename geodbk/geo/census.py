@@ -33,7 +33,9 @@ from geodbk.geo.regions import WGS84, read_vector
 
 log = logging.getLogger("geodbk")
 
-_UA_CODE_FIELDS = ("UACE20", "UACE10", "UACE", "GEOID20", "GEOID10", "GEOID")
+#: Urban-area code fields, which only Census urban-area layers have (GEOID and NAME fields
+#: are in every Census layer: a state or tract file would pass as urban areas).
+_UA_CODE_FIELDS = ("UACE20", "UACE10", "UACE")
 _UA_NAME_FIELDS = ("NAME20", "NAME10", "NAME", "NAMELSAD20", "NAMELSAD10")
 _TRACT_FIELDS = ("GEOID", "GEOID20", "GEOID10", "GEOID00", "CTIDFP00")
 _COUNTY_FIELDS = ("GEOID", "GEOID20", "GEOID10", "CNTYIDFP", "FIPS")
@@ -97,6 +99,12 @@ def _pick(gdf: pd.DataFrame, fields: Iterable[str]) -> str | None:
     return next((f for f in fields if f in gdf.columns), None)
 
 
+def _columns(gdf: gpd.GeoDataFrame) -> str:
+    """A layer's attribute columns for a message (the geometry left out), or ``none``."""
+    names = [str(c) for c in gdf.columns if c != gdf.geometry.name]
+    return ", ".join(names) or "none"
+
+
 def _urban_layer(
     kind: str,
     gdf: gpd.GeoDataFrame,
@@ -121,13 +129,19 @@ def _urban_layer(
 def read_urban_areas(
     path: str | Path, *, bbox: tuple[float, float, float, float] | None = None
 ) -> UrbanLayer:
-    """Census urban areas (``tl_2020_us_uac20`` or the 2010 ``UACE10`` layer): inside = urban."""
+    """Census urban areas (``tl_2020_us_uac20`` or the 2010 ``UACE10`` layer): inside = urban.
+
+    A layer without an urban-area code field (``UACE20``, ``UACE10`` or ``UACE``), such as a
+    state-boundary or tract file, is refused: any polygon is not an urban mask.
+    """
     gdf = read_vector(path, bbox=bbox, what="urban-area")
     code_f = _pick(gdf, _UA_CODE_FIELDS)
     if code_f is None:
         raise DataError(
-            f"{path}: not a Census urban-area layer (no UACE20, UACE10 or GEOID field); use "
-            "tl_2020_us_uac20.zip, or --tracts/--rural-tracts or --counties/--rucc"
+            f"{path}: not a Census urban-area layer (no UACE20, UACE10 or UACE field; "
+            f"its columns: {_columns(gdf)}); pass the Census urban areas as --urban-areas "
+            "(tl_2020_us_uac20.zip, or a 2010 layer with UACE10), or label tiles with "
+            "--tracts/--rural-tracts or --counties/--rucc"
         )
     name_f = _pick(gdf, _UA_NAME_FIELDS)
     return _urban_layer(

@@ -56,6 +56,23 @@ def test_urban_areas_bbox_read_and_bad_schema(tmp_path: Path) -> None:
         census.read_urban_areas(other)
 
 
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"GEOID": ["15", "06"], "STUSPS": ["HI", "CA"], "NAME": ["Hawaii", "California"]},
+        {"GEOID10": ["15003000100", "15003000200"], "NAME10": ["1", "2"]},
+    ],
+)
+def test_a_state_or_tract_layer_is_not_taken_as_urban_areas(tmp_path: Path, columns: dict) -> None:
+    path = tmp_path / "layer.geojson"
+    _squares(**columns).to_file(path)
+    with pytest.raises(DataError, match="not a Census urban-area layer") as info:
+        census.read_urban_areas(path)
+    message = str(info.value)
+    assert str(path) in message and "UACE20" in message and "tl_2020_us_uac20" in message
+    assert all(f"{c}" in message for c in columns)  # the columns it has
+
+
 def test_fcc_rural_list_with_preamble(tmp_path: Path) -> None:
     path = tmp_path / "fcc.csv"
     path.write_text(FCC_PREAMBLE)
