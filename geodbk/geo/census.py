@@ -239,7 +239,12 @@ def read_tract_urban(
     gdf = read_vector(tracts, bbox=bbox, what="census-tract")
     f = _pick(gdf, _TRACT_FIELDS)
     if f is None:
-        raise DataError(f"{tracts}: not a census-tract layer (no GEOID or GEOID10 field)")
+        raise DataError(
+            f"{tracts}: not a census-tract layer (no {', '.join(_TRACT_FIELDS[:-1])} or "
+            f"{_TRACT_FIELDS[-1]} field; its columns: {_columns(gdf)}); pass the TIGER tract "
+            "layer of the state as --tracts (e.g. tl_2010_15_tract10.zip: the FCC rural list "
+            "names 2010 tracts), or use --urban-areas or --counties/--rucc"
+        )
     vintages = _warn_on_mixed_vintages(tracts, rural_tracts, f)
     raw = gdf[f].astype(str).str.strip()
     if len(raw) and raw.str.len().max() <= 5:
@@ -254,9 +259,10 @@ def read_tract_urban(
     covers = not len(geoid) or any(g[:2] in states for g in rural)
     if not covers:
         log.warning(
-            "%s: the rural-tract list has no tract of state(s) %s of %s, so every tile is "
-            "labelled urban; unless the state has no rural tract at all, pass the rural list "
-            "that covers it (the FCC list covers all states)",
+            "%s: the rural-tract list has no tract of state(s) %s of %s, so every tract is "
+            "labelled urban (only tiles outside all tracts stay rural); unless the state has "
+            "no rural tract at all, pass the rural list that covers it (the FCC list covers "
+            "all states)",
             rural_tracts,
             ", ".join(states),
             tracts,

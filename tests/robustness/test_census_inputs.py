@@ -86,3 +86,30 @@ def test_ingest_records_the_urban_checks(tmp_path: Path) -> None:
     checks = report["urban_source"]["checks"]
     assert 0.2 < checks["urban_share"] < 0.6 and checks["warning"] is None
     assert report["urban_source"]["null_geometries"] == 0
+
+
+def test_the_uncovered_state_warning_says_what_is_labelled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A list whose GEOIDs match no tract of the state labels every tract urban, while a tile
+    outside every tract stays rural: the warning may not say that every tile is urban."""
+    tracts = _layer(tmp_path / "tracts.geojson", {"GEOID10": ["15003000100"]}, [BOX])
+    rural = _rural_list(tmp_path / "rural.csv", ["1500300010"])  # a digit lost: read as state 01
+    with caplog.at_level("WARNING", logger="geodbk"):
+        layer = census.read_tract_urban(tracts, rural)
+    inside, outside = layer.label([-157.9, -150.0], [21.3, 21.3]).tolist()
+    assert inside and not outside
+    (message,) = [r.getMessage() for r in caplog.records if "no tract of state" in r.getMessage()]
+    assert "every tile is labelled urban" not in message
+    assert "every tract is labelled urban" in message and "outside" in message
+
+
+def test_a_layer_without_a_tract_geoid_names_its_columns_and_the_fix(tmp_path: Path) -> None:
+    layer = _layer(tmp_path / "blocks.geojson", {"BLOCKCE": ["1001"], "NAME": ["a"]}, [BOX])
+    rural = _rural_list(tmp_path / "rural.csv", ["15003000200"])
+    with pytest.raises(DataError, match="not a census-tract layer") as info:
+        census.read_tract_urban(layer, rural)
+    message = str(info.value)
+    assert str(layer) in message and "GEOID20" in message
+    assert "BLOCKCE" in message and "NAME" in message  # the columns it has
+    assert "--tracts" in message and "tl_2010_15_tract10.zip" in message
