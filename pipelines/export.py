@@ -2,10 +2,11 @@
 
 For each target, reads ``RUN/grids/TARGET.nc`` and writes ``RUN/exports/TARGET.tif``, one
 float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: single speed test
-(tests=1)", or the name for older grids; nodata -9999 outside the
-region; DEFLATE; COG with overviews for ``--format cog``) and ``RUN/exports/TARGET.json``, the
-provenance sidecar: run, target, model path, config hash, grid file, bands, format, created,
-geodbk version, and the grid's quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
+(tests=1)", or the name for flags and older grids; band units the variable's ``units``, e.g.
+"log10 avg_d_kbps", "Mbps", "1"; nodata -9999 outside the region; DEFLATE; COG with overviews
+for ``--format cog``) and ``RUN/exports/TARGET.json``, the provenance sidecar: run, target,
+model path, config hash, grid file, bands, format, created, geodbk version, and the grid's
+quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
 exports also ``product``, ``first_quarter``, ``last_quarter``, ``years``).
 
 Time-aware models (``geodbk train --time``): ``--quarter Q`` exports the grid of quarter Q
@@ -54,7 +55,8 @@ DESCRIPTION = """\
 Write GeoTIFF or Cloud-Optimized GeoTIFF maps from the grids of `geodbk predict`.
 
 For each target, reads RUN/grids/TARGET.nc and writes RUN/exports/TARGET.tif (one float32 band
-per grid variable, each band described as "NAME: QUANTITY", nodata -9999 outside the region,
+per grid variable, each band described as "NAME: QUANTITY" with its units: log10 kbps or ms,
+Mbps, ms, or 1 for probabilities and 0/1 flags; nodata -9999 outside the region,
 DEFLATE; --format cog adds overviews) and RUN/exports/TARGET.json, the provenance sidecar (run,
 target, model, config hash, grid, bands, quarter, licence, geodbk version). The data licence
 is also written into the GeoTIFF tags. --format netcdf writes the quarters' grids into one
@@ -136,15 +138,33 @@ def grid_period(ds: Any) -> str | None:
     return None
 
 
+#: 0/1 variables of a grid without CF ``flag_values`` (``is_flag`` knows them by name).
+FLAG_VARIABLES = ("tile_history",)
+
+
+def is_flag(ds: Any, name: str) -> bool:
+    """Whether a grid variable is a flag (0/1 or class codes), not a quantity: CF
+    ``flag_values``/``flag_meanings``, or one of :data:`FLAG_VARIABLES`."""
+    attrs = ds[name].attrs
+    return name in FLAG_VARIABLES or "flag_values" in attrs or "flag_meanings" in attrs
+
+
+def band_units(ds: Any, bands: list[str]) -> list[str]:
+    """The ``units`` attribute of each band (``log10 avg_d_kbps``, ``Mbps``, ``1``; ``""``
+    where a grid has none), for the GeoTIFF's band units and the sidecar."""
+    return [str(ds[b].attrs.get("units", "")) for b in bands]
+
+
 def band_descriptions(ds: Any, bands: list[str]) -> list[str]:
     """``"NAME: QUANTITY"`` per band (e.g. ``std: single speed test (tests=1)``, ``std_f:
-    latent mean f(x)``), or the bare name for grids written before the ``quantity`` attribute;
-    grids of a time-aware model append the quarter (``std_f: latent mean f(x), 2023Q4``) or the
-    trend's period (``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``)."""
+    latent mean f(x)``), or the bare name for flags (:func:`is_flag`) and for grids written
+    before the ``quantity`` attribute; grids of a time-aware model append the quarter
+    (``std_f: latent mean f(x), 2023Q4``) or the trend's period (``change_per_year: latent mean
+    f(x), change per year 2019Q4→2023Q4``)."""
     period = grid_period(ds)
     out = []
     for b in bands:
-        q = ds[b].attrs.get("quantity")
+        q = None if is_flag(ds, b) else ds[b].attrs.get("quantity")
         text = f"{b}: {q}" if q else b
         if period:
             text = f"{text}, {period}" if q else f"{text}: {period}"
@@ -256,7 +276,7 @@ def _export_target(
             "grid": rd.relative(grid_path),
             "grid_created": ds.attrs.get("created"),
             "bands": bands,
-            "units": {b: ds[b].attrs.get("units", "") for b in bands},
+            "units": dict(zip(bands, band_units(ds, bands), strict=True)),
             "quantity": ds.attrs.get("quantity"),
             "band_descriptions": band_descriptions(ds, bands),
             "nodata": DEFAULT_NODATA,
@@ -286,6 +306,7 @@ def _export_target(
                 fmt=fmt,
                 tags=tags,
                 descriptions=provenance["band_descriptions"],
+                units=band_units(ds, bands),
             )
     log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, sidecar)
     return tif

@@ -1,8 +1,9 @@
 """GeoTIFF / Cloud-Optimised GeoTIFF writing with rioxarray.
 
 One multi-band float32 file per dataset: each band is one variable, its description the variable
-name, NaN replaced by ``nodata`` (default -9999), DEFLATE compression, 256-pixel tiles, and for
-COG internal overviews (the GDAL ``COG`` driver builds them).
+name, its units (GDAL's band unit type) and tags as given, NaN replaced by ``nodata`` (default
+-9999), DEFLATE compression, 256-pixel tiles, and for COG internal overviews (the GDAL ``COG``
+driver builds them from a tiled GeoTIFF, which carries the band metadata and colour table over).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,9 @@ def write_geotiff(
     tags: dict[str, str] | None = None,
     descriptions: Sequence[str] | None = None,
     dtype: str = "float32",
+    units: Sequence[str] | None = None,
+    band_tags: Sequence[dict[str, str]] | None = None,
+    colormap: dict[int, tuple[int, int, int, int]] | None = None,
 ) -> Path:
     """Write ``variables`` of ``ds`` as one multi-band GeoTIFF, atomically.
 
@@ -59,6 +64,13 @@ def write_geotiff(
         Band type: ``float32`` (default) or an integer type such as ``uint8`` for class codes
         (values are rounded; give a ``nodata`` the type can hold, e.g. 255; COG overviews of
         integer bands take the nearest value instead of the average).
+    units
+        Unit of each band (GDAL's unit type, shown by QGIS and ``gdalinfo``; ``""`` for none),
+        one per variable.
+    band_tags
+        GDAL metadata of each band, one dict per variable.
+    colormap
+        Colour table of a single ``uint8``/``uint16`` band: ``{value: (r, g, b, alpha)}``.
 
     Returns
     -------
@@ -81,6 +93,13 @@ def write_geotiff(
         np.iinfo(out_type).min <= nodata <= np.iinfo(out_type).max
     ):
         raise ValueError(f"nodata {nodata} does not fit the band type {out_type}")
+    if descriptions is not None and len(descriptions) != len(variables):
+        raise ValueError("give one description per variable")
+    for name, given in (("units", units), ("band_tags", band_tags)):
+        if given is not None and len(given) != len(variables):
+            raise ValueError(f"give one of {name} per variable")
+    if colormap is not None and (len(variables) != 1 or out_type not in (np.uint8, np.uint16)):
+        raise ValueError("a colour table needs one uint8 or uint16 band")
     bands = []
     for name in variables:
         band = ds[name].astype(np.float32)
@@ -92,25 +111,47 @@ def write_geotiff(
 
     arr = xr.concat(bands, dim="band").assign_coords(band=np.arange(1, len(variables) + 1))
     arr = arr.transpose("band", "y", "x")
-    if descriptions is not None and len(descriptions) != len(variables):
-        raise ValueError("give one description per variable")
     arr.attrs = {"long_name": tuple(descriptions if descriptions is not None else variables)}
     arr = arr.rio.write_crs(crs or "EPSG:4326").rio.write_nodata(out_type.type(nodata))
     arr.rio.set_spatial_dims(x_dim="x", y_dim="y", inplace=True)
-    options: dict[str, Any] = {"compress": compress}
     # class codes are not averaged into overviews
     resampling = "average" if out_type.kind == "f" else "nearest"
-    if fmt == "cog":
-        options.update(driver="COG", overview_resampling=resampling, blocksize=256)
-    else:
-        options.update(driver="GTiff", tiled=True, blockxsize=256, blockysize=256)
     path = Path(path)
-    if _is_dask(arr.data):
-        _write_dask(arr, path, fmt=fmt, compress=compress, tags=tags or {}, resampling=resampling)
-        return path
-    with atomic_path(path) as tmp, _disk_errors(path):
-        arr.rio.to_raster(tmp, tags=tags or {}, windowed=(fmt == "gtiff"), **options)
+    _write_tiled(
+        arr,
+        path,
+        fmt=fmt,
+        compress=compress,
+        tags=tags or {},
+        resampling=resampling,
+        meta=_BandMetadata(units=units, tags=band_tags, colormap=colormap),
+    )
     return path
+
+
+@dataclass(frozen=True)
+class _BandMetadata:
+    """What GDAL keeps per band besides the data: units, tags and a colour table, set on the
+    tiled GeoTIFF before any copy into a COG (which carries them over)."""
+
+    units: Sequence[str] | None = None
+    tags: Sequence[dict[str, str]] | None = None
+    colormap: dict[int, tuple[int, int, int, int]] | None = None
+
+    def apply(self, path: Path) -> None:
+        """Write the metadata into the GeoTIFF at ``path`` (opened for update)."""
+        if self.units is None and self.tags is None and self.colormap is None:
+            return
+        import rasterio
+
+        with rasterio.open(path, "r+") as dst:
+            if self.units is not None:
+                dst.units = tuple(str(u) for u in self.units)
+            for bidx, band in enumerate(self.tags or [], start=1):
+                if band:
+                    dst.update_tags(bidx, **{k: str(v) for k, v in band.items()})
+            if self.colormap is not None:
+                dst.write_colormap(1, self.colormap)
 
 
 #: Free bytes under which a failed GDAL write is taken for a full disk.
@@ -161,7 +202,7 @@ def _is_dask(data: Any) -> bool:
     return bool(is_dask_collection(data))
 
 
-def _write_dask(
+def _write_tiled(
     arr: Any,
     path: Path,
     *,
@@ -169,22 +210,28 @@ def _write_dask(
     compress: str,
     tags: dict[str, str],
     resampling: str = "average",
+    meta: _BandMetadata | None = None,
 ) -> None:
-    """Write a Dask-backed (band, y, x) array chunk by chunk with bounded memory.
+    """Write a (band, y, x) array as a tiled GeoTIFF, atomically; ``meta`` is set on it and,
+    for ``cog``, it is then copied into a COG by GDAL's ``COG`` driver, which builds the
+    overviews from the file, not from memory.
 
-    The array is rechunked to all bands x multiples of the 256-pixel tile, so each chunk is
-    computed once and written as whole tiles (``dask.array.store`` through rioxarray with a
-    lock). For ``cog`` the tiled GeoTIFF is then copied into a COG by GDAL's ``COG`` driver,
-    which builds the overviews from the file, not from memory.
+    A Dask-backed array is written chunk by chunk with bounded memory: it is rechunked to all
+    bands x multiples of the 256-pixel tile, so each chunk is computed once and written as
+    whole tiles (``dask.array.store`` through rioxarray with a lock).
     """
     import threading
 
     import rasterio.shutil
 
-    ny, nx = arr.shape[1], arr.shape[2]
-    ychunk = _tile_multiple(max(arr.chunks[1]), ny)
-    xchunk = _tile_multiple(max(arr.chunks[2]), nx)
-    arr = arr.chunk({"band": -1, "y": ychunk, "x": xchunk})
+    meta = meta or _BandMetadata()
+    lazy = _is_dask(arr.data)
+    if lazy:
+        ny, nx = arr.shape[1], arr.shape[2]
+        ychunk = _tile_multiple(max(arr.chunks[1]), ny)
+        xchunk = _tile_multiple(max(arr.chunks[2]), nx)
+        arr = arr.chunk({"band": -1, "y": ychunk, "x": xchunk})
+    written: dict[str, Any] = {"lock": threading.Lock()} if lazy else {"windowed": True}
     gtiff = {
         "driver": "GTiff",
         "tiled": True,
@@ -194,12 +241,14 @@ def _write_dask(
     }
     with atomic_path(path) as tmp, _disk_errors(path):
         if fmt == "gtiff":
-            arr.rio.to_raster(tmp, tags=tags, lock=threading.Lock(), compress=compress, **gtiff)
+            arr.rio.to_raster(tmp, tags=tags, compress=compress, **written, **gtiff)
+            meta.apply(tmp)
             return
         plain = Path(str(tmp) + ".plain.tif")
         try:
             with _disk_errors(path):  # judged while the partial files still take their room
-                arr.rio.to_raster(plain, tags=tags, lock=threading.Lock(), compress="NONE", **gtiff)
+                arr.rio.to_raster(plain, tags=tags, compress="NONE", **written, **gtiff)
+                meta.apply(plain)
                 rasterio.shutil.copy(
                     plain,
                     tmp,

@@ -61,3 +61,50 @@ def test_bad_arguments(tmp_path: Path) -> None:
         write_geotiff(ds, tmp_path / "x.tif", variables=["mean"], fmt="png")
     with pytest.raises(ValueError, match="not in dataset"):
         write_geotiff(ds, tmp_path / "x.tif", variables=["nope"])
+
+
+@pytest.mark.parametrize("fmt", ["gtiff", "cog"])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_band_units_and_tags_are_written(tmp_path: Path, fmt: str, lazy: bool) -> None:
+    ds = _dataset(300, 280)
+    if lazy:
+        ds = ds.chunk({"y": 100})
+    path = write_geotiff(
+        ds,
+        tmp_path / "u.tif",
+        variables=["mean", "std"],
+        fmt=fmt,
+        units=["log10 avg_d_kbps", "Mbps"],
+        band_tags=[{"geodbk_quantity": "tile"}, {}],
+    )
+    with rasterio.open(path) as src:
+        assert src.units == ("log10 avg_d_kbps", "Mbps")
+        assert src.tags(1)["geodbk_quantity"] == "tile"
+        assert "geodbk_quantity" not in src.tags(2)
+        if fmt == "cog":
+            assert src.tags(ns="IMAGE_STRUCTURE").get("LAYOUT") == "COG"
+
+
+@pytest.mark.parametrize("fmt", ["gtiff", "cog"])
+def test_class_band_carries_its_colour_table(tmp_path: Path, fmt: str) -> None:
+    codes = np.arange(12 * 10, dtype=np.float32).reshape(12, 10) % 3
+    codes[0] = np.nan
+    ds = _dataset(12, 10).assign(cls=(("y", "x"), codes))
+    colours = {0: (200, 30, 30, 255), 1: (240, 200, 40, 255), 2: (30, 150, 60, 255)}
+    path = write_geotiff(
+        ds,
+        tmp_path / "c.tif",
+        variables=["cls"],
+        fmt=fmt,
+        dtype="uint8",
+        nodata=255,
+        colormap=colours,
+    )
+    with rasterio.open(path) as src:
+        table = src.colormap(1)
+        assert {k: table[k] for k in colours} == colours
+        assert src.read(1)[0, 0] == 255 and src.nodata == 255
+    with pytest.raises(ValueError, match="colour table"):
+        write_geotiff(ds, tmp_path / "f.tif", variables=["mean"], colormap=colours)
+    with pytest.raises(ValueError, match="units"):
+        write_geotiff(ds, tmp_path / "f.tif", variables=["mean", "std"], units=["1"])

@@ -7,10 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rasterio
 import xarray as xr
 
 from pipelines import cli
-from pipelines.export import band_descriptions, export_paths, grid_period, grid_variables
+from pipelines.export import (
+    band_descriptions,
+    band_units,
+    export_paths,
+    grid_period,
+    grid_variables,
+    run_export,
+)
 from pipelines.rundir import RunDir
 
 
@@ -65,6 +73,14 @@ def test_bands_are_the_float_maps_described_with_their_quantity_and_period() -> 
     trend = _grid(product="trend", first_quarter="2019Q4", last_quarter="2023Q4", time_aware=1)
     assert grid_period(trend) == "change per year 2019Q4→2023Q4"
     assert grid_period(_grid(time_aware=0, quarter="2023Q4")) is None
+    flags = _grid(time_aware=1, quarter="2023Q4").assign(
+        tile_history=(("y", "x"), np.zeros((2, 3)), {"quantity": "tile: local layer"}),
+        cls=(("y", "x"), np.zeros((2, 3)), {"quantity": "tile", "flag_values": [0, 1]}),
+    )
+    assert band_descriptions(flags, ["tile_history", "cls"]) == [
+        "tile_history: 2023Q4",
+        "cls: 2023Q4",
+    ]
 
 
 def test_export_paths_name_the_quarter_or_the_trend(tmp_path: Path) -> None:
@@ -74,3 +90,24 @@ def test_export_paths_name_the_quarter_or_the_trend(tmp_path: Path) -> None:
     assert (tif.name, sidecar.name) == ("upload_2023Q2.tif", "upload_2023Q2.json")
     tif, _ = export_paths(rd, "latency", quarter="2023Q2", trend=("2022Q1", "2023Q1"))
     assert tif == tmp_path / "exports" / "latency_trend_2022Q1_2023Q1.tif"
+
+
+def test_bands_carry_their_units_and_flags_no_quantity(tiny_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (tif,) = run_export(run, target="download")
+    with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        bands = grid_variables(ds)
+        units = band_units(ds, bands)
+        quantity = {b: ds[b].attrs.get("quantity") for b in bands}
+    assert "tile_history" in bands and quantity["tile_history"]  # the grid labels the flag
+    with rasterio.open(tif) as src:
+        assert src.units == tuple(units)
+        by_name = dict(zip(bands, src.units, strict=True))
+        described = dict(zip(bands, src.descriptions, strict=True))
+    assert by_name["mean"].startswith("log10") and by_name["mean_natural"] == "Mbps"
+    assert all(by_name[b] == "1" for b in bands if b.startswith("p_below_"))
+    assert by_name["tile_history"] == "1"
+    assert described["tile_history"].startswith("tile_history")
+    assert str(quantity["tile_history"]) not in described["tile_history"]
+    assert str(quantity["mean"]) in described["mean"]
