@@ -15,6 +15,14 @@ plus ``sum w m``, ``sum w² v`` and ``sum w P(served)``: memory O(areas x S x (1
 whatever the number of places. Then the area mean ``L_As / W_A`` is one posterior sample of
 the weighted mean over the area, and ``E_tAs / W_A`` one sample of the share served
 (:meth:`AreaSums.summary`).
+
+The point of each summary is the exact posterior mean (the expected share
+``sum w P(served) / W``, not the median share); its interval is the central interval of the
+S sampled values and, where the point lies outside that, is extended to reach it. A share's
+distribution is skewed and lumpy near 0 and 1: an area of one cell served with probability
+0.986 has share 1 in about 98.6% of samples, so both quantiles are 1 while its mean is 0.986.
+The extended interval ``[min(q_lo, mean), max(q_hi, mean)]`` still holds at least ``level``
+of the samples, and each bound stays a one-sided ``(1 + level) / 2`` bound.
 """
 
 from __future__ import annotations
@@ -43,13 +51,16 @@ class AreaSummary:
     mean
         Exact posterior mean of the weighted area mean, ``sum w m / W``.
     lower, upper
-        The central interval of the sampled area means (sample quantiles).
+        The central interval of the sampled area means (sample quantiles), extended to
+        ``mean`` if it lies outside.
     independent_lower, independent_upper
         The interval if the places were independent: ``mean -+ z sqrt(sum w² v) / W``.
     share_mean
-        (tiers, areas): exact posterior mean of the share served, ``sum w P(served) / W``.
+        (tiers, areas): exact posterior mean (expected value) of the share served,
+        ``sum w P(served) / W``, in [0, 1].
     share_lower, share_upper
-        (tiers, areas): its interval from the sampled shares.
+        (tiers, areas): the central interval of the sampled shares (each in [0, 1]),
+        extended to ``share_mean`` if it lies outside.
     """
 
     count: np.ndarray
@@ -136,8 +147,10 @@ class AreaSums:
             self.served_mean[k] += M @ p
 
     def summary(self, *, level: float = 0.90) -> AreaSummary:
-        """Posterior means (exact) and central ``level`` intervals (sample quantiles) of each
-        area's weighted mean and share served; NaN for areas without places."""
+        """Posterior means (exact) and central ``level`` intervals (sample quantiles, extended
+        to the mean where it lies outside) of each area's weighted mean and share served; NaN
+        for areas without places. Shares are clipped to [0, 1] (their float sums can pass 1 by
+        rounding)."""
         lo_q, hi_q = 0.5 - level / 2, 0.5 + level / 2
         z = float(norm.ppf(hi_q))
         has = self.weight > 0
@@ -146,24 +159,30 @@ class AreaSums:
         def per_area(values: np.ndarray) -> np.ndarray:
             return np.where(has, values / w, np.nan)
 
-        def quantiles(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def interval(
+            sums: np.ndarray, point: np.ndarray, *, share: bool
+        ) -> tuple[np.ndarray, np.ndarray]:
             lo = np.full(self.n_areas, np.nan)
             hi = np.full(self.n_areas, np.nan)
             if has.any():
-                q = np.quantile(sums[has] / w[has, None], [lo_q, hi_q], axis=1)
-                lo[has], hi[has] = q[0], q[1]
+                values = sums[has] / w[has, None]
+                if share:
+                    np.clip(values, 0.0, 1.0, out=values)
+                q = np.quantile(values, [lo_q, hi_q], axis=1)
+                lo[has] = np.minimum(q[0], point[has])
+                hi[has] = np.maximum(q[1], point[has])
             return lo, hi
 
         mean = per_area(self.weighted_mean)
-        lower, upper = quantiles(self.level)
+        lower, upper = interval(self.level, mean, share=False)
         half = z * np.sqrt(self.weighted_sq_var) / w
         tiers = len(self.thresholds)
         share_mean = np.full((tiers, self.n_areas), np.nan)
         share_lower = np.full((tiers, self.n_areas), np.nan)
         share_upper = np.full((tiers, self.n_areas), np.nan)
         for k in range(tiers):
-            share_mean[k] = per_area(self.served_mean[k])
-            share_lower[k], share_upper[k] = quantiles(self.served[k])
+            share_mean[k] = np.clip(per_area(self.served_mean[k]), 0.0, 1.0)
+            share_lower[k], share_upper[k] = interval(self.served[k], share_mean[k], share=True)
         return AreaSummary(
             count=self.count.copy(),
             weight=self.weight.copy(),

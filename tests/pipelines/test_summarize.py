@@ -16,7 +16,13 @@ import xarray as xr
 
 from pipelines import cli
 from pipelines.rundir import DEFAULT_THRESHOLDS, RunDir, target_spec
-from pipelines.summarize import SUMMARY_KEY, run_summarize, summary_columns, summary_paths
+from pipelines.summarize import (
+    SUMMARY_KEY,
+    run_summarize,
+    summary_columns,
+    summary_paths,
+    tier_name,
+)
 
 SAMPLES = 4000
 #: The quick demo's grid (``geodbk demo --quick`` caps it at 2,500 cells).
@@ -97,7 +103,9 @@ def test_a_one_cell_polygon_equals_that_cell_s_prediction(
     np.testing.assert_allclose(row["independent_upper_log10"] - mean, 1.6449 * sd, rtol=1e-3)
     share = 1.0 - float(grid["p_below_25mbps"][i, j])
     np.testing.assert_allclose(row["share_ge_25mbps"], share, atol=1e-5)
-    assert row["share_ge_25mbps_lower"] in (0.0, 1.0)  # one cell is served or not
+    # one cell is served or not: the sampled share is 0 or 1, the interval extended to the point
+    point, lower, upper = (row[f"share_ge_25mbps{s}"] for s in ("", "_lower", "_upper"))
+    assert {lower, upper} <= {0.0, 1.0, point} and lower <= point <= upper
 
 
 def test_a_polygon_covering_the_grid_equals_the_global_area_mean(
@@ -136,6 +144,42 @@ def test_the_observed_tiles_of_the_mapped_quarter_weighted_by_tests(
     geo = 10 ** ((latest["tests"] * np.log10(latest["avg_d_kbps"])).sum() / latest["tests"].sum())
     np.testing.assert_allclose(row["tiles_raw_geomean_natural"], geo / 1000, rtol=1e-9)
     assert row["tiles_lower_log10"] < row["tiles_mean_log10"] < row["tiles_upper_log10"]
+
+
+def test_every_point_lies_in_its_interval_and_shares_within_0_and_1(
+    run: Path, grid: xr.Dataset
+) -> None:
+    """One-cell areas served with probability near 0 or 1: the sampled share is 1 (or 0) in
+    nearly every sample, so both sample quantiles sit at the bound while the expected share
+    (the point) does not; the interval is extended to it."""
+    inside = grid["in_region"].to_numpy()
+    served = [1.0 - grid[f"p_below_{t:g}mbps"].to_numpy() for t in DEFAULT_THRESHOLDS["download"]]
+    near = np.zeros_like(inside)
+    for p in served:
+        near |= ((p > 0.98) & (p < 0.997)) | ((p > 0.003) & (p < 0.02))
+    rows, cols = np.nonzero(inside & near)
+    assert rows.size, "the demo grid has no cell served with probability near 0 or 1"
+    pick = np.linspace(0, rows.size - 1, min(rows.size, 40)).astype(int)
+    src = run.parent / "near_bounds.geojson"
+    gpd.GeoDataFrame(
+        {"GEOID": [f"c{k}" for k in range(pick.size)]},
+        geometry=[_cell_box(grid, int(rows[k]), int(cols[k])) for k in pick],
+        crs=4326,
+    ).to_file(src)
+    out = run_summarize(run, target="download", areas=src, samples=200, max_cells=QUICK_CELLS)
+    table = pd.read_parquet(out)
+    spec = target_spec("download")
+    for t in DEFAULT_THRESHOLDS["download"]:
+        name = tier_name(spec, t)
+        point, lo, hi = (table[f"{name}{s}"].to_numpy() for s in ("", "_lower", "_upper"))
+        assert ((0.0 <= lo) & (lo <= point) & (point <= hi) & (hi <= 1.0)).all(), name
+    for prefix in ("", "tiles_"):
+        for unit in ("log10", "natural"):
+            point, lo, hi = (
+                table[f"{prefix}{kind}_{unit}"].to_numpy() for kind in ("mean", "lower", "upper")
+            )
+            ok = np.isfinite(point)
+            assert ((lo[ok] <= point[ok]) & (point[ok] <= hi[ok])).all(), f"{prefix}{unit}"
 
 
 def test_a_polygon_outside_the_grid_is_an_empty_row(summary: pd.DataFrame) -> None:
