@@ -40,7 +40,7 @@ from geodbk import __version__
 from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
-from geodbk.geo.areas import Areas, cell_area_km2, read_areas
+from geodbk.geo.areas import ID_COLUMNS, NAME_COLUMNS, Areas, cell_area_km2, read_areas
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
@@ -121,8 +121,8 @@ def register(subparsers: Any) -> None:
         "--id-column",
         default=None,
         metavar="COL",
-        help="column identifying each area (default: GEOID/GEOID20/GEOID10/GEOIDFQ/FIPS/id or "
-        "a NAME column with unique values, else the row number)",
+        help="column identifying each area, one value per row (default: GEOID/GEOID20/GEOID10/"
+        "GEOIDFQ/FIPS/id or a NAME column with unique values, else the row number)",
     )
     p.add_argument(
         "--samples",
@@ -247,6 +247,40 @@ def _check_options(samples: int, quantity: str, chunk_cells: int, seed: int = 0)
         raise DataError(f"chunk_cells must be at least 1, got {chunk_cells}")
 
 
+def _check_unique_ids(areas: Areas) -> None:
+    """Refuse an ``--id-column`` that repeats a value: its rows would be separate summary rows
+    under one id (not merged), which no reader of the table could tell apart."""
+    col = areas.id_column
+    if col is None:
+        return
+    ids = pd.Series(areas.ids)
+    counts = ids.value_counts(sort=True)
+    repeated = counts[counts > 1]
+    if repeated.empty:
+        return
+    shown = ", ".join(f"{k!r} in {int(v)} rows" for k, v in repeated.head(3).items())
+    more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
+    frame = areas.frame
+    others = [c for c in frame.columns if c != frame.geometry.name]
+    columns = [str(c) for c in others]
+    unique = [
+        str(c)
+        for c in others
+        if str(c) != col and frame[c].notna().all() and not frame[c].duplicated().any()
+    ]
+    known = {n.lower() for n in (*ID_COLUMNS, *NAME_COLUMNS)}
+    suggested = [c for c in unique if c.lower() in known] or unique[:3]
+    such = f" such as {', '.join(suggested)}" if suggested else ""
+    raise DataError(
+        f"{areas.source}: column {col!r} (--id-column) repeats {len(repeated)} of its "
+        f"{len(counts)} values over {len(ids)} rows ({shown}{more}), so several rows would be "
+        f"summarised separately under one id; to summarise one area per {col!r} value, "
+        f"dissolve the polygons by it first (geopandas: gdf.dissolve(by={col!r})), or choose "
+        f"a column with one value per row{such} with --id-column. Columns found: "
+        f"{', '.join(columns)}"
+    )
+
+
 @locked_stage("summarize")
 def run_summarize(
     run: str | Path,
@@ -278,7 +312,9 @@ def run_summarize(
     areas
         Polygon file (:func:`geodbk.geo.areas.read_areas`).
     id_column
-        Column identifying each area (default: detected, else the row number).
+        Column identifying each area, one value per row (default: detected, else the row
+        number); a column that repeats a value is refused (:class:`DataError` naming the
+        values, and the fix: dissolve the polygons by it, or choose a unique column).
     samples
         Joint posterior samples S.
     quantity
@@ -303,6 +339,7 @@ def run_summarize(
     rd = require_run(run)
     spec = target_spec(target)
     area_set = read_areas(areas, id_column=id_column)
+    _check_unique_ids(area_set)
     licence = run_licence(rd)
     predictor = load_place_predictor(rd, target, quantity="tile", quarter=quarter)
     region, grid = map_grid(rd, **grid_options)

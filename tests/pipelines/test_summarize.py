@@ -182,6 +182,27 @@ def test_every_point_lies_in_its_interval_and_shares_within_0_and_1(
             assert ((lo[ok] <= point[ok]) & (point[ok] <= hi[ok])).all(), f"{prefix}{unit}"
 
 
+def test_a_repeated_id_column_is_refused_naming_the_values_and_the_fix(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], grid: xr.Dataset
+) -> None:
+    """Tracts carrying only their county code: the summary would hold several rows per id."""
+    x, y = float(grid.x.mean()), float(grid.y.mean())
+    boxes = [shapely.box(x + k * 0.01, y, x + (k + 1) * 0.01, y + 0.01) for k in range(4)]
+    src = tmp_path / "tracts.geojson"
+    gpd.GeoDataFrame(
+        {"COUNTYFP": ["003", "003", "003", "001"], "GEOID": ["a", "b", "c", "d"]},
+        geometry=boxes,
+        crs=4326,
+    ).to_file(src)
+    args = ["summarize", "--run", str(run), "--target", "download", "--samples", "20"]
+    assert cli.main([*args, "--areas", str(src), "--id-column", "COUNTYFP"]) == 3
+    err = capsys.readouterr().err
+    assert "tracts.geojson: column 'COUNTYFP' (--id-column) repeats" in err
+    assert "'003' in 3 rows" in err and "'001'" not in err  # only the repeated ids
+    assert "dissolve" in err and "such as GEOID" in err and "Columns found: COUNTYFP, GEOID" in err
+    assert not summary_paths(RunDir(run), "download", src)[0].exists()
+
+
 def test_a_polygon_outside_the_grid_is_an_empty_row(summary: pd.DataFrame) -> None:
     row = summary.loc["far"]
     assert row["n_cells"] == 0 and row["cells_from"] == "none" and row["n_tiles"] == 0
