@@ -143,13 +143,14 @@ def run_ingest(
         )
     if not tiles:
         raise DataError("no --tiles given: pass Ookla tile files or folders")
+    _check_run_apart_from_tiles(run_dir, tiles)
     the_region: Region | None = resolve_region(
         state=state,
         states_file=states_file,
         region=region,
         bbox=tuple(bbox) if bbox is not None else None,  # type: ignore[arg-type]
     )
-    read = read_tiles(tiles, type=type, quarters=quarters)
+    read = read_tiles(tiles, type=type, quarters=quarters, exclude=[run_dir])
     frame = read.frame
     dropped = dict(read.dropped)
     if len(frame) and the_region is not None:
@@ -396,6 +397,18 @@ def _check_forecast_quarters(
         f"--quarters 2019Q1:2023Q4) or pass tiles of more quarters, or use --split random or "
         f"--split block"
     )
+
+
+def _check_run_apart_from_tiles(run_dir: Path, tiles: Sequence[PathLike]) -> None:
+    """Refuse a run directory that is a ``--tiles`` folder: its outputs would be read as tiles
+    by the next ingest. (A run directory inside a ``--tiles`` folder is left out of the scan.)"""
+    run = run_dir.resolve()
+    for t in tiles:
+        if Path(t).is_dir() and Path(t).resolve() == run:
+            raise DataError(
+                f"--run {run_dir} is the --tiles folder {t}: the run's outputs would mix with "
+                f"the tiles; give the run a folder of its own (e.g. --run {Path(t) / 'run'})"
+            )
 
 
 def _tiles_box(frame: Any) -> Any:

@@ -18,6 +18,7 @@ Rows that cannot be used are counted by reason, never dropped silently.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,12 +55,14 @@ _ALIASES = {"avg_lat_do": "avg_lat_down_ms", "avg_lat_up": "avg_lat_up_ms"}
 
 @dataclass
 class TileFile:
-    """One input file of tiles, with what its path says about it."""
+    """One input file of tiles, with what its path says about it (``folder``: the ``--tiles``
+    folder it was found in, ``None`` for a file given itself)."""
 
     path: Path
     kind: str
     type: str | None
     quarter: str | None
+    folder: Path | None = None
 
 
 @dataclass
@@ -127,43 +130,93 @@ def _kind(path: Path) -> str:
     }.get(suffix, "unknown")
 
 
-def discover_tile_files(paths: Iterable[str | Path]) -> list[TileFile]:
+#: Files that together make a folder a geodbk run directory (``geodbk ingest --run``): its
+#: tables are outputs, never input tiles.
+RUN_DIRECTORY_FILES: tuple[str, ...] = ("tiles.parquet", "region.geojson")
+
+
+def is_run_directory(folder: Path) -> bool:
+    """Whether ``folder`` holds a geodbk run's :data:`RUN_DIRECTORY_FILES`."""
+    return all((folder / name).is_file() for name in RUN_DIRECTORY_FILES)
+
+
+def _is_tile_name(name: str) -> bool:
+    """A supported tile extension, not hidden; in folders, plain ``.json`` files are sidecars
+    (e.g. from ``geodbk download``), not tiles."""
+    suffix = Path(name).suffix.lower()
+    return suffix in TILE_EXTENSIONS and suffix != ".json" and not name.startswith(".")
+
+
+def _scan_folder(root: Path, skip: set[Path]) -> list[Path]:
+    """The tile files under ``root``, leaving out the folders ``skip`` (resolved paths) and
+    geodbk run directories (:func:`is_run_directory`, logged) with everything below them."""
+    found: list[Path] = []
+    for here, dirs, names in os.walk(root):
+        folder = Path(here)
+        kept = []
+        for d in sorted(dirs):
+            sub = folder / d
+            if sub.resolve() in skip:
+                continue
+            if is_run_directory(sub):
+                log.info("%s: a geodbk run directory, skipped in the tile scan of %s", sub, root)
+                continue
+            kept.append(d)
+        dirs[:] = kept
+        found.extend(folder / n for n in names if _is_tile_name(n) and (folder / n).is_file())
+    return sorted(found)
+
+
+def discover_tile_files(
+    paths: Iterable[str | Path], *, exclude: Iterable[str | Path] = ()
+) -> list[TileFile]:
     """Expand files and folders (searched recursively) into tile files, sorted by path.
+
+    Parameters
+    ----------
+    paths
+        Tile files and folders.
+    exclude
+        Folders left out of the folder scans with everything below them (the run directory
+        being written); geodbk run directories inside a folder are always left out.
 
     Raises
     ------
     DataError
-        If a path does not exist, a file has an unsupported extension, or nothing is found.
+        If a path does not exist, a file has an unsupported extension, a folder is a geodbk run
+        directory, or nothing is found.
     """
-    files: list[Path] = []
+    skip = {Path(e).resolve() for e in exclude}
+    files: dict[Path, Path | None] = {}
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            # In folders, plain .json files are sidecars (e.g. from `geodbk download`), not tiles.
-            found = sorted(
-                f
-                for f in p.rglob("*")
-                if f.is_file()
-                and f.suffix.lower() in TILE_EXTENSIONS
-                and f.suffix.lower() != ".json"
-                and not f.name.startswith(".")
-            )
+            if is_run_directory(p):
+                raise DataError(
+                    f"{p}: a geodbk run directory ({', '.join(RUN_DIRECTORY_FILES)}: the "
+                    "outputs of `geodbk ingest`), not a folder of Ookla tiles; pass the Ookla "
+                    "tile files or their folder with --tiles"
+                )
+            found = _scan_folder(p, skip)
             if not found:
                 raise DataError(
                     f"{p}: no tile files (*.parquet, *.geojson, *.zip, *.csv) in this folder"
                 )
-            files.extend(found)
+            for f in found:
+                files.setdefault(f, p)
         elif p.is_file():
             if p.suffix.lower() not in TILE_EXTENSIONS:
                 raise DataError(
                     f"{p}: unsupported tile file type {p.suffix!r}; use Ookla parquet, a "
                     "shapefile zip, GeoJSON or CSV with a quadkey column"
                 )
-            files.append(p)
+            files[p] = None
         else:
             raise DataError(f"{p}: no such file or folder (check the --tiles path)")
-    unique = sorted(set(files))
-    return [TileFile(f, _kind(f), type_from_path(f), quarter_from_path(f)) for f in unique]
+    return [
+        TileFile(f, _kind(f), type_from_path(f), quarter_from_path(f), files[f])
+        for f in sorted(files)
+    ]
 
 
 def _null_count(pf: Any, column: str) -> int:
@@ -206,7 +259,7 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
     except Exception as exc:  # pyarrow / GDAL / pandas raise many types
         raise DataError(
             f"{path}: cannot read this {tf.kind} file ({type(exc).__name__}: {exc}); check that "
-            "it is complete and in one of the supported formats"
+            f"it is complete and in one of the supported formats{_found_in(tf)}"
         ) from exc
     df = df.rename(columns={c: _ALIASES.get(c, c) for c in df.columns})
     df.columns = [str(c) for c in df.columns]
@@ -216,9 +269,20 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
     if missing:
         raise DataError(
             f"{path}: missing column(s) {', '.join(missing)} (found: {', '.join(df.columns)}); "
-            "Ookla tiles need quadkey, avg_d_kbps, avg_u_kbps, avg_lat_ms, tests, devices"
+            f"Ookla tiles need quadkey, avg_d_kbps, avg_u_kbps, avg_lat_ms, tests, devices"
+            f"{_found_in(tf)}"
         )
     return df, null_geoms
+
+
+def _found_in(tf: TileFile) -> str:
+    """For a file found by a folder scan: where, and how to leave it out of the tiles."""
+    if tf.folder is None:
+        return ""
+    return (
+        f"; the file was found in the --tiles folder {tf.folder}, which is read whole: if it "
+        "is not a tile table, move it out of that folder or pass the tile files themselves"
+    )
 
 
 #: Ookla's tiles are zoom-16 quadkeys (16 digits).
@@ -322,6 +386,7 @@ def read_tiles(
     *,
     type: str | None = None,
     quarters: str | Sequence[str] | None = None,
+    exclude: Iterable[str | Path] = (),
 ) -> TileRead:
     """Read Ookla tiles from files and folders into one normalised GeoDataFrame.
 
@@ -335,6 +400,8 @@ def read_tiles(
     quarters
         Quarter selection (``2019Q1:2023Q4``, ``2023Q4`` or a list); rows of other quarters are
         counted as ``outside_quarters``.
+    exclude
+        Folders left out of the folder scans (:func:`discover_tile_files`).
 
     Returns
     -------
@@ -344,7 +411,7 @@ def read_tiles(
     if type is not None and type not in TYPES:
         raise DataError(f"unknown tile type {type!r}: use mobile or fixed")
     wanted = parse_quarters(quarters)
-    files = discover_tile_files(paths)
+    files = discover_tile_files(paths, exclude=exclude)
     if type is not None:
         files = [f for f in files if f.type in (None, type)]
         if not files:
