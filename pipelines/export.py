@@ -2,11 +2,11 @@
 
 For each target, reads ``RUN/grids/TARGET.nc`` and writes ``RUN/exports/TARGET.tif``, one
 float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: single speed test
-(tests=1)", or the name for flags and older grids; band units the variable's ``units``, e.g.
-"log10 avg_d_kbps", "Mbps", "1"; nodata -9999 outside the region; DEFLATE; COG with overviews
-for ``--format cog``) and ``RUN/exports/TARGET.json``, the provenance sidecar: run, target,
-model path, config hash, grid file, bands, format, created, geodbk version, and the grid's
-quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
+(tests=1)", "NAME: flag" for 0/1 and class flags, or the name for older grids; band units the
+variable's ``units``, e.g. "log10 avg_d_kbps", "Mbps", "1"; nodata -9999 outside the region;
+DEFLATE; COG with overviews for ``--format cog``) and ``RUN/exports/TARGET.json``, the
+provenance sidecar: run, target, model path, config hash, grid file, bands, format, created,
+geodbk version, and the grid's quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
 exports also ``product``, ``first_quarter``, ``last_quarter``, ``years``).
 
 Time-aware models (``geodbk train --time``): ``--quarter Q`` exports the grid of quarter Q
@@ -157,14 +157,14 @@ def band_units(ds: Any, bands: list[str]) -> list[str]:
 
 def band_descriptions(ds: Any, bands: list[str]) -> list[str]:
     """``"NAME: QUANTITY"`` per band (e.g. ``std: single speed test (tests=1)``, ``std_f:
-    latent mean f(x)``), or the bare name for flags (:func:`is_flag`) and for grids written
-    before the ``quantity`` attribute; grids of a time-aware model append the quarter
-    (``std_f: latent mean f(x), 2023Q4``) or the trend's period (``change_per_year: latent mean
-    f(x), change per year 2019Q4→2023Q4``)."""
+    latent mean f(x)``), ``"NAME: flag"`` for flags (:func:`is_flag`: no quantity), or the bare
+    name for grids written before the ``quantity`` attribute; grids of a time-aware model
+    append the quarter (``std_f: latent mean f(x), 2023Q4``) or the trend's period
+    (``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``)."""
     period = grid_period(ds)
     out = []
     for b in bands:
-        q = None if is_flag(ds, b) else ds[b].attrs.get("quantity")
+        q = "flag" if is_flag(ds, b) else ds[b].attrs.get("quantity")
         text = f"{b}: {q}" if q else b
         if period:
             text = f"{text}, {period}" if q else f"{text}: {period}"

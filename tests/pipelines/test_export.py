@@ -78,8 +78,8 @@ def test_bands_are_the_float_maps_described_with_their_quantity_and_period() -> 
         cls=(("y", "x"), np.zeros((2, 3)), {"quantity": "tile", "flag_values": [0, 1]}),
     )
     assert band_descriptions(flags, ["tile_history", "cls"]) == [
-        "tile_history: 2023Q4",
-        "cls: 2023Q4",
+        "tile_history: flag, 2023Q4",
+        "cls: flag, 2023Q4",
     ]
 
 
@@ -108,6 +108,6 @@ def test_bands_carry_their_units_and_flags_no_quantity(tiny_run: Path, tmp_path:
     assert by_name["mean"].startswith("log10") and by_name["mean_natural"] == "Mbps"
     assert all(by_name[b] == "1" for b in bands if b.startswith("p_below_"))
     assert by_name["tile_history"] == "1"
-    assert described["tile_history"].startswith("tile_history")
+    assert described["tile_history"].startswith("tile_history: flag")
     assert str(quantity["tile_history"]) not in described["tile_history"]
     assert str(quantity["mean"]) in described["mean"]
