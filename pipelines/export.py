@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from geodbk.atomic import atomic_path, json_text
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
-from geodbk.geo.timeaxis import resolve_quarters
+from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid, sweep_spools
 from pipelines.predict import add_time_options, parse_trend
@@ -73,7 +74,10 @@ examples:
 
 --quarter Q writes exports/TARGET_Q.tif from the grid of quarter Q; --trend Q1:Q2 writes
 exports/TARGET_trend_Q1_Q2.tif (both need a time-aware model and `geodbk predict` run first).
---format netcdf stacks the grids of --quarter (default: every quarter with a grid, for a
+Every quarter of --quarter SPEC (all: every trained quarter) needs its grid, in every format:
+a missing one stops the export before its first file, naming each missing quarter and the
+`geodbk predict --quarter` command; several runs are all checked before any is written.
+--format netcdf stacks the grids of --quarter (without it: every quarter with a grid, for a
 time-aware model; the pooled grid as one time step otherwise) into exports/TARGET_quarters.nc
 with dimensions (time, y, x): time is the middle of each quarter, time_bnds its first and last
 day, quarter its label (xarray.open_dataset decodes them).
@@ -113,8 +117,13 @@ def register(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    for run in [args.run, *args.runs]:
-        run_export(run, target=args.target, fmt=args.format, quarter=args.quarter, trend=args.trend)
+    options = {"target": args.target, "fmt": args.format, "quarter": args.quarter}
+    # every run's inputs are checked before the first file of any run is written
+    jobs = [
+        j for run in [args.run, *args.runs] for j in plan_export(run, **options, trend=args.trend)
+    ]
+    for job in jobs:
+        write_export(job, fmt=args.format)
     return 0
 
 
@@ -187,21 +196,218 @@ def export_paths(
     return folder / f"{stem}.tif", folder / f"{stem}.json"
 
 
-def _quarter_grid(rd: RunDir, target: str, quarter: str) -> Path:
+@dataclass(frozen=True)
+class ExportJob:
+    """One output of ``geodbk export``, planned (its inputs checked) before anything is written:
+    the GeoTIFF of one grid (a time-aware model's ``quarter`` or ``trend``, else
+    ``grids/TARGET.nc``), or with ``stack`` the NetCDF stack of ``grids`` along time."""
+
+    rd: RunDir
+    target: str
+    grids: tuple[Path, ...]
+    quarter: str | None = None
+    trend: tuple[str, str] | None = None
+    stack: bool = False
+
+    @property
+    def fix(self) -> str:
+        """The ``geodbk predict`` command that writes this job's grid."""
+        base = f"geodbk predict --run {self.rd.root} --target {self.target}"
+        if self.stack:
+            return base
+        if self.trend is not None:
+            return f"{base} --trend {self.trend[0]}:{self.trend[1]}"
+        return base if self.quarter is None else f"{base} --quarter {self.quarter}"
+
+
+def _model_metadata(rd: RunDir, target: str) -> dict[str, Any]:
+    """The metadata of ``target``'s ``model.json`` (raises with the train command if absent)."""
+    model_json = read_json(require_model(rd, target) / "model.json")
+    md = model_json.get("metadata", model_json)
+    return md if isinstance(md, dict) else {}
+
+
+def _grid_quarter(path: Path, fix: str) -> str | None:
+    """The ``quarter`` attribute of a grid file."""
+    with open_grid(path, fix=fix) as ds:
+        q = ds.attrs.get("quarter")
+    return str(q) if q is not None else None
+
+
+def _find_quarter_grid(rd: RunDir, target: str, quarter: str) -> Path | None:
     """The grid of ``quarter``: ``grids/TARGET_Q.nc``, or ``grids/TARGET.nc`` when that one is
-    of ``quarter`` (the latest table quarter); else raise with the predict command."""
+    of ``quarter`` (the latest table quarter); ``None`` when there is none."""
     path = rd.grid(target, quarter)
     if path.is_file():
         return path
     current = rd.grid(target)
-    if current.is_file():
-        with open_grid(current, fix=f"geodbk predict --run {rd.root} --target {target}") as ds:
-            if str(ds.attrs.get("quarter")) == quarter:
-                return current
-    raise RunDirectoryError(
-        f"no {target} grid of {quarter} ({path} is missing); run `geodbk predict --run "
-        f"{rd.root} --target {target} --quarter {quarter}` first"
-    )
+    fix = f"geodbk predict --run {rd.root} --target {target}"
+    if current.is_file() and _grid_quarter(current, fix) == quarter:
+        return current
+    return None
+
+
+def _quarter_spec(quarters: list[str]) -> str:
+    """Quarters as one ``--quarter`` value, consecutive ones as a range: ``2022Q3:2023Q1,2023Q3``."""
+    idx = sorted(quarter_index(q) for q in quarters)
+    parts: list[str] = []
+    start = prev = idx[0]
+    for i in [*idx[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        first, last = format_quarter(start), format_quarter(prev)
+        parts.append(first if start == prev else f"{first}:{last}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
+
+
+def _quarter_grids(rd: RunDir, target: str, quarters: list[str]) -> list[Path]:
+    """The grid of each of ``quarters``, or raise naming every missing quarter and the one
+    ``geodbk predict --quarter`` command that writes them all."""
+    found = {q: _find_quarter_grid(rd, target, q) for q in quarters}
+    missing = [q for q, path in found.items() if path is None]
+    if missing:
+        first = rd.grid(target, missing[0])
+        where = f"{first} is missing" if len(missing) == 1 else f"{first} and others are missing"
+        raise RunDirectoryError(
+            f"no {target} grid of {', '.join(missing)} ({where}); nothing was exported. Run "
+            f"`geodbk predict --run {rd.root} --target {target} --quarter "
+            f"{_quarter_spec(missing)}` first"
+        )
+    return [p for p in found.values() if p is not None]
+
+
+def _time_jobs(
+    rd: RunDir,
+    target: str,
+    md: dict[str, Any],
+    *,
+    quarter: str | None,
+    trend: tuple[str, str] | None,
+) -> list[ExportJob]:
+    """The GeoTIFF jobs of a time-aware model's ``quarter`` spec or ``trend``."""
+    if trend is not None:
+        grid = rd.trend_grid(target, *trend)
+        if not grid.is_file():
+            raise RunDirectoryError(
+                f"{grid} is missing; run `geodbk predict --run {rd.root} --target {target} "
+                f"--trend {trend[0]}:{trend[1]}` first"
+            )
+        return [ExportJob(rd, target, (grid,), trend=trend)]
+    quarters = resolve_quarters(quarter, observed=md.get("quarters") or [])
+    grids = _quarter_grids(rd, target, quarters)
+    return [ExportJob(rd, target, (g,), quarter=q) for q, g in zip(quarters, grids, strict=True)]
+
+
+def _stack_job(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> ExportJob:
+    """The job of ``exports/TARGET_quarters.nc``: the grids of ``quarter`` (a time-aware model;
+    default every quarter that has a grid) or the pooled grid."""
+    md = _model_metadata(rd, target)
+    predict = f"geodbk predict --run {rd.root} --target {target}"
+    if time_scaling_of(md) is None:
+        if quarter is not None:
+            raise DataError(
+                f"--quarter needs a time-aware model, but {rd.model_dir(target)} pools all "
+                f"quarters; export its pooled grid with --format netcdf and no --quarter"
+            )
+        grids = [rd.grid(target)]
+    else:
+        observed = md.get("quarters") or []
+        wanted = resolve_quarters(quarter or "all", observed=observed)
+        if quarter is None:  # every quarter that has a grid
+            have = [q for q in wanted if rd.grid(target, q).is_file()]
+            current = rd.grid(target)
+            latest = _grid_quarter(current, predict) if current.is_file() else None
+            wanted = [q for q in wanted if q in have or q == latest]
+        grids = _quarter_grids(rd, target, wanted) if wanted else []
+    if not grids or not grids[0].is_file():
+        raise RunDirectoryError(
+            f"{rd.grid(target)} is missing; run `{predict}` first"
+            + ("" if only else " (or export one target with --target)")
+        )
+    return ExportJob(rd, target, tuple(grids), stack=True)
+
+
+def plan_export(
+    run: str | Path,
+    *,
+    target: str | None = None,
+    fmt: str = "gtiff",
+    quarter: str | None = None,
+    trend: str | None = None,
+) -> list[ExportJob]:
+    """Check everything an export of ``run`` reads (run, models, every grid) and return the
+    files to write, without writing any: a missing input stops the export before its first
+    file. The parameters and errors are :func:`run_export`'s."""
+
+    if quarter is not None and trend is not None:
+        raise DataError("give --quarter or --trend, not both")
+    if fmt == "netcdf" and trend is not None:
+        raise DataError(
+            "--format netcdf stacks quarter grids; a trend is one map: export it with "
+            "--format gtiff or cog"
+        )
+    rd = require_run(run)
+    if target is not None:
+        target_spec(target)
+    targets = [target] if target else rd.trained_targets()
+    if not targets:
+        raise ModelFileError(
+            f"no trained model in {rd.root / 'models'}; run `geodbk train --run {rd.root} "
+            "--target download` first"
+        )
+    if fmt == "netcdf":
+        return [_stack_job(rd, t, quarter=quarter, only=target is not None) for t in targets]
+    jobs: list[ExportJob] = []
+    if quarter is None and trend is None:
+        for t in targets:
+            require_model(rd, t)
+            if target is not None:
+                grid = require_grid(rd, t)
+            elif not rd.grid(t).is_file():
+                raise RunDirectoryError(
+                    f"{rd.grid(t)} is missing for trained target {t}; run "
+                    f"`geodbk predict --run {rd.root} --target {t}` first"
+                )
+            else:
+                grid = rd.grid(t)
+            jobs.append(ExportJob(rd, t, (grid,)))
+        return jobs
+    pair = parse_trend(trend) if trend is not None else None
+    flag = "--quarter" if quarter is not None else "--trend"
+    for t in targets:
+        md = _model_metadata(rd, t)
+        if time_scaling_of(md) is None:
+            msg = (
+                f"{flag} needs a time-aware model, but {rd.model_dir(t)} pools all quarters "
+                f"(trained without --time); retrain with `geodbk train --run {rd.root} "
+                f"--target {t} --time`"
+            )
+            if target is not None:
+                raise DataError(msg)
+            log.warning("skipping %s: %s", t, msg)
+            continue
+        jobs += _time_jobs(rd, t, md, quarter=quarter, trend=pair)
+    if not jobs:
+        raise DataError(
+            f"{flag}: no trained target of {rd.root} is time-aware; retrain with "
+            f"`geodbk train --run {rd.root} --target TARGET --time`"
+        )
+    return jobs
+
+
+def write_export(job: ExportJob, *, fmt: str = "gtiff") -> Path:
+    """Write one planned export (:func:`plan_export`); return its path.
+
+    Runs under the run's target lock (:func:`pipelines.rundir.target_lock`) and first removes
+    what a killed export of the same file left behind.
+    """
+    with target_lock(job.rd, job.target, stage="export"):
+        if job.stack:
+            return _write_stack(job)
+        return _write_tif(job, fmt=fmt)
 
 
 def export_target(
@@ -215,46 +421,26 @@ def export_target(
     """Export one target of one run; return the ``.tif`` path.
 
     ``quarter`` (one quarter) or ``trend`` (``(Q1, Q2)``) pick a time-aware model's quarter or
-    trend grid; neither: ``grids/TARGET.nc``. Runs under the run's target lock
-    (:func:`pipelines.rundir.target_lock`) and first removes what a killed export of the same
-    file left behind.
+    trend grid; neither: ``grids/TARGET.nc``.
     """
-    with target_lock(rd, target, stage="export"):
-        return _export_target(rd, target, fmt=fmt, quarter=quarter, trend=trend)
-
-
-def _export_target(
-    rd: RunDir,
-    target: str,
-    *,
-    fmt: str,
-    quarter: str | None,
-    trend: tuple[str, str] | None,
-) -> Path:
-    """:func:`export_target` without the lock."""
     target_spec(target)
-    model_dir = require_model(rd, target)
-    if trend is not None:
-        grid_path = rd.trend_grid(target, *trend)
-        if not grid_path.is_file():
-            raise RunDirectoryError(
-                f"{grid_path} is missing; run `geodbk predict --run {rd.root} --target {target} "
-                f"--trend {trend[0]}:{trend[1]}` first"
-            )
-    elif quarter is not None:
-        grid_path = _quarter_grid(rd, target, quarter)
+    if quarter is None and trend is None:
+        require_model(rd, target)
+        job = ExportJob(rd, target, (require_grid(rd, target),))
     else:
-        grid_path = require_grid(rd, target)
+        (job,) = _time_jobs(rd, target, _model_metadata(rd, target), quarter=quarter, trend=trend)
+    return write_export(job, fmt=fmt)
+
+
+def _write_tif(job: ExportJob, *, fmt: str) -> Path:
+    """The GeoTIFF and sidecar of one grid (:func:`write_export` holds the lock)."""
+    rd, target, quarter, trend = job.rd, job.target, job.quarter, job.trend
+    (grid_path,) = job.grids
+    model_dir = require_model(rd, target)
     tif, sidecar = export_paths(rd, target, quarter=quarter, trend=trend)
     sweep_spools(tif)
-    model_json = read_json(model_dir / "model.json")
-    md = model_json.get("metadata", model_json)
-    fix = f"geodbk predict --run {rd.root} --target {target}" + (
-        f" --trend {trend[0]}:{trend[1]}"
-        if trend is not None
-        else (f" --quarter {quarter}" if quarter is not None else "")
-    )
-    with open_grid(grid_path, fix=fix, decode_coords="all", chunks={"y": 1024}) as ds:
+    md = _model_metadata(rd, target)
+    with open_grid(grid_path, fix=job.fix, decode_coords="all", chunks={"y": 1024}) as ds:
         log.info("read %s", grid_path)
         bands = grid_variables(ds)
         time_keys = ("time_aware", "quarter", "quarter_status", "product")
@@ -317,59 +503,26 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _export_stack(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> Path:
-    """``exports/TARGET_quarters.nc``: the grids of ``quarter`` (a time-aware model; default
-    every quarter that has a grid) or the pooled grid, along a CF time dimension
-    (:func:`pipelines.timestack.write_time_stack`)."""
-
-    model_json = read_json(require_model(rd, target) / "model.json")
-    md = model_json.get("metadata", model_json)
-    predict = f"geodbk predict --run {rd.root} --target {target}"
-    if time_scaling_of(md) is None:
-        if quarter is not None:
-            raise DataError(
-                f"--quarter needs a time-aware model, but {rd.model_dir(target)} pools all "
-                f"quarters; export its pooled grid with --format netcdf and no --quarter"
-            )
-        grids = [rd.grid(target)]
-    else:
-        observed = md.get("quarters") or []
-        wanted = resolve_quarters(quarter or "all", observed=observed)
-        if quarter is None:  # every quarter that has a grid
-            have = [q for q in wanted if rd.grid(target, q).is_file()]
-            current = rd.grid(target)
-            latest = _grid_quarter(current, predict) if current.is_file() else None
-            wanted = [q for q in wanted if q in have or q == latest]
-        grids = [_quarter_grid(rd, target, q) for q in wanted]
-    if not grids or not grids[0].is_file():
-        raise RunDirectoryError(
-            f"{rd.grid(target)} is missing; run `{predict}` first"
-            + ("" if only else " (or export one target with --target)")
-        )
+def _write_stack(job: ExportJob) -> Path:
+    """``exports/TARGET_quarters.nc``: the job's grids along a CF time dimension
+    (:func:`pipelines.timestack.write_time_stack`; :func:`write_export` holds the lock)."""
+    rd, target, grids = job.rd, job.target, list(job.grids)
     out = rd.export_tif(target).parent / f"{target}_quarters.nc"
-    with target_lock(rd, target, stage="export"):
-        with open_grid(grids[0], fix=predict) as first, open_grid(grids[-1], fix=predict) as last:
-            span = f"{first.attrs.get('quarter', '?')}–{last.attrs.get('quarter', '?')}"
-            if len(grids) == 1:
-                span = str(last.attrs.get("quarter", "?"))
-        attrs = {
-            "title": f"geodbk {target} predictive grids by quarter, {span}",
-            "product": "quarters",
-            "quarter": span,
-            "quarter_status": "per time step: the quarter_status coordinate",
-            "source_grids": " ".join(rd.relative(g) for g in grids),
-            "geodbk_version": __version__,
-        }
-        write_time_stack(out, grids, attrs=attrs)
+    with open_grid(grids[0], fix=job.fix) as first, open_grid(grids[-1], fix=job.fix) as last:
+        span = f"{first.attrs.get('quarter', '?')}–{last.attrs.get('quarter', '?')}"
+        if len(grids) == 1:
+            span = str(last.attrs.get("quarter", "?"))
+    attrs = {
+        "title": f"geodbk {target} predictive grids by quarter, {span}",
+        "product": "quarters",
+        "quarter": span,
+        "quarter_status": "per time step: the quarter_status coordinate",
+        "source_grids": " ".join(rd.relative(g) for g in grids),
+        "geodbk_version": __version__,
+    }
+    write_time_stack(out, grids, attrs=attrs)
     log.info("wrote %s (%d time steps)", out, len(grids))
     return out
-
-
-def _grid_quarter(path: Path, fix: str) -> str | None:
-    """The ``quarter`` attribute of a grid file."""
-    with open_grid(path, fix=fix) as ds:
-        q = ds.attrs.get("quarter")
-    return str(q) if q is not None else None
 
 
 def run_export(
@@ -382,6 +535,9 @@ def run_export(
 ) -> list[Path]:
     """Export ``target`` (or every trained target) of ``run``; return the written files.
 
+    Every input is checked first (:func:`plan_export`): a missing grid of any target or
+    quarter stops the export before it writes its first file.
+
     Parameters
     ----------
     run
@@ -390,10 +546,10 @@ def run_export(
         One target; ``None``: every trained target.
     fmt
         ``gtiff``, ``cog`` or ``netcdf`` (one NetCDF-4 file of the quarters' grids along a
-        time dimension, :func:`_export_stack`).
+        time dimension).
     quarter
         Time-aware models: quarter(s) whose grids to export (``2023Q2``, ``2022Q1:2023Q4``,
-        ``all``) to ``exports/TARGET_Q.tif``.
+        ``all``) to ``exports/TARGET_Q.tif``; every quarter asked for needs its grid.
     trend
         Time-aware models: ``Q1:Q2``, the trend grid to export to
         ``exports/TARGET_trend_Q1_Q2.tif``.
@@ -401,64 +557,13 @@ def run_export(
     Raises
     ------
     RunDirectoryError
-        Missing run directory or grid (with the predict command to run).
+        Missing run directory or grid (with the predict command to run; a quarter spec names
+        every missing quarter).
     ModelFileError
         ``target`` untrained, or no target trained at all.
     DataError
         ``quarter``/``trend`` for a pooled model (with ``--all``: when no target is
         time-aware; pooled targets are skipped with a warning), or both given.
     """
-
-    if quarter is not None and trend is not None:
-        raise DataError("give --quarter or --trend, not both")
-    if fmt == "netcdf" and trend is not None:
-        raise DataError(
-            "--format netcdf stacks quarter grids; a trend is one map: export it with "
-            "--format gtiff or cog"
-        )
-    rd = require_run(run)
-    targets = [target] if target else rd.trained_targets()
-    if not targets:
-        raise ModelFileError(
-            f"no trained model in {rd.root / 'models'}; run `geodbk train --run {rd.root} "
-            "--target download` first"
-        )
-    if fmt == "netcdf":
-        return [_export_stack(rd, t, quarter=quarter, only=target is not None) for t in targets]
-    out = []
-    if quarter is None and trend is None:
-        for t in targets:
-            if not rd.grid(t).is_file() and target is None:
-                raise RunDirectoryError(
-                    f"{rd.grid(t)} is missing for trained target {t}; run "
-                    f"`geodbk predict --run {rd.root} --target {t}` first"
-                )
-            out.append(export_target(rd, t, fmt=fmt))
-        return out
-    pair = parse_trend(trend) if trend is not None else None
-    flag = "--quarter" if quarter is not None else "--trend"
-    for t in targets:
-        model_json = read_json(require_model(rd, t) / "model.json")
-        md = model_json.get("metadata", model_json)
-        if time_scaling_of(md) is None:
-            msg = (
-                f"{flag} needs a time-aware model, but {rd.model_dir(t)} pools all quarters "
-                f"(trained without --time); retrain with `geodbk train --run {rd.root} "
-                f"--target {t} --time`"
-            )
-            if target is not None:
-                raise DataError(msg)
-            log.warning("skipping %s: %s", t, msg)
-            continue
-        if pair is not None:
-            out.append(export_target(rd, t, fmt=fmt, trend=pair))
-            continue
-        observed = md.get("quarters") or []
-        for q in resolve_quarters(quarter, observed=observed):
-            out.append(export_target(rd, t, fmt=fmt, quarter=q))
-    if not out:
-        raise DataError(
-            f"{flag}: no trained target of {rd.root} is time-aware; retrain with "
-            f"`geodbk train --run {rd.root} --target TARGET --time`"
-        )
-    return out
+    jobs = plan_export(run, target=target, fmt=fmt, quarter=quarter, trend=trend)
+    return [write_export(job, fmt=fmt) for job in jobs]

@@ -111,3 +111,41 @@ def test_bands_carry_their_units_and_flags_no_quantity(tiny_run: Path, tmp_path:
     assert described["tile_history"].startswith("tile_history: flag")
     assert str(quantity["tile_history"]) not in described["tile_history"]
     assert str(quantity["mean"]) in described["mean"]
+
+
+def _fresh_copy(tiny_run: Path, dest: Path) -> Path:
+    """A copy of the tiny run without its exports."""
+    shutil.copytree(tiny_run, dest)
+    shutil.rmtree(dest / "exports", ignore_errors=True)
+    return dest
+
+
+@pytest.mark.parametrize("fmt", ["gtiff", "netcdf"])
+def test_quarter_all_names_every_missing_quarter_before_writing(
+    tiny_run: Path, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _fresh_copy(tiny_run, tmp_path / "run")
+    for q in ("2023Q2", "2023Q3"):
+        (run / "grids" / f"download_{q}.nc").unlink()
+    argv = ["export", "--run", str(run), "--target", "download", "--format", fmt]
+    assert cli.main([*argv, "--quarter", "all"]) == 5
+    err = capsys.readouterr().err
+    assert "2023Q2, 2023Q3" in err and "--quarter 2023Q2:2023Q3` first" in err
+    assert not (run / "exports").exists() or not any((run / "exports").iterdir())
+    # without --quarter, netcdf stacks the quarters that have a grid
+    if fmt == "netcdf":
+        assert cli.main(argv) == 0
+        with xr.open_dataset(run / "exports" / "download_quarters.nc") as ds:
+            assert list(ds["quarter"].values) == ["2023Q1", "2023Q4"]
+
+
+def test_many_runs_are_all_checked_before_any_is_written(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _fresh_copy(tiny_run, tmp_path / "good")
+    partial = _fresh_copy(tiny_run, tmp_path / "partial")
+    (partial / "grids" / "upload.nc").unlink()
+    for second, code in ((partial, 5), (tmp_path / "nothere", 5)):
+        assert cli.main(["export", "--run", str(good), "--all", str(second)]) == code
+        assert str(second) in capsys.readouterr().err
+        assert not (good / "exports").exists() or not any((good / "exports").iterdir())
