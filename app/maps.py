@@ -84,7 +84,10 @@ def has_tile_effect(grid: Grid) -> bool:
 
 
 def quantities_of(grid: Grid) -> dict[str, str]:
-    """The quantities a grid can show: "average" needs a grid without a tile effect."""
+    """The quantities a grid can show: "average" needs a grid without a tile effect; an area
+    map that left out the tile parts (attribute ``tile_parts_omitted``) shows only the area."""
+    if attr_flag(grid.attrs, "tile_parts_omitted"):
+        return {"latent": QUANTITIES["latent"]}
     return {k: v for k, v in QUANTITIES.items() if k != "average" or not has_tile_effect(grid)}
 
 

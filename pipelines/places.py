@@ -104,8 +104,7 @@ class PlacePredictor:
         check_quantity(quantity)
         lon = np.asarray(lon, dtype=np.float64)
         lat = np.asarray(lat, dtype=np.float64)
-        use = quantity != "area"
-        effect, layer = (self.effect, self.layer) if use else (None, None)
+        effect, layer = self.effect, self.layer
         if quarters is None:
             times: Any = self.time
             X = self.inputs(lon, lat)
@@ -196,7 +195,7 @@ def load_place_predictor(
     else:
         label = f"pooled {observed[0]}:{observed[-1]}" if observed else "pooled"
         time = float(quarter_index(observed[-1])) if observed else 0.0
-    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
+    effect, layer = load_map_layers(rd, target, model)
     needs_urban = getattr(model, "noise_urban", False) or bool(
         effect is not None and effect.grouped
     )

@@ -8,7 +8,8 @@ bounded for any grid size. What the map shows is a named quantity (``--quantity`
 from the tile effect and local layer), ``area`` (f(x)) or ``test`` (``--tests K`` tests from
 ``--devices M`` devices). ``mean``/``std`` (log10), the 95% interval ``mean ± 1.96 std``, the
 natural-unit median ``10**mean`` and one exceedance probability per threshold describe that
-quantity; every grid also holds the parts (``area_mean``, ``std_f``, ``tile_*``, ``test_sd``).
+quantity; every grid also holds the parts (``area_mean``, ``std_f``, ``tile_*``, ``test_sd``),
+except that an area map of a model with a tile effect leaves out the tile and test parts.
 
 A pooled model maps all quarters at once; a time-aware model maps ``--quarter SPEC`` (the latest
 table quarter to ``grids/TARGET.nc``, any other Q to ``grids/TARGET_Q.nc``; a quarter after the
@@ -91,8 +92,9 @@ default tile) it holds the median (mean_natural, in Mbps or ms), the 95% interva
 (pi_lower_natural, pi_upper_natural, pi_width_natural), the same on the log10 scale, and one
 exceedance probability per threshold (p_below_25mbps = P(speed < 25 Mbps); latency:
 p_above_100ms). Every grid also holds the parts of each quantity (area_mean, std_f, tile_mean,
-tile_sd, tile_offset, tile_pull, tile_history, test_sd) and names its quantity, quarter, noise
-and licence in its attributes.
+tile_sd, tile_offset, tile_pull, tile_history, test_sd; an area map of a model with a tile
+effect holds only area_mean and std_f, since it does not evaluate the effect) and names its
+quantity, quarter, noise and licence in its attributes.
 
 A pooled model maps all quarters at once. A time-aware model (geodbk train --time) maps the
 quarters of --quarter (default the latest; the latest goes to grids/TARGET.nc, any other Q to
@@ -114,8 +116,9 @@ examples:
 
 What the maps show (--quantity): tile (default) = what a zoom-16 tile at the place typically
 gets, informed by the tile's own measured history where it has one; area = the neighbourhood
-level f(x); test = one speed test (--tests K: the average of K tests). Every grid also holds
-area_mean, tile_mean, tile_offset, tile_sd, test_sd and tile_history (docs/quantities.md).
+level f(x); test = one speed test (--tests K: the average of K tests). Every tile or test grid
+also holds area_mean, tile_mean, tile_offset, tile_sd, test_sd and tile_history
+(docs/quantities.md).
 
 Default resolution: the size of a zoom-16 Ookla tile at the region's central latitude,
 coarsened (if needed) so the grid has at most 1,000,000 cells. Default extent: the region's
@@ -245,7 +248,8 @@ def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
 
 #: The ``quantity`` attribute of the area variables (``std_f``, ``area_mean``, ``latent_*``).
 AREA_LABEL = "area: latent f(x)"
-#: The quantity's parts written to every grid, whatever ``--quantity`` is.
+#: The quantity's parts written to every grid, whatever ``--quantity`` is (an area map of a
+#: model with a tile effect: only ``area_mean``).
 PART_VARS = (
     "area_mean",
     "tile_mean",
@@ -255,6 +259,8 @@ PART_VARS = (
     "test_sd",
     "tile_history",
 )
+#: The parts an area map of a model with a tile effect leaves out (they need the effect).
+TILE_PART_VARS = PART_VARS[1:]
 
 
 def _pooled_tile_time(observed: Sequence[str]) -> float:
@@ -889,7 +895,13 @@ def run_predict(
         *(spec.threshold_name(t) for t in thr),
         *PART_VARS,
     ]
-    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
+    effect, layer = load_map_layers(rd, target, model)
+    # an area map does not evaluate the tile effect and the local layer, so it leaves out the
+    # tile and test parts that need them rather than write the noise floor's in their place
+    parts_omitted = quantity == "area" and effect is not None
+    if parts_omitted:
+        effect = layer = None
+        names = [n for n in names if n not in TILE_PART_VARS]
     needs_urban = getattr(model, "noise_urban", False) or bool(
         effect is not None and effect.grouped
     )
@@ -917,6 +929,7 @@ def run_predict(
         "quantity_description": description,
         "tile_effect": int(effect is not None),
         "local_layer": int(layer is not None),
+        "tile_parts_omitted": int(parts_omitted),
         **_tile_effect_attrs(effect, model),
         **_local_layer_attrs(layer),
         "tests": float(tests),

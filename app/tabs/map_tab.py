@@ -235,6 +235,8 @@ def _quantity_controls(ctx: RunContext, kind: str) -> tuple[str, float]:
     if kind == "tiles":
         return "tile", 1.0
     options = maps.quantities_of(ctx.grid()) if ctx.files.has_grid else dict(maps.QUANTITIES)
+    if st.session_state.get("quantity") not in options:  # chosen on a grid that offered it
+        st.session_state.pop("quantity", None)
     q1, q2 = st.columns([2.2, 2.8])
     quantity = q1.selectbox(
         "What the map shows",

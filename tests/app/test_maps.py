@@ -128,3 +128,17 @@ def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path
     shifted = maps.layer_values(moved, single)
     before = float(grid.attrs.get("test_mean_shift", 0.0))
     np.testing.assert_allclose(shifted[inside], base[inside] * 10 ** (-0.25 - before), rtol=1e-5)
+
+
+def test_an_area_map_without_the_tile_parts_offers_only_the_area(tiny_run: Path) -> None:
+    path = tiny_run / "grids" / "download.nc"
+    grid = loaders.load_grid(str(path), loaders.stamp(path), "download")
+    assert "tile" in maps.quantities_of(grid)
+    area_map = loaders.Grid(
+        target=grid.target,
+        lon=grid.lon,
+        lat=grid.lat,
+        arrays={k: v for k, v in grid.arrays.items() if not k.startswith(("tile_", "test_"))},
+        attrs={**grid.attrs, "quantity": "area", "tile_parts_omitted": 1},
+    )
+    assert list(maps.quantities_of(area_map)) == ["latent"]

@@ -406,6 +406,9 @@ def test_area_and_test_quantities_on_request(run: Path, tmp_path: Path) -> None:
         assert ds.attrs["quantity"] == "area" and ds.attrs["tile_effect"] == 0
         np.testing.assert_allclose(ds["std"].values[inside], ds["std_f"].values[inside])
         np.testing.assert_allclose(ds["mean"].values[inside], ds["area_mean"].values[inside])
+        # the tile and test parts need the tile effect, which an area map does not evaluate
+        assert ds.attrs["tile_parts_omitted"] == 1
+        assert not {"tile_mean", "tile_sd", "tile_history", "test_sd"} & set(ds.data_vars)
     run_predict(r, target="upload", quantity="test", **GRID)
     with xr.open_dataset(r / "grids" / "upload.nc") as ds:
         inside = ds["in_region"].values

@@ -111,7 +111,11 @@ def test_points_in_a_geojson_and_the_area_quantity(run: Path, measured: pd.DataF
     got = pd.read_parquet(out)
     np.testing.assert_allclose(got["lon"], measured["lon"].head(2), atol=1e-7)
     assert (got["quantity"] == "area").all() and got["name"].tolist() == ["a", "b"]
-    assert not got["tile_history"].any()  # the area quantity ignores tiles
+    tile = pd.read_parquet(run_predict_at(run, src, target="latency", quantity="tile"))
+    # the parts are the tile's whatever the quantity: measured tiles keep their history
+    assert got["tile_history"].all() and tile["tile_history"].all()
+    np.testing.assert_allclose(got["tile_pull"], tile["tile_pull"])
+    assert not np.allclose(got["mean"], tile["mean"])  # f alone, without the tiles' offsets
 
 
 @pytest.mark.parametrize(
