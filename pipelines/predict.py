@@ -62,7 +62,7 @@ from pipelines.bundles import load_model
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, stored_alike
 from pipelines.layers import load_map_layers
-from pipelines.predict_at import run_predict_at
+from pipelines.predict_at import check_tests_devices, run_predict_at
 from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_codes
 from pipelines.rundir import (
     RunDir,
@@ -775,10 +775,7 @@ def run_predict(
     """
 
     thr = check_thresholds(thresholds, target)
-    if not (np.isfinite(tests) and tests >= 1):
-        raise DataError(f"--tests must be >= 1, got {tests}")
-    if devices is not None and not (np.isfinite(devices) and devices >= 1):
-        raise DataError(f"--devices must be >= 1, got {devices}")
+    check_tests_devices(tests, devices)
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")
     try:

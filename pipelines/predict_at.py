@@ -40,7 +40,7 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["OUTPUT_COLUMNS", "run_predict_at", "write_places"]
+__all__ = ["OUTPUT_COLUMNS", "check_tests_devices", "run_predict_at", "write_places"]
 
 #: The columns :func:`run_predict_at` adds after the input's own.
 OUTPUT_COLUMNS = (
@@ -60,6 +60,22 @@ OUTPUT_COLUMNS = (
     "quarter",
     "outside_region",
 )
+
+
+def check_tests_devices(tests: float, devices: float | None) -> None:
+    """Refuse a ``test`` quantity of fewer than one test, or of more devices than tests (each
+    test is made on one device)."""
+    if not (np.isfinite(tests) and tests >= 1):
+        raise DataError(f"--tests must be >= 1, got {tests}")
+    if devices is None:
+        return
+    if not (np.isfinite(devices) and devices >= 1):
+        raise DataError(f"--devices must be >= 1, got {devices}")
+    if devices > tests:
+        raise DataError(
+            f"--devices {devices:g} is more than --tests {tests:g}: each speed test is made on "
+            "one device, so K tests come from at most K devices; give --devices <= --tests"
+        )
 
 
 @locked_stage("predict")
@@ -96,8 +112,7 @@ def run_predict_at(
         check_quantity(quantity)
     except ValueError as exc:
         raise DataError(f"--quantity: {exc}") from None
-    if not (np.isfinite(tests) and tests >= 1):
-        raise DataError(f"--tests must be >= 1, got {tests}")
+    check_tests_devices(tests, devices)
     rd = require_run(run)
     spec = target_spec(target)
     places = read_locations(at)

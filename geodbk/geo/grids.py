@@ -82,6 +82,19 @@ def tile_size_deg(zoom: int, lat: float) -> tuple[float, float]:
     return dx, dx * math.cos(math.radians(lat))
 
 
+def _cell_counts(
+    bounds: tuple[float, float, float, float], dx: float, dy: float
+) -> tuple[int, int]:
+    """Columns and rows of whole ``dx`` x ``dy`` cells that cover ``bounds``."""
+    lon_min, lat_min, lon_max, lat_max = (float(v) for v in bounds)
+    return max(1, math.ceil((lon_max - lon_min) / dx)), max(1, math.ceil((lat_max - lat_min) / dy))
+
+
+def _cell_count(bounds: tuple[float, float, float, float], dx: float, dy: float) -> int:
+    nx, ny = _cell_counts(bounds, dx, dy)
+    return nx * ny
+
+
 def make_grid(
     bounds: tuple[float, float, float, float],
     *,
@@ -125,8 +138,11 @@ def make_grid(
             if cells > max_cells:
                 factor = math.sqrt(cells / max_cells)
                 dx, dy = dx * factor, dy * factor
-    nx = max(1, math.ceil((lon_max - lon_min) / dx))
-    ny = max(1, math.ceil((lat_max - lat_min) / dy))
+            # whole cells round the counts up: coarsen on until the grid fits max_cells
+            while _cell_count(bounds, dx, dy) > max(int(max_cells), 1):
+                grow = math.sqrt(_cell_count(bounds, dx, dy) / max(int(max_cells), 1))
+                dx, dy = dx * grow * (1 + 1e-9), dy * grow * (1 + 1e-9)
+    nx, ny = _cell_counts(bounds, dx, dy)
     x = lon_min + dx * (np.arange(nx) + 0.5)
     y = lat_max - dy * (np.arange(ny) + 0.5)
     return Grid(x=x, y=y, dx=dx, dy=dy)

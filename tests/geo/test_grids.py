@@ -23,8 +23,15 @@ def test_default_resolution_is_zoom16_capped() -> None:
     dx, dy = tile_size_deg(16, 20.025)
     assert small.dx == pytest.approx(dx) and small.dy == pytest.approx(dy)
     big = make_grid((0.0, 0.0, 10.0, 10.0), max_cells=10_000)
-    assert big.size <= 10_000 * 1.05
+    assert 10_000 * 0.95 <= big.size <= 10_000
     assert big.dx / big.dy == pytest.approx(dx / tile_size_deg(16, 5.0)[1] * dy / dy, rel=0.05)
+
+
+@pytest.mark.parametrize("max_cells", [1, 100, 1000, 5000, 13_000])
+def test_the_default_grid_never_exceeds_max_cells(max_cells: int) -> None:
+    """Whole cells round the counts up; the coarsening keeps the grid within ``max_cells``."""
+    g = make_grid((-158.3, 21.2, -157.6, 21.8), max_cells=max_cells)
+    assert g.size <= max_cells and g.size >= 0.8 * max_cells
 
 
 def test_tile_zoom_and_resolution_exclusive() -> None:

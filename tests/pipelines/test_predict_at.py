@@ -149,6 +149,24 @@ def test_cli_reports_a_missing_file_cleanly(run: Path, capsys: pytest.CaptureFix
     assert json.dumps(err)  # a message, not an exception
 
 
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--tests", "0.5"], "--tests must be >= 1"),
+        (["--tests", "4", "--devices", "0"], "--devices must be >= 1"),
+        (["--tests", "4", "--devices", "20"], "--devices 20 is more than --tests 4"),
+    ],
+)
+@pytest.mark.parametrize("at", [False, True])
+def test_tests_and_devices_are_checked_for_grids_and_places(
+    run: Path, extra: list[str], match: str, at: bool, capsys: pytest.CaptureFixture
+) -> None:
+    where = ["--at", str(run / "nope.csv")] if at else []
+    base = ["predict", "--run", str(run), "--target", "download", "--quantity", "test"]
+    assert cli.main([*base, *where, *extra]) == 3  # before any file is read or written
+    assert match in capsys.readouterr().err
+
+
 def test_write_places_frames_the_columns_and_keeps_the_input(
     run: Path, measured: pd.DataFrame, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
