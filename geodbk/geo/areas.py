@@ -284,12 +284,6 @@ def _pick_id(frame: pd.DataFrame, id_column: str | None, *, shown: str) -> str |
                 f"{shown}: column {id_column!r} (--id-column) is empty in {missing} of "
                 f"{len(frame)} rows; fill it, or choose another column with --id-column"
             )
-        if frame[id_column].duplicated().any():
-            log.warning(
-                "%s: column %r repeats some ids; the summary rows keep the file's order",
-                shown,
-                id_column,
-            )
         return id_column
     for col in _find(columns, ID_COLUMNS) + _find(columns, NAME_COLUMNS):
         values = frame[col]
