@@ -69,13 +69,15 @@ class ShareDraws:
     places: int
 
     def summary(self, *, level: float = HEADLINE_LEVEL) -> dict[str, dict[str, float]]:
-        """Per class: the sampled shares' mean and central ``level`` interval."""
+        """Per class: the sampled shares' mean and central ``level`` interval, extended to the
+        mean where a share piled up at 0 or 1 leaves it outside (as the area summaries do)."""
         lo, hi = np.quantile(self.draws, [(1 - level) / 2, (1 + level) / 2], axis=1)
+        mean = self.draws.mean(axis=1)
         return {
             name: {
-                "mean": float(self.draws[k].mean()),
-                "lower": float(lo[k]),
-                "upper": float(hi[k]),
+                "mean": float(mean[k]),
+                "lower": float(min(lo[k], mean[k])),
+                "upper": float(max(hi[k], mean[k])),
             }
             for k, name in enumerate(self.classes)
         }

@@ -123,3 +123,16 @@ def test_bad_headline_samples_exit_3(
     err = capsys.readouterr().err
     assert "--headline-samples" in err and "Traceback" not in err
     assert (run / "service" / "headline.json").read_bytes() == before
+
+
+def test_a_share_piled_up_at_zero_keeps_its_mean_inside_the_interval() -> None:
+    from pipelines.service_headline import ShareDraws
+
+    draws = np.zeros((2, 100))
+    draws[0, :3] = 0.5  # 97% of the samples at 0: both quantiles 0, mean 0.015
+    draws[1] = np.linspace(0.2, 0.4, 100)
+    got = ShareDraws(classes=("unserved", "served"), draws=draws, places=10).summary()
+    assert got["unserved"]["mean"] == pytest.approx(0.015)
+    for row in got.values():
+        assert row["lower"] <= row["mean"] <= row["upper"]
+    assert got["served"]["lower"] == pytest.approx(np.quantile(draws[1], 0.05))
