@@ -21,7 +21,8 @@ the latent GP's; across places each target keeps its posterior's correlation, an
 targets' through ``L``. A place's class in sample ``s`` is the number of nested tiers it
 meets (download and upload at least, latency at most the tier's values), and the share of area
 in class ``k`` is ``sum_c w_c 1[class_cs = k] / sum_c w_c`` with ``w_c = cos(lat_c)``; its
-90% interval is the 5% and 95% sample quantiles. The same over the run's distinct observed
+90% interval is the 5% and 95% sample quantiles, extended to the mean where the share piles
+up at 0 or 1. The same over the run's distinct observed
 tiles (weight 1 each) gives the share of tiles.
 
 The shares are estimated on a uniform random subsample of the places (at most
