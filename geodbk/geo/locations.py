@@ -1,7 +1,7 @@
 """Read a list of places to predict at: quadkeys, lon/lat columns or point geometries.
 
-:func:`read_locations` takes a parquet (plain or GeoParquet), CSV or GeoJSON file (e.g. a list
-of serviceable locations) and returns each row's lon/lat in EPSG:4326 plus the input's own
+:func:`read_locations` takes a parquet (plain or GeoParquet), CSV, GeoJSON or GeoPackage file
+(e.g. a list of serviceable locations) and returns each row's lon/lat in EPSG:4326 plus the input's own
 columns (its ids). The place of a row is, in this order of preference, the centre of its
 ``quadkey`` tile, its ``lon``/``lat`` columns (also ``longitude``/``latitude``, ``lng``,
 ``x``/``y``), or its point geometry (reprojected to EPSG:4326; other geometries use their
@@ -28,7 +28,7 @@ __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
 LON_NAMES = ("lon", "longitude", "lng", "long", "x")
 LAT_NAMES = ("lat", "latitude", "y")
 _SUFFIXES = {".parquet": "parquet", ".geoparquet": "parquet", ".csv": "csv", ".txt": "csv"}
-_GEOJSON = (".geojson", ".json")
+_GEOJSON = (".geojson", ".json", ".gpkg")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,9 @@ def _read_frame(path: Path) -> pd.DataFrame:
         raise DataError(f"cannot read {path}: {exc}") from exc
     except Exception as exc:  # pyogrio / pyarrow raise several types of their own
         raise DataError(f"cannot read {path}: {exc}") from exc
-    raise DataError(f"{path}: unknown file type {suffix!r}; give a .parquet, .csv or .geojson file")
+    raise DataError(
+        f"{path}: unknown file type {suffix!r}; give a .parquet, .csv, .geojson or .gpkg file"
+    )
 
 
 def _column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
@@ -155,8 +157,12 @@ def read_locations(path: str | Path) -> Locations:
         Longitudes past 180 (a 0-360 convention) are taken back to [-180, 180].
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder; give the file that lists the places")
     if not path.is_file():
-        raise DataError(f"{path}: no such file (give a .parquet, .csv or .geojson list of places)")
+        raise DataError(
+            f"{path}: no such file (give a .parquet, .csv, .geojson or .gpkg list of places)"
+        )
     frame = _read_frame(path)
     if len(frame) == 0:
         raise DataError(f"{path} has no rows")
@@ -176,8 +182,11 @@ def read_locations(path: str | Path) -> Locations:
         lon, lat = _from_geometry(frame, path)
         source = "geometry"
     else:
+        names = list(map(str, frame.columns))
+        other = next((d for d in (";", "\t", "|") if len(names) == 1 and d in names[0]), None)
+        hint = f" (the file seems to separate its columns by {other!r}: save it with commas)"
         raise DataError(
-            f"{path}: found no place columns among {list(map(str, frame.columns))}; give a "
+            f"{path}: found no place columns among {names}{hint if other else ''}; give a "
             "'quadkey' column (text), 'lon'/'lat' columns (EPSG:4326 degrees) or point "
             "geometries (GeoJSON / GeoParquet)"
         )

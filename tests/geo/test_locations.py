@@ -41,15 +41,18 @@ def test_lon_lat_columns_by_any_of_their_names(tmp_path: Path) -> None:
     assert got.ids["id"].tolist() == [7, 8]
 
 
-def test_geometries_are_reprojected_and_polygons_give_an_inner_point(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "driver"), [("sites.geojson", "GeoJSON"), ("sites.gpkg", "GPKG")])
+def test_geometries_are_reprojected_and_polygons_give_an_inner_point(
+    tmp_path: Path, name: str, driver: str
+) -> None:
     square = shapely.box(-157.9, 21.3, -157.8, 21.4)
     gdf = gpd.GeoDataFrame(
         {"name": ["p", "q"]}, geometry=[shapely.Point(-155.1, 19.7), square], crs=4326
     ).to_crs(3857)
-    path = tmp_path / "sites.geojson"
+    path = tmp_path / name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gdf.to_file(path, driver="GeoJSON")
+        gdf.to_file(path, driver=driver)
     got = read_locations(path)
     assert got.source == "geometry"
     np.testing.assert_allclose([got.lon[0], got.lat[0]], [-155.1, 19.7], atol=1e-9)
@@ -66,6 +69,7 @@ def test_geometries_are_reprojected_and_polygons_give_an_inner_point(tmp_path: P
         ("sites.csv", "quadkey\n230123012301230\n230123012301231\n", "15-digit quadkeys"),
         ("sites.csv", "lat,lon\n-99.5,39.6\n", "swapped"),
         ("sites.csv", "name\nA\n", "no place columns"),
+        ("sites.csv", "id;lon;lat\nA;-155.1;19.7\n", "separate its columns by ';'"),
     ],
 )
 def test_unusable_files_are_refused_naming_the_file(
@@ -78,6 +82,8 @@ def test_unusable_files_are_refused_naming_the_file(
     assert str(path) in str(info.value)
     with pytest.raises(DataError, match="no such file"):
         read_locations(tmp_path / "missing.csv")
+    with pytest.raises(DataError, match="is a folder"):
+        read_locations(tmp_path)
 
 
 def test_longitudes_of_a_0_to_360_convention_are_taken_back(tmp_path: Path) -> None:
