@@ -1,8 +1,8 @@
 """Read a list of places to predict at: quadkeys, lon/lat columns or point geometries.
 
 :func:`read_locations` takes a parquet (plain or GeoParquet), CSV, GeoJSON or GeoPackage file
-(e.g. a list of serviceable locations) and returns each row's lon/lat in EPSG:4326 plus the input's own
-columns (its ids). The place of a row is, in this order of preference, the centre of its
+(e.g. a list of serviceable locations) and returns each row's lon/lat in EPSG:4326 plus the
+input's own columns (its ids). The place of a row is, in this order of preference, the centre of its
 ``quadkey`` tile, its ``lon``/``lat`` columns (also ``longitude``/``latitude``, ``lng``,
 ``x``/``y``), or its point geometry (reprojected to EPSG:4326; other geometries use their
 representative point).
