@@ -38,11 +38,13 @@ from pipelines.predict import add_time_options, parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
+    config_hash,
     read_json,
     require_grid,
     require_model,
     require_run,
     run_licence_attrs,
+    stale_model_message,
     target_lock,
     target_spec,
     time_scaling_of,
@@ -81,8 +83,10 @@ a missing one stops the export before its first file, naming each missing quarte
 time-aware model; the pooled grid as one time step otherwise) into exports/TARGET_quarters.nc
 with dimensions (time, y, x): time is the middle of each quarter, time_bnds its first and last
 day, quarter its label (xarray.open_dataset decodes them).
+A grid predicted from an earlier model (another config hash, or trained since) stops the export
+with exit 5 and the predict command; a model trained on an earlier ingest is warned about.
 exit codes: 0 ok, 2 usage, 3 --quarter/--trend for a pooled model, 4 missing model,
-5 missing run directory or grid (run predict first).
+5 missing run directory or grid, or a grid older than its model (run predict first).
 """
 
 
@@ -248,7 +252,8 @@ def _find_quarter_grid(rd: RunDir, target: str, quarter: str) -> Path | None:
 
 
 def _quarter_spec(quarters: list[str]) -> str:
-    """Quarters as one ``--quarter`` value, consecutive ones as a range: ``2022Q3:2023Q1,2023Q3``."""
+    """Quarters as one ``--quarter`` value, consecutive ones as a range
+    (``2022Q3:2023Q1,2023Q3``)."""
     idx = sorted(quarter_index(q) for q in quarters)
     parts: list[str] = []
     start = prev = idx[0]
@@ -338,10 +343,89 @@ def plan_export(
     quarter: str | None = None,
     trend: str | None = None,
 ) -> list[ExportJob]:
-    """Check everything an export of ``run`` reads (run, models, every grid) and return the
-    files to write, without writing any: a missing input stops the export before its first
-    file. The parameters and errors are :func:`run_export`'s."""
+    """Check everything an export of ``run`` reads (run, models, every grid, each grid
+    predicted from the current model) and return the files to write, without writing any: a
+    missing or stale input stops the export before its first file. A model trained on an
+    earlier ingest is only warned about, as in ``predict`` and ``report``. The parameters and
+    errors are :func:`run_export`'s."""
 
+    jobs = _plan_jobs(run, target=target, fmt=fmt, quarter=quarter, trend=trend)
+    for rd, t in dict.fromkeys((job.rd, job.target) for job in jobs):
+        md = _model_metadata(rd, t)
+        stale = stale_model_message(rd, t, md)
+        if stale:
+            log.warning("%s", stale)
+        for job in jobs:
+            if (job.rd, job.target) == (rd, t):
+                _require_current_grids(job, md)
+    return jobs
+
+
+def stale_grid_reason(attrs: dict[str, Any], md: dict[str, Any]) -> str | None:
+    """Why a grid with attributes ``attrs`` was not predicted from the model with metadata
+    ``md``, or ``None``: its recorded ``model_config_hash`` differs from the model's config
+    hash, or the model was trained (``created``) after the grid was written. Grids or models
+    without these records are not judged."""
+    recorded = attrs.get("model_config_hash")
+    current = md.get("config_hash") or config_hash(md.get("config", {}))
+    if recorded and str(recorded) != str(current):
+        return (
+            f"it was predicted from a model with config hash {recorded}, the model now has "
+            f"{current}"
+        )
+    made, trained = _timestamp(attrs.get("created")), _timestamp(md.get("created"))
+    if made is not None and trained is not None and trained > made:
+        return (
+            f"the model was trained at {md.get('created')}, after the grid was written at "
+            f"{attrs.get('created')}"
+        )
+    return None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """An ISO 8601 ``created`` value as an aware datetime (UTC when it names no zone), or
+    ``None`` when absent or unreadable."""
+    try:
+        stamp = datetime.fromisoformat(str(value))
+    except (TypeError, ValueError):
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+
+
+def _require_current_grids(job: ExportJob, md: dict[str, Any]) -> None:
+    """Raise when a grid of ``job`` is older than its model (:func:`stale_grid_reason`),
+    naming the grid and the ``geodbk predict`` command that writes it again."""
+    stale: list[tuple[Path, str, dict[str, Any]]] = []
+    for grid in job.grids:
+        with open_grid(grid, fix=job.fix) as ds:
+            attrs = dict(ds.attrs)
+        reason = stale_grid_reason(attrs, md)
+        if reason is not None:
+            stale.append((grid, reason, attrs))
+    if not stale:
+        return
+    grid, reason, _ = stale[0]
+    fix = job.fix
+    quarters = [str(a["quarter"]) for _, _, a in stale if int(a.get("time_aware", 0) or 0) == 1]
+    if job.stack and len(quarters) == len(stale):
+        fix = f"{fix} --quarter {_quarter_spec(quarters)}"
+    more = f" (and {len(stale) - 1} more of its grids)" if len(stale) > 1 else ""
+    raise RunDirectoryError(
+        f"{grid}{more} is older than the {job.target} model in {job.rd.model_dir(job.target)}: "
+        f"{reason}; its export would show the old model's map under the new model's name. "
+        f"Run `{fix}` first"
+    )
+
+
+def _plan_jobs(
+    run: str | Path,
+    *,
+    target: str | None,
+    fmt: str,
+    quarter: str | None,
+    trend: str | None,
+) -> list[ExportJob]:
+    """:func:`plan_export` without the check of the grids against their models."""
     if quarter is not None and trend is not None:
         raise DataError("give --quarter or --trend, not both")
     if fmt == "netcdf" and trend is not None:
@@ -558,7 +642,8 @@ def run_export(
     ------
     RunDirectoryError
         Missing run directory or grid (with the predict command to run; a quarter spec names
-        every missing quarter).
+        every missing quarter), or a grid predicted from an earlier model
+        (:func:`stale_grid_reason`).
     ModelFileError
         ``target`` untrained, or no target trained at all.
     DataError

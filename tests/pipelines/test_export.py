@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,54 @@ def test_many_runs_are_all_checked_before_any_is_written(
         assert cli.main(["export", "--run", str(good), "--all", str(second)]) == code
         assert str(second) in capsys.readouterr().err
         assert not (good / "exports").exists() or not any((good / "exports").iterdir())
+
+
+def _edit_model(run: Path, target: str, **changes: object) -> None:
+    """Change ``models/TARGET/model.json``'s metadata as a retrain or re-ingest would."""
+    path = run / "models" / target / "model.json"
+    doc = json.loads(path.read_text())
+    md = doc.get("metadata", doc)
+    for key, value in changes.items():
+        if key == "ingest_id":
+            md["tiles_metadata"]["ingest_id"] = value
+        else:
+            md[key] = value
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"config_hash": "0123456789abcdef"}, "config hash"),
+        ({"created": "2999-01-01T00:00:00+00:00"}, "after the grid was written"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["gtiff", "netcdf"])
+def test_a_grid_older_than_its_model_is_refused(
+    tiny_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, object],
+    reason: str,
+    fmt: str,
+) -> None:
+    run = _fresh_copy(tiny_run, tmp_path / "run")
+    _edit_model(run, "download", **change)
+    argv = ["export", "--run", str(run), "--format", fmt]
+    assert cli.main([*argv, "--target", "download"]) == 5
+    err = capsys.readouterr().err
+    assert "download" in err and reason in err
+    assert f"geodbk predict --run {run} --target download" in err
+    assert not (run / "exports").exists() or not any((run / "exports").iterdir())
+    assert cli.main([*argv, "--target", "upload"]) == 0  # its grid is of its model
+
+
+def test_a_model_of_an_earlier_ingest_is_warned_about(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = _fresh_copy(tiny_run, tmp_path / "run")
+    _edit_model(run, "download", ingest_id="an-earlier-ingest")
+    caplog.set_level("WARNING", logger="geodbk")
+    assert cli.main(["export", "--run", str(run), "--target", "download"]) == 0
+    assert any("re-ingested" in r.message and r.levelname == "WARNING" for r in caplog.records)
+    assert (run / "exports" / "download.tif").is_file()
