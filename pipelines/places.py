@@ -22,7 +22,7 @@ from geodbk.quantities import QuantityPrediction, check_quantity, predict_quanti
 from geodbk.tile_effect import TileEffect
 from pipelines.bundles import load_model
 from pipelines.layers import load_map_layers, tile_positions
-from pipelines.run_inputs import observed_quarters, read_urban, tile_codes
+from pipelines.run_inputs import observed_quarters, pooled_label, read_urban, tile_codes
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -193,7 +193,7 @@ def load_place_predictor(
         label = format_quarter(quarter_index(quarter or observed[-1]))
         time = float(quarter_index(label))
     else:
-        label = f"pooled {observed[0]}:{observed[-1]}" if observed else "pooled"
+        label = pooled_label(observed)
         time = float(quarter_index(observed[-1])) if observed else 0.0
     effect, layer = load_map_layers(rd, target, model)
     needs_urban = getattr(model, "noise_urban", False) or bool(

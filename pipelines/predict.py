@@ -63,7 +63,13 @@ from pipelines.cli import call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.predict_at import check_tests_devices, run_predict_at
-from pipelines.run_inputs import observed_quarters, read_region, read_urban, tile_codes
+from pipelines.run_inputs import (
+    observed_quarters,
+    pooled_label,
+    read_region,
+    read_urban,
+    tile_codes,
+)
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -941,8 +947,7 @@ def run_predict(
     written: list[Path] = []
     for q in quarters:
         if q is None:  # pooled model
-            span = f" {observed[0]}:{observed[-1]}" if observed else ""
-            label, status, out = f"pooled{span}", "pooled", rd.grid(target)
+            label, status, out = pooled_label(observed), "pooled", rd.grid(target)
         else:
             assert ts is not None
             label, status = q, ts.describe(q)

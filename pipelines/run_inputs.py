@@ -83,6 +83,15 @@ def tile_codes(lon: np.ndarray, lat: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(names), validate=False)
 
 
+def pooled_label(observed: list[str]) -> str:
+    """The quarter label of a pooled model's map: ``pooled 2019Q1:2023Q4`` over the quarters
+    ``observed`` (sorted), ``pooled 2023Q4`` for one quarter, ``pooled`` for none."""
+    if not observed:
+        return "pooled"
+    span = observed[0] if observed[0] == observed[-1] else f"{observed[0]}:{observed[-1]}"
+    return f"pooled {span}"
+
+
 def observed_quarters(rd: RunDir, metadata: dict[str, Any]) -> list[str]:
     """The tile table's quarters, sorted: model metadata ``quarters`` (time-aware models), its
     ``tiles_metadata.quarters``, else the ``quarter`` column of ``tiles.parquet``."""

@@ -16,6 +16,7 @@ from geodbk.errors import DataError
 from geodbk.geo.quadkey import quadkey_centroid
 from pipelines.run_inputs import (
     observed_quarters,
+    pooled_label,
     read_region,
     read_urban,
     tile_codes,
@@ -75,3 +76,9 @@ def test_tile_codes_name_the_same_tiles_as_tile_ids() -> None:
     names = tile_ids(lon, lat)
     np.testing.assert_array_equal(np.asarray(codes, dtype=str), names)
     assert len(codes.categories) == np.unique(names).size < names.size
+
+
+def test_a_pooled_maps_label_names_its_quarters() -> None:
+    assert pooled_label(["2019Q1", "2023Q4"]) == "pooled 2019Q1:2023Q4"
+    assert pooled_label(["2020Q4"]) == "pooled 2020Q4"  # one quarter, not 2020Q4:2020Q4
+    assert pooled_label([]) == "pooled"
