@@ -16,8 +16,10 @@ Writes into ``RUN/service/``:
   ``service_class`` (int8 code of the most probable class, CF ``flag_values`` /
   ``flag_meanings``, -1 outside the region) and ``in_region``; attributes: tiers, latency,
   quantity and its description, the copula's correlation, quarter, licence;
-- ``service_class.tif`` (uint8, 255 outside the region) and ``p_unserved.tif`` (float32, -9999
-  outside), GeoTIFF or COG, with the licence and quantity in their tags;
+- ``service_class.tif`` (uint8, 255 outside the region; a colour table from red, unserved, to
+  green, served, and the classes as band tags ``flag_values``/``flag_meanings``) and
+  ``p_unserved.tif`` (float32, units 1, -9999 outside), GeoTIFF or COG, with the licence and
+  quantity in their tags;
 - ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
 - ``copula.json``: the copula's correlation, the rows it came from and how.
 
@@ -287,34 +289,69 @@ def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
     return {**tags, **{k: v for k, v in licence.items() if v}}
 
 
+#: Colours of the lowest (unserved), middle and highest (served) classes; the classes between
+#: are interpolated (ColorBrewer RdYlGn ends and middle).
+CLASS_COLOUR_ANCHORS = ((215, 48, 39), (254, 224, 139), (26, 152, 80))
+
+
+def class_colours(n_classes: int) -> dict[int, tuple[int, int, int, int]]:
+    """The colour table of ``service_class.tif``: class code -> RGBA, red (unserved) through
+    yellow to green (served), and :data:`CLASS_NODATA` transparent."""
+    anchors = np.asarray(CLASS_COLOUR_ANCHORS, dtype=np.float64)
+    where = np.linspace(0.0, len(anchors) - 1.0, n_classes)
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for code, x in enumerate(where):
+        lo = min(int(np.floor(x)), len(anchors) - 2)
+        rgb = anchors[lo] + (x - lo) * (anchors[lo + 1] - anchors[lo])
+        r, g, b = (round(float(v)) for v in rgb)
+        out[code] = (r, g, b, 255)
+    out[CLASS_NODATA] = (0, 0, 0, 0)
+    return out
+
+
 def _export_rasters(
     rd: RunDir, grid_path: Path, *, folder: Path, suffix: str, fmt: str
 ) -> list[Path]:
-    """``service_class{suffix}.tif`` (uint8) and ``p_unserved{suffix}.tif`` (float32) from the
-    grid into ``folder``, with the licence and quantity in their tags and band descriptions."""
+    """``service_class{suffix}.tif`` (uint8, with a colour table and the classes as band tags)
+    and ``p_unserved{suffix}.tif`` (float32) from the grid into ``folder``, with the licence and
+    quantity in their tags and band descriptions."""
     import xarray as xr
 
     written = []
     with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
         tags = _raster_tags(rd, dict(ds.attrs))
         label = str(ds.attrs.get("quantity_label", ds.attrs.get("quantity", "")))
-        codes = ", ".join(f"{i} {n}" for i, n in enumerate(str(ds.attrs["classes"]).split()))
-        bands = {
-            "service_class": (f"service_class: most probable class ({codes}); {label}", "uint8"),
-            "p_unserved": (f"p_unserved: P(unserved); {label}", "float32"),
+        names = str(ds.attrs["classes"]).split()
+        codes = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+        flags = {
+            "flag_values": " ".join(str(i) for i in range(len(names))),
+            "flag_meanings": " ".join(names),
         }
-        for name, (description, dtype) in bands.items():
+        bands: dict[str, dict[str, Any]] = {
+            "service_class": {
+                "descriptions": [f"service_class: most probable class ({codes}); {label}"],
+                "dtype": "uint8",
+                "nodata": CLASS_NODATA,
+                "units": [""],
+                "band_tags": [flags],
+                "colormap": class_colours(len(names)),
+            },
+            "p_unserved": {
+                "descriptions": [f"p_unserved: P(unserved); {label}"],
+                "dtype": "float32",
+                "nodata": DEFAULT_NODATA,
+                "units": ["1"],
+            },
+        }
+        for name, options in bands.items():
             tif = folder / f"{name}{suffix}.tif"
-            integer = dtype == "uint8"
             write_geotiff(
                 ds,
                 tif,
                 variables=[name],
                 fmt=fmt,
                 tags={**tags, "geodbk_band": name},
-                descriptions=[description],
-                dtype=dtype,
-                nodata=CLASS_NODATA if integer else DEFAULT_NODATA,
+                **options,
             )
             log.info("wrote %s (%s)", tif, fmt)
             written.append(tif)

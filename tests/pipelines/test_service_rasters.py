@@ -1,0 +1,89 @@
+"""``geodbk service``'s rasters and log: the class raster's colour table and class tags, the
+bands' units, the class grid's CF flags, and log lines naming the files where they end up."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+import xarray as xr
+
+from pipelines import cli
+from pipelines.service import CLASS_NODATA, class_colours
+from pipelines.service_classes import SERVICE_TARGETS
+
+INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
+
+
+def _copy_inputs(src: Path, dst: Path) -> Path:
+    """A writable run with ``src``'s tile table, region and three models."""
+    dst.mkdir(parents=True)
+    for name in INPUTS:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    for t in SERVICE_TARGETS:
+        shutil.copytree(src / "models" / t, dst / "models" / t)
+    return dst
+
+
+def test_class_colours_run_from_red_to_green_with_transparent_nodata() -> None:
+    for n in (2, 3, 5):
+        table = class_colours(n)
+        assert sorted(table) == [*range(n), CLASS_NODATA]
+        red, green = table[0], table[n - 1]
+        assert red[0] > red[1] and green[1] > green[0]  # unserved red, served green
+        assert table[CLASS_NODATA][3] == 0 and all(table[c][3] == 255 for c in range(n))
+        assert len({table[c] for c in range(n)}) == n
+
+
+class _Messages(logging.Handler):
+    """Keeps the messages logged to it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def service_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A copy of the quick demo run with ``geodbk service`` written, and its log messages."""
+    run = _copy_inputs(tiny_run, tmp_path_factory.mktemp("service_rasters") / "run")
+    handler = _Messages()
+    logger = logging.getLogger("geodbk")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        assert cli.main(["service", "--run", str(run), "--headline-samples", "0"]) == 0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return run / "service", handler.messages
+
+
+def test_class_raster_has_a_colour_table_and_class_tags(
+    service_run: tuple[Path, list[str]],
+) -> None:
+    service, _ = service_run
+    with xr.open_dataset(service / "classes.nc", mask_and_scale=False) as ds:
+        code = ds["service_class"]
+        names = code.attrs["flag_meanings"].split()
+        # CF: flag_values and _FillValue of the variable's own type
+        assert code.dtype == code.attrs["flag_values"].dtype == np.int8
+        assert np.asarray(code.attrs["_FillValue"]).dtype == np.int8
+    with rasterio.open(service / "service_class.tif") as src:
+        table = src.colormap(1)
+        tags = src.tags(1)
+    expected = class_colours(len(names))
+    assert {c: table[c] for c in expected} == expected
+    assert tags["flag_meanings"].split() == names
+    assert tags["flag_values"].split() == [str(i) for i in range(len(names))]
+    with rasterio.open(service / "p_unserved.tif") as src:
+        assert src.units == ("1",)
