@@ -5,9 +5,10 @@ own columns, then ``quadkey`` (the zoom-16 tile of the place), ``lon``, ``lat``,
 ``sd``, ``lower``, ``upper`` (log10 of the target's raw unit, kbps or ms, like
 ``tiles.parquet``), ``median``, ``lower_natural``, ``upper_natural`` (Mbps or ms),
 ``tile_history`` (the tile has measured history), ``tile_pull`` (the measured neighbours'
-part of the tile's level, local layer), ``quantity`` and ``quarter``, and
-``outside_region`` (True: the place lies outside the run's region; its values are then
-missing rather than extrapolated). Input columns whose names clash with these are renamed
+part of the tile's level, local layer), ``quantity`` and ``quarter``, ``located`` (False: the
+input row has no place, a blank cell or missing geometry) and ``outside_region`` (True: the
+place lies outside the run's region). Both kinds of row are kept, their values missing rather
+than extrapolated. Input columns whose names clash with these are renamed
 ``input_<name>``.
 """
 
@@ -58,6 +59,7 @@ OUTPUT_COLUMNS = (
     "tile_pull",
     "quantity",
     "quarter",
+    "located",
     "outside_region",
 )
 
@@ -171,17 +173,23 @@ def write_places(
     """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``
     and return it: the places' own columns (one named like an output column is renamed
     ``input_<name>``), then ``quadkey`` (the zoom-16 tile), ``lon``, ``lat``, ``columns``,
-    ``quantity``, ``quarter`` and ``outside_region`` (``~inside``); the schema metadata holds
+    ``quantity``, ``quarter``, ``located`` (the row has a place) and ``outside_region``
+    (located, not ``inside``); the schema metadata holds
     the ``licence`` (file attributes) and ``metadata``."""
+    located = places.located
+    quadkey = np.full(located.size, None, dtype=object)
+    if located.any():
+        quadkey[located] = tile_ids(places.lon[located], places.lat[located]).astype(str)
     out = pd.DataFrame(
         {
-            "quadkey": tile_ids(places.lon, places.lat).astype(str),
+            "quadkey": pd.array(quadkey, dtype="string"),
             "lon": places.lon,
             "lat": places.lat,
             **columns,
             "quantity": quantity,
             "quarter": quarter,
-            "outside_region": ~inside,
+            "located": located,
+            "outside_region": located & ~inside,
         }
     )
     ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in out})
@@ -190,11 +198,12 @@ def write_places(
     with atomic_path(path) as tmp:
         pq.write_table(table.replace_schema_metadata(meta), tmp)
     log.info(
-        "wrote %s (%d places from %s, %d outside the region; %s quantity, %s)",
+        "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",
         path,
         inside.size,
         places.source,
-        int((~inside).sum()),
+        int((located & ~inside).sum()),
+        int((~located).sum()),
         quantity,
         quarter,
     )

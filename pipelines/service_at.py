@@ -44,6 +44,7 @@ def output_columns(service: Service) -> tuple[str, ...]:
         "service_class",
         "quantity",
         "quarter",
+        "located",
         "outside_region",
     )
 

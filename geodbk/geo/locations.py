@@ -10,6 +10,7 @@ representative point).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from geodbk.geo.ookla import TILE_ZOOM
 from geodbk.geo.quadkey import quadkey_centroid, valid_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
+
+log = logging.getLogger("geodbk")
 
 #: Column names read as longitude / latitude (case-insensitive), in order of preference.
 LON_NAMES = ("lon", "longitude", "lng", "long", "x")
@@ -40,7 +43,8 @@ class Locations:
     ids
         The input's own columns (geometry dropped), one row per place.
     lon, lat
-        EPSG:4326 coordinates (float64).
+        EPSG:4326 coordinates (float64); NaN for a row without a place (a blank cell or a
+        missing geometry), see :attr:`located`.
     source
         How the places were found: ``quadkey``, ``lon/lat`` or ``geometry``.
     """
@@ -49,6 +53,11 @@ class Locations:
     lon: np.ndarray
     lat: np.ndarray
     source: str
+
+    @property
+    def located(self) -> np.ndarray:
+        """True for the rows that have a place."""
+        return np.isfinite(self.lon) & np.isfinite(self.lat)
 
 
 def _read_frame(path: Path) -> pd.DataFrame:
@@ -82,9 +91,17 @@ def _column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
     return next((lower[n] for n in names if n in lower), None)
 
 
+def _blank(values: pd.Series) -> np.ndarray:
+    """Cells with nothing in them: missing, or text that is only spaces."""
+    text = values.astype("string").str.strip()
+    return np.asarray((values.isna() | (text == "")).fillna(True), dtype=bool)
+
+
 def _numbers(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    """The column as float64; a blank cell is NaN (a row without a place), any other cell that
+    is not a number is refused."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(values))
+    bad = np.flatnonzero(~np.isfinite(values) & ~_blank(frame[column]))
     if bad.size:
         raise DataError(
             f"{path}: column {column!r} has {bad.size} value(s) that are not numbers (first at "
@@ -101,12 +118,14 @@ def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.nda
             "their leading zeros; store the quadkeys as text (e.g. quote them in the CSV, or "
             "cast the column to string before writing) and try again"
         )
-    keys = raw.astype(str).str.strip().to_numpy()
+    blank = _blank(raw)
+    keys = raw.astype(str).str.strip().to_numpy()[~blank]
     bad = np.flatnonzero(~valid_quadkeys(keys))
     if bad.size:
         raise DataError(
             f"{path}: column {column!r} has {bad.size} value(s) that are not quadkeys (digits "
-            f"0-3; first at row {int(bad[0]) + 1}: {keys[bad[0]]!r}); fix or drop those rows"
+            f"0-3; first at row {int(np.flatnonzero(~blank)[bad[0]]) + 1}: {keys[bad[0]]!r}); fix "
+            "or drop those rows"
         )
     lengths = np.unique([len(k) for k in keys])
     if lengths.size > 1:
@@ -123,8 +142,10 @@ def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.nda
             "a quadkey's leading 0 (store the quadkeys as text, e.g. quoted in the CSV), and a "
             "cut quadkey names a larger tile (use the original file, or give lon/lat columns)"
         )
-    lon, lat = quadkey_centroid(keys)
-    return np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64)
+    lon, lat = np.full(blank.size, np.nan), np.full(blank.size, np.nan)
+    if keys.size:
+        lon[~blank], lat[~blank] = quadkey_centroid(keys)
+    return lon, lat
 
 
 def _from_geometry(frame: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -135,14 +156,11 @@ def _from_geometry(frame: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
     if gdf.crs is not None and gdf.crs.to_epsg() != 4326:
         gdf = gdf.to_crs(4326)
     geom = np.asarray(gdf.geometry.values, dtype=object)
-    empty = np.flatnonzero(shapely.is_missing(geom) | shapely.is_empty(geom))
-    if empty.size:
-        raise DataError(
-            f"{path}: {empty.size} feature(s) have no geometry (first at row "
-            f"{int(empty[0]) + 1}); give them a point or drop them"
-        )
-    pts = shapely.point_on_surface(geom)
-    return shapely.get_x(pts), shapely.get_y(pts)
+    empty = shapely.is_missing(geom) | shapely.is_empty(geom)
+    lon, lat = np.full(empty.size, np.nan), np.full(empty.size, np.nan)
+    pts = shapely.point_on_surface(geom[~empty])
+    lon[~empty], lat[~empty] = shapely.get_x(pts), shapely.get_y(pts)
+    return lon, lat
 
 
 def read_locations(path: str | Path) -> Locations:
@@ -153,8 +171,10 @@ def read_locations(path: str | Path) -> Locations:
     DataError
         When the file is missing or unreadable, has no rows, has no quadkey, lon/lat or
         geometry column, or has values that are not quadkeys or numbers, or coordinates
-        outside lon [-180, 360] / lat [-90, 90]; the message names the file and the column.
-        Longitudes past 180 (a 0-360 convention) are taken back to [-180, 180].
+        outside lon [-180, 360] / lat [-90, 90], or no row with a place; the message names the
+        file and the column. Longitudes past 180 (a 0-360 convention) are taken back to
+        [-180, 180]. A row with a blank place (an empty cell, a missing geometry) is kept with
+        NaN coordinates and logged.
     """
     path = Path(path)
     if path.is_dir():
@@ -196,6 +216,20 @@ def read_locations(path: str | Path) -> Locations:
             f"{path}: {outside.size} place(s) have coordinates outside lon [-180, 180] (or "
             f"0-360) / lat [-90, 90] (first at row {int(outside[0]) + 1}: {lon[outside[0]]}, "
             f"{lat[outside[0]]}); are the columns swapped or in a projected CRS?"
+        )
+    located = np.isfinite(lon) & np.isfinite(lat)
+    if not located.any():
+        raise DataError(f"{path}: no row has a place (every {source} cell is blank)")
+    if not located.all():
+        first = int(np.flatnonzero(~located)[0]) + 1
+        log.warning(
+            "%s: %d of %d rows have no place (blank %s; first at row %d): they are kept, "
+            "without predictions (located = False)",
+            path,
+            int((~located).sum()),
+            located.size,
+            source,
+            first,
         )
     lon = native_longitude(lon)
     ids = pd.DataFrame(frame.drop(columns=[geo_name])) if geo_name is not None else frame

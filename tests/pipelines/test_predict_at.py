@@ -99,6 +99,27 @@ def test_lon_lat_with_a_place_outside_the_region(run: Path, measured: pd.DataFra
     assert (got["quantity"] == "test").all()
 
 
+def test_rows_without_a_place_are_kept_without_values(
+    run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A blank lon/lat cell (a place not yet geocoded) keeps its row, flagged, not an error;
+    text that is not a number is still refused."""
+    src = run.parent / "geocoded.csv"
+    lon, lat = measured["lon"].head(2).tolist(), measured["lat"].head(2).tolist()
+    src.write_text(f"site,lon,lat\na,{lon[0]},{lat[0]}\nb,,\nc,{lon[1]},{lat[1]}\n")
+    with caplog.at_level("WARNING", logger="geodbk"):
+        got = pd.read_parquet(run_predict_at(run, src, target="download"))
+    assert "1 of 3 rows have no place" in caplog.text
+    assert got["site"].tolist() == ["a", "b", "c"]
+    assert got["located"].tolist() == [True, False, True]
+    assert not got["outside_region"].any()
+    assert got.loc[[0, 2], "mean"].notna().all() and got.loc[1, ["mean", "sd"]].isna().all()
+    assert got["quadkey"].isna().tolist() == [False, True, False]
+    src.write_text("site,lon,lat\nb,,\n")
+    with pytest.raises(DataError, match="no row has a place"):
+        run_predict_at(run, src, target="download")
+
+
 def test_points_in_a_geojson_and_the_area_quantity(run: Path, measured: pd.DataFrame) -> None:
     src = run.parent / "anchors.geojson"
     pts = gpd.GeoDataFrame(
@@ -200,6 +221,7 @@ def test_write_places_frames_the_columns_and_keeps_the_input(
         "value",
         "quantity",
         "quarter",
+        "located",
         "outside_region",
     ]
     assert frame["input_lat"].tolist() == [1, 2, 3] and frame["lat"].tolist() == lat.tolist()
