@@ -21,7 +21,7 @@ import pandas as pd
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.ookla import TILE_ZOOM
-from geodbk.geo.quadkey import quadkey_centroid, valid_quadkeys
+from geodbk.geo.quadkey import lonlat_to_tile, quadkey_centroid, valid_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
 
@@ -163,6 +163,35 @@ def _from_geometry(frame: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
     return lon, lat
 
 
+def _warn_off_tile(
+    frame: pd.DataFrame,
+    columns: tuple[str, str],
+    lon: np.ndarray,
+    lat: np.ndarray,
+    path: Path,
+) -> None:
+    """Log the rows whose lon/lat columns lie in another zoom-16 tile than their quadkey's
+    (whose centre ``lon``, ``lat`` is used)."""
+    given = [pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64) for c in columns]
+    both = np.isfinite(lon) & np.isfinite(given[0]) & np.isfinite(given[1])
+    both &= (np.abs(given[1]) <= 85.0) & (np.abs(given[0]) <= 360.0)
+    if not both.any():
+        return
+    tx, ty = lonlat_to_tile(native_longitude(given[0][both]), given[1][both], TILE_ZOOM)
+    qx, qy = lonlat_to_tile(lon[both], lat[both], TILE_ZOOM)
+    off = np.flatnonzero((tx != qx) | (ty != qy))
+    if off.size:
+        log.warning(
+            "%s: %d row(s) have %s/%s columns outside their quadkey's tile (first at row %d); "
+            "the quadkey places them (drop the quadkey column to use %s/%s)",
+            path,
+            off.size,
+            *columns,
+            int(np.flatnonzero(both)[off[0]]) + 1,
+            *columns,
+        )
+
+
 def read_locations(path: str | Path) -> Locations:
     """The places listed in ``path`` (see the module docstring).
 
@@ -195,6 +224,8 @@ def read_locations(path: str | Path) -> Locations:
     if qk is not None:
         lon, lat = _from_quadkeys(frame, qk, path)
         source = "quadkey"
+        if lon_c is not None and lat_c is not None:
+            _warn_off_tile(frame, (lon_c, lat_c), lon, lat, path)
     elif lon_c is not None and lat_c is not None:
         lon, lat = _numbers(frame, lon_c, path), _numbers(frame, lat_c, path)
         source = "lon/lat"

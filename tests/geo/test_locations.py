@@ -16,6 +16,19 @@ from geodbk.geo.locations import read_locations
 from geodbk.geo.quadkey import quadkey_centroid
 
 
+def test_lon_lat_outside_the_quadkeys_tile_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = "0230123012301230"
+    lon, lat = quadkey_centroid(np.array([key]))
+    path = tmp_path / "both.csv"
+    path.write_text(f"quadkey,lon,lat\n{key},{lon[0]},{lat[0]}\n{key},{lon[0] + 1},{lat[0]}\n")
+    with caplog.at_level("WARNING", logger="geodbk"):
+        got = read_locations(path)
+    assert got.source == "quadkey" and "1 row(s) have lon/lat columns outside" in caplog.text
+    assert "first at row 2" in caplog.text
+
+
 def test_quadkeys_in_a_csv_keep_their_leading_zeros_and_ids(tmp_path: Path) -> None:
     keys = ["0230123012301230", "0230123012301231"]
     path = tmp_path / "sites.csv"
