@@ -30,8 +30,9 @@ files are ``classes_Q.nc``, ``service_class_Q.tif``, ``p_unserved_Q.tif``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -358,6 +359,33 @@ def _export_rasters(
     return written
 
 
+class _FinalNames(logging.Filter):
+    """Names a staged file by the path it is moved to, in the messages of the ``geodbk``
+    logger: the staging folder is gone once the set is in place."""
+
+    def __init__(self, stage: Path, final: Path) -> None:
+        super().__init__()
+        self.stage, self.final = str(stage), str(final)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.stage in message:
+            record.msg, record.args = message.replace(self.stage, self.final), ()
+        return True
+
+
+@contextlib.contextmanager
+def _final_names_in_logs(stage: Path, final: Path) -> Iterator[None]:
+    """While a set is written into ``stage``, log its files under ``final`` (their paths once
+    :func:`geodbk.atomic.staged_folder` has moved them)."""
+    names = _FinalNames(stage, final)
+    log.addFilter(names)
+    try:
+        yield
+    finally:
+        log.removeFilter(names)
+
+
 def _write_grid_set(
     rd: RunDir,
     service: Service,
@@ -375,7 +403,7 @@ def _write_grid_set(
     final_grid = folder / f"classes{suffix}.nc"
     for name in (final_grid.name, f"service_class{suffix}.tif", f"p_unserved{suffix}.tif"):
         sweep_spools(folder / name)  # what a writer killed before the staged sets left
-    with staged_folder(folder) as stage:
+    with staged_folder(folder) as stage, _final_names_in_logs(stage, folder):
         grid = _write_classes_grid(rd, service, stage / final_grid.name, grid_options)
         _export_rasters(rd, grid, folder=stage, suffix=suffix, fmt=fmt)
         if headline_samples:

@@ -87,3 +87,10 @@ def test_class_raster_has_a_colour_table_and_class_tags(
     assert tags["flag_values"].split() == [str(i) for i in range(len(names))]
     with rasterio.open(service / "p_unserved.tif") as src:
         assert src.units == ("1",)
+
+
+def test_log_names_the_files_where_they_end_up(service_run: tuple[Path, list[str]]) -> None:
+    service, messages = service_run
+    assert not [m for m in messages if ".staging-" in m], messages
+    for name in ("classes.nc", "service_class.tif", "p_unserved.tif"):
+        assert any(f"wrote {service / name}" in m for m in messages), (name, messages)
