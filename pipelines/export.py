@@ -364,8 +364,9 @@ def plan_export(
 def stale_grid_reason(attrs: dict[str, Any], md: dict[str, Any]) -> str | None:
     """Why a grid with attributes ``attrs`` was not predicted from the model with metadata
     ``md``, or ``None``: its recorded ``model_config_hash`` differs from the model's config
-    hash, or the model was trained (``created``) after the grid was written. Grids or models
-    without these records are not judged."""
+    hash, or its recorded ``model_created`` from the model's ``created`` (grids written before
+    that record: the model was trained after the grid was written). Grids or models without
+    these records are not judged."""
     recorded = attrs.get("model_config_hash")
     current = md.get("config_hash") or config_hash(md.get("config", {}))
     if recorded and str(recorded) != str(current):
@@ -373,8 +374,14 @@ def stale_grid_reason(attrs: dict[str, Any], md: dict[str, Any]) -> str | None:
             f"it was predicted from a model with config hash {recorded}, the model now has "
             f"{current}"
         )
+    recorded_model = str(attrs.get("model_created") or "")
+    if recorded_model and md.get("created") and recorded_model != str(md["created"]):
+        return (
+            f"it was predicted from a model trained at {recorded_model}, the model now was "
+            f"trained at {md['created']}"
+        )
     made, trained = _timestamp(attrs.get("created")), _timestamp(md.get("created"))
-    if made is not None and trained is not None and trained > made:
+    if not recorded_model and made is not None and trained is not None and trained > made:
         return (
             f"the model was trained at {md.get('created')}, after the grid was written at "
             f"{attrs.get('created')}"

@@ -830,6 +830,7 @@ def run_predict(
         "target": target,
         "model_path": rd.relative(rd.model_dir(target)),
         "model_config_hash": md.get("config_hash") or config_hash(md.get("config", {})),
+        "model_created": str(md.get("created", "")),
         "resolution_deg": [grid.dx, grid.dy],
         "extent": extent,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -169,7 +169,7 @@ def _edit_model(run: Path, target: str, **changes: object) -> None:
     ("change", "reason"),
     [
         ({"config_hash": "0123456789abcdef"}, "config hash"),
-        ({"created": "2999-01-01T00:00:00+00:00"}, "after the grid was written"),
+        ({"created": "2999-01-01T00:00:00+00:00"}, "the model now was trained at 2999-01-01"),
     ],
 )
 @pytest.mark.parametrize("fmt", ["gtiff", "netcdf"])
@@ -201,3 +201,15 @@ def test_a_model_of_an_earlier_ingest_is_warned_about(
     assert cli.main(["export", "--run", str(run), "--target", "download"]) == 0
     assert any("re-ingested" in r.message and r.levelname == "WARNING" for r in caplog.records)
     assert (run / "exports" / "download.tif").is_file()
+
+
+def test_a_grid_without_its_models_time_is_judged_by_the_clocks() -> None:
+    from pipelines.export import stale_grid_reason
+
+    md = {"config_hash": "abc", "created": "2026-01-02T00:00:00+00:00"}
+    old_grid = {"model_config_hash": "abc", "created": "2026-01-01T00:00:00+00:00"}
+    assert "after the grid was written" in str(stale_grid_reason(old_grid, md))
+    current = {**old_grid, "model_created": md["created"]}
+    assert stale_grid_reason(current, md) is None  # the record, not the clocks, decides
+    retrained = {**current, "created": "2026-01-03T00:00:00+00:00", "model_created": "2025"}
+    assert "trained at 2025" in str(stale_grid_reason(retrained, md))
