@@ -69,7 +69,7 @@ from pipelines.map_calibration import map_calibration_of_run
 from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
-from pipelines.run_inputs import read_region
+from pipelines.run_inputs import read_region, region_area_caveat
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -1184,12 +1184,13 @@ def _build_doc(
     doc.image("figures/sd_maps.png", "empirical vs predicted sd maps")
     doc.heading("Service coverage")
     area_quantity = next((r.get("area_quantity") for r in coverage_rows), None)
+    area_caveat = region_area_caveat(rd)
     doc.para(
         f"Share of distinct tiles, of region area (grid cells, cos-lat weighted) and of urban / "
         f"rural tiles where the {spec.name} is on the good side of the threshold with "
         f"probability ≥ {SERVED_PROB:.0%}. Tiles are judged on the tile quantity (what a "
         "tile typically gets, not one speed test); the area share on the grid's "
-        f"{area_quantity or 'missing'} quantity."
+        f"{area_quantity or 'missing'} quantity." + (f" {area_caveat}" if area_caveat else "")
     )
     doc.table(
         ["threshold", "tiles", "area", "urban tiles", "rural tiles"],

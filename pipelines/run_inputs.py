@@ -3,6 +3,7 @@ tile of a point, and the quarters the tile table covers."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,23 @@ def read_polygons(path: Path, *, what: str) -> Any:
         gdf = gdf.to_crs(4326)
     log.info("read %s", path)
     return gdf.geometry.union_all()
+
+
+def region_area_caveat(rd: RunDir) -> str | None:
+    """A sentence to put beside area shares when the run's region is a rectangle (``--bbox``,
+    or the tiles' extent when ingest got no region): its area counts water and land without
+    people. ``None`` for a state or polygon region, or when ``region.geojson`` says nothing."""
+    try:
+        kind = json.loads(rd.region.read_text())["features"][0]["properties"].get("kind")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if kind not in ("bbox", "tiles"):
+        return None
+    what = "a bounding box (--bbox)" if kind == "bbox" else "the tiles' extent (no region given)"
+    return (
+        f"The region is {what}, so its area counts water and land without people; ingest with "
+        "--state or --region (e.g. a state or county boundary) for shares of the land."
+    )
 
 
 #: Zoom of an Ookla tile: a grid cell's tile is the zoom-16 tile of its centre.

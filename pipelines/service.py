@@ -57,7 +57,7 @@ from pipelines.predict import (
     check_grid_options,
     map_grid,
 )
-from pipelines.run_inputs import observed_quarters
+from pipelines.run_inputs import observed_quarters, region_area_caveat
 from pipelines.rundir import (
     RunDir,
     require_run,
@@ -423,6 +423,8 @@ def _write_grid_set(
                     for c, v in ((c, headline["area"][c]) for c in service.classes)
                 ),
             )
+            if caveat := region_area_caveat(rd):
+                log.warning("%s", caveat)
         atomic_write_json(stage / "copula.json", copula)
     old_headline = folder / f"headline{suffix}.json"
     if not headline_samples and old_headline.is_file():

@@ -19,6 +19,7 @@ from pipelines.run_inputs import (
     pooled_label,
     read_region,
     read_urban,
+    region_area_caveat,
     tile_codes,
     tile_ids,
 )
@@ -82,3 +83,18 @@ def test_a_pooled_maps_label_names_its_quarters() -> None:
     assert pooled_label(["2019Q1", "2023Q4"]) == "pooled 2019Q1:2023Q4"
     assert pooled_label(["2020Q4"]) == "pooled 2020Q4"  # one quarter, not 2020Q4:2020Q4
     assert pooled_label([]) == "pooled"
+
+
+@pytest.mark.parametrize(("kind", "caveat"), [("bbox", True), ("tiles", True), ("state", False)])
+def test_area_shares_of_a_rectangular_region_carry_a_caveat(
+    tmp_path: Path, kind: str, caveat: bool
+) -> None:
+    rd = RunDir(tmp_path)
+    gpd.GeoDataFrame(
+        {"name": ["r"], "kind": [kind]}, geometry=[shapely.box(0, 0, 1, 1)], crs=4326
+    ).to_file(rd.region, driver="GeoJSON")
+    got = region_area_caveat(rd)
+    assert (got is not None) == caveat
+    if caveat:
+        assert "water" in str(got) and "--state or --region" in str(got)
+    assert region_area_caveat(RunDir(tmp_path / "none")) is None  # no region file: no claim
