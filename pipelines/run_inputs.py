@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from geodbk.errors import DataError
-from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
+from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, tile_to_quadkey
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines.rundir import RunDir
 
@@ -78,10 +78,6 @@ def region_area_caveat(rd: RunDir) -> str | None:
         f"The region is {what}, so its area counts water and land without people; ingest with "
         "--state or --region (e.g. a state or county boundary) for shares of the land."
     )
-
-
-#: Zoom of an Ookla tile: a grid cell's tile is the zoom-16 tile of its centre.
-TILE_ZOOM = 16
 
 
 def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:

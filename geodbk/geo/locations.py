@@ -20,8 +20,7 @@ import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
-from geodbk.geo.ookla import TILE_ZOOM
-from geodbk.geo.quadkey import lonlat_to_tile, quadkey_centroid, valid_quadkeys
+from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, quadkey_centroid, valid_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo import quadkey as qk
+from geodbk.geo.quadkey import TILE_ZOOM
 from geodbk.geo.timeaxis import parse_quarters
 
 log = logging.getLogger(__name__)
@@ -283,10 +284,6 @@ def _found_in(tf: TileFile) -> str:
         f"; the file was found in the --tiles folder {tf.folder}, which is read whole: if it "
         "is not a tile table, move it out of that folder or pass the tile files themselves"
     )
-
-
-#: Ookla's tiles are zoom-16 quadkeys (16 digits).
-TILE_ZOOM = 16
 
 
 def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:

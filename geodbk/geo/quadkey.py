@@ -17,6 +17,8 @@ from geodbk.geo.frame import native_longitude
 
 #: Deepest zoom a quadkey may have here (tile indices fit in int64; Bing maps stop at 23).
 MAX_ZOOM = 23
+#: Ookla's tiles are zoom-16 quadkeys (16 digits).
+TILE_ZOOM = 16
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
