@@ -19,9 +19,9 @@ basis, whose folded weights carry a whitener ``W``) add the Nyström residual pr
 returned, and it is drawn independently per place (:func:`quantity_draws`).
 
 :func:`quantity_draws` turns latent draws into draws of the ``area``, ``tile`` or ``test``
-quantity (:mod:`geodbk.quantities`): the GP's error enters the tile level scaled by
-``sqrt(lambda)`` (the tile effect's ``latent_scale``; 1 without one), correlated across places
-through the shared weight draws, and the rest of the quantity's variance is drawn
+quantity (:mod:`geodbk.quantities`): the GP's whole error enters the tile level, correlated
+across places through the shared weight draws, as far as the place's variance allows (less
+where a tile's own history has shrunk it), and the rest of the quantity's variance is drawn
 independently per place and sample. That drops the correlation between nearby tiles of the
 local layer's short-range field and of the tile offsets that the neighbours' pull shares: an
 approximation, stated in ``docs/decisions/area_summaries.md``.
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "JointSampler",
     "LatentDraws",
-    "latent_scale_of",
     "quantity_draws",
     "quantity_parts",
     "standard_normal_weights",
@@ -161,39 +160,27 @@ class JointSampler:
         )
 
 
-def latent_scale_of(effect: Any) -> float:
-    """``lambda``, the tile effect's multiplier of the GP's latent variance in the tile level
-    (:class:`geodbk.tile_effect.TileEffect` or a :class:`geodbk.local_layer.LocalLayer`'s
-    effect); 1 without a tile effect."""
-    if effect is None:
-        return 1.0
-    inner = getattr(effect, "effect", None)
-    params = (inner if inner is not None else effect).params
-    return float(params.latent_scale)
-
-
-def quantity_parts(
-    pred: QuantityPrediction, residual_var: Any, *, latent_scale: float = 1.0
-) -> tuple[np.ndarray, np.ndarray]:
+def quantity_parts(pred: QuantityPrediction, residual_var: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(a, v_ind)``: the scale of the correlated latent deviations in the quantity and the
     independent variance per place, so that ``q_s = mean + a dev_s + sqrt(v_ind) z_s`` has
     the quantity's variance ``pred.var`` at every place.
 
     With ``v_c = var_f - residual_var`` the correlated (weight-space) part of the GP's
     variance: ``area``: ``a = 1`` (``v_ind`` is the residual process); ``tile``/``test``:
-    ``a² = min(lambda, var / v_c)`` (the GP's error at the tile is ``sqrt(lambda)`` times the
-    area's, less where the tile's own history shrinks the tile variance below
-    ``lambda v_c``) and ``v_ind = var - a² v_c >= 0``: the tile offset, the local layer's
-    field, the residual process and, for ``test``, the noise.
+    ``a² = min(1, var / v_c)`` (the GP's whole error, less where the tile's own history
+    shrinks the tile variance below ``v_c``) and ``v_ind = var - a² v_c >= 0``: the tile
+    offset, the local layer's field, the residual process and, for ``test``, the noise. The
+    tile effect's ``lambda`` (the share of ``v_c`` its rows show) is not used: it is fitted on
+    single rows, which cannot tell an error shared across the region from a tile's own, and
+    with it (about 0.01 on pooled Hawaii models) area shares came out surer than the GP is.
     """
     var = np.asarray(pred.var, dtype=np.float64)
     v_c = np.maximum(np.asarray(pred.area_var, dtype=np.float64) - residual_var, 0.0)
     if pred.quantity == "area":
         a2 = np.ones_like(var)
     else:
-        lam = float(latent_scale)
-        ratio = np.divide(var, v_c, out=np.full_like(var, lam), where=v_c > 0)
-        a2 = np.minimum(lam, ratio)
+        ratio = np.divide(var, v_c, out=np.ones_like(var), where=v_c > 0)
+        a2 = np.minimum(1.0, ratio)
     ind = np.maximum(var - a2 * v_c, 0.0)
     return np.sqrt(a2), ind
 
@@ -202,13 +189,12 @@ def quantity_draws(
     pred: QuantityPrediction,
     latent: LatentDraws,
     *,
-    latent_scale: float = 1.0,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Joint draws (n, S) of ``pred``'s quantity: ``mean + a dev + sqrt(v_ind) z`` with
     ``(a, v_ind)`` of :func:`quantity_parts` and ``z`` (n, S) independent standard normals
     from ``rng`` (one per place and sample)."""
-    a, ind = quantity_parts(pred, latent.residual_var, latent_scale=latent_scale)
+    a, ind = quantity_parts(pred, latent.residual_var)
     out = latent.deviations * a[:, None]
     out += np.sqrt(ind)[:, None] * rng.standard_normal(out.shape)
     out += np.asarray(pred.mean, dtype=np.float64)[:, None]

@@ -1,7 +1,9 @@
 """Headline shares of a run's service classes with intervals from joint posterior samples.
 
 The class map gives each place's class probabilities; their mean over the region is the
-*expected* share of area in each class. How sure that share is needs the joint posterior:
+*expected* share of area in each class, the headline's point (exact, over every in-region cell;
+over every observed tile for the share of tiles). How sure that share is needs the joint
+posterior:
 for sample ``s`` and target ``t`` the standardised deviation at place ``c`` is
 
 .. math::
@@ -41,7 +43,7 @@ import numpy as np
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
 from geodbk.geo.quadkey import quadkey_centroid
-from geodbk.joint import JointSampler, latent_scale_of, quantity_parts, standard_normal_weights
+from geodbk.joint import JointSampler, quantity_parts, standard_normal_weights
 from pipelines.rundir import RunDir, run_licence
 from pipelines.service_classes import SERVICE_TARGETS, Service
 
@@ -69,11 +71,15 @@ class ShareDraws:
     draws: np.ndarray
     places: int
 
-    def summary(self, *, level: float = HEADLINE_LEVEL) -> dict[str, dict[str, float]]:
-        """Per class: the sampled shares' mean and central ``level`` interval, extended to the
-        mean where a share piled up at 0 or 1 leaves it outside (as the area summaries do)."""
+    def summary(
+        self, *, level: float = HEADLINE_LEVEL, expected: np.ndarray | None = None
+    ) -> dict[str, dict[str, float]]:
+        """Per class: the expected share (``expected``, one per class, e.g. the class map's
+        exact mean probability; default the sampled shares' mean) and the sampled shares'
+        central ``level`` interval, extended to it where a share piled up at 0 or 1 leaves it
+        outside (as the area summaries do)."""
         lo, hi = np.quantile(self.draws, [(1 - level) / 2, (1 + level) / 2], axis=1)
-        mean = self.draws.mean(axis=1)
+        mean = self.draws.mean(axis=1) if expected is None else np.asarray(expected, dtype=float)
         return {
             name: {
                 "mean": float(mean[k]),
@@ -146,8 +152,7 @@ def class_share_draws(
             p = service.predictors[target]
             pred = p.predict(lon[part], lat[part], quantity=service.quantity)
             latent = samplers[target].draws(p.inputs(lon[part], lat[part]), chunk_size=chunk)
-            effect = None if service.quantity == "area" else p.effect
-            a, ind = quantity_parts(pred, latent.residual_var, latent_scale=latent_scale_of(effect))
+            a, ind = quantity_parts(pred, latent.residual_var)
             mean[i] = np.asarray(pred.mean, dtype=np.float64)
             sd[i] = np.sqrt(np.asarray(pred.var, dtype=np.float64))
             e[i] = (latent.deviations * a[:, None] + np.sqrt(ind)[:, None] * z[i]) / sd[i][:, None]
@@ -169,8 +174,11 @@ def class_share_draws(
     return ShareDraws(classes=service.classes, draws=counts / w.sum(), places=len(w))
 
 
-def region_cells(grid_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(lon, lat, weight)`` of the in-region cells of a class grid (weight ``cos(lat)``)."""
+def region_cells(
+    grid_path: Path, classes: tuple[str, ...] = ()
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """``(lon, lat, weight, probs)`` of the in-region cells of a class grid (weight
+    ``cos(lat)``; ``probs``: each of ``classes``' ``p_<class>`` at the cells)."""
     import xarray as xr
 
     with xr.open_dataset(grid_path) as ds:
@@ -178,7 +186,15 @@ def region_cells(grid_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows, cols = np.nonzero(inside)
         lat = np.asarray(ds["y"].values, dtype=np.float64)[rows]
         lon = np.asarray(ds["x"].values, dtype=np.float64)[cols]
-    return lon, lat, np.cos(np.radians(lat))
+        probs = {c: np.asarray(ds[f"p_{c}"].values, dtype=np.float64)[inside] for c in classes}
+    return lon, lat, np.cos(np.radians(lat)), probs
+
+
+def expected_shares(probs: dict[str, np.ndarray], weight: np.ndarray | None) -> np.ndarray:
+    """Exact expected share of each class, ``sum_c w_c p_kc / sum_c w_c``, from the class
+    probabilities ``p_<class>`` of the places (weight 1 each without ``weight``)."""
+    w = np.ones(len(next(iter(probs.values())))) if weight is None else np.asarray(weight)
+    return np.array([float(np.sum(w * p) / np.sum(w)) for p in probs.values()])
 
 
 def observed_tiles(rd: RunDir) -> tuple[np.ndarray, np.ndarray]:
@@ -222,13 +238,21 @@ def write_headline(
         ),
         "data_licence": run_licence(rd),
     }
-    for name, (lon, lat, weight) in {
-        "area": region_cells(grid_path),
-        "tiles": (*observed_tiles(rd), None),
+    tile_lon, tile_lat = observed_tiles(rd)
+    at_tiles = service.predict(tile_lon, tile_lat)
+    for name, (lon, lat, weight, probs) in {
+        "area": region_cells(grid_path, service.classes),
+        "tiles": (tile_lon, tile_lat, None, {c: at_tiles[f"p_{c}"] for c in service.classes}),
     }.items():
         keep = subsample(len(lon), seed=seed)
         w = np.ones(keep.size) if weight is None else weight[keep]
         draws = class_share_draws(service, lon[keep], lat[keep], w, samples=samples, seed=seed)
-        result[name] = {"places": len(lon), "used": int(keep.size), **draws.summary()}
+        # the point is the class map's exact expected share over every place
+        exact = expected_shares(probs, weight)
+        result[name] = {
+            "places": len(lon),
+            "used": int(keep.size),
+            **draws.summary(expected=exact),
+        }
     atomic_write_json(out, result)
     return result

@@ -45,7 +45,7 @@ from geodbk.geo.frame import native_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
-from geodbk.joint import JointSampler, latent_scale_of, quantity_draws, standard_normal_weights
+from geodbk.joint import JointSampler, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.places import load_place_predictor
@@ -211,7 +211,6 @@ class _Sampler:
 
     predictor: Any
     joint: JointSampler
-    latent_scale: float
     rng: np.random.Generator
     chunk: int
 
@@ -221,7 +220,7 @@ class _Sampler:
         """``(draws (n, S), mean, var)`` of ``quantity`` at the places."""
         q = self.predictor.predict(lon, lat, quantity=quantity, chunk_size=self.chunk)
         latent = self.joint.draws(self.predictor.inputs(lon, lat), chunk_size=self.chunk)
-        out = quantity_draws(q, latent, latent_scale=self.latent_scale, rng=self.rng)
+        out = quantity_draws(q, latent, rng=self.rng)
         if not np.isfinite(out).all():
             raise DataError(
                 f"the {self.predictor.target} model gave non-finite samples, so no summary was "
@@ -349,7 +348,6 @@ def run_summarize(
     sampler = _Sampler(
         predictor=predictor,
         joint=JointSampler(predictor.model, eps),
-        latent_scale=latent_scale_of(predictor.effect),
         rng=rng,
         chunk=chunk_cells,
     )
@@ -430,7 +428,6 @@ def run_summarize(
         "model_path": rd.relative(rd.model_dir(target)),
         "tile_effect": predictor.effect is not None,
         "local_layer": predictor.layer is not None,
-        "latent_scale": sampler.latent_scale,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
         **licence_attrs(licence),

@@ -13,7 +13,6 @@ from geodbk import DBKRegressor
 from geodbk.joint import (
     JointSampler,
     LatentDraws,
-    latent_scale_of,
     quantity_draws,
     quantity_parts,
     standard_normal_weights,
@@ -111,10 +110,10 @@ def _prediction(quantity: str, var: np.ndarray, area_var: np.ndarray) -> Quantit
 def test_quantity_parts_keep_each_place_s_variance() -> None:
     area_var = np.array([0.04, 0.04, 0.04, 0.0])
     resid = np.array([0.0, 0.01, 0.0, 0.0])
-    tile_var = np.array([0.10, 0.10, 0.02, 0.05])  # the third: history shrank it below lambda v
-    a, ind = quantity_parts(_prediction("tile", tile_var, area_var), resid, latent_scale=0.8)
+    tile_var = np.array([0.10, 0.10, 0.02, 0.05])  # the third: history shrank it below v_c
+    a, ind = quantity_parts(_prediction("tile", tile_var, area_var), resid)
     v_c = area_var - resid
-    np.testing.assert_allclose(a[:2] ** 2, 0.8)
+    np.testing.assert_allclose(a[:2] ** 2, 1.0)  # the GP's whole error, shared across places
     np.testing.assert_allclose(a[2] ** 2, 0.02 / 0.04)
     np.testing.assert_allclose(a**2 * v_c + ind, tile_var)
     assert (ind >= 0).all() and ind[2] == 0
@@ -130,26 +129,11 @@ def test_quantity_draws_have_the_quantity_s_mean_variance_and_correlation() -> N
     dev = np.vstack([0.2 * shared, 0.2 * shared])  # two places, fully correlated f
     latent = LatentDraws(mean=np.zeros(2), deviations=dev, residual_var=np.zeros(2))
     pred = _prediction("tile", np.array([0.05, 0.05]), np.array([0.04, 0.04]))
-    q = quantity_draws(pred, latent, latent_scale=0.5, rng=rng)
+    q = quantity_draws(pred, latent, rng=rng)
     np.testing.assert_allclose(q.mean(axis=1), pred.mean, atol=0.005)
     np.testing.assert_allclose(q.var(axis=1), pred.var, rtol=0.02)
-    corr = np.corrcoef(q)[0, 1]  # 0.5 * 0.04 shared out of 0.05
-    assert abs(corr - 0.4) < 0.01
-
-
-def test_latent_scale_of_effects() -> None:
-    class P:
-        latent_scale = 0.7
-
-    class Effect:
-        params = P()
-
-    class Layer:
-        effect = Effect()
-
-    assert latent_scale_of(None) == 1.0
-    assert latent_scale_of(Effect()) == 0.7
-    assert latent_scale_of(Layer()) == 0.7
+    corr = np.corrcoef(q)[0, 1]  # 0.04 shared out of 0.05
+    assert abs(corr - 0.8) < 0.01
 
 
 def test_truncated_factor_draws_keep_predict_dist_s_variance(fitted: DBKRegressor) -> None:

@@ -58,7 +58,7 @@ def test_sampled_shares_agree_with_the_class_map(run: Path) -> None:
     independent = dataclasses.replace(
         service, copula=dataclasses.replace(service.copula, correlation=np.eye(3))
     )
-    lon, lat, weight = region_cells(run / "service" / "classes.nc")
+    lon, lat, weight, _ = region_cells(run / "service" / "classes.nc")
     keep = subsample(len(lon), limit=800)
     lon, lat, weight = lon[keep], lat[keep], weight[keep]
     draws = class_share_draws(independent, lon, lat, weight, samples=400, seed=3)
@@ -82,7 +82,7 @@ def test_sampled_shares_agree_with_the_class_map_under_a_strong_copula(
     service = dataclasses.replace(
         service, quantity=quantity, copula=dataclasses.replace(service.copula, correlation=strong)
     )
-    lon, lat, weight = region_cells(run / "service" / "classes.nc")
+    lon, lat, weight, _ = region_cells(run / "service" / "classes.nc")
     keep = subsample(len(lon), limit=800)
     lon, lat, weight = lon[keep], lat[keep], weight[keep]
     draws = class_share_draws(service, lon, lat, weight, samples=400, seed=5)
@@ -96,7 +96,7 @@ def test_sampled_shares_agree_with_the_class_map_under_a_strong_copula(
 def test_one_cell_per_place_weights_matter(run: Path) -> None:
     rd = RunDir(run)
     service = load_service(rd)
-    lon, lat, _ = region_cells(run / "service" / "classes.nc")
+    lon, lat, _, _ = region_cells(run / "service" / "classes.nc")
     lon, lat = lon[:2], lat[:2]
     only_first = class_share_draws(service, lon, lat, np.array([1.0, 0.0]), samples=50, seed=0)
     alone = class_share_draws(service, lon[:1], lat[:1], np.array([1.0]), samples=50, seed=0)
@@ -136,3 +136,16 @@ def test_a_share_piled_up_at_zero_keeps_its_mean_inside_the_interval() -> None:
     for row in got.values():
         assert row["lower"] <= row["mean"] <= row["upper"]
     assert got["served"]["lower"] == pytest.approx(np.quantile(draws[1], 0.05))
+
+
+def test_the_headline_point_is_the_class_maps_expected_share(run: Path) -> None:
+    """One number for the area share: the class grid's exact cos-latitude-weighted mean
+    probability over every in-region cell, inside its own interval."""
+    headline = json.loads((run / "service" / "headline.json").read_text())
+    service = load_service(RunDir(run))
+    _, _, weight, probs = region_cells(run / "service" / "classes.nc", service.classes)
+    for name in service.classes:
+        row = headline["area"][name]
+        expected = float(np.sum(weight * probs[name]) / weight.sum())
+        assert row["mean"] == pytest.approx(expected, abs=1e-12)
+        assert row["lower"] <= row["mean"] <= row["upper"]
