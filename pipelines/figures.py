@@ -1,6 +1,6 @@
 """Report figures (matplotlib, Agg backend), each written atomically as a PNG.
 
-- ``pi_width_violin.png``: 95% PI widths (log10) of the test tiles, urban vs rural.
+- ``pi_width_violin.png``: 95% PI widths (log10) of the test rows (tile-quarters), urban vs rural.
 - ``reliability.png``: empirical vs nominal coverage at 50–99%, urban / rural / all.
 - ``sd_maps.png`` (the seed's Figure 10): empirical vs predicted sd on a coarse lon/lat raster.
   Empirical sd of a cell = root-mean-square residual ``sqrt(mean((y - mean)²))`` of the held-out
@@ -57,7 +57,7 @@ def pi_width_violin(width: np.ndarray, urban: np.ndarray, path: Path, *, label: 
             body.set_alpha(0.6)
         ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel(f"95% PI width ({label})")
-    ax.set_title("95% prediction-interval width, test tiles")
+    ax.set_title("95% prediction-interval width, test rows (tile-quarters)")
     return _save(fig, path)
 
 

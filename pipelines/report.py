@@ -929,17 +929,26 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any], *, with_layer: bool =
     section follows (unseen tiles then also get their measured neighbours' pull)."""
     doc.heading("Tile effect")
     scales = ", ".join(
-        f"{name} × {scale:.2f}"
+        f"{name} × {scale:.3g}"
         for name, scale in zip(params["components"], params["noise_scale"], strict=True)
     )
+    holdout = params.get("objective") == "training hold-out"
+    where = (
+        "Each tile is shifted by its own persistent offset, learned from its quarters in the "
+        "train and val splits (on this split no test tile has any, so test tiles get the "
+        "offsets' prior)"
+        if holdout
+        else "Each test tile is shifted by its own persistent offset, learned from its other "
+        "quarters in the train and val splits"
+    )
+    objective = "Held-out training NLL" if holdout else "Validation NLL"
     doc.para(
-        "Each test tile is shifted by its own persistent offset, learned from its other "
-        "quarters in the train and val splits: an AR(1) offset over quarters with variance "
+        f"{where}: an AR(1) offset over quarters with variance "
         f"τ² = {_per_group_text(params['tau2'])} (log10 units²) and correlation "
         f"ρ = {params['rho']:.3f} per "
         "quarter, learned together with the GP's own error at the tile (its latent variance "
-        f"× {params.get('latent_scale', 1.0):.2f}); the observation noise was refitted as "
-        f"{scales}. Validation NLL {_fmt(params.get('val_nll_without'))} without the offset, "
+        f"× {params.get('latent_scale', 1.0):.3g}); the observation noise was refitted as "
+        f"{scales}. {objective} {_fmt(params.get('val_nll_without'))} without the offset, "
         f"{_fmt(params.get('val_nll'))} with it. Tiles never seen in training get the GP mean "
         "with the prior variance of error and offset"
         + (", moved by their measured neighbours' pull (local layer, below)" if with_layer else "")
@@ -1185,12 +1194,22 @@ def _build_doc(
     doc.heading("Service coverage")
     area_quantity = next((r.get("area_quantity") for r in coverage_rows), None)
     area_caveat = region_area_caveat(rd)
+    predict_cmd = f"`geodbk predict --run {rd.root} --target {spec.name}"
+    if area_quantity is None:
+        area_text = f"the area share needs a map: run {predict_cmd}`, then report again"
+    else:
+        area_text = f"the area share on the map's {area_quantity} quantity"
+        if any(r.get("area") is None for r in coverage_rows):
+            area_text += (
+                " (a threshold the map has no layer for shows '–': add it to "
+                f"{predict_cmd} --thresholds ...`)"
+            )
     doc.para(
         f"Share of distinct tiles, of region area (grid cells, cos-lat weighted) and of urban / "
         f"rural tiles where the {spec.name} is on the good side of the threshold with "
         f"probability ≥ {SERVED_PROB:.0%}. Tiles are judged on the tile quantity (what a "
-        "tile typically gets, not one speed test); the area share on the grid's "
-        f"{area_quantity or 'missing'} quantity." + (f" {area_caveat}" if area_caveat else "")
+        f"tile typically gets, not one speed test); {area_text}."
+        + (f" {area_caveat}" if area_caveat else "")
     )
     doc.table(
         ["threshold", "tiles", "area", "urban tiles", "rural tiles"],

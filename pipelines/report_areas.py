@@ -126,8 +126,11 @@ def service_headline_section(doc: Doc, rd: RunDir) -> None:
         f"From `{rd.relative(path)}` (`geodbk service`): tiers {headline.get('tiers')} Mbps with "
         f"latency at most {float(headline.get('latency_ms', 'nan')):g} ms, judged on the "
         f"{headline.get('quantity_description', headline.get('quantity'))}; quarter "
-        f"{headline.get('quarter')}. Mean and 90% interval of {headline.get('samples')} joint "
-        "posterior samples of the three models."
+        f"{headline.get('quarter')}. Each share is the expected share (every place's class "
+        "probabilities averaged over the region), with a 90% interval from "
+        f"{headline.get('samples')} joint posterior samples of the three models. The class map "
+        "shows each place's most probable class, so a class that is often likely but seldom "
+        "the most likely has a larger share here than on the map."
     )
     doc.table(
         ["class", "share of area", "share of observed tiles"],

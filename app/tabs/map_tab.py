@@ -280,8 +280,9 @@ def _caption(ctx: RunContext, kind: str, chosen: QuarterGrid, n_quarters: int = 
     notes = {
         "median": "Median of the predictive distribution (10^mean on the log10 scale).",
         "pi_width": "Upper minus lower end of the 95% prediction interval: wide = uncertain. "
-        "In Mbps the width grows with the speed itself; the sd (log10) layer shows the "
-        "relative uncertainty.",
+        f"In {'ms' if ctx.target == 'latency' else 'Mbps'} the width grows with the "
+        f"{'latency' if ctx.target == 'latency' else 'speed'} itself; the sd (log10) layer "
+        "shows the relative uncertainty.",
         "std": "Predictive sd on the log10 scale (tile noise included): relative uncertainty.",
         "pi_lower": "2.5% quantile of the predictive distribution.",
         "pi_upper": "97.5% quantile of the predictive distribution.",

@@ -32,7 +32,7 @@ from geodbk.metrics import (
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("reliability.png", "Reliability: empirical vs nominal coverage of central intervals"),
-    ("pi_width_violin.png", "Widths of the 95% prediction intervals, urban vs rural (test tiles)"),
+    ("pi_width_violin.png", "Widths of the 95% prediction intervals, urban vs rural (test rows)"),
     ("service_coverage.png", "Service coverage: share served with ≥ 90% probability"),
     ("sd_maps.png", "Empirical vs predicted sd (held-out tiles, binned)"),
 )
@@ -413,8 +413,8 @@ def render(ctx: RunContext) -> None:
         fixed=[c for _, c in METRIC_COLUMNS[1:] if c != "95% coverage"],
     )
     st.caption(
-        "Held-out test tiles. With calibrated intervals the 95% coverage column is close to 95% "
-        "for urban and rural tiles alike. MAE, CRPS and width are in log10 units; '(std.)' "
+        "Held-out test rows (a tile in one quarter). With calibrated intervals the 95% coverage "
+        "column is close to 95% for urban and rural rows alike. MAE, CRPS and width are in log10 units; '(std.)' "
         "columns are on the standardised scale."
     )
     note = tile_effect_note(metrics)

@@ -126,6 +126,11 @@ def render(ctx: RunContext) -> None:
                 f"{share_text(headline['area'].get(name))}"
                 + (f" · of tiles {100 * tiles['mean']:.1f}% ({share_text(tiles)})" if tiles else "")
             )
+    st.caption(
+        "The shares are expected shares: each cell's class probabilities averaged over the "
+        "region. The map shows each cell's most probable class, so a class that is often likely "
+        "but seldom the most likely covers less of the map than its share."
+    )
     codes = data["codes"]
     image = class_rgba(codes, len(names))[mercator_rows(data["lat"])]
     dx = float(abs(data["lon"][1] - data["lon"][0])) if data["lon"].size > 1 else 0.01

@@ -299,3 +299,30 @@ def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
         text = doc.markdown()
         assert "prior variance of error and offset" in text
         assert ("measured neighbours' pull (local layer, below)" in text) == with_layer
+
+
+def test_the_tile_effect_section_of_a_training_holdout_says_so() -> None:
+    """On a tile or block split no test tile has quarters to learn from, and the NLL quoted is
+    the training hold-out's, not a validation NLL."""
+    from pipelines.report import _tile_effect_section
+    from pipelines.report_doc import Doc
+
+    params = {
+        "components": ["floor", "meas"],
+        "noise_scale": [1e-8, 1.57],
+        "tau2": {"all": 0.1},
+        "rho": 0.9,
+        "latent_scale": 1e-6,
+        "val_nll": 0.6,
+        "val_nll_without": 0.8,
+        "objective": "training hold-out",
+        "objective_rows": 282,
+    }
+    doc = Doc("r")
+    _tile_effect_section(doc, params)
+    text = doc.markdown()
+    assert "no test tile has any" in text and "Held-out training NLL 0.800" in text
+    assert "Validation NLL" not in text and "× 1e-06" in text  # not "× 0.00"
+    doc = Doc("r")
+    _tile_effect_section(doc, {**params, "objective": "validation"})
+    assert "Validation NLL" in doc.markdown() and "its other quarters" in doc.markdown()
