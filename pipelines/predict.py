@@ -962,7 +962,8 @@ def run_predict(
                     status,
                     ts.first,
                     ts.last,
-                    "the map holds the nearest trained quarter (time extrapolation 'hold')"
+                    "the map holds f at the nearest trained quarter (time extrapolation "
+                    "'hold'); each tile's offset decays toward its prior quarter by quarter"
                     if held
                     else "the map extrapolates the trend (time extrapolation 'trend')",
                 )

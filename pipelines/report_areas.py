@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from pipelines.report_doc import Doc
+from pipelines.run_inputs import region_area_caveat
 from pipelines.rundir import RunDir, TargetSpec
 
 __all__ = ["area_summaries_section", "service_headline_section"]
@@ -131,6 +132,7 @@ def service_headline_section(doc: Doc, rd: RunDir) -> None:
         f"{headline.get('samples')} joint posterior samples of the three models. The class map "
         "shows each place's most probable class, so a class that is often likely but seldom "
         "the most likely has a larger share here than on the map."
+        + (f" {caveat}" if (caveat := region_area_caveat(rd)) else "")
     )
     doc.table(
         ["class", "share of area", "share of observed tiles"],

@@ -10,6 +10,7 @@ each place's probability of meeting each tier and of each class (:mod:`geodbk.se
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from pipelines.copula import COPULA_METHOD, Copula, estimate_copula
 from pipelines.places import PlacePredictor, load_place_predictor
 from pipelines.predict import describe_map_quantity
 from pipelines.rundir import RunDir, target_spec
+
+log = logging.getLogger("geodbk")
 
 __all__ = [
     "SERVICE_QUANTITY_LABEL",
@@ -257,6 +260,13 @@ def load_service(
     predictors = {
         t: load_place_predictor(rd, t, quantity="test", quarter=quarter) for t in SERVICE_TARGETS
     }
+    labels = {t: p.quarter for t, p in predictors.items()}
+    if len(set(labels.values())) > 1:
+        log.warning(
+            "the three models describe different periods (%s): the classes join them as they "
+            "are; retrain them alike (all with --time, or all pooled) for one period",
+            "; ".join(f"{t} {q}" for t, q in labels.items()),
+        )
     copula = estimate_copula(rd, predictors)
     return Service(
         tiers=checked,

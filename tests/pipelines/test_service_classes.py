@@ -65,3 +65,27 @@ def test_options_and_missing_models_are_named(tmp_path: Path) -> None:
         require_service_models(rd)
     assert f"geodbk train --run {rd.root} --target latency" in str(info.value)
     assert "--target upload" not in str(info.value)
+
+
+def test_models_of_different_periods_are_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooled upload joined with time-aware download and latency is said, not silent."""
+    from types import SimpleNamespace
+
+    import pipelines.service_classes as sc
+
+    quarters = {"download": "2023Q4", "upload": "pooled 2019Q1:2023Q4", "latency": "2023Q4"}
+    monkeypatch.setattr(sc, "require_service_models", lambda rd: None)
+    monkeypatch.setattr(
+        sc, "load_place_predictor", lambda rd, t, **_: SimpleNamespace(quarter=quarters[t])
+    )
+    monkeypatch.setattr(sc, "estimate_copula", lambda rd, predictors: None)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        sc.load_service(RunDir(tmp_path))
+    assert "different periods (download 2023Q4; upload pooled 2019Q1:2023Q4" in caplog.text
+    caplog.clear()
+    quarters["upload"] = "2023Q4"
+    with caplog.at_level("WARNING", logger="geodbk"):
+        sc.load_service(RunDir(tmp_path))
+    assert "different periods" not in caplog.text
