@@ -33,7 +33,7 @@ from geodbk.geo.frame import Scaling, frame_bounds, longitude_arc, native_box
 from geodbk.geo.licence import data_licence
 from geodbk.geo.ookla import read_tiles
 from geodbk.geo.regions import Region, resolve_region, write_region_geojson
-from geodbk.geo.table import prepare_tile_table, write_tile_table
+from geodbk.geo.table import DEFAULT_FRACTIONS, prepare_tile_table, write_tile_table
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
 from pipelines.cli import add_bbox_option, call_with_options, stage_parser
 from pipelines.rundir import file_in_run_path, file_in_run_path_message
@@ -435,7 +435,8 @@ def _log_frame(region: Region) -> None:
 def _check_split_sizes(labels: Any, *, split: str, block_size: float) -> None:
     """Refuse a block split that left val or test empty: blocks of ``--block-size`` so large
     that too few of them hold tiles (training would have no early stopping, the report
-    nothing to score)."""
+    nothing to score). Warn when val or test holds over 1.5 times its share of the rows (a
+    block with much of the data went there whole)."""
     if split != "block":
         return
     empty = [name for name in ("val", "test") if not (labels == name).any()]
@@ -445,6 +446,19 @@ def _check_split_sizes(labels: Any, *, split: str, block_size: float) -> None:
             f"to hold out whole blocks, so the {' and '.join(empty)} split would be empty; use "
             "a smaller --block-size (default 0.1) or another --split"
         )
+    n = max(len(labels), 1)
+    for name, want in (("val", DEFAULT_FRACTIONS[1]), ("test", DEFAULT_FRACTIONS[2])):
+        share = float((labels == name).sum()) / n
+        if share > 1.5 * want:
+            log.warning(
+                "--split block: %s holds %.0f%% of the rows (aimed at %.0f%%): a few blocks of "
+                "%g° hold much of the data, and one went there whole; a smaller --block-size "
+                "or another --seed spreads the rows more evenly",
+                name,
+                100 * share,
+                100 * want,
+                block_size,
+            )
 
 
 def _split_summary(info: dict[str, Any]) -> str:

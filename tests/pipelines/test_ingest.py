@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import shapely
 
@@ -137,3 +138,20 @@ def test_a_region_across_the_antimeridian_is_logged_with_its_frame(
     (record,) = caplog.records
     assert "Alaska" in record.message and "180° meridian" in record.message
     assert "172.40 to 230.10" in record.message
+
+
+def test_a_block_split_far_from_its_shares_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pipelines.ingest import _check_split_sizes
+
+    uneven = pd.Series(["train"] * 60 + ["val"] * 14 + ["test"] * 26)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _check_split_sizes(uneven, split="block", block_size=0.1)
+    assert "test holds 26% of the rows (aimed at 10%)" in caplog.text
+    assert "val holds" not in caplog.text
+    caplog.clear()
+    even = pd.Series(["train"] * 80 + ["val"] * 11 + ["test"] * 9)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _check_split_sizes(even, split="block", block_size=0.1)
+    assert "holds" not in caplog.text
