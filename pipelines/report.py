@@ -865,7 +865,9 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         rd, spec, md, metrics, base, coverage_rows, sd_train, emp, pred_sd, split_info, time_info
     )
     if "by_tests" in metrics_doc:
-        _by_tests_section(doc, metrics_doc["by_tests"], md.get("noise"))
+        _by_tests_section(
+            doc, metrics_doc["by_tests"], md.get("noise"), rescaled=tile_effect is not None
+        )
     if tile_effect is not None:
         _tile_effect_section(doc, tile_effect.params.to_dict(), with_layer=layer is not None)
     if layer is not None:
@@ -880,8 +882,11 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     atomic_write_text(out_dir / "report.html", doc.html())
 
 
-def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
-    """Table and per-bucket reliability figure of the scores by number of speed tests."""
+def _by_tests_section(
+    doc: Doc, by_tests: dict[str, Any], noise: Any, *, rescaled: bool = False
+) -> None:
+    """Table and per-bucket reliability figure of the scores by number of speed tests;
+    ``rescaled``: the rows were scored with the tile effect's refitted noise terms."""
     doc.heading("By number of speed tests per tile")
     if isinstance(noise, dict) and noise.get("noise") in ("tests", "tests+devices"):
         devices = noise["noise"] == "tests+devices"
@@ -897,7 +902,13 @@ def _by_tests_section(doc: Doc, by_tests: dict[str, Any], noise: Any) -> None:
                 if devices
                 else ""
             )
-            + " (log10 units²)."
+            + " (log10 units²)"
+            + (
+                ", the GP's terms; the rows below were scored with each term rescaled by the "
+                "tile effect (its section below)."
+                if rescaled
+                else "."
+            )
         )
     else:
         doc.para("Constant noise: the same observation variance for every tile.")

@@ -326,3 +326,14 @@ def test_the_tile_effect_section_of_a_training_holdout_says_so() -> None:
     doc = Doc("r")
     _tile_effect_section(doc, {**params, "objective": "validation"})
     assert "Validation NLL" in doc.markdown() and "its other quarters" in doc.markdown()
+
+
+def test_the_tests_section_says_when_the_tile_effect_rescaled_the_noise() -> None:
+    from pipelines.report import _by_tests_section
+    from pipelines.report_doc import Doc
+
+    noise = {"noise": "tests", "s2_floor": 0.1, "s2_meas": 0.14, "power": 1.0}
+    for rescaled in (False, True):
+        doc = Doc("r")
+        _by_tests_section(doc, {}, noise, rescaled=rescaled)
+        assert ("rescaled by the tile effect" in doc.markdown()) == rescaled
