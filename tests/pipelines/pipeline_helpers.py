@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,3 +162,21 @@ def fake_service(*, quarters: tuple[str, ...] = ("2023Q4",) * 3, tiers: str = "2
     checked, latency = resolve_tiers(tiers, 100.0)
     predictors = {t: predictor(t, q) for t, q in zip(SERVICE_TARGETS, quarters, strict=True)}
     return Service(checked, latency, "tile", predictors, copula)  # type: ignore[arg-type]
+
+
+#: What the service stage reads from a run (grids, exports and reports are not copied).
+SERVICE_INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
+
+
+def copy_service_inputs(
+    src: Path, dst: Path, *, targets: tuple[str, ...] = ("download", "upload", "latency")
+) -> Path:
+    """A writable run at ``dst`` with ``src``'s tile table, region and the models of
+    ``targets``."""
+    dst.mkdir(parents=True)
+    for name in SERVICE_INPUTS:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    for t in targets:
+        shutil.copytree(src / "models" / t, dst / "models" / t)
+    return dst

@@ -4,7 +4,6 @@ errors (a missing model, bad tiers)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import rasterio
 import xarray as xr
+from pipeline_helpers import copy_service_inputs
 
 from geodbk.service import class_probabilities, tier_probabilities
 from pipelines import cli
@@ -22,26 +22,13 @@ from pipelines.service import run_service
 from pipelines.service_at import output_columns
 from pipelines.service_classes import SERVICE_TARGETS, load_service
 
-#: What the stage reads from a run (grids, exports and reports are not copied).
-INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
 CLASSES = ("unserved", "underserved", "served")
-
-
-def _copy_inputs(src: Path, dst: Path, *, targets: tuple[str, ...] = SERVICE_TARGETS) -> Path:
-    """A writable run with ``src``'s tile table, region and the models of ``targets``."""
-    dst.mkdir(parents=True)
-    for name in INPUTS:
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    for t in targets:
-        shutil.copytree(src / "models" / t, dst / "models" / t)
-    return dst
 
 
 @pytest.fixture(scope="module")
 def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the quick demo run with the default service outputs written by the CLI."""
-    r = _copy_inputs(tiny_run, tmp_path_factory.mktemp("service") / "run")
+    r = copy_service_inputs(tiny_run, tmp_path_factory.mktemp("service") / "run")
     assert cli.main(["service", "--run", str(r), "--headline-samples", "100"]) == 0
     return r
 
@@ -177,7 +164,7 @@ def test_at_file_writes_classes_with_licence(run: Path) -> None:
 
 
 def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> None:
-    r = _copy_inputs(tiny_run, tmp_path / "run")
+    r = copy_service_inputs(tiny_run, tmp_path / "run")
     first = sorted(pd.read_parquet(r / "tiles.parquet", columns=["quarter"])["quarter"].unique())[0]
     out = run_service(
         r,
@@ -208,7 +195,7 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
 def test_missing_model_names_it_and_the_train_command(
     tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    r = _copy_inputs(tiny_run, tmp_path / "run", targets=("download", "latency"))
+    r = copy_service_inputs(tiny_run, tmp_path / "run", targets=("download", "latency"))
     assert cli.main(["service", "--run", str(r)]) == 5
     err = capsys.readouterr().err
     assert "no trained upload model" in err
@@ -223,7 +210,7 @@ def test_too_few_validation_rows_stop_with_exit_3(
 ) -> None:
     import pyarrow as pa
 
-    r = _copy_inputs(tiny_run, tmp_path / "run")
+    r = copy_service_inputs(tiny_run, tmp_path / "run")
     table = pq.read_table(r / "tiles.parquet")
     split = np.asarray(table["split"].to_pylist(), dtype=object)
     val = np.flatnonzero(split == "val")

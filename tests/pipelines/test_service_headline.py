@@ -11,25 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from pipeline_helpers import copy_service_inputs
 
 from pipelines import cli
 from pipelines.rundir import RunDir, run_licence
-from pipelines.service_classes import SERVICE_TARGETS, load_service
+from pipelines.service_classes import load_service
 from pipelines.service_headline import class_share_draws, region_cells, subsample
-
-INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
 
 
 @pytest.fixture(scope="module")
 def run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quick demo run's inputs and models, with the service outputs written by the CLI."""
-    r = tmp_path_factory.mktemp("headline") / "run"
-    r.mkdir()
-    for name in INPUTS:
-        if (tiny_run / name).is_file():
-            shutil.copy2(tiny_run / name, r / name)
-    for t in SERVICE_TARGETS:
-        shutil.copytree(tiny_run / "models" / t, r / "models" / t)
+    r = copy_service_inputs(tiny_run, tmp_path_factory.mktemp("headline") / "run")
     argv = ["service", "--run", str(r), "--max-cells", "3000", "--headline-samples", "200"]
     assert cli.main(argv) == 0
     return r

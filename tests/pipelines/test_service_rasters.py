@@ -4,30 +4,16 @@ bands' units, the class grid's CF flags, and log lines naming the files where th
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import rasterio
 import xarray as xr
+from pipeline_helpers import copy_service_inputs
 
 from pipelines import cli
 from pipelines.service import CLASS_NODATA, class_colours
-from pipelines.service_classes import SERVICE_TARGETS
-
-INPUTS = ("tiles.parquet", "region.geojson", "urban_areas.geojson", "ingest_manifest.json")
-
-
-def _copy_inputs(src: Path, dst: Path) -> Path:
-    """A writable run with ``src``'s tile table, region and three models."""
-    dst.mkdir(parents=True)
-    for name in INPUTS:
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    for t in SERVICE_TARGETS:
-        shutil.copytree(src / "models" / t, dst / "models" / t)
-    return dst
 
 
 def test_class_colours_run_from_red_to_green_with_transparent_nodata() -> None:
@@ -54,7 +40,7 @@ class _Messages(logging.Handler):
 @pytest.fixture(scope="module")
 def service_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A copy of the quick demo run with ``geodbk service`` written, and its log messages."""
-    run = _copy_inputs(tiny_run, tmp_path_factory.mktemp("service_rasters") / "run")
+    run = copy_service_inputs(tiny_run, tmp_path_factory.mktemp("service_rasters") / "run")
     handler = _Messages()
     logger = logging.getLogger("geodbk")
     level = logger.level
