@@ -151,8 +151,8 @@ def by_quarter_table(frame: pd.DataFrame) -> pd.DataFrame:
         wide[f"{group} coverage"] = part["95% coverage"]
     order = list(dict.fromkeys(frame["quarter"]))
     out = wide.reindex([q for q in order if q in wide.index]).reset_index()
-    for col in ("n", "urban n", "rural n"):
-        out[col] = out[col].astype("Int64")
+    for col in ("n", "urban n", "rural n"):  # a group without rows in a quarter has n = 0
+        out[col] = out[col].fillna(0).astype("Int64")
     return out
 
 
@@ -216,7 +216,7 @@ def _render_by_quarter(metrics: dict[str, Any]) -> None:
         fixed=("MAE", "NLL", "mean 95% PI width"),
     )
     st.caption(
-        "Test tiles grouped by their quarter (metrics.json `by_quarter`); dashed: the nominal "
+        "Test rows grouped by their quarter (metrics.json `by_quarter`); dashed: the nominal "
         "95%. A time-aware model "
         "predicts each tile at its own quarter; on a forecast split the test quarter lies after "
         "the training quarters, so its coverage measures the forecast."
