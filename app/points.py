@@ -98,12 +98,16 @@ def haversine_km(
 
 
 def nearest_tiles(tiles: pd.DataFrame, lon: float, lat: float, k: int = 5) -> pd.DataFrame:
-    """The ``k`` observed tile-quarters nearest to a point, with their distance in km."""
+    """The ``k`` observed tile-quarters nearest to a point, with their distance in km; the
+    quarters of one tile (the same distance) latest first."""
     if tiles.empty:
         return tiles.assign(distance_km=pd.Series(dtype=float))
     dist = haversine_km(lon, lat, tiles["lon"].to_numpy(), tiles["lat"].to_numpy())
-    order = np.argsort(dist, kind="stable")[:k]
-    return tiles.iloc[order].assign(distance_km=dist[order])
+    out = tiles.assign(distance_km=dist)
+    if "quarter" in out.columns:
+        by = out.sort_values(["distance_km", "quarter"], ascending=[True, False], kind="stable")
+        return by.head(k)
+    return out.iloc[np.argsort(dist, kind="stable")[:k]]
 
 
 def lognormal_pdf(

@@ -56,3 +56,15 @@ def test_nearest_tiles_sorted_by_distance() -> None:
     assert list(near["tests"]) == [1, 3] or list(near["tests"]) == [3, 1]
     assert near["distance_km"].is_monotonic_increasing
     assert near["distance_km"].iloc[0] == pytest.approx(5.56, rel=0.01)
+
+
+def test_nearest_tiles_show_a_tiles_latest_quarters_first() -> None:
+    tiles = pd.DataFrame(
+        {
+            "lon": [0.0, 0.0, 0.0, 0.1],
+            "lat": [0.0, 0.0, 0.0, 0.0],
+            "quarter": ["2019Q1", "2023Q4", "2021Q2", "2023Q4"],
+        }
+    )
+    near = nearest_tiles(tiles, 0.0, 0.0, k=3)
+    assert near["quarter"].tolist() == ["2023Q4", "2021Q2", "2019Q1"]
