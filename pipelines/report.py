@@ -879,7 +879,7 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     doc.heading("Data and licence")
     doc.para(licence_line(licence))
     atomic_write_text(out_dir / "report.md", doc.markdown())
-    atomic_write_text(out_dir / "report.html", doc.html())
+    atomic_write_text(out_dir / "report.html", doc.html(base=out_dir))
 
 
 def _by_tests_section(

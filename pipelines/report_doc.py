@@ -1,4 +1,4 @@
-"""A tiny document model rendered to both Markdown and self-contained-style HTML.
+"""A tiny document model rendered to both Markdown and self-contained HTML.
 
 The report is a list of blocks (headings, paragraphs, tables, images); rendering both formats
 from the same blocks keeps ``report.md`` and ``report.html`` identical in content. Also the
@@ -8,10 +8,12 @@ has) and :func:`quarter_rows` (the per-quarter score table).
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from geodbk.metrics import COVERAGE95, MAE, NLL, WIDTH95
@@ -66,8 +68,10 @@ class Doc:
                 out += [f"![{val[1]}]({val[0]})", ""]
         return "\n".join(out)
 
-    def html(self) -> str:
-        """HTML page (images referenced relative to the page)."""
+    def html(self, *, base: Path | None = None) -> str:
+        """HTML page. With ``base`` (the page's folder) each image found there is embedded as
+        a ``data:`` URI, so the page alone can be handed on; others are referenced relative to
+        the page."""
         e = html.escape
         out = [
             "<!DOCTYPE html>",
@@ -93,9 +97,18 @@ class Doc:
                     out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>")
                 out.append("</tbody></table>")
             elif kind == "img":
-                out.append(f"<p><img src='{e(val[0])}' alt='{e(val[1])}'></p>")
+                out.append(f"<p><img src='{e(_image_source(val[0], base))}' alt='{e(val[1])}'></p>")
         out.append("</body></html>")
         return "\n".join(out) + "\n"
+
+
+def _image_source(src: str, base: Path | None) -> str:
+    """``src`` as a ``data:image/png;base64`` URI when ``base / src`` is a PNG file, else as
+    given."""
+    path = None if base is None else base / src
+    if path is None or path.suffix.lower() != ".png" or not path.is_file():
+        return src
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def _pct(v: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from geodbk.metrics import COVERAGE95, MAE, NLL, WIDTH95
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
@@ -80,3 +81,18 @@ def test_quarter_rows_format_scores_and_mark_missing_ones() -> None:
         "None", "–", "–",
     ]  # fmt: skip
     assert rows[1][:5] == ["2023Q2", "extrapolation", "0", "–", "–"]
+
+
+def test_html_embeds_the_figures_it_finds_so_the_page_travels_alone(tmp_path: Path) -> None:
+    import base64
+
+    (tmp_path / "figures").mkdir()
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 16
+    (tmp_path / "figures" / "a.png").write_bytes(png)
+    doc = Doc("r")
+    doc.image("figures/a.png", "a")
+    doc.image("figures/missing.png", "b")
+    page = doc.html(base=tmp_path)
+    assert f"src='data:image/png;base64,{base64.b64encode(png).decode()}'" in page
+    assert "src='figures/missing.png'" in page  # not found: referenced as before
+    assert "src='figures/a.png'" in doc.html()  # without a folder: referenced
