@@ -344,7 +344,8 @@ def _clean(
         raise DataError(
             f"{tf.path}: cannot tell which quarter this file holds; name it like "
             "2023-10-01_performance_mobile_tiles.parquet, put it under year=2023/quarter=4/, "
-            "include 2023Q4 in its name, or add a 'quarter' column"
+            "include 2023Q4 in its name, add a 'quarter' column, or ingest that one quarter "
+            "(--quarters 2023Q4)"
         )
     keep = np.ones(len(df), dtype=bool)
     if "quarter" in df.columns and quarter is None:
@@ -435,7 +436,12 @@ def read_tiles(
         raw, null_geoms = _read_raw(tf)
         total += len(raw)
         before = dict(dropped)
-        clean = _clean(raw, tf.quarter, tf, dropped)
+        quarter = tf.quarter
+        if quarter is None and wanted is not None and len(wanted) == 1:
+            quarter = wanted[0]  # one quarter asked for: a file that names none holds it
+            if "quarter" not in raw.columns:
+                log.info("%s names no quarter: taken as %s (--quarters)", tf.path, quarter)
+        clean = _clean(raw, quarter, tf, dropped)
         if wanted is not None and len(clean):
             inside = clean["quarter"].isin(wanted).to_numpy()
             _count(dropped, "outside_quarters", int((~inside).sum()))

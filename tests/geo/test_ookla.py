@@ -173,5 +173,9 @@ def _empty(tmp_path: Path) -> Path:
 def test_unknown_quarter_is_an_error(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
     path = tmp_path / "tiles.csv"
     tiles_df.to_csv(path, index=False)
-    with pytest.raises(DataError, match="which quarter"):
+    with pytest.raises(DataError, match=r"which quarter.*--quarters 2023Q4"):
         ookla.read_tiles([path])
+    with pytest.raises(DataError, match="which quarter"):  # a range names no one quarter
+        ookla.read_tiles([path], quarters="2023Q3:2023Q4")
+    got = ookla.read_tiles([path], quarters="2023Q4")  # one quarter asked for: the file's
+    assert len(got.frame) == len(tiles_df) and set(got.frame["quarter"]) == {"2023Q4"}
