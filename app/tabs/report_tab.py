@@ -435,18 +435,18 @@ def render(ctx: RunContext) -> None:
     _render_map_calibration(metrics)
 
     svc = service_table(summary)
-    c1, c2 = st.columns(2)
     rel = reliability_frame(summary, preds)
-    with c1:
-        if rel is not None:
-            st.altair_chart(_reliability_chart(rel), width="stretch")
-    with c2:
-        if svc is not None:
-            st.markdown(
-                "**Service coverage** (served = threshold met with ≥ 90% probability by the "
-                "named quantity: tile = what a tile typically gets)"
-            )
-            _table(svc, fixed=svc.columns[1:], fmt="%.1f")
+    # the chart beside nothing wider than itself; the table full width (its columns name the
+    # quantities, which a half-width column cut off)
+    c1, _ = st.columns(2)
+    if rel is not None:
+        c1.altair_chart(_reliability_chart(rel), width="stretch")
+    if svc is not None:
+        st.markdown(
+            "**Service coverage** (served = threshold met with ≥ 90% probability by the "
+            "named quantity: tile = what a tile typically gets)"
+        )
+        _table(svc, fixed=svc.columns[1:], fmt="%.1f")
 
     licence = maps.licence_caption((summary or {}).get("data_licence"))
     if licence:
