@@ -38,7 +38,7 @@ from pipelines.predict import add_time_options, parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
-    config_hash,
+    model_config_hash,
     read_json,
     require_grid,
     require_model,
@@ -350,14 +350,14 @@ def plan_export(
     errors are :func:`run_export`'s."""
 
     jobs = _plan_jobs(run, target=target, fmt=fmt, quarter=quarter, trend=trend)
-    for rd, t in dict.fromkeys((job.rd, job.target) for job in jobs):
-        md = _model_metadata(rd, t)
-        stale = stale_model_message(rd, t, md)
-        if stale:
-            log.warning("%s", stale)
-        for job in jobs:
-            if (job.rd, job.target) == (rd, t):
-                _require_current_grids(job, md)
+    models: dict[tuple[Path, str], dict[str, Any]] = {}
+    for job in jobs:
+        key = (job.rd.root, job.target)
+        if key not in models:  # each model read and judged once
+            models[key] = _model_metadata(job.rd, job.target)
+            if stale := stale_model_message(job.rd, job.target, models[key]):
+                log.warning("%s", stale)
+        _require_current_grids(job, models[key])
     return jobs
 
 
@@ -368,8 +368,8 @@ def stale_grid_reason(attrs: dict[str, Any], md: dict[str, Any]) -> str | None:
     that record: the model was trained after the grid was written). Grids or models without
     these records are not judged."""
     recorded = attrs.get("model_config_hash")
-    current = md.get("config_hash") or config_hash(md.get("config", {}))
-    if recorded and str(recorded) != str(current):
+    current = model_config_hash(md)
+    if recorded and str(recorded) != current:
         return (
             f"it was predicted from a model with config hash {recorded}, the model now has "
             f"{current}"

@@ -427,6 +427,11 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def model_config_hash(metadata: dict[str, Any]) -> str:
+    """The config hash a model's metadata records, or the hash of its ``config``."""
+    return str(metadata.get("config_hash") or config_hash(metadata.get("config", {})))
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object, raising :class:`RunDirectoryError` naming the file when it is bad."""
     try:
