@@ -8,7 +8,9 @@ fitted here on the same residuals, so every variant shares one GP)::
     OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random-download-pooled \\
         --target download --out docs/benchmarks/local_layer/random-download-pooled.json
 
-``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md).
+``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md);
+``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
+``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``.
 
 Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,
 :func:`pipelines.layers.fit_run_local_layer`): the tile effect's ``(tau², rho, lambda,
@@ -262,6 +264,54 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def summary(folder: Path) -> str:
+    """One markdown row per run of ``folder``'s ``RUN.json`` (with the tile effect's tests
+    shift) and ``RUN.no_shift.json`` (without it, on the same GP): the GP's best and last
+    epoch (from ``history_RUN.csv`` when present), test NLL of the GP, tile effect, local
+    layer and kriging, the local layer's NLL less the GP's, its map coverage with the 95%
+    confidence interval, and the median |error| of well-measured tiles' levels, f then tile."""
+    lines = [
+        "| run | GP epochs (best / run) | GP | tile effect | local layer | kriging "
+        "| local layer − GP (without the shift) | local layer's map cov. (urban / rural), its "
+        "95% CI (without the shift) | median \\|err\\|: f → tile |",
+        "|---|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for path in sorted(folder.glob("*.json")):
+        if path.name.endswith(".no_shift.json"):
+            continue
+        d = canonical_keys(json.loads(path.read_text()))
+        without_path = path.with_name(f"{path.stem}.no_shift.json")
+        without = (
+            canonical_keys(json.loads(without_path.read_text())) if without_path.exists() else None
+        )
+        res = d["results"]
+        nll = {key: res[key]["rows"]["all"][NLL] for key in res}
+        history = folder / f"history_{path.stem}.csv"
+        last = str(len(pd.read_csv(history))) if history.exists() else "?"
+        gain = f"{nll['local_layer'] - nll['gp']:+.3f}".replace("-", "−")
+        cov_without = "–"
+        if without is not None:
+            w = without["results"]
+            gain += f" ({w['local_layer']['rows']['all'][NLL] - w['gp']['rows']['all'][NLL]:+.3f})".replace(
+                "-", "−"
+            )
+            cov_without = f"{100 * w['local_layer']['map']['all'][COVERAGE95]:.1f}"
+        m = res["local_layer"]["map"]
+        low, high = coverage_interval_of(m["all"])
+        groups = " / ".join(
+            f"{100 * m[g][COVERAGE95]:.1f}" if g in m else "–" for g in ("urban", "rural")
+        )
+        kriging = f"{nll['kriging']:.3f}" if "kriging" in nll else "–"
+        lines.append(
+            f"| {path.stem} | {d['gp']['best_epoch']} / {last} | {nll['gp']:.3f} | "
+            f"{nll['tile_effect']:.3f} | **{nll['local_layer']:.3f}** | {kriging} | {gain} | "
+            f"{100 * m['all'][COVERAGE95]:.1f} ({groups}), {100 * low:.1f}–{100 * high:.1f} "
+            f"({cov_without}) | {res['gp']['map']['all'][MEDIAN_ABS_ERROR]:.3f} → "
+            f"{m['all'][MEDIAN_ABS_ERROR]:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; see the module docstring."""
     import torch
@@ -282,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["--table"]:
         print(table(Path(argv[1])))
+        return 0
+    if argv[:1] == ["--summary"]:
+        print(summary(Path(argv[1])))
         return 0
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)

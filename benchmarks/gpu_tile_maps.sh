@@ -18,8 +18,9 @@ out=$2
 work=${WORK:-/tmp/gpu_tile_maps}
 mkdir -p "$out" "$work"
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1; uptime; } \
-  >"$work/machine.txt"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1; uptime
+  "${PYTHON:-python3}" -c "import sys, torch; print(sys.version.split()[0], torch.__version__)"
+} >"$work/machine.txt"
 cat >"$work/cfg.yaml" <<CFG
 rank: ${RANK:-1024}
 hidden: ${HIDDEN:-256}
