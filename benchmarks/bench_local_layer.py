@@ -320,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     from geodbk.local_layer import LocalLayer
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (
+        PLACE_SHARES,
         ValidationRows,
         fit_run_local_layer,
         tile_positions,
+        validation_share_coverage,
         with_effect_place_share,
     )
 
@@ -437,6 +439,25 @@ def main(argv: list[str] | None = None) -> int:
     results["local_layer_c1"] = {
         "rows": results["local_layer"]["rows"],
         "map": _part_map(frame[te], gp["mean"][te], whole),
+    }
+    # the place share's choice: coverage of well-measured tiles' levels at every share, on
+    # the validation tiles without training rows (as chosen) and on the test tiles
+    n_val_tiles, val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
+    test_curve = {}
+    for c in PLACE_SHARES:
+        at_c = LocalLayer(
+            layer.effect,
+            replace(layer.params, place_share=float(c)),
+            tile_xy=layer.tile_xy,
+            positions=layer.positions,
+        ).predict(xy=xy[te], **kw)
+        test_curve[float(c)] = (
+            _part_map(frame[te], gp["mean"][te], at_c).get("all", {}).get(COVERAGE95)
+        )
+    results["local_layer"]["place_share_curve"] = {
+        "validation_tiles": n_val_tiles,
+        "validation": val_curve,
+        "test": test_curve,
     }
     t_krige = None
     if not args.no_kriging:

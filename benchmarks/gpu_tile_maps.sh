@@ -10,6 +10,11 @@
 # Usage: benchmarks/gpu_tile_maps.sh SPLITS OUT   (SPLITS/random, SPLITS/tile, SPLITS/block: one
 # `geodbk ingest --split ...` each). The GPU machine has no geopandas, shapely, pyproj, isal or pykrige:
 # carry their wheels and put them on PYTHONPATH first (/work/.library/device/README.md).
+# BATCH and EXTRA_CFG (YAML lines, e.g. 'kernel_update_every: 1') change the GPs' config. The
+# r = 256 table of docs/quantities.md on the CPU (its GPs trained under kernel_update_every 1):
+#   PYTHON=.venv/bin/python DEVICE=cpu RANK=256 HIDDEN=64 BATCH=512 EPOCHS=150 PATIENCE=20 \
+#     EXTRA_CFG='kernel_update_every: 1' TRAIN_CAP_S=7200 BENCH_CAP_S=1800 \
+#     benchmarks/gpu_tile_maps.sh SPLITS OUT
 # A dry run on the CPU:
 #   PYTHON=.venv/bin/python DEVICE=cpu RANK=8 HIDDEN=8 EPOCHS=1 SPLITS_LIST=tile MODES=pooled benchmarks/gpu_tile_maps.sh SPLITS OUT
 set -uo pipefail
@@ -24,10 +29,11 @@ export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THRE
 cat >"$work/cfg.yaml" <<CFG
 rank: ${RANK:-1024}
 hidden: ${HIDDEN:-256}
-batch_size: 1024
+batch_size: ${BATCH:-1024}
 epochs: ${EPOCHS:-400}
 patience: ${PATIENCE:-25}
 device: ${DEVICE:-cuda}
+${EXTRA_CFG:-}
 CFG
 runs=()
 for split in ${SPLITS_LIST:-random tile block}; do

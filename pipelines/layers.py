@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,15 +41,18 @@ __all__ = [
     "fit_run_local_layer",
     "load_local_layer",
     "load_map_layers",
+    "place_share_coverage",
     "save_local_layer",
     "tile_positions",
+    "validation_share_coverage",
     "with_effect_place_share",
 ]
 
 LAYER_FILE = "local_layer.json"
 #: Place shares tried, ascending (:func:`choose_place_share`).
 PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
-#: Coverage of well-measured validation tiles' levels the chosen place share reaches.
+#: Coverage of well-measured tiles' levels the chosen place share aims at; on ``n`` validation
+#: tiles it must cover ``ceil(PLACE_COVERAGE (n + 1))`` of them (:func:`required_covered`).
 PLACE_COVERAGE = 0.95
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
@@ -172,6 +176,35 @@ def fit_local_layer(
     )
 
 
+def validation_share_coverage(
+    model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows
+) -> tuple[int, dict[float, float]]:
+    """:func:`place_share_coverage` of the validation tiles without training rows, with
+    ``layer`` conditioned on its tile effect's first ``n_train`` rows (the training rows), as
+    :func:`fit_run_local_layer` chooses the place share. Needs ``val.tests`` and ``val.urban``."""
+    if val.tests is None or val.urban is None:
+        raise ValueError("the validation rows need tests and urban flags")
+    pred, comp = _gp_at(model, val)
+    lat0, lon0 = layer.params.lat0, layer.params.lon0
+    train_effect = layer.effect.first_rows(n_train)
+    train_layer = layer.with_effect(
+        train_effect, tile_xy=_effect_positions(train_effect, lat0, lon0)
+    )
+    return place_share_coverage(
+        train_layer,
+        tiles=val.tiles,
+        xy=tile_positions(val.tiles, lat0=lat0, lon0=lon0),
+        times=val.times,
+        y=np.asarray(val.y, dtype=np.float64),
+        mean=pred.mean,
+        var_f=pred.var_f,
+        components=comp,
+        groups=val.groups,
+        tests=val.tests,
+        urban=val.urban,
+    )
+
+
 def with_effect_place_share(
     model: Any, effect: TileEffect, *, n_train: int, val: ValidationRows
 ) -> TileEffect:
@@ -217,7 +250,36 @@ def _share_on(
     )
 
 
-def choose_place_share(
+def required_covered(n_tiles: int) -> int:
+    """Tiles of ``n_tiles`` that a place share's intervals must cover: ``ceil(0.95 (n + 1))``,
+    capped at ``n``. The split-conformal count: were validation and new tiles exchangeable,
+    the share so chosen would cover a new tile's level with probability at least 95%, where
+    "95% of the validation tiles" promises it only on average over validation sets, and
+    chooses the share at the edge where the validation sample happened to reach 95%."""
+    return min(n_tiles, math.ceil(PLACE_COVERAGE * (n_tiles + 1) - 1e-9))
+
+
+def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> float:
+    """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
+    :func:`required_covered` of the validation tiles without training rows that have
+    ``MIN_TESTS`` tests or more (:func:`place_share_coverage`): 96 of 100, 111 of 115; 1 when
+    fewer than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation
+    tile is measured) or none covers that many."""
+    n_tiles, coverage = place_share_coverage(tile_model, **rows)
+    if n_tiles < MIN_PLACE_TILES:
+        log.info(
+            "local layer: %d validation tiles without training rows have %d+ tests (%d "
+            "needed); place share 1",
+            n_tiles,
+            MIN_TESTS,
+            MIN_PLACE_TILES,
+        )
+        return 1.0
+    needed = required_covered(n_tiles)
+    return next((c for c, cov in coverage.items() if round(cov * n_tiles) >= needed), 1.0)
+
+
+def place_share_coverage(
     tile_model: LocalLayer | TileEffect,
     *,
     tiles: np.ndarray,
@@ -230,14 +292,13 @@ def choose_place_share(
     tests: np.ndarray,
     urban: np.ndarray,
     xy: np.ndarray | None = None,
-) -> float:
-    """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
-    at least 95% of the levels of the validation tiles without training rows that have
-    ``MIN_TESTS`` tests or more (:func:`pipelines.map_calibration.map_calibration`, the
-    report's map calibration), with ``tile_model`` (a local layer, whose rows need their km
-    positions ``xy``, or a tile effect) conditioned on the training rows. 1 when fewer than
-    :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
-    measured) or none reaches 95%. Whatever share ``tile_model`` holds, its whole prior is
+) -> tuple[int, dict[float, float]]:
+    """``(tiles, {c: coverage})``: how many tiles without conditioning rows have
+    ``MIN_TESTS`` tests or more, and the share of their levels that the tile quantity's 95%
+    interval covers at each place share ``c`` of :data:`PLACE_SHARES`
+    (:func:`pipelines.map_calibration.map_calibration`, the report's map calibration), with
+    ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
+    effect) as it is conditioned. Whatever share ``tile_model`` holds, its whole prior is
     split from ``c = 1``."""
     rows: dict[str, Any] = {
         "tiles": tiles,
@@ -272,19 +333,9 @@ def choose_place_share(
         return int(scores["tiles"]), float(scores.get("all", {}).get(COVERAGE95, 1.0))
 
     n_tiles, _ = coverage(1.0)
-    if n_tiles < MIN_PLACE_TILES:
-        log.info(
-            "local layer: %d validation tiles without training rows have %d+ tests (%d "
-            "needed); place share 1",
-            n_tiles,
-            MIN_TESTS,
-            MIN_PLACE_TILES,
-        )
-        return 1.0
-    for c in PLACE_SHARES:
-        if coverage(float(c))[1] >= PLACE_COVERAGE:
-            return float(c)
-    return 1.0
+    if n_tiles == 0:
+        return 0, {}
+    return n_tiles, {float(c): coverage(float(c))[1] for c in PLACE_SHARES}
 
 
 def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:

@@ -138,11 +138,23 @@ def _place_data(n_tiles: int, *, place_var: float, rows: int = 8, seed: int = 0)
     return tiles, y
 
 
+def test_the_place_share_needs_the_split_conformal_count_of_covered_tiles() -> None:
+    """ceil(0.95 (n + 1)) of n validation tiles: 96 of 100, all of 30, and never more than n."""
+    from pipelines.layers import required_covered
+
+    assert required_covered(100) == 96
+    assert required_covered(115) == 111
+    assert required_covered(30) == 30
+    assert required_covered(19) == 19
+    assert all(k / n >= 0.95 for n in range(30, 400) for k in [required_covered(n)])
+
+
 def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles() -> None:
     """Validation tiles whose levels spread by half the prior: the chosen share is the
-    smallest on the grid whose intervals cover >= 95% of their levels (the next smaller one
-    covers less); measured tiles' rows do not count; too few tiles leave it at 1."""
-    from pipelines.layers import PLACE_SHARES, choose_place_share
+    smallest on the grid whose intervals cover the split-conformal count of their levels
+    (``ceil(0.95 (n + 1))``; the next smaller one covers fewer); measured tiles' rows do not
+    count; too few tiles leave it at 1."""
+    from pipelines.layers import PLACE_SHARES, choose_place_share, required_covered
     from pipelines.map_calibration import map_calibration
 
     tiles, y = _place_data(200, place_var=0.1)
@@ -163,7 +175,7 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     share = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
     assert 0.2 <= share < 1.0
 
-    def covered(c: float) -> float:
+    def covered(c: float) -> int:
         var = 0.01 + c * 0.2
         out = map_calibration(
             tiles=tiles[~seen],
@@ -174,11 +186,12 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
             var=np.full((~seen).sum(), var),
             noise=np.full((~seen).sum(), 0.05 + (1 - c) * 0.2),
         )
-        return float(out["all"]["coverage95"])
+        return round(out["all"]["coverage95"] * out["tiles"])
 
-    assert covered(share) >= 0.95
+    needed = required_covered(int((~seen).sum() // 8))
+    assert covered(share) >= needed
     smaller = [c for c in PLACE_SHARES if c < share]
-    assert not smaller or covered(smaller[-1]) < 0.95
+    assert not smaller or covered(smaller[-1]) < needed
     few_tiles, few_y = _place_data(20, place_var=0.04)
     few = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(160, dtype=bool))
     kw_few = {k: (v[:160] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
