@@ -34,6 +34,7 @@ Decision and evidence: docs/decisions/tile_effect.md.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -59,8 +60,11 @@ __all__ = [
     "predict_with_tile_effect",
     "split_unseen_prior",
     "tests_mean_shift",
+    "tests_shift_is_plausible",
     "urban_groups",
 ]
+
+log = logging.getLogger("geodbk")
 
 _DT = torch.float64
 #: First absolute jitter of the Cholesky of ``K + E`` (units of y²; grown tenfold on failure).
@@ -463,6 +467,32 @@ def row_prediction(
     )
 
 
+def tests_shift_is_plausible(
+    gamma: Sequence[float],
+    names: Sequence[str],
+    components: np.ndarray,
+    centre: Sequence[float],
+    *,
+    tolerance: float = 1e-6,
+) -> bool:
+    """Whether the tests shift ``gamma`` keeps rows of fewer tests at or below rows of more:
+    ``gamma_meas <= 0`` (more tests by the same devices never lower a row's mean) and the
+    noisiest row of ``components`` (n, k), one test by one device, sits at or below the
+    training rows' centre, ``sum_k gamma_k (max_l c_lk - c0_k) <= 0``. The log of an average
+    of fewer tests sits lower (Jensen), and quiet tiles are the worse places: both push the
+    same way. A ``gamma_dev`` above 0 is allowed (many tests by one device)."""
+    g = np.asarray(gamma, dtype=np.float64)
+    if not np.any(g):
+        return True
+    comp = np.asarray(components, dtype=np.float64)
+    if "meas" in names and g[list(names).index("meas")] > tolerance:
+        return False
+    if comp.size == 0:
+        return True
+    noisiest = comp.max(axis=0) - np.asarray(centre, dtype=np.float64)
+    return float(g @ noisiest) <= tolerance
+
+
 def tests_mean_shift(
     components: Any, gamma: Sequence[float] | torch.Tensor, centre: Sequence[float]
 ) -> Any:
@@ -836,6 +866,35 @@ class TileEffect:
             tau2, rho, lam, kappa, mu, gamma = unpack(raw)
             best = float(val_nll(raw))
             without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
+        gamma_fit = tuple(float(g) for g in gamma)
+        if tests_mean and not tests_shift_is_plausible(gamma_fit, names, train[4], centre):
+            log.warning(
+                "tile effect: the fitted tests shift gamma %s (%s) puts rows of fewer tests "
+                "above rows of more, which Ookla's averages of tests do not do (a GP far from "
+                "its data, e.g. trained for few epochs, leaves such residuals); fitted without "
+                "the shift",
+                [round(g, 3) for g in gamma_fit],
+                ", ".join(names),
+            )
+            return cls.fit(
+                tiles=tiles,
+                times=times,
+                residual=residual,
+                var_f=var_f,
+                components=components,
+                val_tiles=val_tiles,
+                val_times=val_times,
+                val_residual=val_residual,
+                val_var_f=val_var_f,
+                val_components=val_components,
+                component_names=component_names,
+                groups=groups,
+                val_groups=val_groups,
+                max_rows=max_rows,
+                max_iter=max_iter,
+                persistent=persistent,
+                tests_mean=False,
+            )
         params = TileEffectParameters(
             tau2={g: float(v) for g, v in zip(group_names, tau2, strict=True)},
             rho=float(rho),
@@ -845,7 +904,7 @@ class TileEffect:
             val_nll=best,
             val_nll_without=without,
             persistent_scale=tuple(float(m) for m in mu),
-            tests_shift=tuple(float(g) for g in gamma),
+            tests_shift=gamma_fit,
             tests_centre=centre,
         )
         return cls(

@@ -520,6 +520,36 @@ def test_fit_recovers_the_tests_shift_and_lowers_validation_nll() -> None:
     assert moved.params.val_nll < still.params.val_nll - 0.005
 
 
+def test_a_shift_that_puts_fewer_tests_above_more_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Rows of fewer tests sitting higher (gamma > 0, what a GP far from its data can leave):
+    the fit warns and keeps no shift, the same parameters as ``tests_mean=False``."""
+    rng = np.random.default_rng(12)
+    tiles, times, y, comp = _tests_rows(rng, 400, gamma=+1.2)
+    val = rng.random(y.size) < 0.2
+    with caplog.at_level("WARNING", logger="geodbk"):
+        fitted = _fit_with_components(tiles, times, y, comp, val)
+    assert fitted.params.tests_shift == (0.0, 0.0)
+    assert "fitted without the shift" in caplog.text
+    still = _fit_with_components(tiles, times, y, comp, val, tests_mean=False)
+    assert fitted.params == still.params
+
+
+def test_the_plausibility_of_a_tests_shift() -> None:
+    """gamma_meas > 0 is refused; gamma_dev > 0 is allowed while the one-test, one-device row
+    stays at or below the centre; no shift is always plausible."""
+    from geodbk.tile_effect import tests_shift_is_plausible
+
+    names = ("floor", "meas", "dev")
+    comp = np.array([[0.05, 0.4, 0.2], [0.05, 0.04, 0.05], [0.05, 0.2, 0.1]])
+    centre = comp.mean(0)
+    assert tests_shift_is_plausible((0.0, 0.0, 0.0), names, comp, centre)
+    assert tests_shift_is_plausible((0.0, -1.0, 0.5), names, comp, centre)
+    assert not tests_shift_is_plausible((0.0, 0.3, -2.0), names, comp, centre)
+    assert not tests_shift_is_plausible((0.0, -0.2, 2.0), names, comp, centre)
+
+
 def test_a_tests_shift_moves_an_observation_not_the_tile() -> None:
     """With gamma, the tile's posterior is the dense reference on the rows' residuals (as
     without it), and a row's own shift ``gamma (c - c0)`` is reported apart from it."""
