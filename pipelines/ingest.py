@@ -587,10 +587,16 @@ def register(subparsers: Any) -> None:
         "--urban-areas", metavar="FILE", help="Census urban areas (tl_2020_us_uac20, UACE10)"
     )
     u.add_argument("--tracts", metavar="FILE", help="census tract polygons (with --rural-tracts)")
-    u.add_argument("--rural-tracts", metavar="FILE", help="rural tract GEOID list (FCC CSV)")
+    u.add_argument(
+        "--rural-tracts",
+        metavar="FILE",
+        help="rural tract GEOID list: the FCC CSV, or a CSV/Excel table with a FIPS or GEOID column",
+    )
     u.add_argument("--counties", metavar="FILE", help="county polygons (with --rucc)")
     u.add_argument(
-        "--rucc", metavar="FILE", help="USDA rural-urban continuum codes CSV (1-3 = urban)"
+        "--rucc",
+        metavar="FILE",
+        help="USDA rural-urban continuum codes, the ERS CSV or Excel file (1-3 = urban)",
     )
     p.add_argument(
         "--type", choices=("mobile", "fixed"), help="network type (default: from the paths)"

@@ -156,39 +156,57 @@ def read_urban_areas(
     )
 
 
+#: Normalised names of a tract GEOID column in a rural-tract list.
+_RURAL_LIST_FIELDS = ("FIPS", "GEOID", "GEOID10", "GEOID20", "TRACT", "TRACTFIPS", "TRACTGEOID")
+
+
 def read_rural_tract_list(path: str | Path) -> set[str]:
     """Read a list of rural tract GEOIDs (11 digits).
 
     Accepts the FCC file (prose preamble, then a line ``FIPS``, then one GEOID per line) or any
-    CSV with a ``FIPS``/``GEOID``/``GEOID10`` column. GEOIDs that lost their leading zero are
-    re-padded.
+    CSV or Excel table with a ``FIPS``/``GEOID``/``GEOID10``/``GEOID20``/``TRACT`` column,
+    in any position. GEOIDs that lost their leading zero are re-padded.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig", errors="replace")
-    except OSError as exc:
-        raise DataError(f"{p}: cannot read the rural-tract list ({exc})") from exc
-    lines = text.splitlines()
-    header = next(
+        if p.suffix.lower() in (".xls", ".xlsx"):
+            frame = pd.read_excel(p, dtype=str, header=None)
+            lines = [
+                ",".join("" if pd.isna(v) else str(v).replace(",", " ") for v in row)
+                for row in frame.itertuples(index=False)
+            ]
+        else:
+            lines = p.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+    except Exception as exc:
+        raise DataError(
+            f"{p}: cannot read the rural-tract list ({type(exc).__name__}: {exc})"
+        ) from exc
+    found = next(
         (
-            i
+            (i, fields.index(name))
             for i, line in enumerate(lines)
-            if re.split(r"[,;\t]", line.strip().strip('"').upper())[0].strip('" ')
-            in ("FIPS", "GEOID", "GEOID10", "GEOID20", "TRACT", "TRACT_FIPS")
+            for fields in [[_norm(f) for f in re.split(r"[,;\t]", line.strip())]]
+            for name in fields
+            if name in _RURAL_LIST_FIELDS
         ),
         None,
     )
-    if header is None:
+    if found is None:
         raise DataError(
             f"{p}: no FIPS/GEOID header line in the rural-tract list; expected the FCC file "
-            "(a line 'FIPS' followed by one 11-digit tract GEOID per line)"
+            "(a line 'FIPS' followed by one 11-digit tract GEOID per line) or a table with a "
+            "FIPS, GEOID, GEOID10 or GEOID20 column of tract GEOIDs"
         )
+    header, position = found
     df = pd.read_csv(io.StringIO("\n".join(lines[header:])), dtype=str, sep=None, engine="python")
-    col = df.columns[0]
-    ids = df[col].dropna().astype(str).str.strip().str.strip('"')
-    ids = ids[ids.str.fullmatch(r"\d{10,11}")].str.zfill(11)
+    col = df.columns[position]
+    ids = _digits(df[col].dropna()).str.strip('"')
+    ids = ids[ids.str.fullmatch(r"\d{10,11}").fillna(False)].str.zfill(11)
     if ids.empty:
-        raise DataError(f"{p}: the rural-tract list has no 11-digit tract GEOIDs after its header")
+        raise DataError(
+            f"{p}: the rural-tract list has no 11-digit tract GEOIDs in its column {col!r} "
+            "after its header"
+        )
     return set(ids)
 
 

@@ -84,6 +84,40 @@ def test_fcc_rural_list_with_preamble(tmp_path: Path) -> None:
         census.read_rural_tract_list(bad)
 
 
+def test_rural_lists_in_other_layouts(tmp_path: Path) -> None:
+    """A table whose GEOID column is not the first, GEOIDs stored as numbers that lost their
+    leading zero (Excel), and the same list as .xlsx: the same set as the FCC file."""
+    import pandas as pd
+
+    want = {"15001021300", "01001020100"}
+    table = tmp_path / "rural.csv"
+    table.write_text("state,county,GEOID,note\nHI,Hawaii,15001021300,x\nAL,Autauga,1001020100,y\n")
+    assert census.read_rural_tract_list(table) == want
+    frame = pd.DataFrame(
+        {"State": ["HI", "AL"], "Tract FIPS": [15001021300, 1001020100], "Rural": [1, 1]}
+    )
+    sheet = tmp_path / "rural.xlsx"
+    frame.to_excel(sheet, index=False)
+    assert census.read_rural_tract_list(sheet) == want
+    unreadable = tmp_path / "broken.xlsx"
+    unreadable.write_text("not a workbook")
+    with pytest.raises(DataError, match=r"broken\.xlsx: cannot read the rural-tract list"):
+        census.read_rural_tract_list(unreadable)
+
+
+def test_rucc_from_the_ers_excel_files(tmp_path: Path) -> None:
+    """The ERS RUCC files come as Excel workbooks (2023 .xlsx; 2013 .xls): read like the CSV,
+    the FIPS codes stored as numbers re-padded."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"FIPS": [1001, 15003], "State": ["AL", "HI"], "RUCC_2013": [2, 1], "Description": ["", ""]}
+    )
+    sheet = tmp_path / "ruralurbancodes2013.xlsx"
+    frame.to_excel(sheet, index=False)
+    assert census.read_rucc(sheet) == {"01001": 2, "15003": 1}
+
+
 def test_tracts_plus_rural_list(tmp_path: Path) -> None:
     tracts = tmp_path / "tracts.geojson"
     _squares("EPSG:4269", GEOID10=["15001021300", "15001021400"]).to_file(tracts)
