@@ -748,6 +748,7 @@ class TileEffect:
         max_iter: int = 100,
         persistent: bool = False,
         tests_mean: bool = True,
+        fewer_tests_lower: bool = True,
     ) -> TileEffect:
         """Choose ``(tau², rho, lambda, kappa, gamma)`` by the validation NLL of rows predicted
         from their tile's training rows, and return the tile effect conditioned on the training
@@ -777,6 +778,11 @@ class TileEffect:
         tests_mean
             Also fit ``gamma``, the move of a row's mean with its ``meas``/``dev`` noise
             components around their training mean ``c0`` (:class:`TileEffectParameters`).
+        fewer_tests_lower
+            A speed target: a ``gamma`` that puts rows of fewer tests above rows of more
+            (:func:`tests_shift_is_plausible`) is dropped with a warning and the effect fitted
+            without it. ``False`` for latency, whose quiet tiles are the slower places while
+            the log of an average of fewer tests sits lower, so either sign is plausible.
 
         Returns
         -------
@@ -867,7 +873,11 @@ class TileEffect:
             best = float(val_nll(raw))
             without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
         gamma_fit = tuple(float(g) for g in gamma)
-        if tests_mean and not tests_shift_is_plausible(gamma_fit, names, train[4], centre):
+        if (
+            tests_mean
+            and fewer_tests_lower
+            and not tests_shift_is_plausible(gamma_fit, names, train[4], centre)
+        ):
             log.warning(
                 "tile effect: the fitted tests shift gamma %s (%s) puts rows of fewer tests "
                 "above rows of more, which Ookla's averages of tests do not do (a GP far from "
@@ -1066,6 +1076,7 @@ def fit_tile_effect(
     seed: int = 0,
     persistent: bool = False,
     tests_mean: bool = True,
+    fewer_tests_lower: bool = True,
 ) -> TileEffect:
     """Fit a tile effect on top of a fitted estimator, conditioned on train and validation rows.
 
@@ -1102,6 +1113,9 @@ def fit_tile_effect(
         Also fit the testers' persistent share ``mu`` (:meth:`TileEffect.fit`).
     tests_mean
         Also fit the rows' mean shift with their tests ``gamma`` (:meth:`TileEffect.fit`).
+    fewer_tests_lower
+        Drop a shift that puts rows of fewer tests above rows of more (a speed target;
+        ``False`` for latency: :meth:`TileEffect.fit`).
 
     Raises
     ------
@@ -1150,6 +1164,7 @@ def fit_tile_effect(
         max_rows=max_rows,
         persistent=persistent,
         tests_mean=tests_mean,
+        fewer_tests_lower=fewer_tests_lower,
     )
     params = dataclasses.replace(
         fitted.params, objective=objective, objective_rows=int(obj[0].size)

@@ -52,7 +52,7 @@ from geodbk.baselines.registry import (
     parse_model_list,
 )
 from geodbk.errors import DataError, RunDirectoryError
-from geodbk.geo.contract import TARGETS, Z95
+from geodbk.geo.contract import TARGETS, Z95, target_info
 from geodbk.geo.timeaxis import quarter_indices
 from geodbk.metrics import (
     COVERAGE95,
@@ -163,6 +163,7 @@ def load_benchmark_data(
     urban = table["urban"].to_numpy(dtype=bool)
     keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
+    data["higher_is_better"] = np.array(target_info(target).higher_is_better)
     if time:
         quarter = table["quarter"].astype(str).to_numpy()[keep]
         scaling, _ = time_axis(quarter, data["split"], source=path)
@@ -444,6 +445,7 @@ def _tile_effect_prediction(
         noise_val={k: v[va] for k, v in covariates.items()},
         groups=part(tr),
         groups_val=part(va),
+        fewer_tests_lower=bool(data.get("higher_is_better", True)),
     )
     pred = predict_with_tile_effect(
         model,

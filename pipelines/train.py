@@ -30,6 +30,7 @@ from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.contract import target_info
 from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.geo.timeaxis import TimeScaling, quarter_indices
 from geodbk.metrics import gaussian_nll
@@ -760,6 +761,7 @@ def fit_run_tile_effect(
         groups=group["train"],
         groups_val=group["val"],
         seed=seed,
+        fewer_tests_lower=target_info(target).higher_is_better,
     )
 
 

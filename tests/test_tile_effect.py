@@ -534,6 +534,9 @@ def test_a_shift_that_puts_fewer_tests_above_more_is_dropped_with_a_warning(
     assert "fitted without the shift" in caplog.text
     still = _fit_with_components(tiles, times, y, comp, val, tests_mean=False)
     assert fitted.params == still.params
+    # latency: quiet tiles are the slower places, so the same shift is kept
+    kept = _fit_with_components(tiles, times, y, comp, val, fewer_tests_lower=False)
+    assert kept.params.tests_shift[1] > 0.5
 
 
 def test_the_plausibility_of_a_tests_shift() -> None:
