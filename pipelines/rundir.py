@@ -356,10 +356,11 @@ def require_grid(rd: RunDir, target: str) -> Path:
     return path
 
 
-def load_tiles(rd: RunDir) -> tuple[Any, dict[str, Any]]:
-    """Read ``tiles.parquet`` with :func:`geodbk.geo.table.read_tile_table` and log it."""
+def load_tiles(rd: RunDir, *, geometry: bool = True) -> tuple[Any, dict[str, Any]]:
+    """Read ``tiles.parquet`` with :func:`geodbk.geo.table.read_tile_table` and log it
+    (``geometry=False``: without the tile polygons, a plain DataFrame)."""
 
-    gdf, meta = read_tile_table(rd.tiles)
+    gdf, meta = read_tile_table(rd.tiles, geometry=geometry)
     log.info("read %s (%d rows)", rd.tiles, len(gdf))
     if "split" not in gdf.columns:
         raise DataError(f"{rd.tiles} has no 'split' column; re-run `geodbk ingest`")

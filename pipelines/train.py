@@ -542,7 +542,7 @@ def run_train(
         Xv, yv = stream["X_val"], stream["y_val"]
         y = np.zeros(stream["n_train"])  # only its length is used below
     else:
-        gdf, meta = load_tiles(rd)
+        gdf, meta = load_tiles(rd, geometry=False)
         if cfg.time:
             if "quarter" not in gdf.columns:
                 raise DataError(f"{rd.tiles} has no 'quarter' column; --time needs one")

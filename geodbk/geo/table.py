@@ -330,9 +330,12 @@ def read_table_metadata(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def validate_tile_table(table: pd.DataFrame, *, path: str | Path = "tiles.parquet") -> None:
-    """Check columns, dtypes and values of a tile table; raise :class:`DataError` on problems."""
-    missing = [c for c in (*COLUMNS, "geometry") if c not in table.columns]
+def validate_tile_table(
+    table: pd.DataFrame, *, path: str | Path = "tiles.parquet", geometry: bool = True
+) -> None:
+    """Check columns, dtypes and values of a tile table (with its ``geometry`` column unless
+    ``geometry=False``); raise :class:`DataError` on problems."""
+    missing = [c for c in (*COLUMNS, *(["geometry"] if geometry else [])) if c not in table.columns]
     if missing:
         raise DataError(
             f"{path}: tile table lacks column(s) {', '.join(missing)}; rerun `geodbk ingest`"
@@ -355,8 +358,14 @@ def validate_tile_table(table: pd.DataFrame, *, path: str | Path = "tiles.parque
         raise DataError(f"{path}: invalid tile table: {'; '.join(problems)}; rerun `geodbk ingest`")
 
 
-def read_tile_table(path: str | Path) -> tuple[gpd.GeoDataFrame, dict[str, Any]]:
+def read_tile_table(
+    path: str | Path, *, geometry: bool = True
+) -> tuple[gpd.GeoDataFrame | pd.DataFrame, dict[str, Any]]:
     """Read ``RUN/tiles.parquet`` (or a path to it) and its metadata, validated.
+
+    ``geometry=False`` leaves the tile polygons out and returns a plain DataFrame: what
+    training needs, at a fraction of the memory (a shapely polygon per row costs about as much
+    as the row's other columns together).
 
     Parameters
     ----------
@@ -380,11 +389,15 @@ def read_tile_table(path: str | Path) -> tuple[gpd.GeoDataFrame, dict[str, Any]]
         p = p / "tiles.parquet"
     meta = read_table_metadata(p)
     try:
-        table = gpd.read_parquet(p)
+        if geometry:
+            table = gpd.read_parquet(p)
+        else:
+            names = pq.read_schema(p).names
+            table = pq.read_table(p, columns=[c for c in names if c != "geometry"]).to_pandas()
     except Exception as exc:
         raise DataError(f"{p}: cannot read the tile table ({type(exc).__name__}: {exc})") from exc
     for col in ("quadkey", "quarter", "split"):
         if col in table.columns:
             table[col] = table[col].astype(str)
-    validate_tile_table(table, path=p)
+    validate_tile_table(table, path=p, geometry=geometry)
     return table, meta

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from geo_helpers import make_tiles
@@ -85,6 +86,9 @@ def test_round_trip(tmp_path: Path) -> None:
     np.testing.assert_allclose(t["log10_download"], np.log10(t["avg_d_kbps"]))
     assert set(t["split"]) == {"train", "val", "test"}
     assert b"geo" in pq.read_schema(out).metadata  # GeoParquet
+    plain, _ = table.read_tile_table(out, geometry=False)  # what training reads
+    assert "geometry" not in plain.columns and not hasattr(plain, "crs")
+    assert plain.equals(pd.DataFrame(t.drop(columns="geometry")))
 
 
 def test_read_errors(tmp_path: Path) -> None:
