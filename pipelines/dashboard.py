@@ -73,7 +73,8 @@ def dashboard_command(
     *, runs_dir: Path, run: str | None = None, port: int = DEFAULT_PORT
 ) -> list[str]:
     """The ``streamlit run`` command line: bound to :data:`LOCAL_ADDRESS`, headless, no usage
-    statistics, no file watcher; the app's own options after ``--``."""
+    statistics, no file watcher, the viewer's toolbar (no Deploy button or developer menu);
+    the app's own options after ``--``."""
     if not 1 <= port <= 65535:
         raise DataError(f"--port must be between 1 and 65535, got {port}")
     cmd = [
@@ -89,6 +90,7 @@ def dashboard_command(
         "--browser.gatherUsageStats=false",
         f"--browser.serverAddress={LOCAL_ADDRESS}",
         "--global.developmentMode=false",
+        "--client.toolbarMode=viewer",
         "--",
         "--runs-dir",
         str(runs_dir),

@@ -104,6 +104,7 @@ def test_server_binds_to_localhost_by_default() -> None:
     assert config["server"]["address"] == "localhost"
     assert config["server"]["headless"] is True
     assert config["browser"]["gatherUsageStats"] is False
+    assert config["client"]["toolbarMode"] == "viewer"
 
 
 def test_normalise_slice_has_max_one_keeps_nan_and_rejects_degenerate() -> None:

@@ -42,6 +42,7 @@ def test_the_command_binds_to_localhost_and_turns_statistics_off(tmp_path: Path)
     cmd = dashboard_command(runs_dir=tmp_path, run="demo", port=8600)
     assert f"--server.address={LOCAL_ADDRESS}" in cmd
     assert "--browser.gatherUsageStats=false" in cmd
+    assert "--client.toolbarMode=viewer" in cmd  # no Deploy button
     assert cmd[cmd.index("--") :] == ["--", "--runs-dir", str(tmp_path), "--run", "demo"]
 
 
