@@ -825,53 +825,60 @@ class TileEffect:
         lasting = torch.tensor(
             [persistent and n in PERSISTENT_COMPONENTS for n in names], dtype=torch.bool
         )
-        moving = torch.tensor([tests_mean and n in TESTS_COMPONENTS for n in names])
         centre = tuple(float(c) for c in train[4].mean(0)) if train[0].size else (0.0,) * n_k
-        # tau² per group, rho, lambda, kappa, mu, gamma: half the floor in the offset, rho
-        # 0.9, the noise as is, a tenth of it persistent, no shift
-        raw = torch.tensor(
-            [math.log(max(0.5 * floor_share, 1e-6))] * n_g
-            + [math.log(0.9 / 0.1), 0.0]
-            + [0.0] * n_k
-            + [math.log(0.1)] * n_k
-            + [0.0] * n_k,
-            dtype=_DT,
-            requires_grad=True,
-        )
 
-        # bounds keep K + E finite where the objective flattens out (e.g. lambda -> inf is the
-        # unshrunk per-tile mean when every validation tile has training rows)
-        scale = max(float(np.var(train[2])), 1e-12)
-        log_tau2 = (math.log(1e-8 * scale), math.log(100.0 * scale))
-
-        def unpack(p: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            tau2 = torch.exp(p[:n_g].clamp(*log_tau2))
-            rho = torch.sigmoid(p[n_g]).clamp(1e-6, 1.0)
-            lam = torch.exp(p[n_g + 1].clamp(math.log(1e-6), math.log(1e3)))
-            kappa = torch.exp(p[n_g + 2 : n_g + 2 + n_k].clamp(math.log(1e-8), math.log(1e3)))
-            mu_raw = p[n_g + 2 + n_k : n_g + 2 + 2 * n_k]
-            mu = torch.exp(mu_raw.clamp(math.log(1e-8), math.log(1e3)))
-            gamma = torch.where(moving, p[n_g + 2 + 2 * n_k :], torch.zeros(n_k, dtype=_DT))
-            return tau2, rho, lam, kappa, torch.where(lasting, mu, torch.zeros_like(mu)), gamma
-
-        unseen_val = torch.as_tensor(slot < 0)
-
-        def val_nll(p: torch.Tensor) -> torch.Tensor:
-            tau2, rho, lam, kappa, mu, gamma = unpack(p)
-            L, b = _factor(lay, tau2, rho, lam, kappa, mu=mu)
-            shift, tile_var = _predict_tile(
-                lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
+        def optimise(shift_on: bool) -> tuple[Any, ...]:
+            """The parameters minimising the objective, with ``gamma`` fitted (``shift_on``)
+            or held at 0; then the objective there and without any tile effect."""
+            moving = torch.tensor([shift_on and n in TESTS_COMPONENTS for n in names])
+            # tau² per group, rho, lambda, kappa, mu, gamma: half the floor in the offset, rho
+            # 0.9, the noise as is, a tenth of it persistent, no shift
+            raw = torch.tensor(
+                [math.log(max(0.5 * floor_share, 1e-6))] * n_g
+                + [math.log(0.9 / 0.1), 0.0]
+                + [0.0] * n_k
+                + [math.log(0.1)] * n_k
+                + [0.0] * n_k,
+                dtype=_DT,
+                requires_grad=True,
             )
-            noise = (vc * kappa).sum(-1) + unseen_val * (vc * mu).sum(-1)
-            # an observation's mean: the tile's, moved by the row's own tests
-            moved = shift + tests_mean_shift(vc, gamma, centre)
-            return mean_gaussian_nll(vr, moved, tile_var + noise)
 
-        minimize_lbfgs(val_nll, raw, max_iter=max_iter)
-        with torch.no_grad():
-            tau2, rho, lam, kappa, mu, gamma = unpack(raw)
-            best = float(val_nll(raw))
-            without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
+            # bounds keep K + E finite where the objective flattens out (e.g. lambda -> inf is the
+            # unshrunk per-tile mean when every validation tile has training rows)
+            scale = max(float(np.var(train[2])), 1e-12)
+            log_tau2 = (math.log(1e-8 * scale), math.log(100.0 * scale))
+
+            def unpack(p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                tau2 = torch.exp(p[:n_g].clamp(*log_tau2))
+                rho = torch.sigmoid(p[n_g]).clamp(1e-6, 1.0)
+                lam = torch.exp(p[n_g + 1].clamp(math.log(1e-6), math.log(1e3)))
+                kappa = torch.exp(p[n_g + 2 : n_g + 2 + n_k].clamp(math.log(1e-8), math.log(1e3)))
+                mu_raw = p[n_g + 2 + n_k : n_g + 2 + 2 * n_k]
+                mu = torch.exp(mu_raw.clamp(math.log(1e-8), math.log(1e3)))
+                gamma = torch.where(moving, p[n_g + 2 + 2 * n_k :], torch.zeros(n_k, dtype=_DT))
+                return tau2, rho, lam, kappa, torch.where(lasting, mu, torch.zeros_like(mu)), gamma
+
+            unseen_val = torch.as_tensor(slot < 0)
+
+            def val_nll(p: torch.Tensor) -> torch.Tensor:
+                tau2, rho, lam, kappa, mu, gamma = unpack(p)
+                L, b = _factor(lay, tau2, rho, lam, kappa, mu=mu)
+                shift, tile_var = _predict_tile(
+                    lay, L, b, slot, vt, vvf, code_val, tau2=tau2, rho=rho, lam=lam, mu=mu
+                )
+                noise = (vc * kappa).sum(-1) + unseen_val * (vc * mu).sum(-1)
+                # an observation's mean: the tile's, moved by the row's own tests
+                moved = shift + tests_mean_shift(vc, gamma, centre)
+                return mean_gaussian_nll(vr, moved, tile_var + noise)
+
+            minimize_lbfgs(val_nll, raw, max_iter=max_iter)
+            with torch.no_grad():
+                tau2, rho, lam, kappa, mu, gamma = unpack(raw)
+                best = float(val_nll(raw))
+                without = float(mean_gaussian_nll(vr, torch.zeros_like(vr), vvf + vc.sum(-1)))
+            return tau2, rho, lam, kappa, mu, gamma, best, without
+
+        tau2, rho, lam, kappa, mu, gamma, best, without = optimise(tests_mean)
         gamma_fit = tuple(float(g) for g in gamma)
         if (
             tests_mean
@@ -886,25 +893,8 @@ class TileEffect:
                 [round(g, 3) for g in gamma_fit],
                 ", ".join(names),
             )
-            return cls.fit(
-                tiles=tiles,
-                times=times,
-                residual=residual,
-                var_f=var_f,
-                components=components,
-                val_tiles=val_tiles,
-                val_times=val_times,
-                val_residual=val_residual,
-                val_var_f=val_var_f,
-                val_components=val_components,
-                component_names=component_names,
-                groups=groups,
-                val_groups=val_groups,
-                max_rows=max_rows,
-                max_iter=max_iter,
-                persistent=persistent,
-                tests_mean=False,
-            )
+            tau2, rho, lam, kappa, mu, gamma, best, without = optimise(False)
+            gamma_fit = tuple(float(g) for g in gamma)
         params = TileEffectParameters(
             tau2={g: float(v) for g, v in zip(group_names, tau2, strict=True)},
             rho=float(rho),

@@ -192,17 +192,25 @@ def validation_share_coverage(
     )
     return place_share_coverage(
         train_layer,
-        tiles=val.tiles,
         xy=tile_positions(val.tiles, lat0=lat0, lon0=lon0),
-        times=val.times,
-        y=np.asarray(val.y, dtype=np.float64),
-        mean=pred.mean,
-        var_f=pred.var_f,
-        components=comp,
-        groups=val.groups,
-        tests=val.tests,
-        urban=val.urban,
+        **_share_rows(val, pred, comp),
     )
+
+
+def _share_rows(val: ValidationRows, pred: Any, components: np.ndarray) -> dict[str, Any]:
+    """The rows :func:`place_share_coverage` scores, from the validation rows and the GP's
+    latent prediction ``pred`` and noise ``components`` there."""
+    return {
+        "tiles": val.tiles,
+        "times": val.times,
+        "y": np.asarray(val.y, dtype=np.float64),
+        "mean": pred.mean,
+        "var_f": pred.var_f,
+        "components": components,
+        "groups": val.groups,
+        "tests": val.tests,
+        "urban": val.urban,
+    }
 
 
 def with_effect_place_share(
@@ -235,19 +243,7 @@ def _share_on(
     prediction ``pred`` there; 1 without the rows' tests and urban flags."""
     if val.tests is None or val.urban is None:
         return 1.0
-    return choose_place_share(
-        tile_model,
-        tiles=val.tiles,
-        xy=xy,
-        times=val.times,
-        y=np.asarray(val.y, dtype=np.float64),
-        mean=pred.mean,
-        var_f=pred.var_f,
-        components=components,
-        groups=val.groups,
-        tests=val.tests,
-        urban=val.urban,
-    )
+    return choose_place_share(tile_model, xy=xy, **_share_rows(val, pred, components))
 
 
 def required_covered(n_tiles: int) -> int:
