@@ -78,6 +78,14 @@ def add_bbox_option(group: Any) -> None:
     )
 
 
+def add_progress_option(parser: Any) -> None:
+    """``--no-progress`` (``args.progress = False``): no progress bar. Bars are drawn only when
+    stderr is a terminal in any case."""
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
+
+
 def stage_parser(
     subparsers: Any,
     name: str,

@@ -44,7 +44,7 @@ from geodbk.geo.frame import native_boxes
 from geodbk.geo.ookla import TYPES
 from geodbk.geo.regions import bbox_region, resolve_region
 from geodbk.geo.timeaxis import parse_quarters
-from pipelines.cli import add_bbox_option, call_with_options, stage_parser
+from pipelines.cli import add_bbox_option, add_progress_option, call_with_options, stage_parser
 
 log = logging.getLogger("geodbk.download")
 
@@ -566,4 +566,4 @@ def register(subparsers: Any) -> None:
         default=CENSUS_BASE_URL,
         help=f"Census TIGER URL (default {CENSUS_BASE_URL})",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add_progress_option(p)

@@ -59,7 +59,7 @@ from geodbk.quantities import (
     predict_quantity,
 )
 from pipelines.bundles import load_model
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import add_progress_option, call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.predict_at import check_tests_devices, run_predict_at
@@ -216,6 +216,7 @@ def register(subparsers: Any) -> None:
         "'lon'/'lat' columns or point geometries) instead of a grid; writes "
         "predictions/TARGET_<file stem>.parquet with the file's own columns kept",
     )
+    add_progress_option(p)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -723,6 +724,7 @@ def run_predict(
     trend: str | None = None,
     quantity: str = DEFAULT_MAP_QUANTITY,
     force: bool = False,
+    progress: bool = True,
 ) -> Path:
     """Predict ``target`` on the region grid and write ``RUN/grids/TARGET.nc``; return its path.
 
@@ -767,6 +769,8 @@ def run_predict(
         ``tile`` (default), ``area`` or ``test`` (:mod:`geodbk.quantities`). Each cell's tile is
         the zoom-16 tile of its centre; its time step the grid's quarter (a pooled model: the
         table's latest quarter).
+    progress
+        A progress bar over the grid's blocks (only when stderr is a terminal).
 
     Returns
     -------
@@ -890,6 +894,7 @@ def run_predict(
             variables=variables,
             attrs=attrs,
             evaluate=lambda lon, lat: evaluate_trend(scaled(lon, lat)),
+            progress=progress,
         )
 
     names = [
@@ -1009,6 +1014,7 @@ def run_predict(
                 variables=grid_vars,
                 attrs=attrs,
                 evaluate=evaluate,
+                progress=progress,
             )
         )
     return written[-1]
@@ -1145,10 +1151,12 @@ def _write_grid(
     variables: dict[str, tuple[Any, dict[str, Any]]],
     attrs: dict[str, Any],
     evaluate: Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]],
+    progress: bool = True,
 ) -> Path:
     """Evaluate ``evaluate(lon, lat)`` (cell centres inside the region) block by block and
     write the variables (NaN outside the region; an integer variable its ``_FillValue``) plus
-    ``in_region`` to ``out``."""
+    ``in_region`` to ``out``; a progress bar over the blocks when ``progress`` and stderr is a
+    terminal."""
     ny, nx = grid.shape
     names = list(variables)
     all_vars = {**variables, "in_region": (bool, {"long_name": "cell centre inside the region"})}
@@ -1181,7 +1189,7 @@ def _write_grid(
             list(grid.row_blocks(block_rows)),
             desc=out.name,
             unit="block",
-            disable=not sys.stderr.isatty(),
+            disable=not (progress and sys.stderr.isatty()),
             leave=False,
         )
         for rows in blocks_iter:

@@ -48,7 +48,7 @@ from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from geodbk.quantities import DEFAULT_MAP_QUANTITY
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
-from pipelines.cli import call_with_options, stage_parser
+from pipelines.cli import add_progress_option, call_with_options, stage_parser
 from pipelines.gridfile import sweep_spools
 from pipelines.predict import (
     _write_grid,
@@ -171,6 +171,7 @@ def register(subparsers: Any) -> None:
         help="joint posterior samples of the headline shares of area and tiles in each class "
         "(service/headline.json; default %(default)s; 0 skips them)",
     )
+    add_progress_option(p)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -245,6 +246,8 @@ def _write_classes_grid(
     service: Service,
     out: Path,
     grid_options: dict[str, Any],
+    *,
+    progress: bool = True,
 ) -> Path:
     """Evaluate the classes on ``geodbk predict``'s grid (``grid_options``: the keyword
     arguments of :func:`pipelines.predict.map_grid`) and write ``out`` (NetCDF)."""
@@ -264,6 +267,7 @@ def _write_classes_grid(
         variables=variables,
         attrs=attrs,
         evaluate=service.predict,
+        progress=progress,
     )
 
 
@@ -395,6 +399,7 @@ def _write_grid_set(
     fmt: str,
     headline_samples: int,
     grid_options: dict[str, Any],
+    progress: bool = True,
 ) -> Path:
     """Write the class grid, its two rasters, the headline and the copula into ``RUN/service``
     as one set (staged, then moved in together: a failure leaves the earlier set whole);
@@ -404,7 +409,9 @@ def _write_grid_set(
     for name in (final_grid.name, f"service_class{suffix}.tif", f"p_unserved{suffix}.tif"):
         sweep_spools(folder / name)  # what a writer killed before the staged sets left
     with staged_folder(folder) as stage, _final_names_in_logs(stage, folder):
-        grid = _write_classes_grid(rd, service, stage / final_grid.name, grid_options)
+        grid = _write_classes_grid(
+            rd, service, stage / final_grid.name, grid_options, progress=progress
+        )
         _export_rasters(rd, grid, folder=stage, suffix=suffix, fmt=fmt)
         if headline_samples:
             headline = write_headline(
@@ -448,6 +455,7 @@ def run_service(
     force: bool = False,
     fmt: str = "gtiff",
     headline_samples: int = HEADLINE_SAMPLES,
+    progress: bool = True,
 ) -> Path:
     """Write the service classes of ``run`` (see the module docstring); return the grid's
     path, or the parquet's with ``at``.
@@ -473,6 +481,8 @@ def run_service(
     headline_samples
         Joint samples of the headline shares (``service/headline{suffix}.json``,
         :func:`pipelines.service_headline.write_headline`); 0 skips them. Grid only.
+    progress
+        A progress bar over the grid's blocks (only when stderr is a terminal).
 
     Raises
     ------
@@ -526,6 +536,7 @@ def run_service(
                 fmt=fmt,
                 headline_samples=headline_samples,
                 grid_options=grid_options,
+                progress=progress,
             )
     log.info("wrote %s and %s", out, service_dir(rd) / "copula.json")
     return out

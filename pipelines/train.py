@@ -38,7 +38,7 @@ from geodbk.predictive import noise_kwargs
 from geodbk.tile_effect import MIN_HOLDOUT_ROWS, choose_objective, fit_tile_effect, urban_groups
 from geodbk.training import CHECKPOINT_NAME
 from pipelines.bundles import save_tile_effect
-from pipelines.cli import FITTING, call_with_options, stage_parser
+from pipelines.cli import FITTING, add_progress_option, call_with_options, stage_parser
 from pipelines.config import TrainConfig, check_epochs_flag, dump_config, load_config
 from pipelines.layers import (
     ValidationRows,
@@ -130,7 +130,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--epochs", type=int, default=None, help="maximum epochs (overrides config)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="device")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_progress_option(p)
     p.add_argument(
         "--noise",
         choices=["tests", "tests+devices", "tests+urban", "tests+devices+urban", "constant"],

@@ -116,6 +116,9 @@ def test_call_with_options_passes_the_parameters_named() -> None:
             "service --run r --format cog --tile-zoom 12",
             {"run": Path("r"), "fmt": "cog", "tile_zoom": 12},
         ),
+        ("service --run r --no-progress", {"progress": False}),
+        ("predict --run r --target download", {"progress": True, "quantity": "tile"}),
+        ("predict --run r --target download --no-progress", {"progress": False}),
         (
             "predict --run r --target latency --at p.csv --tests 2",
             {"run": Path("r"), "at": Path("p.csv"), "tests": 2.0},
@@ -130,7 +133,7 @@ def test_stage_options_reach_the_run_function(
     argv: str, expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stage = argv.split()[0]
-    name = {"predict": "run_predict_at"}.get(stage, f"run_{stage}")
+    name = f"run_{stage}_at" if "--at" in argv else f"run_{stage}"
     module = importlib.import_module(f"pipelines.{stage}")
     real = getattr(module, name)
     got: dict[str, Any] = {}
