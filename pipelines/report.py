@@ -1010,6 +1010,23 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         + ". Validation NLL "
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field."
+        + _place_share_text(params.get("place_share"))
+    )
+
+
+def _place_share_text(share: float | None) -> str:
+    """The place share of an unmeasured tile's prior in a sentence."""
+    if share is None or float(share) >= 1.0:
+        return (
+            " A tile never measured keeps its whole prior offset variance in the tile quantity "
+            "(place share 1: too few validation tiles without training rows to choose less, "
+            "or none covered enough with less)."
+        )
+    return (
+        f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
+        "variance in the tile quantity (never less than the GP's own variance there), and "
+        "the rest goes to one test's noise: the smallest share whose intervals cover "
+        "ceil(0.95 (n + 1)) of the n well-measured validation tiles without training rows."
     )
 
 

@@ -281,6 +281,28 @@ def test_the_tile_effect_section_names_its_tests_shift() -> None:
     assert _tests_shift_text({"components": ["floor", "meas"]}) == ""  # files before it
 
 
+def test_the_local_layer_section_states_the_place_share() -> None:
+    """The share an unmeasured tile keeps, and the rule that chose it; 1 (or a file without
+    it) says the whole prior is kept."""
+    from pipelines.report import _local_layer_section
+    from pipelines.report_doc import Doc
+
+    params = {
+        "range_km": 1.5,
+        "sigma2": 0.05,
+        "neighbours": 16,
+        "tau2": {"all": 0.1},
+        "val_nll": 0.6,
+        "val_nll_without": 0.62,
+    }
+    for share, want in ((0.25, "place share 0.25"), (1.0, "whole prior"), (None, "whole prior")):
+        doc = Doc("r")
+        _local_layer_section(doc, {**params, "place_share": share})
+        text = doc.markdown()
+        assert want in text
+        assert ("ceil(0.95 (n + 1))" in text) == (share == 0.25)
+
+
 def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
     from pipelines.report import _tile_effect_section
     from pipelines.report_doc import Doc
