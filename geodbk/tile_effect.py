@@ -133,6 +133,10 @@ class TileEffectParameters:
         from its tile's with its noise terms ``c_k`` (the log of an average of fewer tests
         sits lower: :data:`TESTS_COMPONENTS`); ``c0`` is the training rows' mean. The tile's
         offset and the tile quantity do not move. Zeros (files written before it): no shift.
+    tests_shift_dropped
+        The ``gamma`` the fit found and dropped because it put rows of fewer tests above rows
+        of more (:func:`tests_shift_is_plausible`; ``tests_shift`` is then 0); ``None`` when
+        nothing was dropped.
     """
 
     tau2: dict[str, float]
@@ -148,6 +152,7 @@ class TileEffectParameters:
     place_share: float = 1.0
     tests_shift: tuple[float, ...] | None = None
     tests_centre: tuple[float, ...] | None = None
+    tests_shift_dropped: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.place_share) <= 1.0:
@@ -165,6 +170,9 @@ class TileEffectParameters:
             if len(value) != len(self.components):
                 raise ValueError(f"{name} needs one value per component {self.components}")
             object.__setattr__(self, name, value)
+        if self.tests_shift_dropped is not None:
+            dropped = tuple(float(g) for g in self.tests_shift_dropped)
+            object.__setattr__(self, "tests_shift_dropped", dropped)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -194,6 +202,10 @@ class TileEffectParameters:
         out["persistent_scale"] = list(self.persistent_scale or ())
         out["tests_shift"] = list(self.tests_shift or ())
         out["tests_centre"] = list(self.tests_centre or ())
+        if self.tests_shift_dropped is None:
+            out.pop("tests_shift_dropped")
+        else:
+            out["tests_shift_dropped"] = list(self.tests_shift_dropped)
         return out
 
 
@@ -893,8 +905,11 @@ class TileEffect:
                 [round(g, 3) for g in gamma_fit],
                 ", ".join(names),
             )
+            dropped: tuple[float, ...] | None = gamma_fit
             tau2, rho, lam, kappa, mu, gamma, best, without = optimise(False)
             gamma_fit = tuple(float(g) for g in gamma)
+        else:
+            dropped = None
         params = TileEffectParameters(
             tau2={g: float(v) for g, v in zip(group_names, tau2, strict=True)},
             rho=float(rho),
@@ -906,6 +921,7 @@ class TileEffect:
             persistent_scale=tuple(float(m) for m in mu),
             tests_shift=gamma_fit,
             tests_centre=centre,
+            tests_shift_dropped=dropped,
         )
         return cls(
             params,

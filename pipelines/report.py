@@ -983,6 +983,19 @@ def _tests_shift_text(params: dict[str, Any]) -> str:
         for name, gamma in zip(params["components"], params.get("tests_shift") or (), strict=False)
         if gamma != 0.0
     ]
+    dropped = params.get("tests_shift_dropped")
+    if dropped is not None:
+        fitted = ", ".join(
+            f"{name} × {gamma:+.2f}"
+            for name, gamma in zip(params["components"], dropped, strict=False)
+            if gamma != 0.0
+        )
+        return (
+            f" The fitted tests shift ({fitted}) put rows of fewer tests above rows of more, "
+            "which averages of speed tests do not do, and was dropped: the GP is likely far "
+            "from its data (trained briefly?), and test rows' means do not move with their "
+            "tests."
+        )
     if not moved:
         return ""
     return (

@@ -533,7 +533,13 @@ def test_a_shift_that_puts_fewer_tests_above_more_is_dropped_with_a_warning(
     assert fitted.params.tests_shift == (0.0, 0.0)
     assert "fitted without the shift" in caplog.text
     still = _fit_with_components(tiles, times, y, comp, val, tests_mean=False)
-    assert fitted.params == still.params
+    dropped = fitted.params.tests_shift_dropped
+    assert dropped is not None and dropped[1] > 0.5  # the fitted shift, recorded
+    assert dataclasses.replace(fitted.params, tests_shift_dropped=None) == still.params
+    assert still.params.tests_shift_dropped is None
+    raw = fitted.params.to_dict()
+    assert TileEffectParameters.from_dict(raw) == fitted.params
+    assert "tests_shift_dropped" not in still.params.to_dict()
     # latency: quiet tiles are the slower places, so the same shift is kept
     kept = _fit_with_components(tiles, times, y, comp, val, fewer_tests_lower=False)
     assert kept.params.tests_shift[1] > 0.5

@@ -279,6 +279,13 @@ def test_the_tile_effect_section_names_its_tests_shift() -> None:
     assert "meas × -1.25" in text and "dev × -0.50" in text and "floor" not in text
     assert _tests_shift_text({"components": ["floor"], "tests_shift": [0.0]}) == ""
     assert _tests_shift_text({"components": ["floor", "meas"]}) == ""  # files before it
+    dropped = {
+        "components": ["floor", "meas", "dev"],
+        "tests_shift": [0.0, 0.0, 0.0],
+        "tests_shift_dropped": [0.0, 0.28, -2.2],
+    }
+    text = _tests_shift_text(dropped)
+    assert "meas × +0.28" in text and "dev × -2.20" in text and "was dropped" in text
 
 
 def test_the_local_layer_section_states_the_place_share() -> None:
