@@ -163,7 +163,6 @@ def load_benchmark_data(
     urban = table["urban"].to_numpy(dtype=bool)
     keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     data = {"X": X[keep], "y": y[keep], "split": split[keep], "urban": urban[keep]}
-    data["higher_is_better"] = np.array(target_info(target).higher_is_better)
     if time:
         quarter = table["quarter"].astype(str).to_numpy()[keep]
         scaling, _ = time_axis(quarter, data["split"], source=path)
@@ -286,6 +285,7 @@ def run_one(
     overrides: dict[str, Any] | None = None,
     noise: str = "constant",
     tile_effect: bool = False,
+    fewer_tests_lower: bool = True,
     preset: str = "tuned",
 ) -> dict[str, Any]:
     """Train and score one (model, seed); return metrics and costs (raises on failure).
@@ -302,7 +302,8 @@ def run_one(
     adds the per-tile offset (:func:`geodbk.tile_effect.fit_tile_effect`, chosen on the val
     split) to the trained model before the test rows are scored; it needs the model's latent
     prediction and ``noise_components`` (every registry model has them; others raise
-    ``ValueError``).
+    ``ValueError``); ``fewer_tests_lower`` is the target's (a speed: True;
+    :meth:`geodbk.tile_effect.TileEffect.fit`).
     """
     import torch
 
@@ -346,7 +347,9 @@ def run_one(
     fit_s = time.perf_counter() - t0
     effect_params = None
     if tile_effect:
-        pred, effect_params = _tile_effect_prediction(model, data, covariates)
+        pred, effect_params = _tile_effect_prediction(
+            model, data, covariates, fewer_tests_lower=fewer_tests_lower
+        )
     else:
         pred = model.predict_dist(X[te], **{k: v[te] for k, v in covariates.items()})
     t1 = time.perf_counter()
@@ -416,7 +419,11 @@ def model_hyperparameters(model: Any, kwargs: dict[str, Any] | None = None) -> d
 
 
 def _tile_effect_prediction(
-    model: Any, data: dict[str, np.ndarray], covariates: dict[str, np.ndarray]
+    model: Any,
+    data: dict[str, np.ndarray],
+    covariates: dict[str, np.ndarray],
+    *,
+    fewer_tests_lower: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """Test-split prediction of ``model`` plus a tile effect fitted on its train/val rows.
 
@@ -445,7 +452,7 @@ def _tile_effect_prediction(
         noise_val={k: v[va] for k, v in covariates.items()},
         groups=part(tr),
         groups_val=part(va),
-        fewer_tests_lower=bool(data.get("higher_is_better", True)),
+        fewer_tests_lower=fewer_tests_lower,
     )
     pred = predict_with_tile_effect(
         model,
@@ -908,6 +915,7 @@ def run_benchmark(
         "threads": threads,
         "noise": noise,
         "tile_effect": tile_effect,
+        "fewer_tests_lower": target_info(target).higher_is_better,
         "preset": preset,
     }
     out_dir = run / "benchmark"

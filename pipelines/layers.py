@@ -11,6 +11,7 @@ quadkeys, in km on the projection centred at the training tiles' mean latitude.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import math
@@ -261,7 +262,7 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> floa
     ``MIN_TESTS`` tests or more (:func:`place_share_coverage`): 96 of 100, 111 of 115; 1 when
     fewer than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation
     tile is measured) or none covers that many."""
-    n_tiles, coverage = place_share_coverage(tile_model, **rows)
+    n_tiles, coverage = _coverage_of(tile_model, **rows)
     if n_tiles < MIN_PLACE_TILES:
         log.info(
             "local layer: %d validation tiles without training rows have %d+ tests (%d "
@@ -272,10 +273,23 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> floa
         )
         return 1.0
     needed = required_covered(n_tiles)
-    return next((c for c, cov in coverage.items() if round(cov * n_tiles) >= needed), 1.0)
+    return next((c for c in PLACE_SHARES if round(coverage(c) * n_tiles) >= needed), 1.0)
 
 
 def place_share_coverage(
+    tile_model: LocalLayer | TileEffect, **rows: Any
+) -> tuple[int, dict[float, float]]:
+    """``(tiles, {c: coverage})``: how many tiles without conditioning rows have
+    ``MIN_TESTS`` tests or more, and the share of their levels that the tile quantity's 95%
+    interval covers at each place share ``c`` of :data:`PLACE_SHARES` (``rows`` as for
+    :func:`choose_place_share`; an empty dict without such tiles)."""
+    n_tiles, coverage = _coverage_of(tile_model, **rows)
+    if n_tiles == 0:
+        return 0, {}
+    return n_tiles, {float(c): coverage(c) for c in PLACE_SHARES}
+
+
+def _coverage_of(
     tile_model: LocalLayer | TileEffect,
     *,
     tiles: np.ndarray,
@@ -288,14 +302,13 @@ def place_share_coverage(
     tests: np.ndarray,
     urban: np.ndarray,
     xy: np.ndarray | None = None,
-) -> tuple[int, dict[float, float]]:
-    """``(tiles, {c: coverage})``: how many tiles without conditioning rows have
-    ``MIN_TESTS`` tests or more, and the share of their levels that the tile quantity's 95%
-    interval covers at each place share ``c`` of :data:`PLACE_SHARES`
-    (:func:`pipelines.map_calibration.map_calibration`, the report's map calibration), with
-    ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
-    effect) as it is conditioned. Whatever share ``tile_model`` holds, its whole prior is
-    split from ``c = 1``."""
+) -> tuple[int, Callable[[float], float]]:
+    """``(tiles, coverage)``: how many tiles without conditioning rows have ``MIN_TESTS`` tests
+    or more, and a function of the place share ``c`` giving the share of their levels that the
+    tile quantity's 95% interval covers (:func:`pipelines.map_calibration.map_calibration`,
+    the report's map calibration), with ``tile_model`` (a local layer, whose rows need their km
+    positions ``xy``, or a tile effect) as it is conditioned; the model is predicted once.
+    Whatever share ``tile_model`` holds, its whole prior is split from ``c = 1``."""
     rows: dict[str, Any] = {
         "tiles": tiles,
         "times": times,
@@ -312,7 +325,8 @@ def place_share_coverage(
         effect = tile_model
     unseen = ~np.asarray(part.seen)
 
-    def coverage(c: float) -> tuple[int, float]:
+    @functools.cache
+    def scores_at(c: float) -> dict[str, Any]:
         p = split_unseen_prior(
             part, var_f=var_f, latent_scale=effect.params.latent_scale, place_share=c
         )
@@ -326,12 +340,12 @@ def place_share_coverage(
             noise=p.noise_var[unseen],
             persistent=p.persistent_var[unseen],
         )
-        return int(scores["tiles"]), float(scores.get("all", {}).get(COVERAGE95, 1.0))
+        return scores
 
-    n_tiles, _ = coverage(1.0)
-    if n_tiles == 0:
-        return 0, {}
-    return n_tiles, {float(c): coverage(float(c))[1] for c in PLACE_SHARES}
+    def coverage(c: float) -> float:
+        return float(scores_at(float(c)).get("all", {}).get(COVERAGE95, 1.0))
+
+    return int(scores_at(1.0)["tiles"]), coverage
 
 
 def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:
