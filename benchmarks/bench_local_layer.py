@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
+    from geodbk.geo.blocks import held_out_units
+    from geodbk.geo.table import read_table_metadata
     from geodbk.local_layer import LocalLayer
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (
@@ -379,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         groups=groups[va],
         tests=frame["tests"].to_numpy(np.float64)[va],
         urban=urban[va],
+        units=held_out_units(
+            frame["lon"].to_numpy()[va],
+            frame["lat"].to_numpy()[va],
+            read_table_metadata(args.run / "tiles.parquet").get("split"),
+        ),
     )
     layer = fit_run_local_layer(model, effect, n_train=int(tr.sum()), val=val)
     t_layer = time.perf_counter()
@@ -442,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     # the place share's choice: coverage of well-measured tiles' levels at every share, on
     # the validation tiles without training rows (as chosen) and on the test tiles
-    n_val_tiles, val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
+    val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
     test_curve = {}
     for c in PLACE_SHARES:
         at_c = LocalLayer(
@@ -455,8 +462,10 @@ def main(argv: list[str] | None = None) -> int:
             _part_map(frame[te], gp["mean"][te], at_c).get("all", {}).get(COVERAGE95)
         )
     results["local_layer"]["place_share_curve"] = {
-        "validation_tiles": n_val_tiles,
-        "validation": val_curve,
+        "validation_tiles": val_curve["tiles"],
+        "validation_units": val_curve["units"],
+        "validation": val_curve["coverage"],
+        "validation_by_unit": val_curve["unit_coverage"],
         "test": test_curve,
     }
     t_krige = None

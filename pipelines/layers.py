@@ -14,23 +14,23 @@ import copy
 import functools
 import json
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import ModelFileError
+from geodbk.geo.contract import Z95
 from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
-from geodbk.metrics import COVERAGE95
 from geodbk.tile_effect import TileEffect, split_unseen_prior
 from pipelines.bundles import load_tile_effect
-from pipelines.map_calibration import MIN_TESTS, map_calibration
+from pipelines.map_calibration import MIN_TESTS, tile_level_errors
 
 log = logging.getLogger("geodbk")
 
@@ -52,8 +52,9 @@ __all__ = [
 LAYER_FILE = "local_layer.json"
 #: Place shares tried, ascending (:func:`choose_place_share`).
 PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
-#: Coverage of well-measured tiles' levels the chosen place share aims at; on ``n`` validation
-#: tiles it must cover ``ceil(PLACE_COVERAGE (n + 1))`` of them (:func:`required_covered`).
+#: Coverage of well-measured tiles' levels the chosen place share aims at; on validation tiles
+#: in ``K`` held-out units it must cover ``PLACE_COVERAGE (K + 1) / K`` of a unit's tiles on
+#: average over the units (:func:`required_coverage`).
 PLACE_COVERAGE = 0.95
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
@@ -94,6 +95,10 @@ class ValidationRows:
         The tile effect's group of each row (``None``: one group).
     tests, urban
         Tests and urban flag of each row, for the place share (``None``: it stays 1).
+    units
+        The held-out unit of each row for the place share: rows of one unit were held out
+        together (a block of a block split; :func:`geodbk.geo.table.held_out_units`).
+        ``None``: each tile is its own unit.
     """
 
     X: np.ndarray
@@ -104,6 +109,7 @@ class ValidationRows:
     groups: np.ndarray | None = None
     tests: np.ndarray | None = None
     urban: np.ndarray | None = None
+    units: np.ndarray | None = None
 
 
 def _gp_at(model: Any, val: ValidationRows) -> tuple[Any, np.ndarray]:
@@ -179,7 +185,7 @@ def fit_local_layer(
 
 def validation_share_coverage(
     model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows
-) -> tuple[int, dict[float, float]]:
+) -> dict[str, Any]:
     """:func:`place_share_coverage` of the validation tiles without training rows, with
     ``layer`` conditioned on its tile effect's first ``n_train`` rows (the training rows), as
     :func:`fit_run_local_layer` chooses the place share. Needs ``val.tests`` and ``val.urban``."""
@@ -211,6 +217,7 @@ def _share_rows(val: ValidationRows, pred: Any, components: np.ndarray) -> dict[
         "groups": val.groups,
         "tests": val.tests,
         "urban": val.urban,
+        "units": val.units,
     }
 
 
@@ -247,46 +254,72 @@ def _share_on(
     return choose_place_share(tile_model, xy=xy, **_share_rows(val, pred, components))
 
 
-def required_covered(n_tiles: int) -> int:
-    """Tiles of ``n_tiles`` that a place share's intervals must cover: ``ceil(0.95 (n + 1))``,
-    capped at ``n``. The split-conformal count: were validation and new tiles exchangeable,
-    the share so chosen would cover a new tile's level with probability at least 95%, where
-    "95% of the validation tiles" promises it only on average over validation sets, and
-    chooses the share at the edge where the validation sample happened to reach 95%."""
-    return min(n_tiles, math.ceil(PLACE_COVERAGE * (n_tiles + 1) - 1e-9))
+def required_coverage(n_units: int) -> float:
+    """The mean over ``K`` held-out units of the share of each unit's scored tiles that a
+    place share's intervals must cover: ``0.95 (K + 1) / K``, above 1 (no share certified)
+    for ``K < 19``. Hierarchical split conformal: were the units exchangeable and a unit's
+    tiles exchangeable within it, a new unit's tile is then covered with probability at
+    least 95% (the quantile of the scores weighted ``1 / ((K + 1) n_k)``, with mass
+    ``1 / (K + 1)`` at infinity). With one tile per unit it is the split-conformal count,
+    ``ceil(0.95 (n + 1))`` of ``n`` tiles (96 of 100)."""
+    return PLACE_COVERAGE * (n_units + 1) / n_units
 
 
 def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> float:
     """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
-    :func:`required_covered` of the validation tiles without training rows that have
-    ``MIN_TESTS`` tests or more (:func:`place_share_coverage`): 96 of 100, 111 of 115; 1 when
-    fewer than :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation
-    tile is measured) or none covers that many."""
-    n_tiles, coverage = _coverage_of(tile_model, **rows)
-    if n_tiles < MIN_PLACE_TILES:
+    :func:`required_coverage` of the validation tiles without training rows that have
+    ``MIN_TESTS`` tests or more, a unit's tiles counted together (:func:`place_share_coverage`;
+    ``rows["units"]``, each tile its own unit by default). 1 when fewer than
+    :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
+    measured), when they lie in too few units to certify less (a block split with fewer than
+    19 validation blocks holding them) or when no share covers enough."""
+    scores = _coverage_of(tile_model, **rows)
+    if scores.tiles < MIN_PLACE_TILES:
         log.info(
-            "local layer: %d validation tiles without training rows have %d+ tests (%d "
-            "needed); place share 1",
-            n_tiles,
+            "place share 1: %d validation tiles without training rows have %d+ tests (%d needed)",
+            scores.tiles,
             MIN_TESTS,
             MIN_PLACE_TILES,
         )
         return 1.0
-    needed = required_covered(n_tiles)
-    return next((c for c in PLACE_SHARES if round(coverage(c) * n_tiles) >= needed), 1.0)
+    needed = required_coverage(scores.units)
+    if needed > 1.0:
+        log.info(
+            "place share 1: the %d validation tiles without training rows that have %d+ "
+            "tests lie in %d held-out blocks; a share below 1 needs 19",
+            scores.tiles,
+            MIN_TESTS,
+            scores.units,
+        )
+        return 1.0
+    return next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), 1.0)
 
 
-def place_share_coverage(
-    tile_model: LocalLayer | TileEffect, **rows: Any
-) -> tuple[int, dict[float, float]]:
-    """``(tiles, {c: coverage})``: how many tiles without conditioning rows have
-    ``MIN_TESTS`` tests or more, and the share of their levels that the tile quantity's 95%
-    interval covers at each place share ``c`` of :data:`PLACE_SHARES` (``rows`` as for
-    :func:`choose_place_share`; an empty dict without such tiles)."""
-    n_tiles, coverage = _coverage_of(tile_model, **rows)
-    if n_tiles == 0:
-        return 0, {}
-    return n_tiles, {float(c): coverage(c) for c in PLACE_SHARES}
+def place_share_coverage(tile_model: LocalLayer | TileEffect, **rows: Any) -> dict[str, Any]:
+    """How the tile quantity covers the levels of the tiles without conditioning rows that
+    have ``MIN_TESTS`` tests or more, at each place share ``c`` of :data:`PLACE_SHARES`
+    (``rows`` as for :func:`choose_place_share`): ``{"tiles", "units", "coverage": {c: share
+    of the tiles}, "unit_coverage": {c: mean over units of the share of their tiles}}``, the
+    curves empty without such tiles."""
+    scores = _coverage_of(tile_model, **rows)
+    shares = [float(c) for c in PLACE_SHARES] if scores.tiles else []
+    return {
+        "tiles": scores.tiles,
+        "units": scores.units,
+        "coverage": {c: scores.coverage(c) for c in shares},
+        "unit_coverage": {c: scores.unit_coverage(c) for c in shares},
+    }
+
+
+@dataclass(frozen=True)
+class _ShareScores:
+    """Scored tiles, the held-out units they lie in, and as functions of the place share the
+    share of the tiles covered and the mean over units of the share of their tiles covered."""
+
+    tiles: int
+    units: int
+    coverage: Callable[[float], float]
+    unit_coverage: Callable[[float], float]
 
 
 def _coverage_of(
@@ -301,14 +334,16 @@ def _coverage_of(
     groups: np.ndarray | None,
     tests: np.ndarray,
     urban: np.ndarray,
+    units: np.ndarray | None = None,
     xy: np.ndarray | None = None,
-) -> tuple[int, Callable[[float], float]]:
-    """``(tiles, coverage)``: how many tiles without conditioning rows have ``MIN_TESTS`` tests
-    or more, and a function of the place share ``c`` giving the share of their levels that the
-    tile quantity's 95% interval covers (:func:`pipelines.map_calibration.map_calibration`,
-    the report's map calibration), with ``tile_model`` (a local layer, whose rows need their km
-    positions ``xy``, or a tile effect) as it is conditioned; the model is predicted once.
-    Whatever share ``tile_model`` holds, its whole prior is split from ``c = 1``."""
+) -> _ShareScores:
+    """The tiles without conditioning rows that have ``MIN_TESTS`` tests or more, their
+    held-out units (``units`` per row; each tile its own without it) and whether the tile
+    quantity's 95% interval covers each one's level as a function of the place share ``c``
+    (:func:`pipelines.map_calibration.tile_level_errors`, as the report's map calibration),
+    with ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
+    effect) as it is conditioned; the model is predicted once. Whatever share ``tile_model``
+    holds, its whole prior is split from ``c = 1``."""
     rows: dict[str, Any] = {
         "tiles": tiles,
         "times": times,
@@ -324,14 +359,20 @@ def _coverage_of(
         part = tile_model.predict(**rows)
         effect = tile_model
     unseen = ~np.asarray(part.seen)
+    tile_ids = np.asarray(tiles).astype(str)[unseen]
+    unit_of = (
+        pd.Series(tile_ids if units is None else np.asarray(units)[unseen], index=tile_ids)
+        .groupby(level=0)
+        .first()
+    )
 
     @functools.cache
-    def scores_at(c: float) -> dict[str, Any]:
+    def covered_at(c: float) -> tuple[np.ndarray, np.ndarray]:
         p = split_unseen_prior(
             part, var_f=var_f, latent_scale=effect.params.latent_scale, place_share=c
         )
-        scores = map_calibration(
-            tiles=np.asarray(tiles)[unseen],
+        levels = tile_level_errors(
+            tiles=tile_ids,
             y=y[unseen],
             tests=np.asarray(tests)[unseen],
             urban=np.asarray(urban)[unseen],
@@ -340,12 +381,26 @@ def _coverage_of(
             noise=p.noise_var[unseen],
             persistent=p.persistent_var[unseen],
         )
-        return scores
+        covered = np.abs(levels["error"].to_numpy()) <= Z95 * levels["sd"].to_numpy()
+        return unit_of.loc[levels["tile"].to_numpy()].to_numpy(), covered
 
     def coverage(c: float) -> float:
-        return float(scores_at(float(c)).get("all", {}).get(COVERAGE95, 1.0))
+        covered = covered_at(float(c))[1]
+        return float(covered.mean()) if covered.size else 1.0
 
-    return int(scores_at(1.0)["tiles"]), coverage
+    def unit_coverage(c: float) -> float:
+        unit, covered = covered_at(float(c))
+        if not covered.size:
+            return 1.0
+        return float(pd.Series(covered).groupby(unit).mean().mean())
+
+    scored = covered_at(1.0)[0]
+    return _ShareScores(
+        tiles=int(scored.size),
+        units=int(np.unique(scored).size),
+        coverage=coverage,
+        unit_coverage=unit_coverage,
+    )
 
 
 def save_local_layer(model_dir: Path, layer: LocalLayer | None) -> None:

@@ -37,14 +37,14 @@ from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
 from pipelines.rundir import model_inputs
 
-__all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run"]
+__all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run", "tile_level_errors"]
 
 #: Tests a held-out tile needs over its test rows to be scored.
 MIN_TESTS = 30
 LOG10_2 = math.log10(2.0)
 
 
-def map_calibration(
+def tile_level_errors(
     *,
     tiles: Any,
     y: Any,
@@ -55,8 +55,8 @@ def map_calibration(
     noise: Any,
     persistent: Any = None,
     min_tests: int = MIN_TESTS,
-) -> dict[str, Any]:
-    """Coverage, median |error| and share off by > 2x of the tiles' levels (module docstring).
+) -> pd.DataFrame:
+    """Each scored tile's prediction error of its level and the error's sd (module docstring).
 
     Parameters
     ----------
@@ -74,11 +74,9 @@ def map_calibration(
 
     Returns
     -------
-    dict
-        ``{"tiles", "min_tests", "all", "urban", "rural"}``, each group ``{"tiles",
-        "coverage95", "coverage95_interval", "median_abs_error", "off_by_2x"}``
-        (:mod:`geodbk.metrics` names; the interval is the coverage's 95% Clopper-Pearson
-        interval over the group's tiles); a group without tiles is left out.
+    pandas.DataFrame
+        One row per tile with ``min_tests`` or more tests, sorted by tile: ``tile``,
+        ``error`` (prediction minus level, log10), ``sd`` and ``urban``.
     """
     frame = pd.DataFrame(
         {
@@ -98,16 +96,37 @@ def map_calibration(
     sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n", "wp")}
     keep = sums["w"] >= min_tests
     total = sums["w"][keep]
-    level = sums["wy"][keep] / total
-    pred = sums["wm"][keep] / total
     sd = np.sqrt(
         (sums["ws"][keep] / total) ** 2
         + sums["w2n"][keep] / total**2
         + (sums["wp"][keep] / total) ** 2
     )
-    is_urban = g["urban"].last().to_numpy()[keep]
-    err = pred - level
-    out: dict[str, Any] = {"tiles": int(keep.sum()), "min_tests": int(min_tests)}
+    return pd.DataFrame(
+        {
+            "tile": np.asarray(g["w"].sum().index)[keep],
+            "error": (sums["wm"][keep] - sums["wy"][keep]) / total,
+            "sd": sd,
+            "urban": g["urban"].last().to_numpy()[keep],
+        }
+    )
+
+
+def map_calibration(*, min_tests: int = MIN_TESTS, **rows: Any) -> dict[str, Any]:
+    """Coverage, median |error| and share off by > 2x of the tiles' levels (module docstring;
+    ``rows`` as for :func:`tile_level_errors`).
+
+    Returns
+    -------
+    dict
+        ``{"tiles", "min_tests", "all", "urban", "rural"}``, each group ``{"tiles",
+        "coverage95", "coverage95_interval", "median_abs_error", "off_by_2x"}``
+        (:mod:`geodbk.metrics` names; the interval is the coverage's 95% Clopper-Pearson
+        interval over the group's tiles); a group without tiles is left out.
+    """
+    levels = tile_level_errors(min_tests=min_tests, **rows)
+    err, sd = levels["error"].to_numpy(), levels["sd"].to_numpy()
+    is_urban = levels["urban"].to_numpy(bool)
+    out: dict[str, Any] = {"tiles": len(levels), "min_tests": int(min_tests)}
     for name, m in (("all", np.ones_like(is_urban)), ("urban", is_urban), ("rural", ~is_urban)):
         if not m.any():
             continue

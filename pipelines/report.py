@@ -1032,14 +1032,17 @@ def _place_share_text(share: float | None) -> str:
     if share is None or float(share) >= 1.0:
         return (
             " A tile never measured keeps its whole prior offset variance in the tile quantity "
-            "(place share 1: too few validation tiles without training rows to choose less, "
-            "or none covered enough with less)."
+            "(place share 1: too few well-measured validation tiles without training rows, or "
+            "too few held-out blocks holding them (19 are needed), to certify less, or none "
+            "covered enough with less)."
         )
     return (
         f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
         "variance in the tile quantity (never less than the GP's own variance there), and "
         "the rest goes to one test's noise: the smallest share whose intervals cover "
-        "ceil(0.95 (n + 1)) of the n well-measured validation tiles without training rows."
+        "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
+        "averaged over the K units they were held out in (blocks on a block split, tiles "
+        "otherwise; hierarchical split conformal)."
     )
 
 

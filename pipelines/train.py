@@ -30,6 +30,7 @@ from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.blocks import held_out_units
 from geodbk.geo.contract import target_info
 from geodbk.geo.parquet_batches import fit_parquet
 from geodbk.geo.timeaxis import TimeScaling, quarter_indices
@@ -683,7 +684,9 @@ def run_train(
                 seed=cfg.seed,
             )
             log.info("tile effect: %s", effect.params.to_dict())
-            val = validation_rows_of_run(gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg)
+            val = validation_rows_of_run(
+                gdf, target, parts=parts, noise_kw=noise_kw, cfg=cfg, split=meta.get("split")
+            )
             n_train = len(parts["train"][1])
             if cfg.local_layer == "on":
                 step = "the local layer"
@@ -845,10 +848,12 @@ def validation_rows_of_run(
     parts: dict[str, tuple[np.ndarray, np.ndarray]],
     noise_kw: dict[str, np.ndarray],
     cfg: TrainConfig,
+    split: dict[str, Any] | None = None,
 ) -> ValidationRows:
     """The validation rows the post-fit steps read (:class:`pipelines.layers.ValidationRows`):
     tiles, quarters, noise covariates and groups read like the tile effect's, and each row's
-    tests and urban class for the place share (tables have both)."""
+    tests and urban class for the place share (tables have both), and its held-out unit
+    under the table's ``split`` metadata (:func:`geodbk.geo.table.held_out_units`)."""
 
     tiles = split_tests(gdf, target, column="quadkey")["val"]
     times = (
@@ -857,6 +862,10 @@ def validation_rows_of_run(
         else np.zeros(tiles.size)
     )
     urban = split_tests(gdf, target, column="urban")["val"] if "urban" in gdf.columns else None
+    units = None
+    if {"lon", "lat"} <= set(gdf.columns):
+        lon, lat = (split_tests(gdf, target, column=c)["val"] for c in ("lon", "lat"))
+        units = held_out_units(lon, lat, split)
     return ValidationRows(
         X=parts["val"][0],
         y=parts["val"][1],
@@ -866,4 +875,5 @@ def validation_rows_of_run(
         groups=urban_groups(urban) if cfg.tile_effect_groups == "urban" else None,
         tests=split_tests(gdf, target)["val"] if "tests" in gdf.columns else None,
         urban=urban,
+        units=units,
     )

@@ -106,7 +106,8 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
     (same rows).
 
     ``tests`` and ``devices`` are counts (float64; missing or below 1 set to 1); ``urban``
-    is returned as bool, ``quadkey`` and ``quarter`` as strings.
+    is returned as bool, ``quadkey`` and ``quarter`` as strings, ``lon`` and ``lat`` as
+    float64.
     """
     log_column = target_info(target).log_column
     out: dict[str, np.ndarray] = {}
@@ -119,6 +120,8 @@ def split_tests(gdf: Any, target: str, *, column: str = "tests") -> dict[str, np
             out[name] = part[column].to_numpy(dtype=bool)[ok]
         elif column in ("quadkey", "quarter"):
             out[name] = part[column].astype(str).to_numpy()[ok]
+        elif column in ("lon", "lat"):
+            out[name] = part[column].to_numpy(dtype=np.float64)[ok]
         else:
             out[name] = counts_or_one(part[column].to_numpy(dtype=np.float64))[ok]
     return out

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError, RunDirectoryError
+from geodbk.geo.blocks import block_keys
 from geodbk.geo.contract import TARGET_INFO
 from geodbk.geo.frame import Scaling
 from geodbk.geo.timeaxis import format_quarter, quarter_indices
@@ -103,9 +104,7 @@ def block_split(
     lon_a = np.asarray(lon, dtype=float)
     lat_a = np.asarray(lat, dtype=float)
     n = lon_a.shape[0]
-    bx = np.floor(lon_a / block_size).astype(np.int64)
-    by = np.floor(lat_a / block_size).astype(np.int64)
-    keys = bx * 10_000_019 + by
+    keys = block_keys(lon_a, lat_a, block_size=block_size)
     uniq, inv, counts = np.unique(keys, return_inverse=True, return_counts=True)
     order = np.random.default_rng(seed).permutation(uniq.shape[0])
     block_label = np.full(uniq.shape[0], "train", dtype=object)

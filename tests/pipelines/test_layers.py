@@ -138,15 +138,18 @@ def _place_data(n_tiles: int, *, place_var: float, rows: int = 8, seed: int = 0)
     return tiles, y
 
 
-def test_the_place_share_needs_the_split_conformal_count_of_covered_tiles() -> None:
-    """ceil(0.95 (n + 1)) of n validation tiles: 96 of 100, all of 30, and never more than n."""
-    from pipelines.layers import required_covered
+def test_the_place_share_needs_the_hierarchical_conformal_coverage() -> None:
+    """0.95 (K + 1) / K of K held-out units: with one tile per unit the split-conformal count
+    (96 of 100 tiles, 111 of 115), and above 1 (nothing certified) below 19 units."""
+    import math
 
-    assert required_covered(100) == 96
-    assert required_covered(115) == 111
-    assert required_covered(30) == 30
-    assert required_covered(19) == 19
-    assert all(k / n >= 0.95 for n in range(30, 400) for k in [required_covered(n)])
+    from pipelines.layers import required_coverage
+
+    for n, count in ((100, 96), (115, 111), (30, 30), (19, 19)):
+        assert math.ceil(required_coverage(n) * n - 1e-9) == count
+    assert all(required_coverage(k) > 1.0 for k in range(1, 19))
+    assert required_coverage(19) == pytest.approx(1.0)
+    assert all(required_coverage(k) >= 0.95 for k in range(19, 400))
 
 
 def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles() -> None:
@@ -154,7 +157,9 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     smallest on the grid whose intervals cover the split-conformal count of their levels
     (``ceil(0.95 (n + 1))``; the next smaller one covers fewer); measured tiles' rows do not
     count; too few tiles leave it at 1."""
-    from pipelines.layers import PLACE_SHARES, choose_place_share, required_covered
+    import math
+
+    from pipelines.layers import PLACE_SHARES, choose_place_share, required_coverage
     from pipelines.map_calibration import map_calibration
 
     tiles, y = _place_data(200, place_var=0.1)
@@ -188,7 +193,8 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
         )
         return round(out["all"]["coverage95"] * out["tiles"])
 
-    needed = required_covered(int((~seen).sum() // 8))
+    n_unseen = int((~seen).sum() // 8)
+    needed = math.ceil(required_coverage(n_unseen) * n_unseen - 1e-9)
     assert covered(share) >= needed
     smaller = [c for c in PLACE_SHARES if c < share]
     assert not smaller or covered(smaller[-1]) < needed
@@ -196,6 +202,61 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     few = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(160, dtype=bool))
     kw_few = {k: (v[:160] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
     assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few) == 1.0  # type: ignore[arg-type]
+
+
+def _unit_kw(n_rows: int) -> dict[str, object]:
+    return {
+        "xy": np.zeros((n_rows, 2)),
+        "times": np.zeros(n_rows),
+        "mean": np.zeros(n_rows),
+        "var_f": np.full(n_rows, 0.01),
+        "components": np.ones((n_rows, 1)),
+        "groups": None,
+        "tests": np.full(n_rows, 5.0),
+        "urban": np.zeros(n_rows, dtype=bool),
+    }
+
+
+def test_tiles_held_out_in_few_blocks_keep_the_whole_prior() -> None:
+    """200 validation tiles whose levels need only part of the prior, held out in 10 blocks:
+    10 units cannot certify a share below 1; the same tiles as their own units (a tile
+    split) choose less."""
+    from pipelines.layers import choose_place_share, place_share_coverage
+
+    tiles, y = _place_data(200, place_var=0.1)
+    layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(tiles.size, bool))
+    kw = _unit_kw(tiles.size)
+    blocks = np.repeat(np.arange(10), tiles.size // 10)
+    assert choose_place_share(layer, tiles=tiles, y=y, **kw) < 1.0  # type: ignore[arg-type]
+    assert choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw) == 1.0  # type: ignore[arg-type]
+    curve = place_share_coverage(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    assert curve["tiles"] == 200 and curve["units"] == 10
+    assert set(curve["coverage"]) == set(curve["unit_coverage"])
+
+
+def test_each_held_out_block_counts_once() -> None:
+    """40 blocks: one holds 160 tiles whose levels sit at the place's centre, 39 hold one tile
+    each, spread by the whole prior. Counting tiles, the big block's easy tiles let a small
+    share through; counting blocks, the share must cover the spread tiles, so it is larger:
+    the smallest whose mean coverage over the blocks reaches 0.95 (K + 1) / K."""
+    from pipelines.layers import choose_place_share, place_share_coverage, required_coverage
+
+    rng = np.random.default_rng(0)
+    n_big, n_small, rows = 160, 39, 8
+    level = np.concatenate([np.zeros(n_big), rng.normal(0.0, np.sqrt(0.2), n_small)])
+    tiles = np.repeat([f"t{j:03d}" for j in range(level.size)], rows)
+    y = np.repeat(level, rows) + rng.normal(0.0, np.sqrt(0.05), tiles.size)
+    blocks = np.repeat(np.concatenate([np.zeros(n_big, int), np.arange(1, n_small + 1)]), rows)
+    layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(tiles.size, bool))
+    kw = _unit_kw(tiles.size)
+    by_tile = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    by_block = choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    assert by_tile < by_block < 1.0
+    curve = place_share_coverage(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    assert curve["units"] == n_small + 1
+    needed = required_coverage(n_small + 1)
+    assert curve["unit_coverage"][by_block] >= needed - 1e-9
+    assert curve["unit_coverage"][round(by_block - 0.05, 2)] < needed
 
 
 class _LatentGP:

@@ -307,7 +307,7 @@ def test_the_local_layer_section_states_the_place_share() -> None:
         _local_layer_section(doc, {**params, "place_share": share})
         text = doc.markdown()
         assert want in text
-        assert ("ceil(0.95 (n + 1))" in text) == (share == 0.25)
+        assert ("0.95 (K + 1) / K" in text) == (share == 0.25)
 
 
 def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:

@@ -44,6 +44,33 @@ def test_default_training_fits_the_tile_effect_on_a_training_holdout(run: Path) 
     assert metrics["tile_effect"]["objective"] == "training hold-out"
 
 
+def test_the_place_share_counts_the_split_s_held_out_units(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a block split each validation row carries its block (the place share counts blocks,
+    not tiles); on a tile split each tile is its own unit."""
+    from geodbk.geo.table import read_table_metadata
+
+    seen = {}
+    real = train_stage.fit_run_local_layer
+
+    def spy(model: object, effect: object, *, n_train: int, val: object) -> object:
+        seen["val"] = val
+        return real(model, effect, n_train=n_train, val=val)
+
+    monkeypatch.setattr(train_stage, "fit_run_local_layer", spy)
+    train_stage.run_train(run, target="download", config=CFG, progress=False)
+    val = seen["val"]
+    split = read_table_metadata(RunDir(run).tiles)["split"]
+    if split["kind"] == "tile":
+        assert val.units is None
+        return
+    assert val.units is not None and val.units.shape == val.tiles.shape
+    assert 0 < np.unique(val.units).size <= split["blocks"]["val"]
+    per_tile = pd.Series(val.units).groupby(val.tiles).nunique()
+    assert (per_tile == 1).all()  # a tile lies in one block
+
+
 def test_a_failed_post_fit_step_keeps_the_trained_gp(
     run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
