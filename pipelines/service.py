@@ -17,7 +17,8 @@ Writes into ``RUN/service/``:
   ``flag_meanings``, -1 outside the region) and ``in_region``; attributes: tiers, latency,
   quantity and its description, the copula's correlation, quarter, licence;
 - ``service_class.tif`` (uint8, 255 outside the region; a colour table from red, unserved, to
-  green, served, and the classes as band tags ``flag_values``/``flag_meanings``) and
+  green, served, and the classes as band tags ``flag_values``/``flag_meanings`` and as GDAL
+  category names in ``service_class.tif.aux.xml``, which QGIS shows as the legend) and
   ``p_unserved.tif`` (float32, units 1, -9999 outside), GeoTIFF or COG, with the licence and
   quantity in their tags;
 - ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
@@ -317,8 +318,9 @@ def class_colours(n_classes: int) -> dict[int, tuple[int, int, int, int]]:
 def _export_rasters(
     rd: RunDir, grid_path: Path, *, folder: Path, suffix: str, fmt: str
 ) -> list[Path]:
-    """``service_class{suffix}.tif`` (uint8, with a colour table and the classes as band tags)
-    and ``p_unserved{suffix}.tif`` (float32) from the grid into ``folder``, with the licence and
+    """``service_class{suffix}.tif`` (uint8, with a colour table, the classes as band tags and
+    as GDAL category names in ``service_class{suffix}.tif.aux.xml``) and
+    ``p_unserved{suffix}.tif`` (float32) from the grid into ``folder``, with the licence and
     quantity in their tags and band descriptions."""
     import xarray as xr
 
@@ -340,6 +342,7 @@ def _export_rasters(
                 "units": [""],
                 "band_tags": [flags],
                 "colormap": class_colours(len(names)),
+                "category_names": names,
             },
             "p_unserved": {
                 "descriptions": [f"p_unserved: P(unserved); {label}"],

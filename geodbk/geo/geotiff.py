@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ def write_geotiff(
     units: Sequence[str] | None = None,
     band_tags: Sequence[dict[str, str]] | None = None,
     colormap: dict[int, tuple[int, int, int, int]] | None = None,
+    category_names: Sequence[str] | None = None,
 ) -> Path:
     """Write ``variables`` of ``ds`` as one multi-band GeoTIFF, atomically.
 
@@ -71,6 +73,10 @@ def write_geotiff(
         GDAL metadata of each band, one dict per variable.
     colormap
         Colour table of a single ``uint8``/``uint16`` band: ``{value: (r, g, b, alpha)}``.
+    category_names
+        Names of the codes 0, 1, ... of a single integer band (GDAL's category names, which
+        QGIS and ``gdalinfo`` show as the classes' labels). GeoTIFF has no tag for them, so they
+        go to GDAL's sidecar ``PATH.aux.xml`` (:func:`write_category_names`).
 
     Returns
     -------
@@ -100,6 +106,8 @@ def write_geotiff(
             raise ValueError(f"give one of {name} per variable")
     if colormap is not None and (len(variables) != 1 or out_type not in (np.uint8, np.uint16)):
         raise ValueError("a colour table needs one uint8 or uint16 band")
+    if category_names is not None and (len(variables) != 1 or out_type.kind not in "iu"):
+        raise ValueError("category names need one integer band")
     bands = []
     for name in variables:
         band = ds[name].astype(np.float32)
@@ -126,7 +134,26 @@ def write_geotiff(
         resampling=resampling,
         meta=_BandMetadata(units=units, tags=band_tags, colormap=colormap),
     )
+    if category_names is not None:
+        write_category_names(path, category_names)
     return path
+
+
+def write_category_names(path: str | Path, names: Sequence[str]) -> Path:
+    """Write GDAL's PAM sidecar ``PATH.aux.xml`` naming the codes 0, 1, ... of band 1 of the
+    raster at ``path`` (``<PAMDataset><PAMRasterBand band="1"><CategoryNames>``), atomically;
+    returns the sidecar's path. GDAL reads it with the raster and merges what it adds later
+    (statistics, for one) into it."""
+    root = ET.Element("PAMDataset")
+    band = ET.SubElement(root, "PAMRasterBand", band="1")
+    categories = ET.SubElement(band, "CategoryNames")
+    for name in names:
+        ET.SubElement(categories, "Category").text = str(name)
+    ET.indent(root)
+    sidecar = Path(path).with_name(Path(path).name + ".aux.xml")
+    with atomic_path(sidecar) as tmp:
+        ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=False)
+    return sidecar
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,46 @@ def test_class_band_carries_its_colour_table(tmp_path: Path, fmt: str) -> None:
         table = src.colormap(1)
         assert {k: table[k] for k in colours} == colours
         assert src.read(1)[0, 0] == 255 and src.nodata == 255
+    assert not Path(f"{path}.aux.xml").exists()  # no category names asked for
     with pytest.raises(ValueError, match="colour table"):
         write_geotiff(ds, tmp_path / "f.tif", variables=["mean"], colormap=colours)
     with pytest.raises(ValueError, match="units"):
         write_geotiff(ds, tmp_path / "f.tif", variables=["mean", "std"], units=["1"])
+
+
+@pytest.mark.parametrize("fmt", ["gtiff", "cog"])
+def test_class_band_names_its_codes_in_gdal_s_sidecar(tmp_path: Path, fmt: str) -> None:
+    """Category names go to ``PATH.aux.xml`` (GDAL's PAM file), code 0 first; the raster
+    beside it still opens; a float band or two bands refuse them."""
+    import xml.etree.ElementTree as ET
+
+    codes = np.arange(12 * 10, dtype=np.float32).reshape(12, 10) % 3
+    ds = _dataset(12, 10).assign(cls=(("y", "x"), codes))
+    names = ["unserved", "underserved", "served"]
+    path = write_geotiff(
+        ds,
+        tmp_path / "c.tif",
+        variables=["cls"],
+        fmt=fmt,
+        dtype="uint8",
+        nodata=255,
+        category_names=names,
+    )
+    root = ET.parse(f"{path}.aux.xml").getroot()
+    assert root.tag == "PAMDataset"
+    band = root.find("PAMRasterBand")
+    assert band is not None and band.get("band") == "1"
+    assert [c.text for c in band.iter("Category")] == names
+    with rasterio.open(path) as src:
+        assert src.count == 1 and src.read(1).max() == 2
+    with pytest.raises(ValueError, match="category names"):
+        write_geotiff(ds, tmp_path / "f.tif", variables=["mean"], category_names=names)
+    with pytest.raises(ValueError, match="category names"):
+        write_geotiff(
+            ds,
+            tmp_path / "f.tif",
+            variables=["cls", "cls"],
+            dtype="uint8",
+            nodata=255,
+            category_names=names,
+        )

@@ -71,6 +71,11 @@ def test_class_raster_has_a_colour_table_and_class_tags(
     assert {c: table[c] for c in expected} == expected
     assert tags["flag_meanings"].split() == names
     assert tags["flag_values"].split() == [str(i) for i in range(len(names))]
+    # GDAL's category names (QGIS's class labels) in the sidecar, moved in with the set
+    import xml.etree.ElementTree as ET
+
+    sidecar = ET.parse(service / "service_class.tif.aux.xml").getroot()
+    assert [c.text for c in sidecar.iter("Category")] == names
     with rasterio.open(service / "p_unserved.tif") as src:
         assert src.units == ("1",)
 
