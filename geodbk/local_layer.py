@@ -118,6 +118,10 @@ class SpatialParameters:
         ``tau²`` and the field's kriging variance) that is the place's, what a well-measured
         tile's level shows; the rest, ``1 - c``, is its testers' and goes to one test's noise
         (:meth:`LocalLayer.predict`). 1 (files written before it): all of it is the place's.
+    place_share_basis
+        What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
+        tiles without training rows and the held-out units (blocks or tiles) they lie in;
+        ``None`` when it was not chosen on validation tiles.
     rho
         The quarter-to-quarter correlation of the white offset per group, refitted with the
         field (``None``: the tile effect's).
@@ -133,11 +137,14 @@ class SpatialParameters:
     val_nll_without: float | None = None
     place_share: float = 1.0
     rho: dict[str, float] | None = None
+    place_share_basis: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         out = asdict(self)
         out["tau2"] = dict(self.tau2)
+        if self.place_share_basis is None:
+            out.pop("place_share_basis")
         return out
 
     @classmethod

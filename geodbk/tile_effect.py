@@ -128,6 +128,10 @@ class TileEffectParameters:
         is the place's, what a well-measured tile's level shows; ``1 - c`` is its testers' and
         goes to one test's noise (:func:`split_unseen_prior`). 1 (files written before it):
         all of it is the place's.
+    place_share_basis
+        What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
+        tiles without training rows and the held-out units (blocks or tiles) they lie in;
+        ``None`` when it was not chosen on validation tiles.
     tests_shift, tests_centre
         ``gamma_k`` and ``c0_k``: an observation's mean sits ``sum_k gamma_k (c_k - c0_k)``
         from its tile's with its noise terms ``c_k`` (the log of an average of fewer tests
@@ -150,6 +154,7 @@ class TileEffectParameters:
     objective_rows: int | None = None
     persistent_scale: tuple[float, ...] | None = None
     place_share: float = 1.0
+    place_share_basis: dict[str, int] | None = None
     tests_shift: tuple[float, ...] | None = None
     tests_centre: tuple[float, ...] | None = None
     tests_shift_dropped: tuple[float, ...] | None = None
@@ -202,6 +207,8 @@ class TileEffectParameters:
         out["persistent_scale"] = list(self.persistent_scale or ())
         out["tests_shift"] = list(self.tests_shift or ())
         out["tests_centre"] = list(self.tests_centre or ())
+        if self.place_share_basis is None:
+            out.pop("place_share_basis")
         if self.tests_shift_dropped is None:
             out.pop("tests_shift_dropped")
         else:

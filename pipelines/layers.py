@@ -36,6 +36,7 @@ log = logging.getLogger("geodbk")
 
 __all__ = [
     "LAYER_FILE",
+    "PlaceShare",
     "ValidationRows",
     "choose_place_share",
     "fit_local_layer",
@@ -58,6 +59,8 @@ PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
 PLACE_COVERAGE = 0.95
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
+#: Held-out units those tiles must lie in for a share below 1 (``0.95 (K + 1) / K <= 1``).
+MIN_PLACE_UNITS = 19
 
 
 def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -163,8 +166,8 @@ def fit_local_layer(
         lon0=lon0,
         fit_rho=fit_rho,
     )
-    share = _share_on(layer, val, pred, components, xy=val_xy)
-    layer.params = replace(layer.params, place_share=share)
+    choice = _share_on(layer, val, pred, components, xy=val_xy)
+    layer.params = replace(layer.params, place_share=choice.share, place_share_basis=choice.basis)
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
         "validation NLL %.4f (tile effect alone %.4f)",
@@ -232,10 +235,10 @@ def with_effect_place_share(
     if val.tests is None or val.urban is None:
         return effect
     pred, comp = _gp_at(model, val)
-    share = _share_on(effect.first_rows(n_train), val, pred, comp)
-    log.info("tile effect: place share %.2f", share)
+    choice = _share_on(effect.first_rows(n_train), val, pred, comp)
+    log.info("tile effect: place share %.2f", choice.share)
     chosen = copy.copy(effect)
-    chosen.params = replace(effect.params, place_share=share)
+    chosen.params = replace(effect.params, place_share=choice.share, place_share_basis=choice.basis)
     return chosen
 
 
@@ -246,11 +249,11 @@ def _share_on(
     components: np.ndarray,
     *,
     xy: np.ndarray | None = None,
-) -> float:
+) -> PlaceShare:
     """:func:`choose_place_share` of ``tile_model`` on the validation rows and the GP's latent
     prediction ``pred`` there; 1 without the rows' tests and urban flags."""
     if val.tests is None or val.urban is None:
-        return 1.0
+        return PlaceShare(1.0, tiles=0, units=0)
     return choose_place_share(tile_model, xy=xy, **_share_rows(val, pred, components))
 
 
@@ -265,7 +268,22 @@ def required_coverage(n_units: int) -> float:
     return PLACE_COVERAGE * (n_units + 1) / n_units
 
 
-def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> float:
+@dataclass(frozen=True)
+class PlaceShare:
+    """A chosen place share and what chose it: the scored validation tiles and the held-out
+    units they lie in (0 and 0: none were scored)."""
+
+    share: float
+    tiles: int
+    units: int
+
+    @property
+    def basis(self) -> dict[str, int] | None:
+        """``{"tiles", "units"}`` for the saved parameters; ``None`` without scored tiles."""
+        return {"tiles": self.tiles, "units": self.units} if self.tiles else None
+
+
+def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> PlaceShare:
     """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
     :func:`required_coverage` of the validation tiles without training rows that have
     ``MIN_TESTS`` tests or more, a unit's tiles counted together (:func:`place_share_coverage`;
@@ -281,18 +299,20 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> floa
             MIN_TESTS,
             MIN_PLACE_TILES,
         )
-        return 1.0
+        return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
     needed = required_coverage(scores.units)
     if needed > 1.0:
         log.info(
             "place share 1: the %d validation tiles without training rows that have %d+ "
-            "tests lie in %d held-out blocks; a share below 1 needs 19",
+            "tests lie in %d held-out blocks; a share below 1 needs %d",
             scores.tiles,
             MIN_TESTS,
             scores.units,
+            MIN_PLACE_UNITS,
         )
-        return 1.0
-    return next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), 1.0)
+        return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
+    share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), 1.0)
+    return PlaceShare(float(share), tiles=scores.tiles, units=scores.units)
 
 
 def place_share_coverage(tile_model: LocalLayer | TileEffect, **rows: Any) -> dict[str, Any]:

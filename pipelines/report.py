@@ -64,7 +64,7 @@ from pipelines import figures
 from pipelines.bundles import load_model
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
-from pipelines.layers import load_map_layers
+from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
 from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
@@ -1023,18 +1023,32 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         + ". Validation NLL "
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field."
-        + _place_share_text(params.get("place_share"))
+        + _place_share_text(params.get("place_share"), params.get("place_share_basis"))
     )
 
 
-def _place_share_text(share: float | None) -> str:
-    """The place share of an unmeasured tile's prior in a sentence."""
+def _place_share_text(share: float | None, basis: dict[str, int] | None = None) -> str:
+    """The place share of an unmeasured tile's prior, and what chose it, in sentences."""
+    tiles, units = (basis or {}).get("tiles", 0), (basis or {}).get("units", 0)
+    where = f" {tiles} well-measured validation tiles without training rows"
+    if units and units < tiles:
+        where += f", which lie in {units} held-out blocks,"
     if share is None or float(share) >= 1.0:
+        if not basis:
+            why = (
+                "too few well-measured validation tiles without training rows, or too few "
+                "held-out blocks holding them (19 are needed), to certify less, or none covered "
+                "enough with less"
+            )
+        elif tiles < MIN_PLACE_TILES:
+            why = f"only{where} ({MIN_PLACE_TILES} are needed to choose less)"
+        elif units < MIN_PLACE_UNITS:
+            why = f"the{where} cannot certify less ({MIN_PLACE_UNITS} blocks are needed)"
+        else:
+            why = f"no smaller share covered enough of the{where}"
         return (
             " A tile never measured keeps its whole prior offset variance in the tile quantity "
-            "(place share 1: too few well-measured validation tiles without training rows, or "
-            "too few held-out blocks holding them (19 are needed), to certify less, or none "
-            "covered enough with less)."
+            f"(place share 1: {why})."
         )
     return (
         f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
@@ -1042,7 +1056,8 @@ def _place_share_text(share: float | None) -> str:
         "the rest goes to one test's noise: the smallest share whose intervals cover "
         "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
         "averaged over the K units they were held out in (blocks on a block split, tiles "
-        "otherwise; hierarchical split conformal)."
+        "otherwise; hierarchical split conformal)"
+        + (f", chosen on{where.rstrip(',')}." if basis else ".")
     )
 
 

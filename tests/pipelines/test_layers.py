@@ -177,8 +177,10 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
         "tests": np.full(tiles.size, 5.0),
         "urban": np.zeros(tiles.size, dtype=bool),
     }
-    share = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    choice = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    share = choice.share
     assert 0.2 <= share < 1.0
+    assert (choice.tiles, choice.units) == (198, 198)  # the two measured tiles left out
 
     def covered(c: float) -> int:
         var = 0.01 + c * 0.2
@@ -201,7 +203,7 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     few_tiles, few_y = _place_data(20, place_var=0.04)
     few = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(160, dtype=bool))
     kw_few = {k: (v[:160] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
-    assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few) == 1.0  # type: ignore[arg-type]
+    assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few).share == 1.0  # type: ignore[arg-type]
 
 
 def _unit_kw(n_rows: int) -> dict[str, object]:
@@ -227,8 +229,9 @@ def test_tiles_held_out_in_few_blocks_keep_the_whole_prior() -> None:
     layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(tiles.size, bool))
     kw = _unit_kw(tiles.size)
     blocks = np.repeat(np.arange(10), tiles.size // 10)
-    assert choose_place_share(layer, tiles=tiles, y=y, **kw) < 1.0  # type: ignore[arg-type]
-    assert choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw) == 1.0  # type: ignore[arg-type]
+    assert choose_place_share(layer, tiles=tiles, y=y, **kw).share < 1.0  # type: ignore[arg-type]
+    by_block = choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    assert by_block.share == 1.0 and by_block.basis == {"tiles": 200, "units": 10}
     curve = place_share_coverage(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
     assert curve["tiles"] == 200 and curve["units"] == 10
     assert set(curve["coverage"]) == set(curve["unit_coverage"])
@@ -249,8 +252,8 @@ def test_each_held_out_block_counts_once() -> None:
     blocks = np.repeat(np.concatenate([np.zeros(n_big, int), np.arange(1, n_small + 1)]), rows)
     layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.05, seen=np.zeros(tiles.size, bool))
     kw = _unit_kw(tiles.size)
-    by_tile = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
-    by_block = choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    by_tile = choose_place_share(layer, tiles=tiles, y=y, **kw).share  # type: ignore[arg-type]
+    by_block = choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw).share  # type: ignore[arg-type]
     assert by_tile < by_block < 1.0
     curve = place_share_coverage(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
     assert curve["units"] == n_small + 1
@@ -308,7 +311,7 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
         tests=np.full(n, 5.0),
         urban=np.zeros(n, dtype=bool),
     )
-    share = choose_place_share(
+    choice = choose_place_share(
         effect,
         tiles=tiles,
         times=val.times,
@@ -320,9 +323,11 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
         tests=val.tests,  # type: ignore[arg-type]
         urban=val.urban,  # type: ignore[arg-type]
     )
+    share = choice.share
     assert 0.05 <= share < 1.0
     with_share = with_effect_place_share(_LatentGP(), effect, n_train=train_tiles.size, val=val)
     assert with_share.params.place_share == share
+    assert with_share.params.place_share_basis == choice.basis == {"tiles": 200, "units": 200}
     kw = {"times": np.zeros(1), "var_f": np.full(1, 0.01), "components": np.full((1, 1), 0.05)}
     unseen = with_share.predict(tiles=np.array(["zzz"]), **kw)
     assert unseen.tile_var[0] == pytest.approx(0.01 + share * 0.4)

@@ -308,6 +308,21 @@ def test_the_local_layer_section_states_the_place_share() -> None:
         text = doc.markdown()
         assert want in text
         assert ("0.95 (K + 1) / K" in text) == (share == 0.25)
+    for share, basis, want in (
+        (
+            1.0,
+            {"tiles": 151, "units": 7},
+            "151 well-measured validation tiles without training "
+            "rows, which lie in 7 held-out blocks, cannot certify less (19 blocks are needed)",
+        ),
+        (1.0, {"tiles": 12, "units": 12}, "only 12 well-measured validation tiles"),
+        (1.0, {"tiles": 115, "units": 115}, "no smaller share covered enough of the 115"),
+        (0.2, {"tiles": 115, "units": 115}, "chosen on 115 well-measured validation tiles"),
+        (0.3, {"tiles": 400, "units": 40}, "which lie in 40 held-out blocks."),
+    ):
+        doc = Doc("r")
+        _local_layer_section(doc, {**params, "place_share": share, "place_share_basis": basis})
+        assert want in doc.markdown(), (basis, doc.markdown())
 
 
 def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
