@@ -166,6 +166,19 @@ def quantity_label(grid: Grid, spec: LayerSpec) -> str:
     return "test: single speed test"
 
 
+def _share_basis_text(attrs: Mapping[str, Any], prefix: str) -> str:
+    """`` (chosen on N validation tiles in K blocks)``, from the grid's
+    ``PREFIX_place_share_tiles``/``_units``; empty when the grid does not record them."""
+    tiles = attrs.get(f"{prefix}_place_share_tiles")
+    units = attrs.get(f"{prefix}_place_share_units")
+    if tiles is None or units is None:
+        return ""
+    where = f"{int(tiles)} validation tiles"
+    if int(units) < int(tiles):
+        where += f" in {int(units)} held-out blocks"
+    return f", chosen on {where}"
+
+
 def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
     (``tile_effect_*``, ``local_layer_*``): the offsets' spread tau² per class, the share
@@ -184,9 +197,10 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     if "tile_effect_latent_scale" in a:
         parts.append(f"λ {float(a['tile_effect_latent_scale']):.3g}")
     layer = attr_flag(a, "local_layer")
-    share = a.get("local_layer_place_share" if layer else "tile_effect_place_share")
+    prefix = "local_layer" if layer else "tile_effect"
+    share = a.get(f"{prefix}_place_share")
     if share is not None:
-        parts.append(f"place share {float(share):.2f}")
+        parts.append(f"place share {float(share):.2f}" + _share_basis_text(a, prefix))
     text = "Tile quantity: " + "; ".join(parts) + ")"
     if layer and "local_layer_range_km" in a:
         text += (

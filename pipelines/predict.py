@@ -322,10 +322,19 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_range_km": float(p.range_km),
         "local_layer_neighbours": int(p.neighbours),
         "local_layer_place_share": float(p.place_share),
+        **_share_basis_attrs("local_layer", p.place_share_basis),
     }
     for g, v in (p.rho or {}).items():  # refitted with the field: the rho the maps use
         out[f"local_layer_rho_{g}"] = float(v)
     return out
+
+
+def _share_basis_attrs(prefix: str, basis: dict[str, int] | None) -> dict[str, int]:
+    """``PREFIX_place_share_tiles`` and ``_units``: the validation tiles and held-out units
+    that chose the place share (none when it was not chosen on validation tiles)."""
+    if not basis:
+        return {}
+    return {f"{prefix}_place_share_{k}": int(basis[k]) for k in ("tiles", "units")}
 
 
 def _tile_effect_attrs(effect: Any, model: Any) -> dict[str, Any]:
@@ -339,6 +348,7 @@ def _tile_effect_attrs(effect: Any, model: Any) -> dict[str, Any]:
     out["tile_effect_rho"] = float(p.rho)
     out["tile_effect_latent_scale"] = float(p.latent_scale)
     out["tile_effect_place_share"] = float(p.place_share)
+    out.update(_share_basis_attrs("tile_effect", p.place_share_basis))
     one = noise_kwargs(model, 1.0, urban=np.zeros(1, dtype=bool))
     _, comp = model.noise_components(n=1, **one)
     out["test_mean_shift"] = float(effect.tests_shift(np.asarray(comp).reshape(1, -1))[0])

@@ -108,6 +108,14 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None
     assert maps.tile_model_caption(None) is None
+    blocks = {"local_layer_place_share": 1.0, "local_layer_place_share_tiles": 151}
+    blocks["local_layer_place_share_units"] = 7
+    text = maps.tile_model_caption({**attrs, **blocks})
+    assert text is not None
+    assert "place share 1.00, chosen on 151 validation tiles in 7 held-out blocks" in text
+    tiles = {"tile_effect_place_share_tiles": 115, "tile_effect_place_share_units": 115}
+    alone = maps.tile_model_caption({**attrs, **tiles, "local_layer": 0})
+    assert alone is not None and "place share 1.00, chosen on 115 validation tiles)" in alone
 
 
 def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path) -> None:

@@ -95,14 +95,21 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
 
 
 def test_the_grid_records_the_layers_place_share(run: Path) -> None:
-    """The model's place share (saved with the layer) is a grid attribute."""
-    share = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_[
+    """The model's place share (saved with the layer) and what chose it are grid attributes."""
+    params = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_[
         "local_layer"
-    ]["place_share"]
+    ]
+    share, basis = params["place_share"], params.get("place_share_basis")
     assert 0.0 < share <= 1.0
     run_predict(run, target="download", max_cells=900)
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert ds.attrs["local_layer_place_share"] == share
+        recorded = {
+            k: int(ds.attrs[f"local_layer_place_share_{k}"])
+            for k in ("tiles", "units")
+            if f"local_layer_place_share_{k}" in ds.attrs
+        }
+        assert recorded == (basis or {})
 
 
 class _PriorOnlyLayer:
