@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from geodbk.geo.blocks import held_out_units
 from geodbk.geo.contract import Z95
 from geodbk.geo.timeaxis import quarter_indices
 from geodbk.metrics import (
@@ -155,13 +156,15 @@ def map_calibration_of_run(
 
     ``tile_model`` is the model's tile effect or local layer (``None``: the tile quantity is
     f(x) plus the noise floor). The test rows are read from ``tiles.parquet`` (a few columns;
-    the test split is a tenth of the table).
+    the test split is a tenth of the table). On a block split, ``held_out_blocks`` counts the
+    blocks the scored tiles lie in: tiles of one block share their errors, so the check is
+    nearer that many independent places than its tile count.
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     names = set(pq.read_schema(rd.tiles).names)
-    cols = ["quadkey", "quarter", "x1", "x2", "urban", spec.log_column]
+    cols = ["quadkey", "quarter", "lon", "lat", "x1", "x2", "urban", spec.log_column]
     cols += [c for c in ("tests", "devices") if c in names]
     test = pq.read_table(
         rd.tiles,
@@ -172,6 +175,14 @@ def map_calibration_of_run(
     if test.empty or "tests" not in test:
         return result
     tests = counts_or_one(test["tests"].to_numpy())
+    split = (metadata.get("tiles_metadata") or {}).get("split")
+    units = held_out_units(test["lon"].to_numpy(), test["lat"].to_numpy(), split)
+    if units is not None:
+        per_tile = pd.DataFrame({"tile": test["quadkey"], "tests": tests, "unit": units})
+        per_tile = per_tile.groupby("tile").agg(tests=("tests", "sum"), unit=("unit", "first"))
+        result["held_out_blocks"] = int(
+            per_tile.loc[per_tile["tests"] >= min_tests, "unit"].nunique()
+        )
     devices = counts_or_one(test["devices"].to_numpy()) if "devices" in test else None
     quarters = test["quarter"].astype(str).to_numpy()
     time_aware = bool(metadata.get("time_scaling"))

@@ -1107,6 +1107,14 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     )
     tile = cal["tile"]["all"]
     interval = tile.get(COVERAGE95_INTERVAL)
+    blocks = cal.get("held_out_blocks")
+    caveat = (
+        f" These tiles lie in {blocks} held-out blocks, and tiles of one block share their "
+        f"errors: the check is nearer {blocks} independent places than {tile['tiles']}, so "
+        "its interval is too narrow."
+        if blocks is not None and blocks < tile["tiles"]
+        else ""
+    )
     if interval is not None:
         verdict = coverage_verdict(interval)
         doc.para(
@@ -1119,6 +1127,7 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
                 if verdict == "consistent"
                 else f"leaves out 95%: the map's intervals are {verdict}."
             )
+            + caveat
         )
 
 

@@ -368,7 +368,19 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
         "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%: "
         "CI low–high is the coverage's own 95% confidence interval over the tiles (exact "
         "binomial), and 'reads as' says whether 95% lies inside it (consistent) or the map's "
-        "intervals are too narrow or too wide."
+        "intervals are too narrow or too wide." + _blocks_caveat(cal)
+    )
+
+
+def _blocks_caveat(cal: dict[str, Any]) -> str:
+    """On a block split: how many held-out blocks the scored tiles lie in, and what that
+    means for the interval (empty otherwise)."""
+    blocks, tiles = cal.get("held_out_blocks"), (cal.get("tile") or {}).get("all", {}).get("tiles")
+    if blocks is None or tiles is None or blocks >= tiles:
+        return ""
+    return (
+        f" The {tiles} tiles lie in {blocks} held-out blocks, whose tiles share their errors: "
+        f"the check is nearer {blocks} independent places, so the CI is too narrow."
     )
 
 

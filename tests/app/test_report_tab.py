@@ -138,3 +138,12 @@ def test_map_calibration_table_reads_files_without_the_interval() -> None:
     )
     assert new is not None
     assert new["CI low"][0] == 0.76 and new["reads as"][0] == "consistent"
+
+
+def test_the_map_check_caption_names_its_held_out_blocks() -> None:
+    from app.tabs.report_tab import _blocks_caveat
+
+    cal = {"tile": {"all": {"tiles": 82}}, "held_out_blocks": 15}
+    assert "82 tiles lie in 15 held-out blocks" in _blocks_caveat(cal)
+    assert _blocks_caveat({"tile": {"all": {"tiles": 82}}}) == ""
+    assert _blocks_caveat({"held_out_blocks": 15}) == ""

@@ -95,3 +95,25 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     assert summary["data_licence"]["license"].startswith("no third-party licence")
     row = summary["service_coverage"][0]
     assert row["quantity"] == "tile" and row["area_quantity"] == "tile"
+
+
+def test_the_report_says_how_many_blocks_the_check_rests_on() -> None:
+    """On a block split the map check's paragraph names the held-out blocks its tiles lie in;
+    elsewhere it does not."""
+    from pipelines.report import _map_calibration_section
+    from pipelines.report_doc import Doc
+
+    group = {
+        "tiles": 82,
+        "coverage95": 0.976,
+        "coverage95_interval": [0.915, 0.997],
+        "median_abs_error": 0.23,
+        "off_by_2x": 0.4,
+    }
+    cal = {"min_tests": 30, "tile": {"all": group}, "area": {"all": group}}
+    for blocks, want in ((15, True), (None, False)):
+        doc = Doc("r")
+        _map_calibration_section(doc, {**cal, "held_out_blocks": blocks} if blocks else cal)
+        text = doc.markdown()
+        assert ("lie in 15 held-out blocks" in text) == want
+        assert ("nearer 15 independent places than 82" in text) == want

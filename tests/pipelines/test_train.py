@@ -42,6 +42,15 @@ def test_default_training_fits_the_tile_effect_on_a_training_holdout(run: Path) 
     run_report(run, target="download")
     metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
     assert metrics["tile_effect"]["objective"] == "training hold-out"
+    # the map check counts the held-out blocks its tiles lie in on a block split only
+    split = md["tiles_metadata"]["split"]
+    cal = metrics["map_calibration"]
+    if split["kind"] == "block":
+        assert (
+            0 < cal["held_out_blocks"] <= min(split["blocks"]["test"], cal["tile"]["all"]["tiles"])
+        )
+    else:
+        assert "held_out_blocks" not in cal
 
 
 def test_the_place_share_counts_the_split_s_held_out_units(
