@@ -113,6 +113,9 @@ class SpatialParameters:
         shortest arc's; ``None``, files written before it: [-180, 180] as given).
     val_nll, val_nll_without
         Validation NLL with the layer and with the tile effect alone, on the same rows.
+    val_nll_gp
+        The GP alone's validation NLL on the same rows (its own noise model; ``None``: not
+        recorded, as in files written before it).
     place_share
         ``c`` in (0, 1]: the share of an unmeasured tile's prior offset variance (the white
         ``tau²`` and the field's kriging variance) that is the place's, what a well-measured
@@ -138,6 +141,7 @@ class SpatialParameters:
     place_share: float = 1.0
     rho: dict[str, float] | None = None
     place_share_basis: dict[str, int] | None = None
+    val_nll_gp: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

@@ -28,6 +28,7 @@ from geodbk.geo.contract import Z95
 from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
+from geodbk.metrics import gaussian_nll
 from geodbk.tile_effect import TileEffect, split_unseen_prior
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
@@ -61,6 +62,8 @@ PLACE_COVERAGE = 0.95
 MIN_PLACE_TILES = 30
 #: Held-out units those tiles must lie in for a share below 1 (``0.95 (K + 1) / K <= 1``).
 MIN_PLACE_UNITS = 19
+#: Validation NLL by which the GP alone must beat the local layer to be warned about.
+GP_NLL_MARGIN = 0.01
 
 
 def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -167,7 +170,26 @@ def fit_local_layer(
         fit_rho=fit_rho,
     )
     choice = _share_on(layer, val, pred, components, xy=val_xy)
-    layer.params = replace(layer.params, place_share=choice.share, place_share_basis=choice.basis)
+    gp_nll = gaussian_nll(
+        np.asarray(val.y, dtype=np.float64),
+        np.asarray(pred.mean, dtype=np.float64),
+        np.asarray(pred.var_f, dtype=np.float64) + np.asarray(components).sum(-1),
+    )
+    layer.params = replace(
+        layer.params,
+        place_share=choice.share,
+        place_share_basis=choice.basis,
+        val_nll_gp=float(gp_nll),
+    )
+    if layer.params.val_nll is not None and gp_nll < layer.params.val_nll - GP_NLL_MARGIN:
+        log.warning(
+            "local layer: the GP alone predicts the validation rows better (NLL %.4f against "
+            "%.4f): the tile effect's prior of an unmeasured tile is too wide for these data, "
+            "and rows of unmeasured tiles score worse than the GP's (docs/quantities.md, "
+            "'Fixed broadband')",
+            gp_nll,
+            layer.params.val_nll,
+        )
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
         "validation NLL %.4f (tile effect alone %.4f)",

@@ -55,6 +55,30 @@ def test_the_demo_model_has_a_local_layer_that_loads(run: Path) -> None:
     assert p.sigma2 >= 0 and p.range_km > 0
     assert p.val_nll is not None and p.val_nll_without is not None
     assert p.val_nll <= p.val_nll_without + 1e-9  # the fit can always take sigma² -> 0
+    # the GP alone's NLL on the same validation rows, with its own noise model
+    import pandas as pd
+
+    from geodbk.metrics import gaussian_nll
+    from geodbk.predictive import noise_kwargs
+    from pipelines.rundir import model_inputs
+
+    frame = pd.read_parquet(rd.tiles)
+    val = frame[(frame["split"] == "val") & np.isfinite(frame["log10_download"])]
+    quarters = val["quarter"].astype(str).to_numpy()
+    X = model_inputs(
+        val[["x1", "x2"]].to_numpy(np.float64),
+        model.metadata_,
+        quarter=quarters if model.metadata_.get("time_scaling") else None,
+    )
+    kw = noise_kwargs(
+        model,
+        val["tests"].to_numpy(np.float64),
+        val["devices"].clip(lower=1).to_numpy(np.float64),
+        urban=val["urban"].to_numpy(bool),
+    )
+    pred = model.predict_dist(X, **kw)
+    want = gaussian_nll(val["log10_download"].to_numpy(), pred.mean, pred.var)
+    assert p.val_nll_gp == pytest.approx(want, rel=1e-6)
 
 
 def test_a_foreign_or_missing_layer_file_is_refused(run: Path, tmp_path: Path) -> None:
