@@ -62,8 +62,6 @@ PLACE_COVERAGE = 0.95
 MIN_PLACE_TILES = 30
 #: Held-out units those tiles must lie in for a share below 1 (``0.95 (K + 1) / K <= 1``).
 MIN_PLACE_UNITS = 19
-#: Validation NLL by which the GP alone must beat the local layer to be warned about.
-GP_NLL_MARGIN = 0.01
 
 
 def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -181,18 +179,9 @@ def fit_local_layer(
         place_share_basis=choice.basis,
         val_nll_gp=float(gp_nll),
     )
-    if layer.params.val_nll is not None and gp_nll < layer.params.val_nll - GP_NLL_MARGIN:
-        log.warning(
-            "local layer: the GP alone predicts the validation rows better (NLL %.4f against "
-            "%.4f): the tile effect's prior of an unmeasured tile is too wide for these data, "
-            "and rows of unmeasured tiles score worse than the GP's (docs/quantities.md, "
-            "'Fixed broadband')",
-            gp_nll,
-            layer.params.val_nll,
-        )
     log.info(
         "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
-        "validation NLL %.4f (tile effect alone %.4f)",
+        "validation NLL %.4f (tile effect alone %.4f, GP alone %.4f)",
         layer.params.sigma2,
         layer.params.range_km,
         layer.params.tau2,
@@ -200,6 +189,7 @@ def fit_local_layer(
         layer.params.place_share,
         layer.params.val_nll,
         layer.params.val_nll_without,
+        gp_nll,
     )
     return layer.with_effect(
         effect,

@@ -64,7 +64,7 @@ from pipelines import figures
 from pipelines.bundles import load_model
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
-from pipelines.layers import GP_NLL_MARGIN, MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
+from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
 from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
@@ -1023,23 +1023,14 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         + ". Validation NLL "
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field"
-        + _gp_nll_text(params.get("val_nll_gp"), params.get("val_nll"))
+        + _gp_nll_text(params.get("val_nll_gp"))
         + _place_share_text(params.get("place_share"), params.get("place_share_basis"))
     )
 
 
-def _gp_nll_text(gp: float | None, layer: float | None) -> str:
-    """The GP alone's validation NLL beside the layer's, and what it means when it is lower."""
-    if gp is None:
-        return "."
-    text = f", {_fmt(gp)} for the GP alone"
-    if layer is not None and gp < layer - GP_NLL_MARGIN:
-        text += (
-            ": the GP alone predicts these rows better, so the tile effect's prior of an "
-            "unmeasured tile is too wide for these data and rows of unmeasured tiles score "
-            "worse than the GP's (the maps' coverage is checked below)"
-        )
-    return text + "."
+def _gp_nll_text(gp: float | None) -> str:
+    """The GP alone's validation NLL beside the layer's (nothing for files without it)."""
+    return "." if gp is None else f", {_fmt(gp)} for the GP alone with its own noise."
 
 
 def _place_share_text(share: float | None, basis: dict[str, int] | None = None) -> str:

@@ -326,8 +326,8 @@ def test_the_local_layer_section_states_the_place_share() -> None:
 
 
 def test_the_local_layer_section_sets_the_gp_alone_beside_it() -> None:
-    """The GP alone's validation NLL is stated; when it beats the layer by more than 0.01
-    the section says what that means; files without it read as before."""
+    """The GP alone's validation NLL is stated beside the layer's; files without it read as
+    before."""
     from pipelines.report import _local_layer_section
     from pipelines.report_doc import Doc
 
@@ -340,12 +340,12 @@ def test_the_local_layer_section_sets_the_gp_alone_beside_it() -> None:
         "val_nll_without": 0.485,
         "place_share": 1.0,
     }
-    for gp, stated, better in ((0.372, True, True), (0.385, True, False), (None, False, False)):
+    for gp, stated in ((0.372, "0.372 for the GP alone"), (None, None)):
         doc = Doc("r")
         _local_layer_section(doc, {**params, "val_nll_gp": gp})
         text = doc.markdown()
-        assert ("for the GP alone" in text) == stated
-        assert ("the GP alone predicts these rows better" in text) == better
+        assert ("for the GP alone" in text) == (stated is not None)
+        assert stated is None or stated in text
 
 
 def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
