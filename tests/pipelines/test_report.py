@@ -288,20 +288,24 @@ def test_the_tile_effect_section_names_its_tests_shift() -> None:
     assert "meas × +0.28" in text and "dev × -2.20" in text and "was dropped" in text
 
 
+#: A local layer's parameters as ``metrics.json`` holds them, for the section's tests.
+_LAYER_PARAMS = {
+    "range_km": 1.5,
+    "sigma2": 0.05,
+    "neighbours": 16,
+    "tau2": {"all": 0.1},
+    "val_nll": 0.6,
+    "val_nll_without": 0.62,
+}
+
+
 def test_the_local_layer_section_states_the_place_share() -> None:
     """The share an unmeasured tile keeps, and the rule that chose it; 1 (or a file without
     it) says the whole prior is kept."""
     from pipelines.report import _local_layer_section
     from pipelines.report_doc import Doc
 
-    params = {
-        "range_km": 1.5,
-        "sigma2": 0.05,
-        "neighbours": 16,
-        "tau2": {"all": 0.1},
-        "val_nll": 0.6,
-        "val_nll_without": 0.62,
-    }
+    params = _LAYER_PARAMS
     for share, want in ((0.25, "place share 0.25"), (1.0, "whole prior"), (None, "whole prior")):
         doc = Doc("r")
         _local_layer_section(doc, {**params, "place_share": share})
@@ -331,15 +335,7 @@ def test_the_local_layer_section_sets_the_gp_alone_beside_it() -> None:
     from pipelines.report import _local_layer_section
     from pipelines.report_doc import Doc
 
-    params = {
-        "range_km": 1.5,
-        "sigma2": 0.05,
-        "neighbours": 16,
-        "tau2": {"all": 0.1},
-        "val_nll": 0.39,
-        "val_nll_without": 0.485,
-        "place_share": 1.0,
-    }
+    params = {**_LAYER_PARAMS, "place_share": 1.0}
     for gp, stated in ((0.372, "0.372 for the GP alone"), (None, None)):
         doc = Doc("r")
         _local_layer_section(doc, {**params, "val_nll_gp": gp})
