@@ -164,8 +164,8 @@ def map_calibration_of_run(
     import pyarrow.parquet as pq
 
     names = set(pq.read_schema(rd.tiles).names)
-    cols = ["quadkey", "quarter", "lon", "lat", "x1", "x2", "urban", spec.log_column]
-    cols += [c for c in ("tests", "devices") if c in names]
+    cols = ["quadkey", "quarter", "x1", "x2", "urban", spec.log_column]
+    cols += [c for c in ("tests", "devices", "lon", "lat") if c in names]
     test = pq.read_table(
         rd.tiles,
         columns=cols,
@@ -176,7 +176,11 @@ def map_calibration_of_run(
         return result
     tests = counts_or_one(test["tests"].to_numpy())
     split = (metadata.get("tiles_metadata") or {}).get("split")
-    units = held_out_units(test["lon"].to_numpy(), test["lat"].to_numpy(), split)
+    units = (
+        held_out_units(test["lon"].to_numpy(), test["lat"].to_numpy(), split)
+        if {"lon", "lat"} <= set(test.columns)
+        else None
+    )
     if units is not None:
         per_tile = pd.DataFrame({"tile": test["quadkey"], "tests": tests, "unit": units})
         per_tile = per_tile.groupby("tile").agg(tests=("tests", "sum"), unit=("unit", "first"))
