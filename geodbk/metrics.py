@@ -36,6 +36,7 @@ __all__ = [
     "WIDTH_IQR",
     "WIDTH_SD",
     "canonical_keys",
+    "clustered_checks_caveat",
     "coverage",
     "coverage_verdict",
     "crps_gaussian",
@@ -168,6 +169,19 @@ def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str
     if low > nominal:
         return "too wide"
     return "consistent"
+
+
+def clustered_checks_caveat(tiles: int | None, blocks: int | None) -> str:
+    """A sentence for a coverage measured on ``tiles`` that lie in fewer ``blocks`` held out
+    together: their errors are shared within a block, so the check is nearer ``blocks``
+    independent places and an interval over the tiles is too narrow. Empty otherwise."""
+    if tiles is None or blocks is None or blocks >= tiles:
+        return ""
+    return (
+        f" These {tiles} tiles lie in {blocks} held-out blocks, and tiles of one block share "
+        f"their errors: the check is nearer {blocks} independent places than {tiles}, so its "
+        "interval is too narrow."
+    )
 
 
 def interval_width(var: np.ndarray, *, level: float = 0.95) -> float:

@@ -14,6 +14,7 @@ import copy
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,8 +61,9 @@ PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
 PLACE_COVERAGE = 0.95
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
-#: Held-out units those tiles must lie in for a share below 1 (``0.95 (K + 1) / K <= 1``).
-MIN_PLACE_UNITS = 19
+#: Held-out units those tiles must lie in for a share below 1: the fewest ``K`` with
+#: ``PLACE_COVERAGE (K + 1) / K <= 1`` (:func:`required_coverage`), 19.
+MIN_PLACE_UNITS = math.ceil(PLACE_COVERAGE / (1.0 - PLACE_COVERAGE) - 1e-9)
 
 
 def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -101,7 +103,7 @@ class ValidationRows:
         Tests and urban flag of each row, for the place share (``None``: it stays 1).
     units
         The held-out unit of each row for the place share: rows of one unit were held out
-        together (a block of a block split; :func:`geodbk.geo.table.held_out_units`).
+        together (a block of a block split; :func:`geodbk.geo.blocks.held_out_units`).
         ``None``: each tile is its own unit.
     """
 
@@ -312,8 +314,7 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
             MIN_PLACE_TILES,
         )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
-    needed = required_coverage(scores.units)
-    if needed > 1.0:
+    if scores.units < MIN_PLACE_UNITS:
         log.info(
             "place share 1: the %d validation tiles without training rows that have %d+ "
             "tests lie in %d held-out blocks; a share below 1 needs %d",
@@ -323,6 +324,7 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
             MIN_PLACE_UNITS,
         )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
+    needed = required_coverage(scores.units)
     share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), 1.0)
     return PlaceShare(float(share), tiles=scores.tiles, units=scores.units)
 

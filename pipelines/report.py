@@ -55,6 +55,7 @@ from geodbk.metrics import (
     NLL,
     OFF_BY_2X,
     WIDTH95,
+    clustered_checks_caveat,
     coverage_verdict,
 )
 from geodbk.predictive import noise_kwargs
@@ -1043,8 +1044,8 @@ def _place_share_text(share: float | None, basis: dict[str, int] | None = None) 
         if not basis:
             why = (
                 "too few well-measured validation tiles without training rows, or too few "
-                "held-out blocks holding them (19 are needed), to certify less, or none covered "
-                "enough with less"
+                f"held-out blocks holding them ({MIN_PLACE_UNITS} are needed), to certify less, "
+                "or none covered enough with less"
             )
         elif tiles < MIN_PLACE_TILES:
             why = f"only{where} ({MIN_PLACE_TILES} are needed to choose less)"
@@ -1113,14 +1114,7 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     )
     tile = cal["tile"]["all"]
     interval = tile.get(COVERAGE95_INTERVAL)
-    blocks = cal.get("held_out_blocks")
-    caveat = (
-        f" These tiles lie in {blocks} held-out blocks, and tiles of one block share their "
-        f"errors: the check is nearer {blocks} independent places than {tile['tiles']}, so "
-        "its interval is too narrow."
-        if blocks is not None and blocks < tile["tiles"]
-        else ""
-    )
+    caveat = clustered_checks_caveat(tile["tiles"], cal.get("held_out_blocks"))
     if interval is not None:
         verdict = coverage_verdict(interval)
         doc.para(

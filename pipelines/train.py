@@ -853,7 +853,7 @@ def validation_rows_of_run(
     """The validation rows the post-fit steps read (:class:`pipelines.layers.ValidationRows`):
     tiles, quarters, noise covariates and groups read like the tile effect's, and each row's
     tests and urban class for the place share (tables have both), and its held-out unit
-    under the table's ``split`` metadata (:func:`geodbk.geo.table.held_out_units`)."""
+    under the table's ``split`` metadata (:func:`geodbk.geo.blocks.held_out_units`)."""
 
     tiles = split_tests(gdf, target, column="quadkey")["val"]
     times = (

@@ -107,3 +107,12 @@ def test_coverage_verdict_reads_where_the_nominal_level_falls() -> None:
     assert coverage_verdict(share_interval(114, 116)) == "consistent"  # 98.3% of 116 tiles
     assert coverage_verdict(share_interval(99, 116)) == "too narrow"  # 85.3%
     assert coverage_verdict(share_interval(1000, 1000)) == "too wide"
+
+
+def test_the_clustered_checks_caveat_names_the_blocks_only_when_fewer() -> None:
+    from geodbk.metrics import clustered_checks_caveat
+
+    text = clustered_checks_caveat(82, 15)
+    assert "82 tiles lie in 15 held-out blocks" in text and "too narrow" in text
+    assert clustered_checks_caveat(82, 82) == clustered_checks_caveat(82, None) == ""
+    assert clustered_checks_caveat(None, 15) == ""

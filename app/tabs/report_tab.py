@@ -27,6 +27,7 @@ from geodbk.metrics import (
     OFF_BY_2X,
     STD_SUFFIX,
     WIDTH95,
+    clustered_checks_caveat,
     coverage_verdict,
 )
 
@@ -375,13 +376,8 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
 def _blocks_caveat(cal: dict[str, Any]) -> str:
     """On a block split: how many held-out blocks the scored tiles lie in, and what that
     means for the interval (empty otherwise)."""
-    blocks, tiles = cal.get("held_out_blocks"), (cal.get("tile") or {}).get("all", {}).get("tiles")
-    if blocks is None or tiles is None or blocks >= tiles:
-        return ""
-    return (
-        f" The {tiles} tiles lie in {blocks} held-out blocks, whose tiles share their errors: "
-        f"the check is nearer {blocks} independent places, so the CI is too narrow."
-    )
+    tiles = (cal.get("tile") or {}).get("all", {}).get("tiles")
+    return clustered_checks_caveat(tiles, cal.get("held_out_blocks"))
 
 
 def _table(
