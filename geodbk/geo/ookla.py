@@ -32,6 +32,14 @@ import pandas as pd
 from geodbk.errors import DataError
 from geodbk.geo import quadkey as qk
 from geodbk.geo.quadkey import TILE_ZOOM
+from geodbk.geo.tile_columns import (
+    QUARTER_FORMS,
+    TYPE_COLUMNS,
+    numbers,
+    quarters_of,
+    refuse_unreadable,
+    row_types,
+)
 from geodbk.geo.timeaxis import parse_quarters
 
 log = logging.getLogger(__name__)
@@ -52,6 +60,8 @@ TILE_EXTENSIONS: tuple[str, ...] = (".parquet", ".geojson", ".json", ".zip", ".c
 
 # Shapefile (dBASE) field names are cut at 10 characters.
 _ALIASES = {"avg_lat_do": "avg_lat_down_ms", "avg_lat_up": "avg_lat_up_ms"}
+#: Columns read besides the measures: where quarters and network types may be given.
+_CONTEXT_COLUMNS: tuple[str, ...] = ("quarter", "year", "date", *TYPE_COLUMNS)
 
 
 @dataclass
@@ -102,10 +112,8 @@ def quarter_from_path(path: str | Path) -> str | None:
     m = re.search(r"(\d{4})-(\d{2})-\d{2}_performance", name)
     if m and 1 <= int(m.group(2)) <= 12:
         return f"{m.group(1)}Q{(int(m.group(2)) - 1) // 3 + 1}"
-    m = re.search(r"(?<!\d)(\d{4})[-_ ]?[Qq]([1-4])(?!\d)", name)
-    if m:
-        return f"{m.group(1)}Q{m.group(2)}"
-    return None
+    named = {f"{y}Q{q}" for y, q in re.findall(r"(?<!\d)(\d{4})[-_ ]?[Qq]([1-4])(?!\d)", name)}
+    return named.pop() if len(named) == 1 else None  # a range (2022Q3-2023Q4) names no one
 
 
 def type_from_path(path: str | Path) -> str | None:
@@ -242,13 +250,16 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
             import pyarrow.parquet as pq
 
             names = pq.read_schema(path).names
-            wanted = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, "quarter") if c in names]
-            df = pq.read_table(path, columns=wanted).to_pandas()
-            if "tile" in names and len(df):
-                null_geoms = _null_count(pq.ParquetFile(path), "tile")
-        elif tf.kind == "csv":
-            df = pd.read_csv(path, dtype={"quadkey": str, "quarter": str})
-            df = df.drop(columns=[c for c in ("tile", "geometry", "WKT") if c in df.columns])
+            known = {*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *_CONTEXT_COLUMNS}
+            df = pq.read_table(path, columns=[c for c in names if c.lower() in known]).to_pandas()
+            tile = [c for c in names if c.lower() == "tile"]
+            if tile and len(df):
+                null_geoms = _null_count(pq.ParquetFile(path), tile[0])
+        elif tf.kind == "csv":  # every column as text: numbers keep their digits and separators
+            df = pd.read_csv(path, dtype=str)
+            df = df.drop(
+                columns=[c for c in df.columns if c.lower() in ("tile", "geometry", "wkt")]
+            )
         else:
             import pyogrio
 
@@ -262,10 +273,9 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
             f"{path}: cannot read this {tf.kind} file ({type(exc).__name__}: {exc}); check that "
             f"it is complete and in one of the supported formats{_found_in(tf)}"
         ) from exc
-    df = df.rename(columns={c: _ALIASES.get(c, c) for c in df.columns})
-    df.columns = [str(c) for c in df.columns]
-    lower = {c.lower(): c for c in df.columns}
-    df = df.rename(columns={lower[c]: c for c in (*REQUIRED_COLUMNS, "quarter") if c in lower})
+    lower = [str(c).lower() for c in df.columns]
+    df.columns = [_ALIASES.get(c, c) for c in lower]
+    df = df.loc[:, ~df.columns.duplicated()]
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise DataError(
@@ -286,27 +296,46 @@ def _found_in(tf: TileFile) -> str:
     )
 
 
+def _zero_padded(text: pd.Series, tf: TileFile) -> pd.Series:
+    """Quadkeys written as numbers, which lost their leading zeros: zero-padded back to 16
+    digits (logged)."""
+    short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
+    if short:
+        log.warning(
+            "%s: the quadkey column holds numbers; %d quadkeys had lost their leading "
+            "zeros and were zero-padded back to 16 digits (store quadkeys as text)",
+            tf.path,
+            short,
+        )
+    return text.where(text == "", text.str.zfill(TILE_ZOOM))
+
+
 def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
     """The ``quadkey`` column as text. A column of numbers has lost its leading zeros: they are
-    put back (zero-padded to 16 digits, logged). A file whose quadkeys are all of another
+    put back (zero-padded to 16 digits, logged); so are a CSV's of 14-15 digits, whose digits
+    are all it has (``220333223131233.0`` read as the number it is; US keys start 02 or 03,
+    Alaska's north 00). A file whose quadkeys are all of another
     length is refused (cut quadkeys, or numbers written as text); single rows of another length
-    are dropped as ``quadkey_not_zoom16``."""
+    are dropped as ``quadkey_not_zoom16``. Quadkeys in a spreadsheet's scientific notation have
+    lost digits and are refused."""
     if pd.api.types.is_numeric_dtype(keys):
         whole = pd.to_numeric(keys, errors="coerce")
         text = pd.Series(
             np.where(whole.isna(), "", whole.fillna(0).astype("int64").astype(str)), dtype=str
         )
-        short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
-        text = text.where(text == "", text.str.zfill(TILE_ZOOM))
-        if short:
-            log.warning(
-                "%s: the quadkey column holds numbers; %d quadkeys had lost their leading "
-                "zeros and were zero-padded back to 16 digits (store quadkeys as text)",
-                tf.path,
-                short,
-            )
-        return text.to_numpy(dtype=str)
+        return _zero_padded(text, tf).to_numpy(dtype=str)
     text = pd.Series(np.where(keys.isna(), "", keys.astype(str).str.strip()), dtype=str)
+    given = text[text != ""]
+    if len(given) and given.str.fullmatch(r"\d(?:\.\d+)?[eE]\+?\d+").mean() > 0.5:
+        raise DataError(
+            f"{tf.path}: column 'quadkey' holds numbers in scientific notation (e.g. "
+            f"{given.iloc[0]!r}), as a spreadsheet writes long numbers: their last digits are "
+            "lost. Re-export the table with the quadkey column formatted as text"
+        )
+    if tf.kind == "csv":  # a CSV's numbers are text: 14-15 digits lost the zeros of 0, 00
+        text = text.str.replace(r"^(\d+)\.0*$", r"\1", regex=True)
+        if len(given) and text[text != ""].str.fullmatch(r"\d{14,16}").all():
+            text = _zero_padded(text, tf)
     lengths = text[text != ""].str.len()
     if len(lengths) and not (lengths == TILE_ZOOM).any():
         common = int(lengths.mode().iloc[0])
@@ -324,20 +353,46 @@ def _count(dropped: dict[str, int], reason: str, n: int) -> None:
         dropped[reason] = dropped.get(reason, 0) + int(n)
 
 
+def _rows_of_type(
+    raw: pd.DataFrame, type: str | None, tf: TileFile, dropped: dict[str, int], seen: set[str]
+) -> pd.DataFrame:
+    """The rows of network ``type`` where the table names each row's type (a ``type`` column,
+    :data:`geodbk.geo.tile_columns.TYPE_COLUMNS`; the others counted as ``other_type``). Without
+    ``type``, a table of both types is refused; the types found are added to ``seen``."""
+    typed = row_types(raw)
+    if typed is None:
+        return raw
+    kinds, column = typed
+    if type is None:
+        found = set(kinds[kinds != ""])
+        if len(found) > 1:
+            raise DataError(
+                f"{tf.path}: column {column!r} holds both mobile and fixed rows; pass --type "
+                "mobile or --type fixed"
+            )
+        seen |= found
+        return raw
+    other = (kinds != type).to_numpy()
+    _count(dropped, "other_type", int(other.sum()))
+    return raw.loc[~other].reset_index(drop=True)
+
+
 def _clean(
     df: pd.DataFrame, quarter: str | None, tf: TileFile, dropped: dict[str, int]
 ) -> pd.DataFrame:
     """Validate rows of one file: normalise dtypes, drop unusable rows counting the reasons."""
     out = pd.DataFrame(index=pd.RangeIndex(len(df)))
     out["quadkey"] = _quadkeys(df["quadkey"], tf)
-    if "quarter" in df.columns:
-        q = df["quarter"].astype(str).str.strip().str.upper().str.replace(r"[-_ ]", "", regex=True)
-        ok_q = q.str.fullmatch(r"\d{4}Q[1-4]")
-        if quarter is not None:
-            q = q.where(ok_q, quarter)
-        else:
-            _count(dropped, "bad_quarter", int((~ok_q).sum()))
-        out["quarter"] = q.where(q.str.fullmatch(r"\d{4}Q[1-4]"), "")
+    keep = np.ones(len(df), dtype=bool)
+    found = quarters_of(df)
+    if found is not None:  # the table's own quarters: never replaced by the path's
+        q, source = found
+        raw_q = df["quarter"] if "quarter" in df.columns else df["date"]
+        refuse_unreadable(q, raw_q, path=tf.path, column=source, what=f"quarters ({QUARTER_FORMS})")
+        out["quarter"] = q.to_numpy()
+        ok_q = (out["quarter"] != "").to_numpy()
+        _count(dropped, "bad_quarter", int((~ok_q).sum()))
+        keep &= ok_q
     elif quarter is not None:
         out["quarter"] = quarter
     else:
@@ -347,14 +402,13 @@ def _clean(
             "include 2023Q4 in its name, add a 'quarter' column, or ingest that one quarter "
             "(--quarters 2023Q4)"
         )
-    keep = np.ones(len(df), dtype=bool)
-    if "quarter" in df.columns and quarter is None:
-        keep &= (out["quarter"] != "").to_numpy()
     for col in REQUIRED_COLUMNS[1:]:
-        out[col] = pd.to_numeric(df[col], errors="coerce").astype("float64").to_numpy()
+        values = numbers(df[col])
+        refuse_unreadable(values, df[col], path=tf.path, column=col, what="numbers (12345)")
+        out[col] = values.to_numpy()
     for col in OPTIONAL_COLUMNS:
         if col in df.columns:
-            out[col] = pd.to_numeric(df[col], errors="coerce").astype("float64").to_numpy()
+            out[col] = numbers(df[col]).to_numpy()
     measures = out[list(REQUIRED_COLUMNS[1:])].to_numpy()
     checks: list[tuple[str, np.ndarray]] = [
         ("bad_quadkey", ~qk.valid_quadkeys(out["quadkey"].to_numpy())),
@@ -432,15 +486,25 @@ def read_tiles(
     frames: list[pd.DataFrame] = []
     sources: list[dict[str, Any]] = []
     total = 0
+    given_quarter: list[Path] = []  # files whose quarter only --quarters says
+    seen_types = {f.type for f in files if f.type}
     for tf in files:
         raw, null_geoms = _read_raw(tf)
         total += len(raw)
         before = dict(dropped)
+        raw = _rows_of_type(raw, type, tf, dropped, seen_types)
         quarter = tf.quarter
         if quarter is None and wanted is not None and len(wanted) == 1:
             quarter = wanted[0]  # one quarter asked for: a file that names none holds it
-            if "quarter" not in raw.columns:
+            if quarters_of(raw) is None:
                 log.info("%s names no quarter: taken as %s (--quarters)", tf.path, quarter)
+                given_quarter.append(tf.path)
+        if len(given_quarter) > 1:
+            raise DataError(
+                f"{given_quarter[0]} and {given_quarter[1]} name no quarter and have no quarter "
+                f"column; --quarters {quarter} can stand for one file only. Name each file's "
+                "quarter (e.g. ..._2023Q4.parquet) or add a 'quarter' column"
+            )
         clean = _clean(raw, quarter, tf, dropped)
         if wanted is not None and len(clean):
             inside = clean["quarter"].isin(wanted).to_numpy()
@@ -463,10 +527,23 @@ def read_tiles(
             }
         )
         log.debug("read %s: %d rows, %d kept", tf.path, len(raw), len(clean))
+    if type is None and len(seen_types) > 1:
+        raise DataError(
+            "the --tiles files hold both mobile and fixed tiles; pass --type mobile or --type fixed"
+        )
+    type = type if type is not None else next(iter(seen_types), None)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(df):
         dup = df.duplicated(subset=["quadkey", "quarter"], keep="first").to_numpy()
         _count(dropped, "duplicate_tile_quarter", int(dup.sum()))
+        if dup.mean() > 0.1:
+            log.warning(
+                "%d of %d rows repeat a tile and quarter read before them and were dropped "
+                "(duplicate_tile_quarter): check that no two files, or two types, are read as "
+                "the same quarter",
+                int(dup.sum()),
+                len(df),
+            )
         if dup.any():
             df = df.loc[~dup].reset_index(drop=True)
     return TileRead(

@@ -179,3 +179,87 @@ def test_unknown_quarter_is_an_error(tmp_path: Path, tiles_df: pd.DataFrame) -> 
         ookla.read_tiles([path], quarters="2023Q3:2023Q4")
     got = ookla.read_tiles([path], quarters="2023Q4")  # one quarter asked for: the file's
     assert len(got.frame) == len(tiles_df) and set(got.frame["quarter"]) == {"2023Q4"}
+
+
+def test_spreadsheet_numbers_with_thousands_separators_are_read(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile")
+    df["avg_d_kbps"] = [f"{v:,}" for v in df["avg_d_kbps"]]
+    path = tmp_path / "tiles_2023Q4.csv"
+    df.to_csv(path, index=False)
+    got = ookla.read_tiles([path])
+    assert len(got.frame) == len(df) and not got.dropped
+    assert got.frame["avg_d_kbps"].tolist() == tiles_df["avg_d_kbps"].tolist()
+    df["tests"] = "many"
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"tiles_2023Q4\.csv: column 'tests' holds 60 of 60"):
+        ookla.read_tiles([path])
+
+
+def test_a_type_column_selects_rows_or_asks_for_a_type(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile")
+    df["type"] = ["mobile"] * 20 + ["Fixed"] * 40
+    path = tmp_path / "both_2023Q4.parquet"
+    df.to_parquet(path)
+    got = ookla.read_tiles([path], type="mobile")
+    assert len(got.frame) == 20 and got.dropped == {"other_type": 40}
+    with pytest.raises(DataError, match="holds both mobile and fixed rows; pass --type"):
+        ookla.read_tiles([path])
+    df["type"] = "fixed"
+    df.to_parquet(path)
+    assert ookla.read_tiles([path]).type == "fixed"
+
+
+def test_a_quarter_column_is_never_replaced_by_the_name_or_quarters(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile")
+    df["quarter"] = ["Q3 2022"] * 30 + ["Q4 2023"] * 30
+    path = tmp_path / "maui_mobile_2022Q3-2023Q4.parquet"  # a range: the name names no quarter
+    df.to_parquet(path)
+    assert ookla.quarter_from_path(path) is None
+    got = ookla.read_tiles([path])
+    assert got.frame["quarter"].value_counts().to_dict() == {"2022Q3": 30, "2023Q4": 30}
+    got = ookla.read_tiles([path], quarters="2023Q4")
+    assert len(got.frame) == 30 and got.dropped == {"outside_quarters": 30}
+    df["quarter"] = "autumn"
+    df.to_parquet(path)
+    with pytest.raises(DataError, match=r"column 'quarter' holds 60 of 60 .*'autumn'.*Q4 2023"):
+        ookla.read_tiles([path], quarters="2023Q4")
+
+
+def test_quarters_stands_for_one_file_only(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
+    for name in ("maui_q3.parquet", "maui_q4.parquet"):
+        tiles_df.drop(columns="tile").to_parquet(tmp_path / name)
+    with pytest.raises(DataError, match=r"name no quarter .*--quarters 2023Q4 can stand for one"):
+        ookla.read_tiles([tmp_path], quarters="2023Q4")
+
+
+def test_csv_quadkeys_written_as_numbers_are_padded_or_refused(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile")
+    keys = df["quadkey"].str.lstrip("0")
+    df["quadkey"] = keys.where(np.arange(len(df)) % 2 == 0, keys + ".0")  # as floats, half
+    path = tmp_path / "tiles_2023Q4.csv"
+    df.to_csv(path, index=False)
+    got = ookla.read_tiles([path])
+    assert sorted(got.frame["quadkey"]) == sorted(tiles_df["quadkey"]) and not got.dropped
+    df["quadkey"] = [f"{int(k):.5E}" for k in keys]  # a spreadsheet's scientific notation
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"scientific notation.*formatted as text"):
+        ookla.read_tiles([path])
+
+
+def test_parquet_and_shapefile_columns_in_upper_case(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile").rename(columns=str.upper)
+    df["AVG_LAT_DOWN_MS"] = 12
+    path = tmp_path / "tiles_2023Q4.parquet"
+    df.to_parquet(path)
+    got = ookla.read_tiles([path])
+    assert len(got.frame) == len(df) and (got.frame["avg_lat_down_ms"] == 12).all()

@@ -27,13 +27,21 @@ def test_integer_quadkeys_get_their_leading_zeros_back(tmp_path: Path) -> None:
     assert not read.dropped  # nothing lost, nothing called "outside"
 
 
-def test_text_quadkeys_without_their_zeros_are_refused(tmp_path: Path) -> None:
+def test_csv_quadkeys_without_their_zeros_are_padded_and_cut_ones_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CSV's quadkeys are text whatever wrote them: 14-15 digits are numbers that lost their
+    leading zeros (padded, logged, as in a parquet column of numbers); 13 or fewer were cut."""
     tiles = make_tiles(30)
     path = tmp_path / f"{NAME}.csv"
     tiles.assign(quadkey=tiles["quadkey"].str.lstrip("0")).drop(columns="tile").to_csv(
         path, index=False
     )
-    with pytest.raises(DataError, match="15-digit quadkeys") as info:
+    read = ookla.read_tiles([path])
+    assert sorted(read.frame["quadkey"]) == sorted(tiles["quadkey"]) and not read.dropped
+    assert "zero-padded back to 16 digits" in caplog.text
+    tiles.assign(quadkey=tiles["quadkey"].str[:13]).drop(columns="tile").to_csv(path, index=False)
+    with pytest.raises(DataError, match="13-digit quadkeys") as info:
         ookla.read_tiles([path])
     assert str(path) in str(info.value) and "'quadkey'" in str(info.value)
 
