@@ -237,8 +237,8 @@ def _read_frame(path: Path, *, shown: str) -> gpd.GeoDataFrame:
                     f"known); write it with geopandas `to_parquet`, or give a {_FORMATS} file"
                 )
             return gpd.read_parquet(path)
-        _, source = _source(text, what="areas")
-        return gpd.read_file(source)
+        _, source, layer = _source(text, what="areas")
+        return gpd.read_file(source, layer=layer)
     except DataError:
         raise
     except Exception as exc:  # pyogrio, pyarrow and fiona raise several types of their own

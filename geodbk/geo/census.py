@@ -156,58 +156,96 @@ def read_urban_areas(
     )
 
 
-#: Normalised names of a tract GEOID column in a rural-tract list.
-_RURAL_LIST_FIELDS = ("FIPS", "GEOID", "GEOID10", "GEOID20", "TRACT", "TRACTFIPS", "TRACTGEOID")
+#: Words that mark a header field of tract GEOIDs in a rural-tract list (normalised names that
+#: contain one: ``FIPS``, ``GEOID_2010``, ``Tract FIPS Code``, ``Census Tract``), most telling
+#: first.
+_RURAL_LIST_WORDS = ("GEOID", "FIPS", "TRACT")
+
+
+def _list_lines(p: Path) -> list[list[str]]:
+    """The lines of a rural-tract list: a text file's, or those of each sheet of a workbook in
+    turn (one list of lines per sheet)."""
+    if p.suffix.lower() in (".xls", ".xlsx"):
+        sheets = pd.read_excel(p, dtype=str, header=None, sheet_name=None)
+        return [
+            [
+                ",".join("" if pd.isna(v) else str(v).replace(",", " ") for v in row)
+                for row in frame.itertuples(index=False)
+            ]
+            for frame in sheets.values()
+        ]
+    return [p.read_text(encoding="utf-8-sig", errors="replace").splitlines()]
+
+
+def _tract_ids(values: pd.Series) -> pd.Series:
+    """The 10-11 digit codes among ``values``, zero-padded to 11 digits."""
+    ids = _digits(values.dropna()).str.strip('"')
+    return ids[ids.str.fullmatch(r"\d{10,11}").fillna(False)].str.zfill(11)
+
+
+def _rural_ids(lines: list[str]) -> tuple[set[str], list[str]] | None:
+    """The GEOIDs under the first header line that has a GEOID/FIPS/TRACT field and a column
+    whose values are mostly 11-digit codes (of several, by :data:`_RURAL_LIST_WORDS` order);
+    ``None`` when no line has such a field, an empty set and the last such line's fields when
+    none has such a column (prose above the FCC list mentions census tracts)."""
+    headers: list[str] | None = None
+    for i, line in enumerate(lines):
+        fields = [_norm(f) for f in re.split(r"[,;\t]", line.strip())]
+        if not any(w in f for f in fields for w in _RURAL_LIST_WORDS):
+            continue
+        sep = next((s for s in (",", ";", "\t") if s in line), ",")
+        try:
+            df = pd.read_csv(io.StringIO("\n".join(lines[i:])), dtype=str, sep=sep)
+        except pd.errors.ParserError:  # a line of prose: its fields run on below
+            continue
+        ranked = sorted(
+            range(len(df.columns)),
+            key=lambda k: next(
+                (n for n, w in enumerate(_RURAL_LIST_WORDS) if w in _norm(df.columns[k])), 9
+            ),
+        )
+        for k in ranked:
+            values = df.iloc[:, k].dropna()
+            ids = _tract_ids(values)
+            if len(values) and len(ids) >= 0.5 * len(values):
+                return set(ids), []
+        headers = [str(c) for c in df.columns]
+    return None if headers is None else (set(), headers)
 
 
 def read_rural_tract_list(path: str | Path) -> set[str]:
     """Read a list of rural tract GEOIDs (11 digits).
 
     Accepts the FCC file (prose preamble, then a line ``FIPS``, then one GEOID per line) or any
-    CSV or Excel table with a ``FIPS``/``GEOID``/``GEOID10``/``GEOID20``/``TRACT`` column,
-    in any position. GEOIDs that lost their leading zero are re-padded.
+    CSV or Excel table (any sheet) whose header names a column of tract GEOIDs (``FIPS``,
+    ``GEOID``, ``GEOID10``, ``Tract FIPS Code``, ...; of several, the one holding 11-digit
+    codes), in any position. GEOIDs that lost their leading zero are re-padded.
     """
     p = Path(path)
     try:
-        if p.suffix.lower() in (".xls", ".xlsx"):
-            frame = pd.read_excel(p, dtype=str, header=None)
-            lines = [
-                ",".join("" if pd.isna(v) else str(v).replace(",", " ") for v in row)
-                for row in frame.itertuples(index=False)
-            ]
-        else:
-            lines = p.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+        books = _list_lines(p)
     except Exception as exc:
         raise DataError(
             f"{p}: cannot read the rural-tract list ({type(exc).__name__}: {exc})"
         ) from exc
-    found = next(
-        (
-            (i, fields.index(name))
-            for i, line in enumerate(lines)
-            for fields in [[_norm(f) for f in re.split(r"[,;\t]", line.strip())]]
-            for name in fields
-            if name in _RURAL_LIST_FIELDS
-        ),
-        None,
+    headers: list[str] = []
+    for lines in books:
+        found = _rural_ids(lines)
+        if found is not None and found[0]:
+            return found[0]
+        if found is not None:
+            headers = found[1]
+    if headers:
+        raise DataError(
+            f"{p}: the rural-tract list has no column of 11-digit tract GEOIDs (columns: "
+            f"{', '.join(headers)}); it needs one, e.g. FIPS or GEOID, of codes like 15001021010"
+        )
+    raise DataError(
+        f"{p}: no FIPS/GEOID header line in the rural-tract list"
+        + (" (in any sheet)" if len(books) > 1 else "")
+        + "; expected the FCC file (a line 'FIPS' followed by one 11-digit tract GEOID per "
+        "line) or a table with a FIPS, GEOID, GEOID10 or GEOID20 column of tract GEOIDs"
     )
-    if found is None:
-        raise DataError(
-            f"{p}: no FIPS/GEOID header line in the rural-tract list; expected the FCC file "
-            "(a line 'FIPS' followed by one 11-digit tract GEOID per line) or a table with a "
-            "FIPS, GEOID, GEOID10 or GEOID20 column of tract GEOIDs"
-        )
-    header, position = found
-    df = pd.read_csv(io.StringIO("\n".join(lines[header:])), dtype=str, sep=None, engine="python")
-    col = df.columns[position]
-    ids = _digits(df[col].dropna()).str.strip('"')
-    ids = ids[ids.str.fullmatch(r"\d{10,11}").fillna(False)].str.zfill(11)
-    if ids.empty:
-        raise DataError(
-            f"{p}: the rural-tract list has no 11-digit tract GEOIDs in its column {col!r} "
-            "after its header"
-        )
-    return set(ids)
 
 
 #: A year of the 2010s or 2020s in a file name, not part of a longer number.
@@ -264,7 +302,7 @@ def read_tract_urban(
             "names 2010 tracts), or use --urban-areas or --counties/--rucc"
         )
     vintages = _warn_on_mixed_vintages(tracts, rural_tracts, f)
-    raw = gdf[f].astype(str).str.strip()
+    raw = _digits(gdf[f]).fillna("")  # a GEOID stored as a number: 15009030100.0
     if len(raw) and raw.str.len().max() <= 5:
         raise DataError(
             f"{tracts}: field {f} holds {int(raw.str.len().max())}-digit codes (states or "

@@ -73,9 +73,10 @@ def zip_layer(path: Path, member: str | None = None, *, what: str = "vector") ->
     return f"/vsizip/{path.resolve()}/{layers[0]}"
 
 
-def _source(path: str | Path, *, what: str) -> tuple[Path, str]:
-    """``(file on disk, what GDAL opens)`` for a vector path: a zip archive (optionally
-    ``ARCHIVE.zip!member``) resolves to its one layer (:func:`zip_layer`)."""
+def _source(path: str | Path, *, what: str) -> tuple[Path, str, str | None]:
+    """``(file on disk, what GDAL opens, its layer)`` for a vector path: a zip archive
+    (optionally ``ARCHIVE.zip!member``) resolves to its one layer (:func:`zip_layer`); a file of
+    several layers (a GeoPackage) needs ``FILE.gpkg!layer``, and the error lists them."""
     text = str(path)
     member = None
     if ZIP_MEMBER_SEPARATOR in text and not Path(text).exists():
@@ -84,8 +85,21 @@ def _source(path: str | Path, *, what: str) -> tuple[Path, str]:
     if not p.exists():
         raise DataError(f"{p}: no such {what} file")
     if p.suffix.lower() == ".zip" or (member is not None and zipfile.is_zipfile(p)):
-        return p, zip_layer(p, member, what=what)
-    return p, str(p)
+        return p, zip_layer(p, member, what=what), None
+    try:
+        import pyogrio
+
+        layers = [str(name) for name in pyogrio.list_layers(str(p))[:, 0]]
+    except Exception:  # not a vector file: reading it says so
+        return p, str(p), member
+    if member is not None and member not in layers:
+        raise DataError(f"{p}: no layer {member!r} in the file; it holds {', '.join(layers)}")
+    if member is None and len(layers) > 1:
+        raise DataError(
+            f"{p}: the file holds {len(layers)} layers ({', '.join(layers)}); name the {what} "
+            f"layer after a '{ZIP_MEMBER_SEPARATOR}': {p}{ZIP_MEMBER_SEPARATOR}LAYER"
+        )
+    return p, str(p), member
 
 
 def lonlat_without_crs(gdf: gpd.GeoDataFrame, *, shown: str | Path) -> gpd.GeoDataFrame:
@@ -142,13 +156,13 @@ def read_vector(
         If the file is missing, unreadable, has no geometry, or has no CRS and coordinates
         that are not lon/lat (:func:`lonlat_without_crs`).
     """
-    p, source = _source(path, what=what)
+    p, source, layer = _source(path, what=what)
     try:
         import pyogrio
 
         file_bbox = None
         if bbox is not None:
-            info = pyogrio.read_info(source)
+            info = pyogrio.read_info(source, layer=layer)
             crs = info.get("crs")
             # without a CRS the file's units are unknown: read it all, filter once in degrees
             file_bbox = bbox if crs else None
@@ -157,9 +171,9 @@ def read_vector(
                     gpd.GeoSeries([shapely.box(*bbox)], crs=WGS84).to_crs(crs).total_bounds
                 )
         gdf = (
-            gpd.read_file(source, bbox=file_bbox)
+            gpd.read_file(source, bbox=file_bbox, layer=layer)
             if file_bbox is not None
-            else gpd.read_file(source)
+            else gpd.read_file(source, layer=layer)
         )
     except Exception as exc:
         raise DataError(

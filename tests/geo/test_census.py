@@ -159,3 +159,46 @@ def test_resolve_urban_requires_pairs_and_one_source(tmp_path: Path) -> None:
         census.resolve_urban(urban_areas="u.zip", counties="c.zip", rucc="r.csv")
     with pytest.raises(DataError, match="no such urban-area file"):
         census.resolve_urban(urban_areas=tmp_path / "missing.zip")
+
+
+def test_rural_list_column_of_geoids_among_other_code_columns(tmp_path: Path) -> None:
+    """A table of State, County, Tract and GEOID (the 6-digit tract code first), headers such
+    as ``GEOID_2010`` or ``Tract FIPS Code``, and a workbook whose first sheet is notes: the
+    column holding 11-digit GEOIDs is read."""
+    import pandas as pd
+
+    want = {"15001021300", "01001020100"}
+    parts = tmp_path / "parts.csv"
+    parts.write_text(
+        "State,County,Tract,GEOID\n15,001,021300,15001021300\n01,001,020100,1001020100\n"
+    )
+    assert census.read_rural_tract_list(parts) == want
+    for header in ("GEOID_2010", "Tract FIPS Code", "Census Tract"):
+        one = tmp_path / "one.csv"
+        one.write_text(f"{header}\n15001021300\n01001020100\n")
+        assert census.read_rural_tract_list(one) == want
+    book = tmp_path / "two_sheets.xlsx"
+    with pd.ExcelWriter(book) as writer:
+        pd.DataFrame({"Notes": ["rural tracts, 2010 census"]}).to_excel(
+            writer, sheet_name="notes", index=False
+        )
+        pd.DataFrame({"FIPS": ["15001021300", "01001020100"]}).to_excel(
+            writer, sheet_name="list", index=False
+        )
+    assert census.read_rural_tract_list(book) == want
+    codes = tmp_path / "codes.csv"
+    codes.write_text("State,Tract\n15,021300\n")
+    with pytest.raises(
+        DataError, match=r"no column of 11-digit tract GEOIDs \(columns: State, Tract"
+    ):
+        census.read_rural_tract_list(codes)
+
+
+def test_tract_geoids_stored_as_numbers(tmp_path: Path) -> None:
+    """A tract layer whose GEOID field holds floats (15001021300.0) labels as the text one."""
+    tracts = tmp_path / "tracts.gpkg"
+    _squares(GEOID=[15001021300.0, 15001021400.0]).to_file(tracts)  # type: ignore[list-item]
+    rural = tmp_path / "fcc.csv"
+    rural.write_text(FCC_PREAMBLE)
+    layer = census.read_tract_urban(tracts, rural)
+    assert layer.label(LON, LAT).tolist() == [False, True, False, False]

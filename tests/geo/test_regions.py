@@ -102,3 +102,16 @@ def test_alaska_from_the_census_state_file_is_one_region_in_one_frame(hawaii_dir
     grid = make_grid(alaska.extent, resolution=0.25)
     mask = region_mask(alaska.geometry, grid)
     assert mask[:, grid.x < 180.0].any() and mask[:, grid.x > 180.0].any()
+
+
+def test_a_geopackage_of_several_layers_needs_the_layer_named(tmp_path: Path) -> None:
+    path = tmp_path / "layers.gpkg"
+    for layer, box in (("counties", (0, 0, 5, 5)), ("tracts", (0, 0, 1, 1))):
+        gdf = gpd.GeoDataFrame({"GEOID": ["1"]}, geometry=[shapely.box(*box)], crs="EPSG:4326")
+        gdf.to_file(path, layer=layer)
+    with pytest.raises(DataError, match=r"2 layers \(counties, tracts\).*layers\.gpkg!LAYER"):
+        regions.read_vector(path, what="census-tract")
+    got = regions.read_vector(f"{path}!tracts", bbox=(-1, -1, 2, 2), what="census-tract")
+    assert got.total_bounds.tolist() == [0, 0, 1, 1]
+    with pytest.raises(DataError, match="no layer 'blocks' in the file; it holds counties, tracts"):
+        regions.read_vector(f"{path}!blocks")
