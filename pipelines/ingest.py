@@ -163,6 +163,7 @@ def run_ingest(
         inside = inside_u[codes]
         if (~inside).any():
             dropped["outside_region"] = dropped.get("outside_region", 0) + int((~inside).sum())
+            _warn_on_edge_tiles(the_region, frame, first[~inside_u], inside)
             frame = frame.loc[inside].reset_index(drop=True)
     if len(frame) == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items())) or "none"
@@ -288,6 +289,38 @@ def run_ingest(
 #: Files one ingest writes together, in the order they are moved into place
 #: (``ingest_manifest.json``, which lists them, goes last).
 INGEST_FILES = ("region.geojson", "urban_areas.geojson", "tiles.parquet", "ingest_report.json")
+#: Share of the rows dropped as outside the region while their tiles overlap it above which the
+#: region's boundary is said to be too coarse.
+EDGE_SHARE_WARNED = 0.01
+
+
+def _warn_on_edge_tiles(
+    region: Region, frame: pd.DataFrame, outside_rows: np.ndarray, inside: np.ndarray
+) -> None:
+    """Say when over :data:`EDGE_SHARE_WARNED` of the rows were dropped whose tile overlaps the
+    region with its centre outside: a generalised boundary (the 1:500k state file) cuts coastal
+    tiles off; a detailed one (the state's census tracts as ``--region``) keeps them."""
+    if region.kind == "bbox" or not len(outside_rows):
+        return
+    edge = region.overlaps(frame["geometry"].to_numpy()[outside_rows])
+    edge_keys = set(frame["quadkey"].to_numpy()[outside_rows[edge]])
+    rows = frame["quadkey"].isin(edge_keys).to_numpy() & ~inside
+    if rows.mean() <= EDGE_SHARE_WARNED:
+        return
+    tests = frame["tests"].to_numpy()
+    log.warning(
+        "%d rows (%.1f%%; %.1f%% of the tests) were dropped as outside the region although "
+        "their tile overlaps it (%d tiles whose centre the boundary of %s leaves out: a "
+        "generalised coastline?); to keep them pass a detailed boundary as --region (e.g. "
+        "the state's census tracts)",
+        int(rows.sum()),
+        100 * rows.mean(),
+        100 * tests[rows].sum() / max(int(tests.sum()), 1),
+        len(edge_keys),
+        region.name,
+    )
+
+
 MANIFEST = "ingest_manifest.json"
 
 

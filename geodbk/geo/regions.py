@@ -251,6 +251,13 @@ class Region:
         shapely.prepare(geom)
         return np.asarray(shapely.intersects_xy(geom, lon_a, lat_a), dtype=bool)
 
+    def overlaps(self, polygons: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Which ``polygons`` (tiles, EPSG:4326) overlap the region: a tile at the edge of a
+        generalised coastline may overlap it with its centre outside."""
+        geom = self.geometry
+        shapely.prepare(geom)
+        return np.asarray(shapely.intersects(geom, np.asarray(polygons)), dtype=bool)
+
     def scaling(self) -> Scaling:
         """The [-1, 1]² scaling by the region's bounding box in its frame (:attr:`extent`)."""
         return Scaling.from_bounds(self.extent)

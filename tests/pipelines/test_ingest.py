@@ -155,3 +155,29 @@ def test_a_block_split_far_from_its_shares_is_warned_about(
     with caplog.at_level("WARNING", logger="geodbk"):
         _check_split_sizes(even, split="block", block_size=0.1)
     assert "holds" not in caplog.text
+
+
+def test_tiles_a_coarse_boundary_cuts_off_are_warned_about(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A region whose edge passes between the western tiles' centres and their western edges
+    (a generalised coastline) drops those tiles, and says how to keep them."""
+    import geopandas as gpd
+    from geo_helpers import make_tiles
+
+    from geodbk.geo import quadkey as qk
+
+    tiles = make_tiles(200)
+    path = tmp_path / "tiles_2023Q4.parquet"
+    tiles.to_parquet(path)
+    lon, lat = qk.quadkey_centroid(tiles["quadkey"].to_numpy())
+    west, east = float(lon.min()), float(lon.max())
+    edge = west + 0.25 * (float(lon[lon > west].min()) - west)  # a quarter tile east of centres
+    box = shapely.box(edge, float(lat.min()) - 0.01, east + 0.01, float(lat.max()) + 0.01)
+    region = tmp_path / "region.geojson"
+    gpd.GeoDataFrame(geometry=[box], crs="EPSG:4326").to_file(region)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        report = run_ingest(run=tmp_path / "run", tiles=[path], region=region)
+    cut = int((lon == west).sum())
+    assert report["counts"]["dropped"] == {"outside_region": cut}
+    assert f"{cut} rows" in caplog.text and "pass a detailed boundary as --region" in caplog.text
