@@ -404,7 +404,8 @@ def urban_checks(n_urban: int, n: int) -> dict[str, Any]:
         side = "urban" if share > 0.5 else "rural"
         out["warning"] = (
             f"{max(share, 1 - share):.1%} of the rows are {side}: check the census input "
-            "(the right state's file, intact geometries, a rural list that covers the state)"
+            "(the right state's file, intact geometries, and a rural-tract list or RUCC table "
+            "that covers the state)"
         )
         log.warning("ingest: %s", out["warning"])
     return out

@@ -37,7 +37,7 @@ log = logging.getLogger("geodbk")
 #: are in every Census layer: a state or tract file would pass as urban areas).
 _UA_CODE_FIELDS = ("UACE20", "UACE10", "UACE")
 _UA_NAME_FIELDS = ("NAME20", "NAME10", "NAME", "NAMELSAD20", "NAMELSAD10")
-_TRACT_FIELDS = ("GEOID", "GEOID20", "GEOID10", "GEOID00", "CTIDFP00")
+_TRACT_FIELDS = ("GEOID", "GEOID20", "GEOID10", "GEOID00", "CTIDFP00", "GEO_ID")
 _COUNTY_FIELDS = ("GEOID", "GEOID20", "GEOID10", "CNTYIDFP", "FIPS")
 
 
@@ -303,6 +303,7 @@ def read_tract_urban(
         )
     vintages = _warn_on_mixed_vintages(tracts, rural_tracts, f)
     raw = _digits(gdf[f]).fillna("")  # a GEOID stored as a number: 15009030100.0
+    raw = raw.str.replace(r"^\d{7}US", "", regex=True)  # cartographic GEO_ID 1400000US...
     if len(raw) and raw.str.len().max() <= 5:
         raise DataError(
             f"{tracts}: field {f} holds {int(raw.str.len().max())}-digit codes (states or "

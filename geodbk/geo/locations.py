@@ -21,6 +21,7 @@ import pandas as pd
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, quadkey_centroid, valid_quadkeys
+from geodbk.geo.tile_columns import padded_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
 
@@ -29,8 +30,17 @@ log = logging.getLogger("geodbk")
 #: Column names read as longitude / latitude (case-insensitive), in order of preference.
 LON_NAMES = ("lon", "longitude", "lng", "long", "x")
 LAT_NAMES = ("lat", "latitude", "y")
-_SUFFIXES = {".parquet": "parquet", ".geoparquet": "parquet", ".csv": "csv", ".txt": "csv"}
+_SUFFIXES = {
+    ".parquet": "parquet",
+    ".geoparquet": "parquet",
+    ".csv": "csv",
+    ".txt": "csv",
+    ".xlsx": "excel",
+    ".xls": "excel",
+}
 _GEOJSON = (".geojson", ".json", ".gpkg")
+#: Vector files read through :func:`geodbk.geo.regions.read_vector` (a zip's one layer).
+_ZIPPED = (".zip", ".shp")
 
 
 @dataclass(frozen=True)
@@ -76,12 +86,22 @@ def _read_frame(path: Path) -> pd.DataFrame:
             return pd.read_parquet(path)
         if _SUFFIXES.get(suffix) == "csv":
             return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        if _SUFFIXES.get(suffix) == "excel":  # ids as text, as in a CSV
+            return pd.read_excel(path, dtype=str, keep_default_na=False)
+        if suffix in _ZIPPED:
+            # local: geodbk.geo.regions imports geopandas, which only vector files need
+            from geodbk.geo.regions import read_vector
+
+            return read_vector(path, what="locations")
+    except DataError:
+        raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from exc
     except Exception as exc:  # pyogrio / pyarrow raise several types of their own
         raise DataError(f"cannot read {path}: {exc}") from exc
     raise DataError(
-        f"{path}: unknown file type {suffix!r}; give a .parquet, .csv, .geojson or .gpkg file"
+        f"{path}: unknown file type {suffix!r}; give a .parquet, .csv, .xlsx, .geojson, .gpkg "
+        "or shapefile .zip file"
     )
 
 
@@ -111,12 +131,28 @@ def _numbers(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
 
 def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
     raw = frame[column]
-    if pd.api.types.is_numeric_dtype(raw):
-        raise DataError(
-            f"{path}: column {column!r} holds numbers, so quadkeys that start with 0 have lost "
-            "their leading zeros; store the quadkeys as text (e.g. quote them in the CSV, or "
-            "cast the column to string before writing) and try again"
+    if pd.api.types.is_numeric_dtype(raw):  # numbers lost a quadkey's leading zeros
+        whole = pd.to_numeric(raw, errors="coerce")
+        raw = whole.astype("Int64").astype("string").str.zfill(TILE_ZOOM)
+        log.warning(
+            "%s: column %r holds numbers; quadkeys zero-padded back to %d digits (store "
+            "quadkeys as text)",
+            path,
+            column,
+            TILE_ZOOM,
         )
+    elif _SUFFIXES.get(path.suffix.lower()) in ("csv", "excel"):  # numbers written as text
+        text = pd.Series(np.where(_blank(raw), "", raw.astype(str).str.strip()), dtype=str)
+        raw, short = padded_quadkeys(text, zoom=TILE_ZOOM)
+        if short:
+            log.warning(
+                "%s: column %r holds quadkeys written as numbers; %d zero-padded back to %d "
+                "digits (store quadkeys as text)",
+                path,
+                column,
+                short,
+                TILE_ZOOM,
+            )
     blank = _blank(raw)
     keys = raw.astype(str).str.strip().to_numpy()[~blank]
     bad = np.flatnonzero(~valid_quadkeys(keys))

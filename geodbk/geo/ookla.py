@@ -36,6 +36,7 @@ from geodbk.geo.tile_columns import (
     QUARTER_FORMS,
     TYPE_COLUMNS,
     numbers,
+    padded_quadkeys,
     quarters_of,
     refuse_unreadable,
     row_types,
@@ -296,18 +297,14 @@ def _found_in(tf: TileFile) -> str:
     )
 
 
-def _zero_padded(text: pd.Series, tf: TileFile) -> pd.Series:
-    """Quadkeys written as numbers, which lost their leading zeros: zero-padded back to 16
-    digits (logged)."""
-    short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
-    if short:
-        log.warning(
-            "%s: the quadkey column holds numbers; %d quadkeys had lost their leading "
-            "zeros and were zero-padded back to 16 digits (store quadkeys as text)",
-            tf.path,
-            short,
-        )
-    return text.where(text == "", text.str.zfill(TILE_ZOOM))
+def _log_padded(tf: TileFile, short: int) -> None:
+    """Say that ``short`` quadkeys written as numbers were zero-padded back to 16 digits."""
+    log.warning(
+        "%s: the quadkey column holds numbers; %d quadkeys had lost their leading "
+        "zeros and were zero-padded back to 16 digits (store quadkeys as text)",
+        tf.path,
+        short,
+    )
 
 
 def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
@@ -323,7 +320,10 @@ def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
         text = pd.Series(
             np.where(whole.isna(), "", whole.fillna(0).astype("int64").astype(str)), dtype=str
         )
-        return _zero_padded(text, tf).to_numpy(dtype=str)
+        short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
+        if short:
+            _log_padded(tf, short)
+        return text.where(text == "", text.str.zfill(TILE_ZOOM)).to_numpy(dtype=str)
     text = pd.Series(np.where(keys.isna(), "", keys.astype(str).str.strip()), dtype=str)
     given = text[text != ""]
     if len(given) and given.str.fullmatch(r"\d(?:\.\d+)?[eE]\+?\d+").mean() > 0.5:
@@ -333,9 +333,9 @@ def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
             "lost. Re-export the table with the quadkey column formatted as text"
         )
     if tf.kind == "csv":  # a CSV's numbers are text: 14-15 digits lost the zeros of 0, 00
-        text = text.str.replace(r"^(\d+)\.0*$", r"\1", regex=True)
-        if len(given) and text[text != ""].str.fullmatch(r"\d{14,16}").all():
-            text = _zero_padded(text, tf)
+        text, short = padded_quadkeys(text, zoom=TILE_ZOOM)
+        if short:
+            _log_padded(tf, short)
     lengths = text[text != ""].str.len()
     if len(lengths) and not (lengths == TILE_ZOOM).any():
         common = int(lengths.mode().iloc[0])

@@ -17,6 +17,7 @@ __all__ = [
     "QUARTER_FORMS",
     "TYPE_COLUMNS",
     "numbers",
+    "padded_quadkeys",
     "quarters_of",
     "refuse_unreadable",
     "row_types",
@@ -119,3 +120,16 @@ def refuse_unreadable(
             f"{path}: column {column!r} holds {bad:,} of {n:,} values that cannot be read "
             f"(e.g. {example!r}); it should hold {what}. Fix the column or re-export the table"
         )
+
+
+def padded_quadkeys(text: pd.Series, *, zoom: int) -> tuple[pd.Series, int]:
+    """Quadkeys written by a spreadsheet or CSV as numbers, zero-padded back to ``zoom`` digits
+    when every key is ``zoom - 2`` to ``zoom`` digits (a zoom-16 key in quadrant 0 loses one
+    zero, Alaska's north two; shorter keys were cut, not padded); the keys and how many were
+    padded. ``""`` is a missing key; a trailing ``.0`` (a float's) is dropped."""
+    keys = text.str.replace(r"^(\d+)\.0*$", r"\1", regex=True)
+    given = keys[keys != ""]
+    if not len(given) or not given.str.fullmatch(rf"\d{{{zoom - 2},{zoom}}}").all():
+        return keys, 0
+    short = int((given.str.len() < zoom).sum())
+    return keys.where(keys == "", keys.str.zfill(zoom)), short

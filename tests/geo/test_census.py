@@ -202,3 +202,13 @@ def test_tract_geoids_stored_as_numbers(tmp_path: Path) -> None:
     rural.write_text(FCC_PREAMBLE)
     layer = census.read_tract_urban(tracts, rural)
     assert layer.label(LON, LAT).tolist() == [False, True, False, False]
+
+
+def test_cartographic_tract_layer_with_geo_id(tmp_path: Path) -> None:
+    """The Census cartographic tract files name a tract 1400000US15001021300 (field GEO_ID)."""
+    tracts = tmp_path / "gz_2010_15_140_00_500k.geojson"
+    _squares(GEO_ID=["1400000US15001021300", "1400000US15001021400"]).to_file(tracts)
+    rural = tmp_path / "fcc.csv"
+    rural.write_text(FCC_PREAMBLE)
+    layer = census.read_tract_urban(tracts, rural)
+    assert layer.label(LON, LAT).tolist() == [False, True, False, False]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import zipfile
 from pathlib import Path
 
 import geopandas as gpd
@@ -76,10 +77,10 @@ def test_geometries_are_reprojected_and_polygons_give_an_inner_point(
 @pytest.mark.parametrize(
     ("name", "content", "match"),
     [
-        ("sites.xlsx", "x", "unknown file type"),
+        ("sites.xml", "x", "unknown file type"),
         ("sites.csv", "lon,lat\n", "has no rows"),
         ("sites.csv", "quadkey\n0230\n02301\n", "2 lengths"),
-        ("sites.csv", "quadkey\n230123012301230\n230123012301231\n", "15-digit quadkeys"),
+        ("sites.csv", "quadkey\n2301230123012\n2301230123013\n", "13-digit quadkeys"),
         ("sites.csv", "lat,lon\n-99.5,39.6\n", "swapped"),
         ("sites.csv", "name\nA\n", "no place columns"),
         ("sites.csv", "id;lon;lat\nA;-155.1;19.7\n", "separate its columns by ';'"),
@@ -107,3 +108,33 @@ def test_longitudes_of_a_0_to_360_convention_are_taken_back(tmp_path: Path) -> N
     path.write_text("id,lon,lat\nx,361.0,51.0\n")
     with pytest.raises(DataError, match=r"outside lon \[-180, 180\] \(or 0-360\)"):
         read_locations(path)
+
+
+def test_places_from_a_workbook_a_shapefile_zip_and_numeric_quadkeys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Agencies hand lists on as Excel workbooks and zipped shapefiles; a parquet column of
+    quadkeys stored as numbers lost their leading zeros, which are put back."""
+    keys = ["0230123012301230", "0230123012301231"]
+    lon, lat = quadkey_centroid(np.array(keys))
+    book = tmp_path / "sites.xlsx"
+    pd.DataFrame({"site": ["007", "008"], "lon": lon, "lat": lat}).to_excel(book, index=False)
+    got = read_locations(book)
+    assert got.ids["site"].tolist() == ["007", "008"] and got.source == "lon/lat"
+    np.testing.assert_allclose(got.lat, lat)
+    points = gpd.GeoDataFrame({"site": ["A", "B"]}, geometry=gpd.points_from_xy(lon, lat), crs=4326)
+    shp = tmp_path / "sites.shp"
+    points.to_crs(3857).to_file(shp)
+    zipped = tmp_path / "sites.zip"
+    with zipfile.ZipFile(zipped, "w") as zf:
+        for part in tmp_path.glob("sites.*"):
+            if part.suffix in (".shp", ".shx", ".dbf", ".prj", ".cpg"):
+                zf.write(part, part.name)
+    got = read_locations(zipped)
+    assert got.source == "geometry"
+    np.testing.assert_allclose(got.lon, lon, atol=1e-9)
+    numeric = tmp_path / "sites.parquet"
+    pd.DataFrame({"quadkey": [int(k) for k in keys]}).to_parquet(numeric)
+    got = read_locations(numeric)
+    np.testing.assert_allclose(got.lat, lat)
+    assert "zero-padded back to 16 digits" in caplog.text
