@@ -212,7 +212,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="predict at the places of a parquet/CSV/GeoJSON/GeoPackage file (a 'quadkey' column, "
+        help="predict at the places of a parquet/CSV/Excel/GeoJSON/GeoPackage/shapefile-zip file (a 'quadkey' column, "
         "'lon'/'lat' columns or point geometries) instead of a grid; writes "
         "predictions/TARGET_<file stem>.parquet with the file's own columns kept",
     )

@@ -99,7 +99,7 @@ def run_predict_at(
     run
         Run directory with a trained ``models/TARGET``.
     at
-        A parquet, CSV or GeoJSON file of places (:func:`geodbk.geo.locations.read_locations`).
+        A parquet, CSV, Excel, GeoJSON, GeoPackage or zipped-shapefile file of places (:func:`geodbk.geo.locations.read_locations`).
     target
         ``download``, ``upload`` or ``latency``.
     quantity

@@ -145,7 +145,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="classes at the places of a parquet/CSV/GeoJSON file (a 'quadkey' column, "
+        help="classes at the places of a parquet/CSV/Excel/GeoJSON/GeoPackage/shapefile-zip file (a 'quadkey' column, "
         "'lon'/'lat' columns or point geometries) instead of a grid; writes "
         "service/classes_<file stem>.parquet with the file's own columns kept",
     )
