@@ -863,7 +863,18 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     atomic_write_json(out_dir / "summary.json", clean_json(summary))
 
     doc = _build_doc(
-        rd, spec, md, metrics, base, coverage_rows, sd_train, emp, pred_sd, split_info, time_info
+        rd,
+        spec,
+        md,
+        metrics,
+        base,
+        coverage_rows,
+        sd_train,
+        emp,
+        pred_sd,
+        split_info,
+        time_info,
+        tile_offsets=tile_effect is not None,
     )
     if "by_tests" in metrics_doc:
         _by_tests_section(
@@ -1146,10 +1157,17 @@ def _per_group_text(value: dict[str, float] | float) -> str:
     return f"{value['all'] if isinstance(value, dict) else value:.4f}"
 
 
-def _time_sentence(time_info: dict[str, Any]) -> str:
-    """How the model treats time: pooled over quarters, or the input t over a quarter range."""
+def _time_sentence(time_info: dict[str, Any], *, tile_offsets: bool = False) -> str:
+    """How the model treats time: pooled over quarters, or the input t over a quarter range;
+    with ``tile_offsets``, a measured tile's offset from the GP still moves by quarter."""
     ts = time_info.get("time_scaling")
     if not time_info.get("time_aware") or not isinstance(ts, dict):
+        if tile_offsets:
+            return (
+                "Model inputs x1, x2 (pooled over quarters): the GP gives every quarter the "
+                "same surface; a measured tile's own offset from it (the tile effect) changes "
+                "from quarter to quarter."
+            )
         return (
             "Model inputs x1, x2 (pooled over quarters): every quarter gets the same prediction "
             "at a tile."
@@ -1192,6 +1210,8 @@ def _build_doc(
     pred_sd: np.ndarray,
     split_info: dict[str, Any] | None = None,
     time_info: dict[str, Any] | None = None,
+    *,
+    tile_offsets: bool = False,
 ) -> Doc:
     cfg = md.get("config", {})
     timings = md.get("timings", {})
@@ -1211,7 +1231,7 @@ def _build_doc(
             f"Target log10 of `{spec.column}`; training sd {sd_train:.3f}. "
             f"Test rows: {metrics['urban']['n']} urban, {metrics['rural']['n']} rural.",
             split_sentence(split_info),
-            _time_sentence(time_info or {}),
+            _time_sentence(time_info or {}, tile_offsets=tile_offsets),
         ]
     )
     models = {"DBK (this model)": metrics, "constant mean (train mean, sd)": base}

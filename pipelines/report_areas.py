@@ -94,8 +94,11 @@ def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
         if shares:
             header.append(share_label(shares[0]))
         table_rows = []
+        area_names = [str(r.get("name") or "") for r in rows]
         for r in covered[:REPORT_AREAS]:
             label = str(r.get("name") or r.get("id"))
+            if r.get("name") and r.get("id") and area_names.count(str(r["name"])) > 1:
+                label += f" ({r['id']})"  # tracts of one name in several counties
             line = [
                 label,
                 str(r.get("n_cells", "")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,10 +73,10 @@ class Doc:
         """HTML page. With ``base`` (the page's folder) each image found there is embedded as
         a ``data:`` URI, so the page alone can be handed on; others are referenced relative to
         the page."""
-        e = html.escape
+        e = _html_text
         out = [
             "<!DOCTYPE html>",
-            f"<html><head><meta charset='utf-8'><title>{e(self.title)}</title>",
+            f"<html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>",
             f"<style>{_CSS}</style></head><body>",
             f"<h1>{e(self.title)}</h1>",
         ]
@@ -97,9 +98,15 @@ class Doc:
                     out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>")
                 out.append("</tbody></table>")
             elif kind == "img":
-                out.append(f"<p><img src='{e(_image_source(val[0], base))}' alt='{e(val[1])}'></p>")
+                src, alt = html.escape(_image_source(val[0], base)), html.escape(val[1])
+                out.append(f"<p><img src='{src}' alt='{alt}'></p>")
         out.append("</body></html>")
         return "\n".join(out) + "\n"
+
+
+def _html_text(text: str) -> str:
+    """``text`` escaped for HTML, with markdown's inline code (`` `name` ``) as ``<code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _image_source(src: str, base: Path | None) -> str:

@@ -59,3 +59,24 @@ def test_report_md_holds_both_sections(tiny_run: Path) -> None:
 def test_share_labels() -> None:
     assert share_label("share_ge_100mbps") == "share ≥ 100 Mbps"
     assert share_label("share_le_50ms") == "share ≤ 50 ms"
+
+
+def test_areas_of_one_name_are_told_apart_by_their_id(tiny_run: Path, tmp_path: Path) -> None:
+    """Tracts of one name in several counties (Census Tract 319) get their id beside it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (path,) = sorted((run / "summaries").glob("download_*.parquet"))
+    table = pq.read_table(path)
+    names = ["Census Tract 319"] * 2 + table.column("name").to_pylist()[2:]
+    table = table.set_column(table.column_names.index("name"), "name", pa.array(names))
+    pq.write_table(table, path)
+    doc = Doc("t")
+    area_summaries_section(doc, RunDir(run), target_spec("download"))
+    (_, rows), *_ = _tables(doc)
+    ids = [str(i) for i in table.column("id").to_pylist()[:2]]
+    labels = {r[0] for r in rows}
+    assert {f"Census Tract 319 ({i})" for i in ids} <= labels
+    assert not any(label.startswith(names[2]) and "(" in label for label in labels)

@@ -96,3 +96,11 @@ def test_html_embeds_the_figures_it_finds_so_the_page_travels_alone(tmp_path: Pa
     assert f"src='data:image/png;base64,{base64.b64encode(png).decode()}'" in page
     assert "src='figures/missing.png'" in page  # not found: referenced as before
     assert "src='figures/a.png'" in doc.html()  # without a folder: referenced
+
+
+def test_inline_code_is_code_in_html() -> None:
+    doc = Doc("t")
+    doc.para("Run `runs/hi` <1>; model `models/download`.")
+    page = doc.html()
+    assert "<p>Run <code>runs/hi</code> &lt;1&gt;; model <code>models/download</code>.</p>" in page
+    assert "`" not in page.split("<body>")[1]
