@@ -32,6 +32,7 @@ from app.loaders import Z95, Grid, LoadError, Stamp, load_geojson, load_grid, lo
 from app.points import prob_threshold
 from app.quarters import attr_flag
 from app.runs import UNITS, natural_to_log10, to_natural
+from geodbk.geo.contract import QUANTITY_LABELS
 from geodbk.noise_formula import noise_variance as formula_noise_variance
 
 #: Map layers a user can pick (raster layers first, then the observed tiles).
@@ -154,9 +155,9 @@ def quantity_std(grid: Grid, spec: LayerSpec) -> NDArray[np.float64] | None:
 def quantity_label(grid: Grid, spec: LayerSpec) -> str:
     """Short description of what the layers show, for legends: the quantity's name first."""
     if spec.quantity == "latent":
-        return "area: neighbourhood level f(x)"
+        return QUANTITY_LABELS["area"]
     if spec.quantity == "tile":
-        return "tile: what a tile here typically gets"
+        return QUANTITY_LABELS["tile"]
     if grid.attrs.get("noise_model") == "constant":
         return "test: one observation (constant-noise model)"
     if quantity_std(grid, spec) is None:
@@ -166,16 +167,20 @@ def quantity_label(grid: Grid, spec: LayerSpec) -> str:
     return "test: single speed test"
 
 
-def _share_basis_text(attrs: Mapping[str, Any], prefix: str) -> str:
-    """`` (chosen on N validation tiles in K blocks)``, from the grid's
-    ``PREFIX_place_share_tiles``/``_units``; empty when the grid does not record them."""
+def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> str:
+    """`` (chosen on N validation tiles in K blocks)``, or for a share of 1, the whole prior
+    kept as too few checked it, from the grid's ``PREFIX_place_share_tiles``/``_units``; empty
+    when the grid does not record them."""
     tiles = attrs.get(f"{prefix}_place_share_tiles")
     units = attrs.get(f"{prefix}_place_share_units")
     if tiles is None or units is None:
         return ""
-    where = f"{int(tiles)} validation tiles"
-    if int(units) < int(tiles):
-        where += f" in {int(units)} held-out blocks"
+    n, k = int(tiles), int(units)
+    where = f"{n} validation tile{'' if n == 1 else 's'}"
+    if k < n:
+        where += f" in {k} held-out block{'' if k == 1 else 's'}"
+    if share >= 1.0:
+        return f": the whole prior, as {where} could not certify less (see the report)"
     return f", chosen on {where}"
 
 
@@ -200,7 +205,7 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     prefix = "local_layer" if layer else "tile_effect"
     share = a.get(f"{prefix}_place_share")
     if share is not None:
-        parts.append(f"place share {float(share):.2f}" + _share_basis_text(a, prefix))
+        parts.append(f"place share {float(share):.2f}" + _share_basis_text(a, prefix, float(share)))
     text = "Tile quantity: " + "; ".join(parts) + ")"
     if layer and "local_layer_range_km" in a:
         text += (

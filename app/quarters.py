@@ -163,8 +163,11 @@ def describe_quarter(quarter: str, status: str) -> str:
     """Caption text: ``quarter 2023Q4 (observed)``, ``pooled 2019Q1:2023Q4``, or ``""``."""
     if not quarter:
         return ""
-    if quarter.startswith("pooled") or status == "pooled":
+    if quarter.startswith("pooled") or status.startswith("pooled"):
         text = quarter if quarter.startswith("pooled") else f"pooled {quarter}"
+        offsets = status.partition(";")[2].strip()  # "tile offsets at 2023Q4"
+        if offsets:
+            return f"{text} (one surface for all quarters; {offsets})"
         return f"{text} (one map for all quarters)"
     return f"quarter {quarter}" + (f" ({status})" if status else "")
 

@@ -61,7 +61,12 @@ def register(subparsers: Any) -> None:
         help="folder whose run directories the dashboard lists (default: ./runs or "
         "$GEODBK_RUNS_DIR)",
     )
-    p.add_argument("--run", default=None, help="run opened first (default: demo)")
+    p.add_argument(
+        "--run",
+        default=None,
+        help="run opened first: its name in the runs folder, or a run directory's path "
+        "(default: demo)",
+    )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8501)")
 
 
@@ -101,7 +106,10 @@ def dashboard_command(
 def run_dashboard(
     *, runs_dir: Path | None = None, run: str | None = None, port: int = DEFAULT_PORT
 ) -> int:
-    """Run the dashboard until it is stopped; return its exit code (0 after Ctrl-C)."""
+    """Run the dashboard until it is stopped; return its exit code (0 after Ctrl-C). ``run``
+    may be a run directory's path (without ``runs_dir``): its folder is then the runs folder."""
+    if runs_dir is None and run is not None and (Path(run) / "tiles.parquet").is_file():
+        runs_dir, run = Path(run).resolve().parent, Path(run).resolve().name
     root = Path(runs_dir or os.environ.get("GEODBK_RUNS_DIR") or Path.cwd() / "runs").resolve()
     if not root.is_dir():
         raise DataError(

@@ -571,6 +571,11 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
             "geodbk_version": __version__,
             **{k: v for k, v in licence.items() if v},
             **{f"geodbk_{k}": str(v) for k, v in time_info.items()},
+            **{
+                f"geodbk_{k}": str(ds.attrs[k])
+                for k in ("quantity", "quantity_description")
+                if k in ds.attrs
+            },
         }
         # the sidecar is written first and moved into place right after the GeoTIFF: a
         # failure (a full disk) leaves the earlier pair as it was

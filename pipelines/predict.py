@@ -38,7 +38,7 @@ from tqdm import tqdm
 from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.exceedance import exceedance_probability
-from geodbk.geo.contract import Z95
+from geodbk.geo.contract import QUANTITY_LABELS, Z95
 from geodbk.geo.frame import frame_bounds, geometry_in_frame, native_longitude, wrap_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
 from geodbk.geo.parquet_batches import iter_parquet_batches
@@ -254,7 +254,7 @@ def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
 
 
 #: The ``quantity`` attribute of the area variables (``std_f``, ``area_mean``, ``latent_*``).
-AREA_LABEL = "area: latent f(x)"
+AREA_LABEL = QUANTITY_LABELS["area"]
 #: The quantity's parts written to every grid, whatever ``--quantity`` is (an area map of a
 #: model with a tile effect: only ``area_mean``).
 PART_VARS = (
@@ -286,25 +286,25 @@ def describe_map_quantity(
     layer: Any = None,
 ) -> tuple[str, str]:
     """``(label, description)`` of a grid's quantity: the label names it in each variable's
-    ``quantity`` attribute and band description (``tile: tile effect``, ``area: latent f(x)``,
+    ``quantity`` attribute and band description (:data:`geodbk.geo.contract.QUANTITY_LABELS`, the tile's with ``(tile effect)``,
     ``test: single speed test (tests=1)``); the description is the grid's
     ``quantity_description``."""
     if quantity == "area":
         return AREA_LABEL, "neighbourhood level f(x): the latent mean surface, noise excluded"
     if quantity == "tile":
         if layer is not None:
-            return "tile: local layer", (
+            return f"{QUANTITY_LABELS['tile']} (local layer)", (
                 "what a zoom-16 tile typically gets: f(x) plus the tile's own offset, informed "
                 "by the tile's history where it has one and pulled toward its measured "
                 "neighbours by a short-range spatial field (local layer)"
             )
         if effect is not None:
-            return "tile: tile effect", (
+            return f"{QUANTITY_LABELS['tile']} (tile effect)", (
                 "what a zoom-16 tile typically gets: f(x) plus the tile's own offset, informed "
                 "by the tile's history where it has one, else the prior spread of an unseen "
                 "tile's offset (tile effect)"
             )
-        return "tile: noise floor", (
+        return f"{QUANTITY_LABELS['tile']} (noise floor)", (
             "what a zoom-16 tile typically gets: f(x) plus the model's noise floor (the limit "
             "of many tests; no tile effect was fitted)"
         )
@@ -962,8 +962,10 @@ def run_predict(
     }
     written: list[Path] = []
     for q in quarters:
-        if q is None:  # pooled model
+        if q is None:  # pooled model: one surface; a measured tile's offset at the latest quarter
             label, status, out = pooled_label(observed), "pooled", rd.grid(target)
+            if effect is not None and quantity != "area" and observed:
+                status = f"pooled; tile offsets at {observed[-1]}"
         else:
             assert ts is not None
             label, status = q, ts.describe(q)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError, RunDirectoryError
-from geodbk.geo.contract import TARGETS
+from geodbk.geo.contract import QUANTITY_LABELS, TARGETS
 from geodbk.quantities import check_quantity
 from geodbk.service import (
     BEAD_TIERS,
@@ -61,11 +61,7 @@ SERVICE_QUANTITY_TEXT: dict[str, str] = {
     "test": "one speed test at the place",
 }
 #: Short label of each quantity (variables' ``quantity`` attribute, band descriptions).
-SERVICE_QUANTITY_LABEL: dict[str, str] = {
-    "tile": "tile: typical speed at the tile",
-    "area": "area: level of the area f(x)",
-    "test": "test: one speed test",
-}
+SERVICE_QUANTITY_LABEL: dict[str, str] = QUANTITY_LABELS
 
 
 def require_service_models(rd: RunDir) -> None:

@@ -23,6 +23,7 @@ from app.runs import RAW_TO_NATURAL, UNITS
 from app.tabs.kernel_tab import choose_time
 from app.tabs.map_tab import POINT_KEY
 from app.ui import missing, quarter_slider
+from geodbk.geo.contract import QUANTITY_LABELS
 from geodbk.geo.frame import native_longitude, wrap_near
 
 SOURCE_KEY = "inspect_source"
@@ -147,8 +148,8 @@ def render(ctx: RunContext) -> None:
                 f"(×/÷ {10**summary.sd_log10:.2f}).",
             )
             st.caption(
-                f"{how} Log-normal mean {format_value(summary.mean, unit)}; "
-                f"sd of log10 = {summary.sd_log10:.3f}."
+                f"{heading[:1].upper()}{heading[1:]}: log-normal mean "
+                f"{format_value(summary.mean, unit)}; sd of log10 = {summary.sd_log10:.3f}. {how}"
             )
             st.altair_chart(_density_chart(summary, unit), width="stretch")
         parts = quantity_parts(ctx, lon, lat, grid_path)
@@ -241,7 +242,7 @@ def quantity_parts(
     rows = []
     for name, mean, sd in (
         ("area: neighbourhood level f(x)", value["area_mean"], value["std_f"]),
-        ("tile: what a tile here typically gets", value["tile_mean"], value["tile_sd"]),
+        (QUANTITY_LABELS["tile"], value["tile_mean"], value["tile_sd"]),
         ("test: one speed test", one_test, value["test_sd"]),
     ):
         s = PointSummary.from_log10(mean - shift, sd)

@@ -11,10 +11,26 @@ from dataclasses import dataclass
 
 from geodbk.errors import DataError
 
-__all__ = ["DEFAULT_THRESHOLDS", "TARGETS", "TARGET_INFO", "Z95", "TargetInfo", "target_info"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "QUANTITY_LABELS",
+    "TARGETS",
+    "TARGET_INFO",
+    "Z95",
+    "TargetInfo",
+    "target_info",
+]
 
 #: The 0.975 quantile of the standard normal: 95% intervals are ``mean -+ Z95 sd``.
 Z95 = 1.959963984540054
+
+#: Each quantity's name in outputs (legends, band descriptions, variables' ``quantity``
+#: attribute); a grid's tile quantity adds how it was made, e.g. ``(local layer)``.
+QUANTITY_LABELS: dict[str, str] = {
+    "area": "area: neighbourhood level f(x)",
+    "tile": "tile: what the tile here typically gets",
+    "test": "test: one speed test",
+}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def test_inspect_shows_the_three_quantities_and_the_tiles_offset(
     names = parts["quantity"].tolist()
     assert names[:3] == [
         "area: neighbourhood level f(x)",
-        "tile: what a tile here typically gets",
+        "tile: what the tile here typically gets",
         "test: one speed test",
     ]
     assert names[3] == "tile's offset (measured history)"
@@ -96,7 +96,7 @@ def test_inspect_headline_is_the_map_tabs_quantity_at_the_cell(
     at, grid, r, c = _at_measured_cell(make_app, demo_root)
     shift = np.log10(RAW_TO_NATURAL["download"])
     for quantity, heading, variable in (
-        ("tile", "tile: what a tile here typically gets", "tile_mean"),
+        ("tile", "tile: what the tile here typically gets", "tile_mean"),
         ("latent", "area: neighbourhood level f(x)", "area_mean"),
     ):
         at.session_state["quantity"] = quantity

@@ -47,7 +47,7 @@ def test_demo_opens_on_the_map_with_a_legend(
     assert element_types(map_tab)["deck_gl_json_chart"] == 1
     legends = legend_titles(map_tab)
     assert len(legends) == 1 and "Predicted download, median" in legends[0]
-    assert "tile: what a tile here typically gets" in legends[0] and "(Mbps)" in legends[0]
+    assert "tile: what the tile here typically gets" in legends[0] and "(Mbps)" in legends[0]
     # the data's licence under the map (the demo region is geodbk's own synthetic data)
     assert any("Licence: no third-party licence" in c for c in texts(map_tab, "caption"))
 

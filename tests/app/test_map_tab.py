@@ -88,7 +88,7 @@ def test_demo_clicked_point_is_summarised(
     assert labels == ["Median (Mbps)", "95% interval (Mbps)", "sd (Mbps)"]
     # the headline is the Map tab's quantity at the cell (the tile quantity by default), and
     # the GP alone at the exact point is named beside it
-    assert "**tile: what a tile here typically gets**" in texts(inspect, "markdown")
+    assert "**tile: what the tile here typically gets**" in texts(inspect, "markdown")
     assert any("The GP alone at this exact point" in c for c in texts(inspect, "caption"))
     area = [m for m in texts(inspect, "markdown") if m.startswith("**Area:**")]
     assert area and ("urban" in area[0] or "rural" in area[0])

@@ -43,7 +43,7 @@ def test_quantities_match_the_grid_and_order(tiny_run: Path) -> None:
     legend = maps.layer_legend(grid, maps.LayerSpec("std", quantity="latent"), None)  # type: ignore[arg-type]
     assert "area: neighbourhood level f(x)" in legend.title
     tile_legend = maps.layer_legend(grid, maps.LayerSpec("median"), None)  # type: ignore[arg-type]
-    assert "tile: what a tile here typically gets" in tile_legend.title
+    assert "tile: what the tile here typically gets" in tile_legend.title
 
 
 def test_old_grids_without_noise_attributes_fall_back_to_stored_std(tiny_run: Path) -> None:
@@ -112,10 +112,16 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     blocks["local_layer_place_share_units"] = 7
     text = maps.tile_model_caption({**attrs, **blocks})
     assert text is not None
-    assert "place share 1.00, chosen on 151 validation tiles in 7 held-out blocks" in text
-    tiles = {"tile_effect_place_share_tiles": 115, "tile_effect_place_share_units": 115}
+    want = "place share 1.00: the whole prior, as 151 validation tiles in 7 held-out blocks could"
+    assert want in text and "chosen" not in text
+    tiles = {"tile_effect_place_share_tiles": 1, "tile_effect_place_share_units": 1}
     alone = maps.tile_model_caption({**attrs, **tiles, "local_layer": 0})
-    assert alone is not None and "place share 1.00, chosen on 115 validation tiles)" in alone
+    assert alone is not None and "as 1 validation tile could not certify less" in alone
+    chosen = {"tile_effect_place_share": 0.4, "tile_effect_place_share_tiles": 115}
+    alone = maps.tile_model_caption(
+        {**attrs, **chosen, "tile_effect_place_share_units": 115, "local_layer": 0}
+    )
+    assert alone is not None and "place share 0.40, chosen on 115 validation tiles)" in alone
 
 
 def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path) -> None:

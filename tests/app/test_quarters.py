@@ -60,6 +60,8 @@ def test_quarter_grids_sort_by_attribute_and_keep_the_current_file() -> None:
     assert out[-1].current and out[-1].label == "2023Q4 (extrapolation)"
     assert quarter_key("2020Q1") < quarter_key("2020Q4") < quarter_key("2021Q1")
     assert describe_quarter("pooled 2019Q1:2023Q4", "pooled").startswith("pooled 2019Q1:2023Q4")
+    tile = describe_quarter("pooled 2019Q1:2023Q4", "pooled; tile offsets at 2023Q4")
+    assert tile == "pooled 2019Q1:2023Q4 (one surface for all quarters; tile offsets at 2023Q4)"
     assert describe_quarter("2023Q2", "observed") == "quarter 2023Q2 (observed)"
 
 

@@ -94,3 +94,32 @@ def test_started_from_another_directory_it_listens_on_127_0_0_1_only(tmp_path: P
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_run_directorys_path_opens_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--run /path/to/run`` (a run directory) lists the runs beside it and opens that one."""
+    import pipelines.dashboard as dashboard
+
+    run = tmp_path / "runs" / "hawaii"
+    run.mkdir(parents=True)
+    (run / "tiles.parquet").write_bytes(b"")
+    seen: list[list[str]] = []
+
+    class Done:
+        def __init__(self, cmd: list[str]) -> None:
+            seen.append(cmd)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(dashboard.subprocess, "Popen", Done)
+    assert main(["dashboard", "--run", str(run)]) == 0
+    assert seen[0][seen[0].index("--") :] == [
+        "--",
+        "--runs-dir",
+        str(run.parent),
+        "--run",
+        "hawaii",
+    ]

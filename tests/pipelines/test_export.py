@@ -45,7 +45,11 @@ def _grid(**attrs: object) -> xr.Dataset:
     cells = np.zeros((2, 3))
     return xr.Dataset(
         {
-            "mean": (("y", "x"), cells, {"quantity": "tile: local layer"}),
+            "mean": (
+                ("y", "x"),
+                cells,
+                {"quantity": "tile: what the tile here typically gets (local layer)"},
+            ),
             "in_region": (("y", "x"), cells.astype(bool)),
             "std_f": (("y", "x"), cells.astype(np.float32), {"quantity": "area: latent mean f(x)"}),
             "legacy": (("y", "x"), cells),
@@ -62,20 +66,24 @@ def test_bands_are_the_float_maps_described_with_their_quantity_and_period() -> 
     assert bands == ["mean", "std_f", "legacy"]  # no mask, integer or 1-D variable
     assert grid_period(pooled) is None
     assert band_descriptions(pooled, bands) == [
-        "mean: tile: local layer",
+        "mean: tile: what the tile here typically gets (local layer)",
         "std_f: area: latent mean f(x)",
         "legacy",
     ]
     quarter = _grid(time_aware=1, quarter="2023Q4")
     assert band_descriptions(quarter, ["mean", "legacy"]) == [
-        "mean: tile: local layer, 2023Q4",
+        "mean: tile: what the tile here typically gets (local layer), 2023Q4",
         "legacy: 2023Q4",
     ]
     trend = _grid(product="trend", first_quarter="2019Q4", last_quarter="2023Q4", time_aware=1)
     assert grid_period(trend) == "change per year 2019Q4→2023Q4"
     assert grid_period(_grid(time_aware=0, quarter="2023Q4")) is None
     flags = _grid(time_aware=1, quarter="2023Q4").assign(
-        tile_history=(("y", "x"), np.zeros((2, 3)), {"quantity": "tile: local layer"}),
+        tile_history=(
+            ("y", "x"),
+            np.zeros((2, 3)),
+            {"quantity": "tile: what the tile here typically gets (local layer)"},
+        ),
         cls=(("y", "x"), np.zeros((2, 3)), {"quantity": "tile", "flag_values": [0, 1]}),
     )
     assert band_descriptions(flags, ["tile_history", "cls"]) == [

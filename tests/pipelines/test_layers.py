@@ -113,7 +113,9 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
     with xr.open_dataset(run / "grids" / "upload.nc") as ds:
         assert ds.attrs["local_layer"] == 0 and ds.attrs["tile_effect"] == 1
         assert ds.attrs["tile_effect_place_share"] == share
-        assert ds["std"].attrs["quantity"] == "tile: tile effect"
+        assert (
+            ds["std"].attrs["quantity"] == "tile: what the tile here typically gets (tile effect)"
+        )
         inside = ds["in_region"].values
         assert np.all(ds["tile_pull"].values[inside] == 0)
 

@@ -58,7 +58,7 @@ def test_grid_holds_class_probabilities_with_licence_and_quantity(run: Path) -> 
         assert a["tiers"] == "25/3,100/20" and float(a["latency_ms"]) == 100.0
         assert len(a["copula_correlation"]) == 9 and int(a["copula_rows"]) >= 30
         for name in (*(f"p_{c}" for c in CLASSES), "p_tier_1", "p_tier_2", "service_class"):
-            assert ds[name].attrs["quantity"] == "tile: typical speed at the tile", name
+            assert ds[name].attrs["quantity"] == "tile: what the tile here typically gets", name
         assert "latency above 100 ms" in ds["p_unserved"].attrs["long_name"]
 
 
@@ -71,7 +71,7 @@ def test_rasters_carry_the_licence_and_quantity(run: Path) -> None:
         tags = src.tags()
         band = src.read(1)
         (description,) = src.descriptions
-    assert "typical speed at the tile" in description and "0 unserved" in description
+    assert "tile: what the tile here typically gets" in description and "0 unserved" in description
     assert tags["license"].startswith("no third-party licence") and "synthetic" in tags["source"]
     assert tags["geodbk_quantity"] == "tile"
     assert tags["geodbk_quantity_description"].startswith("typical speed at the tile")
@@ -80,7 +80,7 @@ def test_rasters_carry_the_licence_and_quantity(run: Path) -> None:
     np.testing.assert_array_equal(band, expected)
     with rasterio.open(run / "service" / "p_unserved.tif") as src:
         assert src.dtypes == ("float32",) and src.tags()["geodbk_quantity"] == "tile"
-        assert "typical speed at the tile" in src.descriptions[0]
+        assert "tile: what the tile here typically gets" in src.descriptions[0]
         values = src.read(1)
     np.testing.assert_array_equal(values, np.where(np.isnan(grid_unserved), -9999, grid_unserved))
 

@@ -99,8 +99,10 @@ def test_grid_contents_and_mask(run: Path) -> None:
         assert ds.attrs["quantity"] == "tile" and ds.attrs["tests"] == 1
         assert ds.attrs["license"] == "CC BY-NC-SA 4.0" and "Ookla" in ds.attrs["source"]
         assert ds.attrs["tile_effect"] == 0
-        assert ds["std"].attrs["quantity"] == "tile: noise floor"
-        assert ds["std_f"].attrs["quantity"] == "area: latent f(x)"
+        assert (
+            ds["std"].attrs["quantity"] == "tile: what the tile here typically gets (noise floor)"
+        )
+        assert ds["std_f"].attrs["quantity"] == "area: neighbourhood level f(x)"
         assert ds["test_sd"].attrs["quantity"] == "test: single speed test (tests=1)"
         sf = ds["std_f"].values[m]
         np.testing.assert_allclose(ds["std"].values[m], ds["tile_sd"].values[m])
@@ -138,9 +140,9 @@ def test_export_bands_and_sidecar(run: Path) -> None:
     assert names[0] == "mean" and names == side["bands"]
     assert list(arr.attrs["long_name"]) == side["band_descriptions"]
     desc = dict(zip(side["bands"], side["band_descriptions"], strict=True))
-    assert desc["std"] == "std: tile: noise floor"
+    assert desc["std"] == "std: tile: what the tile here typically gets (noise floor)"
     assert desc["test_sd"] == "test_sd: test: single speed test (tests=1)"
-    assert desc["std_f"] == "std_f: area: latent f(x)"
+    assert desc["std_f"] == "std_f: area: neighbourhood level f(x)"
     assert arr.rio.encoded_nodata == -9999.0
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert np.allclose(arr.values[0], ds["mean"].values, equal_nan=True)
@@ -149,6 +151,7 @@ def test_export_bands_and_sidecar(run: Path) -> None:
     # tiles.parquet without a recorded licence: Ookla's, on the sidecar and the GeoTIFF tags
     assert side["license"] == "CC BY-NC-SA 4.0" and "Ookla" in side["source"]
     assert arr.attrs["license"] == "CC BY-NC-SA 4.0"
+    assert arr.attrs["geodbk_quantity"] == "tile" == side["quantity"]  # named for the file too
 
 
 def test_report_outputs(run: Path) -> None:

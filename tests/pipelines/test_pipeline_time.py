@@ -214,7 +214,9 @@ def test_pooled_grid_attributes(run: Path) -> None:
     with xr.open_dataset(run / "grids" / "upload.nc") as ds:
         assert ds.attrs["time_aware"] == 0
         assert ds.attrs["quarter"] == "pooled 2023Q1:2023Q4"
-        assert ds.attrs["quarter_status"] == "pooled"
+        # the tile quantity of a pooled model: one surface, measured tiles' latest offsets
+        want = "pooled; tile offsets at 2023Q4" if ds.attrs["tile_effect"] else "pooled"
+        assert ds.attrs["quarter_status"] == want
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -299,7 +301,7 @@ def test_export_all_keeps_working(run: Path) -> None:
     up = json.loads((run / "exports" / "upload.json").read_text())
     assert up["quarter"] == "pooled 2023Q1:2023Q4" and up["time_aware"] == 0
     assert "test_sd: test: single speed test (tests=1)" in up["band_descriptions"]
-    assert "std_f: area: latent f(x)" in up["band_descriptions"]
+    assert "std_f: area: neighbourhood level f(x)" in up["band_descriptions"]
     down = json.loads((run / "exports" / "download.json").read_text())
     assert down["quarter"] == "2023Q4"
     assert all(d.endswith(", 2023Q4") for d in down["band_descriptions"])
@@ -355,7 +357,9 @@ def test_tile_quantity_maps_use_the_local_layer(run: Path, target: str) -> None:
     with xr.open_dataset(run / "grids" / f"{target}.nc") as ds:
         assert ds.attrs["quantity"] == "tile" and ds.attrs["tile_effect"] == 1
         assert ds.attrs["local_layer"] == 1
-        assert ds["std"].attrs["quantity"] == "tile: local layer"
+        assert (
+            ds["std"].attrs["quantity"] == "tile: what the tile here typically gets (local layer)"
+        )
         for v in PART_VARS:
             assert v in ds, v
         inside = ds["in_region"].values

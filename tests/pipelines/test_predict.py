@@ -92,9 +92,15 @@ def test_quantity_labels_name_tests_devices_and_layers() -> None:
         "tile average of 4 speed tests from 2 devices (tests=4, devices=2)"
     )
     assert describe_map_quantity(tests, "area", 1, None, effect=None)[0] == AREA_LABEL
-    assert describe_map_quantity(tests, "tile", 1, None, effect=None)[0] == "tile: noise floor"
-    assert describe_map_quantity(tests, "tile", 1, None, effect=1)[0] == "tile: tile effect"
+    assert (
+        describe_map_quantity(tests, "tile", 1, None, effect=None)[0]
+        == "tile: what the tile here typically gets (noise floor)"
+    )
+    assert (
+        describe_map_quantity(tests, "tile", 1, None, effect=1)[0]
+        == "tile: what the tile here typically gets (tile effect)"
+    )
     label = describe_map_quantity(tests, "tile", 1, None, effect=1, layer=1)[0]
-    assert label == "tile: local layer"
+    assert label == "tile: what the tile here typically gets (local layer)"
     label, text = describe_map_quantity(constant, "test", 1, None, effect=None)
     assert (label, text) == ("test: observation (constant noise)", "observation (constant noise)")

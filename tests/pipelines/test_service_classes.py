@@ -48,7 +48,7 @@ def test_quarters_descriptions_and_attributes(tmp_path: Path) -> None:
     assert service.class_descriptions()[-1] == "meets 100/20 Mbps with latency at most 100 ms"
     attrs = service.attributes(RunDir(tmp_path))
     assert attrs["tiers"] == "25/3,100/20" and attrs["classes"] == "unserved underserved served"
-    assert attrs["quantity_download"] == "tile: noise floor"
+    assert attrs["quantity_download"] == "tile: what the tile here typically gets (noise floor)"
     assert attrs["model_path_upload"] == "models/upload"
     assert attrs["copula_correlation"][1] == 0.5 and attrs["copula_rows"] == 40
 
