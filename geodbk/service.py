@@ -44,6 +44,7 @@ __all__ = [
     "bivariate_normal_cdf",
     "check_correlation",
     "check_tiers",
+    "class_colours",
     "class_names",
     "class_probabilities",
     "gaussian_copula_correlation",
@@ -430,3 +431,22 @@ def class_probabilities(tier_p: np.ndarray) -> np.ndarray:
 def most_probable_class(class_p: np.ndarray) -> np.ndarray:
     """Index of each row's most probable class (the lower class on a tie), int8."""
     return np.argmax(np.asarray(class_p), axis=1).astype(np.int8)
+
+
+#: Colours of the lowest (unserved), middle and highest (served) classes; the classes between
+#: are interpolated (ColorBrewer RdYlGn ends and middle).
+CLASS_COLOUR_ANCHORS = ((215, 48, 39), (254, 224, 139), (26, 152, 80))
+
+
+def class_colours(n_classes: int, *, alpha: int = 255) -> dict[int, tuple[int, int, int, int]]:
+    """Class code -> RGBA, red (unserved) through yellow to green (served): the one palette of
+    the class raster and the dashboard."""
+    anchors = np.asarray(CLASS_COLOUR_ANCHORS, dtype=np.float64)
+    where = np.linspace(0.0, len(anchors) - 1.0, n_classes)
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for code, x in enumerate(where):
+        lo = min(int(np.floor(x)), len(anchors) - 2)
+        rgb = anchors[lo] + (x - lo) * (anchors[lo + 1] - anchors[lo])
+        r, g, b = (round(float(v)) for v in rgb)
+        out[code] = (r, g, b, alpha)
+    return out

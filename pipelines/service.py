@@ -49,6 +49,7 @@ from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from geodbk.quantities import DEFAULT_MAP_QUANTITY
 from geodbk.service import BEAD_TIERS, DEFAULT_LATENCY_MS, Tier
+from geodbk.service import class_colours as palette
 from pipelines.cli import add_progress_option, call_with_options, stage_parser
 from pipelines.gridfile import sweep_spools
 from pipelines.predict import (
@@ -295,24 +296,10 @@ def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
     return {**tags, **{k: v for k, v in licence.items() if v}}
 
 
-#: Colours of the lowest (unserved), middle and highest (served) classes; the classes between
-#: are interpolated (ColorBrewer RdYlGn ends and middle).
-CLASS_COLOUR_ANCHORS = ((215, 48, 39), (254, 224, 139), (26, 152, 80))
-
-
 def class_colours(n_classes: int) -> dict[int, tuple[int, int, int, int]]:
-    """The colour table of ``service_class.tif``: class code -> RGBA, red (unserved) through
-    yellow to green (served), and :data:`CLASS_NODATA` transparent."""
-    anchors = np.asarray(CLASS_COLOUR_ANCHORS, dtype=np.float64)
-    where = np.linspace(0.0, len(anchors) - 1.0, n_classes)
-    out: dict[int, tuple[int, int, int, int]] = {}
-    for code, x in enumerate(where):
-        lo = min(int(np.floor(x)), len(anchors) - 2)
-        rgb = anchors[lo] + (x - lo) * (anchors[lo + 1] - anchors[lo])
-        r, g, b = (round(float(v)) for v in rgb)
-        out[code] = (r, g, b, 255)
-    out[CLASS_NODATA] = (0, 0, 0, 0)
-    return out
+    """The colour table of ``service_class.tif``: :func:`geodbk.service.class_colours` (the
+    dashboard's), and :data:`CLASS_NODATA` transparent."""
+    return {**palette(n_classes), CLASS_NODATA: (0, 0, 0, 0)}
 
 
 def _export_rasters(

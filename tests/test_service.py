@@ -14,6 +14,7 @@ from geodbk.service import (
     Tier,
     bivariate_normal_cdf,
     check_correlation,
+    class_colours,
     class_names,
     class_probabilities,
     gaussian_copula_correlation,
@@ -228,3 +229,11 @@ def test_bad_inputs_are_refused() -> None:
         tier_probabilities(mean[:, :2], sd[:, :2], BEAD_LOG10, R_TYPICAL)
     with pytest.raises(ValueError, match="3 x 3"):
         orthant_probability(np.zeros((2, 3)), np.eye(2))
+
+
+def test_class_colours_run_red_yellow_green_for_any_class_count() -> None:
+    three = class_colours(3, alpha=235)
+    assert three == {0: (215, 48, 39, 235), 1: (254, 224, 139, 235), 2: (26, 152, 80, 235)}
+    four = class_colours(4)
+    assert four[0][:3] == three[0][:3] and four[3][:3] == three[2][:3]
+    assert len(set(four.values())) == 4 and all(c[3] == 255 for c in four.values())

@@ -1,5 +1,5 @@
 """Service tab: the most probable BEAD service class of each cell (``geodbk service``) on a
-classed map whose colours read without a key (red unserved, amber underserved, green served),
+classed map whose colours read without a key (red unserved, yellow underserved, green served),
 and a headline strip of the area-weighted expected shares."""
 
 from __future__ import annotations
@@ -18,13 +18,8 @@ from app.colormaps import mercator_rows, png_data_url
 from app.context import RunContext
 from app.loaders import Stamp, grid_engine, stamp
 from app.ui import missing
+from geodbk.service import class_colours
 
-#: RGBA of each class code: red, amber, green (a traffic light needs no legend key).
-CLASS_COLOURS: dict[int, tuple[int, int, int, int]] = {
-    0: (215, 48, 39, 235),
-    1: (253, 174, 97, 235),
-    2: (26, 152, 80, 235),
-}
 MAP_HEIGHT = 520
 
 
@@ -74,11 +69,11 @@ def load_classes(path: str, stamp_: Stamp) -> dict[str, Any]:
 
 
 def class_rgba(codes: NDArray[np.int16], n_classes: int) -> NDArray[np.uint8]:
-    """RGBA image of class codes (transparent outside the region, codes < 0); with more than
-    three classes the middle ones share the amber."""
+    """RGBA image of class codes in the class raster's colours
+    (:func:`geodbk.service.class_colours`, red through yellow to green), transparent outside
+    the region (codes < 0)."""
     rgba = np.zeros((*codes.shape, 4), dtype=np.uint8)
-    for code in range(n_classes):
-        colour = CLASS_COLOURS[0 if code == 0 else 2 if code == n_classes - 1 else 1]
+    for code, colour in class_colours(n_classes, alpha=235).items():
         rgba[codes == code] = colour
     return rgba
 
@@ -149,7 +144,7 @@ def render(ctx: RunContext) -> None:
     description = str(attrs.get("quantity_description", "")).rstrip(".")
     st.caption(
         "Most probable class of each cell: red "
-        f"{names[0]}, amber {', '.join(names[1:-1]) or '-'}, green {names[-1]}. "
+        f"{names[0]}, yellow {', '.join(names[1:-1]) or '-'}, green {names[-1]}. "
         f"{description[:1].upper()}{description[1:]}. The shares are expectations "
         "(the mean of each cell's class probability)"
         + (
