@@ -57,7 +57,7 @@ MAX_CLICK_POINTS = 2000
 #: What a raster layer describes (the names of ``geodbk.quantities``; "average" is the tile
 #: average of K tests, offered for grids without a tile effect).
 QUANTITIES: dict[str, str] = {
-    "tile": "What a tile here typically gets (tile)",
+    "tile": "What the tile here typically gets (tile)",
     "latent": "Neighbourhood level f(x) (area)",
     "single": "A single speed test (test)",
     "average": "Tile average of K speed tests",

@@ -253,11 +253,13 @@ class RunInventory:
 
 
 def display_path(path: Path) -> str:
-    """Show ``path`` relative to the working directory when it is below it."""
+    """Show ``path`` relative to the working directory when it is below it (the working
+    directory itself in full)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+    return str(path.resolve()) if shown == "." else shown
 
 
 def inventory(run: Path) -> RunInventory:

@@ -96,3 +96,15 @@ def test_units_round_trip() -> None:
     assert to_natural(np.log10(25_000.0), "download") == pytest.approx(25.0)
     assert to_natural(2.0, "latency") == pytest.approx(100.0)
     assert natural_to_log10(25.0, "download") == pytest.approx(math.log10(25_000))
+
+
+def test_display_path_is_relative_below_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.runs import display_path
+
+    (tmp_path / "runs" / "hi").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "runs")
+    assert display_path(tmp_path / "runs" / "hi") == "hi"
+    assert display_path(tmp_path / "runs") == str((tmp_path / "runs").resolve())  # not "."
+    assert display_path(Path("/elsewhere/runs")) == "/elsewhere/runs"
