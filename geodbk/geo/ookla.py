@@ -384,7 +384,7 @@ def _clean(
     out = pd.DataFrame(index=pd.RangeIndex(len(df)))
     out["quadkey"] = _quadkeys(df["quadkey"], tf)
     keep = np.ones(len(df), dtype=bool)
-    found = quarters_of(df)
+    found = quarters_of(df, dates=tf.quarter is None)  # a date column, unless the path says
     if found is not None:  # the table's own quarters: never replaced by the path's
         q, source = found
         raw_q = df["quarter"] if "quarter" in df.columns else df["date"]
@@ -494,11 +494,10 @@ def read_tiles(
         before = dict(dropped)
         raw = _rows_of_type(raw, type, tf, dropped, seen_types)
         quarter = tf.quarter
-        if quarter is None and wanted is not None and len(wanted) == 1:
+        if quarter is None and wanted is not None and len(wanted) == 1 and quarters_of(raw) is None:
             quarter = wanted[0]  # one quarter asked for: a file that names none holds it
-            if quarters_of(raw) is None:
-                log.info("%s names no quarter: taken as %s (--quarters)", tf.path, quarter)
-                given_quarter.append(tf.path)
+            log.info("%s names no quarter: taken as %s (--quarters)", tf.path, quarter)
+            given_quarter.append(tf.path)
         if len(given_quarter) > 1:
             raise DataError(
                 f"{given_quarter[0]} and {given_quarter[1]} name no quarter and have no quarter "

@@ -52,13 +52,15 @@ def _quarter_text(text: pd.Series) -> pd.Series:
     return out
 
 
-def quarters_of(df: pd.DataFrame) -> tuple[pd.Series, str] | None:
+def quarters_of(df: pd.DataFrame, *, dates: bool = True) -> tuple[pd.Series, str] | None:
     """Each row's quarter ``YYYYQn`` (``""`` where unreadable) and the column(s) it came from, or
     ``None`` when the table has no quarter column.
 
     Read from, in order: a ``quarter`` column of any form in :data:`QUARTER_FORMS` (a number
-    1-4 there takes its year from a ``year`` column), a ``date`` column (the quarter the date
-    falls in). ``df``'s column names are lower case.
+    1-4 there takes its year from a ``year`` column), with ``dates`` a ``date`` column (the
+    quarter the date falls in; a date may be something else, such as when a file was exported,
+    so a caller that knows the quarter from elsewhere passes ``dates=False``). ``df``'s column
+    names are lower case.
     """
     if "quarter" in df.columns:
         q = df["quarter"]
@@ -72,7 +74,7 @@ def quarters_of(df: pd.DataFrame) -> tuple[pd.Series, str] | None:
         if pd.api.types.is_datetime64_any_dtype(q):
             q = q.dt.strftime("%Y-%m-%d")
         return _quarter_text(q), "quarter"
-    if "date" in df.columns:
+    if dates and "date" in df.columns:
         d = df["date"]
         if pd.api.types.is_datetime64_any_dtype(d):
             d = d.dt.strftime("%Y-%m-%d")

@@ -263,3 +263,17 @@ def test_parquet_and_shapefile_columns_in_upper_case(
     df.to_parquet(path)
     got = ookla.read_tiles([path])
     assert len(got.frame) == len(df) and (got.frame["avg_lat_down_ms"] == 12).all()
+
+
+def test_a_date_column_gives_quarters_unless_the_path_names_one(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile")
+    df["date"] = ["2023-02-01"] * 30 + ["2023-11-01"] * 30
+    loose = tmp_path / "loose.parquet"
+    df.to_parquet(loose)
+    got = ookla.read_tiles([loose], quarters="2023Q4")  # the dates, not --quarters
+    assert len(got.frame) == 30 and got.dropped == {"outside_quarters": 30}
+    named = tmp_path / "tiles_2024Q1.parquet"  # a date such as the export's: the name wins
+    df.to_parquet(named)
+    assert set(ookla.read_tiles([named]).frame["quarter"]) == {"2024Q1"}
