@@ -377,6 +377,15 @@ def _rows_of_type(
     return raw.loc[~other].reset_index(drop=True)
 
 
+def _hive_quarter_number(df: pd.DataFrame, quarter: str | None) -> bool:
+    """Whether ``df``'s ``quarter`` column is the bare number (1-4) of the ``quarter`` its path
+    names, as a hive partition's column is written into a file, without a ``year`` column."""
+    if quarter is None or "quarter" not in df.columns or "year" in df.columns:
+        return False
+    number = pd.to_numeric(df["quarter"], errors="coerce")
+    return bool(len(number)) and bool((number == int(quarter[-1])).all())
+
+
 def _clean(
     df: pd.DataFrame, quarter: str | None, tf: TileFile, dropped: dict[str, int]
 ) -> pd.DataFrame:
@@ -385,6 +394,8 @@ def _clean(
     out["quadkey"] = _quadkeys(df["quadkey"], tf)
     keep = np.ones(len(df), dtype=bool)
     found = quarters_of(df, dates=tf.quarter is None)  # a date column, unless the path says
+    if found is not None and _hive_quarter_number(df, tf.quarter):
+        found = None  # quarter=4 under year=2023/quarter=4/: the partition's own column
     if found is not None:  # the table's own quarters: never replaced by the path's
         q, source = found
         raw_q = df["quarter"] if "quarter" in df.columns else df["date"]

@@ -277,3 +277,11 @@ def test_a_date_column_gives_quarters_unless_the_path_names_one(
     named = tmp_path / "tiles_2024Q1.parquet"  # a date such as the export's: the name wins
     df.to_parquet(named)
     assert set(ookla.read_tiles([named]).frame["quarter"]) == {"2024Q1"}
+
+
+def test_a_hive_partitions_quarter_number_in_the_file_is_its_paths(
+    tmp_path: Path, tiles_df: pd.DataFrame
+) -> None:
+    df = tiles_df.drop(columns="tile").assign(quarter=4)
+    path = write_hive(tmp_path, df, kind="mobile", year=2023, q=4)
+    assert set(ookla.read_tiles([path]).frame["quarter"]) == {"2023Q4"}
