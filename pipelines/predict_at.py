@@ -26,6 +26,7 @@ import shapely
 
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
+from geodbk.geo.contract import Z95
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations, read_locations
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
@@ -141,8 +142,8 @@ def run_predict_at(
             f"{rd.model_dir(target)} gave non-finite predictions at {at}; the model file may be "
             "damaged: retrain it"
         )
-    lower = values["mean"] - 1.96 * values["sd"]
-    upper = values["mean"] + 1.96 * values["sd"]
+    lower = values["mean"] - Z95 * values["sd"]
+    upper = values["mean"] + Z95 * values["sd"]
     columns = {
         **values,
         "lower": lower,
@@ -153,7 +154,7 @@ def run_predict_at(
         "tile_history": seen,
         "tile_pull": pull,
     }
-    path = rd.predictions_at(target, Path(at).stem)
+    path = rd.predictions_at(target, Path(at).stem, quantity=quantity)
     return write_places(
         path, places, inside, columns, quantity=quantity, quarter=predictor.quarter, licence=licence
     )

@@ -146,9 +146,12 @@ class RunDir:
             return self.root / "grids" / f"{target}.nc"
         return self.root / "grids" / f"{target}_{quarter}.nc"
 
-    def predictions_at(self, target: str, stem: str) -> Path:
-        """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM``."""
-        return self.root / "predictions" / f"{target}_{stem}.parquet"
+    def predictions_at(self, target: str, stem: str, *, quantity: str = "tile") -> Path:
+        """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM`` (the
+        tile quantity; another's ``TARGET_STEM_QUANTITY.parquet``, so neither replaces the
+        other)."""
+        suffix = "" if quantity == "tile" else f"_{quantity}"
+        return self.root / "predictions" / f"{target}_{stem}{suffix}.parquet"
 
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""

@@ -15,6 +15,7 @@ import shapely
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
+from geodbk.geo.contract import Z95
 from geodbk.geo.locations import Locations
 from geodbk.quantities import predict_quantity
 from pipelines import cli
@@ -76,7 +77,7 @@ def test_quadkeys_in_a_csv_get_their_tiles_history(run: Path, measured: pd.DataF
     )
     np.testing.assert_allclose(got["mean"], q.mean, rtol=1e-6)
     np.testing.assert_allclose(got["sd"], q.sd, rtol=1e-6)
-    np.testing.assert_allclose(got["upper"] - got["lower"], 3.92 * got["sd"], rtol=1e-9)
+    np.testing.assert_allclose(got["upper"] - got["lower"], 2 * Z95 * got["sd"], rtol=1e-9)
     np.testing.assert_allclose(got["median"], 10 ** got["mean"] / 1000, rtol=1e-9)
 
 
@@ -93,7 +94,7 @@ def test_lon_lat_with_a_place_outside_the_region(run: Path, measured: pd.DataFra
     base = ["predict", "--run", str(run), "--target", "upload", "--at", str(src)]
     assert cli.main(base) == 0
     assert cli.main([*base, "--quantity", "test"]) == 0
-    got = pd.read_parquet(run / "predictions" / "upload_points.parquet")
+    got = pd.read_parquet(run / "predictions" / "upload_points_test.parquet")
     assert got["outside_region"].tolist() == [False, False, False, True]
     assert got.loc[:2, "mean"].notna().all() and np.isnan(got.loc[3, ["mean", "sd"]]).all()
     assert (got["quantity"] == "test").all()
@@ -132,7 +133,10 @@ def test_points_in_a_geojson_and_the_area_quantity(run: Path, measured: pd.DataF
     got = pd.read_parquet(out)
     np.testing.assert_allclose(got["lon"], measured["lon"].head(2), atol=1e-7)
     assert (got["quantity"] == "area").all() and got["name"].tolist() == ["a", "b"]
-    tile = pd.read_parquet(run_predict_at(run, src, target="latency", quantity="tile"))
+    tile_out = run_predict_at(run, src, target="latency", quantity="tile")
+    assert out.name == f"latency_{src.stem}_area.parquet" and out.is_file()  # both kept
+    assert tile_out.name == f"latency_{src.stem}.parquet"
+    tile = pd.read_parquet(tile_out)
     # the parts are the tile's whatever the quantity: measured tiles keep their history
     assert got["tile_history"].all() and tile["tile_history"].all()
     np.testing.assert_allclose(got["tile_pull"], tile["tile_pull"])

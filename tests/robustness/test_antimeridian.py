@@ -126,7 +126,9 @@ def test_places_either_side_of_the_meridian_are_inside_and_agree(
     argv = ["predict", "--run", str(aleutian_run), "--target", "download", "--at", str(places),
             "--quantity", "area"]  # fmt: skip
     assert cli.main(argv) == 0
-    out = pd.read_parquet(aleutian_run / "predictions" / "download_places.parquet").set_index("id")
+    out = pd.read_parquet(aleutian_run / "predictions" / "download_places_area.parquet").set_index(
+        "id"
+    )
     assert not out.loc["w", "outside_region"] and not out.loc["e", "outside_region"]
     assert out.loc["far", "outside_region"]
     assert abs(out.loc["w", "mean"] - out.loc["e", "mean"]) < 0.1
