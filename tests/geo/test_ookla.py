@@ -254,7 +254,7 @@ def test_csv_quadkeys_written_as_numbers_are_padded_or_refused(
         ookla.read_tiles([path])
 
 
-def test_parquet_and_shapefile_columns_in_upper_case(
+def test_parquet_columns_in_upper_case_and_their_newer_columns(
     tmp_path: Path, tiles_df: pd.DataFrame
 ) -> None:
     df = tiles_df.drop(columns="tile").rename(columns=str.upper)
