@@ -163,7 +163,7 @@ def run_ingest(
         inside = inside_u[codes]
         if (~inside).any():
             dropped["outside_region"] = dropped.get("outside_region", 0) + int((~inside).sum())
-            _warn_on_edge_tiles(the_region, frame, first[~inside_u], inside)
+            _warn_on_edge_tiles(the_region, frame, first, codes, inside_u)
             frame = frame.loc[inside].reset_index(drop=True)
     if len(frame) == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items())) or "none"
@@ -295,16 +295,18 @@ EDGE_SHARE_WARNED = 0.01
 
 
 def _warn_on_edge_tiles(
-    region: Region, frame: pd.DataFrame, outside_rows: np.ndarray, inside: np.ndarray
+    region: Region, frame: pd.DataFrame, first: np.ndarray, codes: np.ndarray, inside: np.ndarray
 ) -> None:
     """Say when over :data:`EDGE_SHARE_WARNED` of the rows were dropped whose tile overlaps the
     region with its centre outside: a generalised boundary (the 1:500k state file) cuts coastal
-    tiles off; a detailed one (the state's census tracts as ``--region``) keeps them."""
-    if region.kind == "bbox" or not len(outside_rows):
+    tiles off; a detailed one (the state's census tracts as ``--region``) keeps them. ``first``:
+    each distinct tile's first row, ``codes``: each row's tile, ``inside``: each tile's centre
+    in the region."""
+    if region.kind == "bbox" or inside.all():
         return
-    edge = region.overlaps(frame["geometry"].to_numpy()[outside_rows])
-    edge_keys = set(frame["quadkey"].to_numpy()[outside_rows[edge]])
-    rows = frame["quadkey"].isin(edge_keys).to_numpy() & ~inside
+    edge = np.zeros(len(first), dtype=bool)
+    edge[~inside] = region.overlaps(frame["geometry"].to_numpy()[first[~inside]])
+    rows = edge[codes]
     if rows.mean() <= EDGE_SHARE_WARNED:
         return
     tests = frame["tests"].to_numpy()
@@ -316,7 +318,7 @@ def _warn_on_edge_tiles(
         int(rows.sum()),
         100 * rows.mean(),
         100 * tests[rows].sum() / max(int(tests.sum()), 1),
-        len(edge_keys),
+        int(edge.sum()),
         region.name,
     )
 

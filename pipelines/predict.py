@@ -286,9 +286,9 @@ def describe_map_quantity(
     layer: Any = None,
 ) -> tuple[str, str]:
     """``(label, description)`` of a grid's quantity: the label names it in each variable's
-    ``quantity`` attribute and band description (:data:`geodbk.geo.contract.QUANTITY_LABELS`, the tile's with ``(tile effect)``,
-    ``test: single speed test (tests=1)``); the description is the grid's
-    ``quantity_description``."""
+    ``quantity`` attribute and band description (:data:`geodbk.geo.contract.QUANTITY_LABELS`,
+    the tile's with how it was made, ``(local layer)``; ``test: single speed test (tests=1)``);
+    the description is the grid's ``quantity_description``."""
     if quantity == "area":
         return AREA_LABEL, "neighbourhood level f(x): the latent mean surface, noise excluded"
     if quantity == "tile":

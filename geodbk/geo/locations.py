@@ -21,7 +21,7 @@ import pandas as pd
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, quadkey_centroid, valid_quadkeys
-from geodbk.geo.tile_columns import padded_quadkeys
+from geodbk.geo.tile_columns import padded_number_quadkeys, padded_quadkeys
 
 __all__ = ["LAT_NAMES", "LON_NAMES", "Locations", "read_locations"]
 
@@ -131,28 +131,21 @@ def _numbers(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
 
 def _from_quadkeys(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
     raw = frame[column]
+    short = 0
     if pd.api.types.is_numeric_dtype(raw):  # numbers lost a quadkey's leading zeros
-        whole = pd.to_numeric(raw, errors="coerce")
-        raw = whole.astype("Int64").astype("string").str.zfill(TILE_ZOOM)
-        log.warning(
-            "%s: column %r holds numbers; quadkeys zero-padded back to %d digits (store "
-            "quadkeys as text)",
-            path,
-            column,
-            TILE_ZOOM,
-        )
+        raw, short = padded_number_quadkeys(raw, zoom=TILE_ZOOM)
     elif _SUFFIXES.get(path.suffix.lower()) in ("csv", "excel"):  # numbers written as text
         text = pd.Series(np.where(_blank(raw), "", raw.astype(str).str.strip()), dtype=str)
         raw, short = padded_quadkeys(text, zoom=TILE_ZOOM)
-        if short:
-            log.warning(
-                "%s: column %r holds quadkeys written as numbers; %d zero-padded back to %d "
-                "digits (store quadkeys as text)",
-                path,
-                column,
-                short,
-                TILE_ZOOM,
-            )
+    if short:
+        log.warning(
+            "%s: column %r holds quadkeys written as numbers; %d zero-padded back to %d digits "
+            "(store quadkeys as text)",
+            path,
+            column,
+            short,
+            TILE_ZOOM,
+        )
     blank = _blank(raw)
     keys = raw.astype(str).str.strip().to_numpy()[~blank]
     bad = np.flatnonzero(~valid_quadkeys(keys))

@@ -36,6 +36,7 @@ from geodbk.geo.tile_columns import (
     QUARTER_FORMS,
     TYPE_COLUMNS,
     numbers,
+    padded_number_quadkeys,
     padded_quadkeys,
     quarters_of,
     refuse_unreadable,
@@ -316,14 +317,10 @@ def _quadkeys(keys: pd.Series, tf: TileFile) -> np.ndarray:
     are dropped as ``quadkey_not_zoom16``. Quadkeys in a spreadsheet's scientific notation have
     lost digits and are refused."""
     if pd.api.types.is_numeric_dtype(keys):
-        whole = pd.to_numeric(keys, errors="coerce")
-        text = pd.Series(
-            np.where(whole.isna(), "", whole.fillna(0).astype("int64").astype(str)), dtype=str
-        )
-        short = int(((text.str.len() < TILE_ZOOM) & (text != "")).sum())
+        padded, short = padded_number_quadkeys(keys, zoom=TILE_ZOOM)
         if short:
             _log_padded(tf, short)
-        return text.where(text == "", text.str.zfill(TILE_ZOOM)).to_numpy(dtype=str)
+        return padded.to_numpy(dtype=str)
     text = pd.Series(np.where(keys.isna(), "", keys.astype(str).str.strip()), dtype=str)
     given = text[text != ""]
     if len(given) and given.str.fullmatch(r"\d(?:\.\d+)?[eE]\+?\d+").mean() > 0.5:

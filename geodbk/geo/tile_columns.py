@@ -17,6 +17,7 @@ __all__ = [
     "QUARTER_FORMS",
     "TYPE_COLUMNS",
     "numbers",
+    "padded_number_quadkeys",
     "padded_quadkeys",
     "quarters_of",
     "refuse_unreadable",
@@ -122,6 +123,15 @@ def refuse_unreadable(
             f"{path}: column {column!r} holds {bad:,} of {n:,} values that cannot be read "
             f"(e.g. {example!r}); it should hold {what}. Fix the column or re-export the table"
         )
+
+
+def padded_number_quadkeys(values: pd.Series, *, zoom: int) -> tuple[pd.Series, int]:
+    """A column of quadkeys stored as numbers (which lost their leading zeros) as text
+    zero-padded back to ``zoom`` digits (``""`` where missing), and how many were padded."""
+    whole = pd.to_numeric(values, errors="coerce").round().astype("Int64")
+    text = whole.astype("string").fillna("").astype(str)
+    short = int(((text.str.len() < zoom) & (text != "")).sum())
+    return text.where(text == "", text.str.zfill(zoom)), short
 
 
 def padded_quadkeys(text: pd.Series, *, zoom: int) -> tuple[pd.Series, int]:
