@@ -60,7 +60,7 @@ from geodbk.quantities import (
 )
 from pipelines.bundles import load_model
 from pipelines.cli import add_progress_option, call_with_options, stage_parser
-from pipelines.gridfile import GridWriter, fill_value, stored_alike
+from pipelines.gridfile import GridWriter, fill_value, open_grid, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.predict_at import check_tests_devices, run_predict_at
 from pipelines.run_inputs import (
@@ -1017,6 +1017,7 @@ def run_predict(
             )
 
         log.info("predicting %s for %s", target, label)
+        warn_replacing_quantity(out, quantity)
         written.append(
             _write_grid(
                 out,
@@ -1151,6 +1152,27 @@ def check_grid_size(
             f"a {ny:,} x {nx:,} grid has {grid.size:,} cells (about {gb:.1f} GB of output), "
             f"more than --max-cells {max_cells:,}; use a coarser --resolution, raise "
             "--max-cells, or pass --force to write it"
+        )
+
+
+def warn_replacing_quantity(out: Path, quantity: str) -> None:
+    """Warn when ``out`` holds a map of another quantity, which the new grid replaces (the
+    dashboard, export, service and summarize read ``grids/TARGET.nc`` whatever its quantity)."""
+    if not out.is_file():
+        return
+    try:
+        with open_grid(out, fix="geodbk predict") as ds:
+            old = str(ds.attrs.get("quantity", ""))
+    except DataError:
+        return
+    if old and old != quantity:
+        log.warning(
+            "%s holds the %s quantity's map; it is replaced by the %s quantity's (run "
+            "`geodbk predict` with --quantity %s to write it again)",
+            out,
+            old,
+            quantity,
+            old,
         )
 
 

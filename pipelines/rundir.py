@@ -153,6 +153,12 @@ class RunDir:
         suffix = "" if quantity == "tile" else f"_{quantity}"
         return self.root / "predictions" / f"{target}_{stem}{suffix}.parquet"
 
+    def classes_at(self, stem: str, *, quantity: str = "tile") -> Path:
+        """``service/classes_STEM.parquet``: ``geodbk service --at`` for the file ``STEM`` (the
+        tile quantity; another's ``classes_STEM_QUANTITY.parquet``)."""
+        suffix = "" if quantity == "tile" else f"_{quantity}"
+        return self.root / "service" / f"classes_{stem}{suffix}.parquet"
+
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""
         return self.root / "grids" / f"{target}_trend_{first}_{last}.nc"

@@ -21,7 +21,8 @@ Writes into ``RUN/service/``:
   category names in ``service_class.tif.aux.xml``, which QGIS shows as the legend) and
   ``p_unserved.tif`` (float32, units 1, -9999 outside), GeoTIFF or COG, with the licence and
   quantity in their tags;
-- ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
+- ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid (``--quantity area``
+  or ``test``: ``classes_<file stem>_<quantity>.parquet``);
 - ``copula.json``: the copula's correlation, the rows it came from and how.
 
 A time-aware model's map is of the table's latest quarter, or of ``--quarter Q`` (then the
@@ -100,7 +101,8 @@ unserved = meets no tier, underserved = meets the first but not the second, serv
 second. The three targets are joined by a Gaussian copula of the models' residuals on the
 validation split (RUN/service/copula.json). Writes RUN/service/classes.nc (p_unserved,
 p_underserved, p_served, p_tier_1, p_tier_2, service_class, in_region), service_class.tif,
-p_unserved.tif, or with --at RUN/service/classes_<file stem>.parquet.
+p_unserved.tif, or with --at RUN/service/classes_<file stem>.parquet (classes_<file
+stem>_area.parquet or _test.parquet for those quantities).
 exit codes: 0 ok, 2 usage, 3 bad option or data (--tiers, --latency-ms, --at file), 4 damaged
 model, 5 missing run directory or model (the message gives the train command).
 """

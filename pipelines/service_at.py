@@ -1,6 +1,7 @@
 """``geodbk service --at FILE``: service-class probabilities at the places listed in a file.
 
-Writes ``RUN/service/classes_<file stem>.parquet`` with one row per input row: the input's own
+Writes ``RUN/service/classes_<file stem>.parquet`` (another quantity than ``tile``:
+``classes_<file stem>_<quantity>.parquet``) with one row per input row: the input's own
 columns (a clash with an output name is renamed ``input_<name>``), then ``quadkey`` (the
 zoom-16 tile of the place), ``lon``, ``lat``, ``p_<class>`` for each class (``p_unserved``,
 ``p_underserved``, ``p_served`` with the BEAD tiers), ``p_tier_<j>`` (probability of meeting
@@ -58,7 +59,7 @@ def _json_value(value: Any) -> Any:
 
 def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: str) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
-    ``RUN/service/classes_<stem>.parquet``."""
+    ``RUN/service/classes_<stem>.parquet`` (:meth:`RunDir.classes_at`)."""
     inside = np.asarray(
         shapely.intersects_xy(read_region(rd), native_longitude(places.lon), places.lat), dtype=bool
     )
@@ -72,7 +73,7 @@ def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: s
         label[inside] = np.asarray(service.classes, dtype=object)[got["service_class"]]
     meta_service = {k: _json_value(v) for k, v in service.attributes(rd).items()}
     return write_places(
-        rd.root / "service" / f"classes_{stem}.parquet",
+        rd.classes_at(stem, quantity=service.quantity),
         places,
         inside,
         {**values, "service_class": pd.array(label, dtype="string")},

@@ -1,5 +1,5 @@
 """``geodbk predict``'s checks and descriptions: grid options and size, the map's box, the trend
-spec and the quantity labels."""
+spec, the quantity labels and the warning before another quantity's map is replaced."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from pipelines.predict import (
     describe_quantity,
     grid_bounds,
     parse_trend,
+    warn_replacing_quantity,
 )
 from pipelines.rundir import RunDir
 
@@ -104,3 +105,19 @@ def test_quantity_labels_name_tests_devices_and_layers() -> None:
     assert label == "tile: what the tile here typically gets (local layer)"
     label, text = describe_map_quantity(constant, "test", 1, None, effect=None)
     assert (label, text) == ("test: observation (constant noise)", "observation (constant noise)")
+
+
+def test_replacing_a_map_of_another_quantity_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import xarray as xr
+
+    out = tmp_path / "download.nc"
+    warn_replacing_quantity(out, "area")  # no grid yet: nothing to say
+    xr.Dataset({"mean": ("x", [1.0])}, attrs={"quantity": "tile"}).to_netcdf(out)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        warn_replacing_quantity(out, "tile")
+        assert not caplog.records
+        warn_replacing_quantity(out, "area")
+    assert "holds the tile quantity's map" in caplog.text
+    assert "--quantity tile" in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import geopandas as gpd
@@ -53,3 +54,16 @@ def test_places_get_classes_and_places_outside_the_region_are_marked(tmp_path: P
     meta = pq.read_schema(path).metadata
     assert json.loads(meta[SERVICE_KEY])["tiers"] == "25/3,100/20"
     assert "license" in json.loads(meta[PARQUET_LICENCE_KEY])
+
+
+def test_each_quantity_writes_its_own_file(tmp_path: Path) -> None:
+    rd, service = _run(tmp_path), fake_service()
+    places = Locations(
+        pd.DataFrame({"site": ["a"]}), np.array([-157.5]), np.array([21.5]), "lon/lat"
+    )
+    tile = write_classes_at(rd, service, places, stem="sites")
+    area = write_classes_at(rd, replace(service, quantity="area"), places, stem="sites")
+    # the area classes sit beside the tile classes rather than replace them
+    assert area == rd.root / "service" / "classes_sites_area.parquet"
+    assert tile.is_file() and pd.read_parquet(tile)["quantity"].tolist() == ["tile"]
+    assert pd.read_parquet(area)["quantity"].tolist() == ["area"]
