@@ -79,7 +79,8 @@ def run_ingest(
     Parameters
     ----------
     tiles
-        Tile files or folders (Ookla parquet, hive folders, shapefile zips, GeoJSON, CSV).
+        Tile files or folders (Ookla parquet, hive folders, shapefile zips, GeoJSON,
+        GeoPackage, CSV (also compressed) or Excel).
     run
         Run directory (created if needed).
     state, states_file
@@ -600,7 +601,7 @@ def register(subparsers: Any) -> None:
         help="Ookla tiles + urban/rural layer -> RUN/tiles.parquet",
         description=(
             "Read Ookla speed-test tiles (official parquet, hive folders, shapefile zips, "
-            "GeoJSON, CSV), keep those in the region, label them urban or rural, scale lon/lat "
+            "GeoJSON, GeoPackage, CSV or .csv.gz, Excel), keep those in the region, label them urban or rural, scale lon/lat "
             "to [-1,1]², split train/val/test and write the run's tile table."
         ),
         epilog=_EPILOG,

@@ -7,7 +7,8 @@ Supported inputs (files or folders, many at once):
   or as single files;
 - shapefile zips (``*.zip``; 10-character field names are mapped back);
 - GeoJSON (features with ``"geometry": null`` are kept: the tile is rebuilt from the quadkey);
-- CSV with a ``quadkey`` column.
+- CSV (also compressed: ``.csv.gz``, ``.csv.bz2``, ``.csv.xz``, ``.csv.zip``) or an Excel
+  workbook's first sheet, with a ``quadkey`` column.
 
 All of them become one normalised table (:func:`read_tiles`): the tile geometry and centroid are
 always derived from the quadkey (the authoritative key; the stored geometry is redundant and
@@ -58,7 +59,17 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 #: Newer columns kept when a source has them.
 OPTIONAL_COLUMNS: tuple[str, ...] = ("avg_lat_down_ms", "avg_lat_up_ms", "tile_x", "tile_y")
 TYPES: tuple[str, ...] = ("mobile", "fixed")
-TILE_EXTENSIONS: tuple[str, ...] = (".parquet", ".geojson", ".json", ".zip", ".csv", ".gpkg")
+#: How each tile file name ending is read (a compressed CSV as pandas decompresses it).
+_KINDS: dict[str, str] = {
+    ".parquet": "parquet",
+    ".geojson": "geojson",
+    ".json": "geojson",
+    ".zip": "shapefile",
+    ".gpkg": "gpkg",
+    **dict.fromkeys((".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip"), "csv"),
+    **dict.fromkeys((".xlsx", ".xls"), "excel"),
+}
+TILE_EXTENSIONS: tuple[str, ...] = tuple(_KINDS)
 
 # Shapefile (dBASE) field names are cut at 10 characters.
 _ALIASES = {"avg_lat_do": "avg_lat_down_ms", "avg_lat_up": "avg_lat_up_ms"}
@@ -129,16 +140,16 @@ def type_from_path(path: str | Path) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def tile_suffix(path: str | Path) -> str:
+    """The file name's ending that says how to read it: the longest of :data:`TILE_EXTENSIONS`
+    it ends with (``.csv.gz`` before ``.gz``), else its last suffix, lower-cased."""
+    name = Path(path).name.lower()
+    known = [s for s in TILE_EXTENSIONS if name.endswith(s)]
+    return max(known, key=len) if known else Path(name).suffix
+
+
 def _kind(path: Path) -> str:
-    suffix = path.suffix.lower()
-    return {
-        ".parquet": "parquet",
-        ".geojson": "geojson",
-        ".json": "geojson",
-        ".zip": "shapefile",
-        ".csv": "csv",
-        ".gpkg": "gpkg",
-    }.get(suffix, "unknown")
+    return _KINDS.get(tile_suffix(path), "unknown")
 
 
 #: Files that together make a folder a geodbk run directory (``geodbk ingest --run``): its
@@ -154,7 +165,7 @@ def is_run_directory(folder: Path) -> bool:
 def _is_tile_name(name: str) -> bool:
     """A supported tile extension, not hidden; in folders, plain ``.json`` files are sidecars
     (e.g. from ``geodbk download``), not tiles."""
-    suffix = Path(name).suffix.lower()
+    suffix = tile_suffix(name)
     return suffix in TILE_EXTENSIONS and suffix != ".json" and not name.startswith(".")
 
 
@@ -211,15 +222,17 @@ def discover_tile_files(
             found = _scan_folder(p, skip)
             if not found:
                 raise DataError(
-                    f"{p}: no tile files (*.parquet, *.geojson, *.zip, *.csv) in this folder"
+                    f"{p}: no tile files (*.parquet, *.geojson, *.zip, *.gpkg, *.csv, *.csv.gz, "
+                    "*.xlsx) in this folder"
                 )
             for f in found:
                 files.setdefault(f, p)
         elif p.is_file():
-            if p.suffix.lower() not in TILE_EXTENSIONS:
+            if tile_suffix(p) not in TILE_EXTENSIONS:
                 raise DataError(
-                    f"{p}: unsupported tile file type {p.suffix!r}; use Ookla parquet, a "
-                    "shapefile zip, GeoJSON or CSV with a quadkey column"
+                    f"{p}: unsupported tile file type {tile_suffix(p)!r}; use Ookla parquet, a "
+                    "shapefile zip, GeoJSON, GeoPackage, or CSV (also .csv.gz) or Excel with a "
+                    "quadkey column"
                 )
             files[p] = None
         else:
@@ -257,8 +270,10 @@ def _read_raw(tf: TileFile) -> tuple[pd.DataFrame, int]:
             tile = [c for c in names if c.lower() == "tile"]
             if tile and len(df):
                 null_geoms = _null_count(pq.ParquetFile(path), tile[0])
-        elif tf.kind == "csv":  # every column as text: numbers keep their digits and separators
-            df = pd.read_csv(path, dtype=str)
+        elif tf.kind in ("csv", "excel"):  # every column as text: numbers keep their digits
+            df = (
+                pd.read_csv(path, dtype=str) if tf.kind == "csv" else pd.read_excel(path, dtype=str)
+            )
             df = df.drop(
                 columns=[c for c in df.columns if c.lower() in ("tile", "geometry", "wkt")]
             )

@@ -97,6 +97,30 @@ def test_csv_with_quarter_column(tmp_path: Path, tiles_df: pd.DataFrame) -> None
     assert sorted(res.frame["quarter"].unique()) == ["2020Q1", "2020Q2"]
 
 
+@pytest.mark.parametrize("name", ["tiles_2023Q4.csv.gz", "tiles_2023Q4.csv.zip", "tiles.xlsx"])
+def test_compressed_csv_and_excel_tiles_are_read_like_a_csv(
+    tmp_path: Path, tiles_df: pd.DataFrame, name: str
+) -> None:
+    df = tiles_df.drop(columns="tile").assign(quarter="2023Q4")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = folder / name
+    if name.endswith(".xlsx"):
+        df.to_excel(path, index=False)
+    else:
+        df.to_csv(path, index=False)
+    [found] = ookla.discover_tile_files([folder])  # a folder scan finds it too
+    assert found.path == path
+    res = ookla.read_tiles([path])
+    assert len(res.frame) == len(df)
+    assert res.frame["quadkey"].tolist() == df["quadkey"].tolist()  # leading zeros kept
+    np.testing.assert_allclose(res.frame["tests"], df["tests"])
+    other = tmp_path / "tiles.gz"
+    other.write_bytes(b"")
+    with pytest.raises(DataError, match=r"unsupported tile file type '\.gz'"):
+        ookla.discover_tile_files([other])
+
+
 def test_optional_columns_kept_and_filled(tmp_path: Path) -> None:
     root = tmp_path / "p"
     old = make_tiles(10, seed=1)
