@@ -284,6 +284,34 @@ def _warn_on_mixed_vintages(
     return {"tract_vintage": layer, "rural_list_vintage": listed}
 
 
+#: Listed rural tracts missing from a whole tract layer's counties above which the list and the
+#: layer are taken to be of different censuses (a matching pair misses none).
+_MISSING_LISTED_SHARE = 0.02
+
+
+def _warn_on_listed_tracts_not_in_layer(
+    layer: set[str], rural: set[str], tracts: str | Path, rural_tracts: str | Path
+) -> None:
+    """Warn when tracts the rural list names in the layer's counties are not in the layer (read
+    whole): tracts renumbered between the 2010 and 2020 censuses, whatever the files' names."""
+    counties = {g[:5] for g in layer}
+    listed = [g for g in rural if g[:5] in counties]
+    missing = sorted(g for g in listed if g not in layer)
+    if len(missing) >= 3 and len(missing) > _MISSING_LISTED_SHARE * len(listed):
+        log.warning(
+            "%d of the %d rural tracts that %s lists in the counties of %s are not in that "
+            "layer (e.g. %s): the list and the layer are probably of different censuses, and "
+            "the layer's renumbered rural tracts are labelled urban; pass the tract layer of "
+            "the list's census (the FCC list names 2010 tracts: tl_2010_SS_tract10.zip) or "
+            "--urban-areas instead",
+            len(missing),
+            len(listed),
+            rural_tracts,
+            tracts,
+            ", ".join(missing[:3]),
+        )
+
+
 def read_tract_urban(
     tracts: str | Path,
     rural_tracts: str | Path,
@@ -311,6 +339,8 @@ def read_tract_urban(
             "(e.g. tl_2010_15_tract10.zip) as --tracts"
         )
     geoid = raw.str.zfill(11)
+    if not gdf.attrs.get("clipped", False):
+        _warn_on_listed_tracts_not_in_layer(set(geoid), rural, tracts, rural_tracts)
     is_urban = ~geoid.isin(rural).to_numpy()
     states = sorted(set(geoid.str[:2]))
     covers = not len(geoid) or any(g[:2] in states for g in rural)

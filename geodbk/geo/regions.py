@@ -146,7 +146,8 @@ def read_vector(
         macOS ``__MACOSX`` entries skipped); ``ARCHIVE.zip!name.shp`` picks one of several.
     bbox
         Optional ``(west, south, east, north)`` in EPSG:4326: only features intersecting it are
-        read (the box is transformed to the file's CRS first).
+        read (the box is transformed to the file's CRS first); the frame's ``attrs["clipped"]``
+        says whether that left any out.
     what
         What the file is, for error messages (e.g. ``"urban-area"``).
 
@@ -160,9 +161,10 @@ def read_vector(
     try:
         import pyogrio
 
-        file_bbox = None
+        file_bbox, in_file = None, None
         if bbox is not None:
             info = pyogrio.read_info(source, layer=layer)
+            in_file = info.get("features")
             crs = info.get("crs")
             # without a CRS the file's units are unknown: read it all, filter once in degrees
             file_bbox = bbox if crs else None
@@ -185,6 +187,7 @@ def read_vector(
     if gdf.crs is None:
         gdf = lonlat_without_crs(gdf, shown=p)
         if bbox is not None and file_bbox is None:
+            in_file = len(gdf)
             gdf = gdf[gdf.geometry.intersects(shapely.box(*bbox))]
     elif gdf.crs != WGS84:
         gdf = gdf.to_crs(WGS84)
@@ -197,6 +200,8 @@ def read_vector(
         )
     gdf = gdf[usable].reset_index(drop=True)
     gdf.attrs["null_geometries"] = null  # dropped here; callers record the count
+    # whether ``bbox`` left features of the file out (a count of -1 or none: unknown, so yes)
+    gdf.attrs["clipped"] = in_file is not None and (in_file < 0 or in_file > len(gdf) + null)
     return gdf
 
 

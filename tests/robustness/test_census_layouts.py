@@ -177,3 +177,28 @@ def test_tracts_of_another_census_than_the_rural_list_are_warned_about(
             assert "2020 census tracts" in messages[0] and "tl_2010_SS_tract10.zip" in messages[0]
         assert layer.info["rural_list_vintage"] == 2010
         assert layer.info["tract_vintage"] == {"GEOID20": 2020, "GEOID10": 2010}.get(field)
+
+
+def test_a_renamed_rural_list_of_another_census_is_told_by_its_tracts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracts = tmp_path / "tracts.geojson"  # names say nothing of either file's census
+    boxes = [shapely.box(i, 0, i + 1, 1) for i in range(4)]
+    ids = [f"150010{i}0100" for i in range(1, 5)]
+    gpd.GeoDataFrame({"GEOID": ids}, geometry=boxes, crs="EPSG:4326").to_file(tracts)
+    other = tmp_path / "rural.csv"  # one tract in the layer, three renumbered away from it
+    other.write_text("FIPS\n15001010100\n15001990100\n15001990200\n15001990300\n06001990100\n")
+    same = tmp_path / "rural_same.csv"
+    same.write_text("FIPS\n15001010100\n15001020100\n06001990100\n")
+
+    def warned(rural: Path, **kw: object) -> list[str]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="geodbk"):
+            census.read_tract_urban(tracts, rural, **kw)  # type: ignore[arg-type]
+        return [r.message for r in caplog.records if "different censuses" in r.message]
+
+    [message] = warned(other)
+    assert message.startswith("3 of the 4 rural tracts") and "15001990100" in message
+    assert not warned(same)  # another state's tract on the list is not counted
+    # a layer read in part (a --bbox region) cannot tell a renumbered tract from one left out
+    assert not warned(other, bbox=(0.1, 0.1, 1.9, 0.9))
