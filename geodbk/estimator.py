@@ -24,7 +24,13 @@ from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
 from geodbk.posterior import FoldedWeights
 from geodbk.predictive import Prediction, latent_change, predict_in_chunks
-from geodbk.sklearn_api import check_fitted, regressor_tags, validated_X, validated_y
+from geodbk.sklearn_api import (
+    check_fitted,
+    kept_on_failure,
+    regressor_tags,
+    validated_X,
+    validated_y,
+)
 from geodbk.streaming import train_streaming
 from geodbk.training import OBJECTIVES, LoopConfig, exact_posterior_from_data, train_model
 from geodbk.validation import (
@@ -67,6 +73,18 @@ class BaseRegressor(RegressorMixin, BaseEstimator):
         """Fitted or loaded: the trained module is there (not just ``n_features_in_`` of a fit
         that failed)."""
         return hasattr(self, self.fitted_attribute)
+
+    def _record_fit_params(self) -> None:
+        """Record the parameters this fit uses (``fit_params_``): what :meth:`save` writes and
+        what prediction reads, so that ``set_params`` after ``fit`` changes nothing until the
+        next fit."""
+        self.fit_params_ = self.get_params(deep=False)
+
+    def _as_fitted(self) -> Any:
+        """An unfitted estimator with the parameters the model was fitted with (``self`` before
+        any fit)."""
+        fitted = self.__dict__.get("fit_params_")
+        return self if fitted is None else type(self)(**fitted)
 
     def _prediction_inputs(self, X: Any, quantity: str) -> np.ndarray:
         """``X`` checked against the fitted inputs (their number and, for a DataFrame, names and
@@ -290,10 +308,15 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         model: DBKModel = self.model_
         return model
 
+    @property
+    def _fitted_dtype(self) -> torch.dtype:
+        return _DTYPES[self._as_fitted().dtype]
+
     def _to_tensor(self, arr: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(arr, dtype=_DTYPES[self.dtype], device=self.device_)
+        return torch.as_tensor(arr, dtype=self._fitted_dtype, device=self.device_)
 
     # ------------------------------------------------------------------ fitting
+    @kept_on_failure
     def fit(
         self,
         X: Any,
@@ -352,6 +375,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         DBKRegressor
             ``self``.
         """
+        self._record_fit_params()
         self._validate()
         x_np = validated_X(self, X, reset=True)
         y_np = validated_y(self, y, x_np.shape[0])
@@ -420,7 +444,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
                     f"fit(..., devices{suffix}=...)"
                 )
             columns.append(as_devices(devices, f"devices{suffix}", n))
-        if self.noise_urban:
+        if self._as_fitted().noise_urban:
             if urban is None:
                 raise DataError(
                     "noise_urban=True (a noise floor per urban/rural class) needs each row's "
@@ -442,6 +466,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             tv_t,
         )
 
+    @kept_on_failure
     def fit_batches(
         self,
         source: RowGroupSource,
@@ -488,13 +513,14 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             As in :meth:`fit`.
         """
 
+        self._record_fit_params()
         self._validate()
         if self.objective == "exact":
             raise DataError(
                 'objective="exact" needs the whole training set in memory; use fit() or a '
                 "mini-batch objective (dppgp, ppgp, elbo) for out-of-core training"
             )
-        if self.devices_aware or self.noise_urban:
+        if self.devices_aware or self._as_fitted().noise_urban:
             raise DataError(
                 'noise="tests+devices" and noise_urban are not supported by out-of-core training '
                 "(fit_batches, geodbk.geo.parquet_batches.fit_parquet) yet; use fit() with "
@@ -532,7 +558,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             x_val=xv_t,
             y_val=yv_t,
             n_global=source.count_rows(),
-            dtype=_DTYPES[self.dtype],
+            dtype=self._fitted_dtype,
             inputs=inputs,
             read_columns=list(read_columns),
             tests_column=tests_column if aware else None,
@@ -557,13 +583,15 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
     def _fold(self) -> None:
         """Fold the fitted weights for prediction (:meth:`DBKModel.fold`) once, after fit/load,
         so that predicting does not change the estimator."""
-        self._folded = self.model_.fold(variance_correction=self.variance_correction)
+        self._folded = self.model_.fold(variance_correction=self._as_fitted().variance_correction)
 
     def _folded_weights(self) -> FoldedWeights:
         model = self._check_fitted()
         folded: FoldedWeights | None = getattr(self, "_folded", None)
         if folded is None:
-            folded = self._folded = model.fold(variance_correction=self.variance_correction)
+            folded = self._folded = model.fold(
+                variance_correction=self._as_fitted().variance_correction
+            )
         return folded
 
     def _check_input(self, X: Any, name: str = "X") -> np.ndarray:
@@ -574,12 +602,12 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
     @property
     def tests_aware(self) -> bool:
         """Whether the noise depends on the number of tests (``"tests"``, ``"tests+devices"``)."""
-        return self.noise in ("tests", "tests+devices")
+        return self._as_fitted().noise in ("tests", "tests+devices")
 
     @property
     def devices_aware(self) -> bool:
         """Whether the noise also depends on the number of devices (``"tests+devices"``)."""
-        return self.noise == "tests+devices"
+        return self._as_fitted().noise == "tests+devices"
 
     def noise_variance(
         self, tests: Any = None, devices: Any = None, *, urban: Any = None, n: int | None = None
@@ -625,7 +653,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         """The noise module's covariate tensor (None for constant noise) and the row count."""
         self._check_fitted()
         given = [tests] + ([devices] if self.devices_aware else [])
-        given += [urban] if self.noise_urban else []
+        given += [urban] if self._as_fitted().noise_urban else []
         sizes = [int(np.size(g)) for g in given if g is not None]
         size = n if n is not None else (sizes[0] if sizes else 1)
         cov = np.ones(size)
@@ -634,7 +662,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         if self.devices_aware:
             dev = cov if devices is None else as_devices(devices, "devices", size)
             cov = np.column_stack([cov, dev])
-        if self.noise_urban:
+        if self._as_fitted().noise_urban:
             if urban is None:
                 raise DataError(
                     "this model has a noise floor per urban/rural class: give urban= (True for "
@@ -643,7 +671,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             cov = np.column_stack([cov, as_urban_flags(urban, "urban", size)])
         if not self.tests_aware:
             return None, size
-        return torch.as_tensor(cov, dtype=_DTYPES[self.dtype], device=self.device_), size
+        return torch.as_tensor(cov, dtype=self._fitted_dtype, device=self.device_), size
 
     def noise_parameters(self) -> dict[str, Any]:
         """The learned noise in y's units (JSON-ready floats).
@@ -705,8 +733,8 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             x_np,
             chunk_size=chunk_size,
             device=self.device_,
-            dtype=_DTYPES[self.dtype],
-            width=int(self.rank),
+            dtype=self._fitted_dtype,
+            width=int(self._as_fitted().rank),
         )
         v = self.y_std_**2
         var_f = v * var_f
@@ -756,8 +784,8 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             np.hstack([xa, xb]),
             chunk_size=chunk_size,
             device=self.device_,
-            dtype=_DTYPES[self.dtype],
-            width=int(self.rank),
+            dtype=self._fitted_dtype,
+            width=int(self._as_fitted().rank),
         )
         return self.y_std_ * mean, self.y_std_**2 * var
 
@@ -779,8 +807,8 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             x_np,
             chunk_size=chunk_size,
             device=self.device_,
-            dtype=_DTYPES[self.dtype],
-            width=int(self.rank),
+            dtype=self._fitted_dtype,
+            width=int(self._as_fitted().rank),
         )
         return phi
 
@@ -807,7 +835,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         model = self._check_fitted()
         meta = dict(metadata) if metadata is not None else dict(getattr(self, "metadata_", {}))
         doc = {
-            "config": self.get_params(deep=False),
+            "config": getattr(self, "fit_params_", None) or self.get_params(deep=False),
             "input_dim": self.n_features_in_,
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_std_},
             "history": self.history_,
@@ -847,6 +875,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             config = {**_LATER_DEFAULTS, **config}  # bundles from before these options
             est = cls(**{k: config[k] for k in cls._get_param_names()})  # unknown keys ignored
             est._validate()
+            est._record_fit_params()
             est.device_ = resolve_device(device)
             est.n_features_in_ = int(meta["input_dim"])
             if meta.get("feature_names") is not None:

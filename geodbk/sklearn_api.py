@@ -14,7 +14,9 @@ per row, as everywhere in geodbk (scikit-learn's ``check_fit1d`` expects a ``Val
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.utils import Tags
@@ -29,7 +31,16 @@ from sklearn.utils.validation import (
 from geodbk.errors import DataError
 from geodbk.validation import as_feature_matrix, as_target_vector
 
-__all__ = ["NOT_FITTED", "check_fitted", "regressor_tags", "validated_X", "validated_y"]
+__all__ = [
+    "NOT_FITTED",
+    "check_fitted",
+    "kept_on_failure",
+    "regressor_tags",
+    "validated_X",
+    "validated_y",
+]
+
+_Fit = TypeVar("_Fit", bound=Callable[..., Any])
 
 #: Message of the :class:`~sklearn.exceptions.NotFittedError` an unfitted estimator raises.
 NOT_FITTED = "This %(name)s instance is not fitted yet; call fit() or load() first."
@@ -40,6 +51,24 @@ def check_fitted(estimator: Any) -> None:
     loaded): scikit-learn's :func:`~sklearn.utils.validation.check_is_fitted`, which asks the
     estimator's ``__sklearn_is_fitted__`` (its trained torch module is there)."""
     check_is_fitted(estimator, msg=NOT_FITTED)
+
+
+def kept_on_failure(fit: _Fit) -> _Fit:
+    """Wrap a ``fit`` method so that a fit that fails (bad input, divergence, an interrupt)
+    leaves the estimator as it was: still fitted to its last data, or still unfitted, never
+    with the new data's ``n_features_in_`` beside the old model."""
+
+    @functools.wraps(fit)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = dict(self.__dict__)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    return wrapper  # type: ignore[return-value]
 
 
 def validated_X(estimator: Any, X: Any, name: str = "X", *, reset: bool) -> np.ndarray:

@@ -112,12 +112,40 @@ def test_unfitted_model_raises_not_fitted_error() -> None:
     ):
         with pytest.raises(NotFittedError, match="not fitted yet; call fit"):
             call()
-    # a fit that fails after recording n_features_in_ leaves the model unfitted
+    # a fit that fails after checking X leaves the model as it was: unfitted, nothing recorded
     with pytest.raises(DataError, match="values but the inputs have"):
         model.fit(x, y[:5])
-    assert model.n_features_in_ == 2
+    assert not hasattr(model, "n_features_in_") and not hasattr(model, "fit_params_")
     with pytest.raises(NotFittedError):
         model.predict(x)
+
+
+def test_a_failed_refit_keeps_the_fitted_model() -> None:
+    x, y = _data()
+    model = DBKRegressor(**TINY).fit(x, y)
+    before = model.predict(x)
+    bad = y.copy()
+    bad[0] = np.nan
+    with pytest.raises(DataError):
+        model.fit(x[:, :1], bad)  # one column: n_features_in_ would be 1 beside a 2-input model
+    assert model.n_features_in_ == 2
+    np.testing.assert_array_equal(model.predict(x), before)
+
+
+def test_set_params_after_fit_changes_nothing_until_the_next_fit(tmp_path: Path) -> None:
+    x, y = _data()
+    model = DBKRegressor(**TINY).fit(x, y)
+    mean, sd = model.predict(x, return_std=True)
+    model.set_params(objective="elbo", dtype="float32", rank=8)
+    got = model.predict(x, return_std=True)
+    np.testing.assert_array_equal(got[0], mean)
+    np.testing.assert_array_equal(got[1], sd)
+    # what is saved is the model that was fitted, with the parameters it was fitted with
+    back = DBKRegressor.load(model.save(tmp_path / "m"))
+    assert back.get_params()["rank"] == TINY["rank"] and back.objective == "dppgp"
+    np.testing.assert_allclose(back.predict(x, return_std=True), (mean, sd), rtol=1e-12)
+    model.fit(x, y)  # the next fit takes the new parameters
+    assert model.fit_params_["rank"] == 8 and model.predict(x).dtype == np.float64
 
 
 def test_predict_returns_numpy_mean_and_std(fitted: DBKRegressor) -> None:

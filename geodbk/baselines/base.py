@@ -44,7 +44,7 @@ from geodbk.estimator import BaseRegressor
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
-from geodbk.sklearn_api import check_fitted, validated_X, validated_y
+from geodbk.sklearn_api import check_fitted, kept_on_failure, validated_X, validated_y
 from geodbk.training import Epoch, fit, shuffled_batches
 from geodbk.validation import as_tests
 
@@ -155,7 +155,7 @@ class TorchBaseline(BaseRegressor):
     @property
     def tests_aware(self) -> bool:
         """Whether the noise depends on the number of tests (``noise="tests"``)."""
-        return self.noise == "tests"
+        return self._as_fitted().noise == "tests"
 
     def _sizes(self, X: Tensor, y: Tensor) -> dict[str, Any]:
         """JSON-able sizes that ``_make_module`` needs (n, d, rank, ...)."""
@@ -204,9 +204,10 @@ class TorchBaseline(BaseRegressor):
     # ------------------------------------------------------------------ helpers
     @property
     def _torch_dtype(self) -> torch.dtype:
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        return torch.float64 if self.dtype == "float64" else torch.float32
+        dtype = self._as_fitted().dtype
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+        return torch.float64 if dtype == "float64" else torch.float32
 
     @property
     def _torch_device(self) -> torch.device:
@@ -255,6 +256,7 @@ class TorchBaseline(BaseRegressor):
         return total / X.shape[0]
 
     # ------------------------------------------------------------------ public API
+    @kept_on_failure
     def fit(
         self: T,
         X: Any,
@@ -295,6 +297,7 @@ class TorchBaseline(BaseRegressor):
             Write ``checkpoint_dir/last.pt`` after every epoch; with ``resume`` continue from
             it (same options, same result as an uninterrupted run).
         """
+        self._record_fit_params()
         self._validate()
         Xn = validated_X(self, X, reset=True)
         yn = validated_y(self, y, Xn.shape[0])
@@ -516,7 +519,7 @@ class TorchBaseline(BaseRegressor):
                 "version": BUNDLE_VERSION,
                 "model": self.model_name,
                 "class": type(self).__name__,
-                "params": self.get_params(deep=False),
+                "params": getattr(self, "fit_params_", None) or self.get_params(deep=False),
                 "sizes": self.sizes_,
             },
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_sd_},
@@ -559,6 +562,7 @@ class TorchBaseline(BaseRegressor):
                 params["device"] = device
             est = cls(**{k: v for k, v in params.items() if k in cls._get_param_names()})
             est._validate()
+            est._record_fit_params()
             est.sizes_ = dict(info["sizes"])
             est.y_mean_ = float(meta["standardization"]["y_mean"])
             est.y_sd_ = float(meta["standardization"]["y_std"])

@@ -27,6 +27,7 @@ from geodbk.baselines.base import TorchBaseline
 from geodbk.baselines.cagp import CaGPRegressor
 from geodbk.baselines.exact_rbf import ExactRBFRegressor
 from geodbk.baselines.softki import SoftKIRegressor
+from geodbk.errors import DataError
 from geodbk.predictive import Prediction
 
 
@@ -116,3 +117,18 @@ def test_baseline_feature_names_and_old_bundles(tmp_path: Path) -> None:
     back = CaGPRegressor.load(tmp_path / "m")
     assert back.get_params() == model.get_params()
     np.testing.assert_array_equal(back.predict(x), model.predict(frame))
+
+
+def test_baseline_set_params_after_fit_and_a_failed_refit(tmp_path: Path) -> None:
+    x, y = _data()
+    model = MODELS["cagp"]().fit(x, y)
+    mean = model.predict(x)
+    model.set_params(dtype="float32", noise="tests")
+    np.testing.assert_array_equal(model.predict(x), mean)  # no tests needed: fitted constant
+    back = CaGPRegressor.load(model.save(tmp_path / "m"))
+    assert back.get_params()["noise"] == "constant"
+    np.testing.assert_array_equal(back.predict(x), mean)
+    with pytest.raises(DataError):
+        model.fit(x[:, :1], y[:5])
+    assert model.n_features_in_ == 2
+    np.testing.assert_array_equal(model.predict(x), mean)
