@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,8 +265,12 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
-        if int(self.rank) < 1 or int(self.hidden) < 1:
-            raise ValueError("rank and hidden must be positive")
+        for name, rule in self.out_of_range():
+            raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+        for name in ("jitter", "noise_floor"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.kernel_update_every_allowed():
             raise ValueError(
                 "kernel_update_every must be 0 (default) or 1 with expansion='silu' (no kernel "

@@ -12,6 +12,8 @@ these fields (:meth:`geodbk.training.LoopConfig.of`).
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 __all__ = ["KERNEL_UPDATE_EVERY_DPPGP_RBF", "DBKHyperparameters"]
@@ -47,6 +49,34 @@ class DBKHyperparameters:
     noise_power: bool = False
     noise_init: float = 1e-2
     kernel_update_every: int = 0
+
+    def out_of_range(self) -> list[tuple[str, str]]:
+        """``(name, rule)`` of each numeric hyperparameter outside its range (NaN and infinity
+        are outside every range)."""
+
+        def ok(value: object, low: float, *, strict: bool = False) -> bool:
+            if not isinstance(value, numbers.Real) or not math.isfinite(value):
+                return False
+            return value > low if strict else value >= low
+
+        rules = [
+            ("rank", ok(self.rank, 1), ">= 1"),
+            ("hidden", ok(self.hidden, 1), ">= 1"),
+            ("alpha", ok(self.alpha, 0), "a finite number >= 0"),
+            ("beta", ok(self.beta, 0), "a finite number >= 0"),
+            ("batch_size", ok(self.batch_size, 1), ">= 1"),
+            ("epochs", ok(self.epochs, 1), ">= 1"),
+            ("lr", ok(self.lr, 0, strict=True), "a finite number > 0"),
+            ("weight_decay", ok(self.weight_decay, 0), "a finite number >= 0"),
+            ("patience", ok(self.patience, 1), ">= 1"),
+            ("kernel_update_every", ok(self.kernel_update_every, 0), ">= 0"),
+            (
+                "noise_init",
+                ok(self.noise_init, 0) and self.noise_init < 100,
+                "0 (default) or a variance in (0, 100)",
+            ),
+        ]
+        return [(name, rule) for name, good, rule in rules if not good]
 
     def kernel_update_every_allowed(self) -> bool:
         """Whether ``kernel_update_every`` is valid here: ``>= 0``, and above 1 only with the

@@ -19,6 +19,7 @@ import csv
 import io
 import logging
 import os
+import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 from time import perf_counter
@@ -29,7 +30,7 @@ import numpy as np
 from geodbk import DBKRegressor, __version__
 from geodbk.atomic import atomic_write_text
 from geodbk.distributed import init_distributed, seed_rank, shutdown_distributed
-from geodbk.errors import DataError, RunDirectoryError
+from geodbk.errors import DataError
 from geodbk.geo.blocks import held_out_units
 from geodbk.geo.contract import target_info
 from geodbk.geo.parquet_batches import fit_parquet
@@ -91,9 +92,7 @@ examples:
   geodbk train --run runs/hawaii --target download --resume      # continue a killed run
   geodbk train --run runs/hawaii --target download --time        # quarter as an input
 
-The config file is YAML with any of the keys: expansion, objective, rank, hidden, alpha, beta,
-batch_size, epochs, lr, weight_decay, patience, device, seed, predict_chunk_size, noise,
-noise_power, noise_init, time, streaming, tile_effect, tile_effect_groups.
+{config_keys}
 --noise tests+devices (config `noise: tests+devices`): s2_i = s2_floor + s2_meas/tests_i +
 s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1).
 --noise tests+urban / tests+devices+urban: the floor s2_floor is learned per urban/rural class
@@ -118,7 +117,7 @@ def register(subparsers: Any) -> None:
         _main,
         help="train a DBK-RBF (dPPGP) model for one target",
         description=DESCRIPTION,
-        epilog=EPILOG,
+        epilog=EPILOG.format(config_keys=_config_keys_sentence()),
         **FITTING,
     )
     p.add_argument(
@@ -387,6 +386,12 @@ class CheckpointStash:
                 self._aside(name).unlink(missing_ok=True)
 
 
+def _config_keys_sentence() -> str:
+    """The help's sentence listing every config key (:class:`TrainConfig`'s fields)."""
+    keys = ", ".join(TrainConfig().to_dict())
+    return textwrap.fill(f"The config file is YAML with any of the keys: {keys}.", width=96)
+
+
 def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
     """Decide whether to resume; refuse to resume with a different config."""
     saved = ckpt_dir / "config.yaml"
@@ -402,10 +407,11 @@ def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
         now = _resume_keys(cfg)
         differ = sorted(k for k in now if before[k] != now[k])
         if differ:
-            raise RunDirectoryError(
+            changes = ", ".join(f"{k}: {before[k]!r} there, {now[k]!r} now" for k in differ)
+            raise DataError(
                 f"--resume: the checkpoint in {ckpt_dir} was made with a different config "
-                f"({saved}: {', '.join(f'{k}={before[k]!r}' for k in differ)}); resume "
-                "with the same --config/--epochs/--device or train without --resume"
+                f"({saved}; {changes}); resume with the checkpoint's values of these keys "
+                "(epochs, patience and device may change) or train without --resume"
             )
     return True
 

@@ -287,3 +287,22 @@ def test_load_ignores_unknown_config_keys(fitted: DBKRegressor, tmp_path: Path) 
     assert back.get_params() == {**fitted.get_params(), "device": "cpu"}
     np.testing.assert_array_equal(back.predict(x), fitted.predict(x))
     check_is_fitted(back)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "rule"),
+    [
+        ("alpha", float("nan"), "alpha must be a finite number >= 0"),
+        ("beta", float("inf"), "beta must be a finite number >= 0"),
+        ("lr", 0.0, "lr must be a finite number > 0"),
+        ("noise_init", float("nan"), "noise_init must be"),
+        ("jitter", -1e-4, "jitter must be a finite number >= 0"),
+        ("rank", 0, "rank must be >= 1"),
+    ],
+)
+def test_bad_hyperparameters_are_named_before_training(option: str, value: Any, rule: str) -> None:
+    x, y = _data(20)
+    with pytest.raises(ValueError, match=rule):
+        DBKRegressor(**{**TINY, option: value}).fit(x, y)
+    # numpy numbers, as a parameter grid gives them, are numbers
+    assert DBKRegressor(**{**TINY, "rank": np.int64(4), "epochs": 1}).fit(x, y).rank == 4

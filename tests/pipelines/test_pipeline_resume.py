@@ -11,7 +11,7 @@ from pipeline_helpers import killed_after_checkpoints, make_run
 from safetensors.numpy import load_file
 
 from geodbk import DBKRegressor
-from geodbk.errors import RunDirectoryError
+from geodbk.errors import DataError
 from pipelines import cli
 from pipelines.config import demo_config, dump_config
 from pipelines.rundir import RunDir
@@ -74,8 +74,14 @@ def test_killed_run_resumes_to_the_same_model(
 def test_resume_with_a_different_config_is_refused(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
     run_train(run, target="download", config=CFG.replace(epochs=1), progress=False)
-    with pytest.raises(RunDirectoryError, match="different config"):
+    with pytest.raises(DataError, match="different config") as refused:
         run_train(run, target="download", config=CFG.replace(rank=8), resume=True, progress=False)
+    assert f"rank: {CFG.rank} there, 8 now" in str(refused.value)
+    # a config conflict is bad input (exit 3), not a missing run directory (exit 5)
+    argv = ["train", "--run", str(run), "--target", "download", "--resume", "--no-progress"]
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(dump_config(CFG.replace(rank=8)))
+    assert cli.main([*argv, "--config", str(changed)]) == 3
 
 
 def test_a_checkpoint_from_before_the_held_kernel_resumes_with_every_step(tmp_path: Path) -> None:
@@ -88,7 +94,7 @@ def test_a_checkpoint_from_before_the_held_kernel_resumes_with_every_step(tmp_pa
     saved = RunDir(run).checkpoint_dir("download") / "config.yaml"
     lines = saved.read_text().splitlines(keepends=True)
     saved.write_text("".join(x for x in lines if not x.startswith("kernel_update_every")))
-    with pytest.raises(RunDirectoryError, match="kernel_update_every=1"):
+    with pytest.raises(DataError, match="kernel_update_every: 1 there, 4 now"):
         run_train(run, target="download", config=CFG.replace(epochs=2), resume=True, progress=False)
     run_train(run, target="download", config=old.replace(epochs=2), resume=True, progress=False)
     assert len(DBKRegressor.load(RunDir(run).model_dir("download")).history_) == 2

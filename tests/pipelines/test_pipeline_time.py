@@ -113,7 +113,7 @@ def test_time_is_a_resume_key(tmp_path: Path) -> None:
     (ckpt / "config.yaml").write_text(dump_config(TrainConfig()))
     (ckpt / "last.pt").write_bytes(b"x")
     assert _check_resume(ckpt, TrainConfig(), True)
-    with pytest.raises(RunDirectoryError, match="different config"):
+    with pytest.raises(DataError, match="different config"):
         _check_resume(ckpt, TrainConfig(time=True), True)
     with pytest.raises(DataError, match="'time' must be bool"):
         TrainConfig(time="yes")  # type: ignore[arg-type]

@@ -13,8 +13,9 @@ import pytest
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.hyperparameters import KERNEL_UPDATE_EVERY_DPPGP_RBF
+from pipelines import cli
 from pipelines import train as train_stage
-from pipelines.config import demo_config
+from pipelines.config import TrainConfig, demo_config
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
 from pipelines.report import run_report
 from pipelines.rundir import RunDir
@@ -189,3 +190,11 @@ def test_a_held_kernel_trains_from_the_config(tmp_path: Path) -> None:
     assert md["config"]["kernel_update_every"] == KERNEL_UPDATE_EVERY_DPPGP_RBF
     saved = RunDir(run).model_dir("download") / "config.yaml"
     assert f"kernel_update_every: {KERNEL_UPDATE_EVERY_DPPGP_RBF}" in saved.read_text()
+
+
+def test_the_help_lists_every_config_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("any of the keys: ", 1)[1].split(".", 1)[0]
+    assert listed.split(", ") == list(TrainConfig().to_dict())
