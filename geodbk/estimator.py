@@ -269,7 +269,9 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
         for name in ("jitter", "noise_floor"):
             value = getattr(self, name)
-            if not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+            if not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and float(value) >= 0
+            ):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.kernel_update_every_allowed():
             raise ValueError(

@@ -57,7 +57,8 @@ class DBKHyperparameters:
         def ok(value: object, low: float, *, strict: bool = False) -> bool:
             if not isinstance(value, numbers.Real) or not math.isfinite(value):
                 return False
-            return value > low if strict else value >= low
+            number = float(value)
+            return number > low if strict else number >= low
 
         rules = [
             ("rank", ok(self.rank, 1), ">= 1"),
