@@ -73,7 +73,7 @@ from geodbk.tile_effect import (
     urban_groups,
 )
 from geodbk.validation import counts_or_one
-from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, table2_lines
+from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, format_stat, table2_lines
 from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
 from pipelines.scoring import by_tests_scores, clean_json
@@ -524,7 +524,7 @@ def _mean_sd(values: list[Any]) -> dict[str, float | None]:
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if arr.size == 0:
         return {"mean": None, "sd": None}
-    return {"mean": float(arr.mean()), "sd": float(arr.std(ddof=1)) if arr.size > 1 else 0.0}
+    return {"mean": float(arr.mean()), "sd": float(arr.std(ddof=1)) if arr.size > 1 else None}
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -574,11 +574,11 @@ def machine_info(threads: int | None, device: str) -> dict[str, Any]:
     }
 
 
-def _fmt(stat: dict[str, Any] | None, digits: int = 3, scale: float = 1.0) -> str:
-    if not stat or stat.get("mean") is None:
-        return "–"
-    mean, sd = stat["mean"] * scale, (stat.get("sd") or 0.0) * scale
-    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+def _short(reason: str, limit: int = 160) -> str:
+    """A failure's reason cut at a word before ``limit`` characters, with "…" when cut."""
+    if len(reason) <= limit:
+        return reason
+    return reason[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _by_tests_lines(report: dict[str, Any]) -> list[str]:
@@ -669,12 +669,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         for name, entry in report["models"].items():
             s = entry.get("summary")
             if not s or entry["status"] == "failed":
-                lines.append(f"| {name} | failed: {entry['failures'][0]['reason'][:120]} |||||||| ")
+                lines.append(
+                    f"| {name} | failed: {_short(entry['failures'][0]['reason'])} |||||||| "
+                )
                 continue
             g = s[group]
             lines.append(
-                f"| {name} | {_fmt(g[MAE])} | {_fmt(g[NLL])} | {_fmt(g[NLL + STD_SUFFIX])} | {_fmt(g[CRPS])} | "
-                f"{_fmt(g[COVERAGE95], 1, 100)}% | {_fmt(g[WIDTH95])} | {_fmt(g[WIDTH_SD])} | {_fmt(g[WIDTH_IQR])} |"
+                f"| {name} | {format_stat(g[MAE])} | {format_stat(g[NLL])} | {format_stat(g[NLL + STD_SUFFIX])} | {format_stat(g[CRPS])} | "
+                f"{format_stat(g[COVERAGE95], 1, 100, unit='%')} | {format_stat(g[WIDTH95])} | {format_stat(g[WIDTH_SD])} | {format_stat(g[WIDTH_IQR])} |"
             )
         lines.append("")
     lines += _by_tests_lines(report)
@@ -685,12 +687,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         "| model | status | epochs | s / epoch | train s | predict pts/s | peak RSS Δ MB | CUDA peak MB |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    cost = partial(format_stat, same="")
     for name, entry in report["models"].items():
         s = entry.get("summary")
         status = entry["status"] + (
             ""
             if not entry["failures"]
-            else f" ({len(entry['failures'])} failed: {entry['failures'][0]['reason'][:80]})"
+            else f" ({len(entry['failures'])} failed: {_short(entry['failures'][0]['reason'])})"
         )
         if entry.get("overrides"):
             status += " [" + ", ".join(f"{k}={v}" for k, v in entry["overrides"].items()) + "]"
@@ -698,8 +701,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {status} | – | – | – | – | – | – |")
             continue
         lines.append(
-            f"| {name} | {status} | {_fmt(s['epochs_run'], 0)} | {_fmt(s['seconds_per_epoch'], 2)} | {_fmt(s['train_seconds'], 1)} | "
-            f"{_fmt(s['predict_points_per_second'], 0)} | {_fmt(s['peak_rss_mb'], 0)} | {_fmt(s['cuda_peak_mb'], 0)} |"
+            f"| {name} | {status} | {cost(s['epochs_run'], 0)} | {cost(s['seconds_per_epoch'], 2)} | {cost(s['train_seconds'], 1)} | "
+            f"{cost(s['predict_points_per_second'], 0)} | {cost(s['peak_rss_mb'], 0)} | {cost(s['cuda_peak_mb'], 0)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -925,7 +928,11 @@ def run_benchmark(
     for name in models:
         model_overrides = dict((overrides or {}).get(name) or {})
         sweep = None
-        if name in sweeps:
+        refused = options_refused(name, data, kwargs, model_overrides)
+        if refused is not None:  # the same for every seed and swept value: recorded once
+            log.warning("benchmark %s not run: %s", name, refused)
+            runs, failures = [], [{"seed": None, "reason": refused}]
+        elif name in sweeps:
             option, values = next(iter(sweeps[name].items()))
             runs, failures, model_overrides, sweep = _run_sweep(
                 name, option, values, seeds, data, kwargs, model_overrides, isolate, timeout
@@ -1031,6 +1038,26 @@ def _run_seeds(
     return runs, failures
 
 
+def options_refused(
+    name: str, data: dict[str, np.ndarray], kwargs: dict[str, Any], overrides: dict[str, Any]
+) -> str | None:
+    """Why ``name`` cannot run with the benchmark's options (its noise, ``overrides``) whatever
+    the seed or swept value, from building it without training (:func:`noise_options`), or
+    ``None``."""
+    try:
+        model = build_model(
+            name,
+            **{k: kwargs[k] for k in ("epochs", "batch_size", "rank", "hidden", "device")},
+            seed=0,
+            overrides=overrides or None,
+            preset=kwargs["preset"],
+        )
+        noise_options(name, model, kwargs["noise"], data)
+    except ValueError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _run_sweep(
     name: str,
     option: str,
@@ -1048,7 +1075,7 @@ def _run_sweep(
     Returns the chosen value's (runs, failures), the overrides it ran with, and the sweep's
     record ``{"option", "values", "criterion", "chosen", "by_value": [{"value", "status",
     "val_nll", "test_nll", "failures"}]}``. No value that ran: ``chosen`` is ``None`` and the
-    first value's failures are returned.
+    first value's failures are returned, with ``overrides`` as they were.
     """
     tried = []
     for value in values:
@@ -1060,7 +1087,8 @@ def _run_sweep(
         tried.append((value, used, runs, failures, val))
         log.info("  %s %s=%r: val NLL %s", name, option, value, val)
     ran = [t for t in tried if t[4] is not None]
-    best = min(ran, key=lambda t: math.inf if t[4] is None else t[4]) if ran else tried[0]
+    # no value ran: the first value's failures, under the options without the swept one
+    best = min(ran, key=lambda t: t[4]) if ran else (None, overrides, *tried[0][2:])
     record = {
         "option": option,
         "values": list(values),

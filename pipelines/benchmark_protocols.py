@@ -94,14 +94,25 @@ def apply_protocol(
     }
 
 
-def _cell(stat: dict[str, Any] | None, *, digits: int = 3, scale: float = 1.0) -> str:
-    """``mean`` (± sd when several seeds) of a summary statistic, or ``–``."""
+def format_stat(
+    stat: dict[str, Any] | None,
+    digits: int = 3,
+    scale: float = 1.0,
+    *,
+    unit: str = "",
+    same: str = "every seed",
+) -> str:
+    """``mean ± sd`` over seeds of a summary statistic, ``unit`` after each number; one seed:
+    the mean alone; seeds that all gave the same value (a model that ignores the seed): the
+    mean and ``(same)``, not a spread of 0 (``same=""``: the mean alone); nothing: ``–``."""
     if not stat or stat.get("mean") is None:
         return "–"
-    text = f"{scale * stat['mean']:.{digits}f}"
-    if stat.get("sd"):
-        text += f" ± {scale * stat['sd']:.{digits}f}"
-    return text
+    mean, sd = scale * stat["mean"], stat.get("sd")
+    if sd is None or (sd == 0.0 and not same):
+        return f"{mean:.{digits}f}{unit}"
+    if sd == 0.0:
+        return f"{mean:.{digits}f}{unit} ({same})"
+    return f"{mean:.{digits}f}{unit} ± {scale * sd:.{digits}f}{unit}"
 
 
 def table2_lines(report: dict[str, Any]) -> list[str]:
@@ -144,11 +155,11 @@ def table2_lines(report: dict[str, Any]) -> list[str]:
         for group in ("urban", "rural"):
             g = summary[group]
             quality += [
-                _cell(g[MAE]),
-                _cell(g[NLL]),
-                _cell(g[COVERAGE95], digits=1, scale=100) + "%",
+                format_stat(g[MAE]),
+                format_stat(g[NLL]),
+                format_stat(g[COVERAGE95], digits=1, scale=100, unit="%"),
             ]
-            spread += [_cell(g[WIDTH95]), _cell(g[WIDTH_SD]), _cell(g[WIDTH_IQR])]
+            spread += [format_stat(g[WIDTH95]), format_stat(g[WIDTH_SD]), format_stat(g[WIDTH_IQR])]
         lines.append(f"| {label} | " + " | ".join(quality) + " |")
         widths.append(f"| {label} | " + " | ".join(spread) + " |")
     return [*lines, *widths, ""]

@@ -14,6 +14,7 @@ from baseline_helpers import BUDGET
 from geodbk.baselines.registry import PAPER_PRESET, build_model
 from geodbk.errors import DataError
 from pipelines.benchmark import run_benchmark
+from pipelines.benchmark_protocols import format_stat
 from pipelines.cli import main
 
 
@@ -164,3 +165,38 @@ def test_cli_sweep_option(tiny_run: Path, tmp_path: Path) -> None:
     sweep = report["models"]["pp-dkl"]["sweep"]
     assert sweep["values"] == [0, 1] and sweep["chosen"] in (0, 1)
     assert main([*args, "--sweep", "pp-dkl.nope=1,2"]) == 3  # refused before training
+
+
+def test_a_model_that_refuses_the_noise_is_recorded_once_not_swept(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    run = _copy_run(tiny_run, tmp_path / "run")
+    report = run_benchmark(
+        run,
+        target="upload",
+        models=["cagp"],
+        seeds=[0, 1],
+        epochs=1,
+        rank=8,
+        threads=1,
+        isolate=False,
+        noise="tests+devices",
+        sweeps={"cagp": {"lr": [1.0, 0.1]}},
+    )
+    entry = report["models"]["cagp"]
+    # refused before any training: one failure, no sweep, no swept value shown as chosen
+    assert entry["status"] == "failed" and "sweep" not in entry
+    assert entry["failures"] == [{"seed": None, "reason": entry["failures"][0]["reason"]}]
+    assert "tests+devices" in entry["failures"][0]["reason"] and "lr" not in entry["overrides"]
+    text = (run / "benchmark" / "upload.md").read_text()
+    cost = next(line for line in text.splitlines() if line.startswith("| cagp | failed ("))
+    assert "[lr=" not in cost and cost.count("(") == cost.count(")")
+
+
+def test_one_seed_shows_no_spread_and_a_seedless_model_says_so() -> None:
+    assert format_stat({"mean": 0.4, "sd": None}) == "0.400"
+    assert format_stat({"mean": 0.4, "sd": 0.0}) == "0.400 (every seed)"
+    assert format_stat({"mean": 0.4, "sd": 0.0}, same="") == "0.400"
+    assert format_stat({"mean": 0.4, "sd": 0.02}) == "0.400 ± 0.020"
+    assert format_stat({"mean": 0.95, "sd": 0.01}, 1, 100, unit="%") == "95.0% ± 1.0%"
+    assert format_stat({"mean": 0.95, "sd": 0.0}, 1, 100, unit="%") == "95.0% (every seed)"

@@ -53,15 +53,16 @@ def test_protocol_refuses_a_setting_that_changes_its_table(
 
 
 def _summary(mae: float, width_sd: float) -> dict:
+    """One seed's summary (no spread)."""
     group = {
-        "mae": {"mean": mae, "sd": 0.0},
-        "nll": {"mean": 1.0, "sd": 0.0},
-        "coverage95": {"mean": 0.95, "sd": 0.0},
-        "width95": {"mean": 2.0, "sd": 0.0},
-        "width_sd": {"mean": width_sd, "sd": 0.0},
-        "width_iqr": {"mean": width_sd, "sd": 0.0},
+        "mae": {"mean": mae, "sd": None},
+        "nll": {"mean": 1.0, "sd": None},
+        "coverage95": {"mean": 0.95, "sd": None},
+        "width95": {"mean": 2.0, "sd": None},
+        "width_sd": {"mean": width_sd, "sd": None},
+        "width_iqr": {"mean": width_sd, "sd": None},
     }
-    return {"urban": group, "rural": {**group, "mae": {"mean": mae + 0.1, "sd": 0.0}}}
+    return {"urban": group, "rural": {**group, "mae": {"mean": mae + 0.1, "sd": None}}}
 
 
 def test_table2_layout_rows_in_the_papers_order() -> None:
