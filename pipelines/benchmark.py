@@ -931,7 +931,8 @@ def run_benchmark(
         refused = options_refused(name, data, kwargs, model_overrides)
         if refused is not None:  # the same for every seed and swept value: recorded once
             log.warning("benchmark %s not run: %s", name, refused)
-            runs, failures = [], [{"seed": None, "reason": refused}]
+            runs: list[dict[str, Any]] = []
+            failures: list[dict[str, Any]] = [{"seed": None, "reason": refused}]
         elif name in sweeps:
             option, values = next(iter(sweeps[name].items()))
             runs, failures, model_overrides, sweep = _run_sweep(
@@ -1087,8 +1088,9 @@ def _run_sweep(
         tried.append((value, used, runs, failures, val))
         log.info("  %s %s=%r: val NLL %s", name, option, value, val)
     ran = [t for t in tried if t[4] is not None]
-    # no value ran: the first value's failures, under the options without the swept one
-    best = min(ran, key=lambda t: t[4]) if ran else (None, overrides, *tried[0][2:])
+    best = min(ran, key=lambda t: math.inf if t[4] is None else t[4]) if ran else tried[0]
+    if not ran:  # the first value's failures, under the options without the swept one
+        best = (None, overrides, *tried[0][2:])
     record = {
         "option": option,
         "values": list(values),
