@@ -518,7 +518,25 @@ def _summarize_cells(
                 "point (cells_from = 'representative point')",
                 chosen.size,
             )
+    _warn_on_empty_areas_in_region(areas, region, np.flatnonzero(cells_from == "none"))
     return cells_from
+
+
+def _warn_on_empty_areas_in_region(areas: Areas, region: Any, empty: np.ndarray) -> None:
+    """Warn about the areas left without a value (``empty``) that overlap the region: land the
+    map's grid does not reach (it ends at the measured tiles under ``--extent tiles``), not
+    water or another state."""
+    import shapely
+
+    land = empty[np.asarray(shapely.intersects(areas.polygons[empty], region), dtype=bool)]
+    if land.size:
+        log.warning(
+            "%d area(s) overlap the region but the map has no cell there, so they get no value "
+            "(cells_from = 'none'; e.g. %s): the map ends at the measured tiles (--extent "
+            "tiles, the default); pass --extent region to summarise them",
+            land.size,
+            ", ".join(str(i) for i in areas.ids[land[:3]]),
+        )
 
 
 def _cell_area(areas: Areas, grid: Grid, sums: AreaSums) -> np.ndarray:

@@ -285,11 +285,39 @@ def _pick_id(frame: pd.DataFrame, id_column: str | None, *, shown: str) -> str |
                 f"{len(frame)} rows; fill it, or choose another column with --id-column"
             )
         return id_column
+    skipped: list[str] = []
     for col in _find(columns, ID_COLUMNS) + _find(columns, NAME_COLUMNS):
         values = frame[col]
         if values.notna().all() and not values.duplicated().any():
+            _warn_skipped_ids(frame, skipped, chosen=col, shown=shown)
             return col
+        skipped.append(col)
+    _warn_skipped_ids(frame, skipped, chosen=None, shown=shown)
     return None
+
+
+def _warn_skipped_ids(
+    frame: pd.DataFrame, skipped: list[str], *, chosen: str | None, shown: str
+) -> None:
+    """Warn about the id columns (:data:`ID_COLUMNS`) passed over for a repeated or missing
+    value, naming the values: a later join on that column would need them."""
+    for col in _find(skipped, ID_COLUMNS):
+        values = frame[col]
+        repeated = sorted({str(v) for v in values[values.duplicated(keep=False)].dropna()})
+        why = (
+            f"repeats {', '.join(repeated[:5])}" + (" ..." if len(repeated) > 5 else "")
+            if repeated
+            else f"is empty in {int(values.isna().sum())} rows"
+        )
+        log.warning(
+            "%s: id column %r %s, so the areas are identified by %s instead; fix the file or "
+            "pass --id-column %s to see the rows in question",
+            shown,
+            col,
+            why,
+            repr(chosen) if chosen else "their row number",
+            col,
+        )
 
 
 def _polygonal(geom: BaseGeometry | None) -> BaseGeometry | None:

@@ -54,14 +54,19 @@ def test_reads_any_crs_and_detects_the_geoid_column(tmp_path: Path) -> None:
     np.testing.assert_allclose(km2[0], expected, rtol=2e-3)
 
 
-def test_a_repeated_id_column_is_skipped_and_without_any_the_row_number(tmp_path: Path) -> None:
+def test_a_repeated_id_column_is_skipped_and_without_any_the_row_number(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     gdf = gpd.GeoDataFrame(
         {"GEOID": ["x", "x"], "FIPS": [1001.0, 1003.0]},
         geometry=[_cell(0, 0), _cell(1, 1)],
         crs="EPSG:4326",
     )
-    areas = read_areas(_write(tmp_path, gdf))
+    with caplog.at_level("WARNING", logger="geodbk"):
+        areas = read_areas(_write(tmp_path, gdf))
     assert areas.id_column == "FIPS" and areas.ids.tolist() == ["1001", "1003"]
+    # the skipped GEOID is told, with its repeated value, not only logged as the id chosen
+    assert "id column 'GEOID' repeats x" in caplog.text and "by 'FIPS' instead" in caplog.text
     plain = gpd.GeoDataFrame({"v": [1, 2]}, geometry=[_cell(0, 0), _cell(1, 1)], crs=4326)
     areas = read_areas(_write(tmp_path, plain, "plain.geojson"))
     assert areas.id_column is None and areas.ids.tolist() == ["0", "1"]

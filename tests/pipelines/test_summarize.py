@@ -14,10 +14,12 @@ import pytest
 import shapely
 import xarray as xr
 
+from geodbk.geo.areas import read_areas
 from pipelines import cli
 from pipelines.rundir import DEFAULT_THRESHOLDS, RunDir, target_spec
 from pipelines.summarize import (
     SUMMARY_KEY,
+    _warn_on_empty_areas_in_region,
     run_summarize,
     summary_columns,
     summary_paths,
@@ -209,6 +211,26 @@ def test_a_polygon_outside_the_grid_is_an_empty_row(summary: pd.DataFrame) -> No
     assert row["area_km2"] == 0
     numeric = [c for c in summary.columns if c.endswith(("_log10", "_natural")) or "share" in c]
     assert row[numeric].isna().all()
+
+
+def test_areas_on_land_the_map_does_not_reach_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "islands.geojson"
+    gpd.GeoDataFrame(
+        {"GEOID": ["island", "sea"]},
+        geometry=[shapely.box(0, 0, 1, 1), shapely.box(5, 5, 6, 6)],
+        crs="EPSG:4326",
+    ).to_file(path)
+    region = shapely.box(-1, -1, 2, 2)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _warn_on_empty_areas_in_region(read_areas(path), region, np.array([0, 1]))
+    assert "1 area(s) overlap the region" in caplog.text and "e.g. island)" in caplog.text
+    assert "--extent region" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _warn_on_empty_areas_in_region(read_areas(path), region, np.array([1]))
+    assert not caplog.records  # the sea alone: nothing the map missed
 
 
 def test_columns_licence_and_metadata_of_both_files(
