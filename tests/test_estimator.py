@@ -151,9 +151,10 @@ def test_all_objectives_and_expansions_train(expansion: str, objective: str) -> 
 def test_progress_callback_and_early_stopping(capsys: pytest.CaptureFixture[str]) -> None:
     x, y = _data(60)
     seen: list[dict] = []
-    m = DBKRegressor(**{**SMALL, "epochs": 10, "lr": 0.0, "patience": 2})
+    # lr = 1e-30: every update is below the parameters' rounding (lr must be > 0)
+    m = DBKRegressor(**{**SMALL, "epochs": 10, "lr": 1e-30, "patience": 2})
     m.fit(x[:40], y[:40], x[40:], y[40:], progress=True, callback=seen.append)
-    # lr = 0: nothing improves after epoch 1, so training stops after 1 + patience epochs
+    # nothing improves after epoch 1, so training stops after 1 + patience epochs
     assert [r["epoch"] for r in seen] == [1, 2, 3]
     assert m.best_epoch_ == 1 and m.stopped_early_
     assert "val_nll" in capsys.readouterr().err
@@ -177,9 +178,11 @@ def test_bad_inputs_raise_clear_errors(fitted: DBKRegressor) -> None:
         fitted.predict(np.zeros((3, 5)))
     with pytest.raises(ValueError, match="expansion"):
         DBKRegressor(**{**SMALL, "expansion": "poly"}).fit(x, y)
-    for held in ({"expansion": "silu"}, {"objective": "exact"}, {"kernel_update_every": -1}):
+    for held in ({"expansion": "silu"}, {"objective": "exact"}):
         with pytest.raises(ValueError, match=r"kernel_update_every must be 0 \(default\) or 1"):
             DBKRegressor(**{**SMALL, "kernel_update_every": 2, **held}).fit(x, y)
+    with pytest.raises(ValueError, match="kernel_update_every must be >= 0, got -1"):
+        DBKRegressor(**{**SMALL, "kernel_update_every": -1}).fit(x, y)
     with pytest.raises(NotFittedError, match="not fitted"):
         DBKRegressor().predict(x)
 
