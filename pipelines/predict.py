@@ -44,6 +44,7 @@ from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid,
 from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (
+    TimeScaling,
     extrapolation_of,
     format_quarter,
     quarter_index,
@@ -268,6 +269,43 @@ PART_VARS = (
 )
 #: The parts an area map of a model with a tile effect leaves out (they need the effect).
 TILE_PART_VARS = PART_VARS[1:]
+
+
+def map_quarter_status(
+    ts: TimeScaling | None,
+    quarter: str | None,
+    *,
+    observed: Sequence[str],
+    tile_offsets: bool = False,
+) -> str:
+    """The ``quarter_status`` of a map of ``quarter``.
+
+    A time-aware model (``ts``): ``observed`` or ``extrapolation beyond LAST`` / ``before
+    FIRST`` (:meth:`~geodbk.geo.timeaxis.TimeScaling.describe`). A pooled model (``ts`` None):
+    ``pooled``, or ``pooled; tile offsets at LATEST`` when measured tiles' offsets enter
+    (``tile_offsets``), taken at the latest of the ``observed`` quarters.
+    """
+    if ts is None or quarter is None:
+        if tile_offsets and observed:
+            return f"pooled; tile offsets at {observed[-1]}"
+        return "pooled"
+    return ts.describe(quarter)
+
+
+def time_extrapolation_warning(
+    target: str, quarter: str, ts: TimeScaling, metadata: dict[str, Any]
+) -> str:
+    """The warning for a time-aware model's ``quarter`` outside its trained quarters: its
+    status, the trained range, and what the map does there under the model's time
+    extrapolation policy (``hold``: f held at the nearest trained quarter; ``trend``: the
+    trend extrapolated)."""
+    held = extrapolation_of(metadata) == "hold"
+    return f"{target} {quarter}: {ts.describe(quarter)} (trained on {ts.first}..{ts.last}); " + (
+        "the map holds f at the nearest trained quarter (time extrapolation 'hold'); each "
+        "tile's offset decays toward its prior quarter by quarter"
+        if held
+        else "the map extrapolates the trend (time extrapolation 'trend')"
+    )
 
 
 def _pooled_tile_time(observed: Sequence[str]) -> float:
@@ -963,27 +1001,19 @@ def run_predict(
     written: list[Path] = []
     for q in quarters:
         if q is None:  # pooled model: one surface; a measured tile's offset at the latest quarter
-            label, status, out = pooled_label(observed), "pooled", rd.grid(target)
-            if effect is not None and quantity != "area" and observed:
-                status = f"pooled; tile offsets at {observed[-1]}"
+            label, out = pooled_label(observed), rd.grid(target)
+            status = map_quarter_status(
+                None,
+                None,
+                observed=observed,
+                tile_offsets=effect is not None and quantity != "area",
+            )
         else:
             assert ts is not None
-            label, status = q, ts.describe(q)
+            label, status = q, map_quarter_status(ts, q, observed=observed)
             out = rd.grid(target) if q == observed[-1] else rd.grid(target, q)
             if ts.is_extrapolation(q):
-                held = extrapolation_of(md) == "hold"
-                log.warning(
-                    "%s %s: %s (trained on %s..%s); %s",
-                    target,
-                    q,
-                    status,
-                    ts.first,
-                    ts.last,
-                    "the map holds f at the nearest trained quarter (time extrapolation "
-                    "'hold'); each tile's offset decays toward its prior quarter by quarter"
-                    if held
-                    else "the map extrapolates the trend (time extrapolation 'trend')",
-                )
+                log.warning("%s", time_extrapolation_warning(target, q, ts, md))
         attrs = {
             **base_attrs,
             "title": f"geodbk {target} predictive grid, {label}",

@@ -31,6 +31,7 @@ __all__ = [
     "parse_quarters",
     "quarter_index",
     "quarter_indices",
+    "quarter_text",
     "resolve_quarters",
     "time_input",
     "years_between",
@@ -179,6 +180,18 @@ class TimeScaling:
         if i < quarter_index(self.first):
             return f"extrapolation before {self.first}"
         return "observed"
+
+
+def quarter_text(quarter: Any, status: Any = None) -> str:
+    """A quarter label with its ``quarter_status`` (:meth:`TimeScaling.describe`, or a pooled
+    map's) where that adds to the label: ``2024Q2 (extrapolation beyond 2023Q4)``,
+    ``pooled 2022Q1:2023Q4 (tile offsets at 2023Q4)``; the label alone when the status is
+    ``observed``, ``pooled`` or unrecorded; ``?`` without a label."""
+    label = str(quarter) if quarter not in (None, "") else "?"
+    note = str(status or "").strip().removeprefix("pooled; ")
+    if note in ("", "observed", "pooled"):
+        return label
+    return f"{label} ({note})"
 
 
 def resolve_quarters(

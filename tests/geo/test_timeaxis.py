@@ -118,3 +118,18 @@ def test_forecast_split_needs_three_quarters() -> None:
         forecast_split(["2023Q4", "2023Q3", "2023Q4"])
     with pytest.raises(DataError, match="--split random"):
         forecast_split(["2023Q4"])
+
+
+def test_quarter_text_adds_a_status_that_says_more_than_the_label() -> None:
+    from geodbk.geo.timeaxis import quarter_text
+
+    ts = TimeScaling(first="2021Q1", last="2023Q4")
+    assert quarter_text("2023Q4", ts.describe("2023Q4")) == "2023Q4"
+    assert quarter_text("2024Q2", ts.describe("2024Q2")) == "2024Q2 (extrapolation beyond 2023Q4)"
+    assert quarter_text("2020Q1", ts.describe("2020Q1")) == "2020Q1 (extrapolation before 2021Q1)"
+    assert quarter_text("pooled 2022Q1:2023Q4", "pooled") == "pooled 2022Q1:2023Q4"
+    offsets = "pooled; tile offsets at 2023Q4"
+    assert quarter_text("pooled 2022Q1:2023Q4", offsets) == (
+        "pooled 2022Q1:2023Q4 (tile offsets at 2023Q4)"
+    )
+    assert quarter_text("2023Q4") == "2023Q4" and quarter_text(None) == "?"

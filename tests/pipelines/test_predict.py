@@ -121,3 +121,23 @@ def test_replacing_a_map_of_another_quantity_is_warned(
         warn_replacing_quantity(out, "area")
     assert "holds the tile quantity's map" in caplog.text
     assert "--quantity tile" in caplog.text
+
+
+def test_map_quarter_status_and_the_extrapolation_warning_follow_the_model() -> None:
+    from geodbk.geo.timeaxis import TimeScaling
+    from pipelines.predict import map_quarter_status, time_extrapolation_warning
+
+    ts = TimeScaling(first="2021Q1", last="2023Q4")
+    seen = ["2021Q1", "2023Q4"]
+    assert map_quarter_status(ts, "2022Q2", observed=seen) == "observed"
+    assert map_quarter_status(ts, "2024Q2", observed=seen) == "extrapolation beyond 2023Q4"
+    assert map_quarter_status(None, None, observed=seen) == "pooled"
+    assert map_quarter_status(None, None, observed=seen, tile_offsets=True) == (
+        "pooled; tile offsets at 2023Q4"
+    )
+    hold = time_extrapolation_warning("download", "2024Q2", ts, {"time_extrapolation": "hold"})
+    trend = time_extrapolation_warning("download", "2020Q1", ts, {})  # unrecorded: trend
+    assert hold.startswith("download 2024Q2: extrapolation beyond 2023Q4 (trained on 2021Q1..")
+    assert "holds f at the nearest trained quarter (time extrapolation 'hold')" in hold
+    assert "extrapolation before 2021Q1" in trend
+    assert "extrapolates the trend (time extrapolation 'trend')" in trend
