@@ -34,6 +34,13 @@ from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
 log = logging.getLogger("geodbk")
 
 
+def quantity_suffix(quantity: str) -> str:
+    """The file-name suffix of an output's quantity: ``""`` for the tile quantity (the
+    default), ``_area`` or ``_test`` for another, so outputs of two quantities of one input
+    never replace each other."""
+    return "" if quantity == "tile" else f"_{quantity}"
+
+
 def check_thresholds(thresholds: Sequence[float] | None, target: str) -> tuple[float, ...]:
     """``--thresholds`` as floats (``None``: the defaults of ``target``); a non-finite or
     non-positive value is refused with the option, its unit and valid values named."""
@@ -150,14 +157,12 @@ class RunDir:
         """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM`` (the
         tile quantity; another's ``TARGET_STEM_QUANTITY.parquet``, so neither replaces the
         other)."""
-        suffix = "" if quantity == "tile" else f"_{quantity}"
-        return self.root / "predictions" / f"{target}_{stem}{suffix}.parquet"
+        return self.root / "predictions" / f"{target}_{stem}{quantity_suffix(quantity)}.parquet"
 
     def classes_at(self, stem: str, *, quantity: str = "tile") -> Path:
         """``service/classes_STEM.parquet``: ``geodbk service --at`` for the file ``STEM`` (the
         tile quantity; another's ``classes_STEM_QUANTITY.parquet``)."""
-        suffix = "" if quantity == "tile" else f"_{quantity}"
-        return self.root / "service" / f"classes_{stem}{suffix}.parquet"
+        return self.root / "service" / f"classes_{stem}{quantity_suffix(quantity)}.parquet"
 
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""

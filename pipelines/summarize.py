@@ -2,7 +2,9 @@
 
 Writes ``RUN/summaries/TARGET_<file stem>.parquet`` (GeoParquet, one row per polygon of the
 areas file, its geometry kept) and ``.csv`` (the same rows, no geometry, the data licence in
-``#`` header lines). Per area, from S joint posterior samples (shared weight draws of the DBK
+``#`` header lines); another quarter than the table's latest adds ``_<quarter>``, the area or
+test quantity ``_<quantity>`` to the name. Rows, metadata and header carry the quarter's
+``quarter_status`` as ``geodbk predict`` writes it into the grid. Per area, from S joint posterior samples (shared weight draws of the DBK
 model, :mod:`geodbk.joint`, plus the tile quantity's independent per-cell part):
 
 - the cos-latitude area-weighted mean of the level over the map's cells inside the area
@@ -45,11 +47,19 @@ from geodbk.geo.frame import native_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
 from geodbk.geo.table import _to_arrow
+from geodbk.geo.timeaxis import quarter_text
 from geodbk.joint import JointSampler, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.cli import call_with_options, stage_parser
 from pipelines.places import load_place_predictor
-from pipelines.predict import add_grid_options, add_quantity_option, check_grid_options, map_grid
+from pipelines.predict import (
+    add_grid_options,
+    add_quantity_option,
+    check_grid_options,
+    map_grid,
+    map_quarter_status,
+    time_extrapolation_warning,
+)
 from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
@@ -58,9 +68,11 @@ from pipelines.rundir import (
     licence_attrs,
     licence_schema_metadata,
     locked_stage,
+    quantity_suffix,
     require_run,
     run_licence,
     target_spec,
+    time_scaling_of,
 )
 
 log = logging.getLogger("geodbk")
@@ -87,7 +99,10 @@ samples, the interval if the cells were independent, the share of area served at
 (download 25 and 100 Mbps, upload 3 and 20 Mbps: at or above; latency 100 ms: at or below)
 with its 90% interval, and over the observed tiles inside it (tests-weighted) the model's tile
 level beside the plain test-weighted mean of the raw tiles. Areas outside the map are empty
-rows. Columns: docs/cli.md, "geodbk summarize".
+rows. Another quarter than the table's latest adds _<quarter> to the name, the area or test
+quantity _<quantity> (so no summary replaces another's). Every row, the CSV's # header and
+the parquet metadata name the quarter and its quarter_status, as predict does (observed,
+extrapolation beyond/before the trained quarters, or pooled). Columns: docs/cli.md, "geodbk summarize".
 exit codes: 0 ok, 2 usage, 3 bad areas file/column or option, 4 missing/bad model,
 5 missing run directory, 6 the disk refused a write.
 """
@@ -154,13 +169,21 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def summary_paths(
-    rd: RunDir, target: str, areas: str | Path, *, quarter: str | None = None
+    rd: RunDir,
+    target: str,
+    areas: str | Path,
+    *,
+    quarter: str | None = None,
+    quantity: str = DEFAULT_MAP_QUANTITY,
 ) -> tuple[Path, Path]:
     """``RUN/summaries/TARGET_<stem>.parquet`` and ``.csv`` for the areas file ``areas``
     (``FILE.zip!layer.shp``: the zip's stem); ``TARGET_<stem>_<quarter>.*`` for a time-aware
-    model's quarter other than the table's latest (as ``grids/TARGET_Q.nc``)."""
+    model's quarter other than the table's latest (as ``grids/TARGET_Q.nc``); the area or test
+    ``quantity`` adds ``_<quantity>`` (as ``predict --at``), so it never replaces the tile
+    quantity's summary."""
     stem = Path(str(areas).split("!")[0]).stem
     name = f"{target}_{stem}" if quarter is None else f"{target}_{stem}_{quarter}"
+    name += quantity_suffix(quantity)
     folder = rd.root / "summaries"
     return folder / f"{name}.parquet", folder / f"{name}.csv"
 
@@ -202,7 +225,8 @@ def summary_columns(spec: TargetSpec, thresholds: tuple[float, ...]) -> list[str
         "tiles_raw_geomean_natural",
     ]
     head = ["id", "name", "n_cells", "area_km2", "polygon_area_km2", "cells_from"]
-    return [*head, *level, *shares, *tiles, "unit", "target", "quantity", "quarter", "samples"]
+    tail = ["unit", "target", "quantity", "quarter", "quarter_status", "samples"]
+    return [*head, *level, *shares, *tiles, *tail]
 
 
 @dataclass
@@ -341,6 +365,7 @@ def run_summarize(
     _check_unique_ids(area_set)
     licence = run_licence(rd)
     predictor = load_place_predictor(rd, target, quantity="tile", quarter=quarter)
+    file_quarter, status = _quarter_of(rd, predictor, quantity=quantity)
     region, grid = map_grid(rd, **grid_options)
     thresholds = tuple(float(t) for t in DEFAULT_THRESHOLDS[target])
     rng = np.random.default_rng(seed)
@@ -362,7 +387,7 @@ def run_summarize(
         "(%.0f MB of per-area sums)",
         target,
         quantity,
-        predictor.quarter,
+        quarter_text(predictor.quarter, status),
         len(area_set),
         area_set.source,
         *grid.shape,
@@ -399,12 +424,19 @@ def run_summarize(
         area_km2=area_km2,
         quantity=quantity,
         quarter=predictor.quarter,
+        quarter_status=status,
         samples=samples,
     )
     meta = {
         "target": target,
         "quantity": quantity,
         "quarter": predictor.quarter,
+        "quarter_status": status,
+        **(
+            {"trained_quarters": f"{ts.first}:{ts.last}"}
+            if (ts := time_scaling_of(predictor.metadata)) is not None
+            else {}
+        ),
         "time_aware": bool(predictor.time_aware),
         "samples": int(samples),
         "seed": int(seed),
@@ -432,7 +464,8 @@ def run_summarize(
         "geodbk_version": __version__,
         **licence_attrs(licence),
     }
-    paths = summary_paths(rd, target, areas, quarter=_other_quarter(rd, predictor))
+    paths = summary_paths(rd, target, areas, quarter=file_quarter, quantity=quantity)
+    _warn_replacing_other_areas(paths[0], area_set.source)
     out = _write(paths, frame, area_set, meta=meta, licence=licence)
     log.info(
         "wrote %s and .csv (%d areas, %d with cells, %d empty; %.1f s)",
@@ -649,6 +682,7 @@ def _table(
     area_km2: np.ndarray,
     quantity: str,
     quarter: str,
+    quarter_status: str,
     samples: int,
 ) -> pd.DataFrame:
     """The summary rows in the areas file's order, columns :func:`summary_columns`."""
@@ -693,6 +727,7 @@ def _table(
             "target": spec.name,
             "quantity": quantity,
             "quarter": quarter,
+            "quarter_status": quarter_status,
             "samples": int(samples),
         }
     )
@@ -713,27 +748,68 @@ def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
     return (
         f"# geodbk area summaries: {meta['target']}, {meta['quantity']} quantity, "
-        f"{meta['quarter']}, {meta['samples']} joint samples, {meta['interval']}; areas "
+        f"{quarter_text(meta['quarter'], meta.get('quarter_status'))}, "
+        f"{meta['samples']} joint samples, {meta['interval']}; areas "
         f"{meta['areas_file']} (id: {meta['id_column']}); units {meta['unit']}. Columns: "
         'docs/cli.md "geodbk summarize". Read with pandas.read_csv(path, comment="#").\n'
         f"# {licence_line(licence)}{url}\n"
     )
 
 
-def _other_quarter(rd: RunDir, predictor: Any) -> str | None:
-    """A time-aware model's summarised quarter when it is not the table's latest, else None."""
+def _quarter_of(rd: RunDir, predictor: Any, *, quantity: str) -> tuple[str | None, str]:
+    """``(file quarter, quarter_status)`` of the summarised quarter.
 
-    if not predictor.time_aware:
-        return None
-    observed = observed_quarters(rd, predictor.metadata)
-    if predictor.quarter not in observed:
+    The file quarter is a time-aware model's quarter when it is not the table's latest (else
+    None: the file name carries no quarter). The status is what ``geodbk predict`` writes into
+    the grid of that quarter (:func:`pipelines.predict.map_quarter_status`). A quarter outside
+    the trained ones is logged as ``predict`` logs it, naming the model's time extrapolation
+    policy; a quarter without rows in the tile table has no observed tiles (also logged).
+    """
+    md = predictor.metadata
+    observed = observed_quarters(rd, md)
+    ts = time_scaling_of(md)
+    quarter = str(predictor.quarter)
+    if not predictor.time_aware or ts is None:
+        offsets = (predictor.effect is not None or predictor.layer is not None) and (
+            quantity != "area"
+        )
+        return None, map_quarter_status(None, None, observed=observed, tile_offsets=offsets)
+    status = map_quarter_status(ts, quarter, observed=observed)
+    if ts.is_extrapolation(quarter):
         log.warning(
-            "%s is not a quarter of the tile table (%s); the model extrapolates to it and no "
-            "observed tiles enter the summary",
-            predictor.quarter,
+            "%s; no observed tiles enter the summary",
+            time_extrapolation_warning(predictor.target, quarter, ts, md),
+        )
+    elif quarter not in observed:
+        log.warning(
+            "%s is not a quarter of the tile table (%s); the model interpolates between its "
+            "trained quarters and no observed tiles enter the summary",
+            quarter,
             f"{observed[0]}..{observed[-1]}" if observed else "none",
         )
-    return None if observed and predictor.quarter == observed[-1] else str(predictor.quarter)
+    return (None if observed and quarter == observed[-1] else quarter), status
+
+
+def _warn_replacing_other_areas(parquet: Path, source: str) -> None:
+    """Warn when ``parquet`` holds the summary of another areas file of the same stem (e.g.
+    ``X.zip`` and ``X.shp``, or two layers of one zip), which the new summary replaces."""
+    if not parquet.is_file():
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        meta = json.loads((pq.read_schema(parquet).metadata or {}).get(SUMMARY_KEY, b"{}"))
+    except (OSError, ValueError):
+        return
+    before = meta.get("areas_file") if isinstance(meta, dict) else None
+    if before and before != source:
+        log.warning(
+            "%s holds the summary of %s; it is replaced by that of %s (rename one of the "
+            "files to keep both)",
+            parquet.name,
+            before,
+            source,
+        )
 
 
 def _write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import shapely
 import xarray as xr
 
 from geodbk.geo.areas import read_areas
+from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines import cli
 from pipelines.rundir import DEFAULT_THRESHOLDS, RunDir, target_spec
 from pipelines.summarize import (
@@ -363,3 +365,105 @@ def test_help_has_a_sentence_options_and_examples(capsys: pytest.CaptureFixture[
     text = capsys.readouterr().out
     assert "--areas FILE" in text and "--id-column COL" in text and "--samples S" in text
     assert "examples:" in text and "geodbk summarize --run" in text
+
+
+@pytest.mark.parametrize("policy", ["hold", "trend"])
+def test_a_quarter_outside_the_trained_ones_is_flagged_as_predict_flags_it(
+    run: Path,
+    tmp_path: Path,
+    areas_file: tuple[Path, tuple[int, int]],
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
+) -> None:
+    copy = shutil.copytree(
+        run,
+        tmp_path / "run",
+        ignore=shutil.ignore_patterns("checkpoints", "exports", "report", "summaries", "service"),
+    )
+    model_json = copy / "models" / "download" / "model.json"
+    bundle = json.loads(model_json.read_text(encoding="utf-8"))
+    bundle["metadata"]["time_extrapolation"] = {"policy": policy}
+    model_json.write_text(json.dumps(bundle), encoding="utf-8")
+    ts = bundle["metadata"]["time_scaling"]
+    last = ts["last"]
+    beyond = format_quarter(quarter_index(last) + 2)
+    with caplog.at_level(logging.WARNING, logger="geodbk"):
+        out = run_summarize(
+            copy,
+            target="download",
+            areas=areas_file[0],
+            samples=50,
+            max_cells=QUICK_CELLS,
+            quarter=beyond,
+        )
+    status = f"extrapolation beyond {last}"  # what predict writes into the grid's attributes
+    assert out.name == f"download_areas_{beyond}.parquet"
+    rows = pd.read_parquet(out)
+    assert (rows["quarter"] == beyond).all() and (rows["quarter_status"] == status).all()
+    info = json.loads(pq.read_schema(out).metadata[SUMMARY_KEY])
+    assert info["quarter"] == beyond and info["quarter_status"] == status
+    assert info["trained_quarters"] == f"{ts['first']}:{last}"
+    header = out.with_suffix(".csv").read_text(encoding="utf-8").splitlines()[0]
+    assert f"{beyond} ({status})" in header
+    table = pd.read_csv(out.with_suffix(".csv"), comment="#")
+    assert (table["quarter_status"] == status).all()
+    warnings = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    held = "the map holds f at the nearest trained quarter (time extrapolation 'hold')"
+    trend = "the map extrapolates the trend (time extrapolation 'trend')"
+    assert f"download {beyond}: {status}" in warnings
+    assert (held in warnings) == (policy == "hold") and (trend in warnings) == (policy == "trend")
+    assert "no observed tiles enter the summary" in warnings
+
+
+def test_an_observed_quarter_is_flagged_observed(summary: pd.DataFrame) -> None:
+    assert (summary["quarter_status"] == "observed").all()  # the demo model is time-aware
+
+
+def test_summary_file_names_carry_the_quarter_and_a_non_tile_quantity(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    names = {
+        (q, k): summary_paths(rd, "download", "a/counties.zip!c.shp", quarter=q, quantity=k)
+        for q in (None, "2024Q2")
+        for k in ("tile", "area", "test")
+    }
+    assert names[None, "tile"][0].name == "download_counties.parquet"
+    assert names[None, "area"][1].name == "download_counties_area.csv"
+    assert names["2024Q2", "test"][0].name == "download_counties_2024Q2_test.parquet"
+    assert len({p for pair in names.values() for p in pair}) == 12  # none replaces another
+
+
+def test_an_area_quantity_summary_keeps_the_tile_one(
+    run: Path, summary: pd.DataFrame, areas_file: tuple[Path, tuple[int, int]]
+) -> None:
+    tile = summary_paths(RunDir(run), "download", areas_file[0])[0]
+    before = tile.read_bytes()
+    out = run_summarize(
+        run,
+        target="download",
+        areas=areas_file[0],
+        samples=50,
+        quantity="area",
+        max_cells=QUICK_CELLS,
+    )
+    assert out.name == "download_areas_area.parquet" and out.with_suffix(".csv").is_file()
+    assert (pd.read_parquet(out)["quantity"] == "area").all()
+    assert tile.read_bytes() == before and (pd.read_parquet(tile)["quantity"] == "tile").all()
+
+
+def test_a_summary_of_another_file_of_the_same_stem_is_replaced_with_a_warning(
+    run: Path, grid: xr.Dataset, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    x, y = float(grid.x.mean()), float(grid.y.mean())
+    frame = gpd.GeoDataFrame(
+        {"id": ["z"]}, geometry=[shapely.box(x - 0.05, y - 0.05, x + 0.05, y + 0.05)], crs=4326
+    )
+    frame.to_file(tmp_path / "stem.geojson")
+    frame.to_file(tmp_path / "stem.gpkg")
+    options = {"target": "upload", "samples": 20, "max_cells": QUICK_CELLS}
+    with caplog.at_level(logging.WARNING, logger="geodbk"):
+        run_summarize(run, areas=tmp_path / "stem.geojson", **options)
+        run_summarize(run, areas=tmp_path / "stem.geojson", **options)
+        assert "holds the summary of" not in caplog.text  # the same file again: no warning
+        run_summarize(run, areas=tmp_path / "stem.gpkg", **options)
+    assert "upload_stem.parquet holds the summary of stem.geojson" in caplog.text
+    assert "replaced by that of stem.gpkg" in caplog.text
