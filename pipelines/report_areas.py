@@ -1,8 +1,10 @@
 """Report sections for the policy outputs: area summaries of one target and the service headline.
 
 Both read what ``geodbk summarize`` and ``geodbk service`` wrote into the run directory
-(``RUN/summaries/TARGET_<stem>.parquet``, ``RUN/service/headline.json``); a run without them
-gets a one-line pointer to the command instead.
+(``RUN/summaries/TARGET_<stem>[_<quarter>][_<quantity>].parquet``, ``RUN/service/headline.json``);
+a run without them gets a one-line pointer to the command instead. Each summary's heading names
+its areas file, quantity and quarter (with its status when it is not observed), so several
+summaries of one file read apart.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from geodbk.geo.timeaxis import quarter_text
 from pipelines.report_doc import Doc
 from pipelines.run_inputs import region_area_caveat
 from pipelines.rundir import RunDir, TargetSpec
@@ -54,8 +57,9 @@ def share_label(column: str) -> str:
 
 
 def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
-    """ "Area summaries": per summary file of the target, what it holds and the areas with the
-    lowest typical level (area mean with its 90% joint interval, the first tier's share)."""
+    """ "Area summaries": per summary file of the target, a heading naming its areas file,
+    quantity and quarter, what it holds and the areas with the lowest typical level (area mean
+    with its 90% joint interval, the first tier's share)."""
     doc.heading("Area summaries")
     files = summary_files(rd, spec.name)
     if not files:
@@ -65,6 +69,7 @@ def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
             "(counties, tracts or your service areas)."
         )
         return
+    headings: set[str] = set()
     for path in files:
         try:
             table = pq.read_table(path)
@@ -79,13 +84,22 @@ def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
         covered = [r for r in rows if r.get("n_cells") and r.get("mean_natural") is not None]
         covered.sort(key=lambda r: float(r["mean_natural"]), reverse=not spec.higher_is_better)
         samples = meta.get("samples") or (rows[0].get("samples") if rows else "?")
-        quantity = rows[0].get("quantity", "tile") if rows else "tile"
+        first = rows[0] if rows else {}
+        quantity = meta.get("quantity") or first.get("quantity") or "tile"
+        quarter = quarter_text(
+            meta.get("quarter") or first.get("quarter"),
+            meta.get("quarter_status") or first.get("quarter_status"),
+        )
         worst = "lowest" if spec.higher_is_better else "highest"
-        doc.heading(f"{meta.get('areas_file', path.name)}", 3)
+        heading = f"{meta.get('areas_file', path.name)}: {quantity} quantity, {quarter}"
+        if heading in headings:  # e.g. an older run's file of the same quantity and quarter
+            heading += f" ({path.name})"
+        headings.add(heading)
+        doc.heading(heading, 3)
         doc.para(
             f"`{rd.relative(path)}` (and `.csv`): {len(rows)} areas, {len(covered)} holding map "
             f"cells; {samples} joint posterior samples of the {quantity} quantity, quarter "
-            f"{rows[0].get('quarter', '?') if rows else '?'}. Listed: the {min(REPORT_AREAS, len(covered))} "
+            f"{quarter}. Listed: the {min(REPORT_AREAS, len(covered))} "
             f"areas with the {worst} area mean ({spec.unit}, geometric mean over the area's "
             "cells, with its 90% interval); the share of area at or beyond the first tier with "
             "its 90% interval. Every area is in the file."

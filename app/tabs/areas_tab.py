@@ -19,6 +19,7 @@ from app.context import RunContext
 from app.loaders import Stamp, stamp
 from app.ui import missing
 from geodbk.geo.frame import frame_bounds
+from geodbk.geo.timeaxis import quarter_text
 
 MAP_HEIGHT = 520
 #: Polygons are simplified to this tolerance (degrees, about 50 m) before they are sent to the
@@ -42,12 +43,30 @@ TABLE_COLUMNS = (
 
 
 def summary_files(ctx: RunContext) -> list[Path]:
-    """``RUN/summaries/TARGET_*.parquet`` of the chosen target, newest first."""
+    """``RUN/summaries/TARGET_*.parquet`` of the chosen target, newest first (every quarter
+    and quantity: ``TARGET_<stem>[_<quarter>][_<quantity>].parquet``)."""
     folder = ctx.inv.path / "summaries"
     if not folder.is_dir():
         return []
     files = folder.glob(f"{ctx.target}_*.parquet")
     return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def summary_label(path: str, stamp_: Stamp) -> str:
+    """``counties.geojson: tile quantity, 2023Q4 (download_counties.parquet)``: what a summary
+    file holds, from its metadata (the file name alone when that is unreadable)."""
+    import pyarrow.parquet as pq
+
+    name = Path(path).name
+    try:
+        info = json.loads((pq.read_schema(path).metadata or {}).get(b"geodbk_summary", b"{}"))
+    except (OSError, ValueError):
+        return name
+    if not isinstance(info, dict) or not info:
+        return name
+    areas = info.get("areas_file") or name
+    return f"{areas}: {info.get('quantity', 'tile')} quantity, {quarter_text(info.get('quarter'), info.get('quarter_status'))} ({name})"
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -88,7 +107,12 @@ def render(ctx: RunContext) -> None:
             f"geodbk summarize --run {ctx.inv.path} --target {ctx.target} --areas COUNTIES.zip",
         )
         return
-    path = st.selectbox("Areas file", files, format_func=lambda p: p.name, key="areas_file")
+    path = st.selectbox(
+        "Areas file",
+        files,
+        format_func=lambda p: summary_label(str(p), stamp(p)),
+        key="areas_file",
+    )
     frame, info, licence, bounds = load_summary(str(path), stamp(path))
     shares = share_columns(frame)
     options = ["mean_natural", *shares]
@@ -141,7 +165,7 @@ def render(ctx: RunContext) -> None:
         st.download_button("Download the table (CSV)", csv.read_bytes(), csv.name, "text/csv")
     st.caption(
         f"{len(frame)} areas, {info.get('samples', '?')} joint posterior samples, quantity "
-        f"{info.get('quantity', '?')}, quarter {info.get('quarter', '?')}. Intervals are 90%; "
+        f"{info.get('quantity', '?')}, quarter {quarter_text(info.get('quarter'), info.get('quarter_status'))}. Intervals are 90%; "
         "the independent-cells interval shows what treating the cells as independent would give. "
         "`tiles_raw_mean_natural` is the plain test-weighted mean of the observed tiles."
     )

@@ -36,3 +36,25 @@ def test_a_run_without_policy_outputs_names_the_commands(
     assert "no service classes" in service and "geodbk service --run" in service
     areas = " ".join(i.value for i in open_tab(at, "Areas").info)
     assert "no area summaries" in areas and "geodbk summarize --run" in areas
+
+
+def test_summaries_of_two_quantities_are_both_listed_by_quantity_and_quarter(
+    make_app: AppFactory, policy_root: Path, tmp_path: Path
+) -> None:
+    from pipelines import cli
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(policy_root / "policy", root / "policy")
+    areas = policy_root / "districts.geojson"
+    argv = ["summarize", "--run", str(run), "--target", "download", "--areas", str(areas)]
+    assert cli.main([*argv, "--samples", "20", "--quantity", "area"]) == 0
+    assert (run / "summaries" / "download_districts.parquet").is_file()  # the tile one kept
+    at = make_app(root, "policy")
+    at.run()
+    tab = open_tab(at, "Areas")
+    labels = list(tab.selectbox(key="areas_file").options)  # as shown: the formatted labels
+    tile = [lb for lb in labels if lb.startswith("districts.geojson: tile quantity, ")]
+    area = [lb for lb in labels if lb.startswith("districts.geojson: area quantity, ")]
+    assert len(tile) == len(area) == 1, labels
+    assert tile[0].endswith("(download_districts.parquet)")
+    assert area[0].endswith("(download_districts_area.parquet)")

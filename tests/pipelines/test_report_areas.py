@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.report_areas import area_summaries_section, service_headline_section, share_label
@@ -51,7 +53,7 @@ def test_headline_section_matches_the_file(tiny_run: Path) -> None:
 
 def test_report_md_holds_both_sections(tiny_run: Path) -> None:
     text = (tiny_run / "report" / "download" / "report.md").read_text()
-    assert "### synthetic_counties.geojson" in text  # the demo summarises before it reports
+    assert "### synthetic_counties.geojson: tile quantity, " in text  # demo: summarize, report
     assert "## Service classes (download, upload and latency together)" in text
     assert text.index("## Area summaries") < text.index("## Data and licence")
 
@@ -80,3 +82,51 @@ def test_areas_of_one_name_are_told_apart_by_their_id(tiny_run: Path, tmp_path: 
     labels = {r[0] for r in rows}
     assert {f"Census Tract 319 ({i})" for i in ids} <= labels
     assert not any(label.startswith(names[2]) and "(" in label for label in labels)
+
+
+def _variant(src: Path, dst: Path, **changes: str | None) -> None:
+    """Copy a summary with its rows' and metadata's keys changed (``None``: dropped, as in a
+    file written before the key existed)."""
+    table = pq.read_table(src)
+    meta = dict(table.schema.metadata or {})
+    info = json.loads(meta[b"geodbk_summary"])
+    for key, value in changes.items():
+        if key in table.column_names:
+            table = table.drop_columns([key])
+        info.pop(key, None)
+        if value is not None:
+            table = table.append_column(key, pa.array([value] * table.num_rows))
+            info[key] = value
+    meta[b"geodbk_summary"] = json.dumps(info).encode()
+    pq.write_table(table.replace_schema_metadata(meta), dst)
+
+
+def test_summaries_of_one_areas_file_get_headings_naming_quantity_and_quarter(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    (run / "summaries").mkdir(parents=True)
+    src = tiny_run / "summaries" / "download_synthetic_counties.parquet"
+    latest = json.loads(pq.read_schema(src).metadata[b"geodbk_summary"])["quarter"]
+    folder = run / "summaries"
+    shutil.copy2(src, folder / src.name)
+    _variant(
+        src,
+        folder / "download_synthetic_counties_2099Q1.parquet",
+        quarter="2099Q1",
+        quarter_status=f"extrapolation beyond {latest}",
+    )
+    _variant(src, folder / "download_synthetic_counties_area.parquet", quantity="area")
+    _variant(src, folder / "download_synthetic_counties_old.parquet", quarter_status=None)
+    doc = Doc("t")
+    area_summaries_section(doc, RunDir(run), target_spec("download"))
+    headings = [v[1] for k, v in doc.blocks if k == "h" and v[0] == 3]
+    assert len(headings) == len(set(headings)) == 4
+    name = "synthetic_counties.geojson"
+    assert f"{name}: tile quantity, {latest}" in headings
+    assert f"{name}: area quantity, {latest}" in headings
+    assert f"{name}: tile quantity, 2099Q1 (extrapolation beyond {latest})" in headings
+    # an older file without quarter_status, of the same quantity and quarter: its file named
+    assert f"{name}: tile quantity, {latest} (download_synthetic_counties_old.parquet)" in headings
+    paras = " ".join(str(v) for k, v in doc.blocks if k == "p")
+    assert f"quarter 2099Q1 (extrapolation beyond {latest})" in paras
