@@ -8,7 +8,8 @@
   of the same rows; cells with fewer than ``min_count`` rows are blank. The raster has about 40
   cells along the region's longer side (:class:`SdBinner` accumulates it batch by batch).
 - ``service_coverage.png``: share of tiles, of region area and of urban / rural tiles where the
-  target is on the good side of each threshold with probability ≥ 0.9.
+  target is on the good side of each threshold with probability ≥ 0.9; the title names the
+  quarter they are judged at.
 - ``reliability_by_tests.png``: one reliability panel per bucket of speed tests per tile.
 - ``quarter_calibration.png``: 95% PI coverage (with the 95% line and a ±2% band) and NLL of
   the test rows per quarter, urban / rural / all.
@@ -197,8 +198,11 @@ def sd_maps(
     return _save(fig, path)
 
 
-def service_coverage_figure(table: Sequence[dict[str, Any]], path: Path, *, target: str) -> Path:
-    """Grouped bars: for each threshold, share of tiles / area / urban / rural tiles served."""
+def service_coverage_figure(
+    table: Sequence[dict[str, Any]], path: Path, *, target: str, quarter: str | None = None
+) -> Path:
+    """Grouped bars: for each threshold, share of tiles / area / urban / rural tiles served;
+    the title names the target and the ``quarter`` they are judged at (when given)."""
     keys = [
         ("tiles", "all tiles"),
         ("area", "area"),
@@ -216,7 +220,7 @@ def service_coverage_figure(table: Sequence[dict[str, Any]], path: Path, *, targ
     ax.set_xticks(np.arange(n), [row["label"] for row in table])
     ax.set_ylabel("share (%) with P ≥ 0.9")
     ax.set_ylim(0, 100)
-    ax.set_title(f"Service coverage, {target}")
+    ax.set_title(f"Service coverage, {target}" + (f"\n{quarter}" if quarter else ""))
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)

@@ -45,7 +45,7 @@ from geodbk.geo.parquet_batches import (
     streaming_mean_std,
 )
 from geodbk.geo.table import read_table_metadata
-from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
+from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices, quarter_text
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
@@ -67,10 +67,15 @@ from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
 from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
-from pipelines.predict import cut_to_tiles, tiles_west_of
+from pipelines.predict import cut_to_tiles, map_quarter_status, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
-from pipelines.run_inputs import read_region, region_area_caveat
+from pipelines.run_inputs import (
+    observed_quarters,
+    pooled_label,
+    read_region,
+    region_area_caveat,
+)
 from pipelines.rundir import (
     RunDir,
     TargetSpec,
@@ -253,13 +258,13 @@ def _grid_area_share(rd: RunDir, spec: TargetSpec, thr: float) -> float | None:
     return served / total if total > 0 else None
 
 
-def _grid_quantity(rd: RunDir, spec: TargetSpec) -> str | None:
-    """The ``quantity`` attribute of ``grids/TARGET.nc`` (older grids: their description)."""
+def _grid_attrs(rd: RunDir, spec: TargetSpec) -> dict[str, Any]:
+    """The attributes of ``grids/TARGET.nc`` (empty without the grid)."""
     path = rd.grid(spec.name)
     if not path.is_file():
-        return None
+        return {}
     with open_grid(path, fix=f"geodbk predict --run {rd.root} --target {spec.name}") as ds:
-        return str(ds.attrs.get("quantity", "")) or None
+        return dict(ds.attrs)
 
 
 def latest_quarter(quarters: Iterable[str]) -> str:
@@ -427,7 +432,8 @@ def service_coverage(
     tile_quarter: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rows ``{"threshold", "label", "tiles", "area", "urban", "rural", "n_tiles",
-    "quantity", "area_quantity"}`` (shares).
+    "quantity", "area_quantity", "quarter", "quarter_status", "area_quarter",
+    "area_quarter_status"}`` (shares).
 
     ``tiles`` are the distinct tiles (:attr:`TileScan.tiles`); they are predicted ``chunk`` at a
     time and only the served counts are kept. A tile is judged on the ``tile`` quantity, what
@@ -435,8 +441,12 @@ def service_coverage(
     ``tile_effect`` (a tile effect or a local layer) each tile's own offset at ``tile_quarter``
     (the table's latest quarter), without one f(x) plus the noise floor. A time-aware model
     (``metadata["inputs"]`` holds ``t``) predicts every tile at ``quarter`` (the table's
-    latest, as ``grids/TARGET.nc``); a pooled one ignores it. The area share is read from the
-    grid's exceedance layers, whose quantity (``area_quantity``) is the grid's own.
+    latest, as ``grids/TARGET.nc``); a pooled one ignores it. ``quarter`` and
+    ``quarter_status`` name what the tile columns are judged at, as ``geodbk predict`` names a
+    map's quarter (``2023Q4``, ``observed``; a pooled model's ``pooled 2022Q1:2023Q4``,
+    ``pooled`` or ``pooled; tile offsets at 2023Q4``). The area share is read from the grid's
+    exceedance layers, whose quantity and quarter (``area_quantity``, ``area_quarter``,
+    ``area_quarter_status``) are the grid's own (None without a grid).
     """
     md = metadata or {}
     n = tiles.num_rows
@@ -460,7 +470,16 @@ def service_coverage(
             counts[j] += (int(served.sum()), int(served[u].sum()), int(served[~u].sum()))
     rows = []
     rel = "≥" if spec.higher_is_better else "≤"
-    area_quantity = _grid_quantity(rd, spec)
+    grid_attrs = _grid_attrs(rd, spec)
+    area_quantity = str(grid_attrs.get("quantity", "")) or None
+    ts = time_scaling_of(md)
+    if quarter is not None and ts is not None:
+        judged, status = quarter, map_quarter_status(ts, quarter, observed=())
+    else:
+        observed = observed_quarters(rd, md)
+        judged = pooled_label(observed)
+        offsets = [tile_quarter] if tile_effect is not None and tile_quarter else []
+        status = map_quarter_status(None, None, observed=offsets, tile_offsets=bool(offsets))
     for j, t in enumerate(thresholds):
         rows.append(
             {
@@ -468,6 +487,10 @@ def service_coverage(
                 "label": f"{rel} {t:g} {spec.unit}",
                 "quantity": "tile",
                 "area_quantity": area_quantity,
+                "quarter": judged,
+                "quarter_status": status,
+                "area_quarter": str(grid_attrs.get("quarter", "")) or None,
+                "area_quarter_status": str(grid_attrs.get("quarter_status", "")) or None,
                 "n_tiles": n,
                 "tiles": int(counts[j, 0]) / n if n else None,
                 "area": _grid_area_share(rd, spec, t),
@@ -476,6 +499,19 @@ def service_coverage(
             }
         )
     return rows
+
+
+def coverage_quarter_text(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The quarter of service-coverage ``rows`` for a title: the tiles' (with a status other
+    than observed or pooled), and the map's where it differs; None for rows without one."""
+    first = rows[0] if rows else {}
+    if not first.get("quarter"):
+        return None
+    text = quarter_text(first["quarter"], first.get("quarter_status"))
+    area = first.get("area_quarter")
+    if area and area != first["quarter"]:
+        text += f"; area: {quarter_text(area, first.get('area_quarter_status'))}"
+    return text
 
 
 def _split_filter(spec: TargetSpec, splits: Sequence[str]) -> Any:
@@ -814,7 +850,12 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     if bucket_curves:
         figures.reliability_by_tests(bucket_curves, fig_dir / "reliability_by_tests.png")
     figures.sd_maps(emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label)
-    figures.service_coverage_figure(coverage_rows, fig_dir / "service_coverage.png", target=target)
+    figures.service_coverage_figure(
+        coverage_rows,
+        fig_dir / "service_coverage.png",
+        target=target,
+        quarter=coverage_quarter_text(coverage_rows),
+    )
     extrapolated = [q for q in by_quarter if ts is not None and ts.is_extrapolation(q)]
     figures.quarter_calibration(
         by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated
@@ -1280,20 +1321,41 @@ def _build_doc(
     )
     doc.image("figures/sd_maps.png", "empirical vs predicted sd maps")
     doc.heading("Service coverage")
-    area_quantity = next((r.get("area_quantity") for r in coverage_rows), None)
+    first: dict[str, Any] = coverage_rows[0] if coverage_rows else {}
+    area_quantity = first.get("area_quantity")
     area_caveat = region_area_caveat(rd)
     predict_cmd = f"`geodbk predict --run {rd.root} --target {spec.name}"
+    judged = quarter_text(first.get("quarter"), first.get("quarter_status"))
+    pooled = str(first.get("quarter", "")).startswith("pooled")
+    n_tiles = first.get("n_tiles", 0)
+    when = (
+        f"Judged at {judged}: the table's {n_tiles} distinct tiles (measured in any "
+        "quarter) are predicted on the pooled model's one surface"
+        if pooled
+        else f"Judged at quarter {judged}: the table's {n_tiles} distinct tiles (measured in "
+        f"any quarter) are all predicted at {first.get('quarter')}"
+    )
     if area_quantity is None:
         area_text = f"the area share needs a map: run {predict_cmd}`, then report again"
     else:
-        area_text = f"the area share on the map's {area_quantity} quantity"
+        area_quarter = quarter_text(first.get("area_quarter"), first.get("area_quarter_status"))
+        area_text = (
+            f"the area share on the map's {area_quantity} quantity (`grids/{spec.name}.nc`, "
+            f"{area_quarter}"
+            + (
+                ""
+                if first.get("area_quarter") in (None, first.get("quarter"))
+                else f"; not the tiles' quarter: run {predict_cmd}` again"
+            )
+            + ")"
+        )
         if any(r.get("area") is None for r in coverage_rows):
             area_text += (
                 " (a threshold the map has no layer for shows '–': add it to "
                 f"{predict_cmd} --thresholds ...`)"
             )
     doc.para(
-        f"Share of distinct tiles, of region area (grid cells, cos-lat weighted) and of urban / "
+        f"{when}. Share of distinct tiles, of region area (grid cells, cos-lat weighted) and of urban / "
         f"rural tiles where the {spec.name} is on the good side of the threshold with "
         f"probability ≥ {SERVED_PROB:.0%}. Tiles are judged on the tile quantity (what a "
         f"tile typically gets, not one speed test); {area_text}."

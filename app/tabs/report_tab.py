@@ -17,6 +17,7 @@ from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
 from app.ui import missing
+from geodbk.geo.timeaxis import quarter_text
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
@@ -288,6 +289,24 @@ def _reliability_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return (diag + lines).properties(height=300, title="Reliability (on the diagonal = calibrated)")
 
 
+def service_quarter(summary: dict[str, Any] | None) -> str | None:
+    """The quarter the service-coverage rows of ``summary.json`` are judged at (the tiles'
+    ``quarter`` with its status where that is not observed or pooled, and the map's where it
+    differs); older files: ``time.service_coverage_quarter``; None when unrecorded."""
+    rows = (summary or {}).get("service_coverage")
+    first = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
+    quarter = first.get("quarter")
+    if not quarter:
+        time_info = (summary or {}).get("time")
+        old = time_info.get("service_coverage_quarter") if isinstance(time_info, dict) else None
+        return str(old) if old else None
+    out = quarter_text(quarter, first.get("quarter_status"))
+    area = first.get("area_quarter")
+    if area and area != quarter:
+        out += f"; area column: {quarter_text(area, first.get('area_quarter_status'))}"
+    return out
+
+
 def service_table(summary: dict[str, Any] | None) -> pd.DataFrame | None:
     """The service-coverage rows of ``summary.json`` as percentages."""
     rows = (summary or {}).get("service_coverage")
@@ -450,9 +469,12 @@ def render(ctx: RunContext) -> None:
     if rel is not None:
         c1.altair_chart(_reliability_chart(rel), width="stretch")
     if svc is not None:
+        judged = service_quarter(summary)
         st.markdown(
-            "**Service coverage** (served = threshold met with ≥ 90% probability by the "
-            "named quantity: tile = what a tile typically gets)"
+            (f"**Service coverage, {judged}**" if judged else "**Service coverage**")
+            + " (served = threshold met with ≥ 90% probability by the named quantity: tile = "
+            "what a tile typically gets"
+            + ("; every distinct tile of the table is judged at that quarter)" if judged else ")")
         )
         _table(svc, fixed=svc.columns[1:], fmt="%.1f")
 

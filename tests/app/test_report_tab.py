@@ -48,6 +48,9 @@ def test_demo_coverage_report_and_model_tabs(
     assert set(cal["reads as"]) <= {"consistent", "too narrow", "too wide"}
     svc = next(f for f in frames if "served when" in f.columns)
     assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
+    summary = json.loads((root / name / "report" / "download" / "summary.json").read_text())
+    judged = summary["service_coverage"][0]["quarter"]  # the demo model is time-aware
+    assert any(m.startswith(f"**Service coverage, {judged}**") for m in texts(report, "markdown"))
     assert any(c.startswith("Data: geodbk's synthetic") for c in texts(report, "caption"))
     model = open_tab(at, "Model")
     kinds = element_types(model)
@@ -147,3 +150,18 @@ def test_the_map_check_caption_names_its_held_out_blocks() -> None:
     assert "82 tiles lie in 15 held-out blocks" in _blocks_caveat(cal)
     assert _blocks_caveat({"tile": {"all": {"tiles": 82}}}) == ""
     assert _blocks_caveat({"held_out_blocks": 15}) == ""
+
+
+def test_the_service_coverage_quarter_names_the_tiles_and_a_differing_map() -> None:
+    from app.tabs.report_tab import service_quarter
+
+    row = {"label": "≥ 25 Mbps", "quarter": "2023Q4", "quarter_status": "observed"}
+    assert service_quarter({"service_coverage": [row]}) == "2023Q4"
+    other = {**row, "area_quarter": "2024Q2", "area_quarter_status": "extrapolation beyond 2023Q4"}
+    assert service_quarter({"service_coverage": [other]}) == (
+        "2023Q4; area column: 2024Q2 (extrapolation beyond 2023Q4)"
+    )
+    # an older summary.json: the time section's quarter, else nothing
+    old = {"service_coverage": [{"label": "≥ 25 Mbps"}]}
+    assert service_quarter({**old, "time": {"service_coverage_quarter": "2023Q4"}}) == "2023Q4"
+    assert service_quarter(old) is None and service_quarter(None) is None

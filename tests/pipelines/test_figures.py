@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+import pytest
 
 from pipelines import figures
 
@@ -20,3 +24,24 @@ def test_sd_binner_batches_equal_one_pass() -> None:
     assert extent2 == extent and emp.shape == (4, 8)
     assert np.isfinite(emp).sum() > 20
     assert np.allclose(emp, emp2, equal_nan=True) and np.allclose(pred, pred2, equal_nan=True)
+
+
+def test_the_service_coverage_title_names_the_quarter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    titles: list[str] = []
+    save = figures._save
+
+    def keep_title(fig: Any, path: Path) -> Path:
+        titles.append(fig.axes[0].get_title())
+        return save(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep_title)
+    rows = [{"label": "≥ 25 Mbps", "tiles": 0.5, "area": None, "urban": 0.6, "rural": 0.4}]
+    quarter = "2024Q2 (extrapolation beyond 2023Q4)"
+    out = figures.service_coverage_figure(
+        rows, tmp_path / "a.png", target="download", quarter=quarter
+    )
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    figures.service_coverage_figure(rows, tmp_path / "b.png", target="download")
+    assert titles == [f"Service coverage, download\n{quarter}", "Service coverage, download"]

@@ -204,6 +204,17 @@ def test_report_streams_and_matches_in_memory_scores(run: Path, target: str) -> 
 
     # service coverage over the distinct tiles (first values), at the latest quarter if timed
     assert summary["time"]["service_coverage_quarter"] == ("2023Q4" if exp["time_aware"] else None)
+    # ... and every row, the section's text and the figure name that quarter (no grid: no area's)
+    quarter = "2023Q4" if exp["time_aware"] else f"pooled {QUARTERS[0]}:{QUARTERS[-1]}"
+    for r in summary["service_coverage"]:
+        assert r["quarter"] == quarter and r["area_quarter"] is None
+        assert r["quarter_status"] in (
+            ("observed",)
+            if exp["time_aware"]
+            else ("pooled", f"pooled; tile offsets at {QUARTERS[-1]}")
+        )
+    judged = f"Judged at {'quarter ' if exp['time_aware'] else ''}{quarter}"
+    assert judged in (out / "report.md").read_text(encoding="utf-8")
     spec, tiles = exp["spec"], exp["tiles"]
     t_urban = tiles["urban"].to_numpy(dtype=bool)
     assert 0 < t_urban.sum() < len(tiles) == 240
@@ -400,3 +411,15 @@ def test_the_tests_section_says_when_the_tile_effect_rescaled_the_noise() -> Non
         doc = Doc("r")
         _by_tests_section(doc, {}, noise, rescaled=rescaled)
         assert ("rescaled by the tile effect" in doc.markdown()) == rescaled
+
+
+def test_the_coverage_quarter_names_the_tiles_and_a_differing_map() -> None:
+    from pipelines.report import coverage_quarter_text
+
+    row = {"quarter": "2023Q4", "quarter_status": "observed", "area_quarter": "2023Q4"}
+    assert coverage_quarter_text([row]) == "2023Q4"
+    old_map = {**row, "area_quarter": "2023Q3", "area_quarter_status": "observed"}
+    assert coverage_quarter_text([old_map]) == "2023Q4; area: 2023Q3"
+    pooled = {"quarter": "pooled 2022Q1:2023Q4", "quarter_status": "pooled; tile offsets at 2023Q4"}
+    assert coverage_quarter_text([pooled]) == "pooled 2022Q1:2023Q4 (tile offsets at 2023Q4)"
+    assert coverage_quarter_text([{"label": "≥ 25 Mbps"}]) is None  # an older summary.json
