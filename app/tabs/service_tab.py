@@ -78,6 +78,15 @@ def class_rgba(codes: NDArray[np.int16], n_classes: int) -> NDArray[np.uint8]:
     return rgba
 
 
+def classes_quarter(attrs: dict[str, Any], headline: dict[str, Any] | None = None) -> str:
+    """The quarter the classes are of: the classes grid's ``quarter`` attribute (``2023Q4``,
+    ``pooled 2022Q1:2023Q4``), else ``headline.json``'s; ``""`` when neither records one."""
+    quarter = str(attrs.get("quarter", "") or "").strip()
+    if not quarter and headline:
+        quarter = str(headline.get("quarter", "") or "").strip()
+    return quarter
+
+
 def area_shares(data: dict[str, Any]) -> dict[str, float]:
     """Area-weighted (cos latitude) mean of each class probability over the region's cells:
     the expected share of the area in each class."""
@@ -107,11 +116,13 @@ def render(ctx: RunContext) -> None:
         latency_text = f"{float(latency):g}"
     except (TypeError, ValueError):
         latency_text = str(latency)
+    headline = load_headline(path)
+    quarter = classes_quarter(attrs, headline)
     st.markdown(
-        f"**Service classes**: {attrs.get('quantity_label', attrs.get('quantity', ''))}; tiers "
+        f"**Service classes{f', {quarter}' if quarter else ''}**: "
+        f"{attrs.get('quantity_label', attrs.get('quantity', ''))}; tiers "
         f"{attrs.get('tiers', '')} Mbps, latency ≤ {latency_text} ms"
     )
-    headline = load_headline(path)
     cols = st.columns(len(names))
     for col, name in zip(cols, names, strict=True):
         col.metric(f"Expected share of area {name}", f"{100 * shares.get(name, float('nan')):.1f}%")

@@ -22,6 +22,9 @@ def test_the_service_tab_shows_classes_and_expected_shares(
     }
     total = sum(float(v.rstrip("%")) for v in metrics.values())
     assert total == pytest.approx(100.0, abs=0.2)
+    headline = json.loads((policy_root / "policy" / "service" / "headline.json").read_text())
+    quarter = headline["quarter"]  # the quarter the classes are of, in the heading
+    assert any(m.startswith(f"**Service classes, {quarter}**:") for m in texts(tab, "markdown"))
     captions = texts(tab, "caption")
     assert any("red unserved" in c and "joint posterior samples" in c for c in captions)
     assert sum(c.startswith("90%: ") and "of tiles" in c for c in captions) == 3
@@ -38,3 +41,13 @@ def test_cells_outside_the_region_stay_transparent(policy_root: Path) -> None:
     assert 0 < inside.sum() < inside.size
     rgba = class_rgba(data["codes"], 3)
     assert (rgba[~inside, 3] == 0).all() and (rgba[inside, 3] > 0).all()
+
+
+def test_the_classes_quarter_comes_from_the_grid_else_the_headline() -> None:
+    from app.tabs.service_tab import classes_quarter
+
+    assert classes_quarter({"quarter": "pooled 2022Q1:2023Q4"}, {"quarter": "x"}) == (
+        "pooled 2022Q1:2023Q4"
+    )
+    assert classes_quarter({}, {"quarter": "2023Q4"}) == "2023Q4"
+    assert classes_quarter({}, None) == ""
