@@ -501,28 +501,6 @@ def write_export(job: ExportJob, *, fmt: str = "gtiff") -> Path:
         return _write_tif(job, fmt=fmt)
 
 
-def export_target(
-    rd: RunDir,
-    target: str,
-    *,
-    fmt: str = "gtiff",
-    quarter: str | None = None,
-    trend: tuple[str, str] | None = None,
-) -> Path:
-    """Export one target of one run; return the ``.tif`` path.
-
-    ``quarter`` (one quarter) or ``trend`` (``(Q1, Q2)``) pick a time-aware model's quarter or
-    trend grid; neither: ``grids/TARGET.nc``.
-    """
-    target_spec(target)
-    if quarter is None and trend is None:
-        require_model(rd, target)
-        job = ExportJob(rd, target, (require_grid(rd, target),))
-    else:
-        (job,) = _time_jobs(rd, target, _model_metadata(rd, target), quarter=quarter, trend=trend)
-    return write_export(job, fmt=fmt)
-
-
 def _write_tif(job: ExportJob, *, fmt: str) -> Path:
     """The GeoTIFF and sidecar of one grid (:func:`write_export` holds the lock)."""
     rd, target, quarter, trend = job.rd, job.target, job.quarter, job.trend
