@@ -505,8 +505,13 @@ def run_train(
             "--tile-effect is not supported with --distributed yet; train in one process "
             "(drop --distributed) or use --no-tile-effect"
         )
-    if cfg.streaming or distributed:
-        cfg = cfg.replace(tile_effect="off") if cfg.tile_effect == "auto" else cfg
+    if (cfg.streaming or distributed) and cfg.tile_effect == "auto":
+        log.info(
+            "tile effect off: it needs the train split in memory in one process (%s)",
+            "--streaming" if cfg.streaming else "--distributed",
+        )
+        cfg = cfg.replace(tile_effect="off")
+    effect_asked = cfg.tile_effect  # "auto" may yet give way to the GP alone (below)
     if cfg.streaming and distributed:
         raise DataError(
             "--streaming and --distributed cannot be combined yet: --distributed already reads "
@@ -707,11 +712,22 @@ def run_train(
                 "use f(x) plus the noise floor for the tile quantity; retrain with "
                 "--no-tile-effect to make that the saved choice"
             ) from exc
-        metadata["tile_effect"] = effect.params.to_dict()
-        if layer is not None:
-            metadata["local_layer"] = layer.params.to_dict()
-        save_tile_effect(model_dir, effect)
-        save_local_layer(model_dir, layer)
+        worse = worse_than_gp(effect, layer)
+        if worse is not None and effect_asked == "auto":
+            log.warning("%s: the maps use the GP alone (--tile-effect keeps them)", worse)
+            metadata["tile_effect_off"] = worse
+            atomic_write_text(
+                model_dir / "config.yaml",
+                dump_config(cfg.replace(tile_effect="off", local_layer="off")),
+            )
+        else:
+            if worse is not None:
+                log.warning("%s; kept, as --tile-effect asks", worse)
+            metadata["tile_effect"] = effect.params.to_dict()
+            if layer is not None:
+                metadata["local_layer"] = layer.params.to_dict()
+            save_tile_effect(model_dir, effect)
+            save_local_layer(model_dir, layer)
         model.save(model_dir, metadata=metadata)
     log.info(
         "wrote %s (best epoch %s of %d, %.1f s)",
@@ -721,6 +737,19 @@ def run_train(
         fit_s,
     )
     return model_dir
+
+
+def worse_than_gp(effect: Any, layer: Any) -> str | None:
+    """Why the fitted tile model scores worse than the GP alone, or ``None``: the local layer's
+    validation NLL above the GP's on the same validation rows, or (without a layer) the tile
+    effect's NLL above the GP's on the rows that chose its parameters."""
+    params, rows = (layer.params, "validation") if layer is not None else (effect.params, "")
+    gp = params.val_nll_gp if layer is not None else params.val_nll_without
+    if gp is None or params.val_nll is None or params.val_nll <= gp:
+        return None
+    what = "the tile effect and local layer" if layer is not None else "the tile effect"
+    on = f"the {rows} rows" if rows else "the rows that chose its parameters"
+    return f"{what} score {params.val_nll:.4f} nats per row on {on}, worse than the GP alone ({gp:.4f})"
 
 
 def fit_run_tile_effect(

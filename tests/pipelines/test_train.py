@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError
@@ -30,11 +31,13 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     return r
 
 
-def test_default_training_fits_the_tile_effect_on_a_training_holdout(run: Path) -> None:
+def test_the_tile_effect_is_fitted_on_a_training_holdout(run: Path) -> None:
     """No validation tile has training rows: the tile effect is chosen on held-out training
     rows, the local layer on the validation tiles (predicted from their neighbours), and the
     report runs."""
-    folder = train_stage.run_train(run, target="download", config=CFG, progress=False)
+    folder = train_stage.run_train(
+        run, target="download", config=CFG.replace(tile_effect="on"), progress=False
+    )
     md = DBKRegressor.load(folder, device="cpu").metadata_
     assert md["config"]["tile_effect"] == "on" and md["config"]["local_layer"] == "on"
     assert md["tile_effect"]["objective"] == "training hold-out"
@@ -52,6 +55,28 @@ def test_default_training_fits_the_tile_effect_on_a_training_holdout(run: Path) 
         )
     else:
         assert "held_out_blocks" not in cal
+
+
+def test_by_default_a_tile_model_worse_than_the_gp_gives_way_to_it(
+    run: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tile_effect: auto`` keeps the tile effect and local layer only when their validation
+    NLL is no worse than the GP alone's on the same rows; else the maps use the GP alone, the
+    reason is logged and saved, and no tile-effect file is left."""
+    asked = train_stage.run_train(
+        run, target="download", config=CFG.replace(tile_effect="on"), progress=False
+    )
+    layer = DBKRegressor.load(asked, device="cpu").metadata_["local_layer"]
+    worse = layer["val_nll"] > layer["val_nll_gp"]
+    with caplog.at_level(logging.WARNING, logger="geodbk"):
+        folder = train_stage.run_train(run, target="download", config=CFG, progress=False)
+    md = DBKRegressor.load(folder, device="cpu").metadata_
+    assert ("tile_effect_off" in md) == worse == ("worse than the GP alone" in caplog.text)
+    assert ("tile_effect" in md) == (not worse)
+    assert (folder / "tile_effect.json").is_file() == (not worse)
+    if worse:  # the saved config says what the maps are
+        saved = yaml.safe_load((folder / "config.yaml").read_text())
+        assert saved["tile_effect"] == saved["local_layer"] == "off"
 
 
 def test_the_place_share_counts_the_split_s_held_out_units(
