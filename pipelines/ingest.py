@@ -470,19 +470,27 @@ def _log_frame(region: Region) -> None:
 
 
 def _check_split_sizes(labels: Any, *, split: str, block_size: float) -> None:
-    """Refuse a block split that left val or test empty: blocks of ``--block-size`` so large
-    that too few of them hold tiles (training would have no early stopping, the report
-    nothing to score). Warn when val or test holds over 1.5 times its share of the rows (a
-    block with much of the data went there whole)."""
-    if split != "block":
-        return
+    """Refuse a split that left val or test empty (training would have no early stopping, the
+    report nothing to score): blocks of ``--block-size`` so large that too few of them hold
+    tiles, or a table too small to hold out a tenth of its tiles or rows. Warn when a block
+    split's val or test holds over 1.5 times its share of the rows (a block with much of the
+    data went there whole)."""
     empty = [name for name in ("val", "test") if not (labels == name).any()]
-    if empty:
+    if empty and split == "block":
         raise DataError(
             f"--block-size {block_size:g}: the tiles fall in too few blocks of {block_size:g}° "
             f"to hold out whole blocks, so the {' and '.join(empty)} split would be empty; use "
             "a smaller --block-size (default 0.1) or another --split"
         )
+    if empty and split in ("random", "tile"):  # a forecast split refuses its own quarters
+        unit = "tiles" if split == "tile" else "rows"
+        raise DataError(
+            f"--split {split}: the table's {len(labels)} rows are too few to hold out a tenth "
+            f"of its {unit}, so the {' and '.join(empty)} split would be empty; ingest a larger "
+            "region or more quarters"
+        )
+    if split != "block":
+        return
     n = max(len(labels), 1)
     for name, want in (("val", DEFAULT_FRACTIONS[1]), ("test", DEFAULT_FRACTIONS[2])):
         share = float((labels == name).sum()) / n

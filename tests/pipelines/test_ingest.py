@@ -157,6 +157,17 @@ def test_a_block_split_far_from_its_shares_is_warned_about(
     assert "holds" not in caplog.text
 
 
+@pytest.mark.parametrize("split", ["random", "tile", "block"])
+def test_a_split_that_leaves_val_or_test_empty_is_refused(split: str) -> None:
+    from pipelines.ingest import _check_split_sizes
+
+    tiny = pd.Series(["train"] * 8)  # a table too small for a tenth of anything
+    fix = "smaller --block-size" if split == "block" else "ingest a larger region"
+    with pytest.raises(DataError, match=f"val and test split would be empty.*{fix}"):
+        _check_split_sizes(tiny, split=split, block_size=0.1)
+    _check_split_sizes(pd.Series(["train"] * 8 + ["val", "test"]), split=split, block_size=0.1)
+
+
 def test_tiles_a_coarse_boundary_cuts_off_are_warned_about(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
