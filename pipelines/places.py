@@ -8,6 +8,8 @@ the quarter, the tile effect and local layer, the urban layer when the model nee
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,7 +19,13 @@ import shapely
 
 from geodbk.errors import DataError
 from geodbk.geo.frame import native_longitude
-from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices
+from geodbk.geo.timeaxis import (
+    TimeScaling,
+    extrapolation_of,
+    format_quarter,
+    quarter_index,
+    quarter_indices,
+)
 from geodbk.quantities import QuantityPrediction, check_quantity, predict_quantity
 from geodbk.tile_effect import TileEffect
 from pipelines.bundles import load_model
@@ -34,7 +42,15 @@ from pipelines.rundir import (
     time_scaling_of,
 )
 
-__all__ = ["PlacePredictor", "load_place_predictor"]
+log = logging.getLogger("geodbk")
+
+__all__ = [
+    "PlacePredictor",
+    "load_place_predictor",
+    "map_quarter_status",
+    "places_quarter_status",
+    "time_extrapolation_warning",
+]
 
 
 @dataclass
@@ -166,6 +182,78 @@ class PlacePredictor:
             xy = tile_positions(measured, lat0=params.lat0, lon0=params.lon0)
             layer = self.layer.with_effect(held, tile_xy=xy)
         return replace(self, effect=held, layer=layer)
+
+
+def map_quarter_status(
+    ts: TimeScaling | None,
+    quarter: str | None,
+    *,
+    observed: Sequence[str],
+    tile_offsets: bool = False,
+) -> str:
+    """The ``quarter_status`` of a map of ``quarter``.
+
+    A time-aware model (``ts``): ``observed`` or ``extrapolation beyond LAST`` / ``before
+    FIRST`` (:meth:`~geodbk.geo.timeaxis.TimeScaling.describe`). A pooled model (``ts`` None):
+    ``pooled``, or ``pooled; tile offsets at LATEST`` when measured tiles' offsets enter
+    (``tile_offsets``), taken at the latest of the ``observed`` quarters.
+    """
+    if ts is None or quarter is None:
+        if tile_offsets and observed:
+            return f"pooled; tile offsets at {observed[-1]}"
+        return "pooled"
+    return ts.describe(quarter)
+
+
+def time_extrapolation_warning(
+    target: str, quarter: str, ts: TimeScaling, metadata: dict[str, Any]
+) -> str:
+    """The warning for a time-aware model's ``quarter`` outside its trained quarters: its
+    status, the trained range, and what the map does there under the model's time
+    extrapolation policy (``hold``: f held at the nearest trained quarter; ``trend``: the
+    trend extrapolated)."""
+    held = extrapolation_of(metadata) == "hold"
+    return f"{target} {quarter}: {ts.describe(quarter)} (trained on {ts.first}..{ts.last}); " + (
+        "the map holds f at the nearest trained quarter (time extrapolation 'hold'); each "
+        "tile's offset decays toward its prior quarter by quarter"
+        if held
+        else "the map extrapolates the trend (time extrapolation 'trend')"
+    )
+
+
+def places_quarter_status(
+    rd: RunDir, predictor: PlacePredictor, *, quantity: str, note: str = ""
+) -> tuple[str | None, str]:
+    """``(file quarter, quarter_status)`` of the quarter ``predictor`` predicts.
+
+    The file quarter is a time-aware model's quarter when it is not the table's latest (else
+    None: file names carry no quarter). The status is what ``geodbk predict`` writes into the
+    grid of that quarter (:func:`map_quarter_status`). A quarter outside the trained ones is
+    logged as ``predict`` logs it, naming the model's time extrapolation policy; a quarter
+    without rows in the tile table is logged as interpolated; ``note`` ends both messages.
+    """
+    md = predictor.metadata
+    observed = observed_quarters(rd, md)
+    ts = time_scaling_of(md)
+    quarter = str(predictor.quarter)
+    tail = f"; {note}" if note else ""
+    if not predictor.time_aware or ts is None:
+        offsets = (predictor.effect is not None or predictor.layer is not None) and (
+            quantity != "area"
+        )
+        return None, map_quarter_status(None, None, observed=observed, tile_offsets=offsets)
+    status = map_quarter_status(ts, quarter, observed=observed)
+    if ts.is_extrapolation(quarter):
+        log.warning("%s%s", time_extrapolation_warning(predictor.target, quarter, ts, md), tail)
+    elif quarter not in observed:
+        log.warning(
+            "%s is not a quarter of the tile table (%s); the model interpolates between its "
+            "trained quarters%s",
+            quarter,
+            f"{observed[0]}..{observed[-1]}" if observed else "none",
+            tail,
+        )
+    return (None if observed and quarter == observed[-1] else quarter), status
 
 
 def load_place_predictor(

@@ -44,7 +44,6 @@ from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid,
 from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (
-    TimeScaling,
     extrapolation_of,
     format_quarter,
     quarter_index,
@@ -63,6 +62,7 @@ from pipelines.bundles import load_model
 from pipelines.cli import add_progress_option, call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, open_grid, stored_alike
 from pipelines.layers import load_map_layers
+from pipelines.places import map_quarter_status, time_extrapolation_warning
 from pipelines.predict_at import check_tests_devices, run_predict_at
 from pipelines.run_inputs import (
     observed_quarters,
@@ -269,43 +269,6 @@ PART_VARS = (
 )
 #: The parts an area map of a model with a tile effect leaves out (they need the effect).
 TILE_PART_VARS = PART_VARS[1:]
-
-
-def map_quarter_status(
-    ts: TimeScaling | None,
-    quarter: str | None,
-    *,
-    observed: Sequence[str],
-    tile_offsets: bool = False,
-) -> str:
-    """The ``quarter_status`` of a map of ``quarter``.
-
-    A time-aware model (``ts``): ``observed`` or ``extrapolation beyond LAST`` / ``before
-    FIRST`` (:meth:`~geodbk.geo.timeaxis.TimeScaling.describe`). A pooled model (``ts`` None):
-    ``pooled``, or ``pooled; tile offsets at LATEST`` when measured tiles' offsets enter
-    (``tile_offsets``), taken at the latest of the ``observed`` quarters.
-    """
-    if ts is None or quarter is None:
-        if tile_offsets and observed:
-            return f"pooled; tile offsets at {observed[-1]}"
-        return "pooled"
-    return ts.describe(quarter)
-
-
-def time_extrapolation_warning(
-    target: str, quarter: str, ts: TimeScaling, metadata: dict[str, Any]
-) -> str:
-    """The warning for a time-aware model's ``quarter`` outside its trained quarters: its
-    status, the trained range, and what the map does there under the model's time
-    extrapolation policy (``hold``: f held at the nearest trained quarter; ``trend``: the
-    trend extrapolated)."""
-    held = extrapolation_of(metadata) == "hold"
-    return f"{target} {quarter}: {ts.describe(quarter)} (trained on {ts.first}..{ts.last}); " + (
-        "the map holds f at the nearest trained quarter (time extrapolation 'hold'); each "
-        "tile's offset decays toward its prior quarter by quarter"
-        if held
-        else "the map extrapolates the trend (time extrapolation 'trend')"
-    )
 
 
 def _pooled_tile_time(observed: Sequence[str]) -> float:

@@ -1,11 +1,15 @@
 """``geodbk predict --at FILE``: predictions at the places listed in a file.
 
-Writes ``RUN/predictions/TARGET_<file stem>.parquet`` with one row per input row: the input's
+Writes ``RUN/predictions/TARGET_<file stem>.parquet`` (``_<quarter>`` before the suffix for a
+time-aware model's quarter other than the table's latest, ``_<quantity>`` for the area or test
+quantity) with one row per input row: the input's
 own columns, then ``quadkey`` (the zoom-16 tile of the place), ``lon``, ``lat``, ``mean``,
 ``sd``, ``lower``, ``upper`` (log10 of the target's raw unit, kbps or ms, like
 ``tiles.parquet``), ``median``, ``lower_natural``, ``upper_natural`` (Mbps or ms),
 ``tile_history`` (the tile has measured history), ``tile_pull`` (the measured neighbours'
-part of the tile's level, local layer), ``quantity`` and ``quarter``, ``located`` (False: the
+part of the tile's level, local layer), ``quantity``, ``quarter`` and ``quarter_status``
+(``observed``, ``extrapolation beyond 2023Q4``, ``pooled``, ... as ``geodbk predict`` writes
+it into a grid; an extrapolated quarter is also warned about), ``located`` (False: the
 input row has no place, a blank cell or missing geometry) and ``outside_region`` (True: the
 place lies outside the run's region). Both kinds of row are kept, their values missing rather
 than extrapolated. Input columns whose names clash with these are renamed
@@ -30,7 +34,7 @@ from geodbk.geo.contract import Z95
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations, read_locations
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
-from pipelines.places import load_place_predictor
+from pipelines.places import load_place_predictor, places_quarter_status
 from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import (
     licence_schema_metadata,
@@ -60,6 +64,7 @@ OUTPUT_COLUMNS = (
     "tile_pull",
     "quantity",
     "quarter",
+    "quarter_status",
     "located",
     "outside_region",
 )
@@ -93,7 +98,8 @@ def run_predict_at(
     devices: float | None = None,
 ) -> Path:
     """Predict ``quantity`` of ``target`` at the places in ``at`` and write
-    ``RUN/predictions/TARGET_<stem>.parquet``; return its path.
+    ``RUN/predictions/TARGET_<stem>[_<quarter>][_<quantity>].parquet`` (a quarter other than
+    the table's latest, a quantity other than ``tile``); return its path.
 
     Parameters
     ----------
@@ -154,9 +160,17 @@ def run_predict_at(
         "tile_history": seen,
         "tile_pull": pull,
     }
-    path = rd.predictions_at(target, Path(at).stem, quantity=quantity)
+    file_quarter, status = places_quarter_status(rd, predictor, quantity=quantity)
+    path = rd.predictions_at(target, Path(at).stem, quantity=quantity, quarter=file_quarter)
     return write_places(
-        path, places, inside, columns, quantity=quantity, quarter=predictor.quarter, licence=licence
+        path,
+        places,
+        inside,
+        columns,
+        quantity=quantity,
+        quarter=predictor.quarter,
+        quarter_status=status,
+        licence=licence,
     )
 
 
@@ -169,12 +183,14 @@ def write_places(
     quantity: str,
     quarter: str,
     licence: dict[str, str],
+    quarter_status: str | None = None,
     metadata: dict[bytes, bytes] | None = None,
 ) -> Path:
     """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``
     and return it: the places' own columns (one named like an output column is renamed
     ``input_<name>``), then ``quadkey`` (the zoom-16 tile), ``lon``, ``lat``, ``columns``,
-    ``quantity``, ``quarter``, ``located`` (the row has a place) and ``outside_region``
+    ``quantity``, ``quarter``, ``quarter_status`` (when given: as ``geodbk predict`` writes it
+    into a grid), ``located`` (the row has a place) and ``outside_region``
     (located, not ``inside``); the schema metadata holds
     the ``licence`` (file attributes) and ``metadata``."""
     located = places.located
@@ -189,6 +205,7 @@ def write_places(
             **columns,
             "quantity": quantity,
             "quarter": quarter,
+            **({} if quarter_status is None else {"quarter_status": quarter_status}),
             "located": located,
             "outside_region": located & ~inside,
         }

@@ -67,7 +67,8 @@ from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
 from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
-from pipelines.predict import cut_to_tiles, map_quarter_status, tiles_west_of
+from pipelines.places import map_quarter_status
+from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
 from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
 from pipelines.run_inputs import (

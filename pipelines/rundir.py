@@ -153,11 +153,15 @@ class RunDir:
             return self.root / "grids" / f"{target}.nc"
         return self.root / "grids" / f"{target}_{quarter}.nc"
 
-    def predictions_at(self, target: str, stem: str, *, quantity: str = "tile") -> Path:
+    def predictions_at(
+        self, target: str, stem: str, *, quantity: str = "tile", quarter: str | None = None
+    ) -> Path:
         """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM`` (the
-        tile quantity; another's ``TARGET_STEM_QUANTITY.parquet``, so neither replaces the
-        other)."""
-        return self.root / "predictions" / f"{target}_{stem}{quantity_suffix(quantity)}.parquet"
+        tile quantity at the table's latest quarter; another quarter adds ``_QUARTER``, another
+        quantity ``_QUANTITY``, so that none replaces another)."""
+        when = f"_{quarter}" if quarter else ""
+        name = f"{target}_{stem}{when}{quantity_suffix(quantity)}.parquet"
+        return self.root / "predictions" / name
 
     def classes_at(self, stem: str, *, quantity: str = "tile") -> Path:
         """``service/classes_STEM.parquet``: ``geodbk service --at`` for the file ``STEM`` (the

@@ -51,16 +51,13 @@ from geodbk.geo.timeaxis import quarter_text
 from geodbk.joint import JointSampler, quantity_draws, standard_normal_weights
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.cli import call_with_options, stage_parser
-from pipelines.places import load_place_predictor
+from pipelines.places import load_place_predictor, places_quarter_status
 from pipelines.predict import (
     add_grid_options,
     add_quantity_option,
     check_grid_options,
     map_grid,
-    map_quarter_status,
-    time_extrapolation_warning,
 )
-from pipelines.run_inputs import observed_quarters
 from pipelines.rundir import (
     DEFAULT_THRESHOLDS,
     RunDir,
@@ -365,7 +362,9 @@ def run_summarize(
     _check_unique_ids(area_set)
     licence = run_licence(rd)
     predictor = load_place_predictor(rd, target, quantity="tile", quarter=quarter)
-    file_quarter, status = _quarter_of(rd, predictor, quantity=quantity)
+    file_quarter, status = places_quarter_status(
+        rd, predictor, quantity=quantity, note="no observed tiles enter the summary"
+    )
     region, grid = map_grid(rd, **grid_options)
     thresholds = tuple(float(t) for t in DEFAULT_THRESHOLDS[target])
     rng = np.random.default_rng(seed)
@@ -754,40 +753,6 @@ def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
         'docs/cli.md "geodbk summarize". Read with pandas.read_csv(path, comment="#").\n'
         f"# {licence_line(licence)}{url}\n"
     )
-
-
-def _quarter_of(rd: RunDir, predictor: Any, *, quantity: str) -> tuple[str | None, str]:
-    """``(file quarter, quarter_status)`` of the summarised quarter.
-
-    The file quarter is a time-aware model's quarter when it is not the table's latest (else
-    None: the file name carries no quarter). The status is what ``geodbk predict`` writes into
-    the grid of that quarter (:func:`pipelines.predict.map_quarter_status`). A quarter outside
-    the trained ones is logged as ``predict`` logs it, naming the model's time extrapolation
-    policy; a quarter without rows in the tile table has no observed tiles (also logged).
-    """
-    md = predictor.metadata
-    observed = observed_quarters(rd, md)
-    ts = time_scaling_of(md)
-    quarter = str(predictor.quarter)
-    if not predictor.time_aware or ts is None:
-        offsets = (predictor.effect is not None or predictor.layer is not None) and (
-            quantity != "area"
-        )
-        return None, map_quarter_status(None, None, observed=observed, tile_offsets=offsets)
-    status = map_quarter_status(ts, quarter, observed=observed)
-    if ts.is_extrapolation(quarter):
-        log.warning(
-            "%s; no observed tiles enter the summary",
-            time_extrapolation_warning(predictor.target, quarter, ts, md),
-        )
-    elif quarter not in observed:
-        log.warning(
-            "%s is not a quarter of the tile table (%s); the model interpolates between its "
-            "trained quarters and no observed tiles enter the summary",
-            quarter,
-            f"{observed[0]}..{observed[-1]}" if observed else "none",
-        )
-    return (None if observed and quarter == observed[-1] else quarter), status
 
 
 def _warn_replacing_other_areas(parquet: Path, source: str) -> None:

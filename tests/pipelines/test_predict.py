@@ -125,7 +125,7 @@ def test_replacing_a_map_of_another_quantity_is_warned(
 
 def test_map_quarter_status_and_the_extrapolation_warning_follow_the_model() -> None:
     from geodbk.geo.timeaxis import TimeScaling
-    from pipelines.predict import map_quarter_status, time_extrapolation_warning
+    from pipelines.places import map_quarter_status, time_extrapolation_warning
 
     ts = TimeScaling(first="2021Q1", last="2023Q4")
     seen = ["2021Q1", "2023Q4"]

@@ -143,6 +143,28 @@ def test_points_in_a_geojson_and_the_area_quantity(run: Path, measured: pd.DataF
     assert not np.allclose(got["mean"], tile["mean"])  # f alone, without the tiles' offsets
 
 
+def test_a_quarter_outside_the_trained_ones_is_flagged_and_kept_apart(
+    run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = run.parent / "sites.csv"
+    measured[["lon", "lat"]].head(3).to_csv(src, index=False)
+    md = DBKRegressor.load(run / "models" / "download", device="cpu").metadata_
+    last = md["time_scaling"]["last"]  # the demo's models are time-aware
+    latest = pd.read_parquet(run_predict_at(run, src, target="download"))
+    assert (latest["quarter_status"] == "observed").all()
+    beyond = f"{int(last[:4]) + 1}{last[4:]}"
+    with caplog.at_level("WARNING", logger="geodbk"):
+        out = run_predict_at(run, src, target="download", quarter=beyond)
+    got = pd.read_parquet(out)
+    # as predict flags such a grid: the status in every row, a warning naming the policy
+    assert (got["quarter"] == beyond).all()
+    assert (got["quarter_status"] == f"extrapolation beyond {last}").all()
+    assert f"download {beyond}: extrapolation beyond {last}" in caplog.text
+    # and its own file, beside the latest quarter's
+    assert out.name == f"download_sites_{beyond}.parquet"
+    assert (out.parent / "download_sites.parquet").is_file()
+
+
 @pytest.mark.parametrize(
     ("content", "match"),
     [
