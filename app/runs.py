@@ -245,8 +245,10 @@ class RunInventory:
             return f"geodbk demo --run {run}"
         if stage == "ingest":
             return f"geodbk ingest --run {run} ...   (or geodbk demo --run {run})"
-        if stage == "service":
-            return f"geodbk service --run {run}"
+        if stage == "service":  # it joins the three targets: train the missing ones first
+            untrained = [t for t in TARGETS if not self.targets[t].has_model]
+            steps = [f"geodbk train --run {run} --target {t}" for t in untrained]
+            return "\n".join([*steps, f"geodbk service --run {run}"])
         if stage == "summarize":
             return f"geodbk summarize --run {run} --target {target or 'download'} --areas FILE"
         return f"geodbk {stage} --run {run} --target {target or 'download'}"

@@ -45,6 +45,7 @@ __all__ = [
     "check_correlation",
     "check_tiers",
     "class_colours",
+    "class_definitions",
     "class_names",
     "class_probabilities",
     "gaussian_copula_correlation",
@@ -141,6 +142,16 @@ def class_names(n_tiers: int) -> tuple[str, ...]:
         return ("unserved", "underserved", "served")
     middle = tuple(f"underserved_{j}" for j in range(1, n_tiers))
     return ("unserved", *middle, "served")
+
+
+def class_definitions(tiers: Sequence[Tier], latency_ms: float) -> tuple[str, ...]:
+    """What each class of :func:`class_names` means, lowest first: ``"below 25/3 Mbps or over
+    100 ms"``, ``"25/3 Mbps, not 100/20"``, ``"100/20 Mbps and at most 100 ms"``."""
+    t = check_tiers(tiers)
+    lat = f"{latency_ms:g} ms"
+    first = f"below {t[0].label} Mbps or over {lat}"
+    middle = tuple(f"{a.label} Mbps, not {b.label}" for a, b in itertools.pairwise(t))
+    return (first, *middle, f"{t[-1].label} Mbps and at most {lat}")
 
 
 def check_correlation(corr: np.ndarray, *, tol: float = 1e-8) -> np.ndarray:

@@ -15,6 +15,7 @@ from geodbk.service import (
     bivariate_normal_cdf,
     check_correlation,
     class_colours,
+    class_definitions,
     class_names,
     class_probabilities,
     gaussian_copula_correlation,
@@ -237,3 +238,13 @@ def test_class_colours_run_red_yellow_green_for_any_class_count() -> None:
     four = class_colours(4)
     assert four[0][:3] == three[0][:3] and four[3][:3] == three[2][:3]
     assert len(set(four.values())) == 4 and all(c[3] == 255 for c in four.values())
+
+
+def test_each_class_is_defined_by_its_tiers_and_the_latency() -> None:
+    assert class_definitions(BEAD_TIERS, DEFAULT_LATENCY_MS) == (
+        "below 25/3 Mbps or over 100 ms",
+        "25/3 Mbps, not 100/20",
+        "100/20 Mbps and at most 100 ms",
+    )
+    one = class_definitions([Tier(25.0, 3.0)], 50.0)
+    assert len(one) == len(class_names(1)) == 2

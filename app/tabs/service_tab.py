@@ -1,9 +1,10 @@
 """Service tab: the most probable BEAD service class of each cell (``geodbk service``) on a
-classed map whose colours read without a key (red unserved, yellow underserved, green served),
-and a headline strip of the area-weighted expected shares."""
+classed map with a key of the classes' colours and tiers (red unserved through yellow to green
+served), and a headline strip of the area-weighted expected shares."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from app.colormaps import mercator_rows, png_data_url
 from app.context import RunContext
 from app.loaders import Stamp, grid_engine, stamp
 from app.ui import missing
-from geodbk.service import class_colours
+from geodbk.service import class_colours, class_definitions, parse_tiers
 
 MAP_HEIGHT = 520
 
@@ -78,6 +79,30 @@ def class_rgba(codes: NDArray[np.int16], n_classes: int) -> NDArray[np.uint8]:
     return rgba
 
 
+def class_legend_html(names: list[str], tiers: str, latency_ms: Any) -> str:
+    """A key of the class map: each class's swatch in the raster's colours
+    (:func:`geodbk.service.class_colours`), its name and what it means at ``tiers``
+    (:func:`geodbk.service.class_definitions`; the name alone when the tiers cannot be read or
+    do not match the classes)."""
+    try:
+        meanings = class_definitions(parse_tiers(tiers), float(latency_ms))
+    except (TypeError, ValueError):
+        meanings = ()
+    if len(meanings) != len(names):
+        meanings = ("",) * len(names)
+    colours = class_colours(len(names))
+    items = []
+    for code, (name, meaning) in enumerate(zip(names, meanings, strict=True)):
+        r, g, b, _ = colours[code]
+        text = html.escape(name) + (f": {html.escape(meaning)}" if meaning else "")
+        items.append(
+            f'<span style="display:inline-block;margin-right:1.2em;white-space:nowrap">'
+            f'<span style="display:inline-block;width:0.9em;height:0.9em;vertical-align:middle;'
+            f'margin-right:0.35em;background:rgb({r},{g},{b})"></span>{text}</span>'
+        )
+    return '<div style="font-size:0.85em;line-height:1.8">' + "".join(items) + "</div>"
+
+
 def classes_quarter(attrs: dict[str, Any], headline: dict[str, Any] | None = None) -> str:
     """The quarter the classes are of: the classes grid's ``quarter`` attribute (``2023Q4``,
     ``pooled 2022Q1:2023Q4``), else ``headline.json``'s; ``""`` when neither records one."""
@@ -104,7 +129,7 @@ def render(ctx: RunContext) -> None:
     if not path.is_file():
         missing(
             "This run has no service classes (all three targets joined).",
-            f"geodbk service --run {ctx.inv.path}",
+            ctx.inv.command("service"),
         )
         return
     data = load_classes(str(path), stamp(path))
@@ -152,10 +177,13 @@ def render(ctx: RunContext) -> None:
     st.pydeck_chart(
         L.deck(layer_list, bounds, height_px=MAP_HEIGHT, basemap=ctx.basemap), height=MAP_HEIGHT
     )
+    st.markdown(
+        class_legend_html(names, str(attrs.get("tiers", "")), attrs.get("latency_ms")),
+        unsafe_allow_html=True,
+    )
     description = str(attrs.get("quantity_description", "")).rstrip(".")
     st.caption(
-        "Most probable class of each cell: red "
-        f"{names[0]}, yellow {', '.join(names[1:-1]) or '-'}, green {names[-1]}. "
+        "Most probable class of each cell, coloured as in the key above. "
         f"{description[:1].upper()}{description[1:]}. The shares are expectations "
         "(the mean of each cell's class probability)"
         + (

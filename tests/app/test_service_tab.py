@@ -26,7 +26,9 @@ def test_the_service_tab_shows_classes_and_expected_shares(
     quarter = headline["quarter"]  # the quarter the classes are of, in the heading
     assert any(m.startswith(f"**Service classes, {quarter}**:") for m in texts(tab, "markdown"))
     captions = texts(tab, "caption")
-    assert any("red unserved" in c and "joint posterior samples" in c for c in captions)
+    assert any("key above" in c and "joint posterior samples" in c for c in captions)
+    key = next(m for m in texts(tab, "markdown") if "background:rgb" in m)
+    assert "unserved: below 25/3 Mbps or over 100 ms" in key and "served: 100/20 Mbps" in key
     assert sum(c.startswith("90%: ") and "of tiles" in c for c in captions) == 3
     chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
     assert chart["layers"][0]["id"] == "classes"
@@ -51,3 +53,33 @@ def test_the_classes_quarter_comes_from_the_grid_else_the_headline() -> None:
     )
     assert classes_quarter({}, {"quarter": "2023Q4"}) == "2023Q4"
     assert classes_quarter({}, None) == ""
+
+
+def test_the_key_names_each_class_of_any_tiers_in_the_raster_s_colours() -> None:
+    from app.tabs.service_tab import class_legend_html
+    from geodbk.service import class_colours, class_names
+
+    names = list(class_names(3))
+    key = class_legend_html(names, "10/1,25/3,100/20", 50)
+    for code, name in enumerate(names):
+        r, g, b, _ = class_colours(3 + 1)[code]
+        assert f"background:rgb({r},{g},{b})" in key and f">{name}:" in key
+    assert "underserved_1: 10/1 Mbps, not 25/3" in key
+    assert "underserved_2: 25/3 Mbps, not 100/20" in key
+    assert "over 50 ms" in key
+    # tiers that cannot be read: the names and colours alone
+    assert ">unserved<" in class_legend_html(["unserved", "served"], "", None)
+
+
+def test_the_missing_classes_hint_trains_the_targets_it_needs(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from app.runs import inventory
+
+    run = Path(shutil.copytree(tiny_run, tmp_path / "one"))
+    shutil.rmtree(run / "models" / "latency")
+    steps = inventory(run).command("service").splitlines()
+    assert steps[0].endswith("--target latency") and steps[-1].startswith("geodbk service")
+    assert len(steps) == 2
