@@ -924,6 +924,12 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         )
     if tile_effect is not None:
         _tile_effect_section(doc, tile_effect.params.to_dict(), with_layer=layer is not None)
+    elif md.get("tile_effect_off"):  # fitted, then dropped by `geodbk train` for the GP alone
+        doc.heading("Tile effect")
+        doc.para(
+            f"None: {md['tile_effect_off']}, so `geodbk train` kept the GP alone and the "
+            "tile quantity is f(x) plus the noise floor (`--tile-effect` keeps them)."
+        )
     if layer is not None:
         _local_layer_section(doc, layer.params.to_dict())
     _map_calibration_section(doc, metrics_doc["map_calibration"])

@@ -77,6 +77,9 @@ def test_by_default_a_tile_model_worse_than_the_gp_gives_way_to_it(
     if worse:  # the saved config says what the maps are
         saved = yaml.safe_load((folder / "config.yaml").read_text())
         assert saved["tile_effect"] == saved["local_layer"] == "off"
+        run_report(run, target="download")  # and the report says why there is none
+        text = (run / "report" / "download" / "report.md").read_text()
+        assert "worse than the GP alone" in text and "kept the GP alone" in text
 
 
 def test_the_place_share_counts_the_split_s_held_out_units(
