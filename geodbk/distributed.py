@@ -1,7 +1,10 @@
 """Data-parallel training with ``torch.distributed`` (DDP) and per-rank data shards.
 
-The design makes a W-process run equal to the in-memory run on the shards concatenated in rank
-order (same seed), up to floating-point noise:
+The design makes each step of a W-process run the step of the in-memory run on the shards
+concatenated in rank order (same seed), with its sums taken in another order. In float64 the
+two runs stay equal over a whole fit (``tests/test_distributed.py``, to a relative 1e-9); in
+float32 the rounding differences grow over the epochs, as between two thread counts of one
+in-memory run, so long runs can choose another best epoch:
 
 - Each rank holds one shard of the training rows (parquet row groups, or a contiguous row range
   when the file has fewer row groups than ranks; see
