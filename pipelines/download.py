@@ -80,7 +80,15 @@ def _join(base: str, key: str) -> str:
     return base.rstrip("/") + "/" + key.lstrip("/")
 
 
-def _open(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Any:
+def _open(
+    url: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    url_option: str = "--base-url",
+) -> Any:
+    """Open ``url``; a connection that fails names ``url_option``, the option that sets the
+    URL's host (``--base-url`` for Ookla, ``--census-base-url`` for Census files)."""
     req = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         return urllib.request.urlopen(req, timeout=TIMEOUT)
@@ -90,7 +98,7 @@ def _open(url: str, *, method: str = "GET", headers: dict[str, str] | None = Non
         raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise DownloadError(
-            f"{url}: cannot connect ({exc}); check the network or --base-url"
+            f"{url}: cannot connect ({exc}); check the network or {url_option}"
         ) from exc
 
 
@@ -146,16 +154,18 @@ def _discard(*paths: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def remote_size(url: str) -> int:
+def remote_size(url: str, *, url_option: str = "--base-url") -> int:
     """Size in bytes of a remote file (HEAD request)."""
-    with _open(url, method="HEAD") as resp:
+    with _open(url, method="HEAD", url_option=url_option) as resp:
         length = resp.headers.get("Content-Length")
     if length is None:
         raise DownloadError(f"{url}: the server did not report the file size")
     return int(length)
 
 
-def fetch(url: str, dest: str | Path, *, progress: bool = True) -> Path:
+def fetch(
+    url: str, dest: str | Path, *, progress: bool = True, url_option: str = "--base-url"
+) -> Path:
     """Download ``url`` to ``dest`` resumably; an existing ``dest`` that passes
     :func:`content_problem` is kept (the cache), one that fails is removed and fetched again.
 
@@ -164,6 +174,7 @@ def fetch(url: str, dest: str | Path, *, progress: bool = True) -> Path:
     response), restarting when the server ignores the range or the file changed. On completion
     the part file is checked and moved onto ``dest``; a file whose content does not match its
     name (an HTML page as ``.parquet``) is removed and a :class:`DownloadError` raised.
+    ``url_option`` is the option a failed connection's message names.
     """
     dest = Path(dest)
     if dest.is_file():
@@ -180,13 +191,13 @@ def fetch(url: str, dest: str | Path, *, progress: bool = True) -> Path:
     headers = {"Range": f"bytes={have}-"} if have else {}
     if have and validator.is_file():
         headers["If-Range"] = validator.read_text().strip()
-    resp = _open(url, headers=headers)
+    resp = _open(url, headers=headers, url_option=url_option)
     if isinstance(resp, urllib.error.HTTPError):  # 416: the part file is already complete
         resp.close()
-        if have and have == remote_size(url):
+        if have and have == remote_size(url, url_option=url_option):
             return _finish(part, dest, url=url)
         _discard(part, validator)
-        return fetch(url, dest, progress=progress)
+        return fetch(url, dest, progress=progress, url_option=url_option)
     with resp:
         status = getattr(resp, "status", 200)
         if have and status != 206:
@@ -422,13 +433,22 @@ def fetch_ookla(
 
 
 def fetch_census(
-    *, cache: str | Path, base_url: str = CENSUS_BASE_URL, progress: bool = True
+    *,
+    cache: str | Path,
+    base_url: str = CENSUS_BASE_URL,
+    progress: bool = True,
+    names: Sequence[str] = tuple(CENSUS_FILES),
 ) -> dict[str, Path]:
-    """Fetch the Census urban-area and state-boundary zips into ``cache/census/``."""
+    """Fetch the Census zips ``names`` (default: the urban areas and the state boundaries) into
+    ``cache/census/``."""
     out = {}
-    for name, key in CENSUS_FILES.items():
+    for name in names:
+        key = CENSUS_FILES[name]
         out[name] = fetch(
-            _join(base_url, key), Path(cache) / "census" / Path(key).name, progress=progress
+            _join(base_url, key),
+            Path(cache) / "census" / Path(key).name,
+            progress=progress,
+            url_option="--census-base-url",
         )
     return out
 
@@ -455,7 +475,8 @@ def run_download(
     type, quarters
         Ookla network type and quarters (``2023Q1:2023Q4``).
     state, region, bbox
-        Region to keep (a state needs the state-boundary file, fetched first); none = whole files.
+        Region to keep (a state needs the state-boundary file, fetched first, even with
+        ``census=False``: its polygon is the region); none = whole files.
     census
         Also fetch the Census urban areas and state boundaries.
     base_url, census_base_url
@@ -471,8 +492,13 @@ def run_download(
         bbox_region(*bbox)
     cache_dir = Path(cache)
     census_files: dict[str, Path] = {}
-    if census or state is not None:
+    if census:
         census_files = fetch_census(cache=cache_dir, base_url=census_base_url, progress=progress)
+    elif state is not None:  # the state's polygon is the region: only that file is needed
+        log.info("--no-census: fetching only the Census state-boundary file, for --state")
+        census_files = fetch_census(
+            cache=cache_dir, base_url=census_base_url, progress=progress, names=("states",)
+        )
     the_region = resolve_region(
         state=state,
         states_file=census_files.get("states"),
@@ -552,11 +578,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--cache", default="cache", metavar="DIR", help="cache folder (default: cache)")
     g = p.add_argument_group("region (optional, one of)")
-    g.add_argument("--state", help="state postal code, name or FIPS (uses the Census state file)")
+    g.add_argument(
+        "--state",
+        help="state postal code, name or FIPS; its boundary comes from the Census state file, "
+        "which is fetched even with --no-census",
+    )
     g.add_argument("--region", metavar="FILE", help="any polygon file")
     add_bbox_option(g)
     p.add_argument(
-        "--no-census", dest="census", action="store_false", help="do not fetch the Census files"
+        "--no-census",
+        dest="census",
+        action="store_false",
+        help="do not fetch the Census files (with --state, its state-boundary file is still "
+        "fetched: it gives the state's boundary)",
     )
     p.add_argument(
         "--base-url", default=OOKLA_BASE_URL, help=f"Ookla bucket URL (default {OOKLA_BASE_URL})"
@@ -564,6 +598,6 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--census-base-url",
         default=CENSUS_BASE_URL,
-        help=f"Census TIGER URL (default {CENSUS_BASE_URL})",
+        help=f"Census TIGER URL, for the urban-area and state files (default {CENSUS_BASE_URL})",
     )
     add_progress_option(p)

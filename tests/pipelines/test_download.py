@@ -373,3 +373,50 @@ def test_row_groups_either_side_of_the_180_meridian(server: _Server, tmp_path: P
     assert info["row_groups_read"] == 2 and info["rows"] == 2000
     lon = pq.read_table(tmp_path / "ookla" / key)["tile_x"].to_numpy()
     assert ((lon > 178.9) | (lon < -179.3)).all() and (lon > 0).sum() == 1000
+
+
+def _hawaii_states_zip(root: Path) -> None:
+    states = gpd.GeoDataFrame(
+        {"STUSPS": ["HI"], "NAME": ["Hawaii"], "GEOID": ["15"]},
+        geometry=[shapely.box(-160.5, 18.5, -154.5, 22.5)],
+        crs="EPSG:4269",
+    )
+    _shapefile_zip(states, root / "census" / dl.CENSUS_FILES["states"])
+
+
+def test_no_census_with_state_fetches_only_the_state_file(server: _Server, tmp_path: Path) -> None:
+    _hawaii_states_zip(server.root)
+    t = _ookla_table(-157.9, 21.4, 200, seed=1, with_xy=True)
+    _write(server.root / "ookla", dl.ookla_key("mobile", "2023Q4"), t, row_group_size=100)
+    cache = tmp_path / "cache"
+    argv = ["download", "--type", "mobile", "--quarters", "2023Q4", "--state", "HI", "--cache", str(cache),
+            "--no-census", "--base-url", server.url + "ookla/", "--census-base-url", server.url + "census/",
+            "--no-progress"]  # fmt: skip
+    assert cli.main(argv) == 0
+    fetched = {path for _, path, _ in server.requests if path.startswith("/census/")}
+    assert fetched == {"/census/" + dl.CENSUS_FILES["states"]}  # no urban areas
+    assert sorted(p.name for p in (cache / "census").iterdir()) == ["cb_2018_us_state_500k.zip"]
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    return f"http://127.0.0.1:{port}/"  # nothing listens there now
+
+
+def test_an_unreachable_census_url_names_census_base_url(
+    server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["download", "--type", "mobile", "--quarters", "2023Q4", "--state", "HI", "--cache",
+            str(tmp_path / "cache"), "--base-url", server.url, "--census-base-url", _closed_port_url(),
+            "--no-progress"]  # fmt: skip
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "cannot connect" in err and "--census-base-url" in err
+    assert "or --base-url" not in err
+    # an unreachable Ookla bucket still names --base-url
+    with pytest.raises(dl.DownloadError, match=r"check the network or --base-url$"):
+        dl.fetch(_closed_port_url() + "x.parquet", tmp_path / "x.parquet", progress=False)
