@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +59,7 @@ examples:
   geodbk demo --run /tmp/demo --epochs 10
   geodbk demo --quick               # tiny settings (seconds), for smoke tests
 
-then: geodbk dashboard   (the dashboard reads runs/demo)
+then: geodbk dashboard --run RUN   (opens the demo run; plain `geodbk dashboard` opens runs/demo)
 exit codes: 0 ok, 3 bad data (data/ missing), 5 run directory problem.
 """
 
@@ -208,5 +209,11 @@ def run_demo(
     atomic_write_json(
         run / "demo_timings.json", {"config": cfg.to_dict(), "quick": quick, "seconds": timings}
     )
-    log.info("demo run ready in %s (%.0f s); next: geodbk dashboard", run, timings["total"])
+    log.info("demo run ready in %s (%.0f s); next: %s", run, timings["total"], dashboard_hint(run))
     return run
+
+
+def dashboard_hint(run: Path) -> str:
+    """The command that opens ``run`` in the dashboard: ``geodbk dashboard --run PATH`` (a run
+    directory's path makes its folder the runs folder, wherever it is)."""
+    return f"geodbk dashboard --run {shlex.quote(str(run))}"

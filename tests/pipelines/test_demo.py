@@ -88,3 +88,41 @@ def test_models_load_and_predict_tiles(tiny_run: Path) -> None:
     assert pred.mean.shape == (10,)
     metrics = json.loads((tiny_run / "report" / "download" / "metrics.json").read_text())
     assert metrics["all"]["n"] == int((table["split"] == "test").sum())
+
+
+def test_demo_ends_with_the_command_that_opens_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`geodbk demo --run OTHER` names `geodbk dashboard --run OTHER`, not the default run's
+    `geodbk dashboard` (the stages are stubbed: only the closing line is under test)."""
+    from pipelines import demo
+    from pipelines.config import TrainConfig
+
+    for stage in ("run_ingest", "run_train", "run_predict", "run_export", "run_summarize"):
+        monkeypatch.setattr(demo, stage, lambda *a, **k: None)
+    monkeypatch.setattr(demo, "run_report", lambda *a, **k: None)
+    run = tmp_path / "other runs" / "quick"
+    run.mkdir(parents=True)
+    caplog.set_level("INFO", logger="geodbk")
+    demo.run_demo(run, targets=("download",), config=TrainConfig(epochs=1))
+    ready = [r.getMessage() for r in caplog.records if "demo run ready" in r.getMessage()]
+    assert len(ready) == 1
+    assert ready[0].endswith(f"next: geodbk dashboard --run '{run}'")
+    # that command opens this run: its folder becomes the runs folder
+    from pipelines import dashboard
+
+    launched: list[list[str]] = []
+
+    class FakeServer:
+        def __init__(self, cmd: list[str]) -> None:
+            launched.append(cmd)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(dashboard.subprocess, "Popen", FakeServer)
+    (run / "tiles.parquet").write_bytes(b"")
+    assert dashboard.run_dashboard(run=str(run)) == 0
+    (cmd,) = launched
+    assert cmd[cmd.index("--runs-dir") + 1] == str(run.parent.resolve())
+    assert cmd[cmd.index("--run") + 1] == "quick"
