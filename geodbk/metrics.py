@@ -178,8 +178,9 @@ def clustered_checks_caveat(tiles: int | None, blocks: int | None) -> str:
     if tiles is None or blocks is None or blocks >= tiles:
         return ""
     return (
-        f" These {tiles} tiles lie in {blocks} held-out blocks, and tiles of one block share "
-        f"their errors: the check is nearer {blocks} independent places than {tiles}, so its "
+        f" These {tiles} tiles lie in {blocks} held-out block{'' if blocks == 1 else 's'}, and "
+        "tiles of one block share their errors: the check is nearer "
+        f"{blocks} independent place{'' if blocks == 1 else 's'} than {tiles}, so its "
         "interval is too narrow."
     )
 

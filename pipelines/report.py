@@ -931,7 +931,8 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
             "tile quantity is f(x) plus the noise floor (`--tile-effect` keeps them)."
         )
     if layer is not None:
-        _local_layer_section(doc, layer.params.to_dict())
+        kind = (split_info or {}).get("kind")
+        _local_layer_section(doc, layer.params.to_dict(), split_kind=kind)
     _map_calibration_section(doc, metrics_doc["map_calibration"])
     _by_quarter_section(doc, by_quarter, time_info)
     area_summaries_section(doc, rd, spec)
@@ -1066,8 +1067,11 @@ def _tests_shift_text(params: dict[str, Any]) -> str:
     )
 
 
-def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
-    """What the local layer's spatial field is and what it was fitted to."""
+def _local_layer_section(
+    doc: Doc, params: dict[str, Any], *, split_kind: str | None = None
+) -> None:
+    """What the local layer's spatial field is and what it was fitted to; ``split_kind`` (the
+    tile table's ``split.kind``) names the held-out units of the place share."""
     doc.heading("Local layer")
     doc.para(
         "On top of the tile effect, a short-range spatial field (Matérn-3/2, range "
@@ -1084,7 +1088,9 @@ def _local_layer_section(doc: Doc, params: dict[str, Any]) -> None:
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field"
         + _gp_nll_text(params.get("val_nll_gp"))
-        + _place_share_text(params.get("place_share"), params.get("place_share_basis"))
+        + _place_share_text(
+            params.get("place_share"), params.get("place_share_basis"), split_kind=split_kind
+        )
     )
 
 
@@ -1093,18 +1099,27 @@ def _gp_nll_text(gp: float | None) -> str:
     return "." if gp is None else f", {_fmt(gp)} for the GP alone with its own noise."
 
 
-def _place_share_text(share: float | None, basis: dict[str, int] | None = None) -> str:
-    """The place share of an unmeasured tile's prior, and what chose it, in sentences."""
+def _place_share_text(
+    share: float | None, basis: dict[str, int] | None = None, *, split_kind: str | None = None
+) -> str:
+    """The place share of an unmeasured tile's prior, and what chose it, in sentences. The
+    held-out units are blocks on a block split (``split_kind``), the tiles themselves on the
+    others, where only the number of tiles can fall short."""
     tiles, units = (basis or {}).get("tiles", 0), (basis or {}).get("units", 0)
     where = f" {tiles} well-measured validation tiles without training rows"
     if units and units < tiles:
-        where += f", which lie in {units} held-out blocks,"
+        where += f", which lie in {units} held-out block{'' if units == 1 else 's'},"
     if share is None or float(share) >= 1.0:
-        if not basis:
+        if not basis and split_kind == "block":
             why = (
                 "too few well-measured validation tiles without training rows, or too few "
                 f"held-out blocks holding them ({MIN_PLACE_UNITS} are needed), to certify less, "
                 "or none covered enough with less"
+            )
+        elif not basis:
+            why = (
+                "too few well-measured validation tiles without training rows "
+                f"({MIN_PLACE_TILES} are needed) to choose less, or none covered enough with less"
             )
         elif tiles < MIN_PLACE_TILES:
             why = f"only{where} ({MIN_PLACE_TILES} are needed to choose less)"
@@ -1120,9 +1135,17 @@ def _place_share_text(share: float | None, basis: dict[str, int] | None = None) 
         f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
         "variance in the tile quantity (never less than the GP's own variance there), and "
         "the rest goes to one test's noise: the smallest share whose intervals cover "
-        "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
-        "averaged over the K units they were held out in (blocks on a block split, tiles "
-        "otherwise; hierarchical split conformal)"
+        + (
+            "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
+            "averaged over the K blocks they were held out in (hierarchical split conformal)"
+            if split_kind == "block"
+            else "0.95 (K + 1) / K of the K well-measured validation tiles without training "
+            "rows (split conformal)"
+            if split_kind is not None
+            else "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
+            "averaged over the K units they were held out in (blocks on a block split, tiles "
+            "otherwise; hierarchical split conformal)"
+        )
         + (f", chosen on{where.rstrip(',')}." if basis else ".")
     )
 

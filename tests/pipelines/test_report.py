@@ -340,6 +340,43 @@ def test_the_local_layer_section_states_the_place_share() -> None:
         assert want in doc.markdown(), (basis, doc.markdown())
 
 
+def test_the_place_share_sentence_names_the_split_s_unit() -> None:
+    """Blocks are named only on a block split (elsewhere each tile is its own unit and only the
+    number of tiles can fall short), and one block is 'block'."""
+    from geodbk.metrics import clustered_checks_caveat
+    from pipelines.report import _local_layer_section
+    from pipelines.report_doc import Doc
+
+    params = {**_LAYER_PARAMS, "place_share": 1.0, "place_share_basis": None}
+    for kind in ("random", "forecast", "tile"):
+        doc = Doc("r")
+        _local_layer_section(doc, params, split_kind=kind)
+        text = doc.markdown()
+        assert "too few well-measured validation tiles without training rows (30 are needed)" in (
+            text
+        )
+        assert "block" not in text, (kind, text)
+    doc = Doc("r")
+    _local_layer_section(doc, params, split_kind="block")
+    assert "too few held-out blocks holding them (19 are needed)" in doc.markdown()
+    doc = Doc("r")
+    _local_layer_section(doc, {**params, "place_share": 0.4, "place_share_basis": {"tiles": 60, "units": 60}}, split_kind="tile")  # fmt: skip
+    text = doc.markdown()
+    assert "of the K well-measured validation tiles without training rows (split conformal)" in (
+        text
+    )
+    assert "block" not in text
+    doc = Doc("r")
+    basis = {"tiles": 16, "units": 1}
+    _local_layer_section(doc, {**params, "place_share_basis": basis}, split_kind="block")
+    assert "which lie in 1 held-out block," in doc.markdown()
+    caveat = clustered_checks_caveat(16, 1)
+    assert (
+        "lie in 1 held-out block, and" in caveat and "nearer 1 independent place than 16" in caveat
+    )
+    assert "lie in 4 held-out blocks" in clustered_checks_caveat(16, 4)
+
+
 def test_the_local_layer_section_sets_the_gp_alone_beside_it() -> None:
     """The GP alone's validation NLL is stated beside the layer's; files without it read as
     before."""
