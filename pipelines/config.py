@@ -39,29 +39,6 @@ NOISE_MODELS = tuple(n for n in _NOISES if n != "auto")
 URBAN_SUFFIX = "+urban"
 
 
-class ConfigConflict(DataError):
-    """Two keys whose values cannot go together (``keys``; ``why`` says why, ``fix`` what
-    works instead in a config file), as :meth:`TrainConfig.validate` words it for a file.
-    :meth:`TrainConfig.replace` words it again when both values came from its own changes (the
-    command line's flags)."""
-
-    def __init__(self, message: str, *, keys: tuple[str, str], why: str, fix: str) -> None:
-        super().__init__(message)
-        self.keys, self.why, self.fix = keys, why, fix
-
-
-def flag_text(key: str, value: Any) -> str | None:
-    """How ``geodbk train``'s command line sets ``key`` to ``value`` (``--streaming``,
-    ``--tile-effect``, ``--noise tests+devices``), or ``None`` when no flag does."""
-    if key == "streaming" and value is True:
-        return "--streaming"
-    if key == "tile_effect" and value in ("on", "off"):
-        return "--tile-effect" if value == "on" else "--no-tile-effect"
-    if key == "noise":
-        return f"--noise {value}"
-    return None
-
-
 @dataclass(kw_only=True)
 class TrainConfig(DBKHyperparameters):
     """Hyperparameters of ``geodbk train`` (passed to :class:`geodbk.DBKRegressor`).
@@ -206,6 +183,12 @@ class TrainConfig(DBKHyperparameters):
                 not (self.streaming and self.objective == "exact"),
                 "false with objective 'exact' (it needs the whole train split in memory)",
             ),
+            (
+                "streaming",
+                not (self.streaming and self.noise.startswith("tests+")),
+                f"false with noise {self.noise!r} (not supported out of core yet; use "
+                "noise 'tests' or train in memory)",
+            ),
             ("tile_effect", self.tile_effect in _TILE_EFFECTS, f"one of {_TILE_EFFECTS}"),
             ("local_layer", self.local_layer in _TILE_EFFECTS, f"one of {_TILE_EFFECTS}"),
             (
@@ -213,36 +196,15 @@ class TrainConfig(DBKHyperparameters):
                 self.tile_effect_groups in _TILE_EFFECT_GROUPS,
                 f"one of {_TILE_EFFECT_GROUPS}",
             ),
+            (
+                "streaming",
+                not (self.streaming and self.tile_effect == "on"),
+                "false with tile_effect 'on' (the tile effect needs the train split in memory)",
+            ),
         ]
         for key, ok, rule in checks:
             if not ok:
                 raise DataError(f"{source}: key {key!r} must be {rule}, got {getattr(self, key)!r}")
-        # keys that cannot go together: (key, other key, allowed, why, fix)
-        pairs: list[tuple[str, str, bool, str, str]] = [
-            (
-                "streaming",
-                "noise",
-                not (self.streaming and self.noise.startswith("tests+")),
-                "that noise model is not supported out of core yet",
-                "use noise 'tests' or train in memory",
-            ),
-            (
-                "streaming",
-                "tile_effect",
-                not (self.streaming and self.tile_effect == "on"),
-                "the tile effect needs the train split in memory",
-                "train in memory, or without the tile effect",
-            ),
-        ]
-        for key, other, ok, why, fix in pairs:
-            if not ok:
-                raise ConfigConflict(
-                    f"{source}: key {key!r} must be false with {other} "
-                    f"{getattr(self, other)!r} ({why}; {fix}), got {getattr(self, key)!r}",
-                    keys=(key, other),
-                    why=why,
-                    fix=fix,
-                )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (for YAML, JSON and hashing)."""
@@ -267,25 +229,8 @@ class TrainConfig(DBKHyperparameters):
         return d
 
     def replace(self, **changes: Any) -> TrainConfig:
-        """Return a copy with ``changes`` applied (``None`` values are ignored).
-
-        Two changed keys that cannot go together (``streaming`` with ``tile_effect: on``) are
-        refused naming the flags that set them (``--streaming and --tile-effect``), since
-        ``geodbk train`` applies its flags through here; a conflict with a key that this call
-        did not change keeps the config's wording.
-        """
-        given = {k: v for k, v in changes.items() if v is not None}
-        try:
-            return dataclasses.replace(self, **given)
-        except ConfigConflict as exc:
-            flags = [flag_text(k, given[k]) if k in given else None for k in exc.keys]
-            if not all(flags):
-                raise
-            hint = " (--noise tests works with --streaming)" if "noise" in exc.keys else ""
-            raise DataError(
-                f"{' and '.join(str(f) for f in flags)} cannot be combined: {exc.why}; drop one "
-                f"of the two flags{hint}"
-            ) from None
+        """Return a copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 #: The type of each key (its annotation).

@@ -114,30 +114,3 @@ def test_empty_file_keeps_defaults(tmp_path: Path) -> None:
     f = tmp_path / "empty.yaml"
     f.write_text("")
     assert load_config(f) == TrainConfig()
-
-
-def test_flags_that_cannot_go_together_are_named_as_flags(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`--streaming --tile-effect` is refused naming both flags (exit 3), not as a config key;
-    the same conflict from a file keeps naming the file and the key."""
-    from pipeline_helpers import make_run
-
-    from pipelines import cli
-
-    run = make_run(tmp_path / "run", n=60)
-    argv = ["train", "--run", str(run), "--target", "download", "--no-progress"]
-    assert cli.main([*argv, "--streaming", "--tile-effect"]) == 3
-    err = capsys.readouterr().err
-    assert "--streaming and --tile-effect cannot be combined" in err
-    assert "config: key" not in err
-    with pytest.raises(DataError, match=r"^--streaming and --noise tests\+devices cannot be"):
-        resolve_config(streaming=True, noise="tests+devices")
-    # from a file: the file and its key; one from the file, one flag: the config's wording
-    path = tmp_path / "c.yaml"
-    path.write_text("streaming: true\ntile_effect: on\n")
-    with pytest.raises(DataError, match=r"config file .*c\.yaml: key 'streaming' must be false"):
-        resolve_config(config_path=path)
-    path.write_text("streaming: true\n")
-    with pytest.raises(DataError, match=r"^config: key 'streaming' must be false with tile_eff"):
-        resolve_config(config_path=path, tile_effect=True)
