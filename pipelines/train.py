@@ -97,8 +97,8 @@ examples:
 s2_dev/devices_i from the `tests` and `devices` columns (missing or < 1 counts as 1).
 --noise tests+urban / tests+devices+urban: the floor s2_floor is learned per urban/rural class
 (the `urban` column; needs urban and rural training tiles, i.e. an urban layer at ingest).
-Neither with --streaming or --distributed. The default `auto` is tests+devices when the table
-has both columns and training is in memory, else tests (or constant without `tests`).
+Neither with --streaming. The default `auto` is tests+devices when the table has both columns
+(in memory or --distributed), else tests (or constant without `tests`).
 --time (config `time: true`): inputs [x1, x2, t], t = the quarter scaled to [-1, 1] over the
 train split's quarters (needs at least 2 of them); then `geodbk predict --quarter/--trend`.
 --tile-effect (default when the tiles span 2+ quarters and have a val split): each tile's own
@@ -137,7 +137,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="observation noise: per tile s2_floor + s2_meas/tests, tests+devices (adds "
         "s2_dev/devices from the `devices` column), +urban (s2_floor per urban/rural class; "
-        "devices and urban not with --streaming or --distributed) or one constant s2; default: "
+        "devices and urban not with --streaming) or one constant s2; default: "
         "tests+devices when the tiles have `tests` and `devices` (tests out of core)",
     )
     p.add_argument(
