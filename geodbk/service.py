@@ -145,13 +145,16 @@ def class_names(n_tiers: int) -> tuple[str, ...]:
 
 
 def class_definitions(tiers: Sequence[Tier], latency_ms: float) -> tuple[str, ...]:
-    """What each class of :func:`class_names` means, lowest first: ``"below 25/3 Mbps or over
-    100 ms"``, ``"25/3 Mbps, not 100/20"``, ``"100/20 Mbps and at most 100 ms"``."""
-    t = check_tiers(tiers)
-    lat = f"{latency_ms:g} ms"
-    first = f"below {t[0].label} Mbps or over {lat}"
-    middle = tuple(f"{a.label} Mbps, not {b.label}" for a, b in itertools.pairwise(t))
-    return (first, *middle, f"{t[-1].label} Mbps and at most {lat}")
+    """What each class of :func:`class_names` means, lowest first: ``"meets no tier: below 25/3
+    Mbps, or latency above 100 ms"``, ``"meets 25/3 but not 100/20 Mbps (latency at most 100
+    ms)"``, ``"meets 100/20 Mbps with latency at most 100 ms"``."""
+    t, lat = check_tiers(tiers), f"{latency_ms:g} ms"
+    first = f"meets no tier: below {t[0].label} Mbps, or latency above {lat}"
+    middle = tuple(
+        f"meets {a.label} but not {b.label} Mbps (latency at most {lat})"
+        for a, b in itertools.pairwise(t)
+    )
+    return (first, *middle, f"meets {t[-1].label} Mbps with latency at most {lat}")
 
 
 def check_correlation(corr: np.ndarray, *, tol: float = 1e-8) -> np.ndarray:

@@ -26,6 +26,7 @@ from geodbk.service import (
     DEFAULT_LATENCY_MS,
     Tier,
     check_tiers,
+    class_definitions,
     class_names,
     class_probabilities,
     most_probable_class,
@@ -121,16 +122,8 @@ class Service:
         return class_names(len(self.tiers))
 
     def class_descriptions(self) -> tuple[str, ...]:
-        """What each class means, lowest first (e.g. ``meets no tier: below 25/3 Mbps, or
-        latency above 100 ms``)."""
-        t, lat = self.tiers, f"{self.latency_ms:g} ms"
-        first = f"meets no tier: below {t[0].label} Mbps, or latency above {lat}"
-        middle = tuple(
-            f"meets {t[j].label} but not {t[j + 1].label} Mbps (latency at most {lat})"
-            for j in range(len(t) - 1)
-        )
-        last = f"meets {t[-1].label} Mbps with latency at most {lat}"
-        return (first, *middle, last)
+        """What each class means, lowest first (:func:`geodbk.service.class_definitions`)."""
+        return class_definitions(self.tiers, self.latency_ms)
 
     @property
     def tier_labels(self) -> str:

@@ -242,9 +242,9 @@ def test_class_colours_run_red_yellow_green_for_any_class_count() -> None:
 
 def test_each_class_is_defined_by_its_tiers_and_the_latency() -> None:
     assert class_definitions(BEAD_TIERS, DEFAULT_LATENCY_MS) == (
-        "below 25/3 Mbps or over 100 ms",
-        "25/3 Mbps, not 100/20",
-        "100/20 Mbps and at most 100 ms",
+        "meets no tier: below 25/3 Mbps, or latency above 100 ms",
+        "meets 25/3 but not 100/20 Mbps (latency at most 100 ms)",
+        "meets 100/20 Mbps with latency at most 100 ms",
     )
     one = class_definitions([Tier(25.0, 3.0)], 50.0)
     assert len(one) == len(class_names(1)) == 2

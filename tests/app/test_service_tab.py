@@ -28,7 +28,8 @@ def test_the_service_tab_shows_classes_and_expected_shares(
     captions = texts(tab, "caption")
     assert any("key above" in c and "joint posterior samples" in c for c in captions)
     key = next(m for m in texts(tab, "markdown") if "background:rgb" in m)
-    assert "unserved: below 25/3 Mbps or over 100 ms" in key and "served: 100/20 Mbps" in key
+    assert "unserved: meets no tier: below 25/3 Mbps, or latency above 100 ms" in key
+    assert "served: meets 100/20 Mbps with latency at most 100 ms" in key
     assert sum(c.startswith("90%: ") and "of tiles" in c for c in captions) == 3
     chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
     assert chart["layers"][0]["id"] == "classes"
@@ -64,9 +65,9 @@ def test_the_key_names_each_class_of_any_tiers_in_the_raster_s_colours() -> None
     for code, name in enumerate(names):
         r, g, b, _ = class_colours(3 + 1)[code]
         assert f"background:rgb({r},{g},{b})" in key and f">{name}:" in key
-    assert "underserved_1: 10/1 Mbps, not 25/3" in key
-    assert "underserved_2: 25/3 Mbps, not 100/20" in key
-    assert "over 50 ms" in key
+    assert "underserved_1: meets 10/1 but not 25/3 Mbps" in key
+    assert "underserved_2: meets 25/3 but not 100/20 Mbps" in key
+    assert "latency above 50 ms" in key
     # tiers that cannot be read: the names and colours alone
     assert ">unserved<" in class_legend_html(["unserved", "served"], "", None)
 
