@@ -284,6 +284,7 @@ def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
         "latency_ms",
         "classes",
         "quarter",
+        "quarter_status",
         "copula_targets",
         "copula_rows",
         "created",

@@ -5,7 +5,8 @@ Writes ``RUN/service/classes_<file stem>.parquet`` (another quantity than ``tile
 columns (a clash with an output name is renamed ``input_<name>``), then ``quadkey`` (the
 zoom-16 tile of the place), ``lon``, ``lat``, ``p_<class>`` for each class (``p_unserved``,
 ``p_underserved``, ``p_served`` with the BEAD tiers), ``p_tier_<j>`` (probability of meeting
-tier j), ``service_class`` (the most probable class's name), ``quantity``, ``quarter`` and
+tier j), ``service_class`` (the most probable class's name), ``quantity``, ``quarter``,
+``quarter_status`` (as ``geodbk predict`` writes it into a grid) and
 ``outside_region`` (True: the place lies outside the run's region; its values are then
 missing). The parquet metadata holds the data licence (``geodbk_data_licence``) and the
 service's tiers, latency, quantity and copula (``geodbk_service``, JSON).
@@ -45,6 +46,7 @@ def output_columns(service: Service) -> tuple[str, ...]:
         "service_class",
         "quantity",
         "quarter",
+        *(("quarter_status",) if service.quarter_status else ()),
         "located",
         "outside_region",
     )
@@ -79,6 +81,7 @@ def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: s
         {**values, "service_class": pd.array(label, dtype="string")},
         quantity=service.quantity,
         quarter=service.quarter,
+        quarter_status=service.quarter_status or None,
         licence=run_licence_attrs(rd),
         metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
     )

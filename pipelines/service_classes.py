@@ -34,7 +34,7 @@ from geodbk.service import (
     tier_probabilities,
 )
 from pipelines.copula import COPULA_METHOD, Copula, estimate_copula
-from pipelines.places import PlacePredictor, load_place_predictor
+from pipelines.places import PlacePredictor, load_place_predictor, places_quarter_status
 from pipelines.predict import describe_map_quantity
 from pipelines.rundir import RunDir, target_spec
 
@@ -108,6 +108,9 @@ class Service:
         One :class:`PlacePredictor` per target of :data:`SERVICE_TARGETS`.
     copula
         The copula of the three targets.
+    quarter_status
+        What the quarter is to the models, as ``geodbk predict`` writes it into a grid
+        (``observed``, ``extrapolation beyond 2023Q4``, ...; per target when they differ).
     """
 
     tiers: tuple[Tier, ...]
@@ -115,6 +118,7 @@ class Service:
     quantity: str
     predictors: dict[str, PlacePredictor]
     copula: Copula
+    quarter_status: str = ""
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -212,6 +216,7 @@ class Service:
             "quantity_description": self.quantity_description,
             **{f"quantity_{t}": v for t, v in labels.items()},
             "quarter": self.quarter,
+            **({"quarter_status": self.quarter_status} if self.quarter_status else {}),
             **{f"quarter_{t}": p.quarter for t, p in self.predictors.items()},
             **{f"model_path_{t}": rd.relative(rd.model_dir(t)) for t in self.predictors},
             "copula_targets": " ".join(self.copula.targets),
@@ -257,10 +262,16 @@ def load_service(
             "; ".join(f"{t} {q}" for t, q in labels.items()),
         )
     copula = estimate_copula(rd, predictors)
+    status = {t: places_quarter_status(rd, p, quantity=quantity)[1] for t, p in predictors.items()}
     return Service(
         tiers=checked,
         latency_ms=latency,
         quantity=quantity,
         predictors=predictors,
         copula=copula,
+        quarter_status=(
+            next(iter(status.values()))
+            if len(set(status.values())) == 1
+            else "; ".join(f"{t}: {s}" for t, s in status.items())
+        ),
     )

@@ -67,3 +67,18 @@ def test_each_quantity_writes_its_own_file(tmp_path: Path) -> None:
     assert area == rd.root / "service" / "classes_sites_area.parquet"
     assert tile.is_file() and pd.read_parquet(tile)["quantity"].tolist() == ["tile"]
     assert pd.read_parquet(area)["quantity"].tolist() == ["area"]
+
+
+def test_the_quarter_status_of_the_service_is_in_every_row(tmp_path: Path) -> None:
+    rd = _run(tmp_path)
+    service = replace(fake_service(), quarter_status="extrapolation beyond 2023Q4")
+    places = Locations(
+        pd.DataFrame({"site": ["a"]}), np.array([-157.5]), np.array([21.5]), "lon/lat"
+    )
+    got = pd.read_parquet(write_classes_at(rd, service, places, stem="sites"))
+    assert list(got.columns) == ["site", *output_columns(service)]
+    assert got["quarter_status"].tolist() == ["extrapolation beyond 2023Q4"]
+    assert (
+        json.loads(pq.read_schema(rd.classes_at("sites")).metadata[SERVICE_KEY])["quarter_status"]
+        == "extrapolation beyond 2023Q4"
+    )

@@ -81,11 +81,16 @@ def test_models_of_different_periods_are_warned_about(
         sc, "load_place_predictor", lambda rd, t, **_: SimpleNamespace(quarter=quarters[t])
     )
     monkeypatch.setattr(sc, "estimate_copula", lambda rd, predictors: None)
+    status = {"2023Q4": "observed", "pooled 2019Q1:2023Q4": "pooled"}
+    monkeypatch.setattr(sc, "places_quarter_status", lambda rd, p, **_: (None, status[p.quarter]))
     with caplog.at_level("WARNING", logger="geodbk"):
-        sc.load_service(RunDir(tmp_path))
+        service = sc.load_service(RunDir(tmp_path))
     assert "different periods (download 2023Q4; upload pooled 2019Q1:2023Q4" in caplog.text
+    # the status per target when they differ, one status when they agree
+    assert service.quarter_status == "download: observed; upload: pooled; latency: observed"
     caplog.clear()
     quarters["upload"] = "2023Q4"
     with caplog.at_level("WARNING", logger="geodbk"):
-        sc.load_service(RunDir(tmp_path))
+        service = sc.load_service(RunDir(tmp_path))
     assert "different periods" not in caplog.text
+    assert service.quarter_status == "observed"
