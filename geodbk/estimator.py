@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from geodbk.bundle import load_bundle, save_bundle
 from geodbk.device import resolve_device
 from geodbk.distributed import ShardPlan, global_mean_std
 from geodbk.errors import DataError, ModelFileError
-from geodbk.hyperparameters import DBKHyperparameters
+from geodbk.hyperparameters import DBKHyperparameters, finite_at_least
 from geodbk.joint import JointSampler
 from geodbk.likelihoods import NOISE_MODELS, noise_parameters
 from geodbk.model import EXPANSIONS, DBKModel
@@ -78,14 +77,14 @@ class BaseRegressor(RegressorMixin, BaseEstimator):
     def _record_fit_params(self) -> None:
         """Record the parameters this fit uses (``fit_params_``): what :meth:`save` writes and
         what prediction reads, so that ``set_params`` after ``fit`` changes nothing until the
-        next fit."""
+        next fit. An unfitted copy with them is kept for :meth:`_as_fitted`."""
         self.fit_params_ = self.get_params(deep=False)
+        self._fitted_view = type(self)(**self.fit_params_)
 
     def _as_fitted(self) -> Any:
         """An unfitted estimator with the parameters the model was fitted with (``self`` before
         any fit)."""
-        fitted = self.__dict__.get("fit_params_")
-        return self if fitted is None else type(self)(**fitted)
+        return self.__dict__.get("_fitted_view", self)
 
     def _prediction_inputs(self, X: Any, quantity: str) -> np.ndarray:
         """``X`` checked against the fitted inputs (their number and, for a DataFrame, names and
@@ -258,6 +257,16 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
     noise_urban: bool = False
 
     # ------------------------------------------------------------------ configuration
+    def out_of_range(self) -> list[tuple[str, str]]:
+        """:meth:`DBKHyperparameters.out_of_range`, and the estimator's own ``jitter`` and
+        ``noise_floor`` (finite, ``>= 0``)."""
+        own = [
+            (name, "a finite number >= 0")
+            for name in ("jitter", "noise_floor")
+            if not finite_at_least(getattr(self, name), 0)
+        ]
+        return [*super().out_of_range(), *own]
+
     def _validate(self) -> None:
         if self.expansion not in EXPANSIONS:
             raise ValueError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
@@ -267,12 +276,6 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
             raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         for name, rule in self.out_of_range():
             raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
-        for name in ("jitter", "noise_floor"):
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Real) or not (
-                math.isfinite(value) and float(value) >= 0
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.kernel_update_every_allowed():
             raise ValueError(
                 "kernel_update_every must be 0 (default) or 1 with expansion='silu' (no kernel "
@@ -842,7 +845,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         model = self._check_fitted()
         meta = dict(metadata) if metadata is not None else dict(getattr(self, "metadata_", {}))
         doc = {
-            "config": getattr(self, "fit_params_", None) or self.get_params(deep=False),
+            "config": self._as_fitted().get_params(deep=False),
             "input_dim": self.n_features_in_,
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_std_},
             "history": self.history_,

@@ -16,11 +16,18 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["KERNEL_UPDATE_EVERY_DPPGP_RBF", "DBKHyperparameters"]
+__all__ = ["KERNEL_UPDATE_EVERY_DPPGP_RBF", "DBKHyperparameters", "finite_at_least"]
 
 #: ``kernel_update_every: 0`` (the default) for DBK-RBF trained with dPPGP: the kernel steps on
 #: one mini-batch in 4 (docs/decisions/defaults.md).
 KERNEL_UPDATE_EVERY_DPPGP_RBF = 4
+
+
+def finite_at_least(value: object, low: float, *, strict: bool = False) -> bool:
+    """Whether ``value`` is a finite real number ``>= low`` (``> low`` with ``strict``)."""
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return False
+    return float(value) > low if strict else float(value) >= low
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -54,26 +61,20 @@ class DBKHyperparameters:
         """``(name, rule)`` of each numeric hyperparameter outside its range (NaN and infinity
         are outside every range)."""
 
-        def ok(value: object, low: float, *, strict: bool = False) -> bool:
-            if not isinstance(value, numbers.Real) or not math.isfinite(value):
-                return False
-            number = float(value)
-            return number > low if strict else number >= low
-
         rules = [
-            ("rank", ok(self.rank, 1), ">= 1"),
-            ("hidden", ok(self.hidden, 1), ">= 1"),
-            ("alpha", ok(self.alpha, 0), "a finite number >= 0"),
-            ("beta", ok(self.beta, 0), "a finite number >= 0"),
-            ("batch_size", ok(self.batch_size, 1), ">= 1"),
-            ("epochs", ok(self.epochs, 1), ">= 1"),
-            ("lr", ok(self.lr, 0, strict=True), "a finite number > 0"),
-            ("weight_decay", ok(self.weight_decay, 0), "a finite number >= 0"),
-            ("patience", ok(self.patience, 1), ">= 1"),
-            ("kernel_update_every", ok(self.kernel_update_every, 0), ">= 0"),
+            ("rank", finite_at_least(self.rank, 1), ">= 1"),
+            ("hidden", finite_at_least(self.hidden, 1), ">= 1"),
+            ("alpha", finite_at_least(self.alpha, 0), "a finite number >= 0"),
+            ("beta", finite_at_least(self.beta, 0), "a finite number >= 0"),
+            ("batch_size", finite_at_least(self.batch_size, 1), ">= 1"),
+            ("epochs", finite_at_least(self.epochs, 1), ">= 1"),
+            ("lr", finite_at_least(self.lr, 0, strict=True), "a finite number > 0"),
+            ("weight_decay", finite_at_least(self.weight_decay, 0), "a finite number >= 0"),
+            ("patience", finite_at_least(self.patience, 1), ">= 1"),
+            ("kernel_update_every", finite_at_least(self.kernel_update_every, 0), ">= 0"),
             (
                 "noise_init",
-                ok(self.noise_init, 0) and self.noise_init < 100,
+                finite_at_least(self.noise_init, 0) and self.noise_init < 100,
                 "0 (default) or a variance in (0, 100)",
             ),
         ]

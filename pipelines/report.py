@@ -1135,17 +1135,7 @@ def _place_share_text(
         f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
         "variance in the tile quantity (never less than the GP's own variance there), and "
         "the rest goes to one test's noise: the smallest share whose intervals cover "
-        + (
-            "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
-            "averaged over the K blocks they were held out in (hierarchical split conformal)"
-            if split_kind == "block"
-            else "0.95 (K + 1) / K of the K well-measured validation tiles without training "
-            "rows (split conformal)"
-            if split_kind is not None
-            else "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
-            "averaged over the K units they were held out in (blocks on a block split, tiles "
-            "otherwise; hierarchical split conformal)"
-        )
+        + _place_share_rule(split_kind)
         + (f", chosen on{where.rstrip(',')}." if basis else ".")
     )
 
@@ -1226,6 +1216,26 @@ def _per_group_text(value: dict[str, float] | float) -> str:
     if isinstance(value, dict) and list(value) != ["all"]:
         return " and ".join(f"{v:.4f} for {group} tiles" for group, v in value.items())
     return f"{value['all'] if isinstance(value, dict) else value:.4f}"
+
+
+def _place_share_rule(split_kind: str | None) -> str:
+    """How the place share was chosen, by the unit tiles were held out in: blocks on a block
+    split, tiles on the others (``None``: a split not recorded, both named)."""
+    if split_kind == "block":
+        return (
+            "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
+            "averaged over the K blocks they were held out in (hierarchical split conformal)"
+        )
+    if split_kind is not None:
+        return (
+            "0.95 (K + 1) / K of the K well-measured validation tiles without training rows "
+            "(split conformal)"
+        )
+    return (
+        "0.95 (K + 1) / K of the well-measured validation tiles without training rows, "
+        "averaged over the K units they were held out in (blocks on a block split, tiles "
+        "otherwise; hierarchical split conformal)"
+    )
 
 
 def _time_sentence(time_info: dict[str, Any], *, tile_offsets: bool = False) -> str:

@@ -34,11 +34,13 @@ from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
 log = logging.getLogger("geodbk")
 
 
-def quantity_suffix(quantity: str) -> str:
-    """The file-name suffix of an output's quantity: ``""`` for the tile quantity (the
-    default), ``_area`` or ``_test`` for another, so outputs of two quantities of one input
-    never replace each other."""
-    return "" if quantity == "tile" else f"_{quantity}"
+def output_name(name: str, *, quarter: str | None = None, quantity: str = "tile") -> str:
+    """A file name (without extension) for an output of ``name``: ``_QUARTER`` added for a
+    quarter other than the table's latest, ``_QUANTITY`` for a quantity other than ``tile`` (the
+    default), so that outputs of two quarters or quantities of one input never replace each
+    other."""
+    when = f"_{quarter}" if quarter else ""
+    return f"{name}{when}{'' if quantity == 'tile' else f'_{quantity}'}"
 
 
 def check_thresholds(thresholds: Sequence[float] | None, target: str) -> tuple[float, ...]:
@@ -159,14 +161,15 @@ class RunDir:
         """``predictions/TARGET_STEM.parquet``: ``geodbk predict --at`` for the file ``STEM`` (the
         tile quantity at the table's latest quarter; another quarter adds ``_QUARTER``, another
         quantity ``_QUANTITY``, so that none replaces another)."""
-        when = f"_{quarter}" if quarter else ""
-        name = f"{target}_{stem}{when}{quantity_suffix(quantity)}.parquet"
-        return self.root / "predictions" / name
+        name = output_name(f"{target}_{stem}", quarter=quarter, quantity=quantity)
+        return self.root / "predictions" / f"{name}.parquet"
 
     def classes_at(self, stem: str, *, quantity: str = "tile") -> Path:
         """``service/classes_STEM.parquet``: ``geodbk service --at`` for the file ``STEM`` (the
         tile quantity; another's ``classes_STEM_QUANTITY.parquet``)."""
-        return self.root / "service" / f"classes_{stem}{quantity_suffix(quantity)}.parquet"
+        return (
+            self.root / "service" / f"{output_name(f'classes_{stem}', quantity=quantity)}.parquet"
+        )
 
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""

@@ -65,7 +65,7 @@ from pipelines.rundir import (
     licence_attrs,
     licence_schema_metadata,
     locked_stage,
-    quantity_suffix,
+    output_name,
     require_run,
     run_licence,
     target_spec,
@@ -179,8 +179,7 @@ def summary_paths(
     ``quantity`` adds ``_<quantity>`` (as ``predict --at``), so it never replaces the tile
     quantity's summary."""
     stem = Path(str(areas).split("!")[0]).stem
-    name = f"{target}_{stem}" if quarter is None else f"{target}_{stem}_{quarter}"
-    name += quantity_suffix(quantity)
+    name = output_name(f"{target}_{stem}", quarter=quarter, quantity=quantity)
     folder = rd.root / "summaries"
     return folder / f"{name}.parquet", folder / f"{name}.csv"
 

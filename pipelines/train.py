@@ -743,13 +743,15 @@ def worse_than_gp(effect: Any, layer: Any) -> str | None:
     """Why the fitted tile model scores worse than the GP alone, or ``None``: the local layer's
     validation NLL above the GP's on the same validation rows, or (without a layer) the tile
     effect's NLL above the GP's on the rows that chose its parameters."""
-    params, rows = (layer.params, "validation") if layer is not None else (effect.params, "")
-    gp = params.val_nll_gp if layer is not None else params.val_nll_without
+    if layer is not None:
+        params, gp = layer.params, layer.params.val_nll_gp
+        what, rows = "the tile effect and local layer", "the validation rows"
+    else:
+        params, gp = effect.params, effect.params.val_nll_without
+        what, rows = "the tile effect", "the rows that chose its parameters"
     if gp is None or params.val_nll is None or params.val_nll <= gp:
         return None
-    what = "the tile effect and local layer" if layer is not None else "the tile effect"
-    on = f"the {rows} rows" if rows else "the rows that chose its parameters"
-    return f"{what} score {params.val_nll:.4f} nats per row on {on}, worse than the GP alone ({gp:.4f})"
+    return f"{what} score {params.val_nll:.4f} nats per row on {rows}, worse than the GP alone ({gp:.4f})"
 
 
 def fit_run_tile_effect(

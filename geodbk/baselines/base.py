@@ -519,7 +519,7 @@ class TorchBaseline(BaseRegressor):
                 "version": BUNDLE_VERSION,
                 "model": self.model_name,
                 "class": type(self).__name__,
-                "params": getattr(self, "fit_params_", None) or self.get_params(deep=False),
+                "params": self._as_fitted().get_params(deep=False),
                 "sizes": self.sizes_,
             },
             "standardization": {"y_mean": self.y_mean_, "y_std": self.y_sd_},
