@@ -25,22 +25,13 @@ import numpy as np
 
 from geodbk.atomic import DISK_ERRNOS
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
-from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGETS, target_info
+from geodbk.geo.contract import DEFAULT_THRESHOLDS, TARGETS, output_name, target_info
 from geodbk.geo.frame import Scaling
 from geodbk.geo.licence import OOKLA_LICENCE
 from geodbk.geo.table import read_table_metadata, read_tile_table
 from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
 
 log = logging.getLogger("geodbk")
-
-
-def output_name(name: str, *, quarter: str | None = None, quantity: str = "tile") -> str:
-    """A file name (without extension) for an output of ``name``: ``_QUARTER`` added for a
-    quarter other than the table's latest, ``_QUANTITY`` for a quantity other than ``tile`` (the
-    default), so that outputs of two quarters or quantities of one input never replace each
-    other."""
-    when = f"_{quarter}" if quarter else ""
-    return f"{name}{when}{'' if quantity == 'tile' else f'_{quantity}'}"
 
 
 def check_thresholds(thresholds: Sequence[float] | None, target: str) -> tuple[float, ...]:
@@ -164,12 +155,12 @@ class RunDir:
         name = output_name(f"{target}_{stem}", quarter=quarter, quantity=quantity)
         return self.root / "predictions" / f"{name}.parquet"
 
-    def classes_at(self, stem: str, *, quantity: str = "tile") -> Path:
+    def classes_at(self, stem: str, *, quarter: str | None = None, quantity: str = "tile") -> Path:
         """``service/classes_STEM.parquet``: ``geodbk service --at`` for the file ``STEM`` (the
-        tile quantity; another's ``classes_STEM_QUANTITY.parquet``)."""
-        return (
-            self.root / "service" / f"{output_name(f'classes_{stem}', quantity=quantity)}.parquet"
-        )
+        tile quantity at the table's latest quarter; another quarter adds ``_QUARTER``, another
+        quantity ``_QUANTITY``)."""
+        name = output_name(f"classes_{stem}", quarter=quarter, quantity=quantity)
+        return self.root / "service" / f"{name}.parquet"
 
     def trend_grid(self, target: str, first: str, last: str) -> Path:
         """``grids/TARGET_trend_FIRST_LAST.nc``: change per year between two quarters."""

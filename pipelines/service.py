@@ -21,12 +21,15 @@ Writes into ``RUN/service/``:
   category names in ``service_class.tif.aux.xml``, which QGIS shows as the legend) and
   ``p_unserved.tif`` (float32, units 1, -9999 outside), GeoTIFF or COG, with the licence and
   quantity in their tags;
-- ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid (``--quantity area``
-  or ``test``: ``classes_<file stem>_<quantity>.parquet``);
+- ``headline.json``: the area and tile shares of each class with joint intervals;
+- ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
 - ``copula.json``: the copula's correlation, the rows it came from and how.
 
-A time-aware model's map is of the table's latest quarter, or of ``--quarter Q`` (then the
-files are ``classes_Q.nc``, ``service_class_Q.tif``, ``p_unserved_Q.tif``).
+A time-aware model's map is of the table's latest quarter, or of ``--quarter Q``. A quarter
+other than the latest and a quantity other than ``tile`` add ``_Q`` and ``_QUANTITY`` to every
+name (``classes_2022Q4_area.nc``, ``service_class_2022Q4_area.tif``,
+``classes_<file stem>_2022Q4_area.parquet``), so that no map replaces another's
+(:func:`geodbk.geo.contract.output_name`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy as np
 from geodbk import __version__
 from geodbk.atomic import atomic_write_json, staged_folder
 from geodbk.errors import DataError
+from geodbk.geo.contract import output_name, service_headline
 from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
 from geodbk.geo.locations import read_locations
@@ -101,8 +105,9 @@ unserved = meets no tier, underserved = meets the first but not the second, serv
 second. The three targets are joined by a Gaussian copula of the models' residuals on the
 validation split (RUN/service/copula.json). Writes RUN/service/classes.nc (p_unserved,
 p_underserved, p_served, p_tier_1, p_tier_2, service_class, in_region), service_class.tif,
-p_unserved.tif, or with --at RUN/service/classes_<file stem>.parquet (classes_<file
-stem>_area.parquet or _test.parquet for those quantities).
+p_unserved.tif and headline.json, or with --at RUN/service/classes_<file stem>.parquet. Another
+quarter than the latest and another quantity than tile add _QUARTER and _QUANTITY to each name
+(classes_2022Q4_area.nc, classes_<file stem>_area.parquet): no map replaces another's.
 exit codes: 0 ok, 2 usage, 3 bad option or data (--tiers, --latency-ms, --at file), 4 damaged
 model, 5 missing run directory or model (the message gives the train command).
 """
@@ -188,13 +193,20 @@ def service_dir(rd: RunDir) -> Path:
     return rd.root / "service"
 
 
-def _suffix(rd: RunDir, service: Service, quarter: str | None) -> str:
-    """``""`` for the current map, ``"_Q"`` for another quarter of time-aware models."""
+def _other_quarter(rd: RunDir, service: Service, quarter: str | None) -> str | None:
+    """``quarter`` as ``2022Q4`` when it is not the table's latest (time-aware models), else
+    None: the quarter a file name carries (:func:`geodbk.geo.contract.output_name`)."""
     if quarter is None:
-        return ""
+        return None
     label = format_quarter(quarter_index(quarter))
     latest = {observed_quarters(rd, p.metadata)[-1] for p in service.predictors.values()}
-    return "" if latest == {label} else f"_{label}"
+    return None if latest == {label} else label
+
+
+def _suffix(rd: RunDir, service: Service, quarter: str | None) -> str:
+    """What the grid set's names add to ``classes``: ``_Q`` for a quarter other than the
+    latest, ``_QUANTITY`` for a quantity other than ``tile`` (``classes_2022Q4_area.nc``)."""
+    return output_name("", quarter=_other_quarter(rd, service, quarter), quantity=service.quantity)
 
 
 def _variables(service: Service) -> dict[str, tuple[Any, dict[str, Any]]]:
@@ -411,7 +423,7 @@ def _write_grid_set(
                 rd,
                 service,
                 grid,
-                stage / f"headline{suffix}.json",
+                stage / service_headline(final_grid.name),
                 samples=headline_samples,
                 grid_name=final_grid,
             )
@@ -426,7 +438,7 @@ def _write_grid_set(
             if caveat := region_area_caveat(rd):
                 log.warning("%s", caveat)
         atomic_write_json(stage / "copula.json", copula)
-    old_headline = folder / f"headline{suffix}.json"
+    old_headline = folder / service_headline(final_grid.name)
     if not headline_samples and old_headline.is_file():
         old_headline.unlink()  # it described the earlier classes grid
         log.info("removed %s (no headline asked for this grid)", old_headline)
@@ -518,7 +530,13 @@ def run_service(
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         if places is not None and at is not None:
-            out = write_classes_at(rd, service, places, stem=Path(at).stem)
+            out = write_classes_at(
+                rd,
+                service,
+                places,
+                stem=Path(at).stem,
+                quarter=_other_quarter(rd, service, quarter),
+            )
             atomic_write_json(service_dir(rd) / "copula.json", copula)
         else:
             out = _write_grid_set(

@@ -59,9 +59,12 @@ def _json_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: str) -> Path:
+def write_classes_at(
+    rd: RunDir, service: Service, places: Locations, *, stem: str, quarter: str | None = None
+) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
-    ``RUN/service/classes_<stem>.parquet`` (:meth:`RunDir.classes_at`)."""
+    ``RUN/service/classes_<stem>[_<quarter>][_<quantity>].parquet`` (:meth:`RunDir.classes_at`;
+    ``quarter``: one other than the table's latest)."""
     inside = np.asarray(
         shapely.intersects_xy(read_region(rd), native_longitude(places.lon), places.lat), dtype=bool
     )
@@ -75,7 +78,7 @@ def write_classes_at(rd: RunDir, service: Service, places: Locations, *, stem: s
         label[inside] = np.asarray(service.classes, dtype=object)[got["service_class"]]
     meta_service = {k: _json_value(v) for k, v in service.attributes(rd).items()}
     return write_places(
-        rd.classes_at(stem, quantity=service.quantity),
+        rd.classes_at(stem, quarter=quarter, quantity=service.quantity),
         places,
         inside,
         {**values, "service_class": pd.array(label, dtype="string")},

@@ -19,22 +19,37 @@ from app.colormaps import mercator_rows, png_data_url
 from app.context import RunContext
 from app.loaders import Stamp, grid_engine, stamp
 from app.ui import missing
+from geodbk.geo.contract import QUANTITY_LABELS, service_headline
 from geodbk.service import class_colours, class_definitions, parse_tiers
 
 MAP_HEIGHT = 520
 
 
-def classes_path(ctx: RunContext) -> Path:
-    """``RUN/service/classes.nc``."""
-    return ctx.inv.path / "service" / "classes.nc"
+def classes_grids(ctx: RunContext) -> list[Path]:
+    """The run's classes grids: ``RUN/service/classes.nc`` (the tile quantity at the latest
+    quarter) first, then ``classes_<quarter>_<quantity>.nc`` by name."""
+    folder = ctx.inv.path / "service"
+    grids = sorted(p for p in folder.glob("classes*.nc") if p.is_file())
+    return sorted(grids, key=lambda p: (p.name != "classes.nc", p.name))
+
+
+def grid_label(path: Path) -> str:
+    """What a classes grid's file name says it holds: ``tile, latest quarter`` for
+    ``classes.nc``, ``2022Q4, area`` for ``classes_2022Q4_area.nc``
+    (:func:`geodbk.geo.contract.output_name`)."""
+    parts = path.stem.removeprefix("classes").strip("_").split("_")
+    quarter = next((p for p in parts if len(p) == 6 and p[4] == "Q"), "latest quarter")
+    quantity = next((p for p in parts if p in QUANTITY_LABELS), "tile")
+    return f"{quantity}, {quarter}"
 
 
 def load_headline(path: Path) -> dict[str, Any] | None:
-    """``RUN/service/headline.json`` (shares of area and tiles with intervals) when it was
-    written for this classes grid, else None."""
+    """The headline of the classes grid ``path`` (``headline.json`` beside ``classes.nc``,
+    :func:`geodbk.geo.contract.service_headline`: shares of area and tiles with intervals) when
+    it was written for this grid, else None."""
     import json
 
-    headline = path.parent / "headline.json"
+    headline = path.parent / service_headline(path.name)
     if not headline.is_file() or headline.stat().st_mtime < path.stat().st_mtime - 60:
         return None  # absent, or older than the grid it would describe
     try:
@@ -125,13 +140,23 @@ def area_shares(data: dict[str, Any]) -> dict[str, float]:
 
 def render(ctx: RunContext) -> None:
     """Render the service tab."""
-    path = classes_path(ctx)
-    if not path.is_file():
+    grids = classes_grids(ctx)
+    if not grids:
         missing(
             "This run has no service classes (all three targets joined).",
             ctx.inv.command("service"),
         )
         return
+    path = grids[0]
+    if len(grids) > 1:
+        chosen = st.selectbox(
+            "Classes grid (quantity, quarter)",
+            [str(g) for g in grids],
+            format_func=lambda name: grid_label(Path(name)),
+            key="service_grid",
+            help="Each `geodbk service` call of another quantity or quarter writes its own grid.",
+        )
+        path = Path(chosen or grids[0])
     data = load_classes(str(path), stamp(path))
     attrs = data["attrs"]
     names = data["meanings"] or ["unserved", "underserved", "served"]

@@ -18,6 +18,8 @@ __all__ = [
     "TARGET_INFO",
     "Z95",
     "TargetInfo",
+    "output_name",
+    "service_headline",
     "target_info",
 ]
 
@@ -86,3 +88,19 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, ...]] = {
     "upload": (3.0, 20.0),
     "latency": (100.0,),
 }
+
+
+def output_name(name: str, *, quarter: str | None = None, quantity: str = "tile") -> str:
+    """A file name (without extension) for an output of ``name``: ``_QUARTER`` added for a
+    quarter other than the table's latest, ``_QUANTITY`` for a quantity other than ``tile`` (the
+    default), so that outputs of two quarters or quantities of one input never replace each
+    other."""
+    when = f"_{quarter}" if quarter else ""
+    return f"{name}{when}{'' if quantity == 'tile' else f'_{quantity}'}"
+
+
+def service_headline(grid_name: str) -> str:
+    """The headline file of a service classes grid: ``classes[_Q][_QUANTITY].nc`` ->
+    ``headline[_Q][_QUANTITY].json``."""
+    stem = grid_name.rsplit(".", 1)[0]
+    return f"headline{stem.removeprefix('classes')}.json"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from apptest_helpers import AppFactory, open_tab, texts
+from apptest_helpers import tab as tab_of
 
 
 def test_the_service_tab_shows_classes_and_expected_shares(
@@ -84,3 +85,37 @@ def test_the_missing_classes_hint_trains_the_targets_it_needs(
     steps = inventory(run).command("service").splitlines()
     assert steps[0].endswith("--target latency") and steps[-1].startswith("geodbk service")
     assert len(steps) == 2
+
+
+def test_each_classes_grid_of_the_run_can_be_shown(
+    make_app: AppFactory, policy_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from pipelines.service import run_service
+
+    root = tmp_path / "runs"
+    run = Path(shutil.copytree(policy_root / "policy", root / "policy"))
+    run_service(run, quantity="area", headline_samples=10)
+    at = make_app(root, "policy")
+    at.run()
+    tab = open_tab(at, "Service")
+    choice = tab.selectbox(key="service_grid")
+    assert list(choice.options) == ["tile, latest quarter", "area, latest quarter"]
+    assert any(m.startswith("**Service classes") and ": tile:" in m for m in texts(tab, "markdown"))
+    choice.set_value(str(run / "service" / "classes_area.nc")).run()
+    tab = tab_of(at, "Service")
+    assert any(m.startswith("**Service classes") and ": area:" in m for m in texts(tab, "markdown"))
+    # the area grid's own headline, not the tile grid's, gives the intervals
+    assert sum(c.startswith("90%: ") for c in texts(tab, "caption")) == 3
+
+
+def test_a_grid_s_label_and_headline_follow_its_file_name() -> None:
+    from app.tabs.service_tab import grid_label
+    from geodbk.geo.contract import service_headline
+
+    assert grid_label(Path("classes.nc")) == "tile, latest quarter"
+    assert grid_label(Path("classes_2022Q4_area.nc")) == "area, 2022Q4"
+    assert grid_label(Path("classes_test.nc")) == "test, latest quarter"
+    assert service_headline("classes_2022Q4_area.nc") == "headline_2022Q4_area.json"
+    assert service_headline("classes.nc") == "headline.json"

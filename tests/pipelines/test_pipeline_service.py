@@ -175,9 +175,10 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
         fmt="cog",
         headline_samples=20,
     )
-    assert out == r / "service" / f"classes_{first}.nc"  # another quarter than the latest
-    assert (r / "service" / f"service_class_{first}.tif").is_file()
-    assert (r / "service" / f"p_unserved_{first}.tif").is_file()
+    # another quarter than the latest and another quantity than tile: both in every name
+    assert out == r / "service" / f"classes_{first}_area.nc"
+    assert (r / "service" / f"service_class_{first}_area.tif").is_file()
+    assert (r / "service" / f"p_unserved_{first}_area.tif").is_file()
     with xr.open_dataset(out) as ds:
         names = ("unserved", "underserved_1", "underserved_2", "served")
         inside = ds["in_region"].values
@@ -188,8 +189,37 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
         assert ds.attrs["quantity_description"].startswith("level of the area")
         assert float(ds.attrs["latency_ms"]) == 50.0
         assert ds["p_unserved"].attrs["quantity"].startswith("area")
-    headline = json.loads((r / "service" / f"headline_{first}.json").read_text())
+    headline = json.loads((r / "service" / f"headline_{first}_area.json").read_text())
     assert headline["classes"] == list(names) and headline["quantity"] == "area"
+
+
+def test_no_quantity_or_quarter_replaces_another_s_classes(run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    r = Path(shutil.copytree(run, tmp_path / "run"))
+    folder = r / "service"
+    tile_grid = folder / "classes.nc"
+    with xr.open_dataset(tile_grid) as ds:
+        tile_p = ds["p_served"].values
+    first = sorted(pd.read_parquet(r / "tiles.parquet", columns=["quarter"])["quarter"].unique())[0]
+    assert run_service(r, quantity="area", headline_samples=10) == folder / "classes_area.nc"
+    with xr.open_dataset(tile_grid) as ds:  # the tile quantity's grid is still the tile's
+        assert ds.attrs["quantity"] == "tile"
+        np.testing.assert_array_equal(ds["p_served"].values, tile_p)
+    assert json.loads((folder / "headline.json").read_text())["quantity"] == "tile"
+    assert json.loads((folder / "headline_area.json").read_text())["quantity"] == "area"
+    with xr.open_dataset(folder / "classes_area.nc") as ds:
+        assert ds.attrs["quantity"] == "area"
+    # --at of another quarter names the quarter; the latest's file is left alone
+    places = tmp_path / "sites.csv"
+    tiles = pd.read_parquet(r / "tiles.parquet", columns=["lon", "lat"])
+    tiles.head(1).to_csv(places, index=False)
+    latest = run_service(r, at=str(places))
+    older = run_service(r, at=str(places), quarter=first)
+    assert latest == folder / "classes_sites.parquet"
+    assert older == folder / f"classes_sites_{first}.parquet"
+    assert pd.read_parquet(older)["quarter"].tolist() == [first]
+    assert pd.read_parquet(latest)["quarter"].tolist() != [first]
 
 
 def test_missing_model_names_it_and_the_train_command(
