@@ -92,22 +92,34 @@ def test_each_classes_grid_of_the_run_can_be_shown(
 ) -> None:
     import shutil
 
-    from pipelines.service import run_service
+    import xarray as xr
+
+    from geodbk.geo.contract import QUANTITY_LABELS
 
     root = tmp_path / "runs"
-    run = Path(shutil.copytree(policy_root / "policy", root / "policy"))
-    run_service(run, quantity="area", headline_samples=10)
+    service = Path(shutil.copytree(policy_root / "policy", root / "policy")) / "service"
+    # what `geodbk service --quantity area` writes beside the tile quantity's grid
+    with xr.open_dataset(service / "classes.nc") as ds:
+        area = ds.load()
+    area.attrs.update(quantity="area", quantity_label=QUANTITY_LABELS["area"])
+    area.to_netcdf(service / "classes_area.nc")
+    headline = json.loads((service / "headline.json").read_text())
+    headline["quantity"] = "area"
+    (service / "headline_area.json").write_text(json.dumps(headline))
     at = make_app(root, "policy")
     at.run()
     tab = open_tab(at, "Service")
     choice = tab.selectbox(key="service_grid")
     assert list(choice.options) == ["tile, latest quarter", "area, latest quarter"]
     assert any(m.startswith("**Service classes") and ": tile:" in m for m in texts(tab, "markdown"))
-    choice.set_value(str(run / "service" / "classes_area.nc")).run()
+    choice.set_value(str(service / "classes_area.nc")).run()
     tab = tab_of(at, "Service")
     assert any(m.startswith("**Service classes") and ": area:" in m for m in texts(tab, "markdown"))
-    # the area grid's own headline, not the tile grid's, gives the intervals
+    # the area grid's own headline gives the intervals; without it, none are shown
     assert sum(c.startswith("90%: ") for c in texts(tab, "caption")) == 3
+    (service / "headline_area.json").unlink()
+    at.run()
+    assert not any(c.startswith("90%: ") for c in texts(tab_of(at, "Service"), "caption"))
 
 
 def test_a_grid_s_label_and_headline_follow_its_file_name() -> None:
