@@ -13,12 +13,14 @@ it into a grid; an extrapolated quarter is also warned about), ``located`` (Fals
 input row has no place, a blank cell or missing geometry) and ``outside_region`` (True: the
 place lies outside the run's region). Both kinds of row are kept, their values missing rather
 than extrapolated. Input columns whose names clash with these are renamed
-``input_<name>``.
+``input_<name>`` (``input_input_<name>`` when the input has ``input_<name>`` too, as an
+earlier output read back does).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +194,9 @@ def write_places(
     ``quantity``, ``quarter``, ``quarter_status`` (when given: as ``geodbk predict`` writes it
     into a grid), ``located`` (the row has a place) and ``outside_region``
     (located, not ``inside``); the schema metadata holds
-    the ``licence`` (file attributes) and ``metadata``."""
+    the ``licence`` (file attributes) and ``metadata``. An input column named like an output
+    column is renamed ``input_<name>``, prefixed again while that name is taken
+    (:func:`_renamed_inputs`)."""
     located = places.located
     quadkey = np.full(located.size, None, dtype=object)
     if located.any():
@@ -210,7 +214,7 @@ def write_places(
             "outside_region": located & ~inside,
         }
     )
-    ids = places.ids.rename(columns={c: f"input_{c}" for c in places.ids if c in out})
+    ids = places.ids.rename(columns=_renamed_inputs([str(c) for c in places.ids], out.columns))
     table = pa.Table.from_pandas(pd.concat([ids, out], axis=1), preserve_index=False)
     meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence), **(metadata or {})}
     with atomic_path(path) as tmp:
@@ -226,3 +230,33 @@ def write_places(
         quarter,
     )
     return path
+
+
+def _renamed_inputs(inputs: list[str], outputs: Iterable[str]) -> dict[str, str]:
+    """New names of the input columns that clash with ``outputs``: ``input_<name>``, or
+    ``input_input_<name>`` (and so on) while the name is another input's or an output's.
+
+    Parameters
+    ----------
+    inputs
+        The input's column names, in order.
+    outputs
+        The output's column names.
+
+    Returns
+    -------
+    dict
+        ``{old: new}`` for the clashing columns only.
+    """
+    taken = set(outputs)
+    used = taken | set(inputs)
+    renamed: dict[str, str] = {}
+    for name in inputs:
+        if name not in taken:
+            continue
+        new = f"input_{name}"
+        while new in used:
+            new = f"input_{new}"
+        used.add(new)
+        renamed[name] = new
+    return renamed

@@ -256,3 +256,42 @@ def test_write_places_frames_the_columns_and_keeps_the_input(
     assert frame["quadkey"].str.len().eq(16).all()
     meta = pq.read_schema(path).metadata
     assert json.loads(meta[b"geodbk_data_licence"]) == licence and meta[b"extra"] == b"1"
+
+
+def test_a_predictions_file_can_be_read_back_as_places(run: Path, measured: pd.DataFrame) -> None:
+    """An output of ``predict --at`` fed back in (another quantity or target) holds both
+    ``lat`` and ``input_lat``: the clash is renamed once more instead of crashing."""
+    src = run.parent / "refeed.csv"
+    pd.DataFrame(
+        {"site": ["a", "b"], "lon": measured["lon"].head(2), "lat": measured["lat"].head(2)}
+    ).to_csv(src, index=False)
+    first = run_predict_at(run, src, target="download")
+    assert {"input_lon", "input_lat"} <= set(pd.read_parquet(first).columns)
+    again = run_predict_at(run, first, target="upload", quantity="area")
+    got = pd.read_parquet(again)
+    assert got.columns.is_unique
+    assert got["input_input_lat"].tolist() == pd.read_parquet(first)["lat"].tolist()
+    assert got["input_lat"].tolist() == pd.read_parquet(first)["input_lat"].tolist()
+    assert got["mean"].notna().all()
+
+
+def test_write_places_renames_every_clash_to_a_free_name(tmp_path: Path) -> None:
+    ids = pd.DataFrame({"lat": [1], "input_lat": [2], "input_input_lat": [3], "mean": [4]})
+    places = Locations(ids=ids, lon=np.array([-100.0]), lat=np.array([39.5]), source="lon/lat")
+    path = write_places(
+        tmp_path / "o.parquet",
+        places,
+        np.array([True]),
+        {"mean": np.array([1.0])},
+        quantity="tile",
+        quarter="2023Q4",
+        licence={},
+    )
+    frame = pd.read_parquet(path)
+    assert list(frame.columns[:4]) == [
+        "input_input_input_lat",
+        "input_lat",
+        "input_input_lat",
+        "input_mean",
+    ]
+    assert frame.loc[0, "input_input_input_lat"] == 1 and frame.loc[0, "mean"] == 1.0
