@@ -14,13 +14,18 @@ input row has no place, a blank cell or missing geometry) and ``outside_region``
 place lies outside the run's region). Both kinds of row are kept, their values missing rather
 than extrapolated. Input columns whose names clash with these are renamed
 ``input_<name>`` (``input_input_<name>`` when the input has ``input_<name>`` too, as an
-earlier output read back does).
+earlier output read back does). The parquet metadata ``geodbk_predictions`` (JSON) says what
+the file holds: the places file's name and SHA-256, target, quantity, quarter, model and
+units; replacing the predictions at another file of the same stem is warned about.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import shapely
 
+from geodbk import __version__
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
 from geodbk.geo.contract import Z95
@@ -48,7 +54,16 @@ from pipelines.rundir import (
 
 log = logging.getLogger("geodbk")
 
-__all__ = ["OUTPUT_COLUMNS", "check_tests_devices", "run_predict_at", "write_places"]
+__all__ = [
+    "OUTPUT_COLUMNS",
+    "PREDICTIONS_KEY",
+    "check_tests_devices",
+    "run_predict_at",
+    "write_places",
+]
+
+#: Parquet key-value metadata of a ``predict --at`` file: what it holds (JSON).
+PREDICTIONS_KEY = b"geodbk_predictions"
 
 #: The columns :func:`run_predict_at` adds after the input's own.
 OUTPUT_COLUMNS = (
@@ -164,6 +179,23 @@ def run_predict_at(
     }
     file_quarter, status = places_quarter_status(rd, predictor, quantity=quantity)
     path = rd.predictions_at(target, Path(at).stem, quantity=quantity, quarter=file_quarter)
+    record = {
+        "at": Path(at).name,
+        "at_sha256": _sha256(Path(at)),
+        "target": target,
+        "quantity": quantity,
+        "tests": tests if quantity == "test" else None,
+        "devices": devices if quantity == "test" else None,
+        "quarter": predictor.quarter,
+        "quarter_status": status,
+        "model_path": rd.relative(rd.model_dir(target)),
+        "units": f"mean, sd, lower, upper: log10 {spec.column}; median, lower_natural, "
+        f"upper_natural: {spec.unit} (10**log10 / {spec.divisor:g})",
+        "interval": "95% prediction interval: mean -+ 1.96 sd",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "geodbk_version": __version__,
+    }
+    _warn_replacing_other_places(path, record)
     return write_places(
         path,
         places,
@@ -173,6 +205,39 @@ def run_predict_at(
         quarter=predictor.quarter,
         quarter_status=status,
         licence=licence,
+        metadata={PREDICTIONS_KEY: json.dumps(record, sort_keys=True).encode("utf-8")},
+    )
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _warn_replacing_other_places(path: Path, record: dict[str, Any]) -> None:
+    """Warn when ``path`` holds the predictions at another places file of the same stem
+    (``sites.xlsx`` after ``sites.csv``, or another folder's ``sites.csv``), which the new
+    ones (``record``) replace; files written before the record are not judged."""
+    if not path.is_file():
+        return
+    try:
+        before = json.loads((pq.read_schema(path).metadata or {}).get(PREDICTIONS_KEY, b"{}"))
+    except (OSError, ValueError, pa.ArrowException):
+        return
+    name = before.get("at") if isinstance(before, dict) else None
+    if not name or (name, before.get("at_sha256")) == (record["at"], record["at_sha256"]):
+        return
+    other = f"another {name} (other content)" if name == record["at"] else name
+    log.warning(
+        "%s holds the predictions at %s; they are replaced by those at %s (rename one of the "
+        "files to keep both)",
+        path.name,
+        other,
+        record["at"],
     )
 
 

@@ -295,3 +295,28 @@ def test_write_places_renames_every_clash_to_a_free_name(tmp_path: Path) -> None
         "input_mean",
     ]
     assert frame.loc[0, "input_input_input_lat"] == 1 and frame.loc[0, "mean"] == 1.0
+
+
+def test_predictions_record_their_file_and_warn_before_replacing_another(
+    run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two place lists of one stem (``a/sites.csv``, ``b/sites.csv``, or ``sites.xlsx``) write
+    one file: the output records which list it holds, and replacing another's is warned about."""
+    lon, lat = measured["lon"].head(2).tolist(), measured["lat"].head(2).tolist()
+    first, second = run.parent / "a" / "stores.csv", run.parent / "b" / "stores.csv"
+    for folder, src in ((0, first), (1, second)):
+        src.parent.mkdir(exist_ok=True)
+        src.write_text(f"site,lon,lat\ns{folder},{lon[folder]},{lat[folder]}\n")
+    out = run_predict_at(run, first, target="download")
+    meta = json.loads(pq.read_schema(out).metadata[b"geodbk_predictions"])
+    assert meta["at"] == "stores.csv" and meta["target"] == "download"
+    assert meta["quantity"] == "tile" and meta["model_path"] == "models/download"
+    assert "mean, sd, lower, upper: log10 avg_d_kbps" in meta["units"] and "Mbps" in meta["units"]
+    assert len(meta["at_sha256"]) == 64
+    with caplog.at_level("WARNING", logger="geodbk"):
+        run_predict_at(run, first, target="download")  # the same list again: no warning
+    assert "replac" not in caplog.text
+    with caplog.at_level("WARNING", logger="geodbk"):
+        assert run_predict_at(run, second, target="download") == out
+    assert "stores.parquet holds the predictions at another stores.csv" in caplog.text
+    assert pd.read_parquet(out)["site"].tolist() == ["s1"]
