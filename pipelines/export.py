@@ -1,11 +1,13 @@
 """``geodbk export``: GeoTIFF / COG uncertainty maps from the predictive grids.
 
 For each target, reads ``RUN/grids/TARGET.nc`` and writes ``RUN/exports/TARGET.tif``, one
-float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: single speed test
-(tests=1)", "NAME: flag" for 0/1 and class flags, or the name for older grids; band units the
+float32 band per grid variable (band description = "NAME: QUANTITY", e.g. "std: test: single
+speed test (tests=1)", "NAME: flag" for 0/1 and class flags, or the name for older grids; band units the
 variable's ``units``, e.g. "log10 avg_d_kbps", "Mbps", "1"; nodata -9999 outside the region;
-DEFLATE; COG with overviews for ``--format cog``) and ``RUN/exports/TARGET.json``, the
-provenance sidecar: run, target, model path, config hash, grid file, bands, format, created,
+DEFLATE; COG with overviews for ``--format cog``; band tags the variable's ``long_name``,
+``quantity`` and ``threshold``) and ``RUN/exports/TARGET.json``, the
+provenance sidecar: run, target, model path, config hash, grid file, bands, their units and
+long names, format, created,
 geodbk version, and the grid's quarter (``time_aware``, ``quarter``, ``quarter_status``; trend
 exports also ``product``, ``first_quarter``, ``last_quarter``, ``years``).
 
@@ -13,7 +15,8 @@ Time-aware models (``geodbk train --time``): ``--quarter Q`` exports the grid of
 (``grids/TARGET_Q.nc``, or ``grids/TARGET.nc`` when Q is the latest table quarter) to
 ``exports/TARGET_Q.tif`` (+ ``.json``); ``--trend Q1:Q2`` exports
 ``grids/TARGET_trend_Q1_Q2.nc`` to ``exports/TARGET_trend_Q1_Q2.tif``. The band descriptions of
-a time-aware grid name its quarter (``mean: median (...), 2023Q4``) or the trend's period
+a time-aware grid name its quarter (``mean: tile: what the tile here typically gets (local
+layer), 2023Q4``) or the trend's period
 (``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``).
 """
 
@@ -168,11 +171,25 @@ def band_units(ds: Any, bands: list[str]) -> list[str]:
     return [str(ds[b].attrs.get("units", "")) for b in bands]
 
 
+#: Variable attributes copied into each GeoTIFF band's tags (GDAL band metadata).
+BAND_TAG_ATTRIBUTES = ("long_name", "quantity", "threshold", "flag_values", "flag_meanings")
+
+
+def band_tags(ds: Any, bands: list[str]) -> list[dict[str, str]]:
+    """The GDAL metadata of each band: the grid variable's ``long_name`` (what the value is,
+    e.g. ``predictive median download of the grid's quantity`` for ``mean_natural``),
+    ``quantity``, ``threshold`` and CF flags where it has them (:data:`BAND_TAG_ATTRIBUTES`),
+    so that a GeoTIFF read without its NetCDF grid still says what each band holds."""
+    return [
+        {k: str(ds[b].attrs[k]) for k in BAND_TAG_ATTRIBUTES if k in ds[b].attrs} for b in bands
+    ]
+
+
 def band_descriptions(ds: Any, bands: list[str]) -> list[str]:
-    """``"NAME: QUANTITY"`` per band (e.g. ``std: single speed test (tests=1)``, ``std_f:
-    latent mean f(x)``), ``"NAME: flag"`` for flags (:func:`is_flag`: no quantity), or the bare
+    """``"NAME: QUANTITY"`` per band (e.g. ``std: test: single speed test (tests=1)``, ``std_f:
+    area: neighbourhood level f(x)``), ``"NAME: flag"`` for flags (:func:`is_flag`: no quantity), or the bare
     name for grids written before the ``quantity`` attribute; grids of a time-aware model
-    append the quarter (``std_f: latent mean f(x), 2023Q4``) or the trend's period
+    append the quarter (``std_f: area: neighbourhood level f(x), 2023Q4``) or the trend's period
     (``change_per_year: latent mean f(x), change per year 2019Q4→2023Q4``)."""
     period = grid_period(ds)
     out = []
@@ -532,6 +549,7 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
             "grid_created": ds.attrs.get("created"),
             "bands": bands,
             "units": dict(zip(bands, band_units(ds, bands), strict=True)),
+            "long_names": {b: str(ds[b].attrs.get("long_name", "")) for b in bands},
             "quantity": ds.attrs.get("quantity"),
             "band_descriptions": band_descriptions(ds, bands),
             "nodata": DEFAULT_NODATA,
@@ -567,6 +585,7 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
                 tags=tags,
                 descriptions=provenance["band_descriptions"],
                 units=band_units(ds, bands),
+                band_tags=band_tags(ds, bands),
             )
     log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, sidecar)
     return tif

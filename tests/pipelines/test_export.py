@@ -14,6 +14,7 @@ import xarray as xr
 from pipelines import cli
 from pipelines.export import (
     band_descriptions,
+    band_tags,
     band_units,
     export_paths,
     grid_period,
@@ -120,6 +121,28 @@ def test_bands_carry_their_units_and_flags_no_quantity(tiny_run: Path, tmp_path:
     assert described["tile_history"].startswith("tile_history: flag")
     assert str(quantity["tile_history"]) not in described["tile_history"]
     assert str(quantity["mean"]) in described["mean"]
+
+
+def test_bands_carry_what_each_value_is(tiny_run: Path, tmp_path: Path) -> None:
+    """The grid's ``long_name`` of each band reaches the GeoTIFF (band tags, which QGIS and
+    ``gdalinfo`` show) and the sidecar: ``mean_natural`` is the predictive median, not a mean,
+    and ``p_below_25mbps`` is a probability of being below its threshold."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (tif,) = run_export(run, target="download")
+    with xr.open_dataset(run / "grids" / "download.nc") as ds:
+        bands = grid_variables(ds)
+        long_names = {b: ds[b].attrs["long_name"] for b in bands}
+        tags = band_tags(ds, bands)
+    assert "median" in long_names["mean_natural"]
+    with rasterio.open(tif) as src:
+        got = {b: src.tags(i) for i, b in enumerate(bands, start=1)}
+    assert got == dict(zip(bands, tags, strict=True))
+    assert all(got[b]["long_name"] == long_names[b] for b in bands)
+    assert got["p_below_25mbps"]["threshold"] == "25"
+    assert "quantity" in got["mean"] and "grid_mapping" not in got["mean"]
+    sidecar = json.loads((run / "exports" / "download.json").read_text())
+    assert sidecar["long_names"] == long_names
 
 
 def _fresh_copy(tiny_run: Path, dest: Path) -> Path:
