@@ -741,14 +741,20 @@ def _table(
 
 
 def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
-    """``#`` lines opening the CSV: what it holds and the data licence."""
+    """``#`` lines opening the CSV: what it holds (target, quantity, quarter, samples, areas
+    file, the units of the log10, natural and share columns) and the data licence."""
 
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
+    spec = target_spec(str(meta["target"]))
+    units = (
+        f"*_log10 columns: log10 of {spec.column}; *_natural columns: {spec.unit} "
+        f"(10**log10 / {spec.divisor:g}); share_* columns: fractions 0-1 of the area"
+    )
     return (
         f"# geodbk area summaries: {meta['target']}, {meta['quantity']} quantity, "
         f"{quarter_text(meta['quarter'], meta.get('quarter_status'))}, "
         f"{meta['samples']} joint samples, {meta['interval']}; areas "
-        f"{meta['areas_file']} (id: {meta['id_column']}); units {meta['unit']}. Columns: "
+        f"{meta['areas_file']} (id: {meta['id_column']}); {units}. Columns: "
         'docs/cli.md "geodbk summarize". Read with pandas.read_csv(path, comment="#").\n'
         f"# {licence_line(licence)}{url}\n"
     )

@@ -252,6 +252,10 @@ def test_columns_licence_and_metadata_of_both_files(
     assert info["id_column"] == "GEOID" and info["quantity"] == "tile"
     header = [line for line in csv.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
     assert len(header) == 2 and "Licence: no third-party licence" in header[1]
+    # a spreadsheet reader learns that the *_log10 columns are of kbps, not of Mbps
+    assert "*_log10 columns: log10 of avg_d_kbps" in header[0]
+    assert "*_natural columns: Mbps" in header[0] and "units Mbps" not in header[0]
+    assert "share_* columns: fractions 0-1" in header[0]
     table = pd.read_csv(csv, comment="#", dtype={"id": str})
     assert list(table.columns) == columns and table["id"].tolist() == ["one", "all", "far"]
     np.testing.assert_allclose(table["mean_log10"], summary["mean_log10"].to_numpy(), rtol=1e-12)
