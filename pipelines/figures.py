@@ -42,8 +42,15 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def pi_width_violin(width: np.ndarray, urban: np.ndarray, path: Path, *, label: str) -> Path:
-    """Violin plot of 95% PI widths by urban/rural."""
+def _of(target: str | None) -> str:
+    """``", TARGET"`` for a figure's title (``""`` without a target)."""
+    return f", {target}" if target else ""
+
+
+def pi_width_violin(
+    width: np.ndarray, urban: np.ndarray, path: Path, *, label: str, target: str | None = None
+) -> Path:
+    """Violin plot of 95% PI widths by urban/rural; the title names ``target``."""
     fig, ax = plt.subplots(figsize=(5, 4))
     data, names = [], []
     for name, m in (("urban", urban), ("rural", ~urban)):
@@ -58,12 +65,14 @@ def pi_width_violin(width: np.ndarray, urban: np.ndarray, path: Path, *, label: 
             body.set_alpha(0.6)
         ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel(f"95% PI width ({label})")
-    ax.set_title("95% prediction-interval width, test rows (tile-quarters)")
+    ax.set_title(f"95% prediction-interval width, test rows (tile-quarters){_of(target)}")
     return _save(fig, path)
 
 
-def reliability_diagram(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path) -> Path:
-    """Empirical vs nominal coverage, one line per group."""
+def reliability_diagram(
+    curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, *, target: str | None = None
+) -> Path:
+    """Empirical vs nominal coverage, one line per group; the title names ``target``."""
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot([0.5, 1.0], [0.5, 1.0], color="grey", lw=1, ls="--", label="ideal")
     for name, (lv, cov) in curves.items():
@@ -72,7 +81,7 @@ def reliability_diagram(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: 
     ax.set_ylim(min(0.3, float(np.nanmin([c.min() for _, c in curves.values()] or [0.5]))), 1.0)
     ax.set_xlabel("nominal coverage")
     ax.set_ylabel("empirical coverage (test)")
-    ax.set_title("Reliability of central prediction intervals")
+    ax.set_title(f"Reliability of central prediction intervals{_of(target)}")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -166,8 +175,10 @@ def sd_maps(
     *,
     region: Any = None,
     label: str,
+    target: str | None = None,
 ) -> Path:
-    """Side-by-side maps of empirical and predicted sd with a shared colour scale."""
+    """Side-by-side maps of empirical and predicted sd with a shared colour scale; the
+    title names ``target``."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True, sharey=True)
     finite = np.concatenate([emp[np.isfinite(emp)], pred[np.isfinite(pred)]])
     vmax = float(np.nanpercentile(finite, 98)) if finite.size else 1.0
@@ -195,6 +206,7 @@ def sd_maps(
     axes[0].set_ylabel("lat")
     if im is not None:
         fig.colorbar(im, ax=list(axes), label=f"sd ({label})", shrink=0.85)
+    fig.suptitle(f"Empirical vs predicted sd, held-out rows{_of(target)}")
     return _save(fig, path)
 
 
@@ -227,10 +239,13 @@ def service_coverage_figure(
 
 
 def reliability_by_tests(
-    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], path: Path
+    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]],
+    path: Path,
+    *,
+    target: str | None = None,
 ) -> Path:
     """One reliability panel per tests bucket (``curves[bucket][group] = (levels, coverage)``),
-    urban and rural lines in each; empty buckets are left blank."""
+    urban and rural lines in each; empty buckets are left blank; the title names ``target``."""
     labels = list(curves)
     ncol = 3
     nrow = max(1, math.ceil(len(labels) / ncol))
@@ -253,7 +268,7 @@ def reliability_by_tests(
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right", fontsize=8)
             break
-    fig.suptitle("Reliability by number of speed tests per tile")
+    fig.suptitle(f"Reliability by number of speed tests per tile{_of(target)}")
     return _save(fig, path)
 
 
@@ -264,6 +279,7 @@ def quarter_calibration(
     extrapolated: Sequence[str] = (),
     level: float = 0.95,
     band: float = 0.02,
+    target: str | None = None,
 ) -> Path:
     """Per-quarter calibration of the test split: two panels over the quarters (time order).
 
@@ -273,7 +289,7 @@ def quarter_calibration(
     rows are separate series (``by_quarter[q]["urban"]`` etc., from
     :func:`pipelines.scoring.by_quarter_scores`); empty groups are skipped. Quarters listed in
     ``extrapolated`` (after a time-aware model's training range) are shaded grey. One quarter
-    renders as single markers.
+    renders as single markers. The title names ``target``.
     """
     quarters = list(by_quarter)
     xs = np.arange(len(quarters), dtype=float)
@@ -321,5 +337,5 @@ def quarter_calibration(
     ax_n.set_title("NLL per quarter")
     ax_c.set_ylim(top=101)
     ax_c.legend(loc="best", fontsize=8)
-    fig.suptitle("Calibration of the test split by quarter")
+    fig.suptitle(f"Calibration of the test split by quarter{_of(target)}")
     return _save(fig, path)

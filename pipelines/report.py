@@ -846,11 +846,17 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         has_devices=has_devices,
     )
     label = f"log10 {spec.column}"
-    figures.pi_width_violin(3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label)
-    figures.reliability_diagram(curves, fig_dir / "reliability.png")
+    figures.pi_width_violin(
+        3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label, target=target
+    )
+    figures.reliability_diagram(curves, fig_dir / "reliability.png", target=target)
     if bucket_curves:
-        figures.reliability_by_tests(bucket_curves, fig_dir / "reliability_by_tests.png")
-    figures.sd_maps(emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label)
+        figures.reliability_by_tests(
+            bucket_curves, fig_dir / "reliability_by_tests.png", target=target
+        )
+    figures.sd_maps(
+        emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label, target=target
+    )
     figures.service_coverage_figure(
         coverage_rows,
         fig_dir / "service_coverage.png",
@@ -859,7 +865,7 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     )
     extrapolated = [q for q in by_quarter if ts is not None and ts.is_extrapolation(q)]
     figures.quarter_calibration(
-        by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated
+        by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated, target=target
     )
     split_info = tiles_meta.get("split") if isinstance(tiles_meta.get("split"), dict) else {}
     time_info: dict[str, Any] = {

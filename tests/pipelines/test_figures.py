@@ -45,3 +45,31 @@ def test_the_service_coverage_title_names_the_quarter(
     assert out.read_bytes()[:4] == b"\x89PNG"
     figures.service_coverage_figure(rows, tmp_path / "b.png", target="download")
     assert titles == [f"Service coverage, download\n{quarter}", "Service coverage, download"]
+
+
+def test_every_report_figure_names_its_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure handed on alone (a slide, an e-mail) still says which target it shows."""
+    titles: list[str] = []
+    save = figures._save
+
+    def keep_titles(fig: Any, path: Path) -> Path:
+        sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+        titles.append(" | ".join([sup, *(ax.get_title() for ax in fig.axes)]))
+        return save(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep_titles)
+    rng = np.random.default_rng(0)
+    width, urban = rng.uniform(1, 2, 20), np.arange(20) % 2 == 0
+    lv = np.linspace(0.5, 0.99, 5)
+    curves = {"urban": (lv, lv), "rural": (lv, lv)}
+    emp = pred = rng.uniform(0.1, 1, (4, 8))
+    row = {"n": 10, "coverage95": 0.95, "nll": 0.5}
+    kw = {"target": "upload"}
+    figures.pi_width_violin(width, urban, tmp_path / "a.png", label="log10 u", **kw)
+    figures.reliability_diagram(curves, tmp_path / "b.png", **kw)
+    figures.reliability_by_tests({"1": curves}, tmp_path / "c.png", **kw)
+    figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), tmp_path / "d.png", label="log10 u", **kw)
+    figures.quarter_calibration({"2023Q4": row}, tmp_path / "e.png", **kw)
+    assert len(titles) == 5 and all("upload" in t for t in titles), titles
