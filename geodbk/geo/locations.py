@@ -106,7 +106,9 @@ def _read_frame(path: Path) -> pd.DataFrame:
 
 
 def _column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:
-    lower = {str(c).lower(): str(c) for c in frame.columns}
+    """The first column of ``frame`` named one of ``names``, ignoring case and the spaces
+    around a name (a CSV written with ", " between its fields has " lat "), or ``None``."""
+    lower = {str(c).strip().lower(): str(c) for c in frame.columns}
     return next((lower[n] for n in names if n in lower), None)
 
 

@@ -55,6 +55,19 @@ def test_lon_lat_columns_by_any_of_their_names(tmp_path: Path) -> None:
     assert got.ids["id"].tolist() == [7, 8]
 
 
+def test_column_names_padded_with_spaces_are_found(tmp_path: Path) -> None:
+    """A CSV written with ", " between its fields names its columns " Lon " and " Lat "."""
+    path = tmp_path / "sites.csv"
+    path.write_text("Site ID, Lon , Lat \nA, -157.8, 21.3\nB,-155.1,19.7\n")
+    got = read_locations(path)
+    assert got.source == "lon/lat"
+    np.testing.assert_array_equal(got.lon, [-157.8, -155.1])
+    np.testing.assert_array_equal(got.lat, [21.3, 19.7])
+    assert list(got.ids.columns) == ["Site ID", " Lon ", " Lat "]  # the file's own names kept
+    path.write_text("site, quadkey \nA,0222111112333310\n")
+    assert read_locations(path).source == "quadkey"
+
+
 @pytest.mark.parametrize(("name", "driver"), [("sites.geojson", "GeoJSON"), ("sites.gpkg", "GPKG")])
 def test_geometries_are_reprojected_and_polygons_give_an_inner_point(
     tmp_path: Path, name: str, driver: str
