@@ -52,7 +52,7 @@ from pipelines.rundir import (
     target_spec,
     time_scaling_of,
 )
-from pipelines.timestack import write_time_stack
+from pipelines.timestack import check_same_quantity, write_time_stack
 
 log = logging.getLogger("geodbk")
 
@@ -349,6 +349,7 @@ def _stack_job(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> E
             f"{rd.grid(target)} is missing; run `{predict}` first"
             + ("" if only else " (or export one target with --target)")
         )
+    check_same_quantity(grids, predict=predict)
     return ExportJob(rd, target, tuple(grids), stack=True)
 
 

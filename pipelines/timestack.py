@@ -25,7 +25,7 @@ from geodbk.errors import DataError
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines.gridfile import COMPRESSION_LEVEL, open_grid
 
-__all__ = ["TIME_UNITS", "quarter_bounds", "write_time_stack"]
+__all__ = ["TIME_UNITS", "check_same_quantity", "quarter_bounds", "write_time_stack"]
 
 #: CF units of the ``time`` coordinate.
 TIME_UNITS = "days since 1970-01-01 00:00:00"
@@ -50,12 +50,55 @@ def quarter_bounds(label: str) -> tuple[float, float]:
     return float((start - _EPOCH).days), float((end - _EPOCH).days)
 
 
+def _quantity(attrs: dict[str, Any]) -> tuple[str, str]:
+    """``(label, predict options)`` of the quantity a grid maps: ``("tile quantity",
+    "--quantity tile")``, or for the test quantity its tests and devices too; ``("", "")`` for
+    a grid that names none (written before grids named their quantity)."""
+    quantity = str(attrs.get("quantity", ""))
+    if not quantity:
+        return "", ""
+    if quantity != "test":
+        return f"{quantity} quantity", f"--quantity {quantity}"
+    tests, devices = (float(attrs.get(k, 1.0)) for k in ("tests", "devices"))
+    return (
+        f"test quantity (tests={tests:g}, devices={devices:g})",
+        f"--quantity test --tests {tests:g} --devices {devices:g}",
+    )
+
+
+def check_same_quantity(grids: Sequence[Path], *, predict: str = "geodbk predict") -> None:
+    """Raise :class:`DataError` when a grid of ``grids`` maps another quantity (``tile``,
+    ``area``, ``test`` and its tests) than the latest one: the stack carries one quantity label,
+    so it would show, say, one quarter's test quantity as the tile quantity. The message names
+    the grids and the ``predict`` command (``geodbk predict --run RUN --target T``) that maps
+    their quarters again."""
+    labels = []
+    for path in grids:
+        with open_grid(path, fix=f"run `{predict}` first") as ds:
+            labels.append((path, str(ds.attrs.get("quarter", "")), *_quantity(dict(ds.attrs))))
+    _, _, latest, options = labels[-1]
+    odd = [(path, q, label) for path, q, label, _ in labels if label and latest and label != latest]
+    if not odd:
+        return
+    path, _, label = odd[0]
+    more = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+    quarters = ",".join(q for _, q, _ in odd)
+    raise DataError(
+        f"{path}{more} maps the {label}, but {grids[-1].name}, the latest quarter's grid, the "
+        f"{latest}; one stack under one quantity label would mix them. Run `{predict} "
+        f"--quarter {quarters} {options}` first, or stack only the quarters of one quantity "
+        "with --quarter"
+    )
+
+
 def write_time_stack(out: Path, grids: Sequence[Path], *, attrs: dict[str, Any]) -> Path:
     """Stack the (y, x) variables of ``grids`` (one per quarter, oldest first, same grid)
     along ``time`` into ``out`` (module docstring); ``attrs`` are added to the global ones of
-    the latest grid. Raises :class:`DataError` when the grids differ in shape or variables."""
+    the latest grid. Raises :class:`DataError` when the grids differ in shape, variables or
+    quantity (:func:`check_same_quantity`)."""
     if not grids:
         raise DataError("no grid to stack")
+    check_same_quantity(grids)
     fix = "re-run `geodbk predict --quarter all` so every quarter has a grid of the same cells"
     layouts = []
     for path in grids:

@@ -82,6 +82,36 @@ def test_grids_of_different_shapes_are_refused(run: Path, tmp_path: Path) -> Non
     assert not out.exists() and not list(tmp_path.glob(".stack.nc.*"))
 
 
+def _relabel(grid: Path, **attrs: object) -> None:
+    """Rewrite ``grid`` with ``attrs`` set, as another ``predict --quantity`` would have."""
+    with xr.open_dataset(grid) as ds:
+        ds = ds.load()
+    ds.attrs.update(attrs)
+    ds.to_netcdf(grid, engine="h5netcdf")
+
+
+def test_grids_of_different_quantities_are_refused(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A quarter mapped with another --quantity (or --tests) would sit in the stack under the
+    latest grid's quantity label: the stack is refused, naming the grid and the fix."""
+    odd = run / "grids" / "download_2023Q2.nc"
+    _relabel(odd, quantity="test", tests=1.0)
+    argv = ["export", "--run", str(run), "--target", "download", "--format", "netcdf"]
+    assert cli.main(argv) == 3
+    err = capsys.readouterr().err
+    assert "download_2023Q2.nc" in err and "test quantity" in err and "tile quantity" in err
+    assert "--quarter 2023Q2 --quantity tile" in err and "Traceback" not in err
+    assert not (run / "exports" / "download_quarters.nc").exists()
+    assert cli.main([*argv, "--quarter", "2023Q3:2023Q4"]) == 0  # the others agree
+    _relabel(odd, quantity="tile", tests=4.0)  # tests matter to the test quantity only
+    assert cli.main(argv) == 0
+    with pytest.raises(DataError, match="tests=4"):
+        _relabel(odd, quantity="test", tests=4.0)
+        _relabel(run / "grids" / "download_2023Q3.nc", quantity="test", tests=1.0)
+        write_time_stack(run / "s.nc", [odd, run / "grids" / "download_2023Q3.nc"], attrs={})
+
+
 def test_a_pooled_grid_is_one_time_step_over_its_quarters(tmp_path: Path) -> None:
     from pipeline_helpers import make_run
 
