@@ -58,7 +58,9 @@ __all__ = [
     "OUTPUT_COLUMNS",
     "PREDICTIONS_KEY",
     "check_tests_devices",
+    "places_source",
     "run_predict_at",
+    "warn_replacing_other_places",
     "write_places",
 ]
 
@@ -180,8 +182,7 @@ def run_predict_at(
     file_quarter, status = places_quarter_status(rd, predictor, quantity=quantity)
     path = rd.predictions_at(target, Path(at).stem, quantity=quantity, quarter=file_quarter)
     record = {
-        "at": Path(at).name,
-        "at_sha256": _sha256(Path(at)),
+        **places_source(Path(at)),
         "target": target,
         "quantity": quantity,
         "tests": tests if quantity == "test" else None,
@@ -195,7 +196,7 @@ def run_predict_at(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
     }
-    _warn_replacing_other_places(path, record)
+    warn_replacing_other_places(path, record, key=PREDICTIONS_KEY)
     return write_places(
         path,
         places,
@@ -209,23 +210,25 @@ def run_predict_at(
     )
 
 
-def _sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` (hex)."""
+def places_source(path: Path) -> dict[str, str]:
+    """What a ``--at`` output records of its places file: ``at`` (its name) and
+    ``at_sha256`` (the SHA-256 of its bytes, hex)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    return {"at": path.name, "at_sha256": digest.hexdigest()}
 
 
-def _warn_replacing_other_places(path: Path, record: dict[str, Any]) -> None:
-    """Warn when ``path`` holds the predictions at another places file of the same stem
+def warn_replacing_other_places(path: Path, record: dict[str, Any], *, key: bytes) -> None:
+    """Warn when ``path`` holds the outputs at another places file of the same stem
     (``sites.xlsx`` after ``sites.csv``, or another folder's ``sites.csv``), which the new
-    ones (``record``) replace; files written before the record are not judged."""
+    ones (``record``, with :func:`places_source`'s keys) replace; ``key``: the parquet metadata
+    key of the record. Files written before the record are not judged."""
     if not path.is_file():
         return
     try:
-        before = json.loads((pq.read_schema(path).metadata or {}).get(PREDICTIONS_KEY, b"{}"))
+        before = json.loads((pq.read_schema(path).metadata or {}).get(key, b"{}"))
     except (OSError, ValueError, pa.ArrowException):
         return
     name = before.get("at") if isinstance(before, dict) else None
@@ -233,7 +236,7 @@ def _warn_replacing_other_places(path: Path, record: dict[str, Any]) -> None:
         return
     other = f"another {name} (other content)" if name == record["at"] else name
     log.warning(
-        "%s holds the predictions at %s; they are replaced by those at %s (rename one of the "
+        "%s holds the outputs at %s; they are replaced by those at %s (rename one of the "
         "files to keep both)",
         path.name,
         other,

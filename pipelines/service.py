@@ -23,7 +23,8 @@ Writes into ``RUN/service/``:
   quantity in their tags;
 - ``headline.json``: the area and tile shares of each class with joint intervals;
 - ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
-- ``copula.json``: the copula's correlation, the rows it came from and how.
+- ``copula.json``: the grid set's copula: its correlation, the rows it came from and how
+  (``--at``: in the file's metadata instead).
 
 A time-aware model's map is of the table's latest quarter, or of ``--quarter Q``. A quarter
 other than the latest and a quantity other than ``tile`` add ``_Q`` and ``_QUANTITY`` to every
@@ -64,6 +65,7 @@ from pipelines.predict import (
     check_grid_options,
     map_grid,
 )
+from pipelines.predict_at import places_source
 from pipelines.run_inputs import observed_quarters, region_area_caveat
 from pipelines.rundir import (
     RunDir,
@@ -437,7 +439,7 @@ def _write_grid_set(
             )
             if caveat := region_area_caveat(rd):
                 log.warning("%s", caveat)
-        atomic_write_json(stage / "copula.json", copula)
+        atomic_write_json(stage / f"copula{suffix}.json", copula)
     old_headline = folder / service_headline(final_grid.name)
     if not headline_samples and old_headline.is_file():
         old_headline.unlink()  # it described the earlier classes grid
@@ -523,22 +525,22 @@ def run_service(
         service = load_service(
             rd, tiers=tiers, latency_ms=latency_ms, quantity=quantity, quarter=quarter
         )
-        copula = {
-            **service.copula.to_dict(),
-            "models": {t: rd.relative(rd.model_dir(t)) for t in service.predictors},
-            "quarter": service.quarter,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
         if places is not None and at is not None:
-            out = write_classes_at(
+            out = write_classes_at(  # the copula in its metadata; copula.json is the grid's
                 rd,
                 service,
                 places,
                 stem=Path(at).stem,
                 quarter=_other_quarter(rd, service, quarter),
+                source=places_source(Path(at)),
             )
-            atomic_write_json(service_dir(rd) / "copula.json", copula)
         else:
+            copula = {
+                **service.copula.to_dict(),
+                "models": {t: rd.relative(rd.model_dir(t)) for t in service.predictors},
+                "quarter": service.quarter,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
             out = _write_grid_set(
                 rd,
                 service,
@@ -549,5 +551,5 @@ def run_service(
                 grid_options=grid_options,
                 progress=progress,
             )
-    log.info("wrote %s and %s", out, service_dir(rd) / "copula.json")
+    log.info("wrote %s", out)
     return out

@@ -1,7 +1,7 @@
 """``geodbk service --at FILE``: service-class probabilities at the places listed in a file.
 
-Writes ``RUN/service/classes_<file stem>.parquet`` (another quantity than ``tile``:
-``classes_<file stem>_<quantity>.parquet``) with one row per input row: the input's own
+Writes ``RUN/service/classes_<file stem>.parquet`` (another quarter than the latest or another
+quantity than ``tile``: ``classes_<file stem>[_<quarter>][_<quantity>].parquet``) with one row per input row: the input's own
 columns (a clash with an output name is renamed ``input_<name>``), then ``quadkey`` (the
 zoom-16 tile of the place), ``lon``, ``lat``, ``p_<class>`` for each class (``p_unserved``,
 ``p_underserved``, ``p_served`` with the BEAD tiers), ``p_tier_<j>`` (probability of meeting
@@ -9,7 +9,8 @@ tier j), ``service_class`` (the most probable class's name), ``quantity``, ``qua
 ``quarter_status`` (as ``geodbk predict`` writes it into a grid) and
 ``outside_region`` (True: the place lies outside the run's region; its values are then
 missing). The parquet metadata holds the data licence (``geodbk_data_licence``) and the
-service's tiers, latency, quantity and copula (``geodbk_service``, JSON).
+service's tiers, latency, quantity and copula with the places file's name and SHA-256
+(``geodbk_service``, JSON: ``at``, ``at_sha256``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import shapely
 
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations
-from pipelines.predict_at import write_places
+from pipelines.predict_at import warn_replacing_other_places, write_places
 from pipelines.run_inputs import read_region
 from pipelines.rundir import RunDir, run_licence_attrs
 from pipelines.service_classes import Service
@@ -60,11 +61,19 @@ def _json_value(value: Any) -> Any:
 
 
 def write_classes_at(
-    rd: RunDir, service: Service, places: Locations, *, stem: str, quarter: str | None = None
+    rd: RunDir,
+    service: Service,
+    places: Locations,
+    *,
+    stem: str,
+    quarter: str | None = None,
+    source: dict[str, str] | None = None,
 ) -> Path:
     """Class probabilities of ``service`` at ``places``; write and return
     ``RUN/service/classes_<stem>[_<quarter>][_<quantity>].parquet`` (:meth:`RunDir.classes_at`;
-    ``quarter``: one other than the table's latest)."""
+    ``quarter``: one other than the table's latest). ``source``: the places file's record
+    (:func:`pipelines.predict_at.places_source`), kept in the metadata; replacing the classes
+    at another file of the same stem is warned about."""
     inside = np.asarray(
         shapely.intersects_xy(read_region(rd), native_longitude(places.lon), places.lat), dtype=bool
     )
@@ -76,9 +85,15 @@ def write_classes_at(
         for c in probs:
             values[c][inside] = got[c]
         label[inside] = np.asarray(service.classes, dtype=object)[got["service_class"]]
-    meta_service = {k: _json_value(v) for k, v in service.attributes(rd).items()}
+    meta_service = {
+        **(source or {}),
+        **{k: _json_value(v) for k, v in service.attributes(rd).items()},
+    }
+    path = rd.classes_at(stem, quarter=quarter, quantity=service.quantity)
+    if source:
+        warn_replacing_other_places(path, meta_service, key=SERVICE_KEY)
     return write_places(
-        rd.classes_at(stem, quarter=quarter, quantity=service.quantity),
+        path,
         places,
         inside,
         {**values, "service_class": pd.array(label, dtype="string")},

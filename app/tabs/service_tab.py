@@ -213,7 +213,8 @@ def render(ctx: RunContext) -> None:
         "(the mean of each cell's class probability)"
         + (
             f"; the 90% intervals come from {headline.get('samples')} joint posterior samples "
-            "of the three models (`service/headline.json`), the shares of tiles from the run's "
+            f"of the three models (`service/{service_headline(path.name)}`), the shares of "
+            "tiles from the run's "
             "observed tiles."
             if headline
             else "; run `geodbk service` again for their intervals."

@@ -117,6 +117,7 @@ def test_each_classes_grid_of_the_run_can_be_shown(
     assert any(m.startswith("**Service classes") and ": area:" in m for m in texts(tab, "markdown"))
     # the area grid's own headline gives the intervals; without it, none are shown
     assert sum(c.startswith("90%: ") for c in texts(tab, "caption")) == 3
+    assert any("`service/headline_area.json`" in c for c in texts(tab, "caption"))
     (service / "headline_area.json").unlink()
     at.run()
     assert not any(c.startswith("90%: ") for c in texts(tab_of(at, "Service"), "caption"))

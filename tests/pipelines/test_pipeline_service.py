@@ -214,12 +214,18 @@ def test_no_quantity_or_quarter_replaces_another_s_classes(run: Path, tmp_path: 
     places = tmp_path / "sites.csv"
     tiles = pd.read_parquet(r / "tiles.parquet", columns=["lon", "lat"])
     tiles.head(1).to_csv(places, index=False)
+    copula = (folder / "copula.json").read_text()
     latest = run_service(r, at=str(places))
     older = run_service(r, at=str(places), quarter=first)
     assert latest == folder / "classes_sites.parquet"
     assert older == folder / f"classes_sites_{first}.parquet"
     assert pd.read_parquet(older)["quarter"].tolist() == [first]
     assert pd.read_parquet(latest)["quarter"].tolist() != [first]
+    # the grid set's copula stays the grid's; the places file is named in the output
+    assert (folder / "copula.json").read_text() == copula
+    assert json.loads((folder / "copula_area.json").read_text())["quarter"] != first
+    described = json.loads(pq.read_schema(older).metadata[b"geodbk_service"])
+    assert described["at"] == "sites.csv" and len(described["at_sha256"]) == 64
 
 
 def test_missing_model_names_it_and_the_train_command(

@@ -318,5 +318,5 @@ def test_predictions_record_their_file_and_warn_before_replacing_another(
     assert "replac" not in caplog.text
     with caplog.at_level("WARNING", logger="geodbk"):
         assert run_predict_at(run, second, target="download") == out
-    assert "stores.parquet holds the predictions at another stores.csv" in caplog.text
+    assert "stores.parquet holds the outputs at another stores.csv" in caplog.text
     assert pd.read_parquet(out)["site"].tolist() == ["s1"]
