@@ -287,6 +287,7 @@ def write_places(
     meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence), **(metadata or {})}
     with atomic_path(path) as tmp:
         pq.write_table(table.replace_schema_metadata(meta), tmp)
+    _warn_outside(int((located & ~inside).sum()), int(located.sum()), places.source)
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",
         path,
@@ -298,6 +299,22 @@ def write_places(
         quarter,
     )
     return path
+
+
+def _warn_outside(outside: int, located: int, source: str) -> None:
+    """Warn that ``outside`` of the ``located`` places of ``source`` lie outside the run's
+    region and have no values, naming the usual cause on a coast and its fix."""
+    if outside:
+        log.warning(
+            "%d of %d places in %s lie outside the run's region (RUN/region.geojson) and have no "
+            "values (outside_region = true). Places on a coast can fall just outside a "
+            "boundary clipped to the shoreline (the Census cartographic files, such as "
+            "cb_2018_us_state_500k): to map them, ingest again with --region FILE, a boundary "
+            "that reaches into coastal water (the Census TIGER/Line state file does).",
+            outside,
+            located,
+            source,
+        )
 
 
 def _renamed_inputs(inputs: list[str], outputs: Iterable[str]) -> dict[str, str]:

@@ -86,13 +86,18 @@ def _urban(run: Path, got: pd.DataFrame) -> np.ndarray:
     return np.asarray(shapely.intersects_xy(geom, got["lon"], got["lat"]), dtype=bool)
 
 
-def test_lon_lat_with_a_place_outside_the_region(run: Path, measured: pd.DataFrame) -> None:
+def test_lon_lat_with_a_place_outside_the_region(
+    run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
     src = run.parent / "points.csv"
     lon = [*measured["lon"].head(3), 10.0]
     lat = [*measured["lat"].head(3), 50.0]
     pd.DataFrame({"id": [1, 2, 3, 4], "Longitude": lon, "Latitude": lat}).to_csv(src, index=False)
     base = ["predict", "--run", str(run), "--target", "upload", "--at", str(src)]
-    assert cli.main(base) == 0
+    with caplog.at_level("WARNING", logger="geodbk"):
+        assert cli.main(base) == 0
+    # the analyst is told, with the fix for places on a coast
+    assert "1 of 4 places in" in caplog.text and "--region FILE" in caplog.text
     assert cli.main([*base, "--quantity", "test"]) == 0
     got = pd.read_parquet(run / "predictions" / "upload_points_test.parquet")
     assert got["outside_region"].tolist() == [False, False, False, True]
