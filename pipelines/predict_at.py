@@ -36,11 +36,12 @@ import pyarrow.parquet as pq
 import shapely
 
 from geodbk import __version__
-from geodbk.atomic import atomic_path
+from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
-from geodbk.geo.contract import Z95
+from geodbk.geo.contract import QUANTITY_LABELS, Z95
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations, read_locations
+from geodbk.geo.timeaxis import quarter_text
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
 from pipelines.places import load_place_predictor, places_quarter_status
 from pipelines.run_inputs import read_region, tile_ids
@@ -207,6 +208,10 @@ def run_predict_at(
         quarter_status=status,
         licence=licence,
         metadata={PREDICTIONS_KEY: json.dumps(record, sort_keys=True).encode("utf-8")},
+        description=(
+            f"geodbk predict --at {record['at']}: {target}, {QUANTITY_LABELS[quantity]}, "
+            f"{quarter_text(predictor.quarter, status)}; {record['interval']}; {record['units']}"
+        ),
     )
 
 
@@ -255,9 +260,12 @@ def write_places(
     licence: dict[str, str],
     quarter_status: str | None = None,
     metadata: dict[bytes, bytes] | None = None,
+    description: str = "",
 ) -> Path:
-    """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``
-    and return it: the places' own columns (one named like an output column is renamed
+    """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``,
+    and the same rows to a CSV beside it (``path`` with ``.csv``, for spreadsheets: the
+    ``description``, the licence and how to read it in ``#`` lines above the header), both
+    atomically; return the parquet's path. The rows: the places' own columns (one named like an output column is renamed
     ``input_<name>``), then ``quadkey`` (the zoom-16 tile), ``lon``, ``lat``, ``columns``,
     ``quantity``, ``quarter``, ``quarter_status`` (when given: as ``geodbk predict`` writes it
     into a grid), ``located`` (the row has a place) and ``outside_region``
@@ -283,10 +291,16 @@ def write_places(
         }
     )
     ids = places.ids.rename(columns=_renamed_inputs([str(c) for c in places.ids], out.columns))
-    table = pa.Table.from_pandas(pd.concat([ids, out], axis=1), preserve_index=False)
+    frame = pd.concat([ids, out], axis=1)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = {**(table.schema.metadata or {}), **licence_schema_metadata(licence), **(metadata or {})}
-    with atomic_path(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
+    csv = path.with_suffix(".csv")
+    with atomic_path(path) as tmp, atomic_path(csv) as tmp_csv:
+        with naming_errors(path):
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
+        with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
+            handle.write(_csv_header(description, licence))
+            frame.to_csv(handle, index=False, lineterminator="\n")
     _warn_outside(int((located & ~inside).sum()), int(located.sum()), places.source)
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",
@@ -299,6 +313,21 @@ def write_places(
         quarter,
     )
     return path
+
+
+def _csv_header(description: str, licence: dict[str, str]) -> str:
+    """The ``#`` lines above a places CSV's header: what it holds, the data licence (file
+    attributes, :func:`pipelines.rundir.licence_attrs`) and how to read it."""
+    terms = f" ({licence['license_terms']})" if licence.get("license_terms") else ""
+    url = f" {licence['license_url']}" if licence.get("license_url") else ""
+    lines = [
+        description,
+        f"Data: {licence.get('source', '')}. Licence: {licence.get('license', '')}{terms}.{url}",
+        "quadkey is text (16 digits, leading zeros kept): import it as text in a spreadsheet. "
+        'Read with pandas.read_csv(path, comment="#", dtype={"quadkey": str}). Columns: '
+        'docs/cli.md "geodbk predict" and "geodbk service".',
+    ]
+    return "".join(f"# {line}\n" for line in lines if line)
 
 
 def _warn_outside(outside: int, located: int, source: str) -> None:

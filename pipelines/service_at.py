@@ -25,10 +25,11 @@ import shapely
 
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations
+from geodbk.geo.timeaxis import quarter_text
 from pipelines.predict_at import warn_replacing_other_places, write_places
 from pipelines.run_inputs import read_region
 from pipelines.rundir import RunDir, run_licence_attrs
-from pipelines.service_classes import Service
+from pipelines.service_classes import SERVICE_QUANTITY_LABEL, Service
 
 __all__ = ["SERVICE_KEY", "output_columns", "write_classes_at"]
 
@@ -102,4 +103,11 @@ def write_classes_at(
         quarter_status=service.quarter_status or None,
         licence=run_licence_attrs(rd),
         metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
+        description=(
+            f"geodbk service --at {meta_service.get('at', stem)}: service classes (tiers "
+            f"{service.tier_labels} Mbps, latency <= {service.latency_ms:g} ms) of the "
+            f"{SERVICE_QUANTITY_LABEL[service.quantity]}, "
+            f"{quarter_text(service.quarter, service.quarter_status)}; p_<class>, p_tier_<j>: "
+            "probabilities (0-1); service_class: the most probable class"
+        ),
     )

@@ -226,6 +226,10 @@ def test_no_quantity_or_quarter_replaces_another_s_classes(run: Path, tmp_path: 
     assert json.loads((folder / "copula_area.json").read_text())["quarter"] != first
     described = json.loads(pq.read_schema(older).metadata[b"geodbk_service"])
     assert described["at"] == "sites.csv" and len(described["at_sha256"]) == 64
+    csv_path = older.with_suffix(".csv")  # the spreadsheet's copy, with what it holds
+    assert csv_path.read_text().startswith("# geodbk service --at sites.csv: service classes")
+    table = pd.read_csv(csv_path, comment="#", dtype={"quadkey": str})
+    np.testing.assert_allclose(table["p_served"], pd.read_parquet(older)["p_served"], rtol=1e-6)
 
 
 def test_missing_model_names_it_and_the_train_command(

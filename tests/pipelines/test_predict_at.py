@@ -98,6 +98,18 @@ def test_lon_lat_with_a_place_outside_the_region(
         assert cli.main(base) == 0
     # the analyst is told, with the fix for places on a coast
     assert "1 of 4 places in" in caplog.text and "--region FILE" in caplog.text
+    # a spreadsheet gets the same rows, its quadkeys as text, and what they are above them
+    parquet = pd.read_parquet(run / "predictions" / "upload_points.parquet")
+    csv_path = run / "predictions" / "upload_points.csv"
+    header = [line for line in csv_path.read_text().splitlines() if line.startswith("#")]
+    assert header[0].startswith("# geodbk predict --at points.csv: upload, tile:")
+    assert "log10 avg_u_kbps" in header[0] and "Mbps" in header[0]
+    assert any(line.startswith("# Data: ") and "Licence: " in line for line in header)
+    table = pd.read_csv(csv_path, comment="#", dtype={"quadkey": str})
+    assert list(table.columns) == list(parquet.columns)
+    assert table["quadkey"].tolist() == parquet["quadkey"].tolist()
+    np.testing.assert_allclose(table["median"], parquet["median"], rtol=1e-6)
+    assert table["outside_region"].tolist() == [False, False, False, True]
     assert cli.main([*base, "--quantity", "test"]) == 0
     got = pd.read_parquet(run / "predictions" / "upload_points_test.parquet")
     assert got["outside_region"].tolist() == [False, False, False, True]
