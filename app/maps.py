@@ -15,6 +15,7 @@ import streamlit as st
 from numpy.typing import NDArray
 
 from app import layers as L
+from app import params as P
 from app.colormaps import (
     CMAPS,
     ColorScale,
@@ -186,38 +187,36 @@ def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> st
 
 def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
-    (``tile_effect_*``, ``local_layer_*``): the offsets' spread tau² per class, the share
-    lambda of the GP's variance, the place share of an unmeasured tile's prior and the local
-    layer's range, variance and (when refitted) rho. ``None`` for a grid made without a tile
-    effect."""
+    (``tile_effect_*``, ``local_layer_*``), each with its unit (:mod:`app.params`): the
+    offsets' spread tau² per class (log10²), the multiple lambda of the GP's variance, the
+    offsets' correlation rho per quarter (the local layer's, refitted per class, when it has
+    one), the place share of an unmeasured tile's prior and the local layer's range (km) and
+    variance sigma² (log10²). ``None`` for a grid made without a tile effect."""
     a = attrs or {}
     if not attr_flag(a, "tile_effect"):
         return None
-    tau2 = ", ".join(
-        f"{k.removeprefix('tile_effect_tau2_')} {float(v):.3g}"
-        for k, v in sorted(a.items())
-        if k.startswith("tile_effect_tau2_")
-    )
-    parts = [f"tile effect (τ² {tau2}" if tau2 else "tile effect ("]
-    if "tile_effect_latent_scale" in a:
-        parts.append(f"λ {float(a['tile_effect_latent_scale']):.3g}")
     layer = attr_flag(a, "local_layer")
+    tau2 = P.prefixed(a, "tile_effect_tau2_")
+    parts = [f"τ² {P.per_group(tau2, P.VARIANCE_UNIT)}"] if tau2 else []
+    if "tile_effect_latent_scale" in a:
+        parts.append(f"λ {P.with_unit(a['tile_effect_latent_scale'], P.LAMBDA_UNIT)}")
+    layer_rho = P.prefixed(a, "local_layer_rho_") if layer else {}
+    if "tile_effect_rho" in a and not layer_rho:
+        parts.append(f"ρ {P.with_unit(a['tile_effect_rho'], P.RHO_UNIT)}")
     prefix = "local_layer" if layer else "tile_effect"
     share = a.get(f"{prefix}_place_share")
     if share is not None:
         parts.append(f"place share {float(share):.2f}" + _share_basis_text(a, prefix, float(share)))
-    text = "Tile quantity: " + "; ".join(parts) + ")"
+    inner = "; ".join(parts)
+    text = "Tile quantity: tile effect" + (f" ({inner})" if inner else "")
     if layer and "local_layer_range_km" in a:
-        text += (
-            f" + local layer (range {float(a['local_layer_range_km']):.1f} km, "
-            f"σ² {float(a.get('local_layer_sigma2', 0.0)):.3g}"
-            + "".join(
-                f", ρ {k.removeprefix('local_layer_rho_')} {float(v):.3g}"
-                for k, v in sorted(a.items())
-                if k.startswith("local_layer_rho_")
-            )
-            + ")"
-        )
+        spatial = [
+            f"range {P.with_unit(a['local_layer_range_km'], P.RANGE_UNIT)}",
+            f"σ² {P.with_unit(a.get('local_layer_sigma2', 0.0), P.VARIANCE_UNIT)}",
+        ]
+        if layer_rho:
+            spatial.append(f"ρ {P.per_group(layer_rho, P.RHO_UNIT)}")
+        text += " + local layer (" + "; ".join(spatial) + ")"
     return text
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import loaders, maps
+from app import params as P
 from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
@@ -70,36 +71,38 @@ def metrics_table(metrics: dict[str, Any]) -> pd.DataFrame:
 
 
 def tile_effect_note(metrics: dict[str, Any]) -> str | None:
-    """One sentence on the tile effect the test tiles were scored with (``None``: none)."""
+    """One sentence on the tile effect the test tiles were scored with (``None``: none), its
+    parameters written with their units (:mod:`app.params`)."""
     params = metrics.get("tile_effect")
     if not isinstance(params, dict):
         return None
-    rho = _num(params.get("rho"))
     without, with_ = _num(params.get("val_nll_without")), _num(params.get("val_nll"))
+    fitted = [f"τ² {P.per_group(params.get('tau2'), P.VARIANCE_UNIT)}"]
+    if "latent_scale" in params:
+        fitted.append(f"λ {P.with_unit(params['latent_scale'], P.LAMBDA_UNIT)}")
+    fitted.append(f"ρ {P.with_unit(params.get('rho'), P.RHO_UNIT)}")
     note = (
         "Scored with the tile effect (on by default; `geodbk train --no-tile-effect` leaves it "
         "out): each test tile is shifted by its own persistent offset, learned from its other "
-        f"quarters (τ² = {_tau2_text(params.get('tau2'))} log10², ρ = {rho:.3f} per quarter; "
-        f"validation NLL {without:.3f} without, {with_:.3f} with)"
+        f"quarters ({'; '.join(fitted)}; validation NLL {without:.3f} without, "
+        f"{with_:.3f} with)"
     )
     layer = metrics.get("local_layer")
     if isinstance(layer, dict):
+        spatial = [
+            f"range {P.with_unit(layer.get('range_km'), P.RANGE_UNIT)}",
+            f"σ² {P.with_unit(layer.get('sigma2'), P.VARIANCE_UNIT)}",
+        ]
+        for name, symbol, unit in (("tau2", "τ²", P.VARIANCE_UNIT), ("rho", "ρ", P.RHO_UNIT)):
+            if isinstance(layer.get(name), dict | int | float):
+                spatial.append(f"{symbol} refitted {P.per_group(layer[name], unit)}")
         note += (
-            ", and the local layer's pull of measured neighbouring tiles (range "
-            f"{_num(layer.get('range_km')):.2f} km, σ² {_num(layer.get('sigma2')):.4f} log10²)"
+            f", and the local layer's pull of measured neighbouring tiles ({'; '.join(spatial)})"
         )
     return (
         note + ". The maps' tile and test quantities come from the same layers; the area "
         "quantity is the GP's f(x) alone."
     )
-
-
-def _tau2_text(tau2: Any) -> str:
-    """``0.1700`` for one offset variance, ``0.1400 rural, 0.2100 urban`` for one per group."""
-    if isinstance(tau2, dict) and list(tau2) != ["all"]:
-        return ", ".join(f"{_num(v):.4f} {group}" for group, v in tau2.items())
-    value = tau2.get("all") if isinstance(tau2, dict) else tau2
-    return f"{_num(value):.4f}"
 
 
 QUARTER_COLUMNS: tuple[tuple[str, str], ...] = (

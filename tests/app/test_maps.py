@@ -99,11 +99,14 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     }
     text = maps.tile_model_caption(attrs)
     assert text is not None
-    assert "τ² rural 0.151, urban 0.205" in text and "λ 1e-06" in text
-    assert "place share 0.35" in text and "range 4.2 km" in text and "ρ" not in text
+    assert "τ² rural 0.151, urban 0.205 log10²" in text
+    assert "λ 1 × 10⁻⁶ of the GP's variance" in text
+    assert "place share 0.35" in text and "range 4.18 km" in text and "ρ" not in text
     rho = {"local_layer_rho_rural": 0.857, "local_layer_rho_urban": 0.938}
-    refitted = maps.tile_model_caption({**attrs, **rho})
-    assert refitted is not None and "σ² 0.0297, ρ rural 0.857, ρ urban 0.938)" in refitted
+    refitted = maps.tile_model_caption({**attrs, **rho, "tile_effect_rho": 0.5})
+    assert refitted is not None
+    assert "σ² 0.0297 log10²; ρ rural 0.857, urban 0.938 per quarter)" in refitted
+    assert "0.5 per quarter" not in refitted  # the refitted rho is the one in use
     alone = maps.tile_model_caption({**attrs, "local_layer": 0, "tile_effect_place_share": 0.2})
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None
@@ -122,6 +125,29 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
         {**attrs, **chosen, "tile_effect_place_share_units": 115, "local_layer": 0}
     )
     assert alone is not None and "place share 0.40, chosen on 115 validation tiles)" in alone
+
+
+def test_the_tile_model_caption_writes_tiny_parameters_readably_with_units() -> None:
+    """A variance driven to its floor reads as a power of ten (not ``1.22e-08`` or 0.0000),
+    and every parameter carries its unit: log10² for variances, km for the range, per quarter
+    for rho, lambda as a multiple of the GP's variance."""
+    attrs = {
+        "tile_effect": 1,
+        "local_layer": 1,
+        "tile_effect_tau2_rural": 1.2164246679392026e-08,
+        "tile_effect_tau2_urban": 6.42714051499461e-10,
+        "tile_effect_rho": 0.5234753465818012,
+        "tile_effect_latent_scale": 1.2469129650137836,
+        "local_layer_sigma2": 5e-09,
+        "local_layer_range_km": 2.0,
+    }
+    text = maps.tile_model_caption(attrs)
+    assert text is not None
+    assert "τ² rural 1.22 × 10⁻⁸, urban 6.43 × 10⁻¹⁰ log10²" in text
+    assert "λ 1.25 of the GP's variance" in text and "ρ 0.523 per quarter" in text
+    assert "range 2 km" in text and "σ² 5 × 10⁻⁹ log10²" in text
+    assert "e-0" not in text
+    assert maps.tile_model_caption({"tile_effect": 1}) == "Tile quantity: tile effect"
 
 
 def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path) -> None:

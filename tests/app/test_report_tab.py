@@ -72,14 +72,15 @@ def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
     run = shutil.copytree(synthetic_root / "synth", root / "tiled")
     path = run / "report" / "download" / "metrics.json"
     metrics = json.loads(path.read_text())
-    tau2 = {"rural": 0.1234, "urban": 0.2345}  # one offset variance per class
+    tau2 = {"rural": 0.1234, "urban": 0.2346}  # one offset variance per class
     params = {"tau2": tau2, "rho": 0.97, "val_nll": 0.66, "val_nll_without": 0.79}
     path.write_text(json.dumps({**metrics, "tile_effect": params}))
     at = make_app(root, "tiled")
     at.run()
     captions = texts(open_tab(at, "Coverage report"), "caption")
     note = [c for c in captions if "tile effect" in c]
-    assert note and "τ² = 0.1234 rural, 0.2345 urban log10²" in note[0]
+    assert note and "τ² rural 0.123, urban 0.235 log10²" in note[0]
+    assert "ρ 0.97 per quarter" in note[0]
     assert "0.790 without, 0.660 with" in note[0]
     assert "the area quantity is the GP's f(x) alone" in note[0]
     at = make_app(synthetic_root, "synth")
@@ -94,12 +95,33 @@ def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
     base = {"rho": 0.9, "val_nll": 0.6, "val_nll_without": 0.7}
     for tau2 in (0.25, {"all": 0.25}):
         note = tile_effect_note({"tile_effect": {**base, "tau2": tau2}})
-        assert note is not None and "τ² = 0.2500 log10²" in note
-        assert "local layer" not in note
+        assert note is not None and "τ² 0.25 log10²" in note
+        assert "local layer" not in note and "λ" not in note
     layer = {"range_km": 3.25, "sigma2": 0.0312}
     note = tile_effect_note({"tile_effect": {**base, "tau2": 0.25}, "local_layer": layer})
     assert note is not None and "local layer's pull" in note
-    assert "range 3.25 km, σ² 0.0312 log10²" in note
+    assert "range 3.25 km; σ² 0.0312 log10²)" in note
+
+
+def test_tile_effect_note_writes_tiny_parameters_readably_with_units() -> None:
+    """Parameters at their floor are powers of ten, not 0.0000; lambda and the local layer's
+    refitted tau² and rho are named with their units (the demo run's values)."""
+    from app.tabs.report_tab import tile_effect_note
+
+    params = {
+        "tau2": {"rural": 1.2164246679392026e-08, "urban": 6.42714051499461e-10},
+        "rho": 0.5234753465818012,
+        "latent_scale": 1.2469129650137836,
+        "val_nll": -0.056,
+        "val_nll_without": -0.043,
+    }
+    layer = {"range_km": 2.0, "sigma2": 5e-09, "tau2": {"rural": 0.0994}, "rho": {"rural": 0.88}}
+    note = tile_effect_note({"tile_effect": params, "local_layer": layer})
+    assert note is not None and "0.0000" not in note and "e-0" not in note
+    assert "τ² rural 1.22 × 10⁻⁸, urban 6.43 × 10⁻¹⁰ log10²" in note
+    assert "λ 1.25 of the GP's variance; ρ 0.523 per quarter" in note
+    assert "(range 2 km; σ² 5 × 10⁻⁹ log10²; τ² refitted rural 0.0994 log10²" in note
+    assert "ρ refitted rural 0.88 per quarter)" in note
 
 
 def test_by_quarter_frame_tolerates_absent_and_partial_entries() -> None:
