@@ -468,6 +468,49 @@ def trend_legend(grid: Grid, kind: str, scale: ColorScale) -> Legend:
     )
 
 
+def trend_caption(
+    attrs: Mapping[str, Any] | None,
+    target: str,
+    kind: str,
+    *,
+    first: str = "?",
+    last: str = "?",
+    years: float | None = None,
+) -> str:
+    """What a trend layer shows, from the trend grid's attributes (``geodbk predict --trend``):
+    the quantity (``quantity``), the quarters it spans (``first_quarter``, ``last_quarter``,
+    ``years``; ``first``, ``last`` and ``years`` when the grid does not record them) and, for
+    the change, its units: a factor per year (``ratio_per_year``), also stored in the grid's
+    log10 ``units`` per year (``change_per_year``). Nothing is computed here."""
+    a = attrs or {}
+    first = str(a.get("first_quarter") or first)
+    last = str(a.get("last_quarter") or last)
+    span = P.as_number(a.get("years", years))
+    apart = (
+        f" ({P.format_number(span)} year{'' if span == 1 else 's'})" if math.isfinite(span) else ""
+    )
+    quantity = str(a.get("quantity") or "latent mean f(x) (noise excluded)")
+    if kind == "trend_change":
+        log_units = str(a.get("units") or "").partition(" (")[0].strip()
+        stored = f"; change_per_year holds it in {log_units}" if log_units else ""
+        what = (
+            f"Change per year of {target}'s {quantity} from {first} to {last}{apart}, as a "
+            "factor per year: ×1.10 = up 10% a year, ×0.90 = down 10%, ×1 = no change "
+            f"(ratio_per_year{stored})."
+        )
+    else:
+        better = "lower" if target == "latency" else "higher"
+        what = (
+            f"P(improved): the probability that {target}'s {quantity} is {better} in {last} "
+            f"than in {first}{apart}, from the joint posterior of the two quarters; 0.5 = "
+            "cannot tell."
+        )
+    return (
+        f"{what} This is the trend of the typical {target}, not of single tests. Hover for "
+        "values; click a cell to inspect it."
+    )
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def trend_layer_png(
     path: str, stamp_: Stamp, target: str, kind: str, max_px: int = 0

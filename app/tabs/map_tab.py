@@ -412,27 +412,22 @@ def _render_trend(
     _draw(url, grid.bounds, extras, light, basemap=ctx.basemap)
     first = str(grid.attrs.get("first_quarter", trend.first))
     last = str(grid.attrs.get("last_quarter", trend.last))
-    years = float(grid.attrs.get("years", trend.years))
-    better = "lower" if t == "latency" else "higher"
-    if kind == "trend_change":
-        what = (
-            f"Change per year of the latent mean {t} f(x) from {first} to {last} "
-            f"({years:g} years): ×1.10 means {t} grows by 10% a year."
-        )
-    else:
-        what = (
-            f"Probability that the latent mean {t} f(x) is {better} in {last} than in {first} "
-            "(joint posterior of the two quarters)."
-        )
+    status = str(grid.attrs.get("quarter_status") or "observed")
+    if status != "observed":
+        st.warning(f"This trend reaches outside the training quarters ({status}).")
     st.caption(
-        f"{what} Latent mean: test-to-test noise excluded, so this is the trend of the typical "
-        f"{t}, not of single tests. Hover for values; click a cell to inspect it."
+        maps.trend_caption(
+            grid.attrs, t, kind, first=trend.first, last=trend.last, years=trend.years
+        )
     )
+    licence = maps.licence_caption(grid.attrs)
+    if licence:
+        st.caption(licence)
     point = st.session_state.get(POINT_KEY)
     if point is not None:
         cell = grid.cell_of(*point)
         if cell is not None and grid.in_region[cell]:
             st.caption(
-                f"Selected point {point[0]:.4f}, {point[1]:.4f}: "
+                f"Selected point {format_lonlat(*point)}: "
                 f"{maps.trend_summary(grid, *cell)} ({first} → {last})."
             )

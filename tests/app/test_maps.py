@@ -182,3 +182,27 @@ def test_an_area_map_without_the_tile_parts_offers_only_the_area(tiny_run: Path)
         attrs={**grid.attrs, "quantity": "area", "tile_parts_omitted": 1},
     )
     assert list(maps.quantities_of(area_map)) == ["latent"]
+
+
+def test_the_trend_caption_reads_the_trend_grids_attributes() -> None:
+    """Quantity, quarters, years and the log10 units come from the grid (``geodbk predict
+    --trend``'s attributes); the change is explained in × per year."""
+    attrs = {
+        "first_quarter": "2022Q2",
+        "last_quarter": "2023Q4",
+        "years": 1.5,
+        "quantity": "latent mean f(x) (noise excluded)",
+        "units": "log10 avg_d_kbps per year (ratio_*: factor per year, natural units)",
+    }
+    text = maps.trend_caption(attrs, "download", "trend_change", first="x", last="y")
+    assert "Change per year of download's latent mean f(x) (noise excluded)" in text
+    assert "from 2022Q2 to 2023Q4 (1.5 years)" in text
+    assert "as a factor per year: ×1.10 = up 10% a year" in text
+    assert "change_per_year holds it in log10 avg_d_kbps per year)" in text
+    p = maps.trend_caption(attrs, "latency", "trend_p")
+    assert "probability that latency's latent mean f(x) (noise excluded) is lower in 2023Q4" in p
+    assert "than in 2022Q2 (1.5 years)" in p and "0.5 = cannot tell" in p
+    # a grid without the attributes: the file name's quarters, the default quantity
+    bare = maps.trend_caption({}, "upload", "trend_change", first="2023Q1", last="2024Q1", years=1)
+    assert "upload's latent mean f(x) (noise excluded) from 2023Q1 to 2024Q1 (1 year)" in bare
+    assert "change_per_year holds" not in bare

@@ -164,7 +164,7 @@ def test_trend_layers(make_app: AppFactory, time_root: Path) -> None:
     assert len(legend) == 1 and "(× per year)" in legend[0] and "2023Q1 → 2023Q4" in legend[0]
     caption = " ".join(texts(map_tab, "caption"))
     assert "from 2023Q1 to 2023Q4" in caption and "latent mean" in caption
-    assert "noise excluded" in caption
+    assert "noise excluded" in caption and "as a factor per year" in caption
     path = time_root / "timed" / "grids" / "download_trend_2023Q1_2023Q4.nc"
     url, _s, _l = maps.trend_layer_png(str(path), loaders.stamp(path), "download", "trend_change")
     assert url in _deck_json(map_tab)
@@ -182,6 +182,41 @@ def test_trend_layers(make_app: AppFactory, time_root: Path) -> None:
     assert_clean(at)
     legend = _legends(tab(at, "Map"))
     assert "P(improved)" in legend[0] and "2023Q4" in legend[0]
+
+
+def test_trend_caption_status_and_licence_come_from_the_trend_grid(
+    make_app: AppFactory, time_root: Path, tmp_path: Path
+) -> None:
+    """The trend map's caption reads the grid's attributes (quantity, quarters, units), a
+    trend reaching outside the training quarters is flagged, and the licence is credited."""
+    import xarray as xr
+    from synthetic_run import _write_nc
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(time_root / "timed", root / "timed")
+    path = run / "grids" / "download_trend_2023Q1_2023Q4.nc"
+    with xr.open_dataset(path, engine=loaders.grid_engine(path)) as ds:
+        data = ds.load()
+    data.attrs |= {
+        "quantity": "latent mean f(x) (noise excluded)",
+        "quarter_status": "2023Q4: extrapolation beyond 2023Q3",
+        "source": "a synthetic test region",
+        "license": "CC0",
+    }
+    path.unlink()
+    _write_nc(data, path)
+    at = make_app(root, "timed")
+    at.run()
+    at.selectbox(key="layer").set_value("trend_change").run()
+    assert_clean(at)
+    map_tab = tab(at, "Map")
+    caption = " ".join(texts(map_tab, "caption"))
+    assert "Change per year of download's latent mean f(x) (noise excluded)" in caption
+    assert "from 2023Q1 to 2023Q4 (0.75 years), as a factor per year" in caption
+    assert "change_per_year holds it in log10 units per year" in caption
+    assert "Data: a synthetic test region. Licence: CC0." in caption
+    warnings = texts(map_tab, "warning")
+    assert any("2023Q4: extrapolation beyond 2023Q3" in w for w in warnings)
 
 
 def test_coverage_tab_charts_calibration_per_quarter(make_app: AppFactory, time_root: Path) -> None:
