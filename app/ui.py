@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import streamlit as st
 
 from app.loaders import LoadError
+
+
+def lazy_reader(path: Path) -> Callable[[], bytes]:
+    """A callable a download button calls only when clicked (no file read on each rerun)."""
+
+    def read() -> bytes:
+        return path.read_bytes()
+
+    return read
 
 
 def missing(what: str, command: str) -> None:

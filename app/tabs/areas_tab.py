@@ -17,7 +17,7 @@ from app import maps
 from app.colormaps import Legend, auto_scale, colors_for, format_value, legend_html, value_cmap
 from app.context import RunContext
 from app.loaders import Stamp, stamp
-from app.ui import missing
+from app.ui import lazy_reader, missing
 from geodbk.geo.frame import frame_bounds
 from geodbk.geo.timeaxis import quarter_text
 
@@ -162,7 +162,14 @@ def render(ctx: RunContext) -> None:
     st.dataframe(frame[cols], hide_index=True, use_container_width=True)
     csv = path.with_suffix(".csv")
     if csv.is_file():
-        st.download_button("Download the table (CSV)", csv.read_bytes(), csv.name, "text/csv")
+        st.download_button(
+            "Download the table (CSV)",
+            data=lazy_reader(csv),
+            file_name=f"{ctx.inv.path.name}_{csv.name}",
+            mime="text/csv",
+            key="dl_areas_csv",
+            on_click="ignore",
+        )
     st.caption(
         f"{len(frame)} areas, {info.get('samples', '?')} joint posterior samples, quantity "
         f"{info.get('quantity', '?')}, quarter {quarter_text(info.get('quarter'), info.get('quarter_status'))}. Intervals are 90%; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from app import params as P
 from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
-from app.ui import missing
+from app.ui import lazy_reader, missing
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.metrics import (
     COVERAGE95,
@@ -502,29 +503,58 @@ def render(ctx: RunContext) -> None:
     _downloads(ctx)
 
 
-def _downloads(ctx: RunContext) -> None:
-    """Download buttons for the GeoTIFF exports (all targets) and this target's report."""
-    st.markdown("#### Downloads")
-    items: list[tuple[str, Path, str]] = []
+#: The target's report files offered for download, in this order.
+REPORT_FILES: tuple[tuple[str, str], ...] = (
+    ("report.html", "text/html"),
+    ("report.md", "text/markdown"),
+    ("metrics.json", "application/json"),
+    ("predictions.parquet", "application/octet-stream"),
+)
+#: Download buttons per row.
+DOWNLOADS_PER_ROW = 4
+
+
+@dataclass(frozen=True)
+class Download:
+    """One download button: its label, the file it serves and the file's MIME type."""
+
+    label: str
+    path: Path
+    mime: str
+
+
+def download_groups(ctx: RunContext) -> list[tuple[str, list[Download]]]:
+    """The files the tab offers, grouped and in a fixed order: the chosen target's report
+    (:data:`REPORT_FILES`), then the GeoTIFF exports of each target in the sidebar's order
+    (download, upload, latency), each GeoTIFF followed by its provenance JSON: ``TARGET.tif``,
+    then the per-quarter ``TARGET_2023Q2.tif`` in time order, then the trend exports. Groups
+    without files are left out."""
+    rdir = ctx.files.report_dir
+    report = [
+        Download(f"{ctx.target} {name}", rdir / name, mime)
+        for name, mime in REPORT_FILES
+        if (rdir / name).is_file()
+    ]
+    groups = [(f"Report ({ctx.target})", report)] if report else []
     for target in TARGETS:
         f = ctx.inv.targets[target]
-        if f.has_export:
-            items.append((f"{target}.tif (GeoTIFF)", f.export, "image/tiff"))
-            side = f.export.with_suffix(".json")
+        items: list[Download] = []
+        for tif in ([f.export] if f.has_export else []) + f.extra_exports():
+            items.append(Download(f"{tif.name} (GeoTIFF)", tif, "image/tiff"))
+            side = tif.with_suffix(".json")
             if side.is_file():
-                items.append((f"{target}.json (provenance)", side, "application/json"))
-        for extra in f.extra_exports():
-            items.append((f"{extra.name} (GeoTIFF)", extra, "image/tiff"))
-    rdir = ctx.files.report_dir
-    for name, mime in (
-        ("report.html", "text/html"),
-        ("report.md", "text/markdown"),
-        ("metrics.json", "application/json"),
-        ("predictions.parquet", "application/octet-stream"),
-    ):
-        if (rdir / name).is_file():
-            items.append((f"{ctx.target} {name}", rdir / name, mime))
-    if not items:
+                items.append(Download(f"{side.name} (provenance)", side, "application/json"))
+        if items:
+            groups.append((f"GeoTIFF exports ({target})", items))
+    return groups
+
+
+def _downloads(ctx: RunContext) -> None:
+    """Download buttons (:func:`download_groups`): one labelled block per group, in rows of
+    :data:`DOWNLOADS_PER_ROW`."""
+    st.markdown("#### Downloads")
+    groups = download_groups(ctx)
+    if not groups:
         st.info(
             f"Nothing to download yet. Build the GeoTIFFs with `{ctx.cmd('export')}` and the "
             f"report with `{ctx.cmd('report')}`."
@@ -532,23 +562,17 @@ def _downloads(ctx: RunContext) -> None:
         return
     if not any(ctx.inv.targets[t].has_export for t in TARGETS):
         st.caption(f"No GeoTIFF exports yet: `{ctx.cmd('export')}`.")
-    cols = st.columns(3)
-    for i, (label, path, mime) in enumerate(items):
-        cols[i % 3].download_button(
-            label,
-            data=_lazy_reader(path),
-            file_name=f"{ctx.inv.path.name}_{path.name}",
-            mime=mime,
-            key=f"dl_{label}",
-            on_click="ignore",
-            width="stretch",
-        )
-
-
-def _lazy_reader(path: Path) -> Any:
-    """A callable the download button calls only when clicked (no file read on each rerun)."""
-
-    def read() -> bytes:
-        return path.read_bytes()
-
-    return read
+    for title, items in groups:
+        st.markdown(f"**{title}**")
+        for start in range(0, len(items), DOWNLOADS_PER_ROW):
+            cols = st.columns(DOWNLOADS_PER_ROW)
+            for col, item in zip(cols, items[start : start + DOWNLOADS_PER_ROW], strict=False):
+                col.download_button(
+                    item.label,
+                    data=lazy_reader(item.path),
+                    file_name=f"{ctx.inv.path.name}_{item.path.name}",
+                    mime=item.mime,
+                    key=f"dl_{item.label}",
+                    on_click="ignore",
+                    width="stretch",
+                )

@@ -22,6 +22,10 @@ def test_the_areas_tab_maps_and_tabulates_the_summaries(
     chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
     assert len(chart["layers"][0]["data"]["features"]) == 3
     assert any("joint posterior samples" in c for c in texts(tab, "caption"))
+    (button,) = tab.get("download_button")
+    assert button.proto.label == "Download the table (CSV)"
+    # read when clicked (not on every rerun) and without rerunning the page, as the report's
+    assert button.proto.ignore_rerun and button.proto.deferred_file_id
 
 
 def test_a_run_without_policy_outputs_names_the_commands(

@@ -88,6 +88,41 @@ def test_report_tab_says_when_the_tile_effect_scored_the_tiles(
     assert not [c for c in texts(open_tab(at, "Coverage report"), "caption") if "tile effect" in c]
 
 
+def test_downloads_come_in_a_fixed_order_grouped_by_what_they_are(
+    make_app: AppFactory, synthetic_root: Path, tmp_path: Path
+) -> None:
+    """The target's report first, then each target's GeoTIFFs: ``TARGET.tif``, the per-quarter
+    exports in time order, the trend export, each followed by its provenance JSON."""
+    import shutil
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(synthetic_root / "synth", root / "dl")
+    exports = run / "exports"
+    for stem in ("download", "download_2023Q3", "download_2022Q4", "download_trend_2022Q4_2023Q3"):
+        (exports / f"{stem}.tif").write_bytes(b"II*\x00fake")
+        if stem != "download_2023Q3":
+            (exports / f"{stem}.json").write_text("{}")
+    at = make_app(root, "dl")
+    at.run()
+    report = open_tab(at, "Coverage report")
+    labels = [b.label for b in report.get("download_button")]
+    assert labels == [
+        *[f"download {n}" for n in ("report.html", "report.md", "metrics.json")],
+        "download predictions.parquet",
+        "download.tif (GeoTIFF)",
+        "download.json (provenance)",
+        "download_2022Q4.tif (GeoTIFF)",
+        "download_2022Q4.json (provenance)",
+        "download_2023Q3.tif (GeoTIFF)",
+        "download_trend_2022Q4_2023Q3.tif (GeoTIFF)",
+        "download_trend_2022Q4_2023Q3.json (provenance)",
+    ], labels
+    headings = [m for m in texts(report, "markdown") if m.startswith("**") and "(download)" in m]
+    assert headings == ["**Report (download)**", "**GeoTIFF exports (download)**"]
+    buttons = [b.proto for b in report.get("download_button")]
+    assert all(b.ignore_rerun for b in buttons)  # a click neither reruns nor reads on rerun
+
+
 def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
     """Reports written before the groups hold one float; ``{"all": x}`` reads the same."""
     from app.tabs.report_tab import tile_effect_note

@@ -3,6 +3,8 @@ message, and the quarter slider whose choice the tabs share."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from streamlit.testing.v1 import AppTest
 
 from app.ui import selected_quarter_key
@@ -61,3 +63,12 @@ def test_the_quarter_choice_is_shared_by_the_tabs_sliders() -> None:
     at.select_slider(key="quarter_map_download").set_value("2023Q2").run()
     assert at.session_state[selected_quarter_key("download")] == "2023Q2"
     assert [s.value for s in at.select_slider] == ["2023Q2", "2023Q2"]  # the other follows
+
+
+def test_lazy_reader_reads_the_file_only_when_called(tmp_path: Path) -> None:
+    from app.ui import lazy_reader
+
+    path = tmp_path / "table.csv"
+    read = lazy_reader(path)  # no file yet: nothing is read when the button is built
+    path.write_text("id,mean\n1,2\n")
+    assert read() == b"id,mean\n1,2\n"
