@@ -4,6 +4,7 @@ file) as a choropleth of the typical speed, a table with 90% intervals and a CSV
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,55 @@ def load_summary(
     return frame, info, licence, (w, s, e, n)
 
 
+#: Column headers of the table (``{unit}``: the target's, Mbps or ms) and their formats.
+TABLE_HEADERS: dict[str, tuple[str, str | None]] = {
+    "id": ("id", None),
+    "name": ("name", None),
+    "n_cells": ("grid cells", "%d"),
+    "area_km2": ("area (km²)", "%.0f"),
+    "mean_natural": ("mean ({unit})", "%.1f"),
+    "lower_natural": ("90% lower ({unit})", "%.1f"),
+    "upper_natural": ("90% upper ({unit})", "%.1f"),
+    "independent_lower_natural": ("independent cells: 90% lower ({unit})", "%.1f"),
+    "independent_upper_natural": ("independent cells: 90% upper ({unit})", "%.1f"),
+    "n_tiles": ("observed tiles", "%d"),
+    "n_tests": ("tests", "%d"),
+    "tiles_raw_mean_natural": ("observed tiles' test-weighted mean ({unit})", "%.1f"),
+}
+_SHARE = re.compile(r"^share_(ge|le)_([0-9p]+)(mbps|ms)(_lower|_upper)?$")
+
+
+def share_label(column: str) -> str:
+    """``share_ge_25mbps`` -> ``share ≥ 25 Mbps``, ``share_le_100ms_lower`` -> ``share ≤ 100 ms,
+    90% lower`` (``geodbk summarize``'s tier columns); other names with spaces for
+    underscores."""
+    m = _SHARE.match(column)
+    if m is None:
+        return column.replace("_", " ")
+    rel, value, unit, bound = m.groups()
+    text = f"share {'≥' if rel == 'ge' else '≤'} {value.replace('p', '.')} "
+    text += "Mbps" if unit == "mbps" else "ms"
+    return text + (f", 90% {bound.removeprefix('_')}" if bound else "")
+
+
+def table_config(columns: list[str], unit: str) -> dict[str, Any]:
+    """Streamlit column configs of the table: readable headers with units, numbers rounded
+    (speeds to 0.1, areas to 1 km², shares as percentages); the data keep their names."""
+    config: dict[str, Any] = {}
+    for c in columns:
+        if c in TABLE_HEADERS:
+            header, fmt = TABLE_HEADERS[c]
+            header = header.format(unit=unit)
+            config[c] = (
+                st.column_config.NumberColumn(header, format=fmt)
+                if fmt
+                else st.column_config.TextColumn(header)
+            )
+        elif c.startswith("share_"):
+            config[c] = st.column_config.NumberColumn(share_label(c), format="percent")
+    return config
+
+
 def share_columns(frame: pd.DataFrame) -> list[str]:
     """The tier share columns (``share_ge_25mbps``, ...; not their bounds)."""
     return [
@@ -119,7 +169,7 @@ def render(ctx: RunContext) -> None:
     unit = ctx.unit
 
     def label(c: str) -> str:
-        return "typical speed (area mean)" if c == "mean_natural" else c.replace("_", " ")
+        return "typical speed (area mean)" if c == "mean_natural" else share_label(c)
 
     shown = st.selectbox("Colour by", options, format_func=label, key="areas_colour")
     values = frame[shown].to_numpy(dtype=float)
@@ -128,7 +178,7 @@ def render(ctx: RunContext) -> None:
         legend = Legend(f"Area mean of the {info.get('quantity', 'tile')} quantity", scale, unit)
     else:
         scale = auto_scale(np.array([0.0, 1.0]), "RdYlGn", limits=(0.0, 1.0))
-        legend = Legend(f"Share of area: {label(shown)}", scale, "")
+        legend = Legend(f"Share of area {label(shown).removeprefix('share ')}", scale, "")
     colours = colors_for(values, scale, alpha=200)
     features = []
     for feature, colour, row in zip(frame["_feature"], colours, frame.itertuples(), strict=True):
@@ -159,7 +209,9 @@ def render(ctx: RunContext) -> None:
     )
     cols = [c for c in TABLE_COLUMNS if c in frame.columns]
     cols += [c for s in shares for c in (s, f"{s}_lower", f"{s}_upper") if c in frame.columns]
-    st.dataframe(frame[cols], hide_index=True, use_container_width=True)
+    st.dataframe(
+        frame[cols], hide_index=True, width="stretch", column_config=table_config(cols, unit)
+    )
     csv = path.with_suffix(".csv")
     if csv.is_file():
         st.download_button(
@@ -174,7 +226,8 @@ def render(ctx: RunContext) -> None:
         f"{len(frame)} areas, {info.get('samples', '?')} joint posterior samples, quantity "
         f"{info.get('quantity', '?')}, quarter {quarter_text(info.get('quarter'), info.get('quarter_status'))}. Intervals are 90%; "
         "the independent-cells interval shows what treating the cells as independent would give. "
-        "`tiles_raw_mean_natural` is the plain test-weighted mean of the observed tiles."
+        "The observed tiles' test-weighted mean averages their measured values, weighted by "
+        "tests, with no model (`tiles_raw_mean_natural` in the CSV, which keeps every column)."
     )
     credit = maps.licence_caption({**licence, "license_terms": licence.get("terms")})
     if credit:

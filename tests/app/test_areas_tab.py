@@ -22,6 +22,12 @@ def test_the_areas_tab_maps_and_tabulates_the_summaries(
     chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
     assert len(chart["layers"][0]["data"]["features"]) == 3
     assert any("joint posterior samples" in c for c in texts(tab, "caption"))
+    config = json.loads(tab.dataframe[0].proto.columns)  # headers with units, rounded numbers
+    assert config["mean_natural"]["label"] == "mean (Mbps)"
+    assert config["mean_natural"]["type_config"]["format"] == "%.1f"
+    assert config["area_km2"]["label"] == "area (km²)"
+    assert config["share_ge_25mbps"]["label"] == "share ≥ 25 Mbps"
+    assert config["share_ge_25mbps"]["type_config"]["format"] == "percent"
     (button,) = tab.get("download_button")
     assert button.proto.label == "Download the table (CSV)"
     # read when clicked (not on every rerun) and without rerunning the page, as the report's
@@ -62,3 +68,16 @@ def test_summaries_of_two_quantities_are_both_listed_by_quantity_and_quarter(
     assert len(tile) == len(area) == 1, labels
     assert tile[0].endswith("(download_districts.parquet)")
     assert area[0].endswith("(download_districts_area.parquet)")
+
+
+def test_share_columns_read_as_tiers_with_units() -> None:
+    from app.tabs.areas_tab import share_label, table_config
+
+    assert share_label("share_ge_25mbps") == "share ≥ 25 Mbps"
+    assert share_label("share_le_100ms_upper") == "share ≤ 100 ms, 90% upper"
+    assert share_label("share_ge_2p5mbps_lower") == "share ≥ 2.5 Mbps, 90% lower"
+    assert share_label("share_unserved") == "share unserved"
+    config = table_config(["id", "lower_natural", "n_tests", "share_le_100ms", "extra"], "ms")
+    assert set(config) == {"id", "lower_natural", "n_tests", "share_le_100ms"}
+    assert config["lower_natural"]["label"] == "90% lower (ms)"
+    assert config["n_tests"]["type_config"]["format"] == "%d"
