@@ -415,6 +415,44 @@ def _table(
     st.dataframe(frame, hide_index=True, width="stretch", column_config=config)
 
 
+#: Width / height from which a report figure gets a row of its own (the sd maps' two panels).
+WIDE_FIGURE = 2.0
+
+
+def is_wide(path: Path) -> bool:
+    """Whether a figure is at least :data:`WIDE_FIGURE` times as wide as tall (PNG header)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+    except OSError:
+        return False
+    return height > 0 and width / height >= WIDE_FIGURE
+
+
+def figure_rows(figs: list[tuple[Path, str]]) -> list[list[tuple[Path, str]]]:
+    """The report's figures in rows, in their order: two side by side, a wide one alone.
+
+    The figures are shown at their own size (matplotlib's, at most the column's width): in
+    half a row a wide figure's text would shrink below legibility, and a small one stretched
+    to the column would be blown up past the others.
+    """
+    rows: list[list[tuple[Path, str]]] = []
+    pending: list[tuple[Path, str]] = []
+    for fig in figs:
+        if is_wide(fig[0]):
+            rows += [pending] if pending else []
+            rows.append([fig])
+            pending = []
+            continue
+        pending.append(fig)
+        if len(pending) == 2:
+            rows.append(pending)
+            pending = []
+    return rows + ([pending] if pending else [])
+
+
 def _read_optional(path: Path, reader: Any) -> Any:
     if not path.is_file():
         return None
@@ -494,10 +532,12 @@ def render(ctx: RunContext) -> None:
     ]
     if figs:
         st.markdown("#### Report figures")
-        for start in range(0, len(figs), 2):
-            cols = st.columns(2)
-            for col, (path, cap) in zip(cols, figs[start : start + 2], strict=False):
-                col.image(str(path), caption=cap, width="stretch")
+        for row in figure_rows(figs):
+            if len(row) == 1 and is_wide(row[0][0]):
+                st.image(str(row[0][0]), caption=row[0][1], width="content")
+                continue
+            for col, (path, cap) in zip(st.columns(2), row, strict=False):
+                col.image(str(path), caption=cap, width="content")
     else:
         st.info(f"No figures in {rdir / 'figures'}; rerun `{ctx.cmd('report')}`.")
     _downloads(ctx)

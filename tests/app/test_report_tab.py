@@ -222,3 +222,23 @@ def test_the_service_coverage_quarter_names_the_tiles_and_a_differing_map() -> N
     old = {"service_coverage": [{"label": "≥ 25 Mbps"}]}
     assert service_quarter({**old, "time": {"service_coverage_quarter": "2023Q4"}}) == "2023Q4"
     assert service_quarter(old) is None and service_quarter(None) is None
+
+
+def test_report_figures_keep_their_size_and_a_wide_one_gets_its_own_row(tmp_path: Path) -> None:
+    """Two figures side by side, in their order; a figure at least twice as wide as tall (the
+    sd maps' two panels, 886 × 333 px) alone in its row, where its text stays legible."""
+    from PIL import Image
+
+    from app.tabs.report_tab import figure_rows, is_wide
+
+    sizes = {"violin": (505, 431), "service": (638, 409), "sd_maps": (886, 333), "x": (475, 473)}
+    figs = []
+    for name, size in sizes.items():
+        Image.new("RGB", size).save(tmp_path / f"{name}.png")
+        figs.append((tmp_path / f"{name}.png", name))
+    assert is_wide(tmp_path / "sd_maps.png") and not is_wide(tmp_path / "violin.png")
+    assert not is_wide(tmp_path / "missing.png")
+    rows = [[cap for _, cap in row] for row in figure_rows(figs)]
+    assert rows == [["violin", "service"], ["sd_maps"], ["x"]]
+    rows = [[cap for _, cap in row] for row in figure_rows([figs[0], figs[2], figs[1]])]
+    assert rows == [["violin"], ["sd_maps"], ["service"]]  # the order is kept
