@@ -33,6 +33,11 @@ MODEL_HEADING = "test: one speed test (the GP alone at this exact point, no tile
 TYPED = "Coordinates"
 
 
+#: Height (px) of the predictive-density chart, title and axis included: at 180 the curve had
+#: about 60 px beside the metrics and the map.
+DENSITY_HEIGHT = 240
+
+
 def _on_click() -> None:
     point = point_from_selection(st.session_state.get("inspect_chart"), L.CLICKABLE_LAYERS)
     if point is not None:
@@ -380,7 +385,7 @@ def _density_chart(s: PointSummary, unit: str) -> alt.Chart:
         .encode(x="x:Q")
     )
     return (area + line + rules).properties(
-        height=180, title="Predictive distribution (shaded: 95% interval)"
+        height=DENSITY_HEIGHT, title="Predictive distribution (shaded: 95% interval)"
     )
 
 

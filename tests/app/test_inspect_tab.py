@@ -106,3 +106,12 @@ def test_inspect_headline_is_the_map_tabs_quantity_at_the_cell(
         assert inspect.metric[0].value == format_value(median), quantity
     # a measured tile's level differs from its neighbourhood's, so the two headlines differ
     assert not np.isclose(grid.arrays["tile_mean"][r, c], grid.arrays["area_mean"][r, c])
+
+
+def test_the_density_chart_is_tall_enough_to_read() -> None:
+    """The predictive density had about 60 px of plot at 180 px (title and axis included)."""
+    from app.points import PointSummary
+    from app.tabs.inspect_tab import DENSITY_HEIGHT, _density_chart
+
+    spec = _density_chart(PointSummary.from_log10(1.6, 0.1), "Mbps").to_dict()
+    assert spec["height"] == DENSITY_HEIGHT >= 240
