@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import loaders
 from app.context import RunContext
+from app.runs import TARGETS
 from app.ui import missing
 
 
@@ -141,13 +142,34 @@ def _pipeline_timings(ctx: RunContext) -> None:
     if not isinstance(secs, dict) or not secs:
         return
     st.markdown("**Pipeline timings** (`demo_timings.json`, seconds)")
-    rows = [
-        {"stage": k.replace("_", " "), "seconds": v}
-        for k, v in secs.items()
-        if isinstance(v, int | float)
-    ]
     st.dataframe(
-        pd.DataFrame(rows),
+        timings_frame(secs),
         hide_index=True,
+        width="content",
+        height="content",
         column_config={"seconds": st.column_config.NumberColumn(format="%.1f")},
     )
+
+
+#: Stages of ``geodbk demo`` in the order it runs them (``total`` last).
+STAGE_ORDER = ("ingest", "train", "predict", "trend", "export", "service", "summarize", "report")
+
+
+def timings_frame(secs: dict[str, Any]) -> pd.DataFrame:
+    """``demo_timings.json``'s seconds as rows ``stage``, ``seconds`` in the order the demo runs
+    its stages (the file lists them alphabetically), each stage's targets in the sidebar's
+    order, unknown stages after the known ones and ``total`` last."""
+
+    def rank(name: str) -> tuple[int, int, str]:
+        stage, _, target = name.partition("_")
+        if name == "total":
+            return (len(STAGE_ORDER) + 1, 0, name)
+        where = STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
+        return (where, TARGETS.index(target) if target in TARGETS else len(TARGETS), name)
+
+    rows = [
+        {"stage": k.replace("_", " "), "seconds": float(v)}
+        for k, v in sorted(secs.items(), key=lambda kv: rank(str(kv[0])))
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return pd.DataFrame(rows, columns=["stage", "seconds"])

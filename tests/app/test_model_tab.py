@@ -66,3 +66,42 @@ def test_the_tab_shows_the_run_s_numbers_and_names_the_train_command(tmp_path: P
     at.run()
     info = " ".join(str(i.value) for i in at.info)
     assert "no trained upload model" in info and "geodbk train --run" in info
+
+
+def test_pipeline_timings_follow_the_demo_s_stage_order() -> None:
+    """``demo_timings.json`` lists its stages alphabetically (``total`` among them); the table
+    reads in the order the demo runs them, targets as in the sidebar, the total last."""
+    from app.tabs.model_tab import timings_frame
+
+    secs = {
+        "export": 3.4,
+        "ingest": 0.6,
+        "predict_download": 4.6,
+        "predict_latency": 3.5,
+        "report_upload": 2.6,
+        "service": 11.1,
+        "summarize_download": 2.8,
+        "total": 100.7,
+        "train_download": 15.2,
+        "train_upload": 22.9,
+        "trend_download": 0.3,
+        "zeta": 1.0,
+        "flag": True,
+    }
+    frame = timings_frame(secs)
+    assert list(frame["stage"]) == [
+        "ingest",
+        "train download",
+        "train upload",
+        "predict download",
+        "predict latency",
+        "trend download",
+        "export",
+        "service",
+        "summarize download",
+        "report upload",
+        "zeta",
+        "total",
+    ]
+    assert frame["seconds"].iloc[-1] == 100.7
+    assert list(timings_frame({}).columns) == ["stage", "seconds"]
