@@ -188,7 +188,8 @@ def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> st
 def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
     (``tile_effect_*``, ``local_layer_*``), each with its unit (:mod:`app.params`): the
-    offsets' spread tau² per class (log10²), the multiple lambda of the GP's variance, the
+    offsets' spread tau² per class (log10²; the local layer's, refitted with its field, when it
+    has one), the multiple lambda of the GP's variance, the
     offsets' correlation rho per quarter (the local layer's, refitted per class, when it has
     one), the place share of an unmeasured tile's prior and the local layer's range (km) and
     variance sigma² (log10²). ``None`` for a grid made without a tile effect."""
@@ -196,7 +197,11 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     if not attr_flag(a, "tile_effect"):
         return None
     layer = attr_flag(a, "local_layer")
-    tau2 = P.prefixed(a, "tile_effect_tau2_")
+    # the local layer refits tau² with its field: the maps use its values (older grids: the
+    # tile effect's)
+    tau2 = (P.prefixed(a, "local_layer_tau2_") if layer else {}) or P.prefixed(
+        a, "tile_effect_tau2_"
+    )
     parts = [f"τ² {P.per_group(tau2, P.VARIANCE_UNIT)}"] if tau2 else []
     if "tile_effect_latent_scale" in a:
         parts.append(f"λ {P.with_unit(a['tile_effect_latent_scale'], P.LAMBDA_UNIT)}")

@@ -325,6 +325,8 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_place_share": float(p.place_share),
         **_share_basis_attrs("local_layer", p.place_share_basis),
     }
+    for g, v in p.tau2.items():  # refitted with the field: the tau2 the maps use
+        out[f"local_layer_tau2_{g}"] = float(v)
     for g, v in (p.rho or {}).items():  # refitted with the field: the rho the maps use
         out[f"local_layer_rho_{g}"] = float(v)
     return out

@@ -107,6 +107,10 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     assert refitted is not None
     assert "σ² 0.0297 log10²; ρ rural 0.857, urban 0.938 per quarter)" in refitted
     assert "0.5 per quarter" not in refitted  # the refitted rho is the one in use
+    tau2 = {"local_layer_tau2_rural": 0.0994, "local_layer_tau2_urban": 0.152}
+    refitted = maps.tile_model_caption({**attrs, **tau2})
+    assert refitted is not None and "τ² rural 0.0994, urban 0.152 log10²" in refitted
+    assert "0.151" not in refitted  # the refitted tau² is the one in use
     alone = maps.tile_model_caption({**attrs, "local_layer": 0, "tile_effect_place_share": 0.2})
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None

@@ -121,7 +121,8 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
 
 
 def test_the_grid_records_the_layers_place_share(run: Path) -> None:
-    """The model's place share (saved with the layer) and what chose it are grid attributes."""
+    """The model's place share (saved with the layer) and what chose it are grid attributes,
+    and so are the tau² the layer refitted (what the maps use, not the tile effect's)."""
     params = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_[
         "local_layer"
     ]
@@ -136,6 +137,8 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
             if f"local_layer_place_share_{k}" in ds.attrs
         }
         assert recorded == (basis or {})
+        for group, value in params["tau2"].items():
+            assert ds.attrs[f"local_layer_tau2_{group}"] == value
 
 
 class _PriorOnlyLayer:
