@@ -46,8 +46,11 @@ lint: install-dev
 typecheck: install-dev
 	$(BIN)/mypy geodbk pipelines app
 
+# Test workers (pytest-xdist): one per core of the reference machine, one torch thread each; a
+# test module stays on one worker (--dist loadfile), so its fixtures are built once.
+PYTEST_WORKERS ?= 2
 pytest: install-dev
-	$(BIN)/python -m pytest -m "not slow" -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
 

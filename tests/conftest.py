@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 # The reference machine has 2 cores; keep torch to them (set before torch is imported anywhere).
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Under pytest -n (make test: one worker per core) each worker takes one thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
 # No network check for the dashboard's base map in tests (app/basemap.py).
 os.environ.setdefault("GEODBK_BASEMAP", "off")
 
@@ -72,4 +73,14 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     from pipelines.demo import run_demo
 
-    return run_demo(tmp_path_factory.mktemp("tiny_run") / "run", quick=True, progress=False)
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return run_demo(tmp_path_factory.mktemp("tiny_run") / "run", quick=True, progress=False)
+    # pytest -n: the workers share one build (the first builds it, the others wait for it)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "tiny_run"
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / "built").is_file():
+            run_demo(shared / "run", quick=True, progress=False)
+            (shared / "built").touch()
+    return shared / "run"
