@@ -51,6 +51,7 @@ from pipelines.rundir import (
     require_run,
     run_licence_attrs,
     target_spec,
+    write_csv_rows,
 )
 
 log = logging.getLogger("geodbk")
@@ -300,7 +301,7 @@ def write_places(
             pq.write_table(table.replace_schema_metadata(meta), tmp)
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(description, licence))
-            frame.to_csv(handle, index=False, lineterminator="\n")
+            write_csv_rows(handle, frame)
     _warn_outside(int((located & ~inside).sum()), int(located.sum()), places.source)
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",

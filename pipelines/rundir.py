@@ -10,6 +10,7 @@ first when something is missing.
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
 import functools
 import hashlib
@@ -19,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from geodbk.geo.frame import Scaling
 from geodbk.geo.licence import OOKLA_LICENCE
 from geodbk.geo.table import read_table_metadata, read_tile_table
 from geodbk.geo.timeaxis import TimeScaling, extrapolation_of, time_input
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("geodbk")
 
@@ -298,6 +302,14 @@ PARQUET_LICENCE_KEY = b"geodbk_data_licence"
 def licence_schema_metadata(licence: dict[str, str]) -> dict[bytes, bytes]:
     """The licence as parquet schema metadata (:data:`PARQUET_LICENCE_KEY`, JSON)."""
     return {PARQUET_LICENCE_KEY: json.dumps(licence, sort_keys=True).encode()}
+
+
+def write_csv_rows(handle: TextIO, frame: pd.DataFrame) -> None:
+    """Write ``frame`` (header and rows, no index) as CSV to ``handle``, below the ``#`` lines
+    that open geodbk's CSVs: every text cell is quoted, so that ``pandas.read_csv(path,
+    comment="#")`` keeps a ``#`` inside a cell (``Suite #4``, an id starting with ``#``) instead
+    of reading the rest of the line as a comment; numbers and booleans stay unquoted."""
+    frame.to_csv(handle, index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
 
 
 def file_in_run_path(run: str | Path) -> Path | None:

@@ -70,6 +70,7 @@ from pipelines.rundir import (
     run_licence,
     target_spec,
     time_scaling_of,
+    write_csv_rows,
 )
 
 log = logging.getLogger("geodbk")
@@ -809,5 +810,5 @@ def _write(
             pq.write_table(arrow.replace_schema_metadata(kv), tmp_parquet, compression="zstd")
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(meta, licence))
-            frame.to_csv(handle, index=False, lineterminator="\n")
+            write_csv_rows(handle, frame)
     return parquet

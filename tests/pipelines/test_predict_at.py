@@ -337,3 +337,24 @@ def test_predictions_record_their_file_and_warn_before_replacing_another(
         assert run_predict_at(run, second, target="download") == out
     assert "stores.parquet holds the outputs at another stores.csv" in caplog.text
     assert pd.read_parquet(out)["site"].tolist() == ["s1"]
+
+
+def test_csv_keeps_ids_with_hash_quotes_commas_and_line_breaks(
+    run: Path, measured: pd.DataFrame
+) -> None:
+    """The CSV read as its header says (``comment="#"``) has every row and every id whole: a
+    ``#`` in a cell (``Suite #4``, an id starting with ``#``) does not start a comment there;
+    a place outside the region keeps its row."""
+    src = run.parent / "hashes.csv"
+    ids = ["Suite #4", "# 12 Main St", 'Café "Nord", Inc.', "line\nbreak", "日本語"]
+    lon = [*measured["lon"].head(4), 10.0]
+    lat = [*measured["lat"].head(4), 50.0]
+    pd.DataFrame({"site": ids, "lon": lon, "lat": lat}).to_csv(src, index=False)
+    assert cli.main(["predict", "--run", str(run), "--target", "upload", "--at", str(src)]) == 0
+    parquet = pd.read_parquet(run / "predictions" / "upload_hashes.parquet")
+    table = pd.read_csv(
+        run / "predictions" / "upload_hashes.csv", comment="#", dtype={"quadkey": str}
+    )
+    assert table["site"].tolist() == ids == parquet["site"].tolist()
+    np.testing.assert_array_equal(table["mean"], parquet["mean"])
+    assert table["outside_region"].tolist() == [False, False, False, False, True]

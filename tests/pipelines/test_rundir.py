@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from pipeline_helpers import make_run
 
@@ -25,6 +26,7 @@ from pipelines.rundir import (
     scaling_of,
     target_lock,
     target_spec,
+    write_csv_rows,
 )
 
 
@@ -115,3 +117,23 @@ def test_run_licence_attrs_names_the_licence_as_file_attributes(tmp_path: Path) 
         "license_terms": licence["terms"],
     }
     assert all(run_licence_attrs(rd).values())
+
+
+def test_csv_rows_keep_hash_signs_in_cells(tmp_path: Path) -> None:
+    """Below ``#`` lines, a cell with ``#`` (``District #3``, one starting with ``#``) is read
+    back whole by ``pandas.read_csv(comment="#")``; numbers, booleans and blanks keep their
+    types."""
+    frame = pd.DataFrame(
+        {
+            "name": ["District #3", "# 7", 'a "b", c'],
+            "value": [1.5, np.nan, 2.0],
+            "flag": [True, False, True],
+        }
+    )
+    path = tmp_path / "t.csv"
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write("# what the file holds\n")
+        write_csv_rows(handle, frame)
+    back = pd.read_csv(path, comment="#")
+    pd.testing.assert_frame_equal(back, frame, check_dtype=False)
+    assert back["flag"].dtype == bool and back["value"].dtype == np.float64
