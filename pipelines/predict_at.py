@@ -209,6 +209,7 @@ def run_predict_at(
         quarter_status=status,
         licence=licence,
         metadata={PREDICTIONS_KEY: json.dumps(record, sort_keys=True).encode("utf-8")},
+        name=str(record["at"]),
         description=(
             f"geodbk predict --at {record['at']}: {target}, {QUANTITY_LABELS[quantity]}, "
             f"{quarter_text(predictor.quarter, status)}; {record['interval']}; {record['units']}"
@@ -262,6 +263,7 @@ def write_places(
     quarter_status: str | None = None,
     metadata: dict[bytes, bytes] | None = None,
     description: str = "",
+    name: str = "",
 ) -> Path:
     """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``,
     and the same rows to a CSV beside it (``path`` with ``.csv``, for spreadsheets: the
@@ -273,7 +275,8 @@ def write_places(
     (located, not ``inside``); the schema metadata holds
     the ``licence`` (file attributes) and ``metadata``. An input column named like an output
     column is renamed ``input_<name>``, prefixed again while that name is taken
-    (:func:`_renamed_inputs`)."""
+    (:func:`_renamed_inputs`). ``name``: the places file's, for the messages (default: how the
+    places were found, ``lon/lat``)."""
     located = places.located
     quadkey = np.full(located.size, None, dtype=object)
     if located.any():
@@ -302,7 +305,7 @@ def write_places(
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(description, licence))
             write_csv_rows(handle, frame)
-    _warn_outside(int((located & ~inside).sum()), int(located.sum()), places.source)
+    _warn_outside(int((located & ~inside).sum()), int(located.sum()), name or places.source)
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",
         path,
@@ -332,7 +335,7 @@ def _csv_header(description: str, licence: dict[str, str]) -> str:
 
 
 def _warn_outside(outside: int, located: int, source: str) -> None:
-    """Warn that ``outside`` of the ``located`` places of ``source`` lie outside the run's
+    """Warn that ``outside`` of the ``located`` places of ``source`` (the file) lie outside the run's
     region and have no values, naming the usual cause on a coast and its fix."""
     if outside:
         log.warning(

@@ -103,6 +103,7 @@ def write_classes_at(
         quarter_status=service.quarter_status or None,
         licence=run_licence_attrs(rd),
         metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
+        name=str(meta_service.get("at", stem)),
         description=(
             f"geodbk service --at {meta_service.get('at', stem)}: service classes (tiers "
             f"{service.tier_labels} Mbps, latency <= {service.latency_ms:g} ms) of the "

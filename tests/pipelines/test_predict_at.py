@@ -97,7 +97,8 @@ def test_lon_lat_with_a_place_outside_the_region(
     with caplog.at_level("WARNING", logger="geodbk"):
         assert cli.main(base) == 0
     # the analyst is told, with the fix for places on a coast
-    assert "1 of 4 places in" in caplog.text and "--region FILE" in caplog.text
+    assert "1 of 4 places in points.csv lie outside" in caplog.text  # the file, not "lon/lat"
+    assert "--region FILE" in caplog.text
     # a spreadsheet gets the same rows, its quadkeys as text, and what they are above them
     parquet = pd.read_parquet(run / "predictions" / "upload_points.parquet")
     csv_path = run / "predictions" / "upload_points.csv"
