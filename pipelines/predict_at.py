@@ -211,10 +211,22 @@ def run_predict_at(
         metadata={PREDICTIONS_KEY: json.dumps(record, sort_keys=True).encode("utf-8")},
         name=str(record["at"]),
         description=(
-            f"geodbk predict --at {record['at']}: {target}, {QUANTITY_LABELS[quantity]}, "
+            f"geodbk predict --at {record['at']}: {target}, "
+            f"{_quantity_label(predictor.model, quantity, tests, devices)}, "
             f"{quarter_text(predictor.quarter, status)}; {record['interval']}; {record['units']}"
         ),
     )
+
+
+def _quantity_label(model: Any, quantity: str, tests: float, devices: float | None) -> str:
+    """The quantity as the CSV's first line names it: the test quantity with its tests and
+    devices (``test: tile average of 4 speed tests from 2 devices (tests=4, devices=2)``), as
+    ``geodbk predict`` labels a grid's, not ``one speed test`` whatever ``--tests`` was."""
+    if quantity != "test":
+        return QUANTITY_LABELS[quantity]
+    from pipelines.predict import describe_quantity  # pipelines.predict imports this module
+
+    return f"test: {describe_quantity(model, tests, devices)}"
 
 
 def places_source(path: Path) -> dict[str, str]:

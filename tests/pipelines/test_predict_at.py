@@ -20,6 +20,7 @@ from geodbk.geo.locations import Locations
 from geodbk.quantities import predict_quantity
 from pipelines import cli
 from pipelines.bundles import load_tile_effect
+from pipelines.predict import describe_quantity
 from pipelines.predict_at import OUTPUT_COLUMNS, run_predict_at, write_places
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat
 
@@ -359,3 +360,16 @@ def test_csv_keeps_ids_with_hash_quotes_commas_and_line_breaks(
     assert table["site"].tolist() == ids == parquet["site"].tolist()
     np.testing.assert_array_equal(table["mean"], parquet["mean"])
     assert table["outside_region"].tolist() == [False, False, False, False, True]
+
+
+def test_csv_names_the_tests_of_the_test_quantity(run: Path, measured: pd.DataFrame) -> None:
+    """``--quantity test --tests 4``: the CSV's first line names the four tests the values are
+    of, as ``geodbk predict`` labels a grid's quantity, not ``one speed test``."""
+    src = run.parent / "four.csv"
+    measured[["lon", "lat"]].head(3).to_csv(src, index=False)
+    base = ["predict", "--run", str(run), "--target", "upload", "--at", str(src)]
+    assert cli.main([*base, "--quantity", "test", "--tests", "4"]) == 0
+    first = (run / "predictions" / "upload_four_test.csv").read_text().splitlines()[0]
+    model = DBKRegressor.load(run / "models" / "upload", device="cpu")
+    assert f"upload, test: {describe_quantity(model, 4.0)}, " in first
+    assert "one speed test" not in first
