@@ -315,7 +315,7 @@ def write_places(
         with naming_errors(path):
             pq.write_table(table.replace_schema_metadata(meta), tmp)
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
-            handle.write(_csv_header(description, licence))
+            handle.write(_csv_header(description, licence, _text_columns(frame)))
             write_csv_rows(handle, frame)
     _warn_outside(int((located & ~inside).sum()), int(located.sum()), name or places.source)
     log.info(
@@ -331,17 +331,29 @@ def write_places(
     return path
 
 
-def _csv_header(description: str, licence: dict[str, str]) -> str:
+def _text_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of ``frame`` that hold text (``quadkey``, ids such as ``007`` or GEOIDs)."""
+    return [
+        str(c)
+        for c in frame.columns
+        if pd.api.types.is_string_dtype(frame[c]) or frame[c].dtype == object
+    ]
+
+
+def _csv_header(description: str, licence: dict[str, str], text: list[str]) -> str:
     """The ``#`` lines above a places CSV's header: what it holds, the data licence (file
-    attributes, :func:`pipelines.rundir.licence_attrs`) and how to read it."""
+    attributes, :func:`pipelines.rundir.licence_attrs`) and how to read its ``text`` columns
+    as text (a reader that guesses types drops their leading zeros)."""
     terms = f" ({licence['license_terms']})" if licence.get("license_terms") else ""
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
+    dtype = ", ".join(f"{c!r}: str" for c in text).replace("'", '"')
     lines = [
         description,
         f"Data: {licence.get('source', '')}. Licence: {licence.get('license', '')}{terms}.{url}",
-        "quadkey is text (16 digits, leading zeros kept): import it as text in a spreadsheet. "
-        'Read with pandas.read_csv(path, comment="#", dtype={"quadkey": str}). Columns: '
-        'docs/cli.md "geodbk predict" and "geodbk service".',
+        f"Text columns ({', '.join(text)}): import them as text in a spreadsheet, or their "
+        "leading zeros are lost (quadkey: 16 digits). Read with pandas.read_csv(path, "
+        f'comment="#", dtype={{{dtype}}}). Columns: docs/cli.md "geodbk predict" and '
+        '"geodbk service".',
     ]
     return "".join(f"# {line}\n" for line in lines if line)
 

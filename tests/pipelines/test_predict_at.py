@@ -362,6 +362,23 @@ def test_csv_keeps_ids_with_hash_quotes_commas_and_line_breaks(
     assert table["outside_region"].tolist() == [False, False, False, False, True]
 
 
+def test_csv_header_names_the_text_columns_that_keep_leading_zeros(
+    run: Path, measured: pd.DataFrame
+) -> None:
+    """A code such as ``007`` (a GEOID, a FIPS code) is text in the parquet; the CSV's header
+    names it with ``quadkey`` as a text column, and reading it so keeps its zeros."""
+    src = run.parent / "codes.parquet"
+    frame = measured[["lon", "lat"]].head(2).assign(code=["007", "010"], n=[1, 2])
+    frame.to_parquet(src)
+    assert cli.main(["predict", "--run", str(run), "--target", "upload", "--at", str(src)]) == 0
+    csv_path = run / "predictions" / "upload_codes.csv"
+    header = next(x for x in csv_path.read_text().splitlines() if x.startswith("# Text columns"))
+    assert '"code": str' in header and '"quadkey": str' in header and '"n": str' not in header
+    spec = header.split("dtype=", 1)[1].split(")", 1)[0]
+    table = pd.read_csv(csv_path, comment="#", dtype=json.loads(spec.replace(": str", ': "str"')))
+    assert table["code"].tolist() == ["007", "010"]
+
+
 def test_csv_names_the_tests_of_the_test_quantity(run: Path, measured: pd.DataFrame) -> None:
     """``--quantity test --tests 4``: the CSV's first line names the four tests the values are
     of, as ``geodbk predict`` labels a grid's quantity, not ``one speed test``."""
