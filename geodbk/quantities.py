@@ -39,6 +39,7 @@ __all__ = [
     "QUANTITIES",
     "QuantityPrediction",
     "check_quantity",
+    "describe_quantity",
     "observation_noise_variance",
     "predict_quantity",
 ]
@@ -271,3 +272,27 @@ def predict_quantity(
         persistent_var=np.asarray(persistent, dtype=np.float64),
         tests_shift=tests_shift,
     )
+
+
+def describe_quantity(model: Any, tests: float, devices: float | None = None) -> str:
+    """What the observation layers show: ``single speed test``, ``tile average of K speed
+    tests`` (tests-aware models; ``tests+devices`` models add ``from M devices`` when
+    ``devices`` is given and differs from K; models with a floor per urban/rural class add
+    ``, each cell's urban/rural noise floor``) or ``observation (constant noise)``."""
+    if not getattr(model, "tests_aware", False):
+        return "observation (constant noise)"
+    text = _describe_tests(model, tests, devices)
+    if getattr(model, "noise_urban", False):
+        text += ", each cell's urban/rural noise floor"
+    return text
+
+
+def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
+    if getattr(model, "devices_aware", False) and devices is not None and devices != tests:
+        return (
+            f"tile average of {tests:g} speed tests from {devices:g} devices "
+            f"(tests={tests:g}, devices={devices:g})"
+        )
+    if tests == 1:
+        return "single speed test (tests=1)"
+    return f"tile average of {tests:g} speed tests (tests={tests:g})"

@@ -55,6 +55,7 @@ from geodbk.quantities import (
     DEFAULT_MAP_QUANTITY,
     QUANTITIES,
     check_quantity,
+    describe_quantity,
     observation_noise_variance,
     predict_quantity,
 )
@@ -228,30 +229,6 @@ def _main(args: argparse.Namespace) -> int:
             raise DataError(f"--at takes one --quarter (e.g. 2023Q4), got {args.quarter!r}")
     call_with_options(run_predict if args.at is None else run_predict_at, args)
     return 0
-
-
-def describe_quantity(model: Any, tests: float, devices: float | None = None) -> str:
-    """What the observation layers show: ``single speed test``, ``tile average of K speed
-    tests`` (tests-aware models; ``tests+devices`` models add ``from M devices`` when
-    ``devices`` is given and differs from K; models with a floor per urban/rural class add
-    ``, each cell's urban/rural noise floor``) or ``observation (constant noise)``."""
-    if not getattr(model, "tests_aware", False):
-        return "observation (constant noise)"
-    text = _describe_tests(model, tests, devices)
-    if getattr(model, "noise_urban", False):
-        text += ", each cell's urban/rural noise floor"
-    return text
-
-
-def _describe_tests(model: Any, tests: float, devices: float | None) -> str:
-    if getattr(model, "devices_aware", False) and devices is not None and devices != tests:
-        return (
-            f"tile average of {tests:g} speed tests from {devices:g} devices "
-            f"(tests={tests:g}, devices={devices:g})"
-        )
-    if tests == 1:
-        return "single speed test (tests=1)"
-    return f"tile average of {tests:g} speed tests (tests={tests:g})"
 
 
 #: The ``quantity`` attribute of the area variables (``std_f``, ``area_mean``, ``latent_*``).

@@ -42,7 +42,7 @@ from geodbk.geo.contract import QUANTITY_LABELS, Z95
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations, read_locations
 from geodbk.geo.timeaxis import quarter_text
-from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity
+from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, describe_quantity
 from pipelines.places import load_place_predictor, places_quarter_status
 from pipelines.run_inputs import read_region, tile_ids
 from pipelines.rundir import (
@@ -224,8 +224,6 @@ def _quantity_label(model: Any, quantity: str, tests: float, devices: float | No
     ``geodbk predict`` labels a grid's, not ``one speed test`` whatever ``--tests`` was."""
     if quantity != "test":
         return QUANTITY_LABELS[quantity]
-    from pipelines.predict import describe_quantity  # pipelines.predict imports this module
-
     return f"test: {describe_quantity(model, tests, devices)}"
 
 

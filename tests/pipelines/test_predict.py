@@ -12,6 +12,7 @@ import pytest
 
 from geodbk.errors import DataError
 from geodbk.geo.grids import make_grid
+from geodbk.quantities import describe_quantity
 from pipelines.predict import (
     AREA_LABEL,
     TILE_MARGIN_DEG,
@@ -19,7 +20,6 @@ from pipelines.predict import (
     check_grid_size,
     crs_attributes,
     describe_map_quantity,
-    describe_quantity,
     grid_bounds,
     parse_trend,
     warn_replacing_quantity,

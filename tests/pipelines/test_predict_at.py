@@ -17,10 +17,9 @@ from geodbk import DBKRegressor
 from geodbk.errors import DataError
 from geodbk.geo.contract import Z95
 from geodbk.geo.locations import Locations
-from geodbk.quantities import predict_quantity
+from geodbk.quantities import describe_quantity, predict_quantity
 from pipelines import cli
 from pipelines.bundles import load_tile_effect
-from pipelines.predict import describe_quantity
 from pipelines.predict_at import OUTPUT_COLUMNS, run_predict_at, write_places
 from pipelines.rundir import RunDir, model_inputs, scale_lonlat
 
