@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xarray as xr
 
 from geodbk import __version__
 from geodbk.atomic import atomic_write_json, staged_folder
@@ -326,8 +327,6 @@ def _export_rasters(
     as GDAL category names in ``service_class{suffix}.tif.aux.xml``) and
     ``p_unserved{suffix}.tif`` (float32) from the grid into ``folder``, with the licence and
     quantity in their tags and band descriptions."""
-    import xarray as xr
-
     written = []
     with xr.open_dataset(grid_path, decode_coords="all", chunks={"y": 1024}) as ds:
         tags = _raster_tags(rd, dict(ds.attrs))
@@ -413,6 +412,7 @@ def _write_grid_set(
     return the grid's final path."""
     folder = service_dir(rd)
     final_grid = folder / f"classes{suffix}.nc"
+    _warn_replacing_other_tiers(final_grid, service)
     for name in (final_grid.name, f"service_class{suffix}.tif", f"p_unserved{suffix}.tif"):
         sweep_spools(folder / name)  # what a writer killed before the staged sets left
     with staged_folder(folder) as stage, _final_names_in_logs(stage, folder):
@@ -445,6 +445,28 @@ def _write_grid_set(
         old_headline.unlink()  # it described the earlier classes grid
         log.info("removed %s (no headline asked for this grid)", old_headline)
     return final_grid
+
+
+def _warn_replacing_other_tiers(grid: Path, service: Service) -> None:
+    """Warn when ``grid`` holds the classes of other tiers or another latency, which the new
+    set replaces (the grid set's names carry the quarter and the quantity, not the tiers)."""
+    if not grid.is_file():
+        return
+    try:
+        with xr.open_dataset(grid) as ds:
+            tiers, latency = str(ds.attrs.get("tiers", "")), ds.attrs.get("latency_ms")
+    except (OSError, ValueError):
+        return
+    new = (service.tier_labels, float(service.latency_ms))
+    if tiers and latency is not None and (tiers, float(latency)) != new:
+        log.warning(
+            "%s holds the classes of tiers %s Mbps with latency <= %g ms; they are replaced by "
+            "those of %s Mbps with latency <= %g ms (copy RUN/service first to keep both)",
+            grid,
+            tiers,
+            float(latency),
+            *new,
+        )
 
 
 def run_service(

@@ -193,6 +193,21 @@ def test_other_tiers_quantity_and_quarter(tiny_run: Path, tmp_path: Path) -> Non
     assert headline["classes"] == list(names) and headline["quantity"] == "area"
 
 
+def test_classes_of_other_tiers_replace_the_grid_with_a_warning(
+    run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    r = Path(shutil.copytree(run, tmp_path / "run"))
+    with caplog.at_level("WARNING", logger="geodbk"):
+        run_service(r, headline_samples=0)  # the same tiers again: nothing to say
+    assert "replaced" not in caplog.text
+    with caplog.at_level("WARNING", logger="geodbk"):
+        run_service(r, tiers="100/20", latency_ms=50, headline_samples=0)
+    assert "holds the classes of tiers 25/3,100/20 Mbps with latency <= 100 ms" in caplog.text
+    assert "replaced by those of 100/20 Mbps with latency <= 50 ms" in caplog.text
+
+
 def test_no_quantity_or_quarter_replaces_another_s_classes(run: Path, tmp_path: Path) -> None:
     import shutil
 
