@@ -128,10 +128,18 @@ def area_summaries_section(doc: Doc, rd: RunDir, spec: TargetSpec) -> None:
 
 def service_headline_section(doc: Doc, rd: RunDir) -> None:
     """ "Service classes (all three targets)": the shares of area and of observed tiles in each
-    class with their 90% intervals, from ``RUN/service/headline.json`` when it exists."""
-    path = rd.root / "service" / "headline.json"
-    if not path.is_file():
-        return
+    class with their 90% intervals, from each headline ``geodbk service`` wrote:
+    ``RUN/service/headline.json`` (the tile quantity at the latest quarter) first, then those
+    of other quantities and quarters (``headline_2022Q4_area.json``), each in its own section."""
+    folder = rd.root / "service"
+    paths = sorted(folder.glob("headline*.json"), key=lambda p: (p.name != "headline.json", p.name))
+    for path in paths:
+        _headline_section(doc, rd, path, named=len(paths) > 1)
+
+
+def _headline_section(doc: Doc, rd: RunDir, path: Path, *, named: bool) -> None:
+    """One headline's section (:func:`service_headline_section`); ``named``: its heading names
+    the quantity and quarter, as the run holds more than one."""
     try:
         headline = json.loads(path.read_text(encoding="utf-8"))
         classes = list(headline["classes"])
@@ -139,7 +147,8 @@ def service_headline_section(doc: Doc, rd: RunDir) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("report: cannot read %s (%s); its section is left out", path, exc)
         return
-    doc.heading("Service classes (download, upload and latency together)")
+    which = f", {headline.get('quantity')} quantity, {headline.get('quarter')}" if named else ""
+    doc.heading(f"Service classes (download, upload and latency together{which})")
     doc.para(
         f"From `{rd.relative(path)}` (`geodbk service`): tiers {headline.get('tiers')} Mbps with "
         f"latency at most {float(headline.get('latency_ms', 'nan')):g} ms, judged on the "

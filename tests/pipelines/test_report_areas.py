@@ -51,6 +51,25 @@ def test_headline_section_matches_the_file(tiny_run: Path) -> None:
     assert rows[0][1].startswith(f"{100 * first['mean']:.1f}%")
 
 
+def test_each_headline_of_the_run_has_its_section(tiny_run: Path, tmp_path: Path) -> None:
+    """A run with classes of another quantity (``service --quantity area``) reports both, the
+    tile quantity's first, each heading naming its quantity and quarter."""
+    folder = tmp_path / "run" / "service"
+    folder.mkdir(parents=True)
+    headline = json.loads((tiny_run / "service" / "headline.json").read_text())
+    (folder / "headline_area.json").write_text(json.dumps({**headline, "quantity": "area"}))
+    (folder / "headline.json").write_text(json.dumps(headline))
+    doc = Doc("t")
+    service_headline_section(doc, RunDir(tmp_path / "run"))
+    headings = [v[1] for k, v in doc.blocks if k == "h" and "Service" in v[1]]
+    assert headings == [
+        f"Service classes (download, upload and latency together, {q} quantity, "
+        f"{headline['quarter']})"
+        for q in ("tile", "area")
+    ]
+    assert len(_tables(doc)) == 2
+
+
 def test_report_md_holds_both_sections(tiny_run: Path) -> None:
     text = (tiny_run / "report" / "download" / "report.md").read_text()
     assert "### synthetic_counties.geojson: tile quantity, " in text  # demo: summarize, report
