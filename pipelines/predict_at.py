@@ -40,6 +40,7 @@ from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.contract import QUANTITY_LABELS, Z95
 from geodbk.geo.frame import native_longitude
+from geodbk.geo.licence import licence_line
 from geodbk.geo.locations import Locations, read_locations
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, describe_quantity
@@ -342,12 +343,14 @@ def _csv_header(description: str, licence: dict[str, str], text: list[str]) -> s
     """The ``#`` lines above a places CSV's header: what it holds, the data licence (file
     attributes, :func:`pipelines.rundir.licence_attrs`) and how to read its ``text`` columns
     as text (a reader that guesses types drops their leading zeros)."""
-    terms = f" ({licence['license_terms']})" if licence.get("license_terms") else ""
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
     dtype = ", ".join(f"{c!r}: str" for c in text).replace("'", '"')
     lines = [
         description,
-        f"Data: {licence.get('source', '')}. Licence: {licence.get('license', '')}{terms}.{url}",
+        licence_line(
+            {"source": "", "license": "", **licence, "terms": licence.get("license_terms")}
+        )
+        + url,
         f"Text columns ({', '.join(text)}): import them as text in a spreadsheet, or their "
         "leading zeros are lost (quadkey: 16 digits). Read with pandas.read_csv(path, "
         f'comment="#", dtype={{{dtype}}}). Columns: docs/cli.md "geodbk predict" and '
