@@ -41,6 +41,7 @@ from geodbk.errors import DataError, GeodbkError, ModelFileError
 from geodbk.errors import TrainingDivergedError as TrainingDivergedError
 from geodbk.estimator import QUANTITIES as QUANTITIES
 from geodbk.estimator import BaseRegressor
+from geodbk.hyperparameters import finite_at_least
 from geodbk.likelihoods import GaussianNoise, TestsNoise, noise_parameters
 from geodbk.objectives import gaussian_nll as core_gaussian_nll
 from geodbk.predictive import Prediction, predict_in_chunks
@@ -146,7 +147,24 @@ class TorchBaseline(BaseRegressor):
     noise_power: bool = False
 
     def _validate(self) -> None:
-        """Check the options (:meth:`fit` does; scikit-learn sets them unchecked)."""
+        """Check the options (:meth:`fit` does; scikit-learn sets them unchecked).
+
+        ``epochs >= 0`` (0: initialise and compute the posterior without training),
+        ``batch_size >= 1``, ``lr`` finite and ``>= 0``, ``patience`` ``None`` or ``>= 0`` (0: stop
+        after the first epoch that does not improve),
+        ``seed >= 0``, and the noise model and dtype; a ``ValueError`` names the option.
+        """
+        patience_ok = self.patience is None or finite_at_least(self.patience, 0)
+        rules = [
+            ("epochs", finite_at_least(self.epochs, 0), ">= 0"),
+            ("batch_size", finite_at_least(self.batch_size, 1), ">= 1"),
+            ("lr", finite_at_least(self.lr, 0), "a finite number >= 0"),
+            ("patience", patience_ok, "None (never stop early) or >= 0"),
+            ("seed", finite_at_least(self.seed, 0), ">= 0"),
+        ]
+        for name, good, rule in rules:
+            if not good:
+                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
         check_noise(self.noise)
         _ = self._torch_dtype  # "float32" or "float64"
 
@@ -301,6 +319,8 @@ class TorchBaseline(BaseRegressor):
         self._validate()
         Xn = validated_X(self, X, reset=True)
         yn = validated_y(self, y, Xn.shape[0])
+        if Xn.shape[0] < 2:
+            raise DataError(f"need at least 2 training points, got {Xn.shape[0]} sample")
         self.y_mean_ = float(yn.mean())
         self.y_sd_ = float(yn.std()) if yn.std() > 0 else 1.0
         seed, epochs, batch_size = int(self.seed), int(self.epochs), int(self.batch_size)

@@ -12,7 +12,7 @@ from baseline_helpers import region
 
 from geodbk.baselines.exact_rbf import ExactRBFRegressor
 from geodbk.baselines.registry import build_model
-from geodbk.errors import ModelFileError, TrainingDivergedError
+from geodbk.errors import DataError, ModelFileError, TrainingDivergedError
 
 
 class _Halving(ExactRBFRegressor):
@@ -67,3 +67,36 @@ def test_baseline_divergence_and_early_stopping() -> None:
     # lr = 0: nothing improves after epoch 1, so training stops after 1 + patience epochs
     stuck = ExactRBFRegressor(epochs=10, patience=2, lr=0.0).fit(X[:30], y[:30], X[30:], y[30:])
     assert [r["epoch"] for r in stuck.history_] == [1, 2, 3] and stuck.best_epoch_ == 1
+
+
+@pytest.mark.parametrize("name", ["exact-rbf", "cagp", "solve-gp", "softki"])
+@pytest.mark.parametrize(
+    ("option", "value", "rule"),
+    [
+        ("epochs", -1, "epochs must be >= 0"),
+        ("epochs", float("nan"), "epochs must be >= 0"),
+        ("batch_size", 0, "batch_size must be >= 1"),
+        ("lr", -0.1, "lr must be a finite number >= 0"),
+        ("lr", float("nan"), "lr must be a finite number >= 0"),
+        ("patience", -1, r"patience must be None \(never stop early\) or >= 0"),
+        ("seed", -1, "seed must be >= 0"),
+    ],
+)
+def test_baseline_refuses_a_shared_option_out_of_range(
+    name: str, option: str, value: float, rule: str
+) -> None:
+    """The shared budget options are checked when fitting, with the option named, as
+    DBKRegressor's are (not torch's error, a silent no-op or a hang)."""
+    X, y = region(30, seed=0)
+    model = build_model(name, epochs=1, batch_size=8, seed=0, rank=4, hidden=4)
+    with pytest.raises(ValueError, match=f"{rule}, got"):
+        model.set_params(**{option: value}).fit(X, y)
+    assert not hasattr(model, "module_")
+
+
+@pytest.mark.parametrize("name", ["exact-rbf", "cagp", "solve-gp", "softki"])
+def test_baseline_needs_two_training_rows(name: str) -> None:
+    X, y = region(30, seed=0)
+    model = build_model(name, epochs=1, batch_size=8, seed=0, rank=4, hidden=4)
+    with pytest.raises(DataError, match="need at least 2 training points, got 1"):
+        model.fit(X[:1], y[:1])
