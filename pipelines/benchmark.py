@@ -76,6 +76,7 @@ from geodbk.validation import counts_or_one
 from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, format_stat, table2_lines
 from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
+from pipelines.report_doc import split_sentence
 from pipelines.scoring import by_tests_scores, clean_json
 from pipelines.training_data import noise_columns, time_axis, urban_classes, urban_groups_supported
 
@@ -178,6 +179,30 @@ def load_benchmark_data(
         if not (data["split"] == s).any():
             raise DataError(f"{path} has no '{s}' rows with a finite {col}")
     return data
+
+
+#: The tile table's metadata a benchmark report records (as ``model.json`` does).
+TILES_METADATA_KEYS = ("type", "quarters", "region", "split", "ingest_id")
+
+
+def tiles_metadata(run: Path) -> dict[str, Any]:
+    """The ``geodbk`` metadata of ``RUN/tiles.parquet`` that says which data and split a
+    benchmark scored: :data:`TILES_METADATA_KEYS` (``None`` where the table lacks one).
+
+    Read from the parquet footer with pyarrow alone when the geo stack is absent.
+    """
+    path = Path(run) / "tiles.parquet"
+    try:
+        # local: the geo stack is absent on GPU machines; pyarrow reads the footer there
+        from geodbk.geo.table import read_table_metadata
+
+        meta = read_table_metadata(path)
+    except ImportError:  # pragma: no cover - geo layer absent
+        import pyarrow.parquet as pq
+
+        raw = (pq.read_schema(path).metadata or {}).get(b"geodbk")
+        meta = json.loads(raw) if raw else {}
+    return {key: meta.get(key) for key in TILES_METADATA_KEYS}
 
 
 def check_noise_model(noise: str) -> str:
@@ -651,10 +676,19 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{k}={v}" for k, v in report["budget"].items())
         + f"; rows: {report['rows']}.",
         "",
+    ]
+    split = (report.get("tiles_metadata") or {}).get("split")
+    if split:  # reports written before the split was recorded have none
+        lines += [split_sentence(split), ""]
+    lines += [
         "Machine: " + ", ".join(f"{k}={v}" for k, v in report["machine"].items()),
         "",
-        "Quality on the test split, log10 units, mean ± sd over seeds (`width_sd`/`width_iqr`: "
-        "spread of the per-tile 95% PI widths).",
+        f"Quality on the test split of the target log10 of `{target_info(report['target']).column}`"
+        ", mean ± sd over seeds. MAE, CRPS and the PI widths are in log10 units; NLL is the mean "
+        "Gaussian negative log-likelihood in nats per test row, NLL (std) = NLL − ln sd_train "
+        "(the standardised target, the report's NLL_std); coverage 95% is the share of test "
+        "rows inside the central 95% prediction interval (`width_sd`/`width_iqr`: spread of the "
+        "per-tile 95% PI widths).",
         "",
     ]
     if report.get("protocol"):
@@ -903,6 +937,7 @@ def run_benchmark(
         "protocol": protocol,
         "sweeps": sweeps,
         "rows": rows,
+        "tiles_metadata": tiles_metadata(run),
         "inputs": ["x1", "x2", "t"] if time else ["x1", "x2"],
         "machine": machine_info(threads, device),
         "models": {},

@@ -435,3 +435,30 @@ def test_a_stage_runs_without_the_geo_stack(
     )
     assert out.returncode == 0, out.stderr
     assert "--tile-effect" in out.stdout and option in out.stdout
+
+
+def test_benchmark_report_names_the_split_it_scored(tmp_path: Path) -> None:
+    """The JSON records the tile table's split (kind, seed) and the ingest it came from, and the
+    Markdown says which split the test metrics are on, so that reports of runs ingested with
+    different ``--split`` cannot be mistaken for one another."""
+    run = make_tiny_run(tmp_path / "run", n=120, seed=4)
+    run_benchmark(run, target="download", models=["sv-rbf"], seeds=[0], **TINY_BUDGET)
+    report = json.loads((run / "benchmark" / "download.json").read_text())
+    tiles = report["tiles_metadata"]
+    assert tiles["split"]["kind"] == "random" and tiles["split"]["seed"] == 4
+    assert tiles.keys() == {"type", "quarters", "region", "split", "ingest_id"}
+    md = (run / "benchmark" / "download.md").read_text()
+    assert "Split: random rows (seed 4)" in md
+
+
+def test_benchmark_markdown_defines_its_metrics_as_the_report_does(tmp_path: Path) -> None:
+    """The tables' NLL, NLL (std) and coverage are defined where they are shown, in the terms
+    of ``geodbk report`` (nats per test row, NLL_std = NLL − ln sd, share inside the 95%
+    interval), with the column the log10 target comes from."""
+    run = make_tiny_run(tmp_path / "run", n=120, seed=5)
+    run_benchmark(run, target="download", models=["sv-rbf"], seeds=[0], **TINY_BUDGET)
+    md = (run / "benchmark" / "download.md").read_text()
+    assert "log10 of `avg_d_kbps`" in md
+    assert "nats per test row" in md
+    assert "NLL (std) = NLL − ln sd_train" in md
+    assert "share of test rows inside the central 95% prediction interval" in md
