@@ -23,6 +23,7 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import (
     _check_feature_names,
     _check_n_features,
+    _get_feature_names,
     check_array,
     check_is_fitted,
     column_or_1d,
@@ -96,7 +97,7 @@ def validated_X(estimator: Any, X: Any, name: str = "X", *, reset: bool) -> np.n
     except ValueError as exc:
         raise DataError(f"{name}: {exc}") from exc
     one_d = arr.ndim == 1
-    x_np = as_feature_matrix(arr, name)
+    x_np = as_feature_matrix(arr, name, columns=_get_feature_names(X))
     if reset:
         _check_n_features(estimator, x_np, reset=True)
         return x_np

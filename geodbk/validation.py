@@ -13,21 +13,39 @@ import numpy as np
 from geodbk.errors import DataError
 
 
-def as_feature_matrix(x: Any, name: str) -> np.ndarray:
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def as_feature_matrix(x: Any, name: str, *, columns: Any = None) -> np.ndarray:
     """``x`` as a finite float64 (n, d) array; a 1-D array is read as one feature per row.
+
+    ``columns``: the column names (a DataFrame's), used to name a column with NaN or infinite
+    values (else its index).
 
     Raises
     ------
     DataError
-        If ``x`` is empty, not 1-D/2-D, or holds NaN or infinite values.
+        If ``x`` is empty, not 1-D/2-D, or holds NaN or infinite values (naming each such
+        column, its number of rows and the first, counted from 0).
     """
     arr = np.array(x, dtype=np.float64)  # a writable copy: torch refuses read-only buffers
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] == 0:
         raise DataError(f"{name} must be a non-empty 2-D array (n, d), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values; drop or impute those rows")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        names = list(columns) if columns is not None else None
+        where = []
+        for j in np.flatnonzero(bad.any(axis=0)):
+            label = repr(str(names[j])) if names is not None and j < len(names) else str(j)
+            rows = np.flatnonzero(bad[:, j])
+            where.append(f"column {label} ({_rows(rows.size)}, first row {rows[0]})")
+        raise DataError(
+            f"{name} contains NaN or infinite values in {', '.join(where)}; drop or impute "
+            "those rows"
+        )
     return arr
 
 
@@ -42,8 +60,13 @@ def as_target_vector(y: Any, name: str, n: int) -> np.ndarray:
     arr = np.array(y, dtype=np.float64).reshape(-1)
     if arr.shape[0] != n:
         raise DataError(f"{name} has {arr.shape[0]} values but the inputs have {n} rows")
-    if not np.isfinite(arr).all():
-        raise DataError(f"{name} contains NaN or infinite values; drop those rows")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        values = "value" if bad.size == 1 else "values"
+        raise DataError(
+            f"{name} contains {bad.size} NaN or infinite {values} (first row {bad[0]}); drop "
+            "those rows"
+        )
     return arr
 
 

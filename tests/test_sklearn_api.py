@@ -93,3 +93,13 @@ def test_regressor_tags_require_one_real_target() -> None:
     assert not tags.target_tags.multi_output and not tags.target_tags.positive_only
     assert tags.estimator_type == "regressor"
     assert not tags.input_tags.allow_nan and not tags.input_tags.sparse
+
+
+def test_a_nan_in_a_dataframe_is_reported_with_its_column_name() -> None:
+    est = _Regressor()
+    frame = pd.DataFrame({"lon": [0.0, 1.0, 2.0], "lat": [2.0, np.nan, 3.0]})
+    with pytest.raises(DataError, match=r"X contains NaN .* column 'lat' \(1 row, first row 1\)"):
+        validated_X(est, frame, reset=True)
+    validated_X(est, frame.fillna(0.0), reset=True)
+    with pytest.raises(DataError, match=r"X_val contains NaN .* column 'lat'"):
+        validated_X(est, frame, "X_val", reset=False)

@@ -35,7 +35,7 @@ def test_target_vector_matches_the_rows() -> None:
     np.testing.assert_array_equal(as_target_vector([[1], [2]], "y", 2), [1.0, 2.0])
     with pytest.raises(DataError, match="y has 3 values but the inputs have 2 rows"):
         as_target_vector([1, 2, 3], "y", 2)
-    with pytest.raises(DataError, match="y_val contains NaN"):
+    with pytest.raises(DataError, match="y_val contains 1 NaN or infinite value"):
         as_target_vector([1.0, np.nan], "y_val", 2)
 
 
@@ -60,3 +60,20 @@ def test_urban_flags_are_zero_or_one() -> None:
         as_urban_flags(np.array([True, None], dtype=object), "urban", 2)
     with pytest.raises(DataError, match="urban_val has 2 values"):
         as_urban_flags([1, 0], "urban_val", 3)
+
+
+def test_non_finite_inputs_name_the_column_and_the_rows() -> None:
+    X = np.zeros((6, 2))
+    X[[2, 4], 1] = np.nan
+    X[5, 0] = np.inf
+    with pytest.raises(DataError) as err:
+        as_feature_matrix(X, "X", columns=["lon", "lat"])
+    msg = str(err.value)
+    assert "X contains NaN or infinite values" in msg
+    assert "column 'lon' (1 row, first row 5)" in msg
+    assert "column 'lat' (2 rows, first row 2)" in msg
+    assert msg.endswith("drop or impute those rows")
+    with pytest.raises(DataError, match=r"column 1 \(2 rows, first row 2\)"):
+        as_feature_matrix(X[:5], "X")
+    with pytest.raises(DataError, match=r"y_val contains 2 NaN or infinite values \(first row 1\)"):
+        as_target_vector([1.0, np.nan, 3.0, np.inf], "y_val", 4)
