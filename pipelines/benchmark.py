@@ -771,6 +771,15 @@ def check_budget(
         )
 
 
+def seed_option_refused(flag: str, name: str) -> str:
+    """Why ``--set``/``--sweep`` (``flag``) of ``name``'s ``seed`` is refused: ``--seeds`` seeds
+    every run, and one set seed would train each of them alike (a swept one would pick a seed)."""
+    return (
+        f"{flag} {name}.seed: every model trains once per seed of --seeds, which sets its seed "
+        f"(a {flag} seed would replace it in every run); give the seeds as --seeds, e.g. --seeds 3"
+    )
+
+
 def check_overrides(
     models: list[str],
     overrides: dict[str, dict[str, Any]] | None,
@@ -794,6 +803,8 @@ def check_overrides(
                 f"--set {name}.{next(iter(options))}: {name} is not among --models "
                 f"({', '.join(models)})"
             )
+        if "seed" in options:
+            raise DataError(seed_option_refused("--set", name))
         try:
             # options are checked when fitting, not when set (scikit-learn)
             build(name, overrides=options, preset=preset)._validate()
@@ -1168,6 +1179,8 @@ def resolve_sweeps(
         if len(options) != 1:
             raise DataError(f"--sweep: one option per model, got {', '.join(options)} for {name}")
         option, values = next(iter(options.items()))
+        if option == "seed":
+            raise DataError(seed_option_refused("--sweep", name))
         if not values:
             raise DataError(f"--sweep {name}.{option}: give at least one value")
         if option in ((overrides or {}).get(name) or {}):

@@ -462,3 +462,18 @@ def test_benchmark_markdown_defines_its_metrics_as_the_report_does(tmp_path: Pat
     assert "nats per test row" in md
     assert "NLL (std) = NLL − ln sd_train" in md
     assert "share of test rows inside the central 95% prediction interval" in md
+
+
+@pytest.mark.parametrize("flag", ["set", "sweep"])
+def test_benchmark_refuses_a_seed_option_that_would_override_seeds(
+    run_dir: Path, flag: str
+) -> None:
+    """``--set MODEL.seed`` trained every run of ``--seeds`` with the one seed (recorded under
+    the --seeds values, with an sd of 0), and ``--sweep MODEL.seed`` picked the best seed by
+    validation NLL; both stop before any training, pointing to --seeds."""
+    given = {"sv-rbf": {"seed": 3}}
+    options = {"overrides": given} if flag == "set" else {"sweeps": {"sv-rbf": {"seed": [0, 3]}}}
+    with pytest.raises(DataError, match=rf"--{flag} sv-rbf.seed: .*--seeds"):
+        run_benchmark(
+            run_dir, target="download", models=["sv-rbf"], seeds=[0, 1], **options, **TINY_BUDGET
+        )
