@@ -52,9 +52,14 @@ class Positive(nn.Module):
 
 
 def scaled_sqdist(a: Tensor, b: Tensor, lengthscale: Tensor) -> Tensor:
-    """Squared distances Σ_j (a_ij - b_kj)² / l_j², clamped at 0 (matmul form, (n, m))."""
-    a = a / lengthscale
-    b = b / lengthscale
+    """Squared distances Σ_j (a_ij - b_kj)² / l_j², clamped at 0 (matmul form, (n, m)).
+
+    Both sets are first shifted by the mean of ``b`` (a constant: distances do not change), so
+    that inputs far from the origin (raw lon/lat) do not cancel to rounding noise in float32.
+    """
+    centre = b.detach().mean(dim=-2, keepdim=True)
+    a = (a - centre) / lengthscale
+    b = (b - centre) / lengthscale
     d2 = (
         a.pow(2).sum(-1, keepdim=True)
         + b.pow(2).sum(-1).unsqueeze(-2)

@@ -81,10 +81,16 @@ class SoftKIModule(nn.Module):
         self.register_buffer("chol_Lambda", torch.eye(m))
 
     def weights(self, X: Tensor) -> Tensor:
-        """Soft interpolation weights softmax_j(-||x - z_j|| / T), (n, m)."""
-        d2 = (
-            X.pow(2).sum(-1, keepdim=True) + self.Z.pow(2).sum(-1) - 2.0 * X @ self.Z.T
-        ).clamp_min(1e-12)
+        """Soft interpolation weights softmax_j(-||x - z_j|| / T), (n, m).
+
+        The distances are taken after shifting ``X`` and ``Z`` by the mean of ``Z`` (they do not
+        change), so that inputs far from the origin do not cancel to rounding noise in float32.
+        """
+        centre = self.Z.detach().mean(dim=0)
+        Xc, Zc = X - centre, self.Z - centre
+        d2 = (Xc.pow(2).sum(-1, keepdim=True) + Zc.pow(2).sum(-1) - 2.0 * Xc @ Zc.T).clamp_min(
+            1e-12
+        )
         return torch.softmax(-d2.sqrt() / self.log_temperature.exp(), dim=-1)
 
     def kzz_chol(self) -> Tensor:

@@ -61,3 +61,20 @@ def test_rbf_kernel_positive_parameters_and_relative_jitter() -> None:
     assert torch.equal(chol, torch.tril(chol))
     expected_matrix = ones + 1e-6 * 4.0 * torch.eye(3, dtype=torch.float64)  # 1e-6 x mean diag
     torch.testing.assert_close(chol @ chol.T, expected_matrix, rtol=0.0, atol=1e-12)
+
+
+def test_float32_distances_hold_far_from_the_origin() -> None:
+    """Raw lon/lat (Hawaii: about -157, 21) in float32: the matmul form of the squared distance
+    cancels to noise there, which made RBF and Matérn Gram matrices indefinite; the kernels
+    depend on differences only, so they match float64 and stay positive definite."""
+    rng = np.random.default_rng(0)
+    pts = np.array([-157.8, 21.3]) + rng.uniform(-0.05, 0.05, (64, 2))
+    ls = torch.tensor([0.01, 0.01])
+    for kernel in (rbf_ard, matern32_ard):
+        K64 = kernel(
+            torch.as_tensor(pts), torch.as_tensor(pts), lengthscale=ls.double(), outputscale=1.0
+        )
+        p32 = torch.as_tensor(pts, dtype=torch.float32)
+        K32 = kernel(p32, p32, lengthscale=ls, outputscale=1.0)
+        np.testing.assert_allclose(K32.double().numpy(), K64.numpy(), atol=1e-3)
+        assert float(torch.linalg.eigvalsh(K32.double()).min()) > -1e-4

@@ -453,3 +453,15 @@ def test_softki_tests_noise_matches_dense_gp() -> None:
     np.testing.assert_allclose(pred.mean, mean * sd + est.y_mean_, rtol=1e-8, atol=1e-9)
     np.testing.assert_allclose(pred.var_f, var_f * sd**2, rtol=1e-6, atol=1e-10)
     np.testing.assert_allclose(pred.var, (var_f + dense_s2(tq)) * sd**2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("z_init", ["random", "kmeans"])
+def test_softki_float32_fits_raw_coordinates_far_from_the_origin(z_init: str) -> None:
+    """SoftKI depends on input differences only, so raw lon/lat near (-157, 21) in float32 fits
+    as the same points near 0 do (it raised a Cholesky error: the squared distances cancelled)."""
+    X, y = region(200, seed=0)
+    offset = np.array([-157.0, 21.0])
+    options = dict(num_points=16, epochs=2, batch_size=64, z_init=z_init, seed=0)
+    far = SoftKIRegressor(**options).fit(X + offset, y)
+    near = SoftKIRegressor(**options).fit(X, y)
+    np.testing.assert_allclose(far.predict(X + offset), near.predict(X), atol=0.05)
