@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,8 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "noise_urban": False,
     "kernel_update_every": 1,
 }
+#: :meth:`DBKRegressor.fit` warns when an input column's median ``|x|`` is above this.
+UNSCALED_INPUT = 3.0
 #: The quantities :meth:`DBKRegressor.predict_dist` can describe.
 QUANTITIES = ("observation", "latent")
 
@@ -351,7 +354,9 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         Parameters
         ----------
         X, y
-            Training inputs and targets.
+            Training inputs and targets. The inputs should be of about unit scale, e.g. in
+            ``[-1, 1]`` (the inducing points start there); a column lying mostly beyond ±3 is
+            warned about.
         X_val, y_val
             Optional validation data; the returned model is the epoch with the lowest
             validation NLL (without them: the lowest training loss).
@@ -391,6 +396,7 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         y_np = validated_y(self, y, x_np.shape[0])
         if x_np.shape[0] < 2:
             raise DataError(f"need at least 2 training points, got {x_np.shape[0]} sample")
+        self._warn_if_unscaled(x_np)
         has_val = X_val is not None and y_val is not None
         if (X_val is None) != (y_val is None):
             raise DataError("give both X_val and y_val, or neither")
@@ -432,6 +438,27 @@ class DBKRegressor(BaseRegressor, DBKHyperparameters):
         self.metadata_: dict[str, Any] = {}
         self._fold()
         return self
+
+    def _warn_if_unscaled(self, x_np: np.ndarray) -> None:
+        """Warn when an input column lies mostly beyond ±:data:`UNSCALED_INPUT` (its median
+        ``|x|``): the inducing points start in ``[-1, 1]`` and the backbone expects inputs of
+        about that size, so raw coordinates (lon/lat in degrees) leave the model fitting a
+        constant."""
+        median = np.median(np.abs(x_np), axis=0)
+        far = np.flatnonzero(median > UNSCALED_INPUT)
+        if not far.size:
+            return
+        names = getattr(self, "feature_names_in_", None)
+        cols = ", ".join(f"{names[j]!r}" if names is not None else str(j) for j in far)
+        warnings.warn(
+            f"X column {cols} lies mostly beyond ±{UNSCALED_INPUT:g} (median |x| "
+            f"{float(median[far].max()):.3g}), but {type(self).__name__} starts its inducing "
+            "points in [-1, 1] and expects inputs of about that scale: it may fit a constant. "
+            "Scale X to [-1, 1] first, e.g. make_pipeline(MinMaxScaler(feature_range=(-1, 1)), "
+            "model) (geodbk ingest writes lon/lat scaled so, as x1 and x2)",
+            UserWarning,
+            stacklevel=4,  # the caller of fit (through kept_on_failure's wrapper)
+        )
 
     def _covariate(
         self, tests: Any, devices: Any, urban: Any, n: int, *, suffix: str = ""

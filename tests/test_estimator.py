@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,19 @@ def test_cuda_matches_cpu(expansion: str, kernel_update_every: int, tmp_path: Pa
     gpu.save(tmp_path / "g")
     back = DBKRegressor.load(tmp_path / "g", device="cpu")
     assert np.allclose(back.predict_dist(x).mean, b.mean, rtol=1e-9, atol=1e-9)
+
+
+def test_fit_warns_when_the_inputs_lie_far_from_the_unit_square() -> None:
+    """Raw lon/lat (about -157, 21) leave every inducing point, initialised in [-1, 1], far
+    from the data: the model fits a constant (R² 0). The warning names the column and the fix."""
+    import pandas as pd
+
+    x, y = _data(60)
+    raw = pd.DataFrame({"lon": x[:, 0] - 157.0, "lat": x[:, 1]})
+    with pytest.warns(
+        UserWarning, match=r"X column 'lon' .*MinMaxScaler\(feature_range=\(-1, 1\)\)"
+    ):
+        DBKRegressor(**{**SMALL, "epochs": 1}).fit(raw, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DBKRegressor(**{**SMALL, "epochs": 1}).fit(x * 2.5, y)  # standardised inputs are fine
