@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from geodbk.baselines.base import TorchBaseline, make_noise
 from geodbk.baselines.kernels import Positive, psd_cholesky, rbf_ard, tri_solve
+from geodbk.sklearn_api import validated_X
 
 #: Values of the string options.
 Z_INITS = ("random", "kmeans")
@@ -447,9 +448,12 @@ class SoftKIRegressor(TorchBaseline):
         return module.features(A, Lz) @ module.features(B, Lz).T
 
     def features(self, X: Any) -> np.ndarray:
-        """phi(X) = W(X) Lz, (n, m), so that kernel(X, X') = phi(X) phi(X')'."""
+        """phi(X) = W(X) Lz, (n, m) float64 in standardised-target units (as
+        ``DBKRegressor.features``), so that ``kernel(X, X') = phi(X) phi(X')'``; ``X`` is checked
+        as in :meth:`predict`."""
         module = self._check_fitted()
         assert isinstance(module, SoftKIModule)
+        x_np = validated_X(self, X, reset=False)
         with torch.no_grad():
-            phi = module.features(self._tensor(np.asarray(X, dtype=np.float64).reshape(len(X), -1)))
-        return phi.double().cpu().numpy() * self.y_sd_
+            phi = module.features(self._tensor(x_np))
+        return phi.double().cpu().numpy()

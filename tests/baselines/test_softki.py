@@ -465,3 +465,18 @@ def test_softki_float32_fits_raw_coordinates_far_from_the_origin(z_init: str) ->
     far = SoftKIRegressor(**options).fit(X + offset, y)
     near = SoftKIRegressor(**options).fit(X, y)
     np.testing.assert_allclose(far.predict(X + offset), near.predict(X), atol=0.05)
+
+
+def test_softki_features_are_the_kernel_factor_and_check_their_inputs() -> None:
+    """``features(X) @ features(X').T == kernel(X, X')`` (standardised units, as
+    DBKRegressor's), and X is checked as in predict: a wrong column count or a NaN raises."""
+    from geodbk.errors import DataError
+
+    X, y = region(120, seed=1)
+    est = SoftKIRegressor(num_points=8, epochs=1, batch_size=32).fit(X, 5.0 * y)
+    phi = est.features(X[:6])
+    np.testing.assert_allclose(phi @ phi.T, est.kernel(X[:6], X[:6]), rtol=1e-4, atol=1e-6)
+    with pytest.raises(DataError, match="X has 1 features"):
+        est.features(X[:5, :1])
+    with pytest.raises(DataError, match="NaN"):
+        est.features(np.full((2, 2), np.nan))
