@@ -971,6 +971,7 @@ def run_benchmark(
     stem = target if protocol is None else f"{target}_{protocol}"
     if merge:
         _read_models(out_dir / f"{stem}.json")  # an unreadable report fails before any training
+        check_same_tiles(out_dir / f"{stem}.json", report["tiles_metadata"])
     for name in models:
         model_overrides = dict((overrides or {}).get(name) or {})
         sweep = None
@@ -1023,6 +1024,38 @@ def _read_models(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: cannot merge into an unreadable report ({exc})") from exc
     return canonical_keys(kept)
+
+
+def check_same_tiles(path: Path, tiles: dict[str, Any]) -> None:
+    """Raise a ``DataError`` when the report at ``path`` scored its models on the tiles of
+    another ingest or split than ``tiles`` (:func:`tiles_metadata`): ``--merge`` would put
+    models scored on different test rows in one table. A report without ``tiles_metadata``
+    (written before it was recorded) is not checked."""
+    if not path.is_file():
+        return
+    try:
+        before = json.loads(path.read_text(encoding="utf-8")).get("tiles_metadata")
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot merge into an unreadable report ({exc})") from exc
+    if not isinstance(before, dict):
+        return
+    keys = ("ingest_id", "split")
+    if all(before.get(k) == tiles.get(k) for k in keys):
+        return
+
+    def split_words(info: dict[str, Any]) -> str:
+        split = info.get("split")
+        split = split if isinstance(split, dict) else {}
+        return (
+            f"ingest {info.get('ingest_id')}, split: {split.get('kind')}, seed {split.get('seed')}"
+        )
+
+    raise DataError(
+        f"{path} scored its models on the tiles of {split_words(before)}, but "
+        f"{path.parents[1] / 'tiles.parquet'} is {split_words(tiles)}; --merge would "
+        "put models scored on different test rows in one table: benchmark every model again "
+        "without --merge (the report is replaced), or use another run directory"
+    )
 
 
 def write_report(

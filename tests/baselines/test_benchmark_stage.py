@@ -477,3 +477,23 @@ def test_benchmark_refuses_a_seed_option_that_would_override_seeds(
         run_benchmark(
             run_dir, target="download", models=["sv-rbf"], seeds=[0, 1], **options, **TINY_BUDGET
         )
+
+
+def test_benchmark_merge_refuses_a_report_of_another_ingest(tmp_path: Path) -> None:
+    """--merge into a report scored on the tiles of another ingest (another split, say) would
+    put models scored on different test rows in one table: it stops before training."""
+    run = make_tiny_run(tmp_path / "run", n=120, seed=6)
+    run_benchmark(run, target="download", models=["sv-rbf"], seeds=[0], **TINY_BUDGET)
+    path = run / "benchmark" / "download.json"
+    report = json.loads(path.read_text())
+    report["tiles_metadata"]["ingest_id"] = "an-earlier-ingest"
+    report["tiles_metadata"]["split"] = {"kind": "tile", "seed": 1}
+    path.write_text(json.dumps(report))
+    with pytest.raises(DataError, match=r"an-earlier-ingest.*split: tile.*without --merge"):
+        run_benchmark(
+            run, target="download", models=["dbk-rbf"], seeds=[0], merge=True, **TINY_BUDGET
+        )
+    del report["tiles_metadata"]  # a report from before the split was recorded: merged as before
+    path.write_text(json.dumps(report))
+    run_benchmark(run, target="download", models=["dbk-rbf"], seeds=[0], merge=True, **TINY_BUDGET)
+    assert json.loads(path.read_text())["models"].keys() == {"sv-rbf", "dbk-rbf"}
