@@ -1121,9 +1121,9 @@ def _run_seeds(
 def options_refused(
     name: str, data: dict[str, np.ndarray], kwargs: dict[str, Any], overrides: dict[str, Any]
 ) -> str | None:
-    """Why ``name`` cannot run with the benchmark's options (its noise, ``overrides``) whatever
-    the seed or swept value, from building it without training (:func:`noise_options`), or
-    ``None``."""
+    """Why ``name`` cannot run with the benchmark's options (its noise, ``overrides``, a
+    ``max_n`` below the train rows) whatever the seed or swept value, from building it without
+    training (:func:`noise_options`), or ``None``."""
     try:
         model = build_model(
             name,
@@ -1135,6 +1135,14 @@ def options_refused(
         noise_options(name, model, kwargs["noise"], data)
     except ValueError as exc:
         return f"{type(exc).__name__}: {exc}"
+    n_train = int((data["split"] == "train").sum())
+    max_n = getattr(model, "max_n", None)
+    if max_n is not None and n_train > max_n:
+        return (
+            f"ProblemTooLargeError: {name}: {n_train} training points exceed max_n={max_n} "
+            f"(O(n³) time, O(n²) memory); use a scalable model or raise the limit with "
+            f"--set {name}.max_n={n_train}"
+        )
     return None
 
 

@@ -497,3 +497,20 @@ def test_benchmark_merge_refuses_a_report_of_another_ingest(tmp_path: Path) -> N
     path.write_text(json.dumps(report))
     run_benchmark(run, target="download", models=["dbk-rbf"], seeds=[0], merge=True, **TINY_BUDGET)
     assert json.loads(path.read_text())["models"].keys() == {"sv-rbf", "dbk-rbf"}
+
+
+def test_a_model_too_large_for_the_train_rows_is_refused_once(run_dir: Path) -> None:
+    """An exact GP above its max_n is refused for every seed alike: recorded once (seed None)
+    before any seed is trained, with the --set that raises the limit."""
+    report = run_benchmark(
+        run_dir,
+        target="download",
+        models=["exact-rbf"],
+        seeds=[0, 1],
+        overrides={"exact-rbf": {"max_n": 20}},
+        **TINY_BUDGET,
+    )
+    failures = report["models"]["exact-rbf"]["failures"]
+    assert [f["seed"] for f in failures] == [None]
+    assert "exceed max_n=20" in failures[0]["reason"]
+    assert "--set exact-rbf.max_n=" in failures[0]["reason"]
