@@ -184,73 +184,73 @@ def check_quantity(quantity: str) -> str:
 class DBKRegressor(BaseRegressor, DBKHyperparameters):
     """Deep basis kernel GP regressor (methods §1), a scikit-learn estimator.
 
-        ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
-        ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
-        ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
-        ``tests_i`` speed tests; ``fit(..., tests=...)``) or
-        ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
-        the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
-        trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
+    ``f(x) = c + w' phi(x)`` with ``phi = expansion ∘ backbone`` and ``y = f(x) + eps``,
+    ``eps ~ N(0, s2)`` (``noise="constant"``) or ``eps_i ~ N(0, s2_i)`` with
+    ``s2_i = s2_floor + s2_meas / tests_i^p`` (``noise="tests"``: ``y_i`` is the average of
+    ``tests_i`` speed tests; ``fit(..., tests=...)``) or
+    ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q`` (``noise="tests+devices"``:
+    the tests come from ``devices_i`` distinct devices; ``fit(..., tests=..., devices=...)``);
+    trained with dPPGP (default), the exact marginal likelihood, PPGP or the ELBO. Targets are standardised internally; predictions are returned in y's units.
 
-        A scikit-learn regressor (``BaseEstimator`` + ``RegressorMixin``): the parameters are those
-        of ``__init__`` (``get_params`` / ``set_params`` / ``clone``), :meth:`predict` returns the
-        predictive mean (``return_std=True``: and sd) as numpy arrays, ``score`` is R², an unfitted
-        model raises :class:`sklearn.exceptions.NotFittedError`, and ``n_features_in_`` (and, when
-        fitted on a DataFrame, ``feature_names_in_``) are checked at prediction time, so it works in
-        ``make_pipeline``, ``cross_val_score`` and ``GridSearchCV``. The full predictive
-        distribution is :meth:`predict_dist`. Options are checked when fitting, not when set.
+    A scikit-learn regressor (``BaseEstimator`` + ``RegressorMixin``): the parameters are those
+    of ``__init__`` (``get_params`` / ``set_params`` / ``clone``), :meth:`predict` returns the
+    predictive mean (``return_std=True``: and sd) as numpy arrays, ``score`` is R², an unfitted
+    model raises :class:`sklearn.exceptions.NotFittedError`, and ``n_features_in_`` (and, when
+    fitted on a DataFrame, ``feature_names_in_``) are checked at prediction time, so it works in
+    ``make_pipeline``, ``cross_val_score`` and ``GridSearchCV``. The full predictive
+    distribution is :meth:`predict_dist`. Options are checked when fitting, not when set.
     The parameters shared with ``geodbk train``'s config, and their defaults, are declared in
     :class:`~geodbk.hyperparameters.DBKHyperparameters`.
 
-        Parameters
-        ----------
-        expansion
-            ``"rbf"`` (DBK-RBF, whitened inducing-point basis) or ``"silu"`` (DBK-SiLU).
-        rank
-            Number of basis functions ``r``.
-        hidden
-            Backbone width ``h``.
-        objective
-            ``"dppgp"``, ``"exact"`` (full-batch exact marginal likelihood, exact posterior),
-            ``"ppgp"`` or ``"elbo"``. PPGP and ELBO with the RBF basis add the base-kernel variance
-            correction ``k~(x,x) - ||phi(x)||^2`` at training and prediction time.
-        alpha, beta
-            dPPGP trace-regulariser and KL weights (``beta`` is also PPGP's KL weight).
-        batch_size, epochs, lr, weight_decay, patience
-            AdamW options (weight decay on the backbone only) and early-stopping patience.
-        device
-            ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
-        seed
-            Seeds the initialisation and the mini-batch order.
-        kernel_update_every
-            With the RBF basis and a mini-batch objective: the inducing points and the base
-            kernel take a gradient step on every ``kernel_update_every``-th mini-batch of an
-            epoch, the first included; on the others they are held and ``Kzz``'s Cholesky
-            factor is reused, which makes those steps cheaper. ``1``: every step. ``0``
-            (default): 4 with the RBF basis and dPPGP (the same test NLL on Hawaii, a quarter
-            less time per step: docs/decisions/defaults.md), else 1.
-        jitter
-            Relative Cholesky jitter of the RBF basis.
-        dtype
-            ``"float32"`` or ``"float64"``.
-        noise_init, noise_floor
-            Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
-            standardised units.
-        noise
-            ``"constant"`` (homoscedastic ``s2``), ``"tests"`` (per-point
-            ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
-            ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
-            ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
-            positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
-            :meth:`fit`; not with :meth:`fit_batches`).
-        noise_power
-            With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
-            ``devices`` (default ``p = q = 1``).
-        noise_urban
-            With the tests-aware noise: learn a separate floor for urban tiles,
-            ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
-            ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
-            :meth:`predict_dist` (not with :meth:`fit_batches`).
+    Parameters
+    ----------
+    expansion
+        ``"rbf"`` (DBK-RBF, whitened inducing-point basis) or ``"silu"`` (DBK-SiLU).
+    rank
+        Number of basis functions ``r``.
+    hidden
+        Backbone width ``h``.
+    objective
+        ``"dppgp"``, ``"exact"`` (full-batch exact marginal likelihood, exact posterior),
+        ``"ppgp"`` or ``"elbo"``. PPGP and ELBO with the RBF basis add the base-kernel variance
+        correction ``k~(x,x) - ||phi(x)||^2`` at training and prediction time.
+    alpha, beta
+        dPPGP trace-regulariser and KL weights (``beta`` is also PPGP's KL weight).
+    batch_size, epochs, lr, weight_decay, patience
+        AdamW options (weight decay on the backbone only) and early-stopping patience.
+    device
+        ``"auto"``, ``"cpu"`` or ``"cuda"`` (falls back to the CPU with a warning).
+    seed
+        Seeds the initialisation and the mini-batch order.
+    kernel_update_every
+        With the RBF basis and a mini-batch objective: the inducing points and the base
+        kernel take a gradient step on every ``kernel_update_every``-th mini-batch of an
+        epoch, the first included; on the others they are held and ``Kzz``'s Cholesky
+        factor is reused, which makes those steps cheaper. ``1``: every step. ``0``
+        (default): 4 with the RBF basis and dPPGP (the same test NLL on Hawaii, a quarter
+        less time per step: docs/decisions/defaults.md), else 1.
+    jitter
+        Relative Cholesky jitter of the RBF basis.
+    dtype
+        ``"float32"`` or ``"float64"``.
+    noise_init, noise_floor
+        Initial noise variance (of a single test for ``noise="tests"``) and its floor, in
+        standardised units.
+    noise
+        ``"constant"`` (homoscedastic ``s2``), ``"tests"`` (per-point
+        ``s2_i = s2_floor + s2_meas / tests_i^p``, both terms learned and positive; needs the
+        ``tests`` covariate in :meth:`fit`) or ``"tests+devices"`` (per-point
+        ``s2_i = s2_floor + s2_meas / tests_i^p + s2_dev / devices_i^q``, ``s2_dev`` learned and
+        positive, initialised at ``0.25 * noise_init``; needs ``tests`` and ``devices`` in
+        :meth:`fit`; not with :meth:`fit_batches`).
+    noise_power
+        With the tests-aware noise: learn the exponents ``p`` of ``tests`` and ``q`` of
+        ``devices`` (default ``p = q = 1``).
+    noise_urban
+        With the tests-aware noise: learn a separate floor for urban tiles,
+        ``s2_floor(u_i) = (1 - u_i) s2_floor + u_i s2_floor_urban`` (``u_i`` = 1 urban, 0 rural;
+        ``s2_floor`` is then the rural floor); needs ``urban`` in :meth:`fit` and
+        :meth:`predict_dist` (not with :meth:`fit_batches`).
     """
 
     # the others, and every default, are those of DBKHyperparameters

@@ -226,3 +226,18 @@ def test_fit_warns_when_the_inputs_lie_far_from_the_unit_square() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         DBKRegressor(**{**SMALL, "epochs": 1}).fit(x * 2.5, y)  # standardised inputs are fine
+
+
+def test_the_docstring_documents_every_parameter() -> None:
+    """``help(DBKRegressor)`` shows a numpy-style Parameters section naming every ``__init__``
+    parameter (the section was indented under the summary, so it did not parse)."""
+    import inspect
+    import re
+
+    doc = inspect.getdoc(DBKRegressor) or ""
+    assert "\nParameters\n----------\n" in doc
+    section = doc.split("\nParameters\n----------\n", 1)[1]
+    named = {
+        n.strip() for line in re.findall(r"^(\w[\w, ]*)$", section, re.M) for n in line.split(",")
+    }
+    assert set(DBKRegressor._get_param_names()) <= named
