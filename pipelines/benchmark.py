@@ -731,6 +731,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         if entry.get("overrides"):
             status += " [" + ", ".join(f"{k}={v}" for k, v in entry["overrides"].items()) + "]"
+        own = entry.get("budget") or {}
+        differs = [f"{k}={v}" for k, v in own.items() if report["budget"].get(k, v) != v]
+        if differs:  # kept by --merge from a run with another budget
+            status += " (budget: " + ", ".join(differs) + ")"
         if not s:
             lines.append(f"| {name} | {status} | – | – | – | – | – | – |")
             continue

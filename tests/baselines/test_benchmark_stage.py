@@ -514,3 +514,18 @@ def test_a_model_too_large_for_the_train_rows_is_refused_once(run_dir: Path) -> 
     assert [f["seed"] for f in failures] == [None]
     assert "exceed max_n=20" in failures[0]["reason"]
     assert "--set exact-rbf.max_n=" in failures[0]["reason"]
+
+
+def test_merged_models_of_another_budget_are_flagged(tmp_path: Path) -> None:
+    """The Markdown's Budget line is the last command's; a model kept by --merge from a run
+    with another budget says which options differed (they were in the JSON only)."""
+    run = make_tiny_run(tmp_path / "run", n=120, seed=7)
+    run_benchmark(run, target="download", models=["sv-rbf"], seeds=[0], **TINY_BUDGET)
+    budget = {**TINY_BUDGET, "rank": 12, "epochs": 1}
+    run_benchmark(run, target="download", models=["dbk-rbf"], seeds=[0, 1], merge=True, **budget)
+    md = (run / "benchmark" / "download.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| sv-rbf | ok"))
+    assert "budget: epochs=2, rank=8, seeds=[0]" in row
+    assert "budget:" not in next(
+        line for line in md.splitlines() if line.startswith("| dbk-rbf | ok")
+    )
