@@ -768,10 +768,22 @@ def check_budget(
         raise DataError(
             f"--seeds must be whole numbers of at least 0 (e.g. --seeds 0,1,2), got {bad_seeds[0]}"
         )
+    check_distinct("--seeds", "seed", seeds)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise DataError(
             f"--timeout must be a positive number of seconds per model and seed (or left out "
             f"for none), got {timeout}"
+        )
+
+
+def check_distinct(option: str, what: str, values: list[Any]) -> None:
+    """Refuse a value named twice in ``option`` (a repeated seed is the same run again, counted
+    as another seed; a repeated model is trained twice and kept once)."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise DataError(
+            f"{option} names {twice} twice; give each {what} once "
+            f"(e.g. {option} {','.join(str(v) for v in dict.fromkeys(values))})"
         )
 
 
@@ -892,6 +904,7 @@ def run_benchmark(
     except ValueError as exc:
         raise DataError(str(exc)) from None
     check_noise_model(noise)  # before the data are read: a typo is an error, not 12 failures
+    check_distinct("--models", "model", models)
     check_budget(
         epochs=epochs,
         seeds=seeds,

@@ -529,3 +529,20 @@ def test_merged_models_of_another_budget_are_flagged(tmp_path: Path) -> None:
     assert "budget:" not in next(
         line for line in md.splitlines() if line.startswith("| dbk-rbf | ok")
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        ({"seeds": [0, 0]}, r"--seeds names 0 twice"),
+        ({"models": ["sv-rbf", "sv-rbf"]}, r"--models names sv-rbf twice"),
+    ],
+)
+def test_benchmark_refuses_a_seed_or_model_named_twice(
+    run_dir: Path, option: dict[str, Any], match: str
+) -> None:
+    """``--seeds 0,0`` trained two identical runs, reported as two seeds with sd 0 ("every seed");
+    ``--models a,a`` trained a twice and kept the second. Both stop before training."""
+    kwargs = {"models": ["sv-rbf"], "seeds": [0], **option}
+    with pytest.raises(DataError, match=match):
+        run_benchmark(run_dir, target="download", **kwargs, **TINY_BUDGET)
