@@ -1332,7 +1332,10 @@ def _build_doc(
         "rural cov.",
     ]
     doc.heading("Test accuracy and calibration (layout of the seed's Table 2)")
-    doc.para("log10 scale; coverage = share of test rows inside the 95% prediction interval.")
+    doc.para(
+        "log10 scale; coverage = share of test rows inside the 95% prediction interval; NLL = "
+        "mean Gaussian negative log-likelihood in nats per test row."
+    )
     doc.table(header, table2_rows(models))
     doc.para("Standardised scale (target divided by the training sd; NLL_std = NLL − ln sd).")
     doc.table(header, table2_rows(models, suffix="_std"))

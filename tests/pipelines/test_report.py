@@ -215,6 +215,10 @@ def test_report_streams_and_matches_in_memory_scores(run: Path, target: str) -> 
         )
     judged = f"Judged at {'quarter ' if exp['time_aware'] else ''}{quarter}"
     assert judged in (out / "report.md").read_text(encoding="utf-8")
+    # the NLL's unit, in the benchmark's words
+    assert "NLL = mean Gaussian negative log-likelihood in nats per test row" in (
+        out / "report.md"
+    ).read_text(encoding="utf-8")
     spec, tiles = exp["spec"], exp["tiles"]
     t_urban = tiles["urban"].to_numpy(dtype=bool)
     assert 0 < t_urban.sum() < len(tiles) == 240
