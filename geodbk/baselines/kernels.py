@@ -51,13 +51,22 @@ class Positive(nn.Module):
         return F.softplus(self.raw) + self.floor
 
 
+def far_centre(points: Tensor) -> Tensor:
+    """The mean of ``points`` (rows) in each coordinate where it lies beyond ±1, else 0 (1, d),
+    detached: the shift that keeps squared distances accurate far from the origin and leaves
+    inputs scaled to [-1, 1] exactly as they are (no device synchronisation)."""
+    centre = points.detach().mean(dim=-2, keepdim=True)
+    return torch.where(centre.abs() > 1.0, centre, torch.zeros_like(centre))
+
+
 def scaled_sqdist(a: Tensor, b: Tensor, lengthscale: Tensor) -> Tensor:
     """Squared distances Σ_j (a_ij - b_kj)² / l_j², clamped at 0 (matmul form, (n, m)).
 
-    Both sets are first shifted by the mean of ``b`` (a constant: distances do not change), so
-    that inputs far from the origin (raw lon/lat) do not cancel to rounding noise in float32.
+    Both sets are first shifted by :func:`far_centre` of ``b`` (a constant: distances do not
+    change), so that inputs far from the origin (raw lon/lat) do not cancel to rounding noise in
+    float32.
     """
-    centre = b.detach().mean(dim=-2, keepdim=True)
+    centre = far_centre(b)
     a = (a - centre) / lengthscale
     b = (b - centre) / lengthscale
     d2 = (

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from geodbk.baselines.base import TorchBaseline, make_noise
-from geodbk.baselines.kernels import Positive, psd_cholesky, rbf_ard, tri_solve
+from geodbk.baselines.kernels import Positive, far_centre, psd_cholesky, rbf_ard, tri_solve
 from geodbk.sklearn_api import validated_X
 
 #: Values of the string options.
@@ -84,10 +84,11 @@ class SoftKIModule(nn.Module):
     def weights(self, X: Tensor) -> Tensor:
         """Soft interpolation weights softmax_j(-||x - z_j|| / T), (n, m).
 
-        The distances are taken after shifting ``X`` and ``Z`` by the mean of ``Z`` (they do not
-        change), so that inputs far from the origin do not cancel to rounding noise in float32.
+        The distances are taken after shifting ``X`` and ``Z`` by :func:`far_centre` of ``Z``
+        (they do not change), so that inputs far from the origin do not cancel to rounding noise
+        in float32.
         """
-        centre = self.Z.detach().mean(dim=0)
+        centre = far_centre(self.Z)
         Xc, Zc = X - centre, self.Z - centre
         d2 = (Xc.pow(2).sum(-1, keepdim=True) + Zc.pow(2).sum(-1) - 2.0 * Xc @ Zc.T).clamp_min(
             1e-12

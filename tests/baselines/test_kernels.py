@@ -12,12 +12,14 @@ import torch
 
 from geodbk.baselines.kernels import (
     Positive,
+    far_centre,
     inv_softplus,
     kernel_fn,
     matern32_ard,
     morton_order,
     psd_cholesky,
     rbf_ard,
+    scaled_sqdist,
 )
 
 
@@ -78,3 +80,16 @@ def test_float32_distances_hold_far_from_the_origin() -> None:
         K32 = kernel(p32, p32, lengthscale=ls, outputscale=1.0)
         np.testing.assert_allclose(K32.double().numpy(), K64.numpy(), atol=1e-3)
         assert float(torch.linalg.eigvalsh(K32.double()).min()) > -1e-4
+
+
+def test_inputs_in_the_unit_square_are_not_shifted() -> None:
+    """Inputs scaled to [-1, 1] (geodbk ingest's x1, x2) get the plain matmul form bit for bit,
+    so that results on them do not change; far ones are shifted by their mean."""
+    rng = np.random.default_rng(1)
+    a = torch.as_tensor(rng.uniform(-1, 1, (30, 2)), dtype=torch.float32)
+    b = torch.as_tensor(rng.uniform(-1, 1, (20, 2)), dtype=torch.float32)
+    ls = torch.tensor([0.3, 0.5])
+    an, bn = a / ls, b / ls
+    plain = (an.pow(2).sum(-1, keepdim=True) + bn.pow(2).sum(-1) - 2.0 * an @ bn.T).clamp_min(0.0)
+    assert torch.equal(scaled_sqdist(a, b, ls), plain)
+    assert torch.equal(far_centre(b + torch.tensor([-157.0, 0.0]))[0, 1], torch.tensor(0.0))
