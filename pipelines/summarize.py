@@ -741,11 +741,18 @@ def _table(
     return frame[summary_columns(spec, thresholds)]
 
 
+#: The CSV's columns of codes and names: read as text, so ``007`` or a GEOID starting with
+#: ``0`` keeps its leading zeros.
+CSV_TEXT_COLUMNS = ("id", "name")
+
+
 def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
     """``#`` lines opening the CSV: what it holds (target, quantity, quarter, samples, areas
-    file, the units of the log10, natural and share columns) and the data licence."""
+    file, the units of the log10, natural and share columns), how to read its id and name as
+    text (:data:`CSV_TEXT_COLUMNS`) and the data licence."""
 
     url = f" {licence['license_url']}" if licence.get("license_url") else ""
+    dtype = ", ".join(f'"{c}": str' for c in CSV_TEXT_COLUMNS)
     spec = target_spec(str(meta["target"]))
     units = (
         f"*_log10 columns: log10 of {spec.column}; *_natural columns: {spec.unit} "
@@ -756,7 +763,9 @@ def _csv_header(meta: dict[str, Any], licence: dict[str, str]) -> str:
         f"{quarter_text(meta['quarter'], meta.get('quarter_status'))}, "
         f"{meta['samples']} joint samples, {meta['interval']}; areas "
         f"{meta['areas_file']} (id: {meta['id_column']}); {units}. Columns: "
-        'docs/cli.md "geodbk summarize". Read with pandas.read_csv(path, comment="#").\n'
+        'docs/cli.md "geodbk summarize". Read with pandas.read_csv(path, comment="#", '
+        f"dtype={{{dtype}}}) (import {' and '.join(CSV_TEXT_COLUMNS)} as text in a spreadsheet, "
+        "or codes such as 007 lose their leading zeros).\n"
         f"# {licence_line(licence)}{url}\n"
     )
 

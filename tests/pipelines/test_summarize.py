@@ -471,3 +471,34 @@ def test_a_summary_of_another_file_of_the_same_stem_is_replaced_with_a_warning(
         run_summarize(run, areas=tmp_path / "stem.gpkg", **options)
     assert "upload_stem.parquet holds the summary of stem.geojson" in caplog.text
     assert "replaced by that of stem.gpkg" in caplog.text
+
+
+def test_csv_header_reads_ids_with_leading_zeros_back_as_text(
+    run: Path, grid: xr.Dataset, tmp_path: Path
+) -> None:
+    """County codes such as ``007`` (or a GEOID of a state whose FIPS starts with 0): the
+    CSV read as its own header says keeps them whole, as the parquet does."""
+    x, y = float(grid.x.mean()), float(grid.y.mean())
+    gpd.GeoDataFrame(
+        {"code": ["007", "010"], "NAME": ["001", "Kauai"]},
+        geometry=[
+            shapely.box(x - 0.05, y - 0.05, x, y + 0.05),
+            shapely.box(x, y - 0.05, x + 0.05, y + 0.05),
+        ],
+        crs=4326,
+    ).to_file(tmp_path / "codes.geojson")
+    out = run_summarize(
+        run,
+        target="upload",
+        areas=tmp_path / "codes.geojson",
+        id_column="code",
+        samples=20,
+        max_cells=QUICK_CELLS,
+    )
+    csv = out.with_suffix(".csv")
+    first = csv.read_text(encoding="utf-8").splitlines()[0]
+    assert 'dtype={"id": str, "name": str}' in first
+    spec = first.split("dtype=", 1)[1].split(")", 1)[0]
+    table = pd.read_csv(csv, comment="#", dtype=json.loads(spec.replace(": str", ': "str"')))
+    assert table["id"].tolist() == ["007", "010"] == pd.read_parquet(out)["id"].tolist()
+    assert table["name"].tolist() == ["001", "Kauai"]
