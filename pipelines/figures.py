@@ -42,15 +42,23 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _of(target: str | None) -> str:
-    """``", TARGET"`` for a figure's title (``""`` without a target)."""
-    return f", {target}" if target else ""
+def _of(target: str | None, quantity: str | None = None) -> str:
+    """``", TARGET"`` for a figure's title (``""`` without a target), then the ``quantity``
+    the values describe on a line of its own (when given)."""
+    return (f", {target}" if target else "") + (f"\n{quantity}" if quantity else "")
 
 
 def pi_width_violin(
-    width: np.ndarray, urban: np.ndarray, path: Path, *, label: str, target: str | None = None
+    width: np.ndarray,
+    urban: np.ndarray,
+    path: Path,
+    *,
+    label: str,
+    target: str | None = None,
+    quantity: str | None = None,
 ) -> Path:
-    """Violin plot of 95% PI widths by urban/rural; the title names ``target``."""
+    """Violin plot of 95% PI widths by urban/rural; the title names ``target`` and
+    ``quantity``."""
     fig, ax = plt.subplots(figsize=(5, 4))
     data, names = [], []
     for name, m in (("urban", urban), ("rural", ~urban)):
@@ -65,14 +73,19 @@ def pi_width_violin(
             body.set_alpha(0.6)
         ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel(f"95% PI width ({label})")
-    ax.set_title(f"95% prediction-interval width, test rows (tile-quarters){_of(target)}")
+    ax.set_title(f"95% prediction-interval width, test rows (tile-quarters){_of(target, quantity)}")
     return _save(fig, path)
 
 
 def reliability_diagram(
-    curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, *, target: str | None = None
+    curves: dict[str, tuple[np.ndarray, np.ndarray]],
+    path: Path,
+    *,
+    target: str | None = None,
+    quantity: str | None = None,
 ) -> Path:
-    """Empirical vs nominal coverage, one line per group; the title names ``target``."""
+    """Empirical vs nominal coverage, one line per group; the title names ``target`` and
+    ``quantity``."""
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot([0.5, 1.0], [0.5, 1.0], color="grey", lw=1, ls="--", label="ideal")
     for name, (lv, cov) in curves.items():
@@ -81,7 +94,7 @@ def reliability_diagram(
     ax.set_ylim(min(0.3, float(np.nanmin([c.min() for _, c in curves.values()] or [0.5]))), 1.0)
     ax.set_xlabel("nominal coverage")
     ax.set_ylabel("empirical coverage (test)")
-    ax.set_title(f"Reliability of central prediction intervals{_of(target)}")
+    ax.set_title(f"Reliability of central prediction intervals{_of(target, quantity)}")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -176,9 +189,10 @@ def sd_maps(
     region: Any = None,
     label: str,
     target: str | None = None,
+    quantity: str | None = None,
 ) -> Path:
     """Side-by-side maps of empirical and predicted sd with a shared colour scale; the
-    title names ``target``."""
+    title names ``target`` and ``quantity``."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True, sharey=True)
     finite = np.concatenate([emp[np.isfinite(emp)], pred[np.isfinite(pred)]])
     vmax = float(np.nanpercentile(finite, 98)) if finite.size else 1.0
@@ -206,7 +220,7 @@ def sd_maps(
     axes[0].set_ylabel("lat")
     if im is not None:
         fig.colorbar(im, ax=list(axes), label=f"sd ({label})", shrink=0.85)
-    fig.suptitle(f"Empirical vs predicted sd, held-out rows{_of(target)}")
+    fig.suptitle(f"Empirical vs predicted sd, held-out rows{_of(target, quantity)}")
     return _save(fig, path)
 
 
@@ -214,7 +228,8 @@ def service_coverage_figure(
     table: Sequence[dict[str, Any]], path: Path, *, target: str, quarter: str | None = None
 ) -> Path:
     """Grouped bars: for each threshold, share of tiles / area / urban / rural tiles served;
-    the title names the target and the ``quarter`` they are judged at (when given)."""
+    the title names the target, the quantities the rows were judged on (their ``quantity``
+    and ``area_quantity``, when given) and the ``quarter`` (when given)."""
     keys = [
         ("tiles", "all tiles"),
         ("area", "area"),
@@ -232,10 +247,25 @@ def service_coverage_figure(
     ax.set_xticks(np.arange(n), [row["label"] for row in table])
     ax.set_ylabel("share (%) with P ≥ 0.9")
     ax.set_ylim(0, 100)
-    ax.set_title(f"Service coverage, {target}" + (f"\n{quarter}" if quarter else ""))
+    ax.set_title(
+        f"Service coverage, {target}"
+        + (f", {_coverage_quantities(table)}" if _coverage_quantities(table) else "")
+        + (f"\n{quarter}" if quarter else "")
+    )
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
+
+
+def _coverage_quantities(table: Sequence[dict[str, Any]]) -> str:
+    """The quantities the service-coverage ``table`` judged tiles and area on: ``"tile
+    quantity"`` when both are one, ``"tiles: tile quantity, area: area quantity"`` otherwise,
+    ``""`` when the rows do not name them."""
+    tiles = next((str(r["quantity"]) for r in table if r.get("quantity")), "")
+    area = next((str(r["area_quantity"]) for r in table if r.get("area_quantity")), "")
+    if not area or area == tiles:
+        return f"{tiles} quantity" if tiles else ""
+    return f"tiles: {tiles} quantity, area: {area} quantity" if tiles else f"area: {area} quantity"
 
 
 def reliability_by_tests(
@@ -243,9 +273,11 @@ def reliability_by_tests(
     path: Path,
     *,
     target: str | None = None,
+    quantity: str | None = None,
 ) -> Path:
     """One reliability panel per tests bucket (``curves[bucket][group] = (levels, coverage)``),
-    urban and rural lines in each; empty buckets are left blank; the title names ``target``."""
+    urban and rural lines in each; empty buckets are left blank; the title names ``target``
+    and ``quantity``."""
     labels = list(curves)
     ncol = 3
     nrow = max(1, math.ceil(len(labels) / ncol))
@@ -268,7 +300,7 @@ def reliability_by_tests(
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right", fontsize=8)
             break
-    fig.suptitle(f"Reliability by number of speed tests per tile{_of(target)}")
+    fig.suptitle(f"Reliability by number of speed tests per tile{_of(target, quantity)}")
     return _save(fig, path)
 
 
@@ -280,6 +312,7 @@ def quarter_calibration(
     level: float = 0.95,
     band: float = 0.02,
     target: str | None = None,
+    quantity: str | None = None,
 ) -> Path:
     """Per-quarter calibration of the test split: two panels over the quarters (time order).
 
@@ -289,7 +322,7 @@ def quarter_calibration(
     rows are separate series (``by_quarter[q]["urban"]`` etc., from
     :func:`pipelines.scoring.by_quarter_scores`); empty groups are skipped. Quarters listed in
     ``extrapolated`` (after a time-aware model's training range) are shaded grey. One quarter
-    renders as single markers. The title names ``target``.
+    renders as single markers. The title names ``target`` and ``quantity``.
     """
     quarters = list(by_quarter)
     xs = np.arange(len(quarters), dtype=float)
@@ -337,5 +370,5 @@ def quarter_calibration(
     ax_n.set_title("NLL per quarter")
     ax_c.set_ylim(top=101)
     ax_c.legend(loc="best", fontsize=8)
-    fig.suptitle(f"Calibration of the test split by quarter{_of(target)}")
+    fig.suptitle(f"Calibration of the test split by quarter{_of(target, quantity)}")
     return _save(fig, path)

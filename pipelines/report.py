@@ -539,6 +539,15 @@ def _check_columns(rd: RunDir, spec: TargetSpec) -> set[str]:
     return names
 
 
+def scored_quantity(*, has_tests: bool) -> str:
+    """The quantity the report scores test (and held-out) rows on, for its figure titles: the
+    test quantity, each row the average of its own number of speed tests (``has_tests``), else
+    the row's tile value."""
+    if has_tests:
+        return "test quantity: each row the average of its own speed tests"
+    return "test quantity: each row's tile value"
+
+
 def write_test_predictions(
     model: Any,
     rd: RunDir,
@@ -846,16 +855,15 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         has_devices=has_devices,
     )
     label = f"log10 {spec.column}"
+    named: dict[str, Any] = {"target": target, "quantity": scored_quantity(has_tests=has_tests)}
     figures.pi_width_violin(
-        3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label, target=target
+        3.92 * std, urban, fig_dir / "pi_width_violin.png", label=label, **named
     )
-    figures.reliability_diagram(curves, fig_dir / "reliability.png", target=target)
+    figures.reliability_diagram(curves, fig_dir / "reliability.png", **named)
     if bucket_curves:
-        figures.reliability_by_tests(
-            bucket_curves, fig_dir / "reliability_by_tests.png", target=target
-        )
+        figures.reliability_by_tests(bucket_curves, fig_dir / "reliability_by_tests.png", **named)
     figures.sd_maps(
-        emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label, target=target
+        emp, pred_sd, extent, fig_dir / "sd_maps.png", region=region, label=label, **named
     )
     figures.service_coverage_figure(
         coverage_rows,
@@ -865,7 +873,7 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     )
     extrapolated = [q for q in by_quarter if ts is not None and ts.is_extrapolation(q)]
     figures.quarter_calibration(
-        by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated, target=target
+        by_quarter, fig_dir / "quarter_calibration.png", extrapolated=extrapolated, **named
     )
     split_info = tiles_meta.get("split") if isinstance(tiles_meta.get("split"), dict) else {}
     time_info: dict[str, Any] = {

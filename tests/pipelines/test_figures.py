@@ -73,3 +73,44 @@ def test_every_report_figure_names_its_target(
     figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), tmp_path / "d.png", label="log10 u", **kw)
     figures.quarter_calibration({"2023Q4": row}, tmp_path / "e.png", **kw)
     assert len(titles) == 5 and all("upload" in t for t in titles), titles
+
+
+def test_every_report_figure_names_the_quantity_it_judges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure handed on alone says what its intervals are of: the test rows' own tests, or
+    for service coverage the tile quantity and the area map's quantity (an area grid in
+    ``grids/TARGET.nc`` judges the area column on f(x))."""
+    from pipelines.report import scored_quantity
+
+    titles: list[str] = []
+    save = figures._save
+
+    def keep_titles(fig: Any, path: Path) -> Path:
+        sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+        titles.append(" | ".join([sup, *(ax.get_title() for ax in fig.axes)]))
+        return save(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep_titles)
+    rng = np.random.default_rng(0)
+    width, urban = rng.uniform(1, 2, 20), np.arange(20) % 2 == 0
+    lv = np.linspace(0.5, 0.99, 5)
+    curves = {"urban": (lv, lv), "rural": (lv, lv)}
+    emp = pred = rng.uniform(0.1, 1, (4, 8))
+    row = {"n": 10, "coverage95": 0.95, "nll": 0.5}
+    quantity = scored_quantity(has_tests=True)
+    assert quantity.startswith("test quantity") and "own speed tests" in quantity
+    assert scored_quantity(has_tests=False).startswith("test quantity")
+    kw = {"target": "upload", "quantity": quantity}
+    figures.pi_width_violin(width, urban, tmp_path / "a.png", label="log10 u", **kw)
+    figures.reliability_diagram(curves, tmp_path / "b.png", **kw)
+    figures.reliability_by_tests({"1": curves}, tmp_path / "c.png", **kw)
+    figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), tmp_path / "d.png", label="log10 u", **kw)
+    figures.quarter_calibration({"2023Q4": row}, tmp_path / "e.png", **kw)
+    assert len(titles) == 5 and all(quantity in t and "upload" in t for t in titles), titles
+    rows = [{"label": "≥ 3 Mbps", "tiles": 0.5, "area": 0.4, "urban": 0.6, "rural": 0.4}]
+    for area, named in (("tile", "tile quantity"), ("area", "tiles: tile quantity, area: area")):
+        titles.clear()
+        judged = [{**rows[0], "quantity": "tile", "area_quantity": area}]
+        figures.service_coverage_figure(judged, tmp_path / "f.png", target="upload", quarter="Q")
+        assert titles and named in titles[0] and titles[0].endswith("\nQ"), titles
