@@ -23,6 +23,7 @@ layer), 2023Q4``) or the trend's period
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -574,6 +575,9 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
                 if k in ds.attrs
             },
         }
+        _warn_replacing_quantity(
+            rd, target, sidecar, tif, quantity=provenance["quantity"], quarter=quarter
+        )
         # the sidecar is written first and moved into place right after the GeoTIFF: a
         # failure (a full disk) leaves the earlier pair as it was
         with atomic_path(sidecar) as sidecar_tmp:
@@ -590,6 +594,33 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
             )
     log.info("wrote %s (%d bands, %s) and %s", tif, len(bands), fmt, sidecar)
     return tif
+
+
+def _warn_replacing_quantity(
+    rd: RunDir, target: str, sidecar: Path, tif: Path, *, quantity: Any, quarter: str | None
+) -> None:
+    """Warn when ``tif`` (as its ``sidecar`` records) maps another quantity than the grid
+    now exported, which replaces it, naming both and the command that maps the old one
+    (with ``--quarter`` for the export of one quarter)."""
+    if not quantity or not sidecar.is_file():
+        return
+    try:
+        old = json.loads(sidecar.read_text(encoding="utf-8")).get("quantity")
+    except (OSError, ValueError, AttributeError):
+        return
+    if old and old != quantity:
+        log.warning(
+            "%s holds the %s quantity's map; it is replaced by the %s quantity's (copy it "
+            "first to keep it; `geodbk predict --run %s --target %s%s --quantity %s` and "
+            "`geodbk export` write it again)",
+            tif,
+            old,
+            quantity,
+            rd.root,
+            target,
+            f" --quarter {quarter}" if quarter else "",
+            old,
+        )
 
 
 def _plain(value: Any) -> Any:

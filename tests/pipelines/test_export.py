@@ -244,3 +244,26 @@ def test_a_grid_without_its_models_time_is_judged_by_the_clocks() -> None:
     assert stale_grid_reason(current, md) is None  # the record, not the clocks, decides
     retrained = {**current, "created": "2026-01-03T00:00:00+00:00", "model_created": "2025"}
     assert "trained at 2025" in str(stale_grid_reason(retrained, md))
+
+
+def test_a_geotiff_of_another_quantity_is_replaced_with_a_warning(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After `predict --quantity area`, exporting again replaces the tile quantity's GeoTIFF
+    that may have been handed on; the export says so, naming both quantities."""
+    run = _fresh_copy(tiny_run, tmp_path / "run")
+    argv = ["export", "--run", str(run), "--target", "download"]
+    caplog.set_level("WARNING", logger="geodbk")
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0
+    assert "holds the tile quantity's map" not in caplog.text  # the same quantity again
+    predict = ["predict", "--run", str(run), "--target", "download", "--no-progress"]
+    assert cli.main([*predict, "--quantity", "area"]) == 0
+    caplog.clear()
+    assert cli.main(argv) == 0
+    warned = [r.message for r in caplog.records if "download.tif holds" in r.message]
+    assert len(warned) == 1, caplog.text
+    assert "the tile quantity's map; it is replaced by the area quantity's" in warned[0]
+    assert f"geodbk predict --run {run} --target download --quantity tile" in warned[0]
+    with rasterio.open(run / "exports" / "download.tif") as src:
+        assert src.tags()["geodbk_quantity"] == "area"
