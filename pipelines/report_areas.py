@@ -139,7 +139,9 @@ def service_headline_section(doc: Doc, rd: RunDir) -> None:
 
 def _headline_section(doc: Doc, rd: RunDir, path: Path, *, named: bool) -> None:
     """One headline's section (:func:`service_headline_section`); ``named``: its heading names
-    the quantity and quarter, as the run holds more than one."""
+    the quantity and quarter, as the run holds more than one. A quarter that is not observed
+    (an extrapolation) is named with its status in the heading and the text, whatever
+    ``named``."""
     try:
         headline = json.loads(path.read_text(encoding="utf-8"))
         classes = list(headline["classes"])
@@ -147,13 +149,15 @@ def _headline_section(doc: Doc, rd: RunDir, path: Path, *, named: bool) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("report: cannot read %s (%s); its section is left out", path, exc)
         return
-    which = f", {headline.get('quantity')} quantity, {headline.get('quarter')}" if named else ""
+    quarter = quarter_text(headline.get("quarter"), headline.get("quarter_status"))
+    status = quarter != str(headline.get("quarter"))  # not observed: named everywhere
+    which = f", {headline.get('quantity')} quantity, {quarter}" if named or status else ""
     doc.heading(f"Service classes (download, upload and latency together{which})")
     doc.para(
         f"From `{rd.relative(path)}` (`geodbk service`): tiers {headline.get('tiers')} Mbps with "
         f"latency at most {float(headline.get('latency_ms', 'nan')):g} ms, judged on the "
         f"{headline.get('quantity_description', headline.get('quantity'))}; quarter "
-        f"{headline.get('quarter')}. Each share is the expected share (every place's class "
+        f"{quarter}. Each share is the expected share (every place's class "
         "probabilities averaged over the region), with a 90% interval from "
         f"{headline.get('samples')} joint posterior samples of the three models. The class map "
         "shows each place's most probable class, so a class that is often likely but seldom "

@@ -230,6 +230,7 @@ def write_headline(
         "samples": samples,
         "interval": HEADLINE_LEVEL,
         "quarter": service.quarter,
+        **({"quarter_status": service.quarter_status} if service.quarter_status else {}),
         "grid": rd.relative(grid_name or grid_path),
         "method": (
             "joint posterior samples of the three models (independent weight draws), their "

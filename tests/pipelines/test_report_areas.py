@@ -149,3 +149,22 @@ def test_summaries_of_one_areas_file_get_headings_naming_quantity_and_quarter(
     assert f"{name}: tile quantity, {latest} (download_synthetic_counties_old.parquet)" in headings
     paras = " ".join(str(v) for k, v in doc.blocks if k == "p")
     assert f"quarter 2099Q1 (extrapolation beyond {latest})" in paras
+
+
+def test_a_headline_of_an_extrapolated_quarter_says_so(tiny_run: Path, tmp_path: Path) -> None:
+    """`service --quarter` past the trained quarters: the section's heading and text name the
+    quarter's status, as the area summaries' do, so a held map is not read as measured."""
+    folder = tmp_path / "run" / "service"
+    folder.mkdir(parents=True)
+    headline = json.loads((tiny_run / "service" / "headline.json").read_text())
+    status = "extrapolation beyond 2023Q4"
+    (folder / "headline.json").write_text(json.dumps(headline))
+    later = {**headline, "quarter": "2024Q2", "quarter_status": status}
+    (folder / "headline_2024Q2.json").write_text(json.dumps(later))
+    doc = Doc("t")
+    service_headline_section(doc, RunDir(tmp_path / "run"))
+    headings = [v[1] for k, v in doc.blocks if k == "h" and "Service" in v[1]]
+    assert headings[1].endswith(f"tile quantity, 2024Q2 ({status}))"), headings
+    assert f"{headline['quarter']})" in headings[0] and "extrapolation" not in headings[0]
+    text = " ".join(str(v) for k, v in doc.blocks if k == "p")
+    assert f"quarter 2024Q2 ({status})" in text

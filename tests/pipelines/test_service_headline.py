@@ -142,3 +142,16 @@ def test_the_headline_point_is_the_class_maps_expected_share(run: Path) -> None:
         expected = float(np.sum(weight * probs[name]) / weight.sum())
         assert row["mean"] == pytest.approx(expected, abs=1e-12)
         assert row["lower"] <= row["mean"] <= row["upper"]
+
+
+def test_the_headline_names_the_status_of_its_quarter(run: Path) -> None:
+    """An observed quarter is recorded as such; a quarter past the trained ones as an
+    extrapolation, as the class grid's ``quarter_status`` attribute says."""
+    headline = json.loads((run / "service" / "headline.json").read_text())
+    assert headline["quarter_status"] == "observed"
+    argv = ["service", "--run", str(run), "--max-cells", "3000", "--headline-samples", "20"]
+    assert cli.main([*argv, "--quarter", "2024Q2"]) == 0
+    later = json.loads((run / "service" / "headline_2024Q2.json").read_text())
+    with xr.open_dataset(run / "service" / "classes_2024Q2.nc") as grid:
+        status = str(grid.attrs["quarter_status"])
+    assert status.startswith("extrapolation beyond") and later["quarter_status"] == status
