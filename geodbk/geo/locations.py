@@ -85,7 +85,13 @@ def _read_frame(path: Path) -> pd.DataFrame:
                 return gpd.read_parquet(path)
             return pd.read_parquet(path)
         if _SUFFIXES.get(suffix) == "csv":
-            return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+            return pd.read_csv(
+                path,
+                dtype=str,
+                keep_default_na=False,
+                encoding="utf-8-sig",
+                skiprows=_note_lines(path),
+            )
         if _SUFFIXES.get(suffix) == "excel":  # ids as text, as in a CSV
             return pd.read_excel(path, dtype=str, keep_default_na=False)
         if suffix in _ZIPPED:
@@ -103,6 +109,19 @@ def _read_frame(path: Path) -> pd.DataFrame:
         f"{path}: unknown file type {suffix!r}; give a .parquet, .csv, .xlsx, .geojson, .gpkg "
         "or shapefile .zip file"
     )
+
+
+def _note_lines(path: Path) -> int:
+    """The lines opening a CSV that start with ``"# "``: the notes above the header of
+    geodbk's own CSVs (``predict --at``, ``service --at``: what they hold, the licence), so one
+    can be read back as places. A header such as ``#id,lon,lat`` is not one."""
+    count = 0
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+        for line in handle:
+            if not line.startswith("# "):
+                break
+            count += 1
+    return count
 
 
 def _column(frame: pd.DataFrame, names: tuple[str, ...]) -> str | None:

@@ -151,3 +151,31 @@ def test_places_from_a_workbook_a_shapefile_zip_and_numeric_quadkeys(
     got = read_locations(numeric)
     np.testing.assert_allclose(got.lat, lat)
     assert "zero-padded back to 16 digits" in caplog.text
+
+
+def test_a_csv_opened_by_hash_lines_is_read_below_them(tmp_path: Path) -> None:
+    """geodbk's own CSVs (`predict --at`, `service --at`) open with ``# `` lines saying what
+    they hold; fed back as places (another target or quantity) they are read below them,
+    ids kept as text and a ``#`` inside a quoted cell kept."""
+    path = tmp_path / "download_places.csv"
+    path.write_text(
+        "# geodbk predict --at places.csv: download, tile quantity, 2023Q4\n"
+        "# Data: Speedtest(R) by Ookla(R). Licence: CC BY-NC-SA 4.0\n"
+        '"site_id","name","lon","lat","mean"\n'
+        '"007","Suite #4",-157.8583,21.3069,5.34\n'
+        '"012","Waikiki",-157.8292,21.2793,5.33\n',
+        encoding="utf-8",
+    )
+    got = read_locations(path)
+    assert got.source == "lon/lat"
+    assert got.ids["site_id"].tolist() == ["007", "012"]
+    assert got.ids["name"].tolist() == ["Suite #4", "Waikiki"]
+    np.testing.assert_allclose(got.lon, [-157.8583, -157.8292])
+
+
+def test_a_header_starting_with_a_hash_is_still_the_header(tmp_path: Path) -> None:
+    """A column named ``#id`` (no space after the ``#``) is a header, not a comment line."""
+    path = tmp_path / "hash_header.csv"
+    path.write_text("#id,lon,lat\n1,10.0,50.0\n", encoding="utf-8")
+    got = read_locations(path)
+    assert got.ids["#id"].tolist() == ["1"]
