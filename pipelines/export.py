@@ -635,6 +635,7 @@ def _write_stack(job: ExportJob) -> Path:
     out = rd.export_tif(target).parent / f"{target}_quarters.nc"
     with open_grid(grids[0], fix=job.fix) as first, open_grid(grids[-1], fix=job.fix) as last:
         span = f"{first.attrs.get('quarter', '?')}–{last.attrs.get('quarter', '?')}"
+        quantity = str(last.attrs.get("quantity", ""))
         if len(grids) == 1:
             span = str(last.attrs.get("quarter", "?"))
     attrs = {
@@ -645,9 +646,36 @@ def _write_stack(job: ExportJob) -> Path:
         "source_grids": " ".join(rd.relative(g) for g in grids),
         "geodbk_version": __version__,
     }
+    _warn_replacing_stack(out, span, quantity=quantity)
     write_time_stack(out, grids, attrs=attrs)
     log.info("wrote %s (%d time steps)", out, len(grids))
     return out
+
+
+def _warn_replacing_stack(out: Path, span: str, *, quantity: str) -> None:
+    """Warn when the stack ``out`` holds other quarters than ``span`` or another quantity
+    than ``quantity``, those of the stack now written, which replaces it (``--quarter`` of
+    fewer quarters, or grids mapped again with ``predict --quantity``)."""
+    if not out.is_file():
+        return
+    try:
+        import xarray as xr
+
+        with xr.open_dataset(out, decode_times=False) as old:
+            before = str(old.attrs.get("quarter", ""))
+            was = str(old.attrs.get("quantity", ""))
+    except (OSError, ValueError):
+        return
+    if (before and before != span) or (was and quantity and was != quantity):
+        log.warning(
+            "%s holds the stack of %s (%s quantity); it is replaced by that of %s (%s "
+            "quantity; copy it first to keep it)",
+            out,
+            before,
+            was,
+            span,
+            quantity,
+        )
 
 
 def run_export(

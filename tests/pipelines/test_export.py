@@ -267,3 +267,23 @@ def test_a_geotiff_of_another_quantity_is_replaced_with_a_warning(
     assert f"geodbk predict --run {run} --target download --quantity tile" in warned[0]
     with rasterio.open(run / "exports" / "download.tif") as src:
         assert src.tags()["geodbk_quantity"] == "area"
+
+
+def test_a_quarters_stack_of_other_quarters_is_replaced_with_a_warning(
+    tiny_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`export --format netcdf --quarter Q` after a stack of every quarter replaces it with
+    one time step; the export says so, naming the quarters of both."""
+    run = _fresh_copy(tiny_run, tmp_path / "run")
+    argv = ["export", "--run", str(run), "--target", "download", "--format", "netcdf"]
+    caplog.set_level("WARNING", logger="geodbk")
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0
+    assert "download_quarters.nc holds" not in caplog.text  # the same stack again
+    assert cli.main([*argv, "--quarter", "2023Q4"]) == 0
+    warned = [r.message for r in caplog.records if "download_quarters.nc holds" in r.message]
+    assert len(warned) == 1, caplog.text
+    assert "stack of 2023Q1–2023Q4 (tile quantity)" in warned[0]
+    assert "replaced by that of 2023Q4 (tile quantity" in warned[0]
+    with xr.open_dataset(run / "exports" / "download_quarters.nc") as ds:
+        assert list(ds["quarter"].values) == ["2023Q4"]
