@@ -64,7 +64,7 @@ from pipelines.cli import add_progress_option, call_with_options, stage_parser
 from pipelines.gridfile import GridWriter, fill_value, open_grid, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.places import map_quarter_status, time_extrapolation_warning
-from pipelines.predict_at import check_tests_devices, run_predict_at
+from pipelines.predict_at import check_tests_devices, run_predict_at, tests_text
 from pipelines.run_inputs import (
     observed_quarters,
     pooled_label,
@@ -989,7 +989,7 @@ def run_predict(
             )
 
         log.info("predicting %s for %s", target, label)
-        warn_replacing_quantity(out, quantity)
+        warn_replacing_quantity(out, quantity, tests=float(tests), devices=attrs.get("devices"))
         written.append(
             _write_grid(
                 out,
@@ -1127,15 +1127,33 @@ def check_grid_size(
         )
 
 
-def warn_replacing_quantity(out: Path, quantity: str) -> None:
-    """Warn when ``out`` holds a map of another quantity, which the new grid replaces (the
-    dashboard, export, service and summarize read ``grids/TARGET.nc`` whatever its quantity)."""
+def warn_replacing_quantity(
+    out: Path, quantity: str, *, tests: float | None = None, devices: float | None = None
+) -> None:
+    """Warn when ``out`` holds a map of another quantity, or a test quantity of other
+    ``tests``/``devices``, which the new grid replaces (the dashboard, export, service and
+    summarize read ``grids/TARGET.nc`` whatever its quantity)."""
     if not out.is_file():
         return
     try:
         with open_grid(out, fix="geodbk predict") as ds:
             old = str(ds.attrs.get("quantity", ""))
+            counts = (ds.attrs.get("tests"), ds.attrs.get("devices"))
     except DataError:
+        return
+    if old == quantity == "test" and tests is not None and counts[0] is not None:
+        now = (float(tests), None if devices is None else float(devices))
+        was = (float(counts[0]), None if counts[1] is None else float(counts[1]))
+        if was != now:
+            option = f"--tests {was[0]:g}" + ("" if was[1] is None else f" --devices {was[1]:g}")
+            log.warning(
+                "%s holds the test quantity's map of %s; it is replaced by that of %s (run "
+                "`geodbk predict` with --quantity test %s to write it again)",
+                out,
+                tests_text(*was),
+                tests_text(*now),
+                option,
+            )
         return
     if old and old != quantity:
         log.warning(

@@ -63,6 +63,7 @@ __all__ = [
     "check_tests_devices",
     "places_source",
     "run_predict_at",
+    "tests_text",
     "warn_replacing_other_places",
     "write_places",
 ]
@@ -238,11 +239,18 @@ def places_source(path: Path) -> dict[str, str]:
     return {"at": path.name, "at_sha256": digest.hexdigest()}
 
 
+def tests_text(tests: Any, devices: Any = None) -> str:
+    """``"4 tests"`` or ``"4 tests from 2 devices"``: what a test quantity averages."""
+    text = f"{float(tests):g} tests"
+    return text if devices is None else f"{text} from {float(devices):g} devices"
+
+
 def warn_replacing_other_places(path: Path, record: dict[str, Any], *, key: bytes) -> None:
     """Warn when ``path`` holds the outputs at another places file of the same stem
-    (``sites.xlsx`` after ``sites.csv``, or another folder's ``sites.csv``), which the new
-    ones (``record``, with :func:`places_source`'s keys) replace; ``key``: the parquet metadata
-    key of the record. Files written before the record are not judged."""
+    (``sites.xlsx`` after ``sites.csv``, or another folder's ``sites.csv``), or at the same
+    file the test quantity of other ``tests``/``devices``, which the new ones (``record``, with
+    :func:`places_source`'s keys) replace; ``key``: the parquet metadata key of the record.
+    Files written before the record are not judged."""
     if not path.is_file():
         return
     try:
@@ -250,7 +258,20 @@ def warn_replacing_other_places(path: Path, record: dict[str, Any], *, key: byte
     except (OSError, ValueError, pa.ArrowException):
         return
     name = before.get("at") if isinstance(before, dict) else None
-    if not name or (name, before.get("at_sha256")) == (record["at"], record["at_sha256"]):
+    if not name:
+        return
+    if (name, before.get("at_sha256")) == (record["at"], record["at_sha256"]):
+        if record.get("tests") is not None and before.get("tests") is not None:
+            was = tests_text(before["tests"], before.get("devices"))
+            now = tests_text(record["tests"], record.get("devices"))
+            if was != now:
+                log.warning(
+                    "%s holds the outputs of %s; they are replaced by those of %s (copy the "
+                    "file first to keep both)",
+                    path.name,
+                    was,
+                    now,
+                )
         return
     other = f"another {name} (other content)" if name == record["at"] else name
     log.warning(

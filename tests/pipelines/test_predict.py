@@ -141,3 +141,22 @@ def test_map_quarter_status_and_the_extrapolation_warning_follow_the_model() -> 
     assert "holds f at the nearest trained quarter (time extrapolation 'hold')" in hold
     assert "extrapolation before 2021Q1" in trend
     assert "extrapolates the trend (time extrapolation 'trend')" in trend
+
+
+def test_replacing_a_test_map_of_other_tests_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--quantity test --tests 8` after `--tests 4`: one quantity, another answer (the
+    average of 8 tests, not of 4); the grid it replaces is named with its tests."""
+    import xarray as xr
+
+    out = tmp_path / "download.nc"
+    attrs = {"quantity": "test", "tests": 4.0, "devices": 4.0}
+    xr.Dataset({"mean": ("x", [1.0])}, attrs=attrs).to_netcdf(out)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        warn_replacing_quantity(out, "test", tests=4.0, devices=4.0)
+        assert not caplog.records
+        warn_replacing_quantity(out, "test", tests=8.0, devices=8.0)
+    assert "holds the test quantity's map of 4 tests from 4 devices" in caplog.text
+    assert "replaced by that of 8 tests from 8 devices" in caplog.text
+    assert "--quantity test --tests 4 --devices 4" in caplog.text

@@ -389,3 +389,21 @@ def test_csv_names_the_tests_of_the_test_quantity(run: Path, measured: pd.DataFr
     model = DBKRegressor.load(run / "models" / "upload", device="cpu")
     assert f"upload, test: {describe_quantity(model, 4.0)}, " in first
     assert "one speed test" not in first
+
+
+def test_predictions_of_other_tests_are_replaced_with_a_warning(
+    run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The test quantity of 4 tests, then of 8 at the same places: one file, the new one
+    replaces the old with a warning naming both."""
+    src = run.parent / "tests_sites.csv"
+    measured[["lon", "lat"]].head(2).to_csv(src, index=False)
+    argv = ["predict", "--run", str(run), "--target", "download", "--at", str(src)]
+    argv += ["--quantity", "test"]
+    with caplog.at_level("WARNING", logger="geodbk"):
+        assert cli.main([*argv, "--tests", "4"]) == 0
+        assert cli.main([*argv, "--tests", "4"]) == 0
+        assert "holds the outputs" not in caplog.text
+        assert cli.main([*argv, "--tests", "8"]) == 0
+    assert "download_tests_sites_test.parquet holds the outputs of 4 tests" in caplog.text
+    assert "replaced by those of 8 tests" in caplog.text
