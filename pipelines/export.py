@@ -34,7 +34,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_path, json_text
 from geodbk.errors import DataError, ModelFileError, RunDirectoryError
 from geodbk.geo.contract import TARGETS
-from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
+from geodbk.geo.geotiff import DEFAULT_NODATA, band_tags, write_geotiff
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid, sweep_spools
@@ -170,20 +170,6 @@ def band_units(ds: Any, bands: list[str]) -> list[str]:
     """The ``units`` attribute of each band (``log10 avg_d_kbps``, ``Mbps``, ``1``; ``""``
     where a grid has none), for the GeoTIFF's band units and the sidecar."""
     return [str(ds[b].attrs.get("units", "")) for b in bands]
-
-
-#: Variable attributes copied into each GeoTIFF band's tags (GDAL band metadata).
-BAND_TAG_ATTRIBUTES = ("long_name", "quantity", "threshold", "flag_values", "flag_meanings")
-
-
-def band_tags(ds: Any, bands: list[str]) -> list[dict[str, str]]:
-    """The GDAL metadata of each band: the grid variable's ``long_name`` (what the value is,
-    e.g. ``predictive median download of the grid's quantity`` for ``mean_natural``),
-    ``quantity``, ``threshold`` and CF flags where it has them (:data:`BAND_TAG_ATTRIBUTES`),
-    so that a GeoTIFF read without its NetCDF grid still says what each band holds."""
-    return [
-        {k: str(ds[b].attrs[k]) for k in BAND_TAG_ATTRIBUTES if k in ds[b].attrs} for b in bands
-    ]
 
 
 def band_descriptions(ds: Any, bands: list[str]) -> list[str]:

@@ -50,7 +50,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_write_json, staged_folder
 from geodbk.errors import DataError
 from geodbk.geo.contract import output_name, service_headline
-from geodbk.geo.geotiff import DEFAULT_NODATA, write_geotiff
+from geodbk.geo.geotiff import DEFAULT_NODATA, band_tags, write_geotiff
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, block_rows_for
 from geodbk.geo.locations import read_locations
 from geodbk.geo.timeaxis import format_quarter, quarter_index
@@ -343,7 +343,7 @@ def _export_rasters(
                 "dtype": "uint8",
                 "nodata": CLASS_NODATA,
                 "units": [""],
-                "band_tags": [flags],
+                "band_tags": [{**band_tags(ds, ["service_class"])[0], **flags}],
                 "colormap": class_colours(len(names)),
                 "category_names": names,
             },
@@ -352,6 +352,7 @@ def _export_rasters(
                 "dtype": "float32",
                 "nodata": DEFAULT_NODATA,
                 "units": ["1"],
+                "band_tags": band_tags(ds, ["p_unserved"]),
             },
         }
         for name, options in bands.items():
@@ -556,6 +557,7 @@ def run_service(
                 quarter=_other_quarter(rd, service, quarter),
                 source=places_source(Path(at)),
             )
+            log.info("wrote %s", out)  # the grid's writer names classes.nc itself
         else:
             copula = {
                 **service.copula.to_dict(),
@@ -573,5 +575,4 @@ def run_service(
                 grid_options=grid_options,
                 progress=progress,
             )
-    log.info("wrote %s", out)
     return out

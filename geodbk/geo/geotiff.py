@@ -139,6 +139,20 @@ def write_geotiff(
     return path
 
 
+#: Variable attributes copied into each GeoTIFF band's tags (GDAL band metadata).
+BAND_TAG_ATTRIBUTES = ("long_name", "quantity", "threshold", "flag_values", "flag_meanings")
+
+
+def band_tags(ds: Any, bands: list[str]) -> list[dict[str, str]]:
+    """The GDAL metadata of each band: the grid variable's ``long_name`` (what the value is,
+    e.g. ``predictive median download of the grid's quantity`` for ``mean_natural``),
+    ``quantity``, ``threshold`` and CF flags where it has them (:data:`BAND_TAG_ATTRIBUTES`),
+    so that a GeoTIFF read without its NetCDF grid still says what each band holds."""
+    return [
+        {k: str(ds[b].attrs[k]) for k in BAND_TAG_ATTRIBUTES if k in ds[b].attrs} for b in bands
+    ]
+
+
 def write_category_names(path: str | Path, names: Sequence[str]) -> Path:
     """Write GDAL's PAM sidecar ``PATH.aux.xml`` naming the codes 0, 1, ... of band 1 of the
     raster at ``path`` (``<PAMDataset><PAMRasterBand band="1"><CategoryNames>``), atomically;

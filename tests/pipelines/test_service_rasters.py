@@ -78,10 +78,14 @@ def test_class_raster_has_a_colour_table_and_class_tags(
     assert [c.text for c in sidecar.iter("Category")] == names
     with rasterio.open(service / "p_unserved.tif") as src:
         assert src.units == ("1",)
+        # what the band holds and of which quantity, read without the NetCDF grid
+        assert "P(unserved)" in src.tags(1)["long_name"]
+        assert src.tags(1)["quantity"]
 
 
 def test_log_names_the_files_where_they_end_up(service_run: tuple[Path, list[str]]) -> None:
     service, messages = service_run
     assert not [m for m in messages if ".staging-" in m], messages
     for name in ("classes.nc", "service_class.tif", "p_unserved.tif"):
-        assert any(f"wrote {service / name}" in m for m in messages), (name, messages)
+        wrote = [m for m in messages if m.startswith(f"wrote {service / name}")]
+        assert len(wrote) == 1, (name, messages)
