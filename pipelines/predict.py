@@ -989,7 +989,14 @@ def run_predict(
             )
 
         log.info("predicting %s for %s", target, label)
-        warn_replacing_quantity(out, quantity, tests=float(tests), devices=attrs.get("devices"))
+        warn_replacing_map(
+            out,
+            quantity,
+            tests=float(tests),
+            devices=attrs.get("devices"),
+            resolution_deg=(grid.dx, grid.dy),
+            extent=extent,
+        )
         written.append(
             _write_grid(
                 out,
@@ -1127,20 +1134,50 @@ def check_grid_size(
         )
 
 
-def warn_replacing_quantity(
-    out: Path, quantity: str, *, tests: float | None = None, devices: float | None = None
+def warn_replacing_map(
+    out: Path,
+    quantity: str,
+    *,
+    tests: float | None = None,
+    devices: float | None = None,
+    resolution_deg: tuple[float, float] | None = None,
+    extent: str | None = None,
 ) -> None:
-    """Warn when ``out`` holds a map of another quantity, or a test quantity of other
-    ``tests``/``devices``, which the new grid replaces (the dashboard, export, service and
-    summarize read ``grids/TARGET.nc`` whatever its quantity)."""
+    """Warn when ``out`` holds a map of another quantity, a test quantity of other
+    ``tests``/``devices``, or a grid of another cell size or extent, which the new grid
+    replaces (the dashboard, export, service and summarize read ``grids/TARGET.nc`` whatever
+    it holds)."""
     if not out.is_file():
         return
     try:
         with open_grid(out, fix="geodbk predict") as ds:
             old = str(ds.attrs.get("quantity", ""))
             counts = (ds.attrs.get("tests"), ds.attrs.get("devices"))
+            old_cells = ds.attrs.get("resolution_deg")
+            old_extent = ds.attrs.get("extent")
     except DataError:
         return
+    if resolution_deg is not None and old_cells is not None:
+        cells = tuple(float(v) for v in np.atleast_1d(old_cells))
+        if len(cells) == 2 and not np.allclose(cells, resolution_deg, rtol=1e-6, atol=0.0):
+            option = f"{cells[0]:g}" + ("" if cells[0] == cells[1] else " (tiles: --tile-zoom)")
+            log.warning(
+                "%s holds a map of %s cells; it is replaced by one of %s cells (run `geodbk "
+                "predict` with --resolution %s to write it again)",
+                out,
+                _cells_text(cells),
+                _cells_text(resolution_deg),
+                option,
+            )
+    if extent is not None and old_extent is not None and str(old_extent) != extent:
+        log.warning(
+            "%s holds a map over the %s extent; it is replaced by one over the %s extent (run "
+            "`geodbk predict` with --extent %s to write it again)",
+            out,
+            old_extent,
+            extent,
+            old_extent,
+        )
     if old == quantity == "test" and tests is not None and counts[0] is not None:
         now = (float(tests), None if devices is None else float(devices))
         was = (float(counts[0]), None if counts[1] is None else float(counts[1]))
@@ -1164,6 +1201,11 @@ def warn_replacing_quantity(
             quantity,
             old,
         )
+
+
+def _cells_text(cells: tuple[float, ...]) -> str:
+    """``0.01° x 0.01°`` for a cell size (lon, lat) in degrees."""
+    return " x ".join(f"{c:.6g}°" for c in cells)
 
 
 def _write_grid(

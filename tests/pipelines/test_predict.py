@@ -22,7 +22,7 @@ from pipelines.predict import (
     describe_map_quantity,
     grid_bounds,
     parse_trend,
-    warn_replacing_quantity,
+    warn_replacing_map,
 )
 from pipelines.rundir import RunDir
 
@@ -113,14 +113,34 @@ def test_replacing_a_map_of_another_quantity_is_warned(
     import xarray as xr
 
     out = tmp_path / "download.nc"
-    warn_replacing_quantity(out, "area")  # no grid yet: nothing to say
+    warn_replacing_map(out, "area")  # no grid yet: nothing to say
     xr.Dataset({"mean": ("x", [1.0])}, attrs={"quantity": "tile"}).to_netcdf(out)
     with caplog.at_level("WARNING", logger="geodbk"):
-        warn_replacing_quantity(out, "tile")
+        warn_replacing_map(out, "tile")
         assert not caplog.records
-        warn_replacing_quantity(out, "area")
+        warn_replacing_map(out, "area")
     assert "holds the tile quantity's map" in caplog.text
     assert "--quantity tile" in caplog.text
+
+
+def test_replacing_a_map_of_another_cell_size_or_extent_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A coarse quick look after a fine map replaces ``grids/TARGET.nc``: the warning names
+    the old cell size and extent and the options that write them again."""
+    import xarray as xr
+
+    out = tmp_path / "download.nc"
+    attrs = {"quantity": "tile", "resolution_deg": [0.001, 0.001], "extent": "region"}
+    xr.Dataset({"mean": ("x", [1.0])}, attrs=attrs).to_netcdf(out)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        warn_replacing_map(out, "tile", resolution_deg=(0.001, 0.001), extent="region")
+        assert not caplog.records
+        warn_replacing_map(out, "tile", resolution_deg=(0.01, 0.01), extent="tiles")
+    assert "holds a map of 0.001° x 0.001° cells" in caplog.text
+    assert "one of 0.01° x 0.01° cells" in caplog.text
+    assert "--resolution 0.001" in caplog.text
+    assert "over the region extent" in caplog.text and "--extent region" in caplog.text
 
 
 def test_map_quarter_status_and_the_extrapolation_warning_follow_the_model() -> None:
@@ -154,9 +174,9 @@ def test_replacing_a_test_map_of_other_tests_is_warned(
     attrs = {"quantity": "test", "tests": 4.0, "devices": 4.0}
     xr.Dataset({"mean": ("x", [1.0])}, attrs=attrs).to_netcdf(out)
     with caplog.at_level("WARNING", logger="geodbk"):
-        warn_replacing_quantity(out, "test", tests=4.0, devices=4.0)
+        warn_replacing_map(out, "test", tests=4.0, devices=4.0)
         assert not caplog.records
-        warn_replacing_quantity(out, "test", tests=8.0, devices=8.0)
+        warn_replacing_map(out, "test", tests=8.0, devices=8.0)
     assert "holds the test quantity's map of 4 tests from 4 devices" in caplog.text
     assert "replaced by that of 8 tests from 8 devices" in caplog.text
     assert "--quantity test --tests 4 --devices 4" in caplog.text
