@@ -51,6 +51,7 @@ from geodbk.baselines.registry import (
     model_kwargs,
     parse_model_list,
 )
+from geodbk.device import resolve_device
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS, Z95, target_info
 from geodbk.geo.timeaxis import quarter_indices
@@ -585,9 +586,16 @@ def cpu_model() -> str:
 
 
 def machine_info(threads: int | None, device: str) -> dict[str, Any]:
-    """nproc, CPU model, Python/torch versions, threads and device of this benchmark."""
+    """nproc, CPU model, Python/torch versions, threads, and the device asked for (``device``)
+    and the one the models run on (``device_used``: ``auto`` resolved, a CUDA request without
+    CUDA fallen back to ``cpu``) of this benchmark."""
+    import warnings
+
     import torch
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # each model warns of the fallback
+        used = resolve_device(device).type
     return {
         "nproc": os.cpu_count(),
         "cpu_model": cpu_model(),
@@ -595,6 +603,7 @@ def machine_info(threads: int | None, device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": threads,
         "device": device,
+        "device_used": used,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 

@@ -75,3 +75,17 @@ def test_the_written_files_use_the_same_keys(tiny_run: Path, tmp_path: Path) -> 
         assert first["by_tests"][label].keys() == scores.keys(), label
         for group in ("urban", "rural"):
             assert first["by_tests"][label][group].keys() == scores[group].keys(), label
+
+
+def test_the_machine_record_names_the_device_the_models_ran_on() -> None:
+    """``--device auto`` is recorded as asked and as resolved (``cpu`` without CUDA), and a
+    CUDA request on a machine without CUDA as the CPU it fell back to."""
+    import torch
+
+    from pipelines.benchmark import machine_info
+
+    info = machine_info(1, "auto")
+    assert info["device"] == "auto"
+    assert info["device_used"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        assert machine_info(1, "cuda")["device_used"] == "cpu"
