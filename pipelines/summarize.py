@@ -402,6 +402,7 @@ def run_summarize(
         cells,
         quantity=quantity,
         block_rows=block_rows_for(grid.shape[1], max_block_cells=max_block_cells),
+        extent=grid_options["extent"],
     )
     cell_summary = cells.summary(level=LEVEL)
     area_km2 = _cell_area(area_set, grid, cells)
@@ -486,6 +487,7 @@ def _summarize_cells(
     *,
     quantity: str,
     block_rows: int,
+    extent: str,
 ) -> np.ndarray:
     """Stream the map's cells inside the region and some polygon through ``sums`` (chunks of
     ``sampler.chunk`` cells, weights cos(lat)); then give each polygon without a cell centre
@@ -550,24 +552,45 @@ def _summarize_cells(
                 "point (cells_from = 'representative point')",
                 chosen.size,
             )
-    _warn_on_empty_areas_in_region(areas, region, np.flatnonzero(cells_from == "none"))
+    _warn_on_empty_areas_in_region(
+        areas, region, np.flatnonzero(cells_from == "none"), grid=grid, extent=extent
+    )
     return cells_from
 
 
-def _warn_on_empty_areas_in_region(areas: Areas, region: Any, empty: np.ndarray) -> None:
-    """Warn about the areas left without a value (``empty``) that overlap the region: land the
-    map's grid does not reach (it ends at the measured tiles under ``--extent tiles``), not
-    water or another state."""
+def _warn_on_empty_areas_in_region(
+    areas: Areas, region: Any, empty: np.ndarray, *, grid: Grid, extent: str
+) -> None:
+    """Warn about the areas left without a value (``empty``) that overlap the region, not
+    water or another state, each with its fix: those beyond the grid box (under ``--extent
+    tiles`` it ends at the measured tiles) need ``--extent region``; those inside it hold no
+    cell centre in the region (a coastal sliver, a polygon smaller than a cell) and need a
+    finer ``--resolution``."""
     import shapely
 
     land = empty[np.asarray(shapely.intersects(areas.polygons[empty], region), dtype=bool)]
-    if land.size:
+    if not land.size:
+        return
+    row, _ = areas.representative_cells(grid, land)
+    beyond = land[row < 0] if extent == "tiles" else land[:0]
+    within = np.setdiff1d(land, beyond)
+    if beyond.size:
         log.warning(
             "%d area(s) overlap the region but the map has no cell there, so they get no value "
             "(cells_from = 'none'; e.g. %s): the map ends at the measured tiles (--extent "
             "tiles, the default); pass --extent region to summarise them",
-            land.size,
-            ", ".join(str(i) for i in areas.ids[land[:3]]),
+            beyond.size,
+            ", ".join(str(i) for i in areas.ids[beyond[:3]]),
+        )
+    if within.size:
+        log.warning(
+            "%d area(s) overlap the region but no cell centre of the map lies in both, so "
+            "they get no value (cells_from = 'none'; e.g. %s): a coastal sliver or a polygon "
+            "smaller than a cell (%.4g x %.4g deg); a finer --resolution reaches them",
+            within.size,
+            ", ".join(str(i) for i in areas.ids[within[:3]]),
+            grid.dx,
+            grid.dy,
         )
 
 

@@ -16,6 +16,7 @@ import shapely
 import xarray as xr
 
 from geodbk.geo.areas import read_areas
+from geodbk.geo.grids import Grid
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines import cli
 from pipelines.rundir import DEFAULT_THRESHOLDS, RunDir, target_spec
@@ -215,6 +216,13 @@ def test_a_polygon_outside_the_grid_is_an_empty_row(summary: pd.DataFrame) -> No
     assert row[numeric].isna().all()
 
 
+def _grid(west: float, south: float, east: float, north: float, step: float) -> Grid:
+    """A north-up grid of ``step``-degree cells over the box."""
+    x = np.arange(west + step / 2, east, step)
+    y = np.arange(north - step / 2, south, -step)
+    return Grid(x=x, y=y, dx=step, dy=step)
+
+
 def test_areas_on_land_the_map_does_not_reach_are_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -225,14 +233,38 @@ def test_areas_on_land_the_map_does_not_reach_are_warned_about(
         crs="EPSG:4326",
     ).to_file(path)
     region = shapely.box(-1, -1, 2, 2)
+    grid = _grid(-1, -1, -0.5, 2, 0.1)  # the tiles end west of the island
     with caplog.at_level("WARNING", logger="geodbk"):
-        _warn_on_empty_areas_in_region(read_areas(path), region, np.array([0, 1]))
+        _warn_on_empty_areas_in_region(
+            read_areas(path), region, np.array([0, 1]), grid=grid, extent="tiles"
+        )
     assert "1 area(s) overlap the region" in caplog.text and "e.g. island)" in caplog.text
-    assert "--extent region" in caplog.text
+    assert "--extent region" in caplog.text and "--resolution" not in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="geodbk"):
-        _warn_on_empty_areas_in_region(read_areas(path), region, np.array([1]))
+        _warn_on_empty_areas_in_region(
+            read_areas(path), region, np.array([1]), grid=grid, extent="tiles"
+        )
     assert not caplog.records  # the sea alone: nothing the map missed
+
+
+@pytest.mark.parametrize("extent", ["tiles", "region"])
+def test_a_sliver_inside_the_grid_is_told_to_use_a_finer_resolution(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, extent: str
+) -> None:
+    """A polygon inside the grid box that holds no cell centre of the region (a coastal
+    sliver) is not fixed by ``--extent region``: the warning names ``--resolution``."""
+    path = tmp_path / "sliver.geojson"
+    gpd.GeoDataFrame(
+        {"GEOID": ["sliver"]}, geometry=[shapely.box(0.99, 0.2, 1.05, 0.3)], crs="EPSG:4326"
+    ).to_file(path)
+    region = shapely.box(-1, -1, 1, 2)  # the sliver's land part: 0.99 to 1
+    with caplog.at_level("WARNING", logger="geodbk"):
+        _warn_on_empty_areas_in_region(
+            read_areas(path), region, np.array([0]), grid=_grid(-1, -1, 2, 2, 0.1), extent=extent
+        )
+    assert "1 area(s) overlap the region" in caplog.text and "e.g. sliver)" in caplog.text
+    assert "finer --resolution" in caplog.text and "--extent region" not in caplog.text
 
 
 def test_columns_licence_and_metadata_of_both_files(
