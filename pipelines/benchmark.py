@@ -110,7 +110,7 @@ EPILOG = """examples:
   geodbk benchmark --run runs/hawaii-mobile --target download --models all --epochs 20 --seeds 0
   geodbk benchmark --run runs/demo --target upload --models dbk-rbf,sv-dkl,cagp --seeds 0,1,2
   geodbk benchmark --run runs/demo --target download --models dbk-rbf,softki --threads 1 --timeout 600
-  geodbk benchmark --run runs/hawaii-mobile --target download --models dbk-rbf --time \
+  geodbk benchmark --run runs/hawaii-mobile --target download --models dbk-rbf --time \\
       --noise tests+devices+urban --merge     # time-aware DBK with the class floor
   geodbk benchmark --run runs/hawaii-mobile --target upload --protocol seed-table2 --threads 1
 

@@ -32,6 +32,43 @@ def test_help_has_examples(stage: str, capsys: pytest.CaptureFixture[str]) -> No
         assert developer_text not in out, (stage, developer_text)
 
 
+def _help_examples(stage: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The example commands of ``geodbk STAGE --help``, continuation lines joined."""
+    with pytest.raises(SystemExit):
+        cli.main([stage, "--help"])
+    block = capsys.readouterr().out.split("examples:\n", 1)[1].split("\n\n")
+    lines = [line.strip() for part in block if "geodbk " in part for line in part.splitlines()]
+    commands: list[str] = []
+    joined = ""
+    for line in lines:
+        if not joined and not line.startswith("geodbk "):
+            continue
+        joined += line
+        if joined.endswith("\\"):
+            joined = joined[:-1]
+            continue
+        commands.append(joined)
+        joined = ""
+    return commands
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_help_examples_are_valid_command_lines(
+    stage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each example of a stage's help parses, one space between its words as a user types
+    them (a run of spaces inside a command is a continuation line whose backslash was lost)."""
+    import re
+    import shlex
+
+    commands = _help_examples(stage, capsys)
+    assert commands, stage
+    for command in commands:
+        words = command.split("#", 1)[0].rstrip()
+        assert not re.search(r"\S {2,}\S", words), command
+        cli.build_parser().parse_args(shlex.split(words)[1:])
+
+
 def _stage(*, run: str | None = None, target: str | None = None) -> argparse.ArgumentParser:
     def stage_main(args: argparse.Namespace) -> int:
         return 0
