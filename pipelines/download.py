@@ -553,8 +553,8 @@ Files with tile_x/tile_y (Ookla 2023Q3 on) are read selectively with HTTP Range 
 region's row groups); older files are downloaded whole. Interrupted downloads resume from their
 .part files when the command is run again.
 exit codes: 0 ok, 1 download failed (network, HTTP status, a page served instead of the file;
-the message names the URL), 2 usage, 3 bad option (--type, --quarters, --bbox), 6 the disk
-refused a write.
+the message names the URL), 2 usage (a --type other than mobile or fixed), 3 bad option
+(--quarters, --bbox), 6 the disk refused a write.
 """
 
 

@@ -80,13 +80,14 @@ examples:
 
 --quarter Q writes exports/TARGET_Q.tif from the grid of quarter Q; --trend Q1:Q2 writes
 exports/TARGET_trend_Q1_Q2.tif (both need a time-aware model and `geodbk predict` run first).
-Every quarter of --quarter SPEC (all: every trained quarter) needs its grid, in every format:
+Every quarter of --quarter SPEC (all: every quarter of the table) needs its grid, in every format:
 a missing one stops the export before its first file, naming each missing quarter and the
 `geodbk predict --quarter` command; several runs are all checked before any is written.
---format netcdf stacks the grids of --quarter (without it: every quarter with a grid, for a
-time-aware model; the pooled grid as one time step otherwise) into exports/TARGET_quarters.nc
-with dimensions (time, y, x): time is the middle of each quarter, time_bnds its first and last
-day, quarter its label (xarray.open_dataset decodes them).
+--format netcdf stacks the grids of --quarter (without it: every quarter of the table with a
+grid, for a time-aware model, extrapolated quarters only when --quarter names them; the pooled
+grid as one time step otherwise) into exports/TARGET_quarters.nc with dimensions (time, y, x):
+time is the middle of each quarter, time_bnds its first day and the next quarter's first day,
+quarter its label (xarray.open_dataset decodes them).
 A grid predicted from an earlier model (another config hash, or trained since) stops the export
 with exit 5 and the predict command; a model trained on an earlier ingest is warned about.
 exit codes: 0 ok, 2 usage, 3 --quarter/--trend for a pooled model, 4 missing model,
