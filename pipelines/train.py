@@ -318,19 +318,24 @@ def _history_csv(history: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+#: Config keys a resumed run may change: the budget, the device, chunking, and the tile
+#: effect and local layer, which are fitted after training.
+RESUME_FREE_KEYS = (
+    "epochs",
+    "patience",
+    "predict_chunk_size",
+    "device",
+    "tile_effect",
+    "tile_effect_groups",
+    "local_layer",
+)
+
+
 def _resume_keys(cfg: TrainConfig) -> dict[str, Any]:
-    """Config keys that must match to resume (epochs, patience, chunking and the tile effect,
-    fitted after training, may change), ``kernel_update_every`` resolved."""
+    """Config keys that must match to resume (all but :data:`RESUME_FREE_KEYS`),
+    ``kernel_update_every`` resolved."""
     d = {**cfg.to_dict(), "kernel_update_every": cfg.resolved_kernel_update_every()}
-    for key in (
-        "epochs",
-        "patience",
-        "predict_chunk_size",
-        "device",
-        "tile_effect",
-        "tile_effect_groups",
-        "local_layer",
-    ):
+    for key in RESUME_FREE_KEYS:
         d.pop(key)
     return d
 
@@ -410,8 +415,9 @@ def _check_resume(ckpt_dir: Path, cfg: TrainConfig, resume: bool) -> bool:
             changes = ", ".join(f"{k}: {before[k]!r} there, {now[k]!r} now" for k in differ)
             raise DataError(
                 f"--resume: the checkpoint in {ckpt_dir} was made with a different config "
-                f"({saved}; {changes}); resume with the checkpoint's values of these keys "
-                "(epochs, patience and device may change) or train without --resume"
+                f"({saved}; {changes}); resume with the checkpoint's config (`--config "
+                f"{saved} --resume`; {', '.join(RESUME_FREE_KEYS)} may change) or train "
+                "without --resume"
             )
     return True
 

@@ -82,6 +82,11 @@ def test_resume_with_a_different_config_is_refused(tmp_path: Path) -> None:
     changed = tmp_path / "changed.yaml"
     changed.write_text(dump_config(CFG.replace(rank=8)))
     assert cli.main([*argv, "--config", str(changed)]) == 3
+    # the message's fix, the checkpoint's own config file, resumes
+    saved = RunDir(run).checkpoint_dir("download") / "config.yaml"
+    assert f"`--config {saved} --resume`" in str(refused.value)
+    assert "predict_chunk_size" in str(refused.value)  # every key that may change is named
+    assert cli.main([*argv, "--config", str(saved), "--epochs", "2"]) == 0
 
 
 def test_a_checkpoint_from_before_the_held_kernel_resumes_with_every_step(tmp_path: Path) -> None:
