@@ -313,7 +313,7 @@ def _time_jobs(
 
 def _stack_job(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> ExportJob:
     """The job of ``exports/TARGET_quarters.nc``: the grids of ``quarter`` (a time-aware model;
-    default every quarter that has a grid) or the pooled grid."""
+    default every quarter of the table that has a grid) or the pooled grid."""
     md = _model_metadata(rd, target)
     predict = f"geodbk predict --run {rd.root} --target {target}"
     if time_scaling_of(md) is None:
@@ -326,7 +326,7 @@ def _stack_job(rd: RunDir, target: str, *, quarter: str | None, only: bool) -> E
     else:
         observed = md.get("quarters") or []
         wanted = resolve_quarters(quarter or "all", observed=observed)
-        if quarter is None:  # every quarter that has a grid
+        if quarter is None:  # every quarter of the table that has a grid
             have = [q for q in wanted if rd.grid(target, q).is_file()]
             current = rd.grid(target)
             latest = _grid_quarter(current, predict) if current.is_file() else None
