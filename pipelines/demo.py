@@ -77,7 +77,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", type=Path, default=Path("runs/demo"), help="run directory")
     p.add_argument("--epochs", type=int, default=None, help="override the demo's 60 epochs")
     p.add_argument("--quick", action="store_true", help="tiny settings for smoke tests")
-    p.add_argument("--format", choices=["gtiff", "cog"], default="cog", help="export format")
+    p.add_argument(
+        "--format", choices=["gtiff", "cog"], default="cog", help="export format (default cog)"
+    )
 
 
 def _main(args: argparse.Namespace) -> int:
