@@ -47,10 +47,10 @@ def test_the_service_coverage_title_names_the_quarter(
     assert titles == [f"Service coverage, download\n{quarter}", "Service coverage, download"]
 
 
-def test_every_report_figure_names_its_target(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A figure handed on alone (a slide, an e-mail) still says which target it shows."""
+@pytest.fixture
+def figure_titles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The titles (suptitle and axes' titles, ``" | "``-joined) of every figure saved while
+    the test runs."""
     titles: list[str] = []
     save = figures._save
 
@@ -60,53 +60,43 @@ def test_every_report_figure_names_its_target(
         return save(fig, path)
 
     monkeypatch.setattr(figures, "_save", keep_titles)
+    return titles
+
+
+def _draw_the_report_figures(folder: Path, **kw: Any) -> None:
+    """The five report figures of the test rows, on small random data, with ``kw``."""
     rng = np.random.default_rng(0)
     width, urban = rng.uniform(1, 2, 20), np.arange(20) % 2 == 0
     lv = np.linspace(0.5, 0.99, 5)
     curves = {"urban": (lv, lv), "rural": (lv, lv)}
     emp = pred = rng.uniform(0.1, 1, (4, 8))
     row = {"n": 10, "coverage95": 0.95, "nll": 0.5}
-    kw = {"target": "upload"}
-    figures.pi_width_violin(width, urban, tmp_path / "a.png", label="log10 u", **kw)
-    figures.reliability_diagram(curves, tmp_path / "b.png", **kw)
-    figures.reliability_by_tests({"1": curves}, tmp_path / "c.png", **kw)
-    figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), tmp_path / "d.png", label="log10 u", **kw)
-    figures.quarter_calibration({"2023Q4": row}, tmp_path / "e.png", **kw)
-    assert len(titles) == 5 and all("upload" in t for t in titles), titles
+    figures.pi_width_violin(width, urban, folder / "a.png", label="log10 u", **kw)
+    figures.reliability_diagram(curves, folder / "b.png", **kw)
+    figures.reliability_by_tests({"1": curves}, folder / "c.png", **kw)
+    figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), folder / "d.png", label="log10 u", **kw)
+    figures.quarter_calibration({"2023Q4": row}, folder / "e.png", **kw)
+
+
+def test_every_report_figure_names_its_target(tmp_path: Path, figure_titles: list[str]) -> None:
+    """A figure handed on alone (a slide, an e-mail) still says which target it shows."""
+    _draw_the_report_figures(tmp_path, target="upload")
+    assert len(figure_titles) == 5 and all("upload" in t for t in figure_titles), figure_titles
 
 
 def test_every_report_figure_names_the_quantity_it_judges(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, figure_titles: list[str]
 ) -> None:
     """A figure handed on alone says what its intervals are of: the test rows' own tests, or
     for service coverage the tile quantity and the area map's quantity (an area grid in
     ``grids/TARGET.nc`` judges the area column on f(x))."""
     from pipelines.report import scored_quantity
 
-    titles: list[str] = []
-    save = figures._save
-
-    def keep_titles(fig: Any, path: Path) -> Path:
-        sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
-        titles.append(" | ".join([sup, *(ax.get_title() for ax in fig.axes)]))
-        return save(fig, path)
-
-    monkeypatch.setattr(figures, "_save", keep_titles)
-    rng = np.random.default_rng(0)
-    width, urban = rng.uniform(1, 2, 20), np.arange(20) % 2 == 0
-    lv = np.linspace(0.5, 0.99, 5)
-    curves = {"urban": (lv, lv), "rural": (lv, lv)}
-    emp = pred = rng.uniform(0.1, 1, (4, 8))
-    row = {"n": 10, "coverage95": 0.95, "nll": 0.5}
+    titles = figure_titles
     quantity = scored_quantity(has_tests=True)
     assert quantity.startswith("test quantity") and "own speed tests" in quantity
     assert scored_quantity(has_tests=False).startswith("test quantity")
-    kw = {"target": "upload", "quantity": quantity}
-    figures.pi_width_violin(width, urban, tmp_path / "a.png", label="log10 u", **kw)
-    figures.reliability_diagram(curves, tmp_path / "b.png", **kw)
-    figures.reliability_by_tests({"1": curves}, tmp_path / "c.png", **kw)
-    figures.sd_maps(emp, pred, (0.0, 2.0, 0.0, 1.0), tmp_path / "d.png", label="log10 u", **kw)
-    figures.quarter_calibration({"2023Q4": row}, tmp_path / "e.png", **kw)
+    _draw_the_report_figures(tmp_path, target="upload", quantity=quantity)
     assert len(titles) == 5 and all(quantity in t and "upload" in t for t in titles), titles
     rows = [{"label": "≥ 3 Mbps", "tiles": 0.5, "area": 0.4, "urban": 0.6, "rural": 0.4}]
     for area, named in (("tile", "tile quantity"), ("area", "tiles: tile quantity, area: area")):
