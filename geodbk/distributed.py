@@ -287,6 +287,21 @@ def _global_max(values: torch.Tensor, *, rank: int, world: int) -> torch.Tensor:
         return dnn.all_reduce(contribution, op=dist.ReduceOp.SUM)
 
 
+def ddp_buffer_options() -> dict[str, bool]:
+    """DistributedDataParallel's option that keeps module buffers out of each forward's
+    broadcast (every rank keeps its own): ``forward_sync_buffers=False`` where torch has it
+    (2.13 on; it still syncs them once at start, when every rank holds the same seeded
+    initial values), else the older ``broadcast_buffers=False``, which 2.13 deprecates."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    options = inspect.signature(DistributedDataParallel.__init__).parameters
+    if "forward_sync_buffers" in options:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
 def make_epoch_runner(
     model: Any, plan: ShardPlan, config: Any, *, generator: torch.Generator
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.optim.Optimizer, torch.Tensor | None], float]:
@@ -312,7 +327,7 @@ def make_epoch_runner(
             raise RuntimeError("a ShardPlan with a rank needs an initialised process group")
         from torch.nn.parallel import DistributedDataParallel
 
-        forward = DistributedDataParallel(model, broadcast_buffers=False)
+        forward = DistributedDataParallel(model, **ddp_buffer_options())
     n, world = plan.n_global, plan.world_size
 
     def run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    warnings.simplefilter("error", FutureWarning)  # a deprecated DDP option fails the run
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
@@ -236,3 +238,15 @@ def test_sharded_fit_takes_devices_and_urban_noise() -> None:
     opts |= {"noise": "tests+devices", "noise_urban": True, "device": "cpu"}
     two = DBKRegressor(**opts).fit(x, y, **cov, shards=ShardPlan(_sizes()))
     assert len(two.history_) == 2 and all(np.isfinite(h["train_loss"]) for h in two.history_)
+
+
+def test_ddp_buffer_options_name_an_option_torch_has() -> None:
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from geodbk.distributed import ddp_buffer_options
+
+    (name, value), *_ = ddp_buffer_options().items()
+    assert value is False
+    assert name in inspect.signature(DistributedDataParallel.__init__).parameters
