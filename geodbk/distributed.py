@@ -287,7 +287,7 @@ def _global_max(values: torch.Tensor, *, rank: int, world: int) -> torch.Tensor:
         return dnn.all_reduce(contribution, op=dist.ReduceOp.SUM)
 
 
-def ddp_buffer_options() -> dict[str, bool]:
+def ddp_buffer_options() -> dict[str, Any]:
     """DistributedDataParallel's option that keeps module buffers out of each forward's
     broadcast (every rank keeps its own): ``forward_sync_buffers=False`` where torch has it
     (2.13 on; it still syncs them once at start, when every rank holds the same seeded
