@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -304,13 +304,19 @@ def _pooled(grids: Sequence[Grid], values: Callable[[Grid], NDArray[np.float64]]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def value_scale(grid: Grid, others: Sequence[Grid] = ()) -> ColorScale:
-    """One colour scale for the lower and upper bounds, so the two maps compare directly."""
+def value_scale(
+    grid: Grid, others: Sequence[Grid] = (), spec: LayerSpec | None = None
+) -> ColorScale:
+    """One colour scale for the lower and upper bounds of ``spec``'s quantity (default: the
+    tile quantity), so the two maps compare directly."""
     grids = [grid, *others]
+    base = spec or LayerSpec("pi_lower")
+    lower = replace(base, kind="pi_lower")
+    upper = replace(base, kind="pi_upper")
     both = np.concatenate(
         [
-            _pooled(grids, lambda g: g.natural("pi_lower")),
-            _pooled(grids, lambda g: g.natural("pi_upper")),
+            _pooled(grids, lambda g: layer_values(g, lower)),
+            _pooled(grids, lambda g: layer_values(g, upper)),
         ]
     )
     return auto_scale(both, value_cmap(grid.target), quantiles=(0.01, 0.99))
@@ -319,17 +325,18 @@ def value_scale(grid: Grid, others: Sequence[Grid] = ()) -> ColorScale:
 def layer_scale(grid: Grid, spec: LayerSpec, others: Sequence[Grid] = ()) -> ColorScale:
     """Colour scale for a layer: viridis for values, magma for uncertainty, YlGnBu for P.
 
-    The median (and the observed tiles) use the median's own robust range; the two bounds share
-    one range so they can be compared with each other. ``others`` (the grids of the other
+    The median uses its own robust range and the two bounds share one, each of the quantity
+    ``spec`` shows (a single test's interval is far wider than a tile's), so the bounds can be
+    compared with each other. ``others`` (the grids of the other
     quarters) widen the range so that every quarter is drawn on one scale and the quarter
     slider shows change, not a re-stretched colour map.
     """
     grids = [grid, *others]
     if spec.kind == "median":
-        values = _pooled(grids, lambda g: g.natural("mean"))
+        values = _pooled(grids, lambda g: layer_values(g, spec))
         return auto_scale(values, value_cmap(grid.target), quantiles=(0.01, 0.99))
     if spec.kind in ("pi_lower", "pi_upper"):
-        return value_scale(grid, others)
+        return value_scale(grid, others, spec)
     if spec.kind == "pi_width":
         return auto_scale(_pooled(grids, lambda g: layer_values(g, spec)), CMAPS["uncertainty"])
     if spec.kind == "std":
@@ -384,8 +391,14 @@ def shared_grids(paths: Sequence[Path]) -> tuple[tuple[str, Stamp], ...]:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def click_points(path: str, stamp_: Stamp, target: str) -> tuple[pd.DataFrame, float]:
-    """A coarse set of in-region cell centres with a tooltip label, and their radius in metres."""
+def click_points(
+    path: str, stamp_: Stamp, target: str, spec: LayerSpec | None = None
+) -> tuple[pd.DataFrame, float]:
+    """A coarse set of in-region cell centres with a tooltip label, and their radius in metres.
+
+    The label gives the median and 95% interval of the quantity ``spec`` shows (default: the
+    grid's stored quantity), so the hover agrees with the map's colours.
+    """
     grid = load_grid(path, stamp_, target)
     mask = grid.in_region
     n = int(mask.sum())
@@ -395,9 +408,7 @@ def click_points(path: str, stamp_: Stamp, target: str) -> tuple[pd.DataFrame, f
     lat = grid.lat[::stride][rows]
     lon = grid.lon[::stride][cols]
     unit = UNITS[target]
-    med = grid.natural("mean")[::stride, ::stride][rows, cols]
-    lo = grid.natural("pi_lower")[::stride, ::stride][rows, cols]
-    hi = grid.natural("pi_upper")[::stride, ::stride][rows, cols]
+    med, lo, hi = (v[::stride, ::stride][rows, cols] for v in summary_values(grid, spec))
     # Short labels keep the deck JSON small (it is sent to the browser on every rerun).
     labels = [
         f"<b>{format_value(m)}</b> {unit} (95%: {format_value(a)}–{format_value(b)})"
@@ -407,6 +418,21 @@ def click_points(path: str, stamp_: Stamp, target: str) -> tuple[pd.DataFrame, f
     radius = dy * 111_320 * 0.75
     frame = pd.DataFrame({"lon": np.round(lon, 5), "lat": np.round(lat, 5), "label": labels})
     return frame, radius
+
+
+def summary_values(
+    grid: Grid, spec: LayerSpec | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Median, lower and upper 95% bound (natural units) of the quantity ``spec`` shows;
+    ``None``: the grid's stored ``mean``, ``pi_lower`` and ``pi_upper``."""
+    if spec is None:
+        return grid.natural("mean"), grid.natural("pi_lower"), grid.natural("pi_upper")
+    med, lo, hi = (layer_values(grid, replace(spec, kind=k)) for k in LAYERS_OF_SUMMARY)
+    return med, lo, hi
+
+
+#: The layers :func:`summary_values` returns, in order.
+LAYERS_OF_SUMMARY = ("median", "pi_lower", "pi_upper")
 
 
 # --------------------------------------------------------------------------------------------

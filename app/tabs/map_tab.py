@@ -119,19 +119,19 @@ def render(ctx: RunContext) -> None:
     )
 
     def extras() -> list[pdk.Layer]:
-        pick, radius = maps.click_points(str(path), gstamp, t)
+        pick, radius = maps.click_points(str(path), gstamp, t, spec)
         return [L.click_grid_layer(pick, radius), *maps.overlay_layers(ctx), *_point_marker()]
 
     st.markdown(legend_html(legend), unsafe_allow_html=True)
     _draw(url, grid.bounds, extras, light, basemap=ctx.basemap)
-    _caption(ctx, kind, chosen, len(qgrids))
+    _caption(ctx, kind, chosen, len(qgrids), spec.quantity)
     made = maps.tile_model_caption(grid.attrs)
     if made and spec.quantity != "latent":
         st.caption(made)
     licence = maps.licence_caption(grid.attrs)
     if licence:
         st.caption(licence)
-    _clicked_summary(ctx, grid)
+    _clicked_summary(ctx, grid, spec)
 
 
 def refine_delay() -> float:
@@ -276,14 +276,28 @@ def _point_marker() -> list[pdk.Layer]:
     return L.markers_layer(frame)[:1]
 
 
-def _caption(ctx: RunContext, kind: str, chosen: QuarterGrid, n_quarters: int = 1) -> None:
+#: What the sd layer's sd holds beyond f(x)'s own uncertainty, per quantity.
+_SD_PARTS: dict[str, str] = {
+    "tile": "tile noise included",
+    "latent": "f(x) alone: no tile or test noise",
+    "single": "one speed test's noise included",
+    "average": "the noise of the tile average of K tests included",
+}
+
+
+def _caption(
+    ctx: RunContext, kind: str, chosen: QuarterGrid, n_quarters: int = 1, quantity: str = "tile"
+) -> None:
+    """What the layer shows (for the sd layer: which noise its sd holds, per ``quantity``),
+    the quarter, and how to inspect a cell."""
     notes = {
         "median": "Median of the predictive distribution (10^mean on the log10 scale).",
         "pi_width": "Upper minus lower end of the 95% prediction interval: wide = uncertain. "
         f"In {'ms' if ctx.target == 'latency' else 'Mbps'} the width grows with the "
         f"{'latency' if ctx.target == 'latency' else 'speed'} itself; the sd (log10) layer "
         "shows the relative uncertainty.",
-        "std": "Predictive sd on the log10 scale (tile noise included): relative uncertainty.",
+        "std": f"Predictive sd on the log10 scale ({_SD_PARTS.get(quantity, _SD_PARTS['tile'])}): "
+        "relative uncertainty.",
         "pi_lower": "2.5% quantile of the predictive distribution.",
         "pi_upper": "97.5% quantile of the predictive distribution.",
         "prob": "Probability per grid cell under the model's Gaussian predictive in log10.",
@@ -297,7 +311,9 @@ def _caption(ctx: RunContext, kind: str, chosen: QuarterGrid, n_quarters: int = 
     )
 
 
-def _clicked_summary(ctx: RunContext, grid: Grid) -> None:
+def _clicked_summary(ctx: RunContext, grid: Grid, spec: maps.LayerSpec | None = None) -> None:
+    """A caption with the selected point's median and 95% interval of the quantity ``spec``
+    shows (``None``: the grid's stored quantity)."""
     point = st.session_state.get(POINT_KEY)
     if point is None:
         return
@@ -308,11 +324,11 @@ def _clicked_summary(ctx: RunContext, grid: Grid) -> None:
         return
     unit = UNITS[ctx.target]
     r, c = cell
+    med, lo, hi = (v[r, c] for v in maps.summary_values(grid, spec))
+    what = f" ({maps.quantity_label(grid, spec)})" if spec is not None else ""
     st.caption(
-        f"Selected point {format_lonlat(lon, lat)}: median "
-        f"{format_value(grid.natural('mean')[r, c], unit)}, 95% interval "
-        f"{format_value(grid.natural('pi_lower')[r, c])}–"
-        f"{format_value(grid.natural('pi_upper')[r, c], unit)}. Details in the Inspect tab."
+        f"Selected point {format_lonlat(lon, lat)}: median {format_value(med, unit)}, 95% "
+        f"interval {format_value(lo)}–{format_value(hi, unit)}{what}. Details in the Inspect tab."
     )
 
 
