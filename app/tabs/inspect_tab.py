@@ -122,7 +122,9 @@ def render(ctx: RunContext) -> None:
         st.subheader(f"{t.capitalize()} at {format_lonlat(lon, lat)}{when}")
         is_urban, area = point_class(ctx, lon, lat, tiles)
         at_point = _model_at_point(ctx, lon, lat, t_in=t_in, quarter=quarter, urban=is_urban)
-        cell = map_quantity_at(ctx, lon, lat, grid_path, _map_spec())
+        # the grid's cell only when the grid is the chosen quarter's (else: the model there)
+        cell_grid = grid_path if _grid_is_of(ctx, grid_path, quarter) else None
+        cell = map_quantity_at(ctx, lon, lat, cell_grid, _map_spec())
         when = f" of {quarter}" if quarter else ""
         summary: PointSummary | None = None
         heading, how = "", ""
@@ -133,8 +135,8 @@ def render(ctx: RunContext) -> None:
                 how += " " + how_at_point(at_point[0])
         elif at_point is not None:
             (summary, how), heading = at_point, MODEL_HEADING
-        elif grid_path is not None:  # a grid without the quantities: its stored prediction
-            summary = _stored_at(ctx, lon, lat, grid_path)
+        elif cell_grid is not None:  # a grid without the quantities: its stored prediction
+            summary = _stored_at(ctx, lon, lat, cell_grid)
             heading, how = "the grid cell's stored prediction", f"From the grid cell{when}."
         if summary is None:
             st.warning("No prediction available at this point (outside the grid and no model).")
@@ -157,7 +159,7 @@ def render(ctx: RunContext) -> None:
                 f"{format_value(summary.mean, unit)}; sd of log10 = {summary.sd_log10:.3f}. {how}"
             )
             st.altair_chart(_density_chart(summary, unit), width="stretch")
-        parts = quantity_parts(ctx, lon, lat, grid_path)
+        parts = quantity_parts(ctx, lon, lat, cell_grid)
         if parts is not None:
             st.markdown("**What this place gets** (grid cell; 95% intervals)")
             st.dataframe(parts, hide_index=True, width="stretch")
@@ -310,6 +312,15 @@ def _grid_of(ctx: RunContext, quarter: str | None) -> Path | None:
             if g.quarter == quarter:
                 return g.path
     return ctx.files.grid if ctx.files.has_grid else None
+
+
+def _grid_is_of(ctx: RunContext, grid_path: Path | None, quarter: str | None) -> bool:
+    """Whether ``grid_path`` maps ``quarter`` (always, for no quarter or a grid that records
+    none): :func:`_grid_of` falls back to ``grids/TARGET.nc`` for a quarter without a grid."""
+    if grid_path is None or quarter is None:
+        return grid_path is not None
+    shown = ctx.grid(grid_path).attrs.get("quarter")
+    return not (shown and is_quarter(str(shown)) and str(shown) != quarter)
 
 
 def _region_note(ctx: RunContext, lon: float, lat: float) -> str:

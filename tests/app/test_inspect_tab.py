@@ -115,3 +115,30 @@ def test_the_density_chart_is_tall_enough_to_read() -> None:
 
     spec = _density_chart(PointSummary.from_log10(1.6, 0.1), "Mbps").to_dict()
     assert spec["height"] == DENSITY_HEIGHT >= 240
+
+
+def test_a_quarter_without_a_grid_is_not_shown_another_quarters_cell(
+    make_app: AppFactory, demo_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    from app.tabs.inspect_tab import MODEL_HEADING
+
+    root, name = demo_root
+    run = shutil.copytree(root / name, tmp_path / "runs" / name)
+    (run / "grids" / "download_2023Q1.nc").unlink()  # 2023Q1: the model's, without a grid
+    at, grid, _r, _c = _at_measured_cell(make_app, (run.parent, name))
+    assert grid.attrs.get("quarter") == "2023Q4"
+    inspect = open_tab(at, "Inspect a point")
+    assert any("From the grid cell of 2023Q4" in x for x in texts(inspect, "caption"))
+    at.select_slider(key="quarter_inspect_download").set_value("2023Q1").run()
+    assert_clean(at)
+    inspect = tab(at, "Inspect a point")
+    assert inspect.subheader[0].value.endswith("in 2023Q1")
+    # the headline is the model at 2023Q1, not the 2023Q4 grid's cell named as 2023Q1's
+    assert f"**{MODEL_HEADING}**" in texts(inspect, "markdown")
+    captions = texts(inspect, "caption")
+    assert not any("From the grid cell of 2023Q1" in x for x in captions), captions
+    assert any("for 2023Q1" in x for x in captions), captions
+    # and no table of the 2023Q4 cell's parts
+    assert "**What this place gets** (grid cell; 95% intervals)" not in texts(inspect, "markdown")
