@@ -132,7 +132,7 @@ def render(ctx: RunContext) -> None:
             summary, heading = cell
             how = f"From the grid cell{when}, as the Map tab shows it."
             if at_point is not None:
-                how += " " + how_at_point(at_point[0])
+                how += " " + how_at_point(at_point[0], unit)
         elif at_point is not None:
             (summary, how), heading = at_point, MODEL_HEADING
         elif cell_grid is not None:  # a grid without the quantities: its stored prediction
@@ -216,12 +216,13 @@ def map_quantity_at(
     return PointSummary.from_log10(mean - shift, float(sd[cell])), label
 
 
-def how_at_point(summary: PointSummary) -> str:
-    """One sentence on the GP alone at the exact point, beside a grid cell's quantity."""
+def how_at_point(summary: PointSummary, unit: str = "") -> str:
+    """One sentence on the GP alone at the exact point, beside a grid cell's quantity, with
+    its values in ``unit``."""
     return (
         f"The GP alone at this exact point (one speed test, no tile offset): median "
-        f"{format_value(summary.median)}, 95% interval {format_value(summary.lower)}–"
-        f"{format_value(summary.upper)}."
+        f"{format_value(summary.median, unit)}, 95% interval {format_value(summary.lower)}–"
+        f"{format_value(summary.upper, unit)}."
     )
 
 

@@ -142,3 +142,21 @@ def test_a_quarter_without_a_grid_is_not_shown_another_quarters_cell(
     assert any("for 2023Q1" in x for x in captions), captions
     # and no table of the 2023Q4 cell's parts
     assert "**What this place gets** (grid cell; 95% intervals)" not in texts(inspect, "markdown")
+
+
+def test_the_gp_alone_sentence_names_its_unit(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    import re
+
+    at, _grid, _r, _c = _at_measured_cell(make_app, demo_root)
+    at.run()
+    for target, unit in (("download", "Mbps"), ("latency", "ms")):
+        at.sidebar.selectbox(key="target").set_value(target)
+        inspect = open_tab(at, "Inspect a point")
+        gp = [x for x in texts(inspect, "caption") if "The GP alone at this exact point" in x]
+        assert gp, target
+        sentence = gp[0].split("The GP alone at this exact point")[1]
+        assert re.search(
+            rf"median [\d.,]+ {unit}, 95% interval [\d.,]+–[\d.,]+ {unit}\.", sentence
+        ), sentence
