@@ -168,8 +168,10 @@ def render(ctx: RunContext) -> None:
     options = ["mean_natural", *shares]
     unit = ctx.unit
 
+    typical = "typical latency" if ctx.target == "latency" else "typical speed"
+
     def label(c: str) -> str:
-        return "typical speed (area mean)" if c == "mean_natural" else share_label(c)
+        return f"{typical} (area mean)" if c == "mean_natural" else share_label(c)
 
     shown = st.selectbox("Colour by", options, format_func=label, key="areas_colour")
     values = frame[shown].to_numpy(dtype=float)

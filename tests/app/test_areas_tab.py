@@ -81,3 +81,26 @@ def test_share_columns_read_as_tiers_with_units() -> None:
     assert set(config) == {"id", "lower_natural", "n_tests", "share_le_100ms"}
     assert config["lower_natural"]["label"] == "90% lower (ms)"
     assert config["n_tests"]["type_config"]["format"] == "%d"
+
+
+def test_latency_summaries_read_as_latency_not_speed(
+    make_app: AppFactory, policy_root: Path, tmp_path: Path
+) -> None:
+    from pipelines import cli
+
+    root = tmp_path / "runs"
+    run = shutil.copytree(policy_root / "policy", root / "policy")
+    areas = policy_root / "districts.geojson"
+    argv = ["summarize", "--run", str(run), "--target", "latency", "--areas", str(areas)]
+    assert cli.main([*argv, "--samples", "20"]) == 0
+    at = make_app(root, "policy")
+    at.run()
+    at.sidebar.selectbox(key="target").set_value("latency")
+    tab = open_tab(at, "Areas")
+    colour_by = at.selectbox(key="areas_colour")
+    labels = list(colour_by.options)  # as shown (formatted)
+    assert labels[0] == "typical latency (area mean)", labels
+    assert not any("speed" in x for x in labels), labels
+    assert any(x.startswith("share ≤") and x.endswith("ms") for x in labels), labels
+    config = json.loads(tab.dataframe[0].proto.columns)
+    assert config["mean_natural"]["label"] == "mean (ms)"
