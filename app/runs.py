@@ -204,6 +204,12 @@ class TargetFiles:
 
         return trend_grid_files(self.grid.parent, self.target)
 
+    @property
+    def quarters_export(self) -> Path:
+        """The NetCDF export of the quarters' grids, ``exports/TARGET_quarters.nc``
+        (``geodbk export --format netcdf``)."""
+        return self.export.parent / f"{self.target}_quarters.nc"
+
     def extra_exports(self) -> list[Path]:
         """Per-quarter and trend GeoTIFFs ``exports/TARGET_Q.tif``, ``TARGET_trend_Q1_Q2.tif``."""
         import re

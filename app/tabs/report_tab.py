@@ -567,7 +567,8 @@ def download_groups(ctx: RunContext) -> list[tuple[str, list[Download]]]:
     """The files the tab offers, grouped and in a fixed order: the chosen target's report
     (:data:`REPORT_FILES`), then the GeoTIFF exports of each target in the sidebar's order
     (download, upload, latency), each GeoTIFF followed by its provenance JSON: ``TARGET.tif``,
-    then the per-quarter ``TARGET_2023Q2.tif`` in time order, then the trend exports. Groups
+    then the per-quarter ``TARGET_2023Q2.tif`` in time order, then the trend exports, then the
+    NetCDF of the quarters (``TARGET_quarters.nc``; the group is then headed "Exports"). Groups
     without files are left out."""
     rdir = ctx.files.report_dir
     report = [
@@ -584,8 +585,16 @@ def download_groups(ctx: RunContext) -> list[tuple[str, list[Download]]]:
             side = tif.with_suffix(".json")
             if side.is_file():
                 items.append(Download(f"{side.name} (provenance)", side, "application/json"))
+        kind = "GeoTIFF exports"
+        if f.quarters_export.is_file():
+            nc = f.quarters_export
+            items.append(Download(f"{nc.name} (NetCDF, quarters)", nc, "application/x-netcdf"))
+            side = nc.with_suffix(".json")
+            if side.is_file():
+                items.append(Download(f"{side.name} (provenance)", side, "application/json"))
+            kind = "Exports"
         if items:
-            groups.append((f"GeoTIFF exports ({target})", items))
+            groups.append((f"{kind} ({target})", items))
     return groups
 
 

@@ -242,3 +242,21 @@ def test_report_figures_keep_their_size_and_a_wide_one_gets_its_own_row(tmp_path
     assert rows == [["violin", "service"], ["sd_maps"], ["x"]]
     rows = [[cap for _, cap in row] for row in figure_rows([figs[0], figs[2], figs[1]])]
     assert rows == [["violin"], ["sd_maps"], ["service"]]  # the order is kept
+
+
+def test_the_netcdf_export_of_the_quarters_is_offered(
+    make_app: AppFactory, demo_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    root, name = demo_root
+    run = shutil.copytree(root / name, tmp_path / "runs" / "nc")
+    (run / "exports" / "download_quarters.nc").write_bytes(b"\x89HDF\r\n\x1a\nfake")
+    at = make_app(run.parent, "nc")
+    at.run()
+    report = open_tab(at, "Coverage report")
+    buttons = {b.label: b.proto for b in report.get("download_button")}
+    assert "download_quarters.nc (NetCDF, quarters)" in buttons, list(buttons)
+    assert buttons["download_quarters.nc (NetCDF, quarters)"].ignore_rerun
+    headings = [m for m in texts(report, "markdown") if m.startswith("**") and "(download)" in m]
+    assert headings == ["**Report (download)**", "**Exports (download)**"], headings
