@@ -413,10 +413,9 @@ def _map(
     grid = ctx.grid(grid_path)
     gstamp = stamp(grid_path)
     shared = maps.shared_grids([g.path for g in ctx.quarter_grids()])
-    url, _scale, _legend = maps.grid_layer_png(
-        str(grid_path), gstamp, ctx.target, maps.LayerSpec("median"), shared
-    )
-    pick, radius = maps.click_points(str(grid_path), gstamp, ctx.target)
+    spec = _map_spec()  # the Map tab's quantity, in its colours
+    url, _scale, _legend = maps.grid_layer_png(str(grid_path), gstamp, ctx.target, spec, shared)
+    pick, radius = maps.click_points(str(grid_path), gstamp, ctx.target, spec)
     layer_list = [L.bitmap_layer(url, grid.bounds), L.click_grid_layer(pick, radius)]
     layer_list += maps.overlay_layers(ctx)
     if point is not None:
@@ -435,4 +434,7 @@ def _map(
     when = f" of {shown}" if shown and is_quarter(str(shown)) else ""
     if quarter and shown and str(shown) != quarter and is_quarter(str(shown)):
         when += f" (no grid for {quarter}: `{ctx.cmd('predict')} --quarter {quarter}`)"
-    st.caption(f"Predicted median{when} (same colours as the Map tab). Click a cell to inspect it.")
+    what = maps.quantity_label(grid, spec)
+    st.caption(
+        f"Predicted median{when}, {what} (same colours as the Map tab). Click a cell to inspect it."
+    )

@@ -160,3 +160,28 @@ def test_the_gp_alone_sentence_names_its_unit(
         assert re.search(
             rf"median [\d.,]+ {unit}, 95% interval [\d.,]+–[\d.,]+ {unit}\.", sentence
         ), sentence
+
+
+def test_the_inspect_map_draws_the_map_tabs_quantity(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    import json
+
+    from app import maps
+    from app.colormaps import format_value
+    from app.layers import PICK_LAYER_ID
+
+    at, grid, _r, _c = _at_measured_cell(make_app, demo_root)
+    at.session_state["quantity"] = "latent"
+    inspect = open_tab(at, "Inspect a point")
+    assert any(
+        x.startswith("Predicted median of 2023Q4, area: neighbourhood level f(x)")
+        for x in texts(inspect, "caption")
+    ), texts(inspect, "caption")
+    deck = json.loads(inspect.get("deck_gl_json_chart")[0].proto.json)
+    points = next(x for x in deck["layers"] if x.get("id") == PICK_LAYER_ID)["data"]
+    area = maps.layer_values(grid, maps.LayerSpec("median", quantity="latent"))
+    for d in points[:50]:
+        rr = int(np.argmin(np.abs(grid.lat - float(d["lat"]))))
+        cc = int(np.argmin(np.abs(grid.lon - float(d["lon"]))))
+        assert str(d["label"]).startswith(f"<b>{format_value(area[rr, cc])}</b>"), d["label"]
