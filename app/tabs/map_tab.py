@@ -33,7 +33,7 @@ from app.loaders import Grid, stamp
 from app.points import point_from_selection
 from app.quarters import QuarterGrid, TrendFile, describe_quarter
 from app.runs import UNITS
-from app.ui import missing, quarter_slider
+from app.ui import missing, quarter_slider, selected_quarter_key
 from geodbk.geo.contract import DEFAULT_THRESHOLDS
 from geodbk.geo.timeaxis import extrapolation_of
 
@@ -342,8 +342,11 @@ def _render_tiles(ctx: RunContext, col: st.delta_generator.DeltaGenerator) -> No
     if f"value_{t}" not in table.frame.columns:
         st.info(f"tiles.parquet has no {t} column.")
         return
-    quarters = table.quarters
-    quarter = col.selectbox("Quarter", quarters, index=len(quarters) - 1, key="tiles_quarter")
+    quarters = list(table.quarters)
+    # start at the quarter the other layers show (the shared quarter choice), else the latest
+    shared = st.session_state.get(selected_quarter_key(t))
+    start = quarters.index(shared) if shared in quarters else len(quarters) - 1
+    quarter = col.selectbox("Quarter", quarters, index=start, key="tiles_quarter")
     frame = table.frame[table.frame["quarter"] == quarter]
     n_all = len(frame)
     if n_all > MAX_TILES:  # keep the page light: the tiles with the most tests

@@ -350,3 +350,15 @@ def test_time_input_follows_the_models_extrapolation_policy() -> None:
     assert time_input({**md, "time_extrapolation": {"policy": "hold"}}, "2024Q1") == 1.0
     assert time_input({**md, "time_extrapolation": {"policy": "trend"}}, "2024Q1") == 3.0
     assert time_input(md, "2022Q3") == 0.0
+
+
+def test_observed_tiles_open_at_the_quarter_the_map_shows(
+    make_app: AppFactory, time_root: Path
+) -> None:
+    at = make_app(time_root, "timed")
+    at.run()
+    at.select_slider(key=MAP_SLIDER).set_value("2023Q2").run()
+    at.selectbox(key="layer").set_value("tiles").run()
+    assert_clean(at)
+    assert at.selectbox(key="tiles_quarter").value == "2023Q2"
+    assert any("tiles observed in 2023Q2" in c for c in texts(tab(at, "Map"), "caption"))
