@@ -16,7 +16,7 @@ from app import maps
 from app.colormaps import format_lonlat, format_value
 from app.context import RunContext
 from app.kernel import RefPoint
-from app.loaders import Z95, LoadError, scale_lonlat, stamp
+from app.loaders import Z95, Grid, LoadError, scale_lonlat, stamp
 from app.points import PointSummary, lognormal_pdf, nearest_tiles, point_from_selection
 from app.quarters import is_quarter, with_time
 from app.runs import RAW_TO_NATURAL, UNITS
@@ -160,15 +160,10 @@ def render(ctx: RunContext) -> None:
             )
             st.altair_chart(_density_chart(summary, unit), width="stretch")
         parts = quantity_parts(ctx, lon, lat, cell_grid)
-        if parts is not None:
+        if parts is not None and cell_grid is not None:
             st.markdown("**What this place gets** (grid cell; 95% intervals)")
             st.dataframe(parts, hide_index=True, width="stretch")
-            st.caption(
-                "area: the neighbourhood level f(x); tile: what the zoom-16 tile here typically "
-                "gets (f plus the tile's own offset: its measured history, and the pull of its "
-                "measured neighbours); test: one speed test here (the tile, moved by what a "
-                "single test's average gets, plus one test's noise)."
-            )
+            st.caption(parts_caption(ctx.grid(cell_grid)))
         region_note = _region_note(ctx, lon, lat)
         st.markdown(f"**Area:** {area}{region_note}")
         if tiles is not None and f"value_{t}" in tiles.columns:
@@ -185,6 +180,22 @@ def render(ctx: RunContext) -> None:
             )
             st.markdown("**Nearest observed tiles**")
             st.dataframe(table, hide_index=True, width="stretch")
+
+
+def parts_caption(grid: Grid) -> str:
+    """What the rows of :func:`quantity_parts` mean; for a grid made without a tile effect the
+    tile is f(x) plus the model's noise floor, with no offset of its own."""
+    tile = (
+        "tile: what the zoom-16 tile here typically gets (f plus the tile's own offset: its "
+        "measured history, and the pull of its measured neighbours)"
+        if maps.has_tile_effect(grid)
+        else f"tile: f plus the model's noise floor (no tile effect was fitted for "
+        f"{grid.target}, so a tile has no offset of its own, measured or not)"
+    )
+    return (
+        f"area: the neighbourhood level f(x); {tile}; test: one speed test here (the tile, "
+        "moved by what a single test's average gets, plus one test's noise)."
+    )
 
 
 def _map_spec() -> maps.LayerSpec:
@@ -261,15 +272,17 @@ def quantity_parts(
                 "95% interval": f"{format_value(s.lower)}–{format_value(s.upper)}",
             }
         )
+    effect = maps.has_tile_effect(grid)  # without one, no tile has an offset or a pull
     history = "measured history" if value.get("tile_history", 0.0) > 0.5 else "no history"
-    rows.append(
-        {
-            "quantity": f"tile's offset ({history})",
-            "median": f"×{10 ** value['tile_offset']:.2f}",
-            "95% interval": "",
-        }
-    )
-    if "tile_pull" in value:
+    if effect:
+        rows.append(
+            {
+                "quantity": f"tile's offset ({history})",
+                "median": f"×{10 ** value['tile_offset']:.2f}",
+                "95% interval": "",
+            }
+        )
+    if effect and "tile_pull" in value:
         rows.append(
             {
                 "quantity": "of which its neighbours' pull",

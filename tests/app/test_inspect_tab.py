@@ -185,3 +185,32 @@ def test_the_inspect_map_draws_the_map_tabs_quantity(
         rr = int(np.argmin(np.abs(grid.lat - float(d["lat"]))))
         cc = int(np.argmin(np.abs(grid.lon - float(d["lon"]))))
         assert str(d["label"]).startswith(f"<b>{format_value(area[rr, cc])}</b>"), d["label"]
+
+
+def test_a_grid_without_a_tile_effect_shows_no_tile_offset(
+    make_app: AppFactory, demo_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A target trained without a tile effect (the tile is f plus the noise floor) has no tile
+    offset: the parts table must not list one as '(no history)' for a measured tile."""
+    import shutil
+
+    import xarray as xr
+
+    root, name = demo_root
+    run = shutil.copytree(root / name, tmp_path / "runs" / name)
+    path = run / "grids" / "latency.nc"
+    with xr.open_dataset(path) as ds:
+        grid = ds.load()
+    grid.attrs["tile_effect"] = 0
+    grid["tile_offset"] = grid["tile_offset"] * 0.0
+    grid["tile_pull"] = grid["tile_pull"] * 0.0
+    grid.to_netcdf(path)
+    at, _grid, _r, _c = _at_measured_cell(make_app, (run.parent, name))
+    at.run()
+    at.sidebar.selectbox(key="target").set_value("latency")
+    inspect = open_tab(at, "Inspect a point")
+    parts = inspect.dataframe[0].value
+    assert not any("offset" in q or "pull" in q for q in parts["quantity"]), list(parts["quantity"])
+    captions = texts(inspect, "caption")
+    assert any("no tile effect was fitted for latency" in c for c in captions), captions
+    assert not any("its measured history, and the pull" in c for c in captions), captions
