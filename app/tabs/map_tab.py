@@ -31,7 +31,7 @@ from app.colormaps import (
 from app.context import RunContext
 from app.loaders import Grid, stamp
 from app.points import point_from_selection
-from app.quarters import QuarterGrid, TrendFile, describe_quarter
+from app.quarters import QuarterGrid, TrendFile, describe_quarter, model_quarters
 from app.runs import UNITS
 from app.ui import missing, quarter_slider, selected_quarter_key
 from geodbk.geo.contract import DEFAULT_THRESHOLDS
@@ -210,9 +210,12 @@ def _choose_grid(ctx: RunContext, qgrids: list[QuarterGrid]) -> QuarterGrid:
         )
         chosen = by_quarter[quarter]
         if len(by_quarter) < 2:
+            trained = model_quarters(ctx.model_metadata())
+            span = f"{trained[0]}:{trained[-1]}" if trained else "all"
             st.caption(
                 f"{current.quarter} is the only quarter with a grid. Add others with "
-                f"`{ctx.cmd('predict')} --quarter 2019Q1:2023Q4` (any range)."
+                f"`{ctx.cmd('predict')} --quarter {span}` (the model's quarters; any range, "
+                "or one quarter)."
             )
     if chosen.extrapolation:
         held = extrapolation_of(ctx.model_metadata()) == "hold"

@@ -362,3 +362,19 @@ def test_observed_tiles_open_at_the_quarter_the_map_shows(
     assert_clean(at)
     assert at.selectbox(key="tiles_quarter").value == "2023Q2"
     assert any("tiles observed in 2023Q2" in c for c in texts(tab(at, "Map"), "caption"))
+
+
+def test_a_single_quarter_grid_suggests_the_models_own_quarters(
+    make_app: AppFactory, demo_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, name = demo_root
+    run = shutil.copytree(root / name, tmp_path / "runs" / name)
+    for extra in (run / "grids").glob("download_2023Q*.nc"):
+        extra.unlink()  # only grids/download.nc (2023Q4) is left
+    at = make_app(run.parent, name)
+    at.run()
+    assert_clean(at)
+    hint = [c for c in texts(tab(at, "Map"), "caption") if "only quarter with a grid" in c]
+    assert hint, texts(tab(at, "Map"), "caption")
+    assert "--quarter 2023Q1:2023Q4`" in hint[0], hint[0]  # the demo model's quarters
+    assert "2019Q1" not in hint[0]
