@@ -17,7 +17,7 @@ from app import layers as L
 from app import maps
 from app.colormaps import mercator_rows, png_data_url
 from app.context import RunContext
-from app.loaders import Stamp, grid_engine, stamp
+from app.loaders import LoadError, Stamp, grid_engine, load_grid_attrs, stamp
 from app.ui import missing
 from geodbk.geo.contract import QUANTITY_LABELS, service_headline
 from geodbk.service import class_colours, class_definitions, parse_tiers
@@ -33,14 +33,24 @@ def classes_grids(ctx: RunContext) -> list[Path]:
     return sorted(grids, key=lambda p: (p.name != "classes.nc", p.name))
 
 
-def grid_label(path: Path) -> str:
+def grid_label(path: Path, recorded: str = "") -> str:
     """What a classes grid's file name says it holds: ``tile, latest quarter`` for
     ``classes.nc``, ``2022Q4, area`` for ``classes_2022Q4_area.nc``
-    (:func:`geodbk.geo.contract.output_name`)."""
+    (:func:`geodbk.geo.contract.output_name`); ``recorded`` (the grid's ``quarter``
+    attribute) names the quarter of a file name without one."""
     parts = path.stem.removeprefix("classes").strip("_").split("_")
-    quarter = next((p for p in parts if len(p) == 6 and p[4] == "Q"), "latest quarter")
+    latest = f"{recorded} (latest)" if recorded else "latest quarter"
+    quarter = next((p for p in parts if len(p) == 6 and p[4] == "Q"), latest)
     quantity = next((p for p in parts if p in QUANTITY_LABELS), "tile")
     return f"{quantity}, {quarter}"
+
+
+def _recorded_quarter(path: Path) -> str:
+    """The ``quarter`` attribute of a classes grid (``""`` when unrecorded or unreadable)."""
+    try:
+        return str(load_grid_attrs(str(path), stamp(path)).get("quarter") or "")
+    except LoadError:
+        return ""
 
 
 def load_headline(path: Path) -> dict[str, Any] | None:
@@ -152,7 +162,7 @@ def render(ctx: RunContext) -> None:
         chosen = st.selectbox(
             "Classes grid (quantity, quarter)",
             [str(g) for g in grids],
-            format_func=lambda name: grid_label(Path(name)),
+            format_func=lambda name: grid_label(Path(name), _recorded_quarter(Path(name))),
             key="service_grid",
             help="Each `geodbk service` call of another quantity or quarter writes its own grid.",
         )

@@ -110,7 +110,8 @@ def test_each_classes_grid_of_the_run_can_be_shown(
     at.run()
     tab = open_tab(at, "Service")
     choice = tab.selectbox(key="service_grid")
-    assert list(choice.options) == ["tile, latest quarter", "area, latest quarter"]
+    # the quarter each grid records, not just "latest quarter"
+    assert list(choice.options) == ["tile, 2023Q4 (latest)", "area, 2023Q4 (latest)"]
     assert any(m.startswith("**Service classes") and ": tile:" in m for m in texts(tab, "markdown"))
     choice.set_value(str(service / "classes_area.nc")).run()
     tab = tab_of(at, "Service")
@@ -130,5 +131,7 @@ def test_a_grid_s_label_and_headline_follow_its_file_name() -> None:
     assert grid_label(Path("classes.nc")) == "tile, latest quarter"
     assert grid_label(Path("classes_2022Q4_area.nc")) == "area, 2022Q4"
     assert grid_label(Path("classes_test.nc")) == "test, latest quarter"
+    assert grid_label(Path("classes.nc"), "2023Q4") == "tile, 2023Q4 (latest)"
+    assert grid_label(Path("classes_2022Q4_area.nc"), "2022Q4") == "area, 2022Q4"
     assert service_headline("classes_2022Q4_area.nc") == "headline_2022Q4_area.json"
     assert service_headline("classes.nc") == "headline.json"
