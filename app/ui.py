@@ -53,6 +53,13 @@ def guard(section: str, command: str | None = None) -> Iterator[None]:
             )
 
 
+#: Session-state keys of the Map tab's "What the map shows" choice and its K tests, kept apart
+#: from the widgets' own keys (Streamlit drops a widget's state after a run that does not draw
+#: it), so that the Inspect tab reads the choice however many times it reruns.
+MAP_QUANTITY_KEY = "map_quantity"
+MAP_TESTS_KEY = "map_quantity_tests"
+
+
 def selected_quarter_key(target: str) -> str:
     """Session-state key of the quarter chosen for a target (shared by the tabs)."""
     return f"selected_quarter_{target}"

@@ -22,7 +22,7 @@ from app.quarters import is_quarter, with_time
 from app.runs import RAW_TO_NATURAL, UNITS
 from app.tabs.kernel_tab import choose_time
 from app.tabs.map_tab import POINT_KEY
-from app.ui import missing, quarter_slider
+from app.ui import MAP_QUANTITY_KEY, MAP_TESTS_KEY, missing, quarter_slider
 from geodbk.geo.contract import QUANTITY_LABELS
 from geodbk.geo.frame import native_longitude, wrap_near
 
@@ -201,8 +201,8 @@ def parts_caption(grid: Grid) -> str:
 def _map_spec() -> maps.LayerSpec:
     """The quantity the Map tab's "What the map shows" has chosen (the tile quantity until it
     has been opened)."""
-    quantity = str(st.session_state.get("quantity", "tile"))
-    tests = float(st.session_state.get("quantity_tests", 1.0) or 1.0)
+    quantity = str(st.session_state.get(MAP_QUANTITY_KEY, "tile"))
+    tests = float(st.session_state.get(MAP_TESTS_KEY, 1.0) or 1.0) if quantity == "average" else 1.0
     return maps.LayerSpec(kind="median", quantity=quantity, tests=tests)
 
 

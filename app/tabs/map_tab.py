@@ -33,7 +33,13 @@ from app.loaders import Grid, stamp
 from app.points import point_from_selection
 from app.quarters import QuarterGrid, TrendFile, describe_quarter, model_quarters
 from app.runs import UNITS
-from app.ui import missing, quarter_slider, selected_quarter_key
+from app.ui import (
+    MAP_QUANTITY_KEY,
+    MAP_TESTS_KEY,
+    missing,
+    quarter_slider,
+    selected_quarter_key,
+)
 from geodbk.geo.contract import DEFAULT_THRESHOLDS
 from geodbk.geo.timeaxis import extrapolation_of
 
@@ -238,14 +244,24 @@ def _quantity_controls(ctx: RunContext, kind: str) -> tuple[str, float]:
     if kind == "tiles":
         return "tile", 1.0
     options = maps.quantities_of(ctx.grid()) if ctx.files.has_grid else dict(maps.QUANTITIES)
-    if st.session_state.get("quantity") not in options:  # chosen on a grid that offered it
-        st.session_state.pop("quantity", None)
+    chosen = st.session_state.get(MAP_QUANTITY_KEY)
+    if chosen not in options:  # chosen on a grid that offered it, or not yet
+        chosen = next(iter(options))
+    st.session_state["quantity"] = st.session_state[MAP_QUANTITY_KEY] = chosen
+    tests_default = st.session_state.get(MAP_TESTS_KEY, 4)
+    st.session_state["quantity_tests"] = st.session_state[MAP_TESTS_KEY] = tests_default
+
+    def keep(widget: str, shared: str) -> None:
+        st.session_state[shared] = st.session_state[widget]
+
     q1, q2 = st.columns([2.2, 2.8])
     quantity = q1.selectbox(
         "What the map shows",
         list(options),
         format_func=options.__getitem__,
         key="quantity",
+        on_change=keep,
+        args=("quantity", MAP_QUANTITY_KEY),
         help="tile (the default): what a zoom-16 tile here typically gets, its own measured "
         "history included where it has one (a tile without history carries the spread of "
         "tiles around their neighbourhood); area: the neighbourhood level f(x), the smooth "
@@ -259,9 +275,10 @@ def _quantity_controls(ctx: RunContext, kind: str) -> tuple[str, float]:
                 "K (tests per tile)",
                 min_value=1,
                 max_value=1000,
-                value=4,
                 step=1,
                 key="quantity_tests",
+                on_change=keep,
+                args=("quantity_tests", MAP_TESTS_KEY),
             )
         )
     return str(quantity), tests

@@ -10,6 +10,7 @@ from apptest_helpers import AppFactory, assert_clean, element_types, open_tab, t
 from streamlit.testing.v1 import AppTest
 
 from app import loaders
+from app.ui import MAP_QUANTITY_KEY
 from geodbk.geo.contract import Z95
 
 
@@ -99,7 +100,7 @@ def test_inspect_headline_is_the_map_tabs_quantity_at_the_cell(
         ("tile", "tile: what the tile here typically gets", "tile_mean"),
         ("latent", "area: neighbourhood level f(x)", "area_mean"),
     ):
-        at.session_state["quantity"] = quantity
+        at.session_state[MAP_QUANTITY_KEY] = quantity
         inspect = open_tab(at, "Inspect a point")
         assert f"**{heading}**" in texts(inspect, "markdown"), quantity
         median = 10 ** (float(grid.arrays[variable][r, c]) - shift)
@@ -172,7 +173,7 @@ def test_the_inspect_map_draws_the_map_tabs_quantity(
     from app.layers import PICK_LAYER_ID
 
     at, grid, _r, _c = _at_measured_cell(make_app, demo_root)
-    at.session_state["quantity"] = "latent"
+    at.session_state[MAP_QUANTITY_KEY] = "latent"
     inspect = open_tab(at, "Inspect a point")
     assert any(
         x.startswith("Predicted median of 2023Q4, area: neighbourhood level f(x)")

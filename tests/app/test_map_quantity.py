@@ -101,3 +101,28 @@ def test_sd_caption_names_the_noise_of_the_shown_quantity(
     assert not any("tile noise included" in x for x in caps), caps
     assert any("no tile or test noise" in x for x in caps), caps
     assert "area" in legend_titles(tab(at, "Map"))[0]
+
+
+def test_the_chosen_quantity_survives_reruns_of_other_tabs(
+    make_app: AppFactory, demo_root: tuple[Path, str]
+) -> None:
+    """Streamlit drops a widget's state after a run that does not draw it: the choice made on
+    the Map tab must still be the Inspect tab's after it reruns, and the Map tab's when it
+    comes back."""
+    from apptest_helpers import open_tab
+
+    root, name = demo_root
+    at = make_app(root, name)
+    at.run()
+    at.selectbox(key="quantity").set_value("latent").run()
+    assert_clean(at)
+    inspect = open_tab(at, "Inspect a point")
+    for _ in range(2):
+        at.run()
+        assert_clean(at)
+    inspect = tab(at, "Inspect a point")
+    assert any("area: neighbourhood level f(x)" in c for c in texts(inspect, "caption")), texts(
+        inspect, "caption"
+    )
+    open_tab(at, "Map")
+    assert at.selectbox(key="quantity").value == "latent"
