@@ -54,6 +54,7 @@ from geodbk.baselines.registry import (
 from geodbk.device import resolve_device
 from geodbk.errors import DataError, RunDirectoryError
 from geodbk.geo.contract import TARGETS, Z95, target_info
+from geodbk.geo.splits import split_sentence
 from geodbk.geo.timeaxis import quarter_indices
 from geodbk.metrics import (
     COVERAGE95,
@@ -77,7 +78,6 @@ from geodbk.validation import counts_or_one
 from pipelines.benchmark_protocols import PROTOCOLS, apply_protocol, format_stat, table2_lines
 from pipelines.cli import FITTING, call_with_options, stage_parser
 from pipelines.config import NOISE_MODELS, URBAN_SUFFIX
-from pipelines.report_doc import split_sentence
 from pipelines.scoring import by_tests_scores, clean_json
 from pipelines.training_data import noise_columns, time_axis, urban_classes, urban_groups_supported
 

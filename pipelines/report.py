@@ -44,6 +44,7 @@ from geodbk.geo.parquet_batches import (
     predict_table,
     streaming_mean_std,
 )
+from geodbk.geo.splits import split_sentence
 from geodbk.geo.table import read_table_metadata
 from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices, quarter_text
 from geodbk.metrics import (
@@ -70,7 +71,7 @@ from pipelines.map_calibration import map_calibration_of_run
 from pipelines.places import map_quarter_status
 from pipelines.predict import cut_to_tiles, tiles_west_of
 from pipelines.report_areas import area_summaries_section, service_headline_section
-from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows, split_sentence
+from pipelines.report_doc import QUARTER_HEADER, Doc, quarter_rows
 from pipelines.run_inputs import (
     observed_quarters,
     pooled_label,

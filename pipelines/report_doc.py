@@ -1,9 +1,8 @@
 """A tiny document model rendered to both Markdown and self-contained HTML.
 
 The report is a list of blocks (headings, paragraphs, tables, images); rendering both formats
-from the same blocks keeps ``report.md`` and ``report.html`` identical in content. Also the
-text builders shared by the report sections: :func:`split_sentence` (which split the tile table
-has) and :func:`quarter_rows` (the per-quarter score table).
+from the same blocks keeps ``report.md`` and ``report.html`` identical in content. Also
+:func:`quarter_rows` (the per-quarter score table), shared by the report sections.
 """
 
 from __future__ import annotations
@@ -128,53 +127,6 @@ def _num(v: Any) -> str:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(float(v))
-
-
-def _quarter_span(quarters: Sequence[str]) -> str:
-    qs = list(quarters)
-    if not qs:
-        return "none"
-    return qs[0] if len(qs) == 1 else f"{qs[0]}–{qs[-1]} ({len(qs)})"
-
-
-def split_sentence(split: dict[str, Any] | None) -> str:
-    """One sentence naming the train/val/test split of ``tiles.parquet`` (its ``split`` metadata).
-
-    ``random``: rows drawn at random from every quarter; ``tile``: whole tiles held out (every
-    quarter); ``block``: whole spatial blocks held out; ``forecast``: the last quarter is the
-    test set and the one before it validation.
-    """
-    s = split if isinstance(split, dict) else {}
-    kind = s.get("kind", "unknown")
-    counts = s.get("counts")
-    tail = (
-        f" Rows: {counts.get('train')} train, {counts.get('val')} val, {counts.get('test')} test."
-        if isinstance(counts, dict)
-        else ""
-    )
-    if kind == "forecast":
-        return (
-            f"Split: forecast — test quarter {s.get('test_quarter')}, validation quarter "
-            f"{s.get('val_quarter')}, training quarters "
-            f"{_quarter_span(s.get('train_quarters') or [])}; the test set is a quarter the "
-            f"model never saw.{tail}"
-        )
-    if kind == "block":
-        return (
-            f"Split: spatial blocks of {s.get('block_size_deg')}° held out whole (seed "
-            f"{s.get('seed')}); test tiles lie in areas without training tiles.{tail}"
-        )
-    if kind == "tile":
-        return (
-            f"Split: whole tiles held out (seed {s.get('seed')}); every quarter of a test tile "
-            f"is held out, so test tiles were never measured but have measured neighbours.{tail}"
-        )
-    if kind == "random":
-        return (
-            f"Split: random rows (seed {s.get('seed')}); test rows come from every quarter "
-            f"and area.{tail}"
-        )
-    return f"Split: {kind}.{tail}"
 
 
 def quarter_rows(by_quarter: dict[str, dict[str, Any]], status: dict[str, str]) -> list[list[str]]:

@@ -19,6 +19,7 @@ from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
 from app.ui import lazy_reader, missing
+from geodbk.geo.splits import split_sentence
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.metrics import (
     COVERAGE95,
@@ -481,10 +482,12 @@ def render(ctx: RunContext) -> None:
         percent=("95% coverage",),
         fixed=[c for _, c in METRIC_COLUMNS[1:] if c != "95% coverage"],
     )
+    split = (summary or {}).get("split")
     st.caption(
         "Held-out test rows (a tile in one quarter). With calibrated intervals the 95% coverage "
         "column is close to 95% for urban and rural rows alike. MAE, CRPS and width are in log10 units; '(std.)' "
         "columns are on the standardised scale."
+        + (f" {split_sentence(split)}" if isinstance(split, dict) and split else "")
     )
     note = tile_effect_note(metrics)
     if note:

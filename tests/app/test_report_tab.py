@@ -52,6 +52,12 @@ def test_demo_coverage_report_and_model_tabs(
     judged = summary["service_coverage"][0]["quarter"]  # the demo model is time-aware
     assert any(m.startswith(f"**Service coverage, {judged}**") for m in texts(report, "markdown"))
     assert any(c.startswith("Data: geodbk's synthetic") for c in texts(report, "caption"))
+    # the test rows' caption says which split held them out, as report.md does
+    from geodbk.geo.splits import split_sentence
+
+    said = split_sentence(summary["split"])
+    assert said.startswith("Split: ")
+    assert any(c.startswith("Held-out test rows") and said in c for c in texts(report, "caption"))
     model = open_tab(at, "Model")
     kinds = element_types(model)
     assert kinds["metric"] == 6 and kinds["vega_lite_chart"] == 2 and kinds["code"] == 1

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from geodbk.geo.splits import split_sentence
 from geodbk.geo.table import read_tile_table, tile_split
 from pipelines import cli
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
-from pipelines.report_doc import split_sentence
 
 
 @pytest.fixture(scope="module")
