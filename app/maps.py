@@ -420,6 +420,10 @@ def click_points(
     return frame, radius
 
 
+#: The layers :func:`summary_values` returns, in order.
+LAYERS_OF_SUMMARY = ("median", "pi_lower", "pi_upper")
+
+
 def summary_values(
     grid: Grid, spec: LayerSpec | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -429,10 +433,6 @@ def summary_values(
         return grid.natural("mean"), grid.natural("pi_lower"), grid.natural("pi_upper")
     med, lo, hi = (layer_values(grid, replace(spec, kind=k)) for k in LAYERS_OF_SUMMARY)
     return med, lo, hi
-
-
-#: The layers :func:`summary_values` returns, in order.
-LAYERS_OF_SUMMARY = ("median", "pi_lower", "pi_upper")
 
 
 # --------------------------------------------------------------------------------------------

@@ -646,12 +646,10 @@ def _warn_replacing_stack(out: Path, span: str, *, quantity: str) -> None:
     if not out.is_file():
         return
     try:
-        import xarray as xr
-
-        with xr.open_dataset(out, decode_times=False) as old:
+        with open_grid(out, fix="geodbk export --format netcdf", decode_times=False) as old:
             before = str(old.attrs.get("quarter", ""))
             was = str(old.attrs.get("quantity", ""))
-    except (OSError, ValueError):
+    except DataError:  # an unreadable stack is replaced without a word on what it held
         return
     if (before and before != span) or (was and quantity and was != quantity):
         log.warning(

@@ -48,16 +48,26 @@ def test_a_run_without_policy_outputs_names_the_commands(
     assert "no area summaries" in areas and "geodbk summarize --run" in areas
 
 
-def test_summaries_of_two_quantities_are_both_listed_by_quantity_and_quarter(
-    make_app: AppFactory, policy_root: Path, tmp_path: Path
-) -> None:
+def _summarized_policy_run(
+    policy_root: Path, tmp_path: Path, target: str, *options: str
+) -> tuple[Path, Path]:
+    """A copy of the policy run under ``tmp_path/runs`` with ``geodbk summarize`` of
+    ``target`` over its districts (20 samples, ``options``); returns the runs folder and
+    the run."""
     from pipelines import cli
 
     root = tmp_path / "runs"
     run = shutil.copytree(policy_root / "policy", root / "policy")
     areas = policy_root / "districts.geojson"
-    argv = ["summarize", "--run", str(run), "--target", "download", "--areas", str(areas)]
-    assert cli.main([*argv, "--samples", "20", "--quantity", "area"]) == 0
+    argv = ["summarize", "--run", str(run), "--target", target, "--areas", str(areas)]
+    assert cli.main([*argv, "--samples", "20", *options]) == 0
+    return root, run
+
+
+def test_summaries_of_two_quantities_are_both_listed_by_quantity_and_quarter(
+    make_app: AppFactory, policy_root: Path, tmp_path: Path
+) -> None:
+    root, run = _summarized_policy_run(policy_root, tmp_path, "download", "--quantity", "area")
     assert (run / "summaries" / "download_districts.parquet").is_file()  # the tile one kept
     at = make_app(root, "policy")
     at.run()
@@ -86,13 +96,7 @@ def test_share_columns_read_as_tiers_with_units() -> None:
 def test_latency_summaries_read_as_latency_not_speed(
     make_app: AppFactory, policy_root: Path, tmp_path: Path
 ) -> None:
-    from pipelines import cli
-
-    root = tmp_path / "runs"
-    run = shutil.copytree(policy_root / "policy", root / "policy")
-    areas = policy_root / "districts.geojson"
-    argv = ["summarize", "--run", str(run), "--target", "latency", "--areas", str(areas)]
-    assert cli.main([*argv, "--samples", "20"]) == 0
+    root, _run = _summarized_policy_run(policy_root, tmp_path, "latency")
     at = make_app(root, "policy")
     at.run()
     at.sidebar.selectbox(key="target").set_value("latency")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from apptest_helpers import AppFactory, assert_clean, legend_titles, tab, texts
@@ -27,13 +28,18 @@ def _ticks(legend: str) -> list[float]:
     return [float(x.replace(",", "")) for x in labels if re.fullmatch(r"[\d.,]+", x)]
 
 
+def _map_app(make_app: AppFactory, demo_root: tuple[Path, str]) -> Any:
+    """The demo app, run once on its Map tab."""
+    at = make_app(*demo_root)
+    at.run()
+    return at
+
+
 def test_bounds_colour_range_is_the_shown_quantitys(
     make_app: AppFactory, demo_root: tuple[Path, str]
 ) -> None:
-    root, name = demo_root
-    grid = _grid(root, name)
-    at = make_app(root, name)
-    at.run()
+    grid = _grid(*demo_root)
+    at = _map_app(make_app, demo_root)
     at.selectbox(key="layer").set_value("pi_upper").run()
     at.selectbox(key="quantity").set_value("single").run()
     assert_clean(at)
@@ -56,10 +62,8 @@ def _hover_labels(at: object) -> list[dict[str, object]]:
 def test_hover_and_selected_point_give_the_shown_quantity(
     make_app: AppFactory, demo_root: tuple[Path, str]
 ) -> None:
-    root, name = demo_root
-    grid = _grid(root, name)
-    at = make_app(root, name)
-    at.run()
+    grid = _grid(*demo_root)
+    at = _map_app(make_app, demo_root)
     at.selectbox(key="quantity").set_value("latent").run()
     assert_clean(at)
     area = maps.layer_values(grid, maps.LayerSpec("median", quantity="latent"))
@@ -89,9 +93,7 @@ def test_hover_and_selected_point_give_the_shown_quantity(
 def test_sd_caption_names_the_noise_of_the_shown_quantity(
     make_app: AppFactory, demo_root: tuple[Path, str]
 ) -> None:
-    root, name = demo_root
-    at = make_app(root, name)
-    at.run()
+    at = _map_app(make_app, demo_root)
     at.selectbox(key="layer").set_value("std").run()
     caps = texts(tab(at, "Map"), "caption")
     assert any("tile noise included" in x for x in caps), caps
@@ -111,9 +113,7 @@ def test_the_chosen_quantity_survives_reruns_of_other_tabs(
     comes back."""
     from apptest_helpers import open_tab
 
-    root, name = demo_root
-    at = make_app(root, name)
-    at.run()
+    at = _map_app(make_app, demo_root)
     at.selectbox(key="quantity").set_value("latent").run()
     assert_clean(at)
     inspect = open_tab(at, "Inspect a point")
