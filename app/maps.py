@@ -222,6 +222,11 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
         if layer_rho:
             spatial.append(f"ρ {P.per_group(layer_rho, P.RHO_UNIT)}")
         text += " + local layer (" + "; ".join(spatial) + ")"
+    if layer and a.get("local_layer_unseen_prior") == "gp":  # geodbk.local_layer.UNSEEN_GP
+        text += (
+            ". A tile nobody measured has the GP's own spread of a tile around f(x) at a "
+            "typical row's tests (chosen on the validation tiles), not τ²"
+        )
     return text
 
 

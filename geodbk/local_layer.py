@@ -24,6 +24,7 @@ exact: docs/decisions/tile_effect.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -53,8 +54,11 @@ from geodbk.tile_effect import (
 
 __all__ = [
     "EARTH_RADIUS_KM",
+    "UNSEEN_EFFECT",
+    "UNSEEN_GP",
     "LocalLayer",
     "SpatialParameters",
+    "gp_unseen_variance",
     "lonlat_to_km",
     "matern32",
 ]
@@ -70,6 +74,29 @@ NEIGHBOURS = 16
 #: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
 #: thread answers faster (benchmarks/bench_neighbour_query.py).
 PARALLEL_QUERY_TARGETS = 2048
+#: An unmeasured tile's prior as the tile effect states it: ``lambda v_f + tau²`` (the white
+#: part and the field's kriging variance), chosen on rows of measured tiles.
+UNSEEN_EFFECT = "tile effect"
+#: An unmeasured tile's prior as the GP states it: its rows' own variance ``v_f + sum_k c_k``
+#: less a test's noise and the field's kriging gain (:func:`gp_unseen_variance`).
+UNSEEN_GP = "gp"
+
+
+def gp_unseen_variance(
+    var_f: torch.Tensor,
+    components: torch.Tensor,
+    kappa: torch.Tensor,
+    s2nb: torch.Tensor,
+    sigma2: torch.Tensor,
+) -> torch.Tensor:
+    """Tile variance of a tile without rows as the GP states it (:data:`UNSEEN_GP`):
+    ``max(v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb), 0)``, the GP's latent variance
+    plus the part of its noise ``sum_k c_k`` at the row's tests that is not a test's own
+    (``kappa'c``, the tile effect's refitted noise), less what the neighbours' field explains.
+    The GP's noise was fitted on single rows, so it holds the spread of a tile around ``f``
+    as it falls with the tile's tests and devices; a test there adds ``kappa'c``."""
+    persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
+    return (var_f + persistent - (sigma2 - s2nb)).clamp_min(0.0)
 
 
 def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -128,6 +155,14 @@ class SpatialParameters:
     rho
         The quarter-to-quarter correlation of the white offset per group, refitted with the
         field (``None``: the tile effect's).
+    unseen_prior
+        How a tile without rows is stated: :data:`UNSEEN_EFFECT` (the tile effect's ``tau²``,
+        as in files written before it) or :data:`UNSEEN_GP` (the GP's own variance of its
+        rows, :func:`gp_unseen_variance`), whichever had the lower validation NLL.
+    val_nll_unseen
+        The validation NLL of each unseen prior tried (``None``: only the tile effect's, when
+        fewer than :data:`~geodbk.tile_effect.MIN_OBJECTIVE_ROWS` validation rows have an
+        unmeasured tile).
     """
 
     sigma2: float
@@ -142,6 +177,14 @@ class SpatialParameters:
     rho: dict[str, float] | None = None
     place_share_basis: dict[str, int] | None = None
     val_nll_gp: float | None = None
+    unseen_prior: str = UNSEEN_EFFECT
+    val_nll_unseen: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.unseen_prior not in (UNSEEN_EFFECT, UNSEEN_GP):
+            raise ValueError(
+                f"unseen_prior must be {UNSEEN_EFFECT!r} or {UNSEEN_GP!r}, got {self.unseen_prior!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -149,6 +192,8 @@ class SpatialParameters:
         out["tau2"] = dict(self.tau2)
         if self.place_share_basis is None:
             out.pop("place_share_basis")
+        if self.val_nll_unseen is None:
+            out.pop("val_nll_unseen")
         return out
 
     @classmethod
@@ -446,7 +491,10 @@ class LocalLayer:
         :data:`~geodbk.tile_effect.MIN_OBJECTIVE_ROWS` validation rows have a measured tile
         (the field is constant in time, so the white part alone carries a tile's change from
         quarter to quarter, and the effect's ``rho`` would shrink it by ``1 - sigma²/tau²``);
-        otherwise ``rho`` stays the effect's.
+        otherwise ``rho`` stays the effect's. Where at least ``MIN_OBJECTIVE_ROWS``
+        validation rows have an unmeasured tile (tile and block splits), the layer is fitted
+        twice, with an unmeasured tile's prior as the tile effect states it and as the GP does
+        (:data:`UNSEEN_EFFECT`, :data:`UNSEEN_GP`), and the lower validation NLL chooses.
         """
         names = effect.params.components
         tiles, times, res, vf, comp, code_a, own = effect._rows(
@@ -512,13 +560,19 @@ class LocalLayer:
             sigma2 = torch.exp(q[n_g].clamp(*bounds))
             return tau2, sigma2, rng, rho
 
-        def nll(p: torch.Tensor, *, spatial: bool = True, own_rho: bool = True) -> torch.Tensor:
+        def nll(
+            p: torch.Tensor,
+            *,
+            spatial: bool = True,
+            own_rho: bool = True,
+            prior: str = UNSEEN_EFFECT,
+        ) -> torch.Tensor:
             tau2, sigma2, rng, rho = unpack(p)
             if not own_rho:
                 rho = fixed.rho
             if not spatial:
                 tau2, sigma2, rho = fixed.tau2, torch.zeros((), dtype=_DT), fixed.rho
-            shift, var = _predict_rows(
+            shift, var, _, s2nb = _predict_rows(
                 lay,
                 hood,
                 own,
@@ -526,15 +580,33 @@ class LocalLayer:
                 vv,
                 code,
                 replace(fixed, tau2=tau2, sigma2=sigma2, range_km=rng, rho=rho),
+                with_pull=True,
             )
-            noise = (vc * fixed.kappa).sum(-1) + unseen * (vc * fixed.mu).sum(-1)
+            noise = (vc * fixed.kappa).sum(-1)
+            if prior == UNSEEN_GP:
+                gp_var = gp_unseen_variance(vv, vc, fixed.kappa, s2nb, sigma2)
+                var = torch.where(unseen, gp_var, var)
+            else:
+                noise = noise + unseen * (vc * fixed.mu).sum(-1)
             return mean_gaussian_nll(vr, shift, var + noise)
 
-        minimize_lbfgs(nll, raw, max_iter=max_iter)
+        # an unmeasured tile's prior: the tile effect's, and the GP's where enough validation
+        # rows have an unmeasured tile to tell them apart; each with its own field
+        priors = [UNSEEN_EFFECT]
+        if int(unseen.sum()) >= MIN_OBJECTIVE_ROWS:
+            priors.append(UNSEEN_GP)
+        fits: dict[str, tuple[torch.Tensor, float]] = {}
+        for prior in priors:
+            p0 = raw.detach().clone().requires_grad_(True)
+            minimize_lbfgs(functools.partial(nll, prior=prior), p0, max_iter=max_iter)
+            with torch.no_grad():
+                fits[prior] = (p0, float(nll(p0, prior=prior)))
+        prior = min(priors, key=lambda name: fits[name][1])
+        raw = fits[prior][0]
         with torch.no_grad():
             tau2, sigma2, rng, rho = unpack(raw)
-            best, without = float(nll(raw)), float(nll(raw, spatial=False))
-            if fit_rho and (effect_rho := float(nll(raw, own_rho=False))) <= best:
+            best, without = fits[prior][1], float(nll(raw, spatial=False))
+            if fit_rho and (effect_rho := float(nll(raw, own_rho=False, prior=prior))) <= best:
                 fit_rho, best = False, effect_rho  # the effect's rho (say 1) was no worse
         params = SpatialParameters(
             sigma2=float(sigma2),
@@ -550,6 +622,8 @@ class LocalLayer:
                 if fit_rho
                 else None
             ),
+            unseen_prior=prior,
+            val_nll_unseen={name: fits[name][1] for name in priors} if len(priors) > 1 else None,
         )
         return cls(effect, params, tile_xy=tile_xy)
 
@@ -577,6 +651,7 @@ class LocalLayer:
         xy: Any = None,
         chunk_size: int = 16384,
         place_share: float | None = None,
+        tile_components: Any = None,
     ) -> TileEffectPrediction:
         """The tile's posterior at rows (tile, time, km position ``xy``; default: each row at
         its tile's centre, ``positions`` of the tile id, with the neighbours found once per
@@ -599,6 +674,11 @@ class LocalLayer:
            :func:`geodbk.tile_effect.split_unseen_prior`), so a test's variance ``tile_var +
            noise_var`` does not depend on ``c``.
 
+        With :data:`UNSEEN_GP` (``params.unseen_prior``) a tile without rows gets
+        :func:`gp_unseen_variance` at ``tile_components`` (noise components (n, k) or one row
+        of them, e.g. a typical training row's for a map; default: the rows' own) and its
+        rows' test noise ``kappa'c``, with the place share applied to what exceeds ``v_*``.
+
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``): rows with
         ``xy``; without it, the rows of up to ``chunk_size`` distinct tiles, so that a map's
         many cells per tile go in few chunks (:func:`tile_chunks`).
@@ -617,6 +697,7 @@ class LocalLayer:
         shift = np.zeros(n)
         tile_var = np.zeros(n)
         pull = np.zeros(n)
+        s2nb = np.zeros(n)
         with torch.no_grad():
             if self._summary_cache is None:
                 self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
@@ -632,7 +713,7 @@ class LocalLayer:
                     if xy_a is not None
                     else self._tile_hood(tiles_a[part], own[part])
                 )
-                m, v, pulled = _predict_rows(
+                m, v, pulled, nb = _predict_rows(
                     lay,
                     hood,
                     own[part],
@@ -644,18 +725,33 @@ class LocalLayer:
                     with_pull=True,
                 )
                 shift[part], tile_var[part], pull[part] = m.numpy(), v.numpy(), pulled.numpy()
+                s2nb[part] = nb.numpy()
+        seen = own >= 0
+        gp_prior = self.params.unseen_prior == UNSEEN_GP
+        if gp_prior:
+            at = comp if tile_components is None else _components_like(tile_components, comp)
+            gp_var = gp_unseen_variance(
+                torch.tensor(np.asarray(vf), dtype=_DT),
+                torch.tensor(np.asarray(at), dtype=_DT),
+                t.kappa,
+                torch.as_tensor(s2nb, dtype=_DT),
+                t.sigma2,
+            )
+            tile_var = np.where(seen, tile_var, gp_var.numpy())
         pred = row_prediction(
             shift,
             tile_var,
             comp,
             t.kappa,
-            t.mu,
-            seen=own >= 0,
+            torch.zeros_like(t.mu) if gp_prior else t.mu,
+            seen=seen,
             pull=pull,
             tests_shift=self.effect.tests_shift(comp),
         )
         share = self.params.place_share if place_share is None else place_share
-        return split_unseen_prior(pred, var_f=vf, latent_scale=float(t.lam), place_share=share)
+        # the GP's prior holds its whole latent variance; the tile effect's lambda of it
+        lam = 1.0 if gp_prior else float(t.lam)
+        return split_unseen_prior(pred, var_f=vf, latent_scale=lam, place_share=share)
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once
@@ -669,6 +765,16 @@ class LocalLayer:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
+
+
+def _components_like(components: Any, rows: np.ndarray) -> np.ndarray:
+    """``components`` (one row of k, or (n, k)) as an (n, k) float64 array like ``rows``."""
+    out = np.asarray(components, dtype=np.float64)
+    if out.ndim == 1:
+        out = np.broadcast_to(out, rows.shape)
+    if out.shape != rows.shape:
+        raise ValueError(f"tile_components must be {rows.shape[1]} values or {rows.shape}")
+    return out
 
 
 def tile_chunks(tiles: Any, chunk_size: int) -> list[slice | np.ndarray]:
@@ -704,7 +810,7 @@ def _predict_rows(
     with_pull: bool = False,
 ) -> Any:
     """Shift and tile variance of target rows (module docstring, steps 1-3); with
-    ``with_pull`` also the kriged pull."""
+    ``with_pull`` also the kriged pull and the field's kriging variance ``sigma²_nb``."""
     tau2, rho, lam, kappa, mu = theta.tau2, theta.rho, theta.lam, theta.kappa, theta.mu
     sigma2, range_km = theta.sigma2, theta.range_km
     summ = summaries if summaries is not None else _summaries(lay, tau2, rho, kappa, mu)
@@ -763,7 +869,7 @@ def _predict_rows(
         shift = shift.index_put((where,), m_rows + sh)
         var = var.index_put((where,), v)
     if with_pull:
-        return shift, var, pull
+        return shift, var, pull, s2nb
     return shift, var
 
 

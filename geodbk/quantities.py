@@ -173,6 +173,7 @@ def predict_quantity(
     tests: Any = 1.0,
     devices: Any = None,
     chunk_size: int = 65536,
+    own_testers: bool = False,
 ) -> QuantityPrediction:
     """The ``area``, ``tile`` or ``test`` quantity of a fitted model at inputs ``X``.
 
@@ -203,6 +204,11 @@ def predict_quantity(
         The tests (and devices) a ``test`` quantity averages (default one test).
     chunk_size
         Rows evaluated at a time by the GP.
+    own_testers
+        State a tile without rows at ``tests``/``devices`` (a held-out row's own, to check
+        the model against it) instead of at a typical training row's (a map: nobody's tests
+        are known there). Only a local layer whose unmeasured prior is the GP's
+        (:data:`geodbk.local_layer.UNSEEN_GP`) states such a tile by its testers.
     """
     check_quantity(quantity)
     if isinstance(effect, LocalLayer):  # a layer stands in for its tile effect
@@ -235,7 +241,13 @@ def predict_quantity(
         groups = urban_groups(urban) if effect.grouped else None
         if layer is not None:
             part = layer.predict(
-                tiles=tiles, xy=xy, times=step, var_f=area_var, components=comp, groups=groups
+                tiles=tiles,
+                xy=xy,
+                times=step,
+                var_f=area_var,
+                components=comp,
+                groups=groups,
+                tile_components=None if own_testers else effect.params.tests_centre,
             )
             pull = part.pull if part.pull is not None else pull
             basis = "local layer"

@@ -138,7 +138,15 @@ def estimate_copula(
     z = np.empty((n, len(targets)))
     for i, target in enumerate(targets):
         held = predictors[target].without_rows(rows["quadkey"], quarters)
-        q = held.predict(lon, lat, quantity="test", tests=tests, devices=devices, quarters=quarters)
+        q = held.predict(
+            lon,
+            lat,
+            quantity="test",
+            tests=tests,
+            devices=devices,
+            quarters=quarters,
+            own_testers=True,
+        )
         y = rows[target_spec(target).log_column].astype(np.float64)
         z[:, i] = (y - q.mean) / q.sd
     if not np.isfinite(z).all():

@@ -200,6 +200,7 @@ def map_calibration_of_run(
         "tests": tests,
         "devices": devices,
         "chunk_size": chunk,
+        "own_testers": True,
     }
     rows = {
         "tiles": common["tiles"],

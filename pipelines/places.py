@@ -110,13 +110,16 @@ class PlacePredictor:
         devices: Any = None,
         chunk_size: int = 65536,
         quarters: Any = None,
+        own_testers: bool = False,
     ) -> QuantityPrediction:
         """``quantity`` at places (lon/lat in degrees, inside the region): each place's tile
         is the zoom-16 tile of its point, its time step :attr:`time`.
 
         ``quarters`` (optional): one quarter per place (e.g. rows of the tile table), used
         instead of :attr:`quarter` for a time-aware model's input and as each place's tile
-        time step. ``tests``/``devices`` may also be one value per place."""
+        time step. ``tests``/``devices`` may also be one value per place; ``own_testers``
+        states an unmeasured tile at them (held-out rows) rather than at a typical training
+        row's (:func:`geodbk.quantities.predict_quantity`)."""
         check_quantity(quantity)
         lon = np.asarray(lon, dtype=np.float64)
         lat = np.asarray(lat, dtype=np.float64)
@@ -141,6 +144,7 @@ class PlacePredictor:
             tests=tests,
             devices=devices,
             chunk_size=chunk_size,
+            own_testers=own_testers,
         )
 
     def without_rows(self, tiles: Any, quarters: Any = None) -> PlacePredictor:

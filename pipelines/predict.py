@@ -300,6 +300,7 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_range_km": float(p.range_km),
         "local_layer_neighbours": int(p.neighbours),
         "local_layer_place_share": float(p.place_share),
+        "local_layer_unseen_prior": str(p.unseen_prior),
         **_share_basis_attrs("local_layer", p.place_share_basis),
     }
     for g, v in p.tau2.items():  # refitted with the field: the tau2 the maps use

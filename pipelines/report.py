@@ -1103,9 +1103,32 @@ def _local_layer_section(
         f"{_fmt(params.get('val_nll_without'))} with the tile effect alone, "
         f"{_fmt(params.get('val_nll'))} with the field"
         + _gp_nll_text(params.get("val_nll_gp"))
+        + _unseen_prior_text(params.get("unseen_prior"), params.get("val_nll_unseen"))
         + _place_share_text(
             params.get("place_share"), params.get("place_share_basis"), split_kind=split_kind
         )
+    )
+
+
+def _unseen_prior_text(prior: str | None, nll: dict[str, float] | None) -> str:
+    """Which prior of a tile never measured the layer states, and the validation NLLs that
+    chose it (nothing for files without the choice)."""
+    if not nll:
+        return ""
+    scores = (
+        f"validation NLL {_fmt(nll.get('gp'))} with the GP's, "
+        f"{_fmt(nll.get('tile effect'))} with the tile effect's"
+    )
+    if prior == "gp":  # geodbk.local_layer.UNSEEN_GP
+        return (
+            " A tile never measured gets the GP's own spread of a tile around f(x) at its tests "
+            "(the GP's latent variance and the part of its noise that is not a test's own, less "
+            "what its neighbours explain), at a typical training row's tests on a map, rather "
+            f"than the tile effect's τ² ({scores}, on validation rows of unmeasured tiles)."
+        )
+    return (
+        " A tile never measured gets the tile effect's τ² as its prior, not the GP's own "
+        f"spread ({scores}, on validation rows of unmeasured tiles)."
     )
 
 

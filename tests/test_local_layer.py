@@ -15,6 +15,8 @@ import torch
 from geodbk.errors import DataError
 from geodbk.local_layer import (
     PARALLEL_QUERY_TARGETS,
+    UNSEEN_EFFECT,
+    UNSEEN_GP,
     LocalLayer,
     SpatialParameters,
     _Neighbours,
@@ -771,3 +773,103 @@ def test_a_tests_shift_is_fitted_on_observations_and_given_back_to_them() -> Non
     np.testing.assert_allclose(a.tile_var, b.tile_var, atol=1e-8)
     np.testing.assert_allclose(a.tests_shift, gamma * (q_comp[:, 0] - centre), atol=1e-12)
     assert b.tests_shift is not None and not b.tests_shift.any()
+
+
+def _gp_prior_pair(kappa: float) -> tuple[LocalLayer, LocalLayer, np.ndarray]:
+    """One layer with the tile effect's prior of an unmeasured tile and one with the GP's, on
+    the same rows (effect noise scale ``kappa``), and the tiles' km positions."""
+    rng = np.random.default_rng(11)
+    tiles, times, _, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    params = TileEffectParameters(
+        tau2={"all": TAU2}, rho=RHO, noise_scale=(kappa,), components=("noise",), latent_scale=LAM
+    )
+    effect = TileEffect(
+        params, tiles=tiles, times=times, residual=residual, var_f=v, components=noise
+    )
+    order = np.argsort(np.unique(tiles))
+
+    def layer(prior: str) -> LocalLayer:
+        spatial = SpatialParameters(
+            sigma2=SIGMA2, range_km=RANGE, tau2={"all": TAU2}, neighbours=8, unseen_prior=prior
+        )
+        return LocalLayer(effect, spatial, tile_xy=xy[order])
+
+    return layer(UNSEEN_EFFECT), layer(UNSEEN_GP), xy
+
+
+@pytest.mark.parametrize("kappa", [0.4, 1.3])
+def test_the_gp_prior_gives_an_unmeasured_tile_the_gps_variance_less_the_fields_gain(
+    kappa: float,
+) -> None:
+    """``UNSEEN_GP``: an unmeasured tile's tile variance is ``max(v + max(1 - kappa, 0) c -
+    (sigma² - sigma²_nb), 0)``, with the kriging variance ``sigma²_nb`` of the tile effect's
+    prior (``lambda v + tau² + sigma²_nb``, a dense reference above), and its test adds
+    ``kappa c``; the pull and measured tiles' rows are unchanged."""
+    effect_prior, gp_prior, xy = _gp_prior_pair(kappa)
+    kw = {"tiles": ["t02", "zz", "yy"], "times": [7.0, 3.0, 1.0], "var_f": [0.01, 0.03, 0.02]}
+    kw["components"] = np.array([[0.1], [0.2], [0.05]])
+    at = np.array([xy[2], [1.0, 1.0], [400.0, 400.0]])  # measured, between, far from all
+    a, b = effect_prior.predict(xy=at, **kw), gp_prior.predict(xy=at, **kw)
+    vf, c = np.asarray(kw["var_f"]), kw["components"][:, 0]
+    s2nb = a.tile_var - LAM * vf - TAU2
+    assert s2nb[2] == pytest.approx(SIGMA2) and 0 < s2nb[1] < SIGMA2
+    want = np.maximum(vf + max(1.0 - kappa, 0.0) * c - (SIGMA2 - s2nb), 0.0)
+    np.testing.assert_allclose(b.tile_var[1:], want[1:], rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(b.noise_var[1:], kappa * c[1:], rtol=1e-12)
+    assert b.tile_var[0] == a.tile_var[0] and b.noise_var[0] == a.noise_var[0]
+    np.testing.assert_array_equal(a.shift, b.shift)
+    # a map states the tile at given components (e.g. a typical row's), not the rows'
+    typical = gp_prior.predict(xy=at, tile_components=[0.3], **kw)
+    want_typical = np.maximum(vf + max(1.0 - kappa, 0.0) * 0.3 - (SIGMA2 - s2nb), 0.0)
+    np.testing.assert_allclose(typical.tile_var[1:], want_typical[1:], rtol=1e-10, atol=1e-15)
+    assert typical.tile_var[0] == a.tile_var[0]
+
+
+@pytest.mark.parametrize("spread", ["gp", "tile effect"])
+def test_fit_chooses_the_unmeasured_prior_that_the_unmeasured_tiles_follow(spread: str) -> None:
+    """Unmeasured validation tiles whose residuals spread as the GP's noise says (``gp``) or
+    as the tile effect's ``tau²`` says (``tile effect``): the fit chooses that prior, and
+    records both validation NLLs."""
+    rng = np.random.default_rng(12)
+    n, rows, tau2, noise_var = 300, 4, 0.3, 0.05
+    xy = rng.uniform(0, 60, size=(n, 2))
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    noise = np.full((tile.size, 1), noise_var)
+    held = rng.random(n) < 0.4
+    offset_sd = np.where(held, 0.0 if spread == "gp" else math.sqrt(tau2), math.sqrt(tau2))
+    y = (rng.normal(size=n) * offset_sd)[tile] + rng.normal(0, math.sqrt(noise_var), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    train = ~held[tile]
+    train_tiles = np.unique(ids[train])
+    layer = _fit_layer(
+        ids,
+        times,
+        y,
+        noise,
+        xy[tile],
+        train,
+        tile_xy=xy[[int(t[1:]) for t in train_tiles]],
+        tau2=tau2,
+        neighbours=8,
+    )
+    p = layer.params
+    assert p.val_nll_unseen is not None and set(p.val_nll_unseen) == {UNSEEN_EFFECT, UNSEEN_GP}
+    want = UNSEEN_GP if spread == "gp" else UNSEEN_EFFECT
+    assert p.unseen_prior == want
+    other = UNSEEN_EFFECT if want == UNSEEN_GP else UNSEEN_GP
+    assert p.val_nll_unseen[want] < p.val_nll_unseen[other]
+    again = SpatialParameters.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again == p
+
+
+def test_spatial_parameters_without_an_unseen_prior_read_as_the_tile_effects() -> None:
+    """Files written before the choice read as the tile effect's prior; a wrong name is
+    refused."""
+    raw = SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}).to_dict()
+    assert "val_nll_unseen" not in raw
+    raw.pop("unseen_prior")
+    assert SpatialParameters.from_dict(raw).unseen_prior == UNSEEN_EFFECT
+    with pytest.raises(ValueError, match="unseen_prior"):
+        SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}, unseen_prior="kriging")

@@ -162,3 +162,51 @@ def test_the_test_quantity_moves_with_its_tests_and_the_tile_quantity_does_not(
         moved = (np.asarray(comp) - np.asarray(effect.params.tests_centre)) @ gamma
         np.testing.assert_allclose(test[k].mean, tile[k].mean + moved, atol=1e-12)
         np.testing.assert_allclose(test[k].tests_shift, moved, atol=1e-12)
+
+
+def test_a_gp_prior_states_an_unmeasured_map_tile_at_a_typical_row_and_a_check_at_its_own(
+    fitted: dict,
+) -> None:
+    """With the GP's prior of an unmeasured tile (``UNSEEN_GP``) a map's tile quantity there is
+    stated at the training rows' mean noise components ``c0`` whatever ``tests`` a test
+    quantity is asked for, while ``own_testers`` states it at the rows' tests; test >= tile >=
+    0 either way, and measured places are as with the tile effect's prior."""
+    import copy
+    from dataclasses import replace
+
+    from geodbk.local_layer import UNSEEN_EFFECT, UNSEEN_GP, LocalLayer, SpatialParameters
+
+    model, X, tiles = fitted["model"], fitted["X"], fitted["tiles"]
+    # half of the GP's per-test noise is a test's own, the rest the tile's
+    effect = copy.copy(fitted["effect"])
+    effect.params = replace(effect.params, noise_scale=(1.0, 0.5))
+    measured = effect._layout().tiles
+    rng = np.random.default_rng(4)
+    spots = dict(zip(measured, rng.uniform(0, 20, size=(measured.size, 2)), strict=True))
+    xy = np.array([spots.get(t, rng.uniform(0, 20, 2)) for t in tiles])
+
+    def layer(prior: str) -> LocalLayer:
+        params = SpatialParameters(
+            sigma2=0.05, range_km=3.0, tau2=dict(effect.params.tau2), unseen_prior=prior
+        )
+        return LocalLayer(effect, params, tile_xy=np.array([spots[t] for t in measured]))
+
+    seen = fitted["seen"]
+    kw = {"tiles": tiles, "times": 3.0, "xy": xy, "effect": layer(UNSEEN_GP)}
+    tile = {k: predict_quantity(model, X, quantity="tile", tests=k, **kw) for k in (1.0, 16.0)}
+    test = {k: predict_quantity(model, X, quantity="test", tests=k, **kw) for k in (1.0, 16.0)}
+    np.testing.assert_allclose(tile[1.0].var, tile[16.0].var, rtol=1e-12)
+    for k in (1.0, 16.0):
+        assert np.all(test[k].var >= tile[k].var) and np.all(tile[k].var >= 0)
+    own = {
+        k: predict_quantity(model, X, quantity="tile", tests=k, own_testers=True, **kw)
+        for k in (1.0, 16.0)
+    }
+    # more tests, less of the GP's noise that is the tile's: narrower where nobody measured
+    assert np.all(own[16.0].var[seen:] < own[1.0].var[seen:])
+    np.testing.assert_allclose(own[1.0].var[:seen], own[16.0].var[:seen], rtol=1e-12)
+    base = predict_quantity(
+        model, X, quantity="tile", tests=1.0, **{**kw, "effect": layer(UNSEEN_EFFECT)}
+    )
+    np.testing.assert_allclose(tile[1.0].var[:seen], base.var[:seen], rtol=1e-12)
+    np.testing.assert_allclose(tile[1.0].mean, base.mean, rtol=1e-12)

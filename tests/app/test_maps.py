@@ -115,6 +115,9 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
     assert alone is not None and "place share 0.20" in alone and "local layer" not in alone
     assert maps.tile_model_caption({"tile_effect": 0}) is None
     assert maps.tile_model_caption(None) is None
+    gp_prior = maps.tile_model_caption({**attrs, "local_layer_unseen_prior": "gp"})
+    assert gp_prior is not None and "nobody measured has the GP's own spread" in gp_prior
+    assert "nobody measured" not in text  # the tile effect's prior (older grids too)
     blocks = {"local_layer_place_share": 1.0, "local_layer_place_share_tiles": 151}
     blocks["local_layer_place_share_units"] = 7
     text = maps.tile_model_caption({**attrs, **blocks})

@@ -396,6 +396,25 @@ def test_the_local_layer_section_sets_the_gp_alone_beside_it() -> None:
         assert stated is None or stated in text
 
 
+def test_the_local_layer_section_names_the_prior_of_a_tile_never_measured() -> None:
+    """The unseen prior the layer chose is stated with both validation NLLs; files without
+    the choice say nothing of it."""
+    from pipelines.report import _local_layer_section
+    from pipelines.report_doc import Doc
+
+    params = {**_LAYER_PARAMS, "place_share": 1.0}
+    scores = {"gp": 0.353, "tile effect": 0.390}
+    for prior, says in (("gp", "the GP's own spread"), ("tile effect", "the tile effect's τ²")):
+        doc = Doc("r")
+        _local_layer_section(doc, {**params, "unseen_prior": prior, "val_nll_unseen": scores})
+        text = doc.markdown()
+        assert f"gets {says}" in text
+        assert "validation NLL 0.353 with the GP's, 0.390 with the tile effect's" in text
+    doc = Doc("r")
+    _local_layer_section(doc, params)
+    assert "never measured gets" not in doc.markdown()
+
+
 def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
     from pipelines.report import _tile_effect_section
     from pipelines.report_doc import Doc
