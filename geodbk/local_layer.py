@@ -80,6 +80,10 @@ UNSEEN_EFFECT = "tile effect"
 #: An unmeasured tile's prior as the GP states it: its rows' own variance ``v_f + sum_k c_k``
 #: less a test's noise and the field's kriging gain (:func:`gp_unseen_variance`).
 UNSEEN_GP = "gp"
+#: Validation NLL (nats per row) by which the GP's prior of an unmeasured tile must beat the
+#: tile effect's to be chosen: a random split's few unmeasured validation tiles tie them, and
+#: a tie keeps the tile effect's.
+UNSEEN_GP_MARGIN = 1e-3
 
 
 def gp_unseen_variance(
@@ -158,7 +162,7 @@ class SpatialParameters:
     unseen_prior
         How a tile without rows is stated: :data:`UNSEEN_EFFECT` (the tile effect's ``tau²``,
         as in files written before it) or :data:`UNSEEN_GP` (the GP's own variance of its
-        rows, :func:`gp_unseen_variance`), whichever had the lower validation NLL.
+        rows, :func:`gp_unseen_variance`), chosen by the validation NLL (:meth:`LocalLayer.fit`).
     val_nll_unseen
         The validation NLL of each unseen prior tried (``None``: only the tile effect's, when
         fewer than :data:`~geodbk.tile_effect.MIN_OBJECTIVE_ROWS` validation rows have an
@@ -494,7 +498,8 @@ class LocalLayer:
         otherwise ``rho`` stays the effect's. Where at least ``MIN_OBJECTIVE_ROWS``
         validation rows have an unmeasured tile (tile and block splits), the layer is fitted
         twice, with an unmeasured tile's prior as the tile effect states it and as the GP does
-        (:data:`UNSEEN_EFFECT`, :data:`UNSEEN_GP`), and the lower validation NLL chooses.
+        (:data:`UNSEEN_EFFECT`, :data:`UNSEEN_GP`), and the GP's is chosen when its validation
+        NLL is lower by more than :data:`UNSEEN_GP_MARGIN`.
         """
         names = effect.params.components
         tiles, times, res, vf, comp, code_a, own = effect._rows(
@@ -601,7 +606,9 @@ class LocalLayer:
             minimize_lbfgs(functools.partial(nll, prior=prior), p0, max_iter=max_iter)
             with torch.no_grad():
                 fits[prior] = (p0, float(nll(p0, prior=prior)))
-        prior = min(priors, key=lambda name: fits[name][1])
+        prior = UNSEEN_EFFECT
+        if UNSEEN_GP in fits and fits[UNSEEN_GP][1] < fits[UNSEEN_EFFECT][1] - UNSEEN_GP_MARGIN:
+            prior = UNSEEN_GP
         raw = fits[prior][0]
         with torch.no_grad():
             tau2, sigma2, rng, rho = unpack(raw)
