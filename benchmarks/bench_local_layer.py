@@ -8,7 +8,9 @@ fitted here on the same residuals, so every variant shares one GP)::
     OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random-download-pooled \\
         --target download --out docs/benchmarks/local_layer/random-download-pooled.json
 
-``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md);
+``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md; the
+local layer's row names its place share and the prior of an unmeasured tile it chose, the
+tile effect's ``τ²`` or the GP's);
 ``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
 ``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``.
 
@@ -216,11 +218,13 @@ def table(folder: Path) -> str:
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
         share = (d.get("local_layer") or {}).get("place_share", 1.0)
+        prior = (d.get("local_layer") or {}).get("unseen_prior", "tile effect")
+        prior = "GP" if prior == "gp" else "τ²"
         effect_share = (d.get("tile_effect") or {}).get("place_share", 1.0)
         for key, res in d["results"].items():
             r, m = res["rows"]["all"], res["map"]
             name = {
-                "local_layer": f"local_layer (c = {share:.2f})",
+                "local_layer": f"local_layer (c = {share:.2f}, {prior} prior)",
                 "tile_effect": f"tile_effect (c = {effect_share:.2f})",
             }.get(key, key)
             name = {
