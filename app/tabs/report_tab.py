@@ -101,6 +101,11 @@ def tile_effect_note(metrics: dict[str, Any]) -> str | None:
         note += (
             f", and the local layer's pull of measured neighbouring tiles ({'; '.join(spatial)})"
         )
+        if layer.get("unseen_prior") == "gp":  # geodbk.local_layer.UNSEEN_GP
+            note += (
+                "; a tile never measured has the GP's own spread of a tile around f(x) at its "
+                "tests, which the validation rows of unmeasured tiles preferred to τ²"
+            )
     return (
         note + ". The maps' tile and test quantities come from the same layers; the area "
         "quantity is the GP's f(x) alone."

@@ -142,6 +142,11 @@ def test_tile_effect_note_reads_one_tau2_or_one_per_group() -> None:
     note = tile_effect_note({"tile_effect": {**base, "tau2": 0.25}, "local_layer": layer})
     assert note is not None and "local layer's pull" in note
     assert "range 3.25 km; σ² 0.0312 log10²)" in note
+    assert "never measured" not in note
+    gp = tile_effect_note(
+        {"tile_effect": {**base, "tau2": 0.25}, "local_layer": {**layer, "unseen_prior": "gp"}}
+    )
+    assert gp is not None and "a tile never measured has the GP's own spread" in gp
 
 
 def test_tile_effect_note_writes_tiny_parameters_readably_with_units() -> None:
