@@ -6,6 +6,7 @@ import json
 import math
 import threading
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -124,6 +125,32 @@ def _fit_layer(ids, times, y, noise, row_xy, train, *, tile_xy, tau2: float, **o
     )
 
 
+def _fit_leaving_tiles_out(
+    rng: np.random.Generator,
+    xy: np.ndarray,
+    offset: np.ndarray,
+    held: np.ndarray,
+    *,
+    noise_var: float,
+    tau2: float,
+    rows: int = 4,
+    **options: Any,
+) -> LocalLayer:
+    """A layer fitted on the tiles ``held`` (no training rows) over a tile effect with
+    ``tau2`` on the others: tile ``j`` at ``xy[j]`` has ``rows`` quarters of ``offset[j]`` plus
+    noise of variance ``noise_var``; ``options`` go to :meth:`LocalLayer.fit`."""
+    n = len(xy)
+    tile = np.repeat(np.arange(n), rows)
+    times = np.tile(np.arange(rows, dtype=float), n)
+    noise = np.full((tile.size, 1), noise_var)
+    y = offset[tile] + rng.normal(0, math.sqrt(noise_var), tile.size)
+    ids = np.array([f"t{j:03d}" for j in tile])
+    train = ~held[tile]
+    train_tiles = np.unique(ids[train])
+    tile_xy = xy[[int(t[1:]) for t in train_tiles]]
+    return _fit_layer(ids, times, y, noise, xy[tile], train, tile_xy=tile_xy, tau2=tau2, **options)
+
+
 def test_prediction_matches_the_dense_joint_gaussian() -> None:
     rng = np.random.default_rng(0)
     tiles, times, pos, v, noise, xy = _data(rng)
@@ -227,23 +254,13 @@ def test_fit_finds_a_spatial_field_and_lowers_validation_nll(keep_total: bool) -
     d = np.sqrt(((xy[:, None] - xy[None]) ** 2).sum(-1))
     field = rng.multivariate_normal(np.zeros(n), 0.1 * _c(d * RANGE / 3.0) + 1e-9 * np.eye(n))
     white = rng.normal(0, math.sqrt(0.02), n)
-    rows = 4
-    tile = np.repeat(np.arange(n), rows)
-    times = np.tile(np.arange(rows, dtype=float), n)
-    noise = np.full((tile.size, 1), 0.03)
-    y = field[tile] + white[tile] + rng.normal(0, math.sqrt(0.03), tile.size)
-    ids = np.array([f"t{j:03d}" for j in tile])
     held = rng.random(n) < 0.2  # leave-tile-out: validation tiles have no training rows
-    train = ~held[tile]
-    train_tiles = np.unique(ids[train])
-    layer = _fit_layer(
-        ids,
-        times,
-        y,
-        noise,
-        xy[tile],
-        train,
-        tile_xy=xy[[int(t[1:]) for t in train_tiles]],
+    layer = _fit_leaving_tiles_out(
+        rng,
+        xy,
+        field + white,
+        held,
+        noise_var=0.03,
         tau2=0.12,
         neighbours=12,
         keep_total=keep_total,
@@ -832,27 +849,12 @@ def test_fit_chooses_the_unmeasured_prior_that_the_unmeasured_tiles_follow(sprea
     as the tile effect's ``tau²`` says (``tile effect``): the fit chooses that prior, and
     records both validation NLLs."""
     rng = np.random.default_rng(12)
-    n, rows, tau2, noise_var = 300, 4, 0.3, 0.05
+    n, tau2, noise_var = 300, 0.3, 0.05
     xy = rng.uniform(0, 60, size=(n, 2))
-    tile = np.repeat(np.arange(n), rows)
-    times = np.tile(np.arange(rows, dtype=float), n)
-    noise = np.full((tile.size, 1), noise_var)
     held = rng.random(n) < 0.4
     offset_sd = np.where(held, 0.0 if spread == "gp" else math.sqrt(tau2), math.sqrt(tau2))
-    y = (rng.normal(size=n) * offset_sd)[tile] + rng.normal(0, math.sqrt(noise_var), tile.size)
-    ids = np.array([f"t{j:03d}" for j in tile])
-    train = ~held[tile]
-    train_tiles = np.unique(ids[train])
-    layer = _fit_layer(
-        ids,
-        times,
-        y,
-        noise,
-        xy[tile],
-        train,
-        tile_xy=xy[[int(t[1:]) for t in train_tiles]],
-        tau2=tau2,
-        neighbours=8,
+    layer = _fit_leaving_tiles_out(
+        rng, xy, rng.normal(size=n) * offset_sd, held, noise_var=noise_var, tau2=tau2, neighbours=8
     )
     p = layer.params
     assert p.val_nll_unseen is not None and set(p.val_nll_unseen) == {UNSEEN_EFFECT, UNSEEN_GP}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from tile_tables import fit_effect_on_masks
@@ -106,6 +108,26 @@ def test_a_tile_effect_needs_tiles_and_times(fitted: dict) -> None:
         predict_quantity(fitted["model"], fitted["X"], quantity="tile", effect=fitted["effect"])
 
 
+def _layers_over(effect: Any, tiles: np.ndarray, *, seed: int, vary: str) -> tuple[Any, Any]:
+    """``(layer(value), xy)``: local layers over ``effect`` (sigma² 0.05, range 3 km, its
+    measured tiles at random km positions) that differ in the parameter ``vary``, and the km
+    positions of ``tiles`` (new tiles at random ones)."""
+    from geodbk.local_layer import LocalLayer, SpatialParameters
+
+    measured = effect._layout().tiles
+    rng = np.random.default_rng(seed)
+    spots = dict(zip(measured, rng.uniform(0, 20, size=(measured.size, 2)), strict=True))
+    xy = np.array([spots.get(t, rng.uniform(0, 20, 2)) for t in tiles])
+
+    def layer(value: Any) -> LocalLayer:
+        params = SpatialParameters(
+            sigma2=0.05, range_km=3.0, tau2=dict(effect.params.tau2), **{vary: value}
+        )
+        return LocalLayer(effect, params, tile_xy=np.array([spots[t] for t in measured]))
+
+    return layer, xy
+
+
 @pytest.mark.parametrize("share", [0.3, 1.0])
 def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
     fitted: dict, share: float
@@ -114,20 +136,8 @@ def test_a_place_share_narrows_the_tile_quantity_not_the_test_quantity(
     ``lambda var_f + c P``, or ``var_f`` where that is more and ``lambda var_f + P`` holds it,
     and its test variance is that of ``c = 1``; measured places and the means are
     unchanged."""
-    from geodbk.local_layer import LocalLayer, SpatialParameters
-
     model, effect, X, tiles = fitted["model"], fitted["effect"], fitted["X"], fitted["tiles"]
-    measured = effect._layout().tiles
-    rng = np.random.default_rng(3)
-    spots = dict(zip(measured, rng.uniform(0, 20, size=(measured.size, 2)), strict=True))
-    xy = np.array([spots.get(t, rng.uniform(0, 20, 2)) for t in tiles])
-
-    def layer(c: float) -> LocalLayer:
-        params = SpatialParameters(
-            sigma2=0.05, range_km=3.0, tau2=dict(effect.params.tau2), place_share=c
-        )
-        return LocalLayer(effect, params, tile_xy=np.array([spots[t] for t in measured]))
-
+    layer, xy = _layers_over(effect, tiles, seed=3, vary="place_share")
     kw = {"tiles": tiles, "times": 3.0, "tests": 1.0, "xy": xy}
     one = {q: predict_quantity(model, X, quantity=q, effect=layer(1.0), **kw) for q in QUANTITIES}
     got = {q: predict_quantity(model, X, quantity=q, effect=layer(share), **kw) for q in QUANTITIES}
@@ -174,23 +184,13 @@ def test_a_gp_prior_states_an_unmeasured_map_tile_at_a_typical_row_and_a_check_a
     import copy
     from dataclasses import replace
 
-    from geodbk.local_layer import UNSEEN_EFFECT, UNSEEN_GP, LocalLayer, SpatialParameters
+    from geodbk.local_layer import UNSEEN_EFFECT, UNSEEN_GP
 
     model, X, tiles = fitted["model"], fitted["X"], fitted["tiles"]
     # half of the GP's per-test noise is a test's own, the rest the tile's
     effect = copy.copy(fitted["effect"])
     effect.params = replace(effect.params, noise_scale=(1.0, 0.5))
-    measured = effect._layout().tiles
-    rng = np.random.default_rng(4)
-    spots = dict(zip(measured, rng.uniform(0, 20, size=(measured.size, 2)), strict=True))
-    xy = np.array([spots.get(t, rng.uniform(0, 20, 2)) for t in tiles])
-
-    def layer(prior: str) -> LocalLayer:
-        params = SpatialParameters(
-            sigma2=0.05, range_km=3.0, tau2=dict(effect.params.tau2), unseen_prior=prior
-        )
-        return LocalLayer(effect, params, tile_xy=np.array([spots[t] for t in measured]))
-
+    layer, xy = _layers_over(effect, tiles, seed=4, vary="unseen_prior")
     seen = fitted["seen"]
     kw = {"tiles": tiles, "times": 3.0, "xy": xy, "effect": layer(UNSEEN_GP)}
     tile = {k: predict_quantity(model, X, quantity="tile", tests=k, **kw) for k in (1.0, 16.0)}
