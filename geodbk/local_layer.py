@@ -17,6 +17,9 @@ A place gets ``c_* = delta_* + s(x_*) + u_*(t*)`` from a nearest-neighbour GP in
 ``delta_j + s_j``, the field kriged from the ``k`` nearest other measured tiles, then the tile
 effect conditioned on the place's own rows around that pull.
 
+A tile without rows has one of two priors, chosen by the validation NLL of unmeasured tiles
+(:meth:`LocalLayer.fit`): the tile effect's, ``lambda v_f + tau² + sigma²_nb``, or the GP's own,
+``v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb)`` (:func:`gp_unseen_variance`).
 ``sigma² = 0`` gives the tile effect alone. Distances: km on a local equirectangular projection
 (:func:`lonlat_to_km`); memory ``chunk * k²``. Decision: docs/quantities.md; why the steps are
 exact: docs/decisions/tile_effect.md.
