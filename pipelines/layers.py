@@ -28,7 +28,13 @@ from geodbk.errors import ModelFileError
 from geodbk.geo.contract import Z95
 from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
-from geodbk.local_layer import LocalLayer, SpatialParameters, lonlat_to_km
+from geodbk.local_layer import (
+    UNSEEN_EFFECT,
+    UNSEEN_GP,
+    LocalLayer,
+    SpatialParameters,
+    lonlat_to_km,
+)
 from geodbk.metrics import gaussian_nll
 from geodbk.tile_effect import TileEffect, split_unseen_prior
 from pipelines.bundles import load_tile_effect
@@ -182,13 +188,15 @@ def fit_local_layer(
         val_nll_gp=float(gp_nll),
     )
     log.info(
-        "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f; "
-        "validation NLL %.4f (tile effect alone %.4f, GP alone %.4f)",
+        "local layer: sigma2 %.4g, range %.2f km, tau2 %s, rho %s, place share %.2f, an "
+        "unmeasured tile's prior %s%s; validation NLL %.4f (tile effect alone %.4f, GP alone %.4f)",
         layer.params.sigma2,
         layer.params.range_km,
         layer.params.tau2,
         layer.params.rho or "the tile effect's",
         layer.params.place_share,
+        "the GP's" if layer.params.unseen_prior == UNSEEN_GP else "the tile effect's",
+        _unseen_scores(layer.params.val_nll_unseen),
         layer.params.val_nll,
         layer.params.val_nll_without,
         gp_nll,
@@ -197,6 +205,17 @@ def fit_local_layer(
         effect,
         tile_xy=_effect_positions(effect, lat0, lon0),
         positions=_positions_of(lat0, lon0),
+    )
+
+
+def _unseen_scores(scores: dict[str, float] | None) -> str:
+    """`` (validation NLL: the GP's 0.3533, the tile effect's 0.3903)``,
+    or nothing when only one prior was tried."""
+    if not scores:
+        return ""
+    return (
+        f" (validation NLL: the GP's {scores[UNSEEN_GP]:.4f}, "
+        f"the tile effect's {scores[UNSEEN_EFFECT]:.4f})"
     )
 
 

@@ -122,7 +122,8 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
 
 def test_the_grid_records_the_layers_place_share(run: Path) -> None:
     """The model's place share (saved with the layer) and what chose it are grid attributes,
-    and so are the tau² the layer refitted (what the maps use, not the tile effect's)."""
+    and so are the tau² the layer refitted (what the maps use, not the tile effect's) and the
+    prior of an unmeasured tile it chose."""
     params = DBKRegressor.load(RunDir(run).model_dir("download"), device="cpu").metadata_[
         "local_layer"
     ]
@@ -131,6 +132,7 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
     run_predict(run, target="download", max_cells=900)
     with xr.open_dataset(run / "grids" / "download.nc") as ds:
         assert ds.attrs["local_layer_place_share"] == share
+        assert ds.attrs["local_layer_unseen_prior"] == params.get("unseen_prior", "tile effect")
         recorded = {
             k: int(ds.attrs[f"local_layer_place_share_{k}"])
             for k in ("tiles", "units")

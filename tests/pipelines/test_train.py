@@ -43,6 +43,13 @@ def test_the_tile_effect_is_fitted_on_a_training_holdout(run: Path) -> None:
     assert md["tile_effect"]["objective"] == "training hold-out"
     assert md["tile_effect"]["objective_rows"] > 50
     assert md["local_layer"]["val_nll"] is not None
+    # the unmeasured validation tiles chose between the two priors, and the choice is saved
+    scores = md["local_layer"]["val_nll_unseen"]
+    assert set(scores) == {"gp", "tile effect"}
+    saved = json.loads((folder / "local_layer.json").read_text())
+    assert saved["unseen_prior"] == md["local_layer"]["unseen_prior"]
+    gp_wins = scores["gp"] < scores["tile effect"] - 1e-3
+    assert saved["unseen_prior"] == ("gp" if gp_wins else "tile effect")
     run_report(run, target="download")
     metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
     assert metrics["tile_effect"]["objective"] == "training hold-out"
