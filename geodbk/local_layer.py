@@ -43,10 +43,16 @@ from geodbk.errors import DataError
 from geodbk.geo.frame import wrap_near
 from geodbk.tile_effect import (
     MIN_OBJECTIVE_ROWS,
+    UNSEEN_EFFECT,
+    UNSEEN_GP,
+    UNSEEN_GP_MARGIN,
     TileEffect,
     TileEffectPrediction,
     _factor,
     _Layout,
+    check_unseen_prior,
+    components_like,
+    gp_unseen_variance,
     mean_gaussian_nll,
     minimize_lbfgs,
     offset_covariance,
@@ -77,33 +83,6 @@ NEIGHBOURS = 16
 #: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
 #: thread answers faster (benchmarks/bench_neighbour_query.py).
 PARALLEL_QUERY_TARGETS = 2048
-#: An unmeasured tile's prior as the tile effect states it: ``lambda v_f + tau²`` (the white
-#: part and the field's kriging variance), chosen on rows of measured tiles.
-UNSEEN_EFFECT = "tile effect"
-#: An unmeasured tile's prior as the GP states it: its rows' own variance ``v_f + sum_k c_k``
-#: less a test's noise and the field's kriging gain (:func:`gp_unseen_variance`).
-UNSEEN_GP = "gp"
-#: Validation NLL (nats per row) by which the GP's prior of an unmeasured tile must beat the
-#: tile effect's to be chosen: a random split's few unmeasured validation tiles tie them, and
-#: a tie keeps the tile effect's.
-UNSEEN_GP_MARGIN = 1e-3
-
-
-def gp_unseen_variance(
-    var_f: torch.Tensor,
-    components: torch.Tensor,
-    kappa: torch.Tensor,
-    s2nb: torch.Tensor,
-    sigma2: torch.Tensor,
-) -> torch.Tensor:
-    """Tile variance of a tile without rows as the GP states it (:data:`UNSEEN_GP`):
-    ``max(v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb), 0)``, the GP's latent variance
-    plus the part of its noise ``sum_k c_k`` at the row's tests that is not a test's own
-    (``kappa'c``, the tile effect's refitted noise), less what the neighbours' field explains.
-    The GP's noise was fitted on single rows, so it holds the spread of a tile around ``f``
-    as it falls with the tile's tests and devices; a test there adds ``kappa'c``."""
-    persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
-    return (var_f + persistent - (sigma2 - s2nb)).clamp_min(0.0)
 
 
 def lonlat_to_km(lon: Any, lat: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
@@ -188,10 +167,7 @@ class SpatialParameters:
     val_nll_unseen: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
-        if self.unseen_prior not in (UNSEEN_EFFECT, UNSEEN_GP):
-            raise ValueError(
-                f"unseen_prior must be {UNSEEN_EFFECT!r} or {UNSEEN_GP!r}, got {self.unseen_prior!r}"
-            )
+        check_unseen_prior(self.unseen_prior)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -739,7 +715,7 @@ class LocalLayer:
         seen = own >= 0
         gp_prior = self.params.unseen_prior == UNSEEN_GP
         if gp_prior:
-            at = comp if tile_components is None else _components_like(tile_components, comp)
+            at = comp if tile_components is None else components_like(tile_components, comp)
             gp_var = gp_unseen_variance(
                 torch.tensor(np.asarray(vf), dtype=_DT),
                 torch.tensor(np.asarray(at), dtype=_DT),
@@ -775,16 +751,6 @@ class LocalLayer:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
         return replace(hood, rows=torch.as_tensor(inverse.reshape(-1)))
-
-
-def _components_like(components: Any, rows: np.ndarray) -> np.ndarray:
-    """``components`` (one row of k, or (n, k)) as an (n, k) float64 array like ``rows``."""
-    out = np.asarray(components, dtype=np.float64)
-    if out.ndim == 1:
-        out = np.broadcast_to(out, rows.shape)
-    if out.shape != rows.shape:
-        raise ValueError(f"tile_components must be {rows.shape[1]} values or {rows.shape}")
-    return out
 
 
 def tile_chunks(tiles: Any, chunk_size: int) -> list[slice | np.ndarray]:

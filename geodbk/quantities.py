@@ -207,8 +207,8 @@ def predict_quantity(
     own_testers
         State a tile without rows at ``tests``/``devices`` (a held-out row's own, to check
         the model against it) instead of at a typical training row's (a map: nobody's tests
-        are known there). Only a local layer whose unmeasured prior is the GP's
-        (:data:`geodbk.local_layer.UNSEEN_GP`) states such a tile by its testers.
+        are known there). Only a tile effect or local layer whose unmeasured prior is the
+        GP's (:data:`geodbk.tile_effect.UNSEEN_GP`) states such a tile by its testers.
     """
     check_quantity(quantity)
     if isinstance(effect, LocalLayer):  # a layer stands in for its tile effect
@@ -253,7 +253,12 @@ def predict_quantity(
             basis = "local layer"
         else:
             part = effect.predict(
-                tiles=tiles, times=step, var_f=area_var, components=comp, groups=groups
+                tiles=tiles,
+                times=step,
+                var_f=area_var,
+                components=comp,
+                groups=groups,
+                tile_components=None if own_testers else effect.params.tests_centre,
             )
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen

@@ -33,6 +33,7 @@ Decision and evidence: docs/decisions/tile_effect.md.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -49,10 +50,16 @@ from geodbk.errors import DataError
 from geodbk.predictive import Prediction
 
 __all__ = [
+    "UNSEEN_EFFECT",
+    "UNSEEN_GP",
     "TileEffect",
     "TileEffectParameters",
     "TileEffectPrediction",
+    "check_unseen_prior",
+    "choose_unseen_prior",
+    "components_like",
     "fit_tile_effect",
+    "gp_unseen_variance",
     "holdout_rows",
     "mean_gaussian_nll",
     "minimize_lbfgs",
@@ -91,6 +98,50 @@ PERSISTENT_COMPONENTS = ("meas", "dev")
 #: below the log of the long-run mean speed (Jensen), so rows of few tests or devices sit lower
 #: (docs/decisions/tile_effect.md, "An observation's tests move its mean").
 TESTS_COMPONENTS = PERSISTENT_COMPONENTS
+#: An unmeasured tile's prior as the tile effect states it: ``lambda v_f + tau²`` (with a local
+#: layer, the white part and the field's kriging variance), chosen on rows of measured tiles.
+UNSEEN_EFFECT = "tile effect"
+#: An unmeasured tile's prior as the GP states it: its rows' own variance ``v_f + sum_k c_k``
+#: less a test's noise (and a local layer's kriging gain) (:func:`gp_unseen_variance`).
+UNSEEN_GP = "gp"
+#: Validation NLL (nats per row) by which the GP's prior of an unmeasured tile must beat the
+#: tile effect's to be chosen: a random split's few unmeasured validation tiles tie them, and
+#: a tie keeps the tile effect's.
+UNSEEN_GP_MARGIN = 1e-3
+
+
+def gp_unseen_variance(
+    var_f: torch.Tensor,
+    components: torch.Tensor,
+    kappa: torch.Tensor,
+    s2nb: torch.Tensor,
+    sigma2: torch.Tensor,
+) -> torch.Tensor:
+    """Tile variance of a tile without rows as the GP states it (:data:`UNSEEN_GP`):
+    ``max(v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb), 0)``, the GP's latent variance
+    plus the part of its noise ``sum_k c_k`` at the row's tests that is not a test's own
+    (``kappa'c``, the tile effect's refitted noise), less what a local layer's field explains
+    (``sigma²`` 0 and ``sigma²_nb`` 0 for the tile effect alone). The GP's noise was fitted on
+    single rows, so it holds the spread of a tile around ``f``
+    as it falls with the tile's tests and devices; a test there adds ``kappa'c``."""
+    persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
+    return (var_f + persistent - (sigma2 - s2nb)).clamp_min(0.0)
+
+
+def check_unseen_prior(name: str) -> None:
+    """Refuse a name that is neither :data:`UNSEEN_EFFECT` nor :data:`UNSEEN_GP`."""
+    if name not in (UNSEEN_EFFECT, UNSEEN_GP):
+        raise ValueError(f"unseen_prior must be {UNSEEN_EFFECT!r} or {UNSEEN_GP!r}, got {name!r}")
+
+
+def components_like(components: Any, rows: np.ndarray) -> np.ndarray:
+    """``components`` (one row of k, or (n, k)) as an (n, k) float64 array like ``rows``."""
+    out = np.asarray(components, dtype=np.float64)
+    if out.ndim == 1:
+        out = np.broadcast_to(out, rows.shape)
+    if out.shape != rows.shape:
+        raise ValueError(f"tile_components must be {rows.shape[1]} values or {rows.shape}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -141,6 +192,12 @@ class TileEffectParameters:
         The ``gamma`` the fit found and dropped because it put rows of fewer tests above rows
         of more (:func:`tests_shift_is_plausible`; ``tests_shift`` is then 0); ``None`` when
         nothing was dropped.
+    unseen_prior
+        How a tile without conditioning rows is stated: :data:`UNSEEN_EFFECT` (``lambda v_f +
+        tau²``, as in files written before it) or :data:`UNSEEN_GP` (:func:`gp_unseen_variance`),
+        chosen on validation rows of unmeasured tiles (:func:`choose_unseen_prior`).
+    val_nll_unseen
+        The validation NLL of those rows under each prior (``None``: not chosen on them).
     """
 
     tau2: dict[str, float]
@@ -158,10 +215,13 @@ class TileEffectParameters:
     tests_shift: tuple[float, ...] | None = None
     tests_centre: tuple[float, ...] | None = None
     tests_shift_dropped: tuple[float, ...] | None = None
+    unseen_prior: str = UNSEEN_EFFECT
+    val_nll_unseen: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.place_share) <= 1.0:
             raise ValueError(f"place_share must be in (0, 1], got {self.place_share}")
+        check_unseen_prior(self.unseen_prior)
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
         mu = self.persistent_scale
@@ -213,6 +273,8 @@ class TileEffectParameters:
             out.pop("tests_shift_dropped")
         else:
             out["tests_shift_dropped"] = list(self.tests_shift_dropped)
+        if self.val_nll_unseen is None:
+            out.pop("val_nll_unseen")
         return out
 
 
@@ -978,6 +1040,7 @@ class TileEffect:
         chunk_size: int = 8192,
         tile_chunk: int = 4096,
         place_share: float | None = None,
+        tile_components: Any = None,
     ) -> TileEffectPrediction:
         """The tile's posterior and the refitted noise at rows (tile, time).
 
@@ -1005,6 +1068,10 @@ class TileEffect:
             Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
         place_share
             The place's share ``c`` of an unmeasured tile's prior (default: the fitted one).
+        tile_components
+            With :data:`UNSEEN_GP` (``params.unseen_prior``): the noise components an
+            unmeasured tile's prior is stated at, (n, k) or one row (a map: a typical training
+            row's); default the rows' own. Its test adds ``kappa'c`` of the rows' own.
         """
         tiles_a, times_a, _, vf, comp, code, slot = self._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
@@ -1038,13 +1105,30 @@ class TileEffect:
                         mu=mu,
                     )
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
+        gp_prior = self.params.unseen_prior == UNSEEN_GP
+        if gp_prior:
+            at = comp if tile_components is None else components_like(tile_components, comp)
+            zero = torch.zeros((), dtype=_DT)
+            gp_var = gp_unseen_variance(
+                torch.tensor(np.asarray(vf), dtype=_DT),
+                torch.tensor(np.asarray(at), dtype=_DT),
+                kappa,
+                zero,
+                zero,
+            )
+            tile_var = np.where(slot >= 0, tile_var, gp_var.numpy())
         pred = row_prediction(
-            shift, tile_var, comp, kappa, mu, seen=slot >= 0, tests_shift=self.tests_shift(comp)
+            shift,
+            tile_var,
+            comp,
+            kappa,
+            torch.zeros_like(mu) if gp_prior else mu,
+            seen=slot >= 0,
+            tests_shift=self.tests_shift(comp),
         )
         share = self.params.place_share if place_share is None else place_share
-        return split_unseen_prior(
-            pred, var_f=vf, latent_scale=self.params.latent_scale, place_share=share
-        )
+        latent = 1.0 if gp_prior else self.params.latent_scale  # the GP's prior: all of v_f
+        return split_unseen_prior(pred, var_f=vf, latent_scale=latent, place_share=share)
 
     def first_rows(self, n: int) -> TileEffect:
         """The same parameters conditioned on the first ``n`` rows only (e.g. the training
@@ -1234,3 +1318,42 @@ def predict_with_tile_effect(
         mean, var = pred.mean + part.observation_shift, part.tile_var + part.noise_var
         return Prediction(mean=mean, var=var, var_f=part.tile_var)
     return Prediction(mean=pred.mean + part.shift, var=part.tile_var.copy(), var_f=part.tile_var)
+
+
+def choose_unseen_prior(
+    effect: TileEffect,
+    *,
+    tiles: Any,
+    times: Any,
+    residual: Any,
+    var_f: Any,
+    components: Any,
+    groups: Any = None,
+) -> TileEffect:
+    """``effect`` (a copy sharing its rows) with the prior of a tile without conditioning rows
+    chosen by the NLL of the given validation rows (``residual`` = y minus the GP mean):
+    :data:`UNSEEN_GP` when it beats :data:`UNSEEN_EFFECT` by more than
+    :data:`UNSEEN_GP_MARGIN` nats a row, both NLLs recorded in ``params.val_nll_unseen``;
+    ``effect`` as it is when fewer than :data:`MIN_OBJECTIVE_ROWS` of the rows have an
+    unmeasured tile (rows of measured tiles are the same under both). Each row is an
+    observation (mean moved by its tests' shift, variance ``tile_var + noise_var`` at its own
+    tests); the prior has no parameter to fit, so nothing else changes."""
+    rows = {"tiles": tiles, "times": times, "var_f": var_f, "components": components}
+    r = np.asarray(residual, dtype=np.float64)
+    base = effect.predict(**rows, groups=groups, place_share=1.0)
+    unseen = ~np.asarray(base.seen)
+    if int(unseen.sum()) < MIN_OBJECTIVE_ROWS:
+        return effect
+    scores = {}
+    for prior in (UNSEEN_EFFECT, UNSEEN_GP):
+        trial = copy.copy(effect)
+        trial.params = dataclasses.replace(effect.params, unseen_prior=prior, val_nll_unseen=None)
+        p = trial.predict(**rows, groups=groups, place_share=1.0)
+        var, err = p.tile_var + p.noise_var, r - p.observation_shift
+        scores[prior] = float(np.mean(0.5 * (np.log(2 * np.pi * var) + err**2 / var)))
+    prior = UNSEEN_EFFECT
+    if scores[UNSEEN_GP] < scores[UNSEEN_EFFECT] - UNSEEN_GP_MARGIN:
+        prior = UNSEEN_GP
+    chosen = copy.copy(effect)
+    chosen.params = dataclasses.replace(effect.params, unseen_prior=prior, val_nll_unseen=scores)
+    return chosen

@@ -36,7 +36,7 @@ from geodbk.local_layer import (
     lonlat_to_km,
 )
 from geodbk.metrics import gaussian_nll
-from geodbk.tile_effect import TileEffect, split_unseen_prior
+from geodbk.tile_effect import TileEffect, choose_unseen_prior, split_unseen_prior
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
 
@@ -260,18 +260,37 @@ def _share_rows(val: ValidationRows, pred: Any, components: np.ndarray) -> dict[
 def with_effect_place_share(
     model: Any, effect: TileEffect, *, n_train: int, val: ValidationRows
 ) -> TileEffect:
-    """``effect`` with the place share of an unmeasured tile's ``tau²`` chosen on the
-    validation tiles without training rows (:func:`choose_place_share`, the effect conditioned
-    on its first ``n_train`` rows, the training rows): the tile effect's maps when no local
-    layer is fitted; a copy sharing ``effect``'s rows, which stays as it was. Without
+    """``effect`` with the prior of an unmeasured tile chosen by the validation rows
+    (:func:`geodbk.tile_effect.choose_unseen_prior`) and then its place share on the
+    validation tiles without training rows (:func:`choose_place_share`), the effect
+    conditioned on its first ``n_train`` rows, the training rows: the tile effect's maps when
+    no local layer is fitted; a copy sharing ``effect``'s rows, which stays as it was. Without
     ``val.tests`` and ``val.urban`` the share stays 1."""
-    if val.tests is None or val.urban is None:
-        return effect
     pred, comp = _gp_at(model, val)
-    choice = _share_on(effect.first_rows(n_train), val, pred, comp)
-    log.info("tile effect: place share %.2f", choice.share)
+    train_effect = effect.first_rows(n_train)
+    prior = choose_unseen_prior(
+        train_effect,
+        tiles=val.tiles,
+        times=val.times,
+        residual=np.asarray(val.y, dtype=np.float64) - pred.mean,
+        var_f=pred.var_f,
+        components=comp,
+        groups=val.groups,
+    ).params
+    log.info(
+        "tile effect: an unmeasured tile's prior %s%s",
+        "the GP's" if prior.unseen_prior == UNSEEN_GP else "the tile effect's",
+        _unseen_scores(prior.val_nll_unseen),
+    )
     chosen = copy.copy(effect)
-    chosen.params = replace(effect.params, place_share=choice.share, place_share_basis=choice.basis)
+    chosen.params = replace(
+        effect.params, unseen_prior=prior.unseen_prior, val_nll_unseen=prior.val_nll_unseen
+    )
+    if val.tests is None or val.urban is None:
+        return chosen
+    choice = _share_on(chosen.first_rows(n_train), val, pred, comp)
+    log.info("tile effect: place share %.2f", choice.share)
+    chosen.params = replace(chosen.params, place_share=choice.share, place_share_basis=choice.basis)
     return chosen
 
 

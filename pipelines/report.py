@@ -1049,6 +1049,11 @@ def _tile_effect_section(doc: Doc, params: dict[str, Any], *, with_layer: bool =
             else ""
         )
         + _tests_shift_text(params)
+        + (
+            ""
+            if with_layer
+            else _unseen_prior_text(params.get("unseen_prior"), params.get("val_nll_unseen"))
+        )
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 
@@ -611,3 +612,74 @@ def test_old_files_without_a_tests_shift_read_as_no_shift() -> None:
     assert params.tests_shift == (0.0, 0.0) and params.tests_centre == (0.0, 0.0)
     round_trip = dataclasses.replace(params, tests_shift=(0.0, -1.1), tests_centre=(0.1, 0.2))
     assert TileEffectParameters.from_dict(round_trip.to_dict()) == round_trip
+
+
+def _two_noise_effect(rng: np.random.Generator, **params: object) -> TileEffect:
+    """A tile effect with ``tau²`` 0.2 and noise components (floor, meas) refitted by (1.0,
+    0.4), conditioned on 30 tiles' rows."""
+    tiles, times, r = _rows(rng, 30, tau2=0.2, rho=0.9, noise=0.05)
+    comp = np.column_stack([np.full(r.size, 0.02), np.full(r.size, 0.03)])
+    base = TileEffectParameters(
+        tau2=0.2, rho=0.9, noise_scale=(1.0, 0.4), components=("floor", "meas"), latent_scale=1.5
+    )
+    return _effect(dataclasses.replace(base, **params), rng, tiles, times, r, comp)
+
+
+def test_the_gp_prior_gives_an_unseen_tile_the_gps_own_variance() -> None:
+    """``UNSEEN_GP``: an unseen tile's tile variance is ``v + sum_k max(1 - kappa_k, 0) c_k``
+    (at ``tile_components`` when given) and its test adds ``kappa'c`` of its own
+    components; measured tiles' rows and the shifts are the tile effect's prior's."""
+    from geodbk.tile_effect import UNSEEN_EFFECT, UNSEEN_GP
+
+    effect = _two_noise_effect(np.random.default_rng(6), unseen_prior=UNSEEN_GP)
+    tau2_prior = copy.copy(effect)
+    tau2_prior.params = dataclasses.replace(effect.params, unseen_prior=UNSEEN_EFFECT)
+    comp = np.array([[0.02, 0.05], [0.02, 0.05], [0.02, 0.01]])
+    kw = {
+        "tiles": np.array([effect.tiles[0], "never-seen", "never-seen"]),
+        "times": np.array([3.0, 3.0, 7.0]),
+        "var_f": np.array([0.01, 0.02, 0.04]),
+        "components": comp,
+    }
+    gp, tau2 = effect.predict(**kw), tau2_prior.predict(**kw)
+    persistent = comp @ np.array([0.0, 0.6])
+    np.testing.assert_allclose(gp.tile_var[1:], (kw["var_f"] + persistent)[1:], rtol=1e-12)
+    np.testing.assert_allclose(gp.noise_var[1:], (comp @ np.array([1.0, 0.4]))[1:], rtol=1e-12)
+    assert gp.tile_var[0] == tau2.tile_var[0] and gp.noise_var[0] == tau2.noise_var[0]
+    np.testing.assert_array_equal(gp.shift, tau2.shift)
+    typical = effect.predict(**kw, tile_components=[0.02, 0.1])
+    np.testing.assert_allclose(typical.tile_var[1:], kw["var_f"][1:] + 0.06, rtol=1e-12)
+    assert np.all(typical.tile_var + typical.noise_var >= typical.tile_var)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.2])
+def test_the_unseen_prior_is_chosen_by_the_rows_of_unseen_tiles(spread: float) -> None:
+    """Rows of unseen tiles whose offsets spread as ``tau²`` (0.2) keep the tile effect's
+    prior; rows without an offset beyond the GP's noise choose the GP's; both NLLs are
+    recorded, and too few such rows change nothing."""
+    from geodbk.tile_effect import UNSEEN_EFFECT, UNSEEN_GP, choose_unseen_prior
+
+    rng = np.random.default_rng(7)
+    effect = _two_noise_effect(rng)
+    n_tiles, per = 150, 2
+    tiles = np.repeat([f"new{j}" for j in range(n_tiles)], per)
+    offset = np.repeat(rng.normal(0.0, np.sqrt(spread) if spread else 0.0, n_tiles), per)
+    comp = np.column_stack([np.full(tiles.size, 0.02), np.full(tiles.size, 0.03)])
+    rows = {
+        "tiles": tiles,
+        "times": np.zeros(tiles.size),
+        "var_f": np.full(tiles.size, 0.01),
+        "components": comp,
+    }
+    # the GP's own variance of such a row: v + floor + meas
+    residual = offset + rng.normal(0.0, np.sqrt(0.01 + 0.05), tiles.size)
+    chosen = choose_unseen_prior(effect, residual=residual, **rows)
+    want = UNSEEN_EFFECT if spread else UNSEEN_GP
+    assert chosen.params.unseen_prior == want
+    scores = chosen.params.val_nll_unseen
+    assert scores is not None and scores[want] < scores[UNSEEN_GP if spread else UNSEEN_EFFECT]
+    assert effect.params.unseen_prior == UNSEEN_EFFECT  # the copy carries the choice
+    few = {k: v[:20] for k, v in rows.items()}
+    assert choose_unseen_prior(effect, residual=residual[:20], **few) is effect
+    again = TileEffectParameters.from_dict(json.loads(json.dumps(chosen.params.to_dict())))
+    assert again == chosen.params

@@ -319,7 +319,8 @@ class _LatentGP:
 
 def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles() -> None:
     """A real tile effect (no local layer): validation tiles without training rows whose
-    levels spread by a quarter of tau² choose a share below 1, and
+    levels spread by less than tau² keep the tile effect's prior (the GP's noise alone is too
+    narrow for them) and choose a share below 1, and
     :func:`pipelines.layers.with_effect_place_share` saves it in the effect's parameters,
     which its predictions then use."""
     from geodbk.tile_effect import TileEffect, TileEffectParameters
@@ -327,7 +328,7 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
 
     rng = np.random.default_rng(1)
     params = TileEffectParameters(
-        tau2=0.4, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
+        tau2=0.25, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
     )
     train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
     effect = TileEffect(
@@ -365,7 +366,8 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
     assert 0.05 <= share < 1.0
     with_share = with_effect_place_share(_LatentGP(), effect, n_train=train_tiles.size, val=val)
     assert with_share.params.place_share == share
+    assert with_share.params.unseen_prior == "tile effect"
     assert with_share.params.place_share_basis == choice.basis == {"tiles": 200, "units": 200}
     kw = {"times": np.zeros(1), "var_f": np.full(1, 0.01), "components": np.full((1, 1), 0.05)}
     unseen = with_share.predict(tiles=np.array(["zzz"]), **kw)
-    assert unseen.tile_var[0] == pytest.approx(0.01 + share * 0.4)
+    assert unseen.tile_var[0] == pytest.approx(0.01 + share * 0.25)
