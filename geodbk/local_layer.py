@@ -51,7 +51,6 @@ from geodbk.tile_effect import (
     _factor,
     _Layout,
     check_unseen_prior,
-    components_like,
     gp_unseen_variance,
     mean_gaussian_nll,
     minimize_lbfgs,
@@ -59,6 +58,7 @@ from geodbk.tile_effect import (
     row_prediction,
     split_unseen_prior,
     tile_offset_variance,
+    with_gp_prior,
 )
 
 __all__ = [
@@ -715,15 +715,16 @@ class LocalLayer:
         seen = own >= 0
         gp_prior = self.params.unseen_prior == UNSEEN_GP
         if gp_prior:
-            at = comp if tile_components is None else components_like(tile_components, comp)
-            gp_var = gp_unseen_variance(
-                torch.tensor(np.asarray(vf), dtype=_DT),
-                torch.tensor(np.asarray(at), dtype=_DT),
-                t.kappa,
-                torch.as_tensor(s2nb, dtype=_DT),
-                t.sigma2,
+            tile_var = with_gp_prior(
+                tile_var,
+                seen,
+                var_f=vf,
+                components=comp,
+                tile_components=tile_components,
+                kappa=t.kappa,
+                s2nb=s2nb,
+                sigma2=t.sigma2,
             )
-            tile_var = np.where(seen, tile_var, gp_var.numpy())
         pred = row_prediction(
             shift,
             tile_var,

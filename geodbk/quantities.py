@@ -239,27 +239,21 @@ def predict_quantity(
             )
         step = np.array(np.broadcast_to(np.asarray(times, dtype=np.float64), (n,)))
         groups = urban_groups(urban) if effect.grouped else None
+        rows = {
+            "tiles": tiles,
+            "times": step,
+            "var_f": area_var,
+            "components": comp,
+            "groups": groups,
+            # a map states an unmeasured tile at a typical training row's tests
+            "tile_components": None if own_testers else effect.params.tests_centre,
+        }
         if layer is not None:
-            part = layer.predict(
-                tiles=tiles,
-                xy=xy,
-                times=step,
-                var_f=area_var,
-                components=comp,
-                groups=groups,
-                tile_components=None if own_testers else effect.params.tests_centre,
-            )
+            part = layer.predict(xy=xy, **rows)
             pull = part.pull if part.pull is not None else pull
             basis = "local layer"
         else:
-            part = effect.predict(
-                tiles=tiles,
-                times=step,
-                var_f=area_var,
-                components=comp,
-                groups=groups,
-                tile_components=None if own_testers else effect.params.tests_centre,
-            )
+            part = effect.predict(**rows)
             basis = "tile effect"
         offset, tile_var, seen = part.shift, part.tile_var, part.seen
         persistent = part.persistent_var

@@ -47,6 +47,7 @@ import torch
 
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
+from geodbk.metrics import gaussian_nll
 from geodbk.predictive import Prediction
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "tests_mean_shift",
     "tests_shift_is_plausible",
     "urban_groups",
+    "with_gp_prior",
 ]
 
 log = logging.getLogger("geodbk")
@@ -126,6 +128,31 @@ def gp_unseen_variance(
     as it falls with the tile's tests and devices; a test there adds ``kappa'c``."""
     persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
     return (var_f + persistent - (sigma2 - s2nb)).clamp_min(0.0)
+
+
+def with_gp_prior(
+    tile_var: np.ndarray,
+    seen: np.ndarray,
+    *,
+    var_f: np.ndarray,
+    components: np.ndarray,
+    tile_components: Any,
+    kappa: torch.Tensor,
+    s2nb: Any = 0.0,
+    sigma2: Any = 0.0,
+) -> np.ndarray:
+    """``tile_var`` with the rows whose tile is not ``seen`` given :func:`gp_unseen_variance`
+    at ``tile_components`` (default the rows' ``components``); ``s2nb`` and ``sigma2`` a
+    local layer's kriging variance and field variance (0: no field)."""
+    at = components if tile_components is None else components_like(tile_components, components)
+    gp_var = gp_unseen_variance(
+        torch.tensor(np.asarray(var_f), dtype=_DT),
+        torch.tensor(np.asarray(at), dtype=_DT),
+        kappa,
+        torch.as_tensor(s2nb, dtype=_DT),
+        torch.as_tensor(sigma2, dtype=_DT),
+    )
+    return np.where(seen, tile_var, gp_var.numpy())
 
 
 def check_unseen_prior(name: str) -> None:
@@ -1107,16 +1134,14 @@ class TileEffect:
                     shift[part], tile_var[part] = m.numpy(), v.numpy()
         gp_prior = self.params.unseen_prior == UNSEEN_GP
         if gp_prior:
-            at = comp if tile_components is None else components_like(tile_components, comp)
-            zero = torch.zeros((), dtype=_DT)
-            gp_var = gp_unseen_variance(
-                torch.tensor(np.asarray(vf), dtype=_DT),
-                torch.tensor(np.asarray(at), dtype=_DT),
-                kappa,
-                zero,
-                zero,
+            tile_var = with_gp_prior(
+                tile_var,
+                slot >= 0,
+                var_f=vf,
+                components=comp,
+                tile_components=tile_components,
+                kappa=kappa,
             )
-            tile_var = np.where(slot >= 0, tile_var, gp_var.numpy())
         pred = row_prediction(
             shift,
             tile_var,
@@ -1340,17 +1365,14 @@ def choose_unseen_prior(
     tests); the prior has no parameter to fit, so nothing else changes."""
     rows = {"tiles": tiles, "times": times, "var_f": var_f, "components": components}
     r = np.asarray(residual, dtype=np.float64)
-    base = effect.predict(**rows, groups=groups, place_share=1.0)
-    unseen = ~np.asarray(base.seen)
-    if int(unseen.sum()) < MIN_OBJECTIVE_ROWS:
-        return effect
     scores = {}
     for prior in (UNSEEN_EFFECT, UNSEEN_GP):
         trial = copy.copy(effect)
         trial.params = dataclasses.replace(effect.params, unseen_prior=prior, val_nll_unseen=None)
         p = trial.predict(**rows, groups=groups, place_share=1.0)
-        var, err = p.tile_var + p.noise_var, r - p.observation_shift
-        scores[prior] = float(np.mean(0.5 * (np.log(2 * np.pi * var) + err**2 / var)))
+        if int((~np.asarray(p.seen)).sum()) < MIN_OBJECTIVE_ROWS:
+            return effect
+        scores[prior] = gaussian_nll(r, p.observation_shift, p.tile_var + p.noise_var)
     prior = UNSEEN_EFFECT
     if scores[UNSEEN_GP] < scores[UNSEEN_EFFECT] - UNSEEN_GP_MARGIN:
         prior = UNSEEN_GP

@@ -415,6 +415,17 @@ def test_the_local_layer_section_names_the_prior_of_a_tile_never_measured() -> N
     assert "never measured gets" not in doc.markdown()
 
 
+#: A tile effect's saved parameters, as the report's tile-effect section reads them.
+_EFFECT_PARAMS: dict[str, Any] = {
+    "components": ["floor", "meas"],
+    "noise_scale": [0.0, 0.9],
+    "tau2": {"rural": 0.1, "urban": 0.2},
+    "rho": 0.9,
+    "val_nll": 0.6,
+    "val_nll_without": 0.8,
+}
+
+
 def test_the_tile_effect_alone_names_the_prior_of_a_tile_never_measured() -> None:
     """Without a local layer the tile effect's section states the unmeasured prior it chose;
     with one, the layer's section does."""
@@ -422,12 +433,7 @@ def test_the_tile_effect_alone_names_the_prior_of_a_tile_never_measured() -> Non
     from pipelines.report_doc import Doc
 
     params = {
-        "components": ["floor", "meas"],
-        "noise_scale": [0.0, 0.9],
-        "tau2": {"rural": 0.1, "urban": 0.2},
-        "rho": 0.9,
-        "val_nll": 0.6,
-        "val_nll_without": 0.8,
+        **_EFFECT_PARAMS,
         "unseen_prior": "gp",
         "val_nll_unseen": {"gp": 0.5, "tile effect": 0.6},
     }
@@ -441,14 +447,7 @@ def test_the_tile_effect_section_says_what_an_unseen_tile_gets() -> None:
     from pipelines.report import _tile_effect_section
     from pipelines.report_doc import Doc
 
-    params = {
-        "components": ["floor", "meas"],
-        "noise_scale": [0.0, 0.9],
-        "tau2": {"rural": 0.1, "urban": 0.2},
-        "rho": 0.9,
-        "val_nll": 0.6,
-        "val_nll_without": 0.8,
-    }
+    params = _EFFECT_PARAMS
     for with_layer in (False, True):
         doc = Doc("r")
         _tile_effect_section(doc, params, with_layer=with_layer)
