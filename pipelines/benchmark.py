@@ -85,7 +85,8 @@ log = logging.getLogger("geodbk.benchmark")
 
 GROUPS = ("all", "urban", "rural")
 #: What the ``paper`` preset sweeps by default, as each model's paper tunes it: model ->
-#: (option, grid), chosen by validation NLL.
+#: (option, grid), chosen by validation NLL. Both options act through training only, so a model
+#: given ``epochs`` 0 (initialised, not trained) is not swept.
 PAPER_SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
     "pp-dkl": ("beta", PP_DKL_BETA_GRID),
     "cagp": ("lr", CAGP_LR_GRID),
@@ -934,7 +935,12 @@ def run_benchmark(
     )
     data = load_benchmark_data(run, target, time=time, tiles=tile_effect)
     sweeps = resolve_sweeps(
-        models, sweeps, overrides, preset=preset, has_val=bool((data["split"] == "val").any())
+        models,
+        sweeps,
+        overrides,
+        preset=preset,
+        has_val=bool((data["split"] == "val").any()),
+        epochs=epochs,
     )
     for name, options in sweeps.items():
         option, values = next(iter(options.items()))
@@ -1230,13 +1236,20 @@ def resolve_sweeps(
     *,
     preset: str,
     has_val: bool,
+    epochs: int | None = None,
 ) -> dict[str, dict[str, list[Any]]]:
     """The sweeps to run: ``sweeps`` (``--sweep MODEL.OPTION=V1,V2,...``), plus, with the
     ``paper`` preset, each model's paper grid (:data:`PAPER_SWEEPS`: PP-DKL's β over {0, 0.01,
-    0.1, 1}, CaGP's lr over {1, 0.1, 0.01}) unless that option is given by ``--set`` or the
-    model by ``--sweep``. One option per model; a sweep of more than one value needs the val
-    split (it picks by validation NLL)."""
+    0.1, 1}, CaGP's lr over {1, 0.1, 0.01}) unless that option is given by ``--set``, the
+    model by ``--sweep`` or the model trains no epoch (``--set MODEL.epochs=0``, else
+    ``epochs``, the budget's): every value would give the same untrained model. One option per
+    model; a sweep of more than one value needs the val split (it picks by validation NLL), and
+    a sweep of a paper grid's option (training only) needs at least one epoch."""
     out = {name: dict(options) for name, options in (sweeps or {}).items()}
+
+    def untrained(name: str) -> bool:
+        return ((overrides or {}).get(name) or {}).get("epochs", epochs) == 0
+
     for name, options in out.items():
         if name not in models:
             raise DataError(
@@ -1252,9 +1265,18 @@ def resolve_sweeps(
             raise DataError(f"--sweep {name}.{option}: give at least one value")
         if option in ((overrides or {}).get(name) or {}):
             raise DataError(f"{name}.{option} is given by both --set and --sweep; give one")
+        if untrained(name) and PAPER_SWEEPS.get(name, ("",))[0] == option and len(values) > 1:
+            raise DataError(
+                f"--sweep {name}.{option}: {name} is given epochs 0, so it is not trained and "
+                f"every {option} gives the same model; give {name}.epochs of at least 1 or "
+                "drop the sweep"
+            )
     for name, (option, grid) in PAPER_SWEEPS.items() if preset == "paper" else ():
         given = option in ((overrides or {}).get(name) or {})
         if name in models and name not in out and not given:
+            if untrained(name):
+                log.info("%s trains no epoch: its %s is not swept", name, option)
+                continue
             out[name] = {option: list(grid)}
     many = [n for n, o in out.items() if len(next(iter(o.values()))) > 1]
     if many and not has_val:

@@ -155,6 +155,26 @@ def test_paper_preset_sweeps_cagp_lr_over_its_papers_grid() -> None:
     assert resolve_sweeps(["cagp"], mine, None, preset="paper", has_val=True) == mine
 
 
+def test_an_untrained_model_is_not_swept_over_a_training_option() -> None:
+    """With epochs 0 (initialised, not trained) CaGP's lr and PP-DKL's beta change nothing:
+    the paper grid is skipped, an explicit sweep of it refused, other sweeps kept."""
+    from pipelines.benchmark import resolve_sweeps
+
+    kw = dict(preset="paper", has_val=True)
+    zero = {"cagp": {"epochs": 0}}
+    assert resolve_sweeps(["cagp", "pp-dkl"], None, zero, **kw) == {
+        "pp-dkl": {"beta": [0.0, 0.01, 0.1, 1.0]}
+    }
+    assert resolve_sweeps(["cagp", "pp-dkl"], None, None, epochs=0, **kw) == {}
+    assert resolve_sweeps(["cagp"], None, {"cagp": {"epochs": 2}}, epochs=0, **kw) == {
+        "cagp": {"lr": [1.0, 0.1, 0.01]}
+    }
+    with pytest.raises(DataError, match="epochs 0, so it is not trained"):
+        resolve_sweeps(["cagp"], {"cagp": {"lr": [1.0, 0.1]}}, zero, **kw)
+    actions = {"cagp": {"n_actions": [8, 16]}}
+    assert resolve_sweeps(["cagp"], actions, zero, **kw) == actions
+
+
 def test_cli_sweep_option(tiny_run: Path, tmp_path: Path) -> None:
     """--sweep MODEL.OPTION=V1,V2 through the CLI (generic: here PP-DKL's beta, tuned preset)."""
     run = _copy_run(tiny_run, tmp_path / "run")
