@@ -21,6 +21,7 @@ TABS: dict[str, tuple[str, str]] = {
     "Inspect a point": ("inspect_tab", "predict"),
     "Service": ("service_tab", "service"),
     "Areas": ("areas_tab", "summarize"),
+    "Places": ("places_tab", "predict"),
     "Coverage report": ("report_tab", "report"),
     "Model": ("model_tab", "train"),
 }

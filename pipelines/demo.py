@@ -6,7 +6,9 @@ small-but-real settings (:func:`pipelines.config.demo_config`: DBK-RBF dPPGP, r=
 batch 256, lr 3e-3, up to 60 epochs, patience 10, CPU) so that the dashboard has something real to show
 in a few minutes on a laptop CPU. The grid uses the default resolution (zoom-16 tiles, at most
 1,000,000 cells). With all three targets trained it writes the service classes; each target
-is summarised over the synthetic counties (``data/census/synthetic_counties.geojson``).
+is summarised over the synthetic counties (``data/census/synthetic_counties.geojson``), and
+predicted (``predict --at``, ``service --at``) at 300 places drawn in the region
+(:func:`write_demo_places`, a stand-in for a list of serviceable locations).
 
 ``quick=True`` (tests) uses r=32, h=16, 3 epochs and a grid capped at 2,500 cells.
 """
@@ -21,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from geodbk.atomic import atomic_write_json
 from geodbk.errors import DataError
 from geodbk.geo.contract import TARGETS
@@ -31,6 +35,7 @@ from pipelines.config import TrainConfig, check_epochs_flag, demo_config
 from pipelines.export import run_export
 from pipelines.ingest import DEMO_INGEST, run_ingest
 from pipelines.predict import run_predict
+from pipelines.predict_at import run_predict_at
 from pipelines.report import run_report
 from pipelines.service import run_service
 from pipelines.summarize import run_summarize
@@ -44,13 +49,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: What ``geodbk demo --help`` says, for users (the module docstring is for developers).
 DESCRIPTION = """\
 Run every stage on the embedded synthetic region: ingest, train, predict, export, report,
-service classes and county summaries.
+service classes, county summaries and predictions at a list of places.
 
 Builds a complete run directory (default runs/demo) from the synthetic Ookla-style region in
 data/, training download, upload and latency with small but real settings (DBK-RBF, rank 256,
 hidden 64, up to 60 epochs with early stopping, CPU), so that the dashboard has something real
 to show within minutes on a laptop. The counties of the summaries are
-data/census/synthetic_counties.geojson. --quick uses tiny settings (seconds) for smoke tests.
+data/census/synthetic_counties.geojson; the places, 300 points drawn in the region as a
+stand-in for a list of serviceable locations, are RUN/places/demo_locations.csv. --quick uses tiny settings (seconds) for smoke tests.
 """
 
 EPILOG = """\
@@ -111,6 +117,37 @@ def demo_counties() -> Path:
     path = REPO_ROOT / DEMO_COUNTIES
     if not path.is_file():
         raise DataError(f"demo data {path} not found; the demo needs the repository's data/ folder")
+    return path
+
+
+#: Where the demo writes its list of places (``geodbk predict --at``'s input), in the run.
+DEMO_PLACES = Path("places") / "demo_locations.csv"
+
+
+def write_demo_places(run: Path, *, count: int, seed: int = 0) -> Path:
+    """Write ``count`` places drawn uniformly in the run's region (``seed``) to
+    ``RUN/places/demo_locations.csv`` (``location_id``, ``lon``, ``lat``: a stand-in for a
+    list of serviceable locations) and return its path."""
+    import geopandas as gpd
+    import numpy as np
+
+    from geodbk.atomic import atomic_path
+
+    region = gpd.read_file(run / "region.geojson").to_crs(4326)
+    points = region.geometry.union_all()
+    drawn = gpd.GeoSeries([points], crs=4326).sample_points(count, rng=np.random.default_rng(seed))
+    xy = np.asarray([(p.x, p.y) for p in drawn.explode(index_parts=False)])
+    frame = pd.DataFrame(
+        {
+            "location_id": [f"LOC{i + 1:04d}" for i in range(len(xy))],
+            "lon": xy[:, 0].round(6),
+            "lat": xy[:, 1].round(6),
+        }
+    )
+    path = run / DEMO_PLACES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
     return path
 
 
@@ -194,6 +231,11 @@ def run_demo(
             max_cells=cells,
             headline_samples=100 if quick else 500,
         )
+    places = write_demo_places(run, count=40 if quick else 300)
+    for target in targets:
+        timed(f"predict_at_{target}", run_predict_at, run, places, target=target)
+    if set(targets) >= set(TARGETS):
+        timed("service_at", run_service, run, at=places, progress=progress)
     for target in targets:
         timed(
             f"summarize_{target}",

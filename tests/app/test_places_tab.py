@@ -1,0 +1,99 @@
+"""The Places tab on the demo run's ``predict --at`` and ``service --at`` outputs: points on
+the map with their quantity, unit and interval; the table with the places file's own ids;
+places outside the region counted, not drawn; a run without places names the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from apptest_helpers import AppFactory, legend_titles, open_tab, texts
+
+
+def test_the_demo_run_has_predictions_and_classes_at_its_places(tiny_run: Path) -> None:
+    places = pd.read_csv(tiny_run / "places" / "demo_locations.csv")
+    assert list(places.columns) == ["location_id", "lon", "lat"] and len(places) == 40
+    for target in ("download", "upload", "latency"):
+        out = pd.read_parquet(tiny_run / "predictions" / f"{target}_demo_locations.parquet")
+        assert list(out["location_id"]) == list(places["location_id"])
+        assert not out["outside_region"].any() and out["median"].notna().all()
+    classes = pd.read_parquet(tiny_run / "service" / "classes_demo_locations.parquet")
+    assert classes["service_class"].notna().all()
+
+
+def test_the_places_tab_maps_a_predictions_file_with_quantity_and_units(
+    make_app: AppFactory, tiny_run: Path, tmp_path: Path
+) -> None:
+    run = shutil.copytree(tiny_run, tmp_path / "runs" / "places")
+    from pipelines.predict_at import run_predict_at
+
+    far = tmp_path / "mixed.csv"
+    inside = pd.read_parquet(run / "tiles.parquet", columns=["lon", "lat"]).iloc[[0, -1]]
+    pd.DataFrame(
+        {"site": ["a", "b", "far"], "lon": [*inside["lon"], 10.0], "lat": [*inside["lat"], 10.0]}
+    ).to_csv(far, index=False)
+    run_predict_at(run, far, target="download")
+    at = make_app(tmp_path / "runs", "places")
+    at.run()
+    tab = open_tab(at, "Places")
+    labels = list(tab.selectbox(key="places_file").options)
+    assert any(lb.startswith("mixed.csv: tile quantity") for lb in labels), labels
+    assert any("service classes" in lb for lb in labels), labels
+    at.selectbox(key="places_file").set_value(
+        next(p for p in at.selectbox(key="places_file").options if "mixed.csv" in str(p))
+    )
+    at.run()
+    tab = open_tab(at, "Places")
+    (legend,) = legend_titles(tab)
+    assert "Median of the tile: " in legend and "Mbps" in legend
+    chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
+    places = next(layer for layer in chart["layers"] if layer["id"] == "places")
+    assert len(places["data"]) == 2  # the place outside the region is not drawn
+    assert "95%" in places["data"][0]["label"]
+    frame = tab.dataframe[0].value
+    assert list(frame["site"]) == ["a", "b", "far"]
+    assert list(frame["outside_region"]) == [False, False, True]
+    config = json.loads(tab.dataframe[0].proto.columns)
+    assert config["median"]["label"] == "median (Mbps)"
+    assert config["lower_natural"]["label"] == "95% lower (Mbps)"
+    caption = " ".join(texts(tab, "caption"))
+    assert "3 places: 2 mapped, 1 outside the region (no values)" in caption
+    assert "tile: " in caption  # the quantity named
+    (button,) = tab.get("download_button")
+    assert button.proto.label == "Download the table (CSV)"
+
+
+def test_the_places_tab_shows_service_classes_at_places(
+    make_app: AppFactory, tiny_run: Path
+) -> None:
+    at = make_app(tiny_run.parent, tiny_run.name)
+    at.run()
+    open_tab(at, "Places")
+    box = at.selectbox(key="places_file")
+    box.set_value(next(p for p in box.options if "service classes" in str(p)))
+    at.run()
+    tab = open_tab(at, "Places")
+    frame = tab.dataframe[0].value
+    assert "service_class" in frame and "location_id" in frame
+    config = json.loads(tab.dataframe[0].proto.columns)
+    assert config["p_unserved"]["type_config"]["format"] == "percent"
+    chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
+    places = next(layer for layer in chart["layers"] if layer["id"] == "places")
+    assert len(places["data"]) == 40
+    assert "probability" in places["data"][0]["label"]
+
+
+def test_a_run_without_places_names_the_command(
+    make_app: AppFactory, tiny_run: Path, tmp_path: Path
+) -> None:
+    run = shutil.copytree(tiny_run, tmp_path / "bare")
+    shutil.rmtree(run / "predictions")
+    for path in (run / "service").glob("classes_*.parquet"):
+        path.unlink()
+    at = make_app(tmp_path, "bare")
+    at.run()
+    info = " ".join(i.value for i in open_tab(at, "Places").info)
+    assert "no predictions at places" in info and "geodbk predict --run" in info
+    assert "--at LOCATIONS.csv" in info
