@@ -11,6 +11,9 @@ fitted here on the same residuals, so every variant shares one GP)::
 ``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md; the
 local layer's row names its place share and the prior of an unmeasured tile it chose, the
 tile effect's ``τ²`` or the GP's);
+``--place-shares DIR`` how the place share moves the map coverage on block-split runs (the
+chosen share against the rule without the conformal count, pooled per target; docs/quantities.md,
+"Can a block split learn the place share?");
 ``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
 ``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``.
 
@@ -268,6 +271,55 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def place_share_study(folder: Path) -> str:
+    """Markdown of how the place share ``c`` moves the map coverage on every ``*.json`` of
+    ``folder`` (block splits, one target each): per run, the held-out units holding the
+    well-measured validation tiles, the chosen ``c`` and its test-tile coverage with the 95%
+    CI, and what the uncertified rule would choose (the smallest ``c`` whose validation
+    coverage averaged over units reaches 0.95, without the ``(K + 1) / K``) and cover; then,
+    per target, the test-tile coverage pooled over the runs at the chosen ``c``, under the
+    uncertified rule and at every ``c``."""
+    from pipelines.layers import PLACE_COVERAGE
+
+    lines = [
+        "| run | GP best epoch | validation tiles (blocks) | chosen c: test cov. (95% CI) | uncertified rule: c → test cov. |",
+        "|---|---:|---:|---|---|",
+    ]
+    pooled: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.json")):
+        d = canonical_keys(json.loads(path.read_text()))
+        layer = d["results"]["local_layer"]
+        curve = layer["place_share_curve"]
+        shares = sorted(float(c) for c in curve["test"])
+        test = {float(c): v for c, v in curve["test"].items()}
+        by_unit = {float(c): v for c, v in curve["validation_by_unit"].items()}
+        uncertified = next((c for c in shares if by_unit[c] >= PLACE_COVERAGE - 1e-9), 1.0)
+        chosen = float(d["local_layer"].get("place_share", 1.0))
+        whole = layer["map"]["all"]
+        n = int(whole["tiles"])
+        low, high = coverage_interval_of(whole)
+        lines.append(
+            f"| {path.stem} | {d['gp'].get('best_epoch')} | {curve['validation_tiles']} "
+            f"({curve['validation_units']}) | {chosen:.2f}: {100 * whole[COVERAGE95]:.1f} "
+            f"({100 * low:.1f}–{100 * high:.1f}) of {n} | {uncertified:.2f} → "
+            f"{100 * test[uncertified]:.1f} |"
+        )
+        target = pooled.setdefault(d["target"], {"n": 0, "chosen": 0, "rule": 0, "at": {}})
+        target["n"] += n
+        target["chosen"] += round(whole[COVERAGE95] * n)
+        target["rule"] += round(test[uncertified] * n)
+        for c in shares:
+            target["at"][c] = target["at"].get(c, 0) + round(test[c] * n)
+    for name, t in pooled.items():
+        n = t["n"]
+        every = ", ".join(f"{c:.2f}: {100 * k / n:.1f}" for c, k in sorted(t["at"].items())[::2])
+        lines.append(
+            f"\n{name}, pooled over {n} test tiles: chosen {100 * t['chosen'] / n:.1f}%, "
+            f"uncertified rule {100 * t['rule'] / n:.1f}%; at each c: {every}"
+        )
+    return "\n".join(lines)
+
+
 def summary(folder: Path) -> str:
     """One markdown row per run of ``folder``'s ``RUN.json`` (with the tile effect's tests
     shift) and ``RUN.no_shift.json`` (without it, on the same GP): the GP's best and last
@@ -343,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] == ["--summary"]:
         print(summary(Path(argv[1])))
+        return 0
+    if argv[:1] == ["--place-shares"]:
+        print(place_share_study(Path(argv[1])))
         return 0
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)
