@@ -16,7 +16,16 @@ from apptest_helpers import (
     texts,
 )
 
-TABS = ["Map", "Kernel slices", "Inspect a point", "Service", "Areas", "Places", "Coverage report", "Model"]
+TABS = [
+    "Map",
+    "Kernel slices",
+    "Inspect a point",
+    "Service",
+    "Areas",
+    "Places",
+    "Coverage report",
+    "Model",
+]
 
 
 def _centre(run: Path) -> tuple[float, float]:
