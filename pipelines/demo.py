@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from geodbk.atomic import atomic_write_json
+from geodbk.atomic import atomic_path, atomic_write_json
 from geodbk.errors import DataError
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.table import read_table_metadata
@@ -131,11 +131,9 @@ def write_demo_places(run: Path, *, count: int, seed: int = 0) -> Path:
     import geopandas as gpd
     import numpy as np
 
-    from geodbk.atomic import atomic_path
-
     region = gpd.read_file(run / "region.geojson").to_crs(4326)
-    points = region.geometry.union_all()
-    drawn = gpd.GeoSeries([points], crs=4326).sample_points(count, rng=np.random.default_rng(seed))
+    area = gpd.GeoSeries([region.geometry.union_all()], crs=4326)
+    drawn = area.sample_points(count, rng=np.random.default_rng(seed))
     xy = np.asarray([(p.x, p.y) for p in drawn.explode(index_parts=False)])
     frame = pd.DataFrame(
         {

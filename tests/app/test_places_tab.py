@@ -12,17 +12,6 @@ import pandas as pd
 from apptest_helpers import AppFactory, legend_titles, open_tab, texts
 
 
-def test_the_demo_run_has_predictions_and_classes_at_its_places(tiny_run: Path) -> None:
-    places = pd.read_csv(tiny_run / "places" / "demo_locations.csv")
-    assert list(places.columns) == ["location_id", "lon", "lat"] and len(places) == 40
-    for target in ("download", "upload", "latency"):
-        out = pd.read_parquet(tiny_run / "predictions" / f"{target}_demo_locations.parquet")
-        assert list(out["location_id"]) == list(places["location_id"])
-        assert not out["outside_region"].any() and out["median"].notna().all()
-    classes = pd.read_parquet(tiny_run / "service" / "classes_demo_locations.parquet")
-    assert classes["service_class"].notna().all()
-
-
 def test_the_places_tab_maps_a_predictions_file_with_quantity_and_units(
     make_app: AppFactory, tiny_run: Path, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -98,7 +99,8 @@ def test_demo_ends_with_the_command_that_opens_its_run(
     from pipelines import demo
     from pipelines.config import TrainConfig
 
-    for stage in ("run_ingest", "run_train", "run_predict", "run_export", "run_summarize"):
+    stages = ("run_ingest", "run_train", "run_predict", "run_export", "run_summarize")
+    for stage in (*stages, "run_predict_at", "write_demo_places"):
         monkeypatch.setattr(demo, stage, lambda *a, **k: None)
     monkeypatch.setattr(demo, "run_report", lambda *a, **k: None)
     run = tmp_path / "other runs" / "quick"
@@ -126,3 +128,17 @@ def test_demo_ends_with_the_command_that_opens_its_run(
     (cmd,) = launched
     assert cmd[cmd.index("--runs-dir") + 1] == str(run.parent.resolve())
     assert cmd[cmd.index("--run") + 1] == "quick"
+
+
+def test_the_demo_run_has_predictions_and_classes_at_its_places(tiny_run: Path) -> None:
+    """The demo draws its places in the region and predicts every target and the service
+    classes there (``predict --at``, ``service --at``), every place inside the region."""
+    places = pd.read_csv(tiny_run / "places" / "demo_locations.csv")
+    assert list(places.columns) == ["location_id", "lon", "lat"] and len(places) == 40
+    assert places["location_id"].is_unique and not places.duplicated(["lon", "lat"]).any()
+    for target in ("download", "upload", "latency"):
+        out = pd.read_parquet(tiny_run / "predictions" / f"{target}_demo_locations.parquet")
+        assert list(out["location_id"]) == list(places["location_id"])
+        assert not out["outside_region"].any() and out["median"].notna().all()
+    classes = pd.read_parquet(tiny_run / "service" / "classes_demo_locations.parquet")
+    assert classes["service_class"].notna().all()
