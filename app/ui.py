@@ -20,6 +20,21 @@ def lazy_reader(path: Path) -> Callable[[], bytes]:
     return read
 
 
+def table_csv_button(csv: Path, *, run_name: str, key: str) -> None:
+    """A ``Download the table (CSV)`` button for ``csv`` (named ``RUN_NAME_FILE`` when
+    saved), read only when clicked and without rerunning the page; nothing when the file is
+    absent."""
+    if csv.is_file():
+        st.download_button(
+            "Download the table (CSV)",
+            data=lazy_reader(csv),
+            file_name=f"{run_name}_{csv.name}",
+            mime="text/csv",
+            key=key,
+            on_click="ignore",
+        )
+
+
 def missing(what: str, command: str) -> None:
     """Tell the user what is missing and the one command that makes it."""
     st.info(f"{what}\n\nBuild it with:\n\n```\n{command}\n```")

@@ -38,7 +38,7 @@ import shapely
 from geodbk import __version__
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
-from geodbk.geo.contract import QUANTITY_LABELS, Z95
+from geodbk.geo.contract import PLACES_OUTPUT_COLUMNS, PREDICTIONS_KEY, QUANTITY_LABELS, Z95
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.licence import licence_line
 from geodbk.geo.locations import Locations, read_locations
@@ -68,29 +68,8 @@ __all__ = [
     "write_places",
 ]
 
-#: Parquet key-value metadata of a ``predict --at`` file: what it holds (JSON).
-PREDICTIONS_KEY = b"geodbk_predictions"
-
 #: The columns :func:`run_predict_at` adds after the input's own.
-OUTPUT_COLUMNS = (
-    "quadkey",
-    "lon",
-    "lat",
-    "mean",
-    "sd",
-    "lower",
-    "upper",
-    "median",
-    "lower_natural",
-    "upper_natural",
-    "tile_history",
-    "tile_pull",
-    "quantity",
-    "quarter",
-    "quarter_status",
-    "located",
-    "outside_region",
-)
+OUTPUT_COLUMNS = PLACES_OUTPUT_COLUMNS
 
 
 def check_tests_devices(tests: float, devices: float | None) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from geodbk.geo.contract import SERVICE_KEY
 from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations
 from geodbk.geo.timeaxis import quarter_text
@@ -32,9 +33,6 @@ from pipelines.rundir import RunDir, run_licence_attrs
 from pipelines.service_classes import SERVICE_QUANTITY_LABEL, Service
 
 __all__ = ["SERVICE_KEY", "output_columns", "write_classes_at"]
-
-#: Parquet key-value metadata holding the service's tiers, quantity and copula (JSON).
-SERVICE_KEY = b"geodbk_service"
 
 
 def output_columns(service: Service) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from app import maps
 from app.colormaps import Legend, auto_scale, colors_for, format_value, legend_html, value_cmap
 from app.context import RunContext
 from app.loaders import Stamp, stamp
-from app.ui import lazy_reader, missing
+from app.ui import missing, table_csv_button
 from geodbk.geo.frame import frame_bounds
 from geodbk.geo.timeaxis import quarter_text
 
@@ -214,16 +214,7 @@ def render(ctx: RunContext) -> None:
     st.dataframe(
         frame[cols], hide_index=True, width="stretch", column_config=table_config(cols, unit)
     )
-    csv = path.with_suffix(".csv")
-    if csv.is_file():
-        st.download_button(
-            "Download the table (CSV)",
-            data=lazy_reader(csv),
-            file_name=f"{ctx.inv.path.name}_{csv.name}",
-            mime="text/csv",
-            key="dl_areas_csv",
-            on_click="ignore",
-        )
+    table_csv_button(path.with_suffix(".csv"), run_name=ctx.inv.path.name, key="dl_areas_csv")
     st.caption(
         f"{len(frame)} areas, {info.get('samples', '?')} joint posterior samples, quantity "
         f"{info.get('quantity', '?')}, quarter {quarter_text(info.get('quarter'), info.get('quarter_status'))}. Intervals are 90%; "

@@ -22,46 +22,26 @@ from app import maps
 from app.colormaps import Legend, auto_scale, colors_for, format_value, legend_html, value_cmap
 from app.context import RunContext
 from app.loaders import Stamp, stamp
-from app.ui import lazy_reader, missing
-from geodbk.geo.contract import QUANTITY_LABELS
+from app.ui import missing, table_csv_button
+from geodbk.geo.contract import (
+    PLACES_OUTPUT_COLUMNS,
+    PREDICTIONS_KEY,
+    QUANTITY_LABELS,
+    SERVICE_KEY,
+)
 from geodbk.geo.frame import frame_bounds
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.service import class_colours
 
 MAP_HEIGHT = 520
-#: Parquet metadata keys of the two kinds of places file (``pipelines.predict_at``,
-#: ``pipelines.service_at``).
-PREDICTIONS_KEY = b"geodbk_predictions"
-SERVICE_KEY = b"geodbk_service"
 #: What a place's point may be coloured by in a predictions file: column -> what it is.
 PREDICTION_COLOURS: dict[str, str] = {
     "median": "median",
     "lower_natural": "95% lower bound",
     "upper_natural": "95% upper bound",
 }
-#: The columns each kind of file adds after the places file's own (the rest are its ids).
-OUTPUT_COLUMNS = frozenset(
-    {
-        "quadkey",
-        "lon",
-        "lat",
-        "mean",
-        "sd",
-        "lower",
-        "upper",
-        "median",
-        "lower_natural",
-        "upper_natural",
-        "tile_history",
-        "tile_pull",
-        "service_class",
-        "quantity",
-        "quarter",
-        "quarter_status",
-        "located",
-        "outside_region",
-    }
-)
+#: The columns either kind of file adds after the places file's own (besides ``p_*``).
+OUTPUT_COLUMNS = frozenset({*PLACES_OUTPUT_COLUMNS, "service_class"})
 #: Point colour of a place with no values (outside the region or without a place: not drawn).
 NO_VALUE_RGBA = (150, 150, 150, 160)
 
@@ -333,16 +313,7 @@ def render(ctx: RunContext) -> None:
     st.dataframe(
         frame[cols], hide_index=True, width="stretch", column_config=table_config(cols, ctx.unit)
     )
-    csv = path.with_suffix(".csv")
-    if csv.is_file():
-        st.download_button(
-            "Download the table (CSV)",
-            data=lazy_reader(csv),
-            file_name=f"{ctx.inv.path.name}_{csv.name}",
-            mime="text/csv",
-            key="dl_places_csv",
-            on_click="ignore",
-        )
+    table_csv_button(path.with_suffix(".csv"), run_name=ctx.inv.path.name, key="dl_places_csv")
     quantity = str(info.get("quantity") or (frame["quantity"].iloc[0] if len(frame) else "tile"))
     interval = (
         "Class probabilities are the model's; the most probable class is the one drawn."

@@ -13,7 +13,10 @@ from geodbk.errors import DataError
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
+    "PLACES_OUTPUT_COLUMNS",
+    "PREDICTIONS_KEY",
     "QUANTITY_LABELS",
+    "SERVICE_KEY",
     "TARGETS",
     "TARGET_INFO",
     "Z95",
@@ -25,6 +28,32 @@ __all__ = [
 
 #: The 0.975 quantile of the standard normal: 95% intervals are ``mean -+ Z95 sd``.
 Z95 = 1.959963984540054
+
+#: Parquet key-value metadata of a ``predict --at`` file (``predictions/TARGET_STEM.parquet``)
+#: and of a ``service --at`` file (``service/classes_STEM.parquet``): what it holds (JSON).
+PREDICTIONS_KEY = b"geodbk_predictions"
+SERVICE_KEY = b"geodbk_service"
+
+#: The columns ``predict --at`` adds after the places file's own, in order.
+PLACES_OUTPUT_COLUMNS = (
+    "quadkey",
+    "lon",
+    "lat",
+    "mean",
+    "sd",
+    "lower",
+    "upper",
+    "median",
+    "lower_natural",
+    "upper_natural",
+    "tile_history",
+    "tile_pull",
+    "quantity",
+    "quarter",
+    "quarter_status",
+    "located",
+    "outside_region",
+)
 
 #: Each quantity's name in outputs (legends, band descriptions, variables' ``quantity``
 #: attribute); a grid's tile quantity adds how it was made, e.g. ``(local layer)``.
