@@ -1,4 +1,4 @@
-"""``geodbk demo``: ingest -> train -> predict -> export -> report -> service -> summarize.
+"""``geodbk demo``: ingest -> train -> predict -> export -> service -> summarize -> places -> report.
 
 Builds a complete run directory from the embedded synthetic Ookla-style region in ``data/``
 (the ingest call is :data:`pipelines.ingest.DEMO_INGEST`), training all three targets with
@@ -229,11 +229,6 @@ def run_demo(
             max_cells=cells,
             headline_samples=100 if quick else 500,
         )
-    places = write_demo_places(run, count=40 if quick else 300)
-    for target in targets:
-        timed(f"predict_at_{target}", run_predict_at, run, places, target=target)
-    if set(targets) >= set(TARGETS):
-        timed("service_at", run_service, run, at=places, progress=progress)
     for target in targets:
         timed(
             f"summarize_{target}",
@@ -245,6 +240,11 @@ def run_demo(
             samples=200 if quick else 1000,
             max_cells=cells,
         )
+    places = write_demo_places(run, count=40 if quick else 300)
+    for target in targets:
+        timed(f"predict_at_{target}", run_predict_at, run, places, target=target)
+    if set(targets) >= set(TARGETS):
+        timed("service_at", run_service, run, at=places, progress=progress)
     for target in targets:
         timed(f"report_{target}", run_report, run, target=target)
     timings["total"] = round(time.perf_counter() - t_all, 2)
