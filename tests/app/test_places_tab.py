@@ -86,3 +86,26 @@ def test_a_run_without_places_names_the_command(
     info = " ".join(i.value for i in open_tab(at, "Places").info)
     assert "no predictions at places" in info and "geodbk predict --run" in info
     assert "--at LOCATIONS.csv" in info
+
+
+def test_a_file_with_no_place_in_the_region_says_so_and_keeps_its_table(
+    make_app: AppFactory, tiny_run: Path, tmp_path: Path
+) -> None:
+    from pipelines.predict_at import run_predict_at
+
+    run = shutil.copytree(tiny_run, tmp_path / "runs" / "far")
+    shutil.rmtree(run / "predictions")
+    for path in (run / "service").glob("classes_*.parquet"):
+        path.unlink()
+    far = tmp_path / "far.csv"
+    pd.DataFrame({"site": ["x", "y"], "lon": [10.0, 11.0], "lat": [10.0, 11.0]}).to_csv(
+        far, index=False
+    )
+    run_predict_at(run, far, target="download")
+    at = make_app(tmp_path / "runs", "far")
+    at.run()
+    tab = open_tab(at, "Places")
+    assert any("nothing to map" in i for i in texts(tab, "info"))
+    assert not tab.get("deck_gl_json_chart")
+    assert list(tab.dataframe[0].value["site"]) == ["x", "y"]
+    assert "2 places: 0 mapped, 2 outside the region (no values)" in " ".join(texts(tab, "caption"))
