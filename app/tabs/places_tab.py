@@ -114,12 +114,13 @@ def places_label(path: str, stamp_: Stamp) -> str:
 
 
 def id_columns(frame: pd.DataFrame) -> list[str]:
-    """The places file's own columns (kept in front of the outputs; renamed ones included)."""
-    return [
-        str(c)
-        for c in frame.columns
-        if str(c) not in OUTPUT_COLUMNS and not str(c).startswith("p_")
-    ]
+    """The places file's own columns: those before ``quadkey``, where both stages write them
+    (renamed ``input_<name>`` where they clash with an output); without ``quadkey``, every
+    column that is not an output."""
+    columns = [str(c) for c in frame.columns]
+    if "quadkey" in columns:
+        return columns[: columns.index("quadkey")]
+    return [c for c in columns if c not in OUTPUT_COLUMNS and not c.startswith("p_")]
 
 
 def place_status(frame: pd.DataFrame) -> pd.Series:

@@ -109,3 +109,15 @@ def test_a_file_with_no_place_in_the_region_says_so_and_keeps_its_table(
     assert not tab.get("deck_gl_json_chart")
     assert list(tab.dataframe[0].value["site"]) == ["x", "y"]
     assert "2 places: 0 mapped, 2 outside the region (no values)" in " ".join(texts(tab, "caption"))
+
+
+def test_the_places_files_own_columns_are_those_before_quadkey() -> None:
+    """An input column named like a probability (``p_code``) or renamed on a clash
+    (``input_quadkey``) is the file's own; the outputs after ``quadkey`` are not."""
+    from app.tabs.places_tab import id_columns
+
+    frame = pd.DataFrame(
+        columns=["p_code", "input_quadkey", "quadkey", "lon", "lat", "p_unserved", "quarter"]
+    )
+    assert id_columns(frame) == ["p_code", "input_quadkey"]
+    assert id_columns(pd.DataFrame(columns=["site", "median", "p_served"])) == ["site"]
