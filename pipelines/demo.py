@@ -56,7 +56,8 @@ data/, training download, upload and latency with small but real settings (DBK-R
 hidden 64, up to 60 epochs with early stopping, CPU), so that the dashboard has something real
 to show within minutes on a laptop. The counties of the summaries are
 data/census/synthetic_counties.geojson; the places, 300 points drawn in the region as a
-stand-in for a list of serviceable locations, are RUN/places/demo_locations.csv. --quick uses tiny settings (seconds) for smoke tests.
+stand-in for a list of serviceable locations, are RUN/places/demo_locations.csv. --quick
+uses tiny settings (seconds) for smoke tests.
 """
 
 EPILOG = """\
