@@ -44,6 +44,10 @@ PREDICTION_COLOURS: dict[str, str] = {
 OUTPUT_COLUMNS = frozenset({*PLACES_OUTPUT_COLUMNS, "service_class"})
 #: Point colour of a place with no values (outside the region or without a place: not drawn).
 NO_VALUE_RGBA = (150, 150, 150, 160)
+#: Most places drawn on the map (a seeded random sample beyond it; a state's serviceable
+#: locations number about a million) and rows shown in the table (the CSV holds them all).
+MAX_DRAWN_PLACES = 20_000
+MAX_TABLE_ROWS = 10_000
 
 
 def places_files(run: Path, target: str) -> list[Path]:
@@ -134,14 +138,25 @@ def place_status(frame: pd.DataFrame) -> pd.Series:
 
 
 def counts_text(frame: pd.DataFrame) -> str:
-    """``120 places: 117 mapped, 2 outside the region (no values), 1 without a place``."""
+    """``1,200 places: 1,197 mapped, 2 outside the region (no values), 1 without a place``."""
     status = place_status(frame).value_counts()
-    parts = [f"{int(status.get('mapped', 0))} mapped"]
+    parts = [f"{int(status.get('mapped', 0)):,} mapped"]
     if status.get("outside the region", 0):
-        parts.append(f"{int(status['outside the region'])} outside the region (no values)")
+        parts.append(f"{int(status['outside the region']):,} outside the region (no values)")
     if status.get("no place", 0):
-        parts.append(f"{int(status['no place'])} without a place (no values)")
-    return f"{len(frame)} places: " + ", ".join(parts)
+        parts.append(f"{int(status['no place']):,} without a place (no values)")
+    return f"{len(frame):,} places: " + ", ".join(parts)
+
+
+def drawn_places(frame: pd.DataFrame, limit: int | None = None) -> pd.DataFrame:
+    """The mapped places to draw: all of them up to ``limit`` (default
+    :data:`MAX_DRAWN_PLACES`), else a random sample of ``limit`` (seed 0, so reruns draw the
+    same), in the file's order."""
+    limit = MAX_DRAWN_PLACES if limit is None else limit
+    mapped = frame[place_status(frame) == "mapped"]
+    if len(mapped) <= limit:
+        return mapped
+    return mapped.sample(n=limit, random_state=0).sort_index()
 
 
 def _name_of(frame: pd.DataFrame, ids: list[str]) -> pd.Series:
@@ -154,12 +169,14 @@ def _name_of(frame: pd.DataFrame, ids: list[str]) -> pd.Series:
 def prediction_points(
     frame: pd.DataFrame, column: str, *, target: str, unit: str
 ) -> tuple[pd.DataFrame, Legend]:
-    """The mapped places of a predictions file coloured by ``column`` (natural units), each
-    with an HTML ``label`` (name, median, 95% interval, whether its tile has history), and
-    the legend naming the quantity and unit."""
-    mapped = frame[place_status(frame) == "mapped"]
+    """The places of a predictions file to draw (:func:`drawn_places`) coloured by
+    ``column`` (natural units; the colour scale from every mapped place), each with an HTML
+    ``label`` (name, median, 95% interval, whether its tile has history), and the legend
+    naming the quantity and unit."""
+    every = frame[place_status(frame) == "mapped"]
+    scale = auto_scale(every[column].to_numpy(dtype=float), value_cmap(target))
+    mapped = drawn_places(frame)
     values = mapped[column].to_numpy(dtype=float)
-    scale = auto_scale(values, value_cmap(target))
     quantity = str(mapped["quantity"].iloc[0]) if len(mapped) else "tile"
     legend = Legend(
         f"{PREDICTION_COLOURS[column].capitalize()} of the {QUANTITY_LABELS.get(quantity, quantity)}",
@@ -193,17 +210,17 @@ def prediction_points(
 
 
 def service_points(frame: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
-    """The mapped places of a service file coloured by their most probable class (the
-    service map's palette), each with an HTML ``label`` (name, class and its probability)."""
-    mapped = frame[place_status(frame) == "mapped"]
+    """The places of a service file to draw (:func:`drawn_places`) coloured by their most
+    probable class (the service map's palette), each with an HTML ``label`` (name, class and
+    its probability)."""
+    mapped = drawn_places(frame)
     palette = class_colours(len(classes), alpha=235)
     code = {name: i for i, name in enumerate(classes)}
     names = _name_of(mapped, id_columns(frame))
+    probability = {c: mapped[f"p_{c}"].to_numpy(float) for c in classes if f"p_{c}" in mapped}
     labels, fills = [], []
-    for name, cls, (_, row) in zip(
-        names, mapped["service_class"].astype(str), mapped.iterrows(), strict=True
-    ):
-        p = row.get(f"p_{cls}", np.nan)
+    for i, (name, cls) in enumerate(zip(names, mapped["service_class"].astype(str), strict=True)):
+        p = probability[cls][i] if cls in probability else np.nan
         labels.append(
             f"<b>{html.escape(name)}</b><br/>{html.escape(cls)} (probability {format_value(100 * float(p))}%)"
         )
@@ -312,7 +329,10 @@ def render(ctx: RunContext) -> None:
     cols = [*id_columns(frame), "quadkey", *[c for c in outputs if c in frame.columns]]
     cols += [c for c in ("quantity", "quarter", "outside_region") if c in frame.columns]
     st.dataframe(
-        frame[cols], hide_index=True, width="stretch", column_config=table_config(cols, ctx.unit)
+        frame[cols].head(MAX_TABLE_ROWS),
+        hide_index=True,
+        width="stretch",
+        column_config=table_config(cols, ctx.unit),
     )
     table_csv_button(path.with_suffix(".csv"), run_name=ctx.inv.path.name, key="dl_places_csv")
     quantity = str(info.get("quantity") or (frame["quantity"].iloc[0] if len(frame) else "tile"))
@@ -321,8 +341,14 @@ def render(ctx: RunContext) -> None:
         if kind == "service"
         else "Intervals are 95% prediction intervals of the quantity."
     )
+    limits: list[str] = []
+    if len(points) < int((place_status(frame) == "mapped").sum()):
+        limits.append(f"the map draws a random {len(points):,} of them")
+    if len(frame) > MAX_TABLE_ROWS:
+        limits.append(f"the table shows the first {MAX_TABLE_ROWS:,} rows")
+    sampled = f" ({' and '.join(limits)}; the CSV holds every place)" if limits else ""
     st.caption(
-        f"{counts_text(frame)}. Quantity {QUANTITY_LABELS.get(quantity, quantity)}; "
+        f"{counts_text(frame)}{sampled}. Quantity {QUANTITY_LABELS.get(quantity, quantity)}; "
         f"{quarter_text(info.get('quarter'), info.get('quarter_status'))}. {interval} "
         "The CSV keeps every column, with log10 values and the file's own columns."
     )

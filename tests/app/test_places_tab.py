@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from apptest_helpers import AppFactory, legend_titles, open_tab, texts
 
 
@@ -121,3 +122,29 @@ def test_the_places_files_own_columns_are_those_before_quadkey() -> None:
     )
     assert id_columns(frame) == ["p_code", "input_quadkey"]
     assert id_columns(pd.DataFrame(columns=["site", "median", "p_served"])) == ["site"]
+
+
+def test_a_large_places_file_draws_a_sample_and_says_so(
+    make_app: AppFactory, tiny_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond ``MAX_DRAWN_PLACES`` the map draws a seeded random sample, beyond
+    ``MAX_TABLE_ROWS`` the table shows the first rows, and the caption says both (here with
+    the limits lowered under the demo's 40 places)."""
+    from app.tabs import places_tab
+
+    monkeypatch.setattr(places_tab, "MAX_DRAWN_PLACES", 15)
+    monkeypatch.setattr(places_tab, "MAX_TABLE_ROWS", 25)
+    at = make_app(tiny_run.parent, tiny_run.name)
+    at.run()
+    tab = open_tab(at, "Places")
+    chart = json.loads(tab.get("deck_gl_json_chart")[0].proto.json)
+    drawn = next(layer for layer in chart["layers"] if layer["id"] == "places")["data"]
+    assert len(drawn) == 15
+    assert len(tab.dataframe[0].value) == 25
+    caption = " ".join(texts(tab, "caption"))
+    assert "the map draws a random 15 of them" in caption
+    assert "the table shows the first 25 rows" in caption
+    frame = pd.read_parquet(tiny_run / "predictions" / "download_demo_locations.parquet")
+    again = places_tab.drawn_places(frame, 15)
+    assert again.index.is_monotonic_increasing and len(again) == 15
+    assert again.index.equals(places_tab.drawn_places(frame, 15).index)  # the same each rerun
