@@ -71,7 +71,7 @@ def file_kind(path: Path) -> str:
     return "service" if path.parent.name == "service" else "predictions"
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=2)  # a state's file holds ~1M rows
 def load_places(path: str, stamp_: Stamp) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
     """A places file's rows, what it records of itself (``geodbk_predictions`` or
     ``geodbk_service``) and its data licence."""
