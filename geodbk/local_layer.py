@@ -19,7 +19,8 @@ effect conditioned on the place's own rows around that pull.
 
 A tile without rows has one of two priors, chosen by the validation NLL of unmeasured tiles
 (:meth:`LocalLayer.fit`): the tile effect's, ``lambda v_f + tau² + sigma²_nb``, or the GP's own,
-``v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb)`` (:func:`gp_unseen_variance`).
+``W - min(sigma², W) (1 - sigma²_nb / sigma²)``, ``W = v_f + sum_k max(1 - kappa_k, 0) c_k``
+(:func:`gp_unseen_variance`).
 ``sigma² = 0`` gives the tile effect alone. Distances: km on a local equirectangular projection
 (:func:`lonlat_to_km`); memory ``chunk * k²``. Decision: docs/quantities.md; why the steps are
 exact: docs/decisions/tile_effect.md.

@@ -120,14 +120,22 @@ def gp_unseen_variance(
     sigma2: torch.Tensor,
 ) -> torch.Tensor:
     """Tile variance of a tile without rows as the GP states it (:data:`UNSEEN_GP`):
-    ``max(v_f + sum_k max(1 - kappa_k, 0) c_k - (sigma² - sigma²_nb), 0)``, the GP's latent variance
-    plus the part of its noise ``sum_k c_k`` at the row's tests that is not a test's own
-    (``kappa'c``, the tile effect's refitted noise), less what a local layer's field explains
-    (``sigma²`` 0 and ``sigma²_nb`` 0 for the tile effect alone). The GP's noise was fitted on
-    single rows, so it holds the spread of a tile around ``f``
-    as it falls with the tile's tests and devices; a test there adds ``kappa'c``."""
+    ``W - min(sigma², W) (1 - sigma²_nb / sigma²)`` with ``W = v_f + sum_k max(1 - kappa_k, 0)
+    c_k``, the GP's latent variance plus the part of its noise ``sum_k c_k`` at the row's tests
+    that is not a test's own (``kappa'c``, the tile effect's refitted noise), less what a local
+    layer's field explains: its share of ``W``, at most the whole of it, times its kriging
+    gain (``sigma²`` 0 for the tile effect alone). That is ``W - (sigma² - sigma²_nb)`` where
+    ``sigma² <= W``; where the GP's variance is smaller than the field's, the field explains a
+    share of it, never more, so the tile keeps ``W sigma²_nb / sigma²`` at least. The GP's
+    noise was fitted on single rows, so it holds the spread of a tile around ``f`` as it falls
+    with the tile's tests and devices; a test there adds ``kappa'c``."""
     persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
-    return (var_f + persistent - (sigma2 - s2nb)).clamp_min(0.0)
+    whole = var_f + persistent
+    if not bool(torch.any(sigma2 > 0)):
+        return whole.clamp_min(0.0)
+    explained = torch.minimum(torch.as_tensor(sigma2, dtype=whole.dtype), whole)
+    gain = (1.0 - s2nb / sigma2.clamp_min(1e-300)).clamp(0.0, 1.0)
+    return (whole - explained * gain).clamp_min(0.0)
 
 
 def with_gp_prior(

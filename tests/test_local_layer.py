@@ -819,10 +819,13 @@ def _gp_prior_pair(kappa: float) -> tuple[LocalLayer, LocalLayer, np.ndarray]:
 def test_the_gp_prior_gives_an_unmeasured_tile_the_gps_variance_less_the_fields_gain(
     kappa: float,
 ) -> None:
-    """``UNSEEN_GP``: an unmeasured tile's tile variance is ``max(v + max(1 - kappa, 0) c -
-    (sigma² - sigma²_nb), 0)``, with the kriging variance ``sigma²_nb`` of the tile effect's
-    prior (``lambda v + tau² + sigma²_nb``, a dense reference above), and its test adds
-    ``kappa c``; the pull and measured tiles' rows are unchanged."""
+    """``UNSEEN_GP``: an unmeasured tile's tile variance is ``W - min(sigma², W) (1 -
+    sigma²_nb / sigma²)`` with ``W = v + max(1 - kappa, 0) c``, the kriging variance
+    ``sigma²_nb`` that of the tile effect's prior (``lambda v + tau² + sigma²_nb``, a dense
+    reference above): ``W - (sigma² - sigma²_nb)`` where ``sigma² <= W`` (kappa 0.4), a share
+    of ``W`` where the GP's variance is below the field's (kappa 1.3), never below ``W
+    sigma²_nb / sigma²``; its test adds ``kappa c``; the pull and measured tiles' rows are
+    unchanged."""
     effect_prior, gp_prior, xy = _gp_prior_pair(kappa)
     kw = {"tiles": ["t02", "zz", "yy"], "times": [7.0, 3.0, 1.0], "var_f": [0.01, 0.03, 0.02]}
     kw["components"] = np.array([[0.1], [0.2], [0.05]])
@@ -831,14 +834,24 @@ def test_the_gp_prior_gives_an_unmeasured_tile_the_gps_variance_less_the_fields_
     vf, c = np.asarray(kw["var_f"]), kw["components"][:, 0]
     s2nb = a.tile_var - LAM * vf - TAU2
     assert s2nb[2] == pytest.approx(SIGMA2) and 0 < s2nb[1] < SIGMA2
-    want = np.maximum(vf + max(1.0 - kappa, 0.0) * c - (SIGMA2 - s2nb), 0.0)
+
+    def gp_variance(whole: np.ndarray) -> np.ndarray:
+        return whole - np.minimum(SIGMA2, whole) * (1.0 - s2nb / SIGMA2)
+
+    whole = vf + max(1.0 - kappa, 0.0) * c
+    want = gp_variance(whole)
     np.testing.assert_allclose(b.tile_var[1:], want[1:], rtol=1e-10, atol=1e-15)
+    assert np.all(b.tile_var[1:] >= whole[1:] * s2nb[1:] / SIGMA2 - 1e-15)
+    below = whole[1] < SIGMA2  # the GP's variance below the field's between the tiles
+    assert below == (kappa > 1.0)
+    if not below:
+        assert b.tile_var[1] == pytest.approx(whole[1] - (SIGMA2 - s2nb[1]), rel=1e-10)
     np.testing.assert_allclose(b.noise_var[1:], kappa * c[1:], rtol=1e-12)
     assert b.tile_var[0] == a.tile_var[0] and b.noise_var[0] == a.noise_var[0]
     np.testing.assert_array_equal(a.shift, b.shift)
     # a map states the tile at given components (e.g. a typical row's), not the rows'
     typical = gp_prior.predict(xy=at, tile_components=[0.3], **kw)
-    want_typical = np.maximum(vf + max(1.0 - kappa, 0.0) * 0.3 - (SIGMA2 - s2nb), 0.0)
+    want_typical = gp_variance(vf + max(1.0 - kappa, 0.0) * 0.3)
     np.testing.assert_allclose(typical.tile_var[1:], want_typical[1:], rtol=1e-10, atol=1e-15)
     assert typical.tile_var[0] == a.tile_var[0]
 
