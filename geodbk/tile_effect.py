@@ -131,9 +131,7 @@ def gp_unseen_variance(
     with the tile's tests and devices; a test there adds ``kappa'c``."""
     persistent = (components * (1.0 - kappa).clamp_min(0.0)).sum(-1)
     whole = var_f + persistent
-    if not bool(torch.any(sigma2 > 0)):
-        return whole.clamp_min(0.0)
-    explained = torch.minimum(torch.as_tensor(sigma2, dtype=whole.dtype), whole)
+    explained = torch.minimum(sigma2.to(whole.dtype), whole)  # 0 without a field
     gain = (1.0 - s2nb / sigma2.clamp_min(1e-300)).clamp(0.0, 1.0)
     return (whole - explained * gain).clamp_min(0.0)
 

@@ -37,6 +37,8 @@ from pipelines.ingest import DEMO_INGEST, run_ingest
 from pipelines.predict import run_predict
 from pipelines.predict_at import run_predict_at
 from pipelines.report import run_report
+from pipelines.run_inputs import read_region
+from pipelines.rundir import RunDir
 from pipelines.service import run_service
 from pipelines.summarize import run_summarize
 from pipelines.train import run_train
@@ -132,8 +134,7 @@ def write_demo_places(run: Path, *, count: int, seed: int = 0) -> Path:
     import geopandas as gpd
     import numpy as np
 
-    region = gpd.read_file(run / "region.geojson").to_crs(4326)
-    area = gpd.GeoSeries([region.geometry.union_all()], crs=4326)
+    area = gpd.GeoSeries([read_region(RunDir(run))], crs=4326)
     drawn = area.sample_points(count, rng=np.random.default_rng(seed))
     xy = np.asarray([(p.x, p.y) for p in drawn.explode(index_parts=False)])
     frame = pd.DataFrame(

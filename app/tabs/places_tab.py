@@ -127,12 +127,22 @@ def id_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in columns if c not in OUTPUT_COLUMNS and not c.startswith("p_")]
 
 
+def located(frame: pd.DataFrame) -> np.ndarray:
+    """Whether each row has a place (files without the ``located`` column: every row)."""
+    return frame["located"].to_numpy(bool) if "located" in frame else np.ones(len(frame), bool)
+
+
+def mapped(frame: pd.DataFrame) -> np.ndarray:
+    """Whether each row has values: a place inside the region."""
+    return located(frame) & ~frame["outside_region"].to_numpy(bool)
+
+
 def place_status(frame: pd.DataFrame) -> pd.Series:
     """Per row: ``mapped`` (values), ``outside the region`` or ``no place`` (no values)."""
-    located = frame["located"].to_numpy(bool) if "located" in frame else np.ones(len(frame), bool)
-    outside = frame["outside_region"].to_numpy(bool)
     return pd.Series(
-        np.where(~located, "no place", np.where(outside, "outside the region", "mapped")),
+        np.where(
+            ~located(frame), "no place", np.where(mapped(frame), "mapped", "outside the region")
+        ),
         index=frame.index,
     )
 
@@ -153,10 +163,10 @@ def drawn_places(frame: pd.DataFrame, limit: int | None = None) -> pd.DataFrame:
     :data:`MAX_DRAWN_PLACES`), else a random sample of ``limit`` (seed 0, so reruns draw the
     same), in the file's order."""
     limit = MAX_DRAWN_PLACES if limit is None else limit
-    mapped = frame[place_status(frame) == "mapped"]
-    if len(mapped) <= limit:
-        return mapped
-    return mapped.sample(n=limit, random_state=0).sort_index()
+    inside = frame[mapped(frame)]
+    if len(inside) <= limit:
+        return inside
+    return inside.sample(n=limit, random_state=0).sort_index()
 
 
 def _name_of(frame: pd.DataFrame, ids: list[str]) -> pd.Series:
@@ -173,35 +183,34 @@ def prediction_points(
     ``column`` (natural units; the colour scale from every mapped place), each with an HTML
     ``label`` (name, median, 95% interval, whether its tile has history), and the legend
     naming the quantity and unit."""
-    every = frame[place_status(frame) == "mapped"]
-    scale = auto_scale(every[column].to_numpy(dtype=float), value_cmap(target))
-    mapped = drawn_places(frame)
-    values = mapped[column].to_numpy(dtype=float)
-    quantity = str(mapped["quantity"].iloc[0]) if len(mapped) else "tile"
+    scale = auto_scale(frame.loc[mapped(frame), column].to_numpy(dtype=float), value_cmap(target))
+    drawn = drawn_places(frame)
+    values = drawn[column].to_numpy(dtype=float)
+    quantity = str(drawn["quantity"].iloc[0]) if len(drawn) else "tile"
     legend = Legend(
         f"{PREDICTION_COLOURS[column].capitalize()} of the {QUANTITY_LABELS.get(quantity, quantity)}",
         scale,
         unit,
     )
-    names = _name_of(mapped, id_columns(frame))
-    history = mapped.get("tile_history", pd.Series(False, index=mapped.index)).to_numpy(bool)
+    names = _name_of(drawn, id_columns(frame))
+    history = drawn.get("tile_history", pd.Series(False, index=drawn.index)).to_numpy(bool)
     labels = [
         f"<b>{html.escape(n)}</b><br/>{format_value(m, unit)} "
         f"(95%: {format_value(lo)}–{format_value(hi)})<br/>"
         + ("tile measured" if h else "tile never measured")
         for n, m, lo, hi, h in zip(
             names,
-            mapped["median"].to_numpy(float),
-            mapped["lower_natural"].to_numpy(float),
-            mapped["upper_natural"].to_numpy(float),
+            drawn["median"].to_numpy(float),
+            drawn["lower_natural"].to_numpy(float),
+            drawn["upper_natural"].to_numpy(float),
             history,
             strict=True,
         )
     ]
     points = pd.DataFrame(
         {
-            "lon": mapped["lon"].to_numpy(float),
-            "lat": mapped["lat"].to_numpy(float),
+            "lon": drawn["lon"].to_numpy(float),
+            "lat": drawn["lat"].to_numpy(float),
             "label": labels,
             "fill": [list(map(int, c)) for c in colors_for(values, scale, alpha=230)],
         }
@@ -213,13 +222,13 @@ def service_points(frame: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
     """The places of a service file to draw (:func:`drawn_places`) coloured by their most
     probable class (the service map's palette), each with an HTML ``label`` (name, class and
     its probability)."""
-    mapped = drawn_places(frame)
+    drawn = drawn_places(frame)
     palette = class_colours(len(classes), alpha=235)
     code = {name: i for i, name in enumerate(classes)}
-    names = _name_of(mapped, id_columns(frame))
-    probability = {c: mapped[f"p_{c}"].to_numpy(float) for c in classes if f"p_{c}" in mapped}
+    names = _name_of(drawn, id_columns(frame))
+    probability = {c: drawn[f"p_{c}"].to_numpy(float) for c in classes if f"p_{c}" in drawn}
     labels, fills = [], []
-    for i, (name, cls) in enumerate(zip(names, mapped["service_class"].astype(str), strict=True)):
+    for i, (name, cls) in enumerate(zip(names, drawn["service_class"].astype(str), strict=True)):
         p = probability[cls][i] if cls in probability else np.nan
         labels.append(
             f"<b>{html.escape(name)}</b><br/>{html.escape(cls)} (probability {format_value(100 * float(p))}%)"
@@ -227,8 +236,8 @@ def service_points(frame: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
         fills.append(list(palette.get(code.get(cls, -1), NO_VALUE_RGBA)))
     return pd.DataFrame(
         {
-            "lon": mapped["lon"].to_numpy(float),
-            "lat": mapped["lat"].to_numpy(float),
+            "lon": drawn["lon"].to_numpy(float),
+            "lat": drawn["lat"].to_numpy(float),
             "label": labels,
             "fill": fills,
         }
@@ -342,7 +351,7 @@ def render(ctx: RunContext) -> None:
         else "Intervals are 95% prediction intervals of the quantity."
     )
     limits: list[str] = []
-    if len(points) < int((place_status(frame) == "mapped").sum()):
+    if len(points) < int(mapped(frame).sum()):
         limits.append(f"the map draws a random {len(points):,} of them")
     if len(frame) > MAX_TABLE_ROWS:
         limits.append(f"the table shows the first {MAX_TABLE_ROWS:,} rows")
