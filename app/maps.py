@@ -169,9 +169,10 @@ def quantity_label(grid: Grid, spec: LayerSpec) -> str:
 
 
 def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> str:
-    """`` (chosen on N validation tiles in K blocks)``, or for a share of 1, the whole prior
-    kept as too few checked it, from the grid's ``PREFIX_place_share_tiles``/``_units``; empty
-    when the grid does not record them."""
+    """``, chosen on N validation tiles in K blocks``; for a share of 1, the whole prior kept
+    as those tiles could not certify less; above 1, widened as their levels stray more than
+    the prior says; from the grid's ``PREFIX_place_share_tiles``/``_units``; empty when the
+    grid does not record them."""
     tiles = attrs.get(f"{prefix}_place_share_tiles")
     units = attrs.get(f"{prefix}_place_share_units")
     if tiles is None or units is None:
@@ -180,8 +181,10 @@ def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> st
     where = f"{n} validation tile{'' if n == 1 else 's'}"
     if k < n:
         where += f" in {k} held-out block{'' if k == 1 else 's'}"
-    if share >= 1.0:
+    if share == 1.0:
         return f": the whole prior, as {where} could not certify less (see the report)"
+    if share > 1.0:
+        return f": wider than the prior, as the levels of {where} stray more (see the report)"
     return f", chosen on {where}"
 
 

@@ -51,6 +51,7 @@ from geodbk.metrics import gaussian_nll
 from geodbk.predictive import Prediction
 
 __all__ = [
+    "MAX_PLACE_SHARE",
     "UNSEEN_EFFECT",
     "UNSEEN_GP",
     "TileEffect",
@@ -82,6 +83,9 @@ _JITTER = 1e-9
 MAX_ROWS = 32
 #: The group of every tile when no groups are given.
 ALL = "all"
+#: Largest place share: an unmeasured tile's prior offset variance at most tripled, out of
+#: one test's noise (:func:`split_unseen_prior`).
+MAX_PLACE_SHARE = 3.0
 #: Fewest objective rows with a measured tile for the validation objective; below it the
 #: parameters are chosen on a hold-out of the training rows (:func:`holdout_rows`).
 MIN_OBJECTIVE_ROWS = 100
@@ -208,10 +212,11 @@ class TileEffectParameters:
         ``mu_k``, the share of each noise component that persists at a tile across time steps
         (its testers'; 0 for the floor; ``None``: none, as in files written before it).
     place_share
-        ``c`` in (0, 1]: the share of an unmeasured tile's prior offset variance ``tau²`` that
-        is the place's, what a well-measured tile's level shows; ``1 - c`` is its testers' and
-        goes to one test's noise (:func:`split_unseen_prior`). 1 (files written before it):
-        all of it is the place's.
+        ``c`` in (0, :data:`MAX_PLACE_SHARE`]: how much of an unmeasured tile's prior offset
+        variance ``P`` is the place's, what a well-measured tile's level shows. Below 1, ``(1 -
+        c) P`` is its testers' and goes to one test's noise; above 1, ``(c - 1) P`` of one
+        test's noise is the place's (:func:`split_unseen_prior`). 1 (files written before it):
+        the prior as stated.
     place_share_basis
         What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
         tiles without training rows and the held-out units (blocks or tiles) they lie in;
@@ -252,8 +257,10 @@ class TileEffectParameters:
     val_nll_unseen: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
-        if not 0.0 < float(self.place_share) <= 1.0:
-            raise ValueError(f"place_share must be in (0, 1], got {self.place_share}")
+        if not 0.0 < float(self.place_share) <= MAX_PLACE_SHARE:
+            raise ValueError(
+                f"place_share must be in (0, {MAX_PLACE_SHARE:g}], got {self.place_share}"
+            )
         check_unseen_prior(self.unseen_prior)
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
@@ -623,18 +630,22 @@ def tests_mean_shift(
 def split_unseen_prior(
     pred: TileEffectPrediction, *, var_f: np.ndarray, latent_scale: float, place_share: float
 ) -> TileEffectPrediction:
-    """At rows whose tile has no rows, keep ``c`` of the prior offset variance ``P = tile_var -
-    lambda v_f`` in ``tile_var`` and move the rest to ``noise_var`` (``c = place_share``), but
-    keep at least the GP's own latent variance ``v_f`` where the whole prior holds it:
-    ``tile_var' = max(lambda v_f + c P, min(v_f, tile_var))``, so a place never measured is
-    never mapped narrower than its area quantity because of ``c``. Measured tiles' rows are
-    unchanged, and so is every row's ``tile_var + noise_var``."""
-    if place_share >= 1.0:
+    """Split the variance of a row whose tile has no rows between the place and its testers
+    by the place share ``c``: ``tile_var' = clip(lambda v_f + c P, min(v_f, tile_var),
+    tile_var + noise_var - persistent_var)`` with ``P = tile_var - lambda v_f`` the prior
+    offset variance, and ``noise_var`` takes up the difference, so every row's ``tile_var +
+    noise_var`` (one test's variance) stays as it was and measured tiles' rows are unchanged.
+    Below 1 the rest of ``P`` goes to one test's noise, but a place never measured keeps at
+    least the GP's own ``v_f`` where the whole prior holds it (never narrower than its area
+    quantity because of ``c``); above 1, ``(c - 1) P`` of one test's own noise is the
+    place's, at most all of it (the tile quantity never wider than one test)."""
+    if place_share == 1.0:
         return pred
     vf = np.asarray(var_f, dtype=np.float64)
     whole = pred.tile_var
     kept = latent_scale * vf + place_share * np.maximum(whole - latent_scale * vf, 0.0)
-    tile_var = np.where(pred.seen, whole, np.maximum(kept, np.minimum(vf, whole)))
+    widest = whole + np.maximum(pred.noise_var - pred.persistent_var, 0.0)
+    tile_var = np.where(pred.seen, whole, np.clip(kept, np.minimum(vf, whole), widest))
     return replace(pred, tile_var=tile_var, noise_var=pred.noise_var + (whole - tile_var))
 
 

@@ -36,7 +36,12 @@ from geodbk.local_layer import (
     lonlat_to_km,
 )
 from geodbk.metrics import gaussian_nll
-from geodbk.tile_effect import TileEffect, choose_unseen_prior, split_unseen_prior
+from geodbk.tile_effect import (
+    MAX_PLACE_SHARE,
+    TileEffect,
+    choose_unseen_prior,
+    split_unseen_prior,
+)
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
 
@@ -59,15 +64,17 @@ __all__ = [
 ]
 
 LAYER_FILE = "local_layer.json"
-#: Place shares tried, ascending (:func:`choose_place_share`).
-PLACE_SHARES = tuple(round(0.05 * k, 2) for k in range(1, 21))
+#: Place shares tried, ascending (:func:`choose_place_share`): 0.05 to 1 by 0.05, then wider
+#: to :data:`~geodbk.tile_effect.MAX_PLACE_SHARE`, where the whole prior covers too few.
+_NARROWER = tuple(round(0.05 * k, 2) for k in range(1, 21))
+PLACE_SHARES = (*_NARROWER, 1.25, 1.5, 1.75, 2.0, 2.5, MAX_PLACE_SHARE)
 #: Coverage of well-measured tiles' levels the chosen place share aims at; on validation tiles
 #: in ``K`` held-out units it must cover ``PLACE_COVERAGE (K + 1) / K`` of a unit's tiles on
 #: average over the units (:func:`required_coverage`).
 PLACE_COVERAGE = 0.95
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
-#: Held-out units those tiles must lie in for a share below 1: the fewest ``K`` with
+#: Held-out units those tiles must lie in for a share other than 1: the fewest ``K`` with
 #: ``PLACE_COVERAGE (K + 1) / K <= 1`` (:func:`required_coverage`), 19.
 MIN_PLACE_UNITS = math.ceil(PLACE_COVERAGE / (1.0 - PLACE_COVERAGE) - 1e-9)
 
@@ -339,10 +346,11 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     """The smallest place share ``c`` (of :data:`PLACE_SHARES`) whose tile quantity covers
     :func:`required_coverage` of the validation tiles without training rows that have
     ``MIN_TESTS`` tests or more, a unit's tiles counted together (:func:`place_share_coverage`;
-    ``rows["units"]``, each tile its own unit by default). 1 when fewer than
-    :data:`MIN_PLACE_TILES` such tiles exist (a random split: every validation tile is
-    measured), when they lie in too few units to certify less (a block split with fewer than
-    19 validation blocks holding them) or when no share covers enough."""
+    ``rows["units"]``, each tile its own unit by default): below 1 where those tiles' levels
+    stray less than the prior says, above 1 where they stray more, and the widest share when
+    none covers enough. 1 when fewer than :data:`MIN_PLACE_TILES` such tiles exist (a random
+    split: every validation tile is measured) or when they lie in too few units to certify
+    any share (a block split with fewer than 19 validation blocks holding them)."""
     scores = _coverage_of(tile_model, **rows)
     if scores.tiles < MIN_PLACE_TILES:
         log.info(
@@ -355,7 +363,7 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     if scores.units < MIN_PLACE_UNITS:
         log.info(
             "place share 1: the %d validation tiles without training rows that have %d+ "
-            "tests lie in %d held-out blocks; a share below 1 needs %d",
+            "tests lie in %d held-out blocks; another share needs %d",
             scores.tiles,
             MIN_TESTS,
             scores.units,
@@ -363,7 +371,20 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
         )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
     needed = required_coverage(scores.units)
-    share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), 1.0)
+    share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), None)
+    if share is None:
+        share = PLACE_SHARES[-1]
+        log.warning(
+            "place share %.2f: no share covers %.1f%% of the %d validation tiles without "
+            "training rows that have %d+ tests (%.1f%% at %.2f); their levels stray from the "
+            "map more than the model says",
+            share,
+            100 * needed,
+            scores.tiles,
+            MIN_TESTS,
+            100 * scores.unit_coverage(share),
+            share,
+        )
     return PlaceShare(float(share), tiles=scores.tiles, units=scores.units)
 
 

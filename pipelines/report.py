@@ -61,6 +61,7 @@ from geodbk.metrics import (
 )
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
+from geodbk.tile_effect import MAX_PLACE_SHARE
 from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.bundles import load_model
@@ -1152,33 +1153,51 @@ def _place_share_text(
     where = f" {tiles} well-measured validation tiles without training rows"
     if units and units < tiles:
         where += f", which lie in {units} held-out block{'' if units == 1 else 's'},"
-    if share is None or float(share) >= 1.0:
+    certified = tiles >= MIN_PLACE_TILES and units >= MIN_PLACE_UNITS
+    if share is None or (float(share) == 1.0 and not certified):
         if not basis and split_kind == "block":
             why = (
                 "too few well-measured validation tiles without training rows, or too few "
-                f"held-out blocks holding them ({MIN_PLACE_UNITS} are needed), to certify less, "
-                "or none covered enough with less"
+                f"held-out blocks holding them ({MIN_PLACE_UNITS} are needed), to certify "
+                "another"
             )
         elif not basis:
             why = (
                 "too few well-measured validation tiles without training rows "
-                f"({MIN_PLACE_TILES} are needed) to choose less, or none covered enough with less"
+                f"({MIN_PLACE_TILES} are needed) to choose another"
             )
         elif tiles < MIN_PLACE_TILES:
-            why = f"only{where} ({MIN_PLACE_TILES} are needed to choose less)"
-        elif units < MIN_PLACE_UNITS:
-            why = f"the{where} cannot certify less ({MIN_PLACE_UNITS} blocks are needed)"
+            why = f"only{where} ({MIN_PLACE_TILES} are needed to choose another)"
         else:
-            why = f"no smaller share covered enough of the{where}"
+            why = f"the{where} cannot certify another ({MIN_PLACE_UNITS} blocks are needed)"
         return (
             " A tile never measured keeps its whole prior offset variance in the tile quantity "
             f"(place share 1: {why})."
         )
+    c = float(share)
+    if c < 1.0:
+        split = (
+            " of its prior offset variance in the tile quantity (never less than the GP's own "
+            "variance there), and the rest goes to one test's noise"
+        )
+    elif c > 1.0:
+        split = (
+            " of its prior offset variance in the tile quantity, the difference taken from "
+            "one test's own noise (at most all of it): the well-measured tiles' levels stray "
+            "from the map more than the prior says"
+        )
+    else:
+        split = " of its prior offset variance in the tile quantity, the prior as stated"
+    widest = (
+        f"; where none covers that many, the widest, {MAX_PLACE_SHARE:g}"
+        if c >= MAX_PLACE_SHARE
+        else ""
+    )
     return (
-        f" A tile never measured keeps a place share {float(share):.2f} of its prior offset "
-        "variance in the tile quantity (never less than the GP's own variance there), and "
-        "the rest goes to one test's noise: the smallest share whose intervals cover "
+        f" A tile never measured keeps a place share {c:.2f}{split}. It is the smallest "
+        "share whose intervals cover "
         + _place_share_rule(split_kind)
+        + widest
         + (f", chosen on{where.rstrip(',')}." if basis else ".")
     )
 

@@ -468,6 +468,50 @@ def test_an_unseen_tile_keeps_at_least_the_gps_variance_under_a_place_share() ->
     assert split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=1.0) is pred
 
 
+def test_a_place_share_above_1_takes_an_unseen_tile_s_width_from_one_test_s_noise() -> None:
+    """``split_unseen_prior`` with ``c > 1``: an unmeasured tile's variance grows to ``lambda
+    v_f + c P`` out of one test's own noise, at most all of it (the persistent part stays
+    the testers'), so every row's total and the measured rows are unchanged, the tile
+    quantity never passes one test's, and it widens with ``c``."""
+    from geodbk.tile_effect import TileEffectPrediction, split_unseen_prior
+
+    lam, tau2 = 1.0, 0.1
+    var_f = np.array([0.02, 0.02, 0.02, 0.02])
+    seen = np.array([False, False, False, True])
+    noise = np.array([0.3, 0.05, 0.3, 0.3])
+    persistent = np.array([0.0, 0.0, 0.28, 0.0])
+    pred = TileEffectPrediction(
+        shift=np.zeros(4),
+        tile_var=np.where(seen, 0.04, lam * var_f + tau2),
+        noise_var=noise,
+        persistent_var=persistent,
+        seen=seen,
+    )
+    total = pred.tile_var + pred.noise_var
+    out = split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=2.0)
+    # 0.02 + 2 P where the noise allows; all of a small noise; not the persistent part
+    want = [0.02 + 2 * tau2, 0.12 + 0.05, 0.12 + 0.02, 0.04]
+    np.testing.assert_allclose(out.tile_var, want, rtol=1e-12)
+    np.testing.assert_allclose(out.tile_var + out.noise_var, total, rtol=1e-12)
+    assert np.all(out.noise_var >= out.persistent_var - 1e-15)
+    wider = split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=3.0)
+    assert np.all(wider.tile_var >= out.tile_var) and wider.tile_var[0] > out.tile_var[0]
+    assert np.all(wider.tile_var <= total + 1e-15) and wider.tile_var[3] == pred.tile_var[3]
+
+
+def test_the_place_share_is_bounded() -> None:
+    """The tile effect's place share lies in (0, MAX_PLACE_SHARE]; a saved 2 loads."""
+    from geodbk.tile_effect import MAX_PLACE_SHARE, TileEffectParameters
+
+    base = TileEffectParameters(tau2=0.1, rho=0.5, noise_scale=(1.0,), components=("floor",))
+    assert dataclasses.replace(base, place_share=2.0).place_share == 2.0
+    raw = dataclasses.replace(base, place_share=MAX_PLACE_SHARE).to_dict()
+    assert TileEffectParameters.from_dict(raw).place_share == MAX_PLACE_SHARE
+    for bad in (0.0, -1.0, MAX_PLACE_SHARE + 0.5):
+        with pytest.raises(ValueError, match="place_share"):
+            dataclasses.replace(base, place_share=bad)
+
+
 def _tests_rows(rng: np.random.Generator, n_tiles: int, *, gamma: float, s2_meas: float = 0.3):
     """Tiles over 8 quarters with an AR(1) offset, 1-20 tests a row, noise components
     ``[0.05, s2_meas / tests]`` and the residual's mean moved by ``gamma (c_meas - mean)``."""

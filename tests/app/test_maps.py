@@ -132,6 +132,11 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
         {**attrs, **chosen, "tile_effect_place_share_units": 115, "local_layer": 0}
     )
     assert alone is not None and "place share 0.40, chosen on 115 validation tiles)" in alone
+    wider = {"tile_effect_place_share": 1.5, "tile_effect_place_share_tiles": 115}
+    alone = maps.tile_model_caption(
+        {**attrs, **wider, "tile_effect_place_share_units": 115, "local_layer": 0}
+    )
+    assert alone is not None and "place share 1.50: wider than the prior" in alone
 
 
 def test_the_tile_model_caption_writes_tiny_parameters_readably_with_units() -> None:

@@ -244,6 +244,37 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     assert choose_place_share(few, tiles=few_tiles, y=few_y, **kw_few).share == 1.0  # type: ignore[arg-type]
 
 
+def test_levels_that_stray_more_than_the_prior_widen_the_place_share() -> None:
+    """Validation tiles whose levels spread by 1.6 times the prior: the whole prior covers too
+    few, so the smallest certified share is above 1 (taken from one test's noise); levels far
+    wider than the widest share can state get the widest, with a warning. The grid ends at
+    MAX_PLACE_SHARE."""
+    import logging
+
+    from geodbk.tile_effect import MAX_PLACE_SHARE
+    from pipelines.layers import PLACE_SHARES, choose_place_share, place_share_coverage
+
+    assert PLACE_SHARES[-1] == MAX_PLACE_SHARE and list(PLACE_SHARES) == sorted(PLACE_SHARES)
+    tiles, y = _place_data(200, place_var=0.32)
+    layer = _PriorOnlyLayer(latent=0.01, prior=0.2, noise=0.5, seen=np.zeros(tiles.size, bool))
+    kw = _unit_kw(tiles.size)
+    choice = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    assert 1.0 < choice.share < MAX_PLACE_SHARE
+    curve = place_share_coverage(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    assert curve["coverage"][1.0] < curve["coverage"][choice.share]
+    tiles, y = _place_data(200, place_var=5.0)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("geodbk").addHandler(handler)
+    try:
+        widest = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    finally:
+        logging.getLogger("geodbk").removeHandler(handler)
+    assert widest.share == MAX_PLACE_SHARE
+    assert any("stray from the map more" in r.getMessage() for r in records)
+
+
 def _unit_kw(n_rows: int) -> dict[str, object]:
     return {
         "xy": np.zeros((n_rows, 2)),

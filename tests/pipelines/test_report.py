@@ -332,10 +332,14 @@ def test_the_local_layer_section_states_the_place_share() -> None:
             1.0,
             {"tiles": 151, "units": 7},
             "151 well-measured validation tiles without training "
-            "rows, which lie in 7 held-out blocks, cannot certify less (19 blocks are needed)",
+            "rows, which lie in 7 held-out blocks, cannot certify another (19 blocks are needed)",
         ),
         (1.0, {"tiles": 12, "units": 12}, "only 12 well-measured validation tiles"),
-        (1.0, {"tiles": 115, "units": 115}, "no smaller share covered enough of the 115"),
+        (1.0, {"tiles": 115, "units": 115}, "place share 1.00 of its prior offset variance"),
+        (1.0, {"tiles": 115, "units": 115}, "the prior as stated"),
+        (1.5, {"tiles": 115, "units": 115}, "taken from one test's own noise"),
+        (1.5, {"tiles": 115, "units": 115}, "chosen on 115 well-measured validation tiles"),
+        (3.0, {"tiles": 115, "units": 115}, "where none covers that many, the widest, 3"),
         (0.2, {"tiles": 115, "units": 115}, "chosen on 115 well-measured validation tiles"),
         (0.3, {"tiles": 400, "units": 40}, "which lie in 40 held-out blocks."),
     ):
