@@ -51,6 +51,7 @@ from geodbk.tile_effect import (
     TileEffectPrediction,
     _factor,
     _Layout,
+    check_place_share,
     check_unseen_prior,
     gp_unseen_variance,
     mean_gaussian_nll,
@@ -131,10 +132,12 @@ class SpatialParameters:
         The GP alone's validation NLL on the same rows (its own noise model; ``None``: not
         recorded, as in files written before it).
     place_share
-        ``c`` in (0, 1]: the share of an unmeasured tile's prior offset variance (the white
-        ``tau²`` and the field's kriging variance) that is the place's, what a well-measured
-        tile's level shows; the rest, ``1 - c``, is its testers' and goes to one test's noise
-        (:meth:`LocalLayer.predict`). 1 (files written before it): all of it is the place's.
+        ``c`` in (0, :data:`~geodbk.tile_effect.MAX_PLACE_SHARE`]: how much of an unmeasured
+        tile's prior offset variance ``P`` (the white ``tau²`` and the field's kriging
+        variance) is the place's, what a well-measured tile's level shows; below 1 the rest is
+        its testers' and goes to one test's noise, above 1 ``(c - 1) P`` of one test's noise
+        is the place's (:func:`~geodbk.tile_effect.split_unseen_prior`). 1 (files written
+        before it): the prior as stated.
     place_share_basis
         What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
         tiles without training rows and the held-out units (blocks or tiles) they lie in;
@@ -169,6 +172,7 @@ class SpatialParameters:
 
     def __post_init__(self) -> None:
         check_unseen_prior(self.unseen_prior)
+        check_place_share(self.place_share)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

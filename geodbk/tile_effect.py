@@ -57,6 +57,7 @@ __all__ = [
     "TileEffect",
     "TileEffectParameters",
     "TileEffectPrediction",
+    "check_place_share",
     "check_unseen_prior",
     "choose_unseen_prior",
     "components_like",
@@ -165,6 +166,12 @@ def with_gp_prior(
     return np.where(seen, tile_var, gp_var.numpy())
 
 
+def check_place_share(share: float) -> None:
+    """Refuse a place share outside (0, :data:`MAX_PLACE_SHARE`] (a ``ValueError`` naming it)."""
+    if not 0.0 < float(share) <= MAX_PLACE_SHARE:
+        raise ValueError(f"place_share must be in (0, {MAX_PLACE_SHARE:g}], got {share}")
+
+
 def check_unseen_prior(name: str) -> None:
     """Refuse a name that is neither :data:`UNSEEN_EFFECT` nor :data:`UNSEEN_GP`."""
     if name not in (UNSEEN_EFFECT, UNSEEN_GP):
@@ -257,10 +264,7 @@ class TileEffectParameters:
     val_nll_unseen: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
-        if not 0.0 < float(self.place_share) <= MAX_PLACE_SHARE:
-            raise ValueError(
-                f"place_share must be in (0, {MAX_PLACE_SHARE:g}], got {self.place_share}"
-            )
+        check_place_share(self.place_share)
         check_unseen_prior(self.unseen_prior)
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})

@@ -500,8 +500,15 @@ def test_a_place_share_above_1_takes_an_unseen_tile_s_width_from_one_test_s_nois
 
 
 def test_the_place_share_is_bounded() -> None:
-    """The tile effect's place share lies in (0, MAX_PLACE_SHARE]; a saved 2 loads."""
+    """The tile effect's and the local layer's place share lie in (0, MAX_PLACE_SHARE]; a
+    saved 2 loads."""
+    from geodbk.local_layer import SpatialParameters
     from geodbk.tile_effect import MAX_PLACE_SHARE, TileEffectParameters
+
+    layer = SpatialParameters(sigma2=0.05, range_km=1.0, tau2={"all": 0.1}, place_share=2.0)
+    assert SpatialParameters.from_dict(layer.to_dict()).place_share == 2.0
+    with pytest.raises(ValueError, match="place_share"):
+        dataclasses.replace(layer, place_share=MAX_PLACE_SHARE + 0.5)
 
     base = TileEffectParameters(tau2=0.1, rho=0.5, noise_scale=(1.0,), components=("floor",))
     assert dataclasses.replace(base, place_share=2.0).place_share == 2.0
