@@ -195,7 +195,7 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     has one), the multiple lambda of the GP's variance, the
     offsets' correlation rho per quarter (the local layer's, refitted per class, when it has
     one), the place share of an unmeasured tile's prior and the local layer's range (km) and
-    variance sigma² (log10²). ``None`` for a grid made without a tile effect."""
+    variance sigma² (log10²). ``None`` for a grid made without a tile effect. One sentence or two, ending in a full stop."""
     a = attrs or {}
     if not attr_flag(a, "tile_effect"):
         return None
@@ -230,7 +230,7 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
             ". A tile nobody measured has the GP's own spread of a tile around f(x) at a "
             "typical row's tests (chosen on the validation tiles), not τ²"
         )
-    return text
+    return text + "."
 
 
 def licence_caption(attrs: Mapping[str, Any] | None) -> str | None:

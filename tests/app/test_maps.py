@@ -159,7 +159,7 @@ def test_the_tile_model_caption_writes_tiny_parameters_readably_with_units() -> 
     assert "λ 1.25 of the GP's variance" in text and "ρ 0.523 per quarter" in text
     assert "range 2 km" in text and "σ² 5 × 10⁻⁹ log10²" in text
     assert "e-0" not in text
-    assert maps.tile_model_caption({"tile_effect": 1}) == "Tile quantity: tile effect"
+    assert maps.tile_model_caption({"tile_effect": 1}) == "Tile quantity: tile effect."
 
 
 def test_a_single_tests_median_moves_by_the_grids_test_mean_shift(tiny_run: Path) -> None:
