@@ -195,7 +195,8 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     has one), the multiple lambda of the GP's variance, the
     offsets' correlation rho per quarter (the local layer's, refitted per class, when it has
     one), the place share of an unmeasured tile's prior and the local layer's range (km) and
-    variance sigma² (log10²). ``None`` for a grid made without a tile effect. One sentence or two, ending in a full stop."""
+    variance sigma² (log10²), in one or two sentences ending in a full stop. ``None`` for a
+    grid made without a tile effect."""
     a = attrs or {}
     if not attr_flag(a, "tile_effect"):
         return None
