@@ -28,8 +28,9 @@ CHROMIUM_FLAGS = (
     "--hide-scrollbars",
 )
 WINDOW = (1400, 1000)
-# The map canvas on a 1400x1000 window: below the tabs, layer selector and legend.
-MAP_BOX = (480, 400, 1250, 820)  # left, top, right, bottom
+# The map canvas on a 1400x1000 window: below the tabs, the layer and quantity selectors, the
+# quarter slider and the legend (the canvas's top is at y = 551 on the demo run).
+MAP_BOX = (480, 560, 1250, 980)  # left, top, right, bottom
 
 
 def _free_port() -> int:
@@ -124,10 +125,12 @@ def test_map_canvas_is_not_blank(server: str, tmp_path: Path) -> None:
 def test_map_is_drawn_detector() -> None:
     blank = np.full((WINDOW[1], WINDOW[0], 3), 255.0)
     assert not map_is_drawn(blank)
+    left, top, right, bottom = MAP_BOX
+    middle = (top + bottom) // 2
     outline = blank.copy()
-    outline[500, 500:1200] = 0.0
+    outline[middle, left + 20 : right - 50] = 0.0
     assert not map_is_drawn(outline)
     raster = blank.copy()
-    raster[400:820, 480:1250] = np.array([68.0, 1.0, 84.0])
-    raster[600:820, 480:1250] = np.array([253.0, 231.0, 37.0])
+    raster[top:bottom, left:right] = np.array([68.0, 1.0, 84.0])
+    raster[middle:bottom, left:right] = np.array([253.0, 231.0, 37.0])
     assert map_is_drawn(raster)

@@ -7,12 +7,13 @@ import json
 import time
 
 import pytest
-from test_app_browser import MAP_BOX, WINDOW, _free_port, server  # noqa: F401 - fixture
+from test_app_browser import WINDOW, _free_port, server  # noqa: F401 - fixture
 
-READY = (
-    "!!document.querySelector('[data-testid=stDeckGlJsonChart] canvas') && "
-    "!document.querySelector('[data-testid=stStatusWidget]')"
-)
+CANVAS = "document.querySelector('[data-testid=stDeckGlJsonChart] canvas')"
+READY = f"!!{CANVAS} && !document.querySelector('[data-testid=stStatusWidget]')"
+#: The map canvas's centre on the page (the region's centre on the demo map), wherever the
+#: controls above it put it.
+CENTRE = f"(r => [r.left + r.width / 2, r.top + r.height / 2])({CANVAS}.getBoundingClientRect())"
 
 
 async def _click_and_wait(ws_url: str, url: str, expect: str) -> bool:
@@ -29,8 +30,8 @@ async def _click_and_wait(ws_url: str, url: str, expect: str) -> bool:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not await cdp.eval(READY):
             await asyncio.sleep(0.3)
-        left, top, right, bottom = MAP_BOX
-        x, y = (left + right) / 2, (top + bottom) / 2  # the region's centre on the demo map
+        await cdp.eval(f"{CANVAS}.scrollIntoView({{block: 'center'}})")
+        x, y = await cdp.eval(CENTRE)
         # Retry the click until the selection shows (the canvas may still be drawing).
         while time.monotonic() < deadline:
             await asyncio.sleep(2.0)
