@@ -51,6 +51,7 @@ __all__ = [
     "LAYER_FILE",
     "PlaceShare",
     "ValidationRows",
+    "certifies",
     "choose_place_share",
     "fit_local_layer",
     "fit_run_local_layer",
@@ -327,6 +328,13 @@ def required_coverage(n_units: int) -> float:
     return PLACE_COVERAGE * (n_units + 1) / n_units
 
 
+def certifies(tiles: int, units: int) -> bool:
+    """Whether ``tiles`` well-measured validation tiles without training rows, held out in
+    ``units`` units, can choose a place share other than 1 (:data:`MIN_PLACE_TILES`,
+    :data:`MIN_PLACE_UNITS`)."""
+    return tiles >= MIN_PLACE_TILES and units >= MIN_PLACE_UNITS
+
+
 @dataclass(frozen=True)
 class PlaceShare:
     """A chosen place share and what chose it: the scored validation tiles and the held-out
@@ -352,23 +360,24 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     split: every validation tile is measured) or when they lie in too few units to certify
     any share (a block split with fewer than 19 validation blocks holding them)."""
     scores = _coverage_of(tile_model, **rows)
-    if scores.tiles < MIN_PLACE_TILES:
-        log.info(
-            "place share 1: %d validation tiles without training rows have %d+ tests (%d needed)",
-            scores.tiles,
-            MIN_TESTS,
-            MIN_PLACE_TILES,
-        )
-        return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
-    if scores.units < MIN_PLACE_UNITS:
-        log.info(
-            "place share 1: the %d validation tiles without training rows that have %d+ "
-            "tests lie in %d held-out blocks; another share needs %d",
-            scores.tiles,
-            MIN_TESTS,
-            scores.units,
-            MIN_PLACE_UNITS,
-        )
+    if not certifies(scores.tiles, scores.units):
+        if scores.tiles < MIN_PLACE_TILES:
+            log.info(
+                "place share 1: %d validation tiles without training rows have %d+ tests "
+                "(%d needed)",
+                scores.tiles,
+                MIN_TESTS,
+                MIN_PLACE_TILES,
+            )
+        else:
+            log.info(
+                "place share 1: the %d validation tiles without training rows that have %d+ "
+                "tests lie in %d held-out blocks; another share needs %d",
+                scores.tiles,
+                MIN_TESTS,
+                scores.units,
+                MIN_PLACE_UNITS,
+            )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
     needed = required_coverage(scores.units)
     share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), None)

@@ -67,7 +67,7 @@ from pipelines import figures
 from pipelines.bundles import load_model
 from pipelines.cli import stage_parser
 from pipelines.gridfile import open_grid
-from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, load_map_layers
+from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, certifies, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
 from pipelines.places import map_quarter_status
 from pipelines.predict import cut_to_tiles, tiles_west_of
@@ -1153,8 +1153,7 @@ def _place_share_text(
     where = f" {tiles} well-measured validation tiles without training rows"
     if units and units < tiles:
         where += f", which lie in {units} held-out block{'' if units == 1 else 's'},"
-    certified = tiles >= MIN_PLACE_TILES and units >= MIN_PLACE_UNITS
-    if share is None or (float(share) == 1.0 and not certified):
+    if share is None or (float(share) == 1.0 and not certifies(tiles, units)):
         if not basis and split_kind == "block":
             why = (
                 "too few well-measured validation tiles without training rows, or too few "
