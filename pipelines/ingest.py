@@ -366,7 +366,10 @@ def _stage_and_publish(
     when this ingest has none."""
     write_region_geojson(region, staging / "region.geojson")
     if layer is not None and len(layer.polygons):
-        atomic_write_text(staging / "urban_areas.geojson", layer.outlines().to_json(drop_id=True))
+        atomic_write_text(
+            staging / "urban_areas.geojson",
+            layer.outlines(within=region.geometry).to_json(drop_id=True),
+        )
     write_tile_table(table, staging / "tiles.parquet", metadata)
     atomic_write_json(staging / "ingest_report.json", report)
     staged = [name for name in INGEST_FILES if (staging / name).is_file()]

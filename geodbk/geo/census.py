@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import shapely
+from shapely.geometry.base import BaseGeometry
 
 from geodbk.errors import DataError
 from geodbk.geo.regions import WGS84, read_vector
@@ -74,20 +75,43 @@ class UrbanLayer:
         out[hits[0]] = True
         return out
 
-    def outlines(self) -> gpd.GeoDataFrame:
-        """Urban polygons for display: urban areas as they are, tracts/counties dissolved."""
-        if self.kind == "urban_areas" or len(self.polygons) == 0:
+    def outlines(self, *, within: BaseGeometry | None = None) -> gpd.GeoDataFrame:
+        """Urban polygons for display: urban areas as they are, tracts/counties dissolved;
+        with ``within`` (the region), each cut to it, so that a tract reaching into coastal
+        water is drawn along the region's coast. Labels of points in ``within`` are unchanged
+        (a point lies in a cut polygon exactly when it lies in the polygon)."""
+        if len(self.polygons) == 0:
             return self.polygons
-        geom = shapely.union_all(self.polygons.geometry.to_numpy())
-        return gpd.GeoDataFrame(
-            {"name": [f"urban {self.kind}"], "kind": [self.kind]}, geometry=[geom], crs=WGS84
-        )
+        if self.kind == "urban_areas":
+            outlines = self.polygons
+        else:
+            geom = shapely.union_all(self.polygons.geometry.to_numpy())
+            outlines = gpd.GeoDataFrame(
+                {"name": [f"urban {self.kind}"], "kind": [self.kind]}, geometry=[geom], crs=WGS84
+            )
+        if within is None:
+            return outlines
+        cut = _polygonal(shapely.intersection(outlines.geometry.to_numpy(), within))
+        keep = ~shapely.is_empty(cut)
+        return outlines.loc[keep].set_geometry(cut[keep]).reset_index(drop=True)
 
     def clip_to(self, bounds: tuple[float, float, float, float]) -> UrbanLayer:
         """Keep only polygons intersecting a bounding box (labels inside it are unchanged)."""
         idx = self.polygons.sindex.query(shapely.box(*bounds), predicate="intersects")
         polys = self.polygons.iloc[np.sort(idx)].reset_index(drop=True)
         return UrbanLayer(self.kind, polys, self.sources, dict(self.info))
+
+
+def _polygonal(geoms: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The polygonal part of each geometry (an intersection's lines and points along a shared
+    edge dropped); empty where none is left."""
+    out = np.asarray(geoms, dtype=object).copy()
+    for i, g in enumerate(out):
+        if g is None or g.is_empty or g.geom_type in ("Polygon", "MultiPolygon"):
+            continue
+        parts = [p for p in getattr(g, "geoms", [g]) if p.geom_type in ("Polygon", "MultiPolygon")]
+        out[i] = shapely.union_all(parts) if parts else shapely.Polygon()
+    return out
 
 
 def _null_geometries(gdf: gpd.GeoDataFrame) -> int:

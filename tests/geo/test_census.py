@@ -130,6 +130,29 @@ def test_tracts_plus_rural_list(tmp_path: Path) -> None:
     assert len(layer.outlines()) == 1
 
 
+def test_outlines_cut_to_the_region_keep_labels_inside_it(tmp_path: Path) -> None:
+    """Outlines cut to a region end at its edge (a tract reaching into coastal water is drawn
+    along the coast), a polygon outside it is dropped, one touching it only along an edge
+    leaves no line behind, and points in the region label as before."""
+    path = tmp_path / "uac.geojson"
+    _squares(UACE20=["1", "2"]).to_file(path)
+    layer = census.read_urban_areas(path)
+    region = shapely.box(0.5, -1.0, 2.0, 2.0)  # half the first square; touches the second
+    cut = layer.outlines(within=region)
+    assert len(cut) == 1
+    assert cut.geometry.iloc[0].equals(shapely.box(0.5, 0, 1, 1))
+    inside = np.array([0.75, 1.5, 1.9]), np.array([0.5, 0.5, 0.5])
+    relabel = census.UrbanLayer("urban_areas", cut, []).label(*inside)
+    assert relabel.tolist() == layer.label(*inside).tolist() == [True, False, False]
+    tracts = tmp_path / "tracts.geojson"
+    _squares(GEOID10=["15001021400", "15001021500"]).to_file(tracts)
+    rural = tmp_path / "fcc.csv"
+    rural.write_text(FCC_PREAMBLE)
+    dissolved = census.read_tract_urban(tracts, rural).outlines(within=region)
+    assert len(dissolved) == 1 and dissolved.geometry.iloc[0].area == pytest.approx(0.5)
+    assert len(layer.outlines(within=shapely.box(10, 10, 11, 11))) == 0
+
+
 def test_counties_plus_rucc_wide_and_long(tmp_path: Path) -> None:
     counties = tmp_path / "counties.geojson"
     _squares(STATEFP=["15", "15"], COUNTYFP=["001", "003"]).to_file(counties)
