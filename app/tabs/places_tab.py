@@ -327,7 +327,7 @@ def render(ctx: RunContext) -> None:
         st.pydeck_chart(
             L.deck(
                 [layer, *maps.overlay_layers(ctx)],
-                _padded(bounds),
+                padded_bounds(bounds),
                 height_px=MAP_HEIGHT,
                 basemap=ctx.basemap,
             ),
@@ -366,7 +366,11 @@ def render(ctx: RunContext) -> None:
         st.caption(credit)
 
 
-def _padded(bounds: L.Bounds, margin_deg: float = 0.01) -> L.Bounds:
-    """``bounds`` grown by ``margin_deg`` on every side (a single place still gets a view)."""
+def padded_bounds(bounds: L.Bounds, *, share: float = 0.06, margin_deg: float = 0.01) -> L.Bounds:
+    """``bounds`` grown on every side by ``share`` of their width (east-west) and height, and
+    at least ``margin_deg``: the points at the edge are drawn whole, and a single place still
+    gets a view."""
     w, s, e, n = bounds
-    return (w - margin_deg, s - margin_deg, e + margin_deg, n + margin_deg)
+    dx = max(share * (e - w), margin_deg)
+    dy = max(share * (n - s), margin_deg)
+    return (w - dx, s - dy, e + dx, n + dy)

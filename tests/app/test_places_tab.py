@@ -148,3 +148,15 @@ def test_a_large_places_file_draws_a_sample_and_says_so(
     again = places_tab.drawn_places(frame, 15)
     assert again.index.is_monotonic_increasing and len(again) == 15
     assert again.index.equals(places_tab.drawn_places(frame, 15).index)  # the same each rerun
+
+
+def test_places_view_leaves_a_margin_around_the_outermost_places() -> None:
+    """The places map's bounds grow by a share of their span, so edge points are drawn whole;
+    one place gets the minimum margin."""
+    from app.tabs.places_tab import padded_bounds
+
+    w, s, e, n = padded_bounds((-158.0, 19.0, -155.0, 21.0), share=0.1)
+    assert (w, s, e, n) == pytest.approx((-158.3, 18.8, -154.7, 21.2))
+    assert padded_bounds((10.0, 5.0, 10.0, 5.0), margin_deg=0.02) == pytest.approx(
+        (9.98, 4.98, 10.02, 5.02)
+    )
