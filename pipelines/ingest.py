@@ -366,10 +366,10 @@ def _stage_and_publish(
     when this ingest has none."""
     write_region_geojson(region, staging / "region.geojson")
     if layer is not None and len(layer.polygons):
-        atomic_write_text(
-            staging / "urban_areas.geojson",
-            layer.outlines(within=region.geometry).to_json(drop_id=True),
-        )
+        outlines = layer.outlines(within=region.geometry)
+        if outlines.empty:  # nothing urban in the region: the uncut file labels it all rural too
+            outlines = layer.outlines()
+        atomic_write_text(staging / "urban_areas.geojson", outlines.to_json(drop_id=True))
     write_tile_table(table, staging / "tiles.parquet", metadata)
     atomic_write_json(staging / "ingest_report.json", report)
     staged = [name for name in INGEST_FILES if (staging / name).is_file()]

@@ -23,12 +23,11 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import shapely
-from shapely.geometry.base import BaseGeometry
 
 from geodbk.errors import DataError
 from geodbk.geo.frame import geometry_in_frame, native_box, native_longitude, wrap_longitude
 from geodbk.geo.grids import Grid
-from geodbk.geo.regions import _source, lonlat_without_crs
+from geodbk.geo.regions import _source, lonlat_without_crs, polygonal_part
 from geodbk.local_layer import EARTH_RADIUS_KM
 
 __all__ = [
@@ -320,16 +319,6 @@ def _warn_skipped_ids(
         )
 
 
-def _polygonal(geom: BaseGeometry | None) -> BaseGeometry | None:
-    """The polygonal part of a geometry (None for null, empty, points or lines)."""
-    if geom is None or geom.is_empty:
-        return None
-    if geom.geom_type in ("Polygon", "MultiPolygon"):
-        return geom
-    parts = [p for p in shapely.get_parts(geom) if p.geom_type in ("Polygon", "MultiPolygon")]
-    return shapely.union_all(parts) if parts else None
-
-
 def read_areas(path: str | Path, *, id_column: str | None = None) -> Areas:
     """Read a polygon file of areas and prepare it for rasterising.
 
@@ -376,7 +365,7 @@ def read_areas(path: str | Path, *, id_column: str | None = None) -> Areas:
             int(invalid.sum()),
             int(np.flatnonzero(invalid)[0]),
         )
-    polygons = np.array([_polygonal(g) for g in geoms], dtype=object)
+    polygons = np.array([polygonal_part(g) for g in geoms], dtype=object)
     unusable = np.array([g is None for g in polygons], dtype=bool)
     if unusable.all():
         raise DataError(

@@ -30,7 +30,7 @@ import shapely
 from shapely.geometry.base import BaseGeometry
 
 from geodbk.errors import DataError
-from geodbk.geo.regions import WGS84, read_vector
+from geodbk.geo.regions import WGS84, polygonal_part, read_vector
 
 log = logging.getLogger("geodbk")
 
@@ -91,27 +91,18 @@ class UrbanLayer:
             )
         if within is None:
             return outlines
-        cut = _polygonal(shapely.intersection(outlines.geometry.to_numpy(), within))
-        keep = ~shapely.is_empty(cut)
-        return outlines.loc[keep].set_geometry(cut[keep]).reset_index(drop=True)
+        cut = [
+            polygonal_part(g) for g in shapely.intersection(outlines.geometry.to_numpy(), within)
+        ]
+        keep = np.array([g is not None for g in cut], dtype=bool)
+        kept = [g for g in cut if g is not None]
+        return outlines.loc[keep].set_geometry(kept, crs=WGS84).reset_index(drop=True)
 
     def clip_to(self, bounds: tuple[float, float, float, float]) -> UrbanLayer:
         """Keep only polygons intersecting a bounding box (labels inside it are unchanged)."""
         idx = self.polygons.sindex.query(shapely.box(*bounds), predicate="intersects")
         polys = self.polygons.iloc[np.sort(idx)].reset_index(drop=True)
         return UrbanLayer(self.kind, polys, self.sources, dict(self.info))
-
-
-def _polygonal(geoms: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The polygonal part of each geometry (an intersection's lines and points along a shared
-    edge dropped); empty where none is left."""
-    out = np.asarray(geoms, dtype=object).copy()
-    for i, g in enumerate(out):
-        if g is None or g.is_empty or g.geom_type in ("Polygon", "MultiPolygon"):
-            continue
-        parts = [p for p in getattr(g, "geoms", [g]) if p.geom_type in ("Polygon", "MultiPolygon")]
-        out[i] = shapely.union_all(parts) if parts else shapely.Polygon()
-    return out
 
 
 def _null_geometries(gdf: gpd.GeoDataFrame) -> int:

@@ -356,6 +356,17 @@ def polygon_region(path: str | Path) -> Region:
     return Region(name=name, geometry=geom, kind="polygon", source=Path(path).name)
 
 
+def polygonal_part(geom: BaseGeometry | None) -> BaseGeometry | None:
+    """The polygonal part of a geometry (None for null, empty, points or lines): an
+    intersection's lines and points along a shared edge dropped."""
+    if geom is None or geom.is_empty:
+        return None
+    if geom.geom_type in ("Polygon", "MultiPolygon"):
+        return geom
+    parts = [p for p in shapely.get_parts(geom) if p.geom_type in ("Polygon", "MultiPolygon")]
+    return shapely.union_all(parts) if parts else None
+
+
 def bbox_region(west: float, south: float, east: float, north: float) -> Region:
     """A bounding-box region (degrees, EPSG:4326). ``west > east`` is a box across the 180°
     meridian (as in GeoJSON), e.g. ``172 51 -129 72`` for Alaska with its far Aleutians; such a
