@@ -415,10 +415,13 @@ def _table(
     fixed: Iterable[str] = (),
     fmt: str = "%.3f",
 ) -> None:
-    """A full-width table: the ``percent`` columns as percentages, the ``fixed`` ones in ``fmt``."""
-    config = {c: st.column_config.NumberColumn(format="percent") for c in percent}
+    """A full-width table: the ``percent`` columns (fractions) as percentages with one decimal,
+    as in ``report.md``; the ``fixed`` ones in ``fmt``."""
+    percent = [c for c in percent if c in frame.columns]
+    shown = frame.assign(**{c: 100.0 * pd.to_numeric(frame[c], errors="coerce") for c in percent})
+    config = {c: st.column_config.NumberColumn(format="%.1f%%") for c in percent}
     config.update({c: st.column_config.NumberColumn(format=fmt) for c in fixed})
-    st.dataframe(frame, hide_index=True, width="stretch", column_config=config)
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
 
 
 #: Width / height from which a report figure gets a row of its own (the sd maps' two panels).
@@ -506,7 +509,11 @@ def render(ctx: RunContext) -> None:
                     metrics_table(base).assign(model="constant mean"),
                 ]
             )
-            st.dataframe(both[["model", "group", "MAE", "NLL", "95% coverage"]], hide_index=True)
+            _table(
+                both[["model", "group", "MAE", "NLL", "95% coverage"]],
+                percent=("95% coverage",),
+                fixed=("MAE", "NLL"),
+            )
 
     _render_by_quarter(metrics)
     _render_map_calibration(metrics)

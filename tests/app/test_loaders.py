@@ -54,10 +54,11 @@ def test_an_old_style_report_loads_and_shows_under_the_new_names(
     assert not at.exception
     frames = [d.value for d in open_tab(at, "Coverage report").dataframe]
     table = next(f for f in frames if "CRPS" in f.columns)
-    assert table["95% coverage"].tolist() == pytest.approx([raw["all"]["coverage"]] * 3)
+    # the tab shows fractions as percentages
+    assert table["95% coverage"].tolist() == pytest.approx([100.0 * raw["all"]["coverage"]] * 3)
     assert table["mean 95% PI width"].tolist() == pytest.approx([raw["all"]["pi_width"]] * 3)
     quarters = next(f for f in frames if "quarter" in f.columns)
-    expected = [raw["by_quarter"][q]["coverage"] for q in quarters["quarter"]]
+    expected = [100.0 * raw["by_quarter"][q]["coverage"] for q in quarters["quarter"]]
     assert quarters["95% coverage"].tolist() == pytest.approx(expected)
     baseline = next(f for f in frames if "model" in f.columns)
     assert not baseline["95% coverage"].isna().any()

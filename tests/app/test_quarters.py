@@ -230,8 +230,9 @@ def test_coverage_tab_charts_calibration_per_quarter(make_app: AppFactory, time_
     assert list(table["quarter"]) == list(TIME_QUARTERS)
     for _, row in table.iterrows():
         entry = metrics["by_quarter"][row["quarter"]]
-        assert row["95% coverage"] == pytest.approx(entry["coverage95"])
-        assert row["urban coverage"] == pytest.approx(entry["urban"]["coverage95"])
+        # the tab shows fractions as percentages (one decimal, as in report.md)
+        assert row["95% coverage"] == pytest.approx(100.0 * entry["coverage95"])
+        assert row["urban coverage"] == pytest.approx(100.0 * entry["urban"]["coverage95"])
         assert row["rural n"] == entry["rural"]["n"]
     labels = [b.label for b in report.get("download_button")]
     assert "download.tif (GeoTIFF)" in labels
