@@ -5,7 +5,11 @@ call then ``--calls`` warm ones in this process, with the allocator settings of 
 command (:func:`pipelines.allocator.keep_freed_memory`; ``--default-malloc``: glibc's own).
 Phases: ``model`` (:func:`geodbk.quantities.predict_quantity`), ``derived`` (the other grid
 variables of :func:`pipelines.predict.predict_block`), ``write`` (the NetCDF-4 chunks),
-``mask`` (the rasterised region), ``setup`` (creating the file) and ``close``::
+``mask`` (the rasterised region), ``setup`` (creating the file) and ``close``; within
+``model``, for the tile and test quantities, ``layer`` (the local layer's predict) and its
+parts ``layer_neighbours`` (the k-d tree queries, their sorting and the distinct neighbour
+sets), ``layer_kriging`` (the field's kriging solves) and ``layer_factors`` (the measured
+tiles' own factors)::
 
     OMP_NUM_THREADS=2 python benchmarks/bench_predict_phases.py --run runs/hi3 \\
         --target download --cells 12000000
@@ -27,6 +31,7 @@ from typing import Any
 
 from bench_tile_maps import _resolution
 
+import geodbk.local_layer as local_layer
 import pipelines.gridfile as gridfile
 import pipelines.predict as predict
 from pipelines.allocator import keep_freed_memory
@@ -38,6 +43,11 @@ PHASES: tuple[tuple[Any, str, str], ...] = (
     (gridfile.GridWriter, "__init__", "setup"),
     (gridfile.GridWriter, "write_rows", "write"),
     (gridfile.GridWriter, "close", "close"),
+    # parts of ``model`` for the tile and test quantities (absent from an area map's rows)
+    (local_layer.LocalLayer, "predict", "layer"),
+    (local_layer.LocalLayer, "_tile_hood", "layer_neighbours"),
+    (local_layer, "_krige", "layer_kriging"),
+    (local_layer, "_factor", "layer_factors"),
 )
 
 
