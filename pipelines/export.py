@@ -37,7 +37,7 @@ from geodbk.geo.contract import TARGETS
 from geodbk.geo.geotiff import DEFAULT_NODATA, band_tags, write_geotiff
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters
 from pipelines.cli import stage_parser
-from pipelines.gridfile import open_grid, sweep_spools
+from pipelines.gridfile import grid_attrs, open_grid, sweep_spools
 from pipelines.predict import add_time_options, parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
@@ -238,8 +238,7 @@ def _model_metadata(rd: RunDir, target: str) -> dict[str, Any]:
 
 def _grid_quarter(path: Path, fix: str) -> str | None:
     """The ``quarter`` attribute of a grid file."""
-    with open_grid(path, fix=fix) as ds:
-        q = ds.attrs.get("quarter")
+    q = grid_attrs(path, fix=fix).get("quarter")
     return str(q) if q is not None else None
 
 
@@ -410,8 +409,7 @@ def _require_current_grids(job: ExportJob, md: dict[str, Any]) -> None:
     naming the grid and the ``geodbk predict`` command that writes it again."""
     stale: list[tuple[Path, str, dict[str, Any]]] = []
     for grid in job.grids:
-        with open_grid(grid, fix=job.fix) as ds:
-            attrs = dict(ds.attrs)
+        attrs = grid_attrs(grid, fix=job.fix)
         reason = stale_grid_reason(attrs, md)
         if reason is not None:
             stale.append((grid, reason, attrs))
@@ -646,9 +644,8 @@ def _warn_replacing_stack(out: Path, span: str, *, quantity: str) -> None:
     if not out.is_file():
         return
     try:
-        with open_grid(out, fix="geodbk export --format netcdf", decode_times=False) as old:
-            before = str(old.attrs.get("quarter", ""))
-            was = str(old.attrs.get("quantity", ""))
+        attrs = grid_attrs(out, fix="geodbk export --format netcdf")
+        before, was = str(attrs.get("quarter", "")), str(attrs.get("quantity", ""))
     except DataError:  # an unreadable stack is replaced without a word on what it held
         return
     if (before and before != span) or (was and quantity and was != quantity):

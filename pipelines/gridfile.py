@@ -131,6 +131,24 @@ def open_grid(path: str | Path, *, fix: str, **kwargs: Any) -> Iterator[Any]:
         yield ds
 
 
+def grid_attrs(path: str | Path, *, fix: str) -> dict[str, Any]:
+    """The global attributes of the grid at ``path``, as ``open_grid(path).attrs`` gives them
+    (bytes decoded to text), read from the file's root group alone: opening the dataset reads
+    every variable's header (about 0.1 s for a tile map's 27 variables, 10 times this).
+
+    A file h5netcdf cannot open (a NetCDF-3 file, say) is read through :func:`open_grid`, so an
+    unreadable one is the same :class:`~geodbk.errors.DataError` naming it and ``fix``."""
+    try:
+        with h5netcdf.File(path, "r") as nc:
+            return {
+                k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+                for k, v in nc.attrs.items()
+            }
+    except (OSError, ValueError):
+        with open_grid(path, fix=fix) as ds:
+            return dict(ds.attrs)
+
+
 def sweep_spools(path: Path) -> list[Path]:
     """Remove what a killed writer of ``path`` left next to it: hidden temporaries
     ``.NAME.*`` (files or folders; callers hold the run's target lock, so none is in use).

@@ -61,7 +61,7 @@ from geodbk.quantities import (
 )
 from pipelines.bundles import load_model
 from pipelines.cli import add_progress_option, call_with_options, stage_parser
-from pipelines.gridfile import GridWriter, fill_value, open_grid, stored_alike
+from pipelines.gridfile import GridWriter, fill_value, grid_attrs, stored_alike
 from pipelines.layers import load_map_layers
 from pipelines.places import map_quarter_status, time_extrapolation_warning
 from pipelines.predict_at import check_tests_devices, run_predict_at, tests_text
@@ -1151,13 +1151,12 @@ def warn_replacing_map(
     if not out.is_file():
         return
     try:
-        with open_grid(out, fix="geodbk predict") as ds:
-            old = str(ds.attrs.get("quantity", ""))
-            counts = (ds.attrs.get("tests"), ds.attrs.get("devices"))
-            old_cells = ds.attrs.get("resolution_deg")
-            old_extent = ds.attrs.get("extent")
+        attrs = grid_attrs(out, fix="geodbk predict")
     except DataError:
         return
+    old = str(attrs.get("quantity", ""))
+    counts = (attrs.get("tests"), attrs.get("devices"))
+    old_cells, old_extent = attrs.get("resolution_deg"), attrs.get("extent")
     if resolution_deg is not None and old_cells is not None:
         cells = tuple(float(v) for v in np.atleast_1d(old_cells))
         if len(cells) == 2 and not np.allclose(cells, resolution_deg, rtol=1e-6, atol=0.0):

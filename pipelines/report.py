@@ -66,7 +66,7 @@ from geodbk.validation import counts_or_one
 from pipelines import figures
 from pipelines.bundles import load_model
 from pipelines.cli import stage_parser
-from pipelines.gridfile import open_grid
+from pipelines.gridfile import grid_attrs, open_grid
 from pipelines.layers import MIN_PLACE_TILES, MIN_PLACE_UNITS, certifies, load_map_layers
 from pipelines.map_calibration import map_calibration_of_run
 from pipelines.places import map_quarter_status
@@ -266,8 +266,7 @@ def _grid_attrs(rd: RunDir, spec: TargetSpec) -> dict[str, Any]:
     path = rd.grid(spec.name)
     if not path.is_file():
         return {}
-    with open_grid(path, fix=f"geodbk predict --run {rd.root} --target {spec.name}") as ds:
-        return dict(ds.attrs)
+    return grid_attrs(path, fix=f"geodbk predict --run {rd.root} --target {spec.name}")
 
 
 def latest_quarter(quarters: Iterable[str]) -> str:

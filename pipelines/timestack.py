@@ -23,7 +23,7 @@ import numpy as np
 from geodbk.atomic import atomic_path
 from geodbk.errors import DataError
 from geodbk.geo.timeaxis import format_quarter, quarter_index
-from pipelines.gridfile import COMPRESSION_LEVEL, open_grid
+from pipelines.gridfile import COMPRESSION_LEVEL, grid_attrs, open_grid
 
 __all__ = ["TIME_UNITS", "check_same_quantity", "quarter_bounds", "write_time_stack"]
 
@@ -74,8 +74,8 @@ def check_same_quantity(grids: Sequence[Path], *, predict: str = "geodbk predict
     their quarters again."""
     labels = []
     for path in grids:
-        with open_grid(path, fix=f"run `{predict}` first") as ds:
-            labels.append((path, str(ds.attrs.get("quarter", "")), *_quantity(dict(ds.attrs))))
+        attrs = grid_attrs(path, fix=f"run `{predict}` first")
+        labels.append((path, str(attrs.get("quarter", "")), *_quantity(attrs)))
     _, _, latest, options = labels[-1]
     odd = [(path, q, label) for path, q, label, _ in labels if label and latest and label != latest]
     if not odd:

@@ -10,7 +10,8 @@ import xarray as xr
 from geo_helpers import SQUARE, TRIANGLE
 
 from geodbk.geo.grids import make_grid, region_mask
-from pipelines.gridfile import GridWriter
+from geodbk.errors import DataError
+from pipelines.gridfile import GridWriter, grid_attrs
 from pipelines.predict import crs_attributes
 
 
@@ -39,6 +40,32 @@ def test_grid_writer_roundtrip_and_crs(tmp_path: Path) -> None:
         assert ds.rio.crs.to_epsg() == 4326
         assert "spatial_ref" in ds.coords
         assert ds.attrs["target"] == "t" and ds["a"].attrs["units"] == "m"
+
+
+def test_grid_attrs_equal_xarrays_for_a_written_grid_a_netcdf3_file_and_a_broken_one(
+    tmp_path: Path,
+) -> None:
+    g = make_grid(SQUARE.bounds, resolution=0.5)
+    path = tmp_path / "g.nc"
+    attrs = {"quantity": "tile", "tests": 4.0, "resolution_deg": [0.5, 0.5], "note": "Mānoa"}
+    w = GridWriter(path, x=g.x, y=g.y, variables={"a": (np.float32, {})}, attrs=attrs, crs_attrs={})
+    w.write_rows(slice(0, g.shape[0]), {"a": np.zeros(g.shape, np.float32)})
+    w.close()
+    got = grid_attrs(path, fix="geodbk predict")
+    with xr.open_dataset(path) as ds:
+        want = dict(ds.attrs)
+    assert got.keys() == want.keys() and got["quantity"] == "tile" and got["note"] == "Mānoa"
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    # a NetCDF-3 file, which h5netcdf cannot open, is read through xarray
+    classic = tmp_path / "classic.nc"
+    xr.Dataset({"a": ("x", np.zeros(3))}, attrs={"quantity": "area"}).to_netcdf(
+        classic, engine="scipy"
+    )
+    assert grid_attrs(classic, fix="x")["quantity"] == "area"
+    broken = tmp_path / "broken.nc"
+    broken.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(DataError, match=r"broken\.nc is not a readable grid.*geodbk predict"):
+        grid_attrs(broken, fix="geodbk predict")
 
 
 def test_grid_writer_refuses_incomplete(tmp_path: Path) -> None:
