@@ -22,6 +22,7 @@ posterior, ``p_improved`` and ``ratio_per_year = 10**change_per_year``.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import sys
@@ -690,12 +691,22 @@ def map_grid(
 
 
 def crs_attributes() -> dict[str, Any]:
-    """Attributes of the ``spatial_ref`` variable for EPSG:4326, as rioxarray writes them."""
-    import rioxarray  # noqa: F401  (registers .rio)
-    import xarray as xr
+    """Attributes of the ``spatial_ref`` variable for EPSG:4326, as rioxarray's ``write_crs``
+    writes them: pyproj's CF grid mapping of rasterio's CRS, with GDAL's WKT as ``crs_wkt``
+    and ``spatial_ref``. Made from rasterio and pyproj without importing rioxarray, whose
+    import (dask's arrays with it) took 0.35 s of every ``geodbk predict``."""
+    return dict(_crs_attributes())
 
-    ds = xr.Dataset().rio.write_crs("EPSG:4326")
-    return dict(ds["spatial_ref"].attrs)
+
+@functools.cache
+def _crs_attributes() -> dict[str, Any]:
+    import pyproj
+    from rasterio.crs import CRS
+
+    crs = CRS.from_epsg(4326)
+    attrs: dict[str, Any] = pyproj.CRS.from_user_input(crs).to_cf()
+    attrs["spatial_ref"] = attrs["crs_wkt"] = crs.to_wkt()
+    return attrs
 
 
 @locked_stage("predict")

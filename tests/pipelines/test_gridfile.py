@@ -9,8 +9,8 @@ import pytest
 import xarray as xr
 from geo_helpers import SQUARE, TRIANGLE
 
-from geodbk.geo.grids import make_grid, region_mask
 from geodbk.errors import DataError
+from geodbk.geo.grids import make_grid, region_mask
 from pipelines.gridfile import GridWriter, grid_attrs
 from pipelines.predict import crs_attributes
 

@@ -84,6 +84,17 @@ def test_the_map_box_is_cut_to_the_tiles_with_a_margin(tmp_path: Path) -> None:
     assert 'AUTHORITY["EPSG","4326"]' in crs_attributes()["crs_wkt"]
 
 
+def test_crs_attributes_are_what_rioxarray_writes_and_a_fresh_copy() -> None:
+    import rioxarray  # noqa: F401  (registers .rio)
+    import xarray as xr
+
+    written = dict(xr.Dataset().rio.write_crs("EPSG:4326")["spatial_ref"].attrs)
+    ours = crs_attributes()
+    assert ours == written
+    ours["crs_wkt"] = "changed"
+    assert crs_attributes()["crs_wkt"] == written["crs_wkt"]
+
+
 def test_quantity_labels_name_tests_devices_and_layers() -> None:
     constant = SimpleNamespace(tests_aware=False)
     tests = SimpleNamespace(tests_aware=True, devices_aware=True, noise_urban=True)
