@@ -906,12 +906,12 @@ def run_predict(
         *(spec.threshold_name(t) for t in thr),
         *PART_VARS,
     ]
-    effect, layer = load_map_layers(rd, target, model)
-    # an area map does not evaluate the tile effect and the local layer, so it leaves out the
-    # tile and test parts that need them rather than write the noise floor's in their place
-    parts_omitted = quantity == "area" and effect is not None
+    # an area map does not evaluate the tile effect and the local layer (nor load them), so
+    # it leaves out the tile and test parts that need them rather than write the noise
+    # floor's in their place
+    parts_omitted = quantity == "area" and md.get("tile_effect") is not None
+    effect, layer = (None, None) if quantity == "area" else load_map_layers(rd, target, model)
     if parts_omitted:
-        effect = layer = None
         names = [n for n in names if n not in TILE_PART_VARS]
     needs_urban = getattr(model, "noise_urban", False) or bool(
         effect is not None and effect.grouped

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import xarray as xr
 
 from geodbk.errors import DataError, ModelFileError
 from geodbk.geo.table import read_tile_table, write_tile_table
@@ -17,6 +18,7 @@ from geodbk.tile_effect import TileEffect, urban_groups
 from pipelines import cli
 from pipelines.config import TrainConfig, demo_config, dump_config
 from pipelines.ingest import demo_ingest_kwargs, run_ingest
+from pipelines.predict import run_predict
 from pipelines.report import run_report
 from pipelines.train import run_train
 
@@ -142,6 +144,18 @@ def test_a_foreign_tile_effect_is_refused(runs: dict[str, Path], tmp_path: Path)
     (run / "models" / "download" / "tile_effect_rows.parquet").unlink()
     with pytest.raises(ModelFileError, match="--tile-effect"):
         run_report(run, target="download")
+
+
+def test_an_area_map_does_not_read_the_tile_effect(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "area"
+    shutil.copytree(runs["tiled"], run)
+    (run / "models" / "download" / "tile_effect_rows.parquet").unlink()
+    grid = run_predict(run, target="download", quantity="area", resolution=0.05)
+    with xr.open_dataset(grid) as ds:
+        assert ds.attrs["quantity"] == "area" and ds.attrs["tile_parts_omitted"] == 1
+        assert ds.attrs["tile_effect"] == 0 and "tile_offset" not in ds
+    with pytest.raises(ModelFileError, match=r"tile_effect_rows\.parquet"):
+        run_predict(run, target="download", quantity="tile", resolution=0.05)
 
 
 def test_a_model_trained_before_the_persistent_share_still_loads(
