@@ -1378,7 +1378,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "benchmark",
         _main,
-        help="compare DBK with the baseline GPs on one run's split (quality, time, memory)",
         description=DESCRIPTION,
         epilog=EPILOG,
         **FITTING,

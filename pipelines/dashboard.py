@@ -50,7 +50,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "dashboard",
         _main,
-        help="open the dashboard on this machine (127.0.0.1, no usage statistics)",
         description=DESCRIPTION,
         epilog=EPILOG,
     )

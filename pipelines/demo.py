@@ -79,7 +79,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "demo",
         _main,
-        help="run every stage on the embedded synthetic region (runs/demo)",
         description=DESCRIPTION,
         epilog=EPILOG,
     )

@@ -564,7 +564,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "download",
         _main,
-        help="fetch Ookla open-data tiles and Census files into a cache",
         description=(
             "Fetch Ookla's public parquet tiles for a type and quarters (only the region's rows "
             "where the file allows it) and the Census urban-area and state-boundary files, "

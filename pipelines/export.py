@@ -101,7 +101,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "export",
         _main,
-        help="write GeoTIFF/COG uncertainty maps (exports/TARGET.tif + .json)",
         description=DESCRIPTION,
         epilog=EPILOG,
         run="run directory",

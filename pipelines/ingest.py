@@ -609,7 +609,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "ingest",
         _main,
-        help="Ookla tiles + urban/rural layer -> RUN/tiles.parquet",
         description=(
             "Read Ookla speed-test tiles (official parquet, hive folders, shapefile zips, "
             "GeoJSON, GeoPackage, CSV or .csv.gz, Excel), keep those in the region, label them urban or rural, scale lon/lat "

@@ -167,7 +167,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "predict",
         _main,
-        help="predict a target on a regular grid over the region (grids/TARGET.nc)",
         description=DESCRIPTION,
         epilog=EPILOG,
         run="run directory",

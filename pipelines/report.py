@@ -154,7 +154,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "report",
         _main,
-        help="test metrics urban/rural, calibration and coverage figures (report/TARGET/)",
         description=DESCRIPTION,
         epilog=EPILOG,
         run="run directory",

@@ -122,7 +122,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "service",
         _main,
-        help="probability of each service class (BEAD tiers) per cell or place (service/)",
         description=(
             "Probability that each cell (or each place of a file) is unserved, underserved or\n"
             "served: download AND upload at the tiers' speeds AND latency at most --latency-ms,\n"

@@ -112,7 +112,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "summarize",
         _main,
-        help="area summaries (counties, tracts, service areas) with joint uncertainty",
         description=(
             "Summarise a trained target over the polygons of a file (counties, tracts, your\n"
             "service areas): area means and shares served with 90% intervals from joint\n"

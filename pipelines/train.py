@@ -115,7 +115,6 @@ def register(subparsers: Any) -> None:
         subparsers,
         "train",
         _main,
-        help="train a DBK-RBF (dPPGP) model for one target",
         description=DESCRIPTION,
         epilog=EPILOG.format(config_keys=_config_keys_sentence()),
         **FITTING,

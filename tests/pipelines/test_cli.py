@@ -76,11 +76,10 @@ def _stage(*, run: str | None = None, target: str | None = None) -> argparse.Arg
     parser = argparse.ArgumentParser(prog="geodbk")
     p = cli.stage_parser(
         parser.add_subparsers(dest="stage"),
-        "fit",
+        "train",
         stage_main,
-        help="fit a thing",
         description="Fit a thing.\n  kept as written",
-        epilog="examples:\n  geodbk fit --run R",
+        epilog="examples:\n  geodbk train --run R",
         run=run,
         target=target,
     )
@@ -90,27 +89,27 @@ def _stage(*, run: str | None = None, target: str | None = None) -> argparse.Arg
 
 def test_stage_parser_adds_run_and_target(capsys: pytest.CaptureFixture[str]) -> None:
     parser = _stage(run="run directory", target="what to fit")
-    args = parser.parse_args(["fit", "--run", "runs/x", "--target", "upload"])
+    args = parser.parse_args(["train", "--run", "runs/x", "--target", "upload"])
     assert args.run == Path("runs/x") and args.target == "upload" and args.func(args) == 0
-    for missing in (["fit", "--run", "r"], ["fit", "--target", "upload"]):
+    for missing in (["train", "--run", "r"], ["train", "--target", "upload"]):
         with pytest.raises(SystemExit) as info:
             parser.parse_args(missing)
         assert info.value.code == 2
     capsys.readouterr()
     with pytest.raises(SystemExit):
-        parser.parse_args(["fit", "--help"])
+        parser.parse_args(["train", "--help"])
     out = capsys.readouterr().out
     # description and epilog as written (raw), the two options first with their help
-    assert "Fit a thing.\n  kept as written" in out and "examples:\n  geodbk fit --run R" in out
+    assert "Fit a thing.\n  kept as written" in out and "examples:\n  geodbk train --run R" in out
     assert "--run RUN" in out and "run directory" in out and "what to fit" in out
     assert "{download,upload,latency}" in out
 
 
 def test_stage_parser_without_run_or_target() -> None:
-    args = _stage().parse_args(["fit"])
+    args = _stage().parse_args(["train"])
     assert not hasattr(args, "run") and not hasattr(args, "target")
     with pytest.raises(SystemExit):
-        _stage(run="run directory").parse_args(["fit", "--run", "r", "--target", "upload"])
+        _stage(run="run directory").parse_args(["train", "--run", "r", "--target", "upload"])
 
 
 def test_call_with_options_passes_the_parameters_named() -> None:
@@ -266,3 +265,57 @@ def test_cli_runs_as_module() -> None:
     )
     assert "geodbk" in out.stdout
     assert "STAGE" in out.stdout
+
+
+def _imports_of(words: list[str]) -> tuple[int, set[str], str]:
+    """Exit code, the heavy or stage modules imported, and stdout of ``geodbk WORDS`` in a
+    fresh interpreter."""
+    code = (
+        "import sys\n"
+        "from pipelines import cli\n"
+        "try:\n"
+        f"    rc = cli.main({words!r})\n"
+        "except SystemExit as exc:\n"
+        "    rc = exc.code\n"
+        "heavy = {'torch', 'sklearn', 'geopandas', 'xarray'}\n"
+        "stages = {f'pipelines.{s}' for s in cli.STAGES}\n"
+        "print('IMPORTED', *sorted(m for m in sys.modules if m in heavy | stages))\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    lines = proc.stdout.splitlines()
+    imported = set(lines[-1].split()[1:]) if lines and lines[-1].startswith("IMPORTED") else set()
+    return proc.returncode, imported, proc.stdout
+
+
+def test_a_command_imports_only_the_stage_it_names() -> None:
+    rc, imported, out = _imports_of(["--help"])
+    assert rc == 0 and imported == set(), imported  # the listing imports no stage
+    assert all(name in out for name in cli.STAGES) and cli.STAGES["predict"][:30] in out
+    rc, imported, out = _imports_of(["-v", "export", "--help"])
+    assert rc == 0 and "geodbk export --run" in out
+    assert {m for m in imported if m.startswith("pipelines.")} <= {
+        "pipelines.export",
+        "pipelines.predict",  # export reuses predict's time options
+    }
+    assert "pipelines.train" not in imported and "pipelines.dashboard" not in imported
+    rc, imported, _ = _imports_of(["predikt"])
+    assert rc == 2 and imported == set()
+
+
+def test_the_listing_is_the_full_parsers() -> None:
+    """Each stage's line in ``geodbk --help`` is the one its full sub-parser registers."""
+    full = cli.build_parser()
+    listed = cli.build_parser(stage="")
+
+    def lines(parser: argparse.ArgumentParser) -> dict[str, str]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {c.dest: str(c.help) for c in sub._choices_actions}
+
+    assert lines(full) == lines(listed) == dict(cli.STAGES)
