@@ -315,7 +315,7 @@ def write_places(
             pq.write_table(table.replace_schema_metadata(meta), tmp)
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(description, licence, _text_columns(frame)))
-            write_csv_rows(handle, frame)
+            write_csv_rows(handle, frame, table=table)
     _warn_outside(int((located & ~inside).sum()), int(located.sum()), name or places.source)
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -137,3 +138,27 @@ def test_csv_rows_keep_hash_signs_in_cells(tmp_path: Path) -> None:
     back = pd.read_csv(path, comment="#")
     pd.testing.assert_frame_equal(back, frame, check_dtype=False)
     assert back["flag"].dtype == bool and back["value"].dtype == np.float64
+    memory = io.StringIO()
+    memory.write("# what the file holds\n")
+    write_csv_rows(memory, frame)  # an in-memory handle gets the same text
+    assert memory.getvalue() == path.read_text(encoding="utf-8")
+
+
+def test_csv_rows_of_dates_and_mixed_ids_read_back_as_written(tmp_path: Path) -> None:
+    """Columns that Arrow writes otherwise than pandas (dates) or cannot convert (ids of mixed
+    types) are written as pandas writes them, with text quoted."""
+    frame = pd.DataFrame(
+        {
+            "site": [1, "A-7", None],
+            "surveyed": pd.to_datetime(["2023-01-01", "2023-02-01", None]),
+            "mean": [1.5, np.nan, 2.0],
+        }
+    )
+    path = tmp_path / "t.csv"
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        write_csv_rows(handle, frame)
+    text = path.read_text(encoding="utf-8")
+    assert '"2023-01-01"' in text and '"A-7"' in text
+    back = pd.read_csv(path, parse_dates=["surveyed"])
+    assert back["site"].tolist()[:2] == ["1", "A-7"] and pd.isna(back["site"][2])
+    pd.testing.assert_series_equal(back["surveyed"], frame["surveyed"], check_dtype=False)
