@@ -9,6 +9,7 @@ first when something is missing.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import fcntl
@@ -328,8 +329,9 @@ def write_csv_rows(handle: TextIO, frame: pd.DataFrame, *, table: pa.Table | Non
         frame.to_csv(handle, index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
         return
     options = pa_csv.WriteOptions(quoting_style="needed")  # quotes every text cell
-    raw = getattr(handle, "buffer", None)
-    if raw is None:  # an in-memory text handle
+    encoding = codecs.lookup(getattr(handle, "encoding", None) or "utf-8").name
+    raw = getattr(handle, "buffer", None) if encoding == "utf-8" else None
+    if raw is None:  # an in-memory text handle, or a file of another encoding
         sink = io.BytesIO()
         pa_csv.write_csv(arrow, sink, write_options=options)
         handle.write(sink.getvalue().decode("utf-8"))

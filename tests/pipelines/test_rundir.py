@@ -142,6 +142,10 @@ def test_csv_rows_keep_hash_signs_in_cells(tmp_path: Path) -> None:
     memory.write("# what the file holds\n")
     write_csv_rows(memory, frame)  # an in-memory handle gets the same text
     assert memory.getvalue() == path.read_text(encoding="utf-8")
+    latin = tmp_path / "latin.csv"
+    with open(latin, "w", encoding="latin-1", newline="") as handle:
+        write_csv_rows(handle, frame.assign(name=["Mé", "b", "c"]))
+    assert pd.read_csv(latin, encoding="latin-1")["name"].tolist() == ["Mé", "b", "c"]
 
 
 def test_csv_rows_of_dates_and_mixed_ids_read_back_as_written(tmp_path: Path) -> None:
