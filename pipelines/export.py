@@ -38,7 +38,6 @@ from geodbk.geo.geotiff import DEFAULT_NODATA, band_tags, write_geotiff
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters
 from pipelines.cli import stage_parser
 from pipelines.gridfile import grid_attrs, open_grid, sweep_spools
-from pipelines.predict import add_time_options, parse_trend
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
@@ -53,6 +52,7 @@ from pipelines.rundir import (
     target_spec,
     time_scaling_of,
 )
+from pipelines.time_options import add_time_options, parse_trend
 from pipelines.timestack import check_same_quantity, write_time_stack
 
 log = logging.getLogger("geodbk")

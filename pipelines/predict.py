@@ -46,7 +46,6 @@ from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (
     extrapolation_of,
-    format_quarter,
     quarter_index,
     resolve_quarters,
     years_between,
@@ -88,6 +87,7 @@ from pipelines.rundir import (
     target_spec,
     time_scaling_of,
 )
+from pipelines.time_options import add_time_options, parse_trend
 
 log = logging.getLogger("geodbk")
 
@@ -511,23 +511,6 @@ def _trend_var_attrs(spec: TargetSpec, first: str, last: str) -> dict[str, dict[
     for a in attrs.values():
         a["quantity"] = "latent mean f(x)"
     return attrs
-
-
-def parse_trend(spec: str) -> tuple[str, str]:
-    """``"2019Q4:2023Q4"`` -> ``("2019Q4", "2023Q4")``; the second quarter must be later.
-
-    Raises
-    ------
-    DataError
-        On a malformed spec or a second quarter that is not after the first.
-    """
-    parts = str(spec).split(":")
-    if len(parts) != 2:
-        raise DataError(f"--trend needs two quarters FIRST:LAST (e.g. 2019Q4:2023Q4), got {spec!r}")
-    first, last = (format_quarter(quarter_index(q.strip())) for q in parts)
-    if quarter_index(last) <= quarter_index(first):
-        raise DataError(f"--trend {spec}: the second quarter {last} must be after {first}")
-    return first, last
 
 
 def _var_attrs(
@@ -1074,14 +1057,6 @@ def add_quantity_option(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument(
         "--quantity", choices=list(QUANTITIES), default=DEFAULT_MAP_QUANTITY, help=help
     )
-
-
-def add_time_options(parser: argparse.ArgumentParser, *, quarter: str, trend: str) -> None:
-    """``--quarter SPEC`` or ``--trend Q1:Q2`` (not both) of the stages that read the grids of
-    time-aware models (predict, export), with their help texts."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quarter", default=None, metavar="SPEC", help=quarter)
-    group.add_argument("--trend", default=None, metavar="Q1:Q2", help=trend)
 
 
 def check_grid_options(
