@@ -21,20 +21,11 @@ from pipelines.predict import (
     crs_attributes,
     describe_map_quantity,
     grid_bounds,
-    parse_trend,
     warn_replacing_map,
 )
 from pipelines.rundir import RunDir
 
 BOX = (-158.0, 18.0, -154.0, 22.0)
-
-
-def test_trend_specs_are_two_quarters_in_order() -> None:
-    assert parse_trend("2019Q4:2023-Q4") == ("2019Q4", "2023Q4")
-    with pytest.raises(DataError, match="FIRST:LAST"):
-        parse_trend("2019Q4")
-    with pytest.raises(DataError, match="must be after 2023Q4"):
-        parse_trend("2023Q4:2023Q4")
 
 
 @pytest.mark.parametrize(
