@@ -130,7 +130,7 @@ def build_parser(*, stage: str | None = None) -> argparse.ArgumentParser:
 
     ``stage``: the stage named on the command line (:func:`stage_named`). Only its module is
     imported, and its sub-parser built in full; each other stage gets a parser that only lists
-    it. The stages' modules import torch, scikit-learn, geopandas and xarray, about 3.5 s
+    it. The stages' modules import torch, scikit-learn, geopandas and xarray, about 3 s
     for all of them. ``None``: every stage in full.
     """
     parser = argparse.ArgumentParser(
