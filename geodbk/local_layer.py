@@ -57,6 +57,7 @@ from geodbk.tile_effect import (
     mean_gaussian_nll,
     minimize_lbfgs,
     offset_covariance,
+    row_count_groups,
     row_prediction,
     split_unseen_prior,
     tile_offset_variance,
@@ -229,34 +230,47 @@ def _summaries(
 ) -> _Summaries:
     """``b_j = 1'A^{-1}r / 1'A^{-1}1``, ``w_j = 1 / 1'A^{-1}1`` with ``A = tau_j² rho^|dt| + E``
     (padding inert; ``tau_j²`` :func:`geodbk.tile_effect.tile_offset_variance`), and the tile's
-    mean ``v_f``."""
-    L, z = _factor(lay, tau2, rho, torch.zeros((), dtype=_DT), kappa, mu=mu)
-    ones = lay.mask.to(_DT)
-    a = torch.linalg.solve_triangular(L, ones[..., None], upper=False)[..., 0]
-    info = (a * a).sum(-1)
-    b = (a * z).sum(-1) / info
-    count = ones.sum(-1).clamp_min(1.0)
-    v = (lay.var_f * ones).sum(-1) / count
-    return _Summaries(b=b, w=1.0 / info, v=v)
+    mean ``v_f``; the tiles factored in groups of similar row counts
+    (:func:`geodbk.tile_effect.row_count_groups`)."""
+    groups = row_count_groups(lay)
+    if not groups:
+        empty = torch.zeros(0, dtype=_DT)
+        return _Summaries(b=empty, w=empty, v=empty)
+    parts = []
+    for index, width in groups:  # no index given: the entries are layout positions
+        sub = lay.subset(index, width=width)
+        L, z = _factor(sub, tau2, rho, torch.zeros((), dtype=_DT), kappa, mu=mu)
+        ones = sub.mask.to(_DT)
+        a = torch.linalg.solve_triangular(L, ones[..., None], upper=False)[..., 0]
+        info = (a * a).sum(-1)
+        count = ones.sum(-1).clamp_min(1.0)
+        parts.append(((a * z).sum(-1) / info, 1.0 / info, (sub.var_f * ones).sum(-1) / count))
+    back = torch.as_tensor(np.argsort(np.concatenate([index for index, _ in groups])))
+    b, w, v = (torch.cat(column)[back] for column in zip(*parts, strict=True))
+    return _Summaries(b=b, w=w, v=v)
 
 
 def _kriging_matrix(
     d_nb: torch.Tensor,
-    pair: torch.Tensor,
+    valid: torch.Tensor,
     diag: torch.Tensor,
     *,
     sigma2: torch.Tensor,
     range_km: torch.Tensor,
 ) -> torch.Tensor:
-    """``sigma² C(d)`` on the valid pairs, 0 elsewhere, plus ``diag`` on the diagonal. Without
-    autograd (prediction) it is built in place in one (m, k, k) buffer: this is the largest
-    array of a map's tile quantity."""
+    """``sigma² C(d)`` between the valid slots (``valid`` (u, k)), 0 elsewhere, plus ``diag`` on
+    the diagonal. Without autograd (prediction) it is built in place in one (u, k, k) buffer,
+    ``sigma² e^{-h} (1 + h)``, and masked only when a set has an empty slot: this is the
+    largest array of a map's tile quantity."""
     if torch.is_grad_enabled():
+        pair = valid[:, :, None] & valid[:, None, :]
         K = torch.where(pair, sigma2 * matern32(d_nb, range_km), torch.zeros((), dtype=_DT))
         return K + torch.diag_embed(diag)
-    K = d_nb * (math.sqrt(3.0) / range_km)  # h
-    decay = torch.exp(-K)
-    K.add_(1.0).mul_(decay).mul_(sigma2).masked_fill_(~pair, 0.0)
+    h = d_nb * (math.sqrt(3.0) / range_km)
+    decay = h.neg().exp_().mul_(sigma2)
+    K = torch.addcmul(decay, h, decay, out=h)  # sigma² e^{-h} + h sigma² e^{-h}
+    if not bool(valid.all()):
+        K.masked_fill_(~(valid[:, :, None] & valid[:, None, :]), 0.0)
     K.diagonal(dim1=-2, dim2=-1).add_(diag)
     return K
 
@@ -303,35 +317,36 @@ def _krige(
     lam: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Kriging of the field at targets from their neighbours: ``(mu, sigma²_nb)`` (m,), with
-    ``mu = k*' K^{-1} b`` and ``sigma²_nb = sigma² - k*' K^{-1} k*`` (``K``: the neighbours'
-    field covariance plus their summaries' noise). ``K``'s Cholesky factor and ``K^{-1} b`` are
-    computed once per distinct neighbour set (``hood.sets``), and the kriging once per target
-    (``hood.rows`` maps the rows to their targets)."""
+    ``mu = k*' K^{-1} b = (L^{-1} k*)'(L^{-1} b)`` and ``sigma²_nb = sigma² - ||L^{-1} k*||²``
+    (``K = LL'``: the neighbours' field covariance plus their summaries' noise). ``L`` and
+    ``L^{-1} b`` are computed once per distinct neighbour set (``hood.sets``), ``L^{-1} k*``
+    once per target, and ``hood.rows`` maps the rows to their targets."""
     valid_set = hood.sets >= 0
     idx = hood.sets.clamp_min(0)
-    pair = valid_set[:, :, None] & valid_set[:, None, :]
     noise = lam * summ.v[idx] + summ.w[idx]
     diag = torch.where(valid_set, noise, torch.ones((), dtype=_DT))
     L = stable_cholesky(
-        _kriging_matrix(hood.d_sets, pair, diag, sigma2=sigma2, range_km=range_km),
+        _kriging_matrix(hood.d_sets, valid_set, diag, sigma2=sigma2, range_km=range_km),
         jitter=_JITTER,
     )
     b = torch.where(valid_set, summ.b[idx], torch.zeros((), dtype=_DT))
-    alpha = torch.cholesky_solve(b[..., None], L)[..., 0]  # K^{-1} b per set
+    z = torch.linalg.solve_triangular(L, b[..., None], upper=False)[..., 0]  # L^{-1} b per set
     valid = hood.nb >= 0
     ks = torch.where(valid, sigma2 * matern32(hood.d_star, range_km), torch.zeros((), dtype=_DT))
-    mu = (ks * alpha[hood.inverse]).sum(-1)
     sol = torch.linalg.solve_triangular(L[hood.inverse], ks[..., None], upper=False)[..., 0]
+    mu = (sol * z[hood.inverse]).sum(-1)
     var = (sigma2 - (sol**2).sum(-1)).clamp_min(0.0)
     if hood.rows is not None:
         return mu[hood.rows], var[hood.rows]
     return mu, var
 
 
-def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unique_rows(rows: np.ndarray, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(rows, axis=0, return_inverse=True)`` for an (m, k) integer array, by one
     64-bit key per row (a fixed random linear hash, wrapping) and a 1-D unique; rows sharing
-    a key are checked equal, and a collision falls back to the row-wise unique."""
+    a key are checked equal, and a collision falls back to the row-wise unique. With
+    ``ordered=False`` the distinct rows come in an order of their own (of their keys: the same
+    for the same rows), without sorting them lexicographically."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         out = np.unique(rows, axis=0, return_inverse=True)
@@ -345,6 +360,8 @@ def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not np.array_equal(rows[first[inverse]], rows):
         out = np.unique(rows, axis=0, return_inverse=True)
         return out[0], out[1].reshape(-1)
+    if not ordered:
+        return rows[first], inverse.reshape(-1)
     # ordered like np.unique(axis=0): lexicographically by row
     order = np.lexsort(rows[first].T[::-1])
     rank = np.empty_like(order)
@@ -380,14 +397,15 @@ class _Neighbours:
         d, nb = self.tree.query(xy, k=kq, workers=workers)
         d, nb = d.reshape(m, kq), nb.reshape(m, kq)
         is_own = nb == np.asarray(own)[:, None]
-        order = np.argsort(is_own, axis=1, kind="stable")[:, : self.k]
-        nb = np.take_along_axis(nb, order, axis=1)
-        d = np.take_along_axis(d, order, axis=1)
-        nb = np.where(nb == np.asarray(own)[:, None], -1, nb)
-        by_slot = np.argsort(nb, axis=1, kind="stable")
+        if kq > self.k:  # drop each row's own tile, or else its farthest of the k + 1
+            drop = np.where(is_own.any(axis=1), is_own.argmax(axis=1), kq - 1)
+            nb[np.arange(m), drop] = len(self.xy)  # sorts after every slot, then cut
+        else:  # every measured tile is a neighbour: the own tile's slot holds -1
+            nb[is_own] = -1
+        by_slot = np.argsort(nb, axis=1)[:, : self.k]
         nb = np.take_along_axis(nb, by_slot, axis=1)
         d = np.take_along_axis(d, by_slot, axis=1)
-        sets, inverse = unique_rows(nb)
+        sets, inverse = unique_rows(nb, ordered=False)
         p = torch.as_tensor(self.xy[sets])
         return _Hood(
             nb=torch.as_tensor(nb),
@@ -751,8 +769,14 @@ class LocalLayer:
         ``pandas.Categorical`` (distinct tiles found from its integer codes)."""
         assert self.positions is not None
         if isinstance(tiles, pd.Categorical):
-            used, first, inverse = np.unique(tiles.codes, return_index=True, return_inverse=True)
-            distinct = np.asarray(tiles.categories[used], dtype=str)  # only the tiles used
+            codes = np.asarray(tiles.codes, dtype=np.int64)
+            first = np.full(len(tiles.categories), -1, dtype=np.int64)
+            first[codes] = np.arange(codes.size)  # a row of each tile (which one: any)
+            if codes.size and codes.min() >= 0 and first.min() >= 0:  # every tile used
+                distinct, inverse = np.asarray(tiles.categories, dtype=str), codes
+            else:
+                used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+                distinct = np.asarray(tiles.categories[used], dtype=str)  # only the tiles used
         else:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])
@@ -805,47 +829,19 @@ def _predict_rows(
     var = tau2[group] + lam * var_f + s2nb
     seen = own >= 0
     if seen.any():
-        tiles_idx = np.unique(own[seen])
-        sub_lay = lay.subset(tiles_idx)
-        local = np.searchsorted(tiles_idx, own[seen])
         sel = torch.as_tensor(seen)
         # the own tile's rows, centred on the pull, with the kriging variance as a constant
         # prior part: r - mu ~ N(0, tau² rho^|dt| + lambda sqrt(v v') + s2nb + E)
         m_rows = pull[sel]
         s2_rows = s2nb[sel]
-        # targets of one tile with the same pull and kriging variance share one factor
-        keys = np.column_stack(
-            [
-                local,
-                m_rows.detach().numpy().view(np.int64),
-                s2_rows.detach().numpy().view(np.int64),
-            ]
-        )
-        _, inverse = unique_rows(keys)
-        first = np.unique(inverse, return_index=True)[1]  # one target per distinct key
-        pos = torch.as_tensor(local[first])
-        lay_u = _Layout(
-            sub_lay.tiles[local[first]],
-            sub_lay.times[pos],
-            sub_lay.residual[pos] - m_rows[first][:, None],
-            sub_lay.var_f[pos],
-            sub_lay.components[pos],
-            sub_lay.mask[pos],
-            sub_lay.group[pos],
-        )
-        constant_u = s2_rows[first]
-        L_u, b_u = _factor(lay_u, tau2, rho, lam, kappa, constant=constant_u, mu=mu)
-        sh, v = _predict_tile_with_constant(
-            lay_u,
-            L_u,
-            b_u,
-            inverse,
+        sh, v = _own_tiles(
+            lay,
+            own[seen],
+            m_rows,
+            s2_rows,
             times[sel],
             var_f[sel],
-            tau2=tile_offset_variance(lay_u, tau2, mu),
-            rho=rho[lay_u.group] if rho.dim() else rho.expand(lay_u.group.shape[0]),
-            lam=lam,
-            constant=constant_u,
+            theta,
         )
         where = torch.as_tensor(np.flatnonzero(seen))
         shift = shift.index_put((where,), m_rows + sh)
@@ -853,6 +849,61 @@ def _predict_rows(
     if with_pull:
         return shift, var, pull, s2nb
     return shift, var
+
+
+def _own_tiles(
+    lay: _Layout,
+    own: np.ndarray,
+    pull: torch.Tensor,
+    s2nb: torch.Tensor,
+    times: torch.Tensor,
+    var_f: torch.Tensor,
+    theta: _Theta,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shift from the pull and tile variance of rows in measured tiles (layout positions
+    ``own``), conditioned on their tile's rows: ``r - pull ~ N(0, tau² rho^|dt| + lambda
+    sqrt(v v') + s2nb + E)``. Rows of one tile with the same pull and ``s2nb`` (a map's cells)
+    share one factor, and the factors are made in groups of similar row counts
+    (:func:`geodbk.tile_effect.row_count_groups`)."""
+    tau2, rho, lam, kappa, mu = theta.tau2, theta.rho, theta.lam, theta.kappa, theta.mu
+    keys = np.column_stack(
+        [own, pull.detach().numpy().view(np.int64), s2nb.detach().numpy().view(np.int64)]
+    )
+    _, inverse = unique_rows(keys, ordered=False)
+    first = np.unique(inverse, return_index=True)[1]  # one row per distinct key
+    tile_of_key = own[first]
+    groups = row_count_groups(lay, tile_of_key)
+    key_group = np.empty(first.size, dtype=np.int64)
+    for g, (entries, _) in enumerate(groups):
+        key_group[entries] = g
+    row_group = key_group[inverse]
+    order = np.argsort(row_group, kind="stable")  # each group's rows in their order
+    bounds = np.searchsorted(row_group[order], np.arange(len(groups) + 1))
+    shifts, variances = [], []
+    for g, (entries, width) in enumerate(groups):
+        sub = lay.subset(tile_of_key[entries], width=width)
+        chosen = torch.as_tensor(first[entries])
+        sub = replace(sub, residual=sub.residual - pull[chosen][:, None])
+        constant = s2nb[chosen]
+        L, b = _factor(sub, tau2, rho, lam, kappa, constant=constant, mu=mu)
+        rows = order[bounds[g] : bounds[g + 1]]
+        picked = torch.as_tensor(rows)
+        sh, v = _predict_tile_with_constant(
+            sub,
+            L,
+            b,
+            np.searchsorted(entries, inverse[rows]),
+            times[picked],
+            var_f[picked],
+            tau2=tile_offset_variance(sub, tau2, mu),
+            rho=rho[sub.group] if rho.dim() else rho.expand(sub.group.shape[0]),
+            lam=lam,
+            constant=constant,
+        )
+        shifts.append(sh)
+        variances.append(v)
+    back = torch.as_tensor(np.argsort(order, kind="stable"))
+    return torch.cat(shifts)[back], torch.cat(variances)[back]
 
 
 def _predict_tile_with_constant(
@@ -879,7 +930,7 @@ def _predict_tile_with_constant(
     ||alpha||² + 2 sqrt(v_i) alpha'beta + v_i ||beta||²``.
     """
     keys = np.column_stack([np.asarray(target, dtype=np.int64), times.numpy().view(np.int64)])
-    pairs, group = unique_rows(keys)
+    pairs, group = unique_rows(keys, ordered=False)
     u = torch.as_tensor(pairs[:, 0])
     t_g = times.new_tensor(pairs[:, 1].view(np.float64))
     mask = lay.mask[u]

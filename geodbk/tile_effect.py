@@ -402,18 +402,50 @@ class _Layout:
     mask: torch.Tensor  # (T, M) bool
     group: torch.Tensor  # (T,) group code of each tile (that of its latest row)
 
-    def subset(self, index: np.ndarray) -> _Layout:
-        """The tiles at positions ``index`` (sorted), as a layout of their own."""
+    def subset(self, index: np.ndarray, *, width: int | None = None) -> _Layout:
+        """The tiles at positions ``index`` (sorted), as a layout of their own; with ``width``,
+        only their last ``width`` slots (a tile's rows fill its last slots, so a width of at
+        least the tiles' row counts drops padding only)."""
         i = torch.as_tensor(index)
+        cols = slice(None) if width is None else slice(self.mask.shape[1] - width, None)
         return _Layout(
             self.tiles[index],
-            self.times[i],
-            self.residual[i],
-            self.var_f[i],
-            self.components[i],
-            self.mask[i],
+            self.times[i, cols],
+            self.residual[i, cols],
+            self.var_f[i, cols],
+            self.components[i, cols],
+            self.mask[i, cols],
             self.group[i],
         )
+
+
+#: Row counts at which :func:`row_count_groups` cuts a layout's tiles into groups.
+ROW_COUNT_STEPS: tuple[int, ...] = (1, 3, 6, 10, 15)
+
+
+def row_count_groups(
+    lay: _Layout, index: np.ndarray | None = None, *, steps: Sequence[int] = ROW_COUNT_STEPS
+) -> list[tuple[np.ndarray, int]]:
+    """The tiles at layout positions ``index`` (default: all; repeats allowed) in groups of
+    similar row counts: ``(entries, width)`` per group with at least one tile, ``entries`` the
+    group's places in ``index`` (sorted) and ``width`` its largest count (``steps``, then the
+    layout's width), for ``lay.subset(index[entries], width=width)``.
+
+    Padding is inert (no covariance, unit noise), so a group's factors and solves equal the
+    padded ones, at a cost of ``sum_g n_g m_g³`` instead of ``n M³`` (most tiles have few rows:
+    on Hawaii mobile a median of 3, up to 20)."""
+    positions = np.arange(lay.mask.shape[0]) if index is None else np.asarray(index)
+    count = lay.mask.sum(-1).numpy()[positions]
+    width = int(lay.mask.shape[1])
+    edges = [s for s in sorted(set(steps)) if 0 < s < width] + [width]
+    groups = []
+    low = -1  # a tile without rows goes with the narrowest group
+    for high in edges:
+        inside = (count > low) & (count <= high)
+        if inside.any():
+            groups.append((np.flatnonzero(inside), max(high, 1)))
+        low = high
+    return groups
 
 
 def _layout(
@@ -1130,12 +1162,22 @@ class TileEffect:
         shift = np.zeros(len(tiles_a))
         tile_var = tau2.numpy()[code] + self.params.latent_scale * vf
         seen_tiles = np.unique(slot[slot >= 0])
+        blocks = [
+            (seen_tiles[entries[a : a + tile_chunk]], width)
+            for entries, width in row_count_groups(lay, seen_tiles)
+            for a in range(0, entries.size, tile_chunk)
+        ]
+        owner = np.full(lay.mask.shape[0] + 1, len(blocks))  # last entry: slot -1
+        for i, (block, _) in enumerate(blocks):
+            owner[block] = i
+        row_owner = owner[slot]
+        order = np.argsort(row_owner, kind="stable")  # each block's rows in their order
+        bounds = np.searchsorted(row_owner[order], np.arange(len(blocks) + 1))
         with torch.no_grad():
-            for a in range(0, seen_tiles.size, tile_chunk):
-                block = seen_tiles[a : a + tile_chunk]
-                sub = lay.subset(block)
+            for i, (block, width) in enumerate(blocks):
+                sub = lay.subset(block, width=width)
                 L, b = _factor(sub, tau2, rho, lam, kappa, mu=mu)
-                rows = np.flatnonzero(np.isin(slot, block))
+                rows = order[bounds[i] : bounds[i + 1]]
                 local = np.searchsorted(block, slot[rows])
                 for s in range(0, rows.size, chunk_size):
                     part = rows[s : s + chunk_size]

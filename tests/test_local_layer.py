@@ -377,6 +377,11 @@ def test_unique_rows_equals_numpy_and_survives_a_hash_collision() -> None:
     got, got_inv = unique_rows(rows)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_inv, want_inv.reshape(-1))
+    # unordered: the same distinct rows, each once, and the inverse rebuilds the rows
+    loose, loose_inv = unique_rows(rows, ordered=False)
+    assert len(loose) == len(want)
+    np.testing.assert_array_equal(np.unique(loose, axis=0), want)
+    np.testing.assert_array_equal(loose[loose_inv], rows)
     # two different rows with the same hash key: a = (w1, 0), b = (0, w0)
     w = np.random.default_rng(0x5EED).integers(1, np.iinfo(np.int64).max, size=2, dtype=np.int64)
     clash = np.array([[w[1], 0], [0, w[0]], [w[1], 0]], dtype=np.int64)
@@ -385,6 +390,9 @@ def test_unique_rows_equals_numpy_and_survives_a_hash_collision() -> None:
     got, got_inv = unique_rows(clash)
     np.testing.assert_array_equal(got, np.unique(clash, axis=0))
     assert got_inv.tolist() == [1, 0, 1]
+    loose, loose_inv = unique_rows(clash, ordered=False)
+    np.testing.assert_array_equal(loose[loose_inv], clash)
+    assert len(loose) == 2
 
 
 def test_rows_without_positions_sit_at_their_tiles_centres() -> None:
@@ -427,9 +435,11 @@ def test_rows_without_positions_sit_at_their_tiles_centres() -> None:
     # tile ids as a pandas.Categorical (codes into distinct names, unused names included):
     # the same numbers, from the tile effect alone as well
     codes = pd.Categorical(names, categories=[*sorted(set(names)), "unused"])
-    as_codes = layer.predict(tiles=codes, **kw)
-    for field in ("shift", "tile_var", "pull", "noise_var", "seen"):
-        np.testing.assert_array_equal(getattr(as_codes, field), getattr(at_tiles, field))
+    every_used = pd.Categorical(names, categories=sorted(set(names), reverse=True))
+    for tiles in (codes, every_used):
+        as_codes = layer.predict(tiles=tiles, **kw)
+        for field in ("shift", "tile_var", "pull", "noise_var", "seen"):
+            np.testing.assert_array_equal(getattr(as_codes, field), getattr(at_tiles, field))
     effect_kw = {k: kw[k] for k in ("times", "var_f", "components")}
     by_name = layer.effect.predict(tiles=names, **effect_kw)
     by_code = layer.effect.predict(tiles=codes, **effect_kw)

@@ -96,6 +96,52 @@ def test_prediction_matches_the_dense_reference() -> None:
     assert pred.tile_var[5] - 1.7 * q_vf[5] > pred.tile_var[1] - 1.7 * q_vf[1]
 
 
+def test_tiles_grouped_by_row_count_keep_every_row_and_the_same_predictions() -> None:
+    """Each tile falls in one group, cut to a width that holds all its rows, and predictions
+    from the grouped factors equal those of the padded layout (one group, ``steps=()``)."""
+    from geodbk import tile_effect as te
+
+    rng = np.random.default_rng(4)
+    tiles, times, r = _rows(rng, 40, tau2=0.3, rho=0.8, noise=0.2)
+    comp = np.column_stack([np.full(r.size, 0.1), rng.uniform(0.01, 0.2, r.size)])
+    params = TileEffectParameters(
+        tau2=0.25, rho=0.7, noise_scale=(0.6, 1.3), components=("floor", "meas"), latent_scale=1.7
+    )
+    effect = _effect(params, rng, tiles, times, r, comp)
+    lay = effect._layout()
+    count = lay.mask.sum(-1).numpy()
+    index = np.array([5, 0, 5, 17, 39, 2])  # repeats allowed
+    groups = te.row_count_groups(lay, index, steps=(1, 3, 6))
+    entries = np.concatenate([e for e, _ in groups])
+    assert sorted(entries.tolist()) == list(range(index.size))
+    assert len(groups) > 1
+    for e, width in groups:
+        assert (count[index[e]] <= width).all()
+        sub = lay.subset(index[e], width=width)
+        np.testing.assert_array_equal(sub.mask.sum(-1).numpy(), count[index[e]])
+        kept = sub.residual[sub.mask].numpy()
+        np.testing.assert_array_equal(
+            kept,
+            lay.residual[torch.as_tensor(index[e])][lay.mask[torch.as_tensor(index[e])]].numpy(),
+        )
+    q_tiles = np.array([f"t{j:03d}" for j in range(40)] + ["unseen"])
+    kw = {
+        "tiles": q_tiles,
+        "times": rng.uniform(0.0, 12.0, q_tiles.size),
+        "var_f": rng.uniform(0.0, 0.05, q_tiles.size),
+        "components": rng.uniform(0.01, 0.3, (q_tiles.size, 2)),
+    }
+    grouped = effect.predict(**kw)
+    defaults = te.row_count_groups.__kwdefaults__
+    try:
+        te.row_count_groups.__kwdefaults__ = {"steps": ()}
+        padded = effect.predict(**kw)
+    finally:
+        te.row_count_groups.__kwdefaults__ = defaults
+    np.testing.assert_allclose(grouped.shift, padded.shift, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(grouped.tile_var, padded.tile_var, rtol=1e-12, atol=1e-14)
+
+
 def test_prediction_with_a_tau2_per_group_matches_the_dense_reference() -> None:
     rng = np.random.default_rng(5)
     tiles, times, r = _rows(rng, 30, tau2=0.3, rho=0.8, noise=0.2)
