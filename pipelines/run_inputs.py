@@ -94,7 +94,10 @@ def tile_codes(lon: np.ndarray, lat: np.ndarray) -> pd.Categorical:
     key = np.asarray(x, dtype=np.int64) << TILE_ZOOM | np.asarray(y, dtype=np.int64)
     _, first, codes = np.unique(key, return_index=True, return_inverse=True)
     names = tile_to_quadkey(np.asarray(x)[first], np.asarray(y)[first], TILE_ZOOM)
-    return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(names), validate=False)
+    # object categories: pandas' string dtype costs a conversion each way (the layer and the
+    # tile effect read them back as a numpy array)
+    categories = pd.Index(names, dtype=object)
+    return pd.Categorical.from_codes(codes.reshape(-1), categories=categories, validate=False)
 
 
 def pooled_label(observed: list[str]) -> str:

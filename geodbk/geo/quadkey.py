@@ -49,7 +49,11 @@ def _as_codes(quadkeys: Sequence[str] | npt.ArrayLike) -> tuple[npt.NDArray[np.u
 
 def valid_quadkeys(quadkeys: Sequence[str] | npt.ArrayLike) -> BoolArray:
     """Return a boolean mask: which entries are well-formed quadkeys (digits 0-3, zoom 1-23)."""
-    codes, lengths = _as_codes(quadkeys)
+    return _valid_codes(*_as_codes(quadkeys))
+
+
+def _valid_codes(codes: npt.NDArray[np.uint8], lengths: IntArray) -> BoolArray:
+    """:func:`valid_quadkeys` of quadkeys given as :func:`_as_codes`."""
     width = codes.shape[1]
     pos = np.arange(width)
     inside = pos[None, :] < lengths[:, None]
@@ -84,18 +88,22 @@ def quadkey_to_tile(
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), empty.copy()
-    ok = valid_quadkeys(quadkeys)
+    ok = _valid_codes(codes, lengths)
     if not ok.all():
         bad = np.asarray(quadkeys)[~ok][:3]
         raise ValueError(f"malformed quadkeys (digits 0-3, 1-{MAX_ZOOM} of them): {list(bad)}")
-    digits = codes.astype(np.int64) - 48
+    # digit d at position p of a zoom-z key adds (d & 1) << (z-1-p) to x and (d >> 1) to y
+    digits = np.where(codes != 0, codes - np.uint8(48), np.uint8(0))
     pos = np.arange(width, dtype=np.int64)
-    inside = pos[None, :] < lengths[:, None]
-    digits = np.where(inside, digits, 0)
-    shift = np.where(inside, lengths[:, None] - 1 - pos[None, :], 0)
-    x = ((digits & 1) << shift).sum(axis=1)
-    y = (((digits >> 1) & 1) << shift).sum(axis=1)
-    return x.astype(np.int64), y.astype(np.int64), lengths
+    x = np.zeros(n, dtype=np.int64)
+    y = np.zeros(n, dtype=np.int64)
+    for zoom in np.unique(lengths):  # one matrix-vector product per zoom (usually one)
+        rows = slice(None) if zoom == lengths[0] and (lengths == zoom).all() else lengths == zoom
+        weight = np.where(pos < zoom, np.left_shift(1, np.maximum(zoom - 1 - pos, 0)), 0)
+        d = digits[rows]
+        x[rows] = (d & 1).astype(np.int64) @ weight
+        y[rows] = (d >> 1).astype(np.int64) @ weight
+    return x, y, lengths
 
 
 def tile_to_quadkey(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> npt.NDArray[np.str_]:

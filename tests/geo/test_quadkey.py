@@ -45,6 +45,10 @@ def test_tile_to_quadkey_at_one_zoom_matches_mercantile(zoom: int) -> None:
         mercantile.quadkey(mercantile.Tile(int(a), int(b), zoom)) for a, b in zip(x, y, strict=True)
     ]
     assert keys.tolist() == expected
+    back_x, back_y, back_z = qk.quadkey_to_tile(keys)  # and back, every key of one zoom
+    np.testing.assert_array_equal(back_x, x)
+    np.testing.assert_array_equal(back_y, y)
+    assert set(back_z.tolist()) == {zoom}
 
 
 def test_bounds_and_centroid_match_mercantile() -> None:
