@@ -8,8 +8,9 @@ variables of :func:`pipelines.predict.predict_block`), ``write`` (the NetCDF-4 c
 ``mask`` (the rasterised region), ``setup`` (creating the file) and ``close``; within
 ``model``, for the tile and test quantities, ``layer`` (the local layer's predict) and its
 parts ``layer_neighbours`` (the k-d tree queries, their sorting and the distinct neighbour
-sets), ``layer_kriging`` (the field's kriging solves) and ``layer_factors`` (the measured
-tiles' own factors)::
+sets), ``layer_kriging`` (the field's kriging solves), ``layer_factors`` (the measured
+tiles' own factors and solves) and ``layer_summaries`` (each measured tile's GLS level, once
+per call)::
 
     OMP_NUM_THREADS=2 python benchmarks/bench_predict_phases.py --run runs/hi3 \\
         --target download --cells 12000000
@@ -47,7 +48,8 @@ PHASES: tuple[tuple[Any, str, str], ...] = (
     (local_layer.LocalLayer, "predict", "layer"),
     (local_layer.LocalLayer, "_tile_hood", "layer_neighbours"),
     (local_layer, "_krige", "layer_kriging"),
-    (local_layer, "_factor", "layer_factors"),
+    (local_layer, "_own_tiles", "layer_factors"),
+    (local_layer, "_summaries", "layer_summaries"),
 )
 
 
