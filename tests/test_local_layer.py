@@ -691,6 +691,34 @@ def test_km_positions_either_side_of_the_180_meridian_are_neighbours_with_lon0()
     assert SpatialParameters.from_dict(old).lon0 is None
 
 
+def test_neighbour_query_matches_brute_force() -> None:
+    """Each target's k nearest measured tiles other than its own (its own among the k + 1
+    or not), sorted by slot, with the distances to them and between them; with as many
+    neighbours as measured tiles the own tile's slot holds -1."""
+    rng = np.random.default_rng(11)
+    xy = rng.uniform(0.0, 20.0, (60, 2))
+    targets = np.vstack([xy[:10] + 1e-3, rng.uniform(0.0, 20.0, (25, 2))])
+    own = np.concatenate([np.arange(10), np.full(25, -1)])
+    own[12] = 59  # a measured tile far from this target: not among its k + 1 nearest
+    hood = _Neighbours(xy, 6).query(targets, own)
+    full = np.linalg.norm(targets[:, None, :] - xy[None, :, :], axis=-1)
+    assert 59 not in np.argsort(full[12])[:7]
+    for i in range(targets.shape[0]):
+        d = full[i].copy()
+        if own[i] >= 0:
+            d[own[i]] = np.inf
+        want = np.sort(np.argsort(d, kind="stable")[:6])
+        np.testing.assert_array_equal(hood.nb[i].numpy(), want)
+        np.testing.assert_allclose(hood.d_star[i].numpy(), full[i, want], rtol=1e-12)
+        members = hood.sets[hood.inverse[i]].numpy()
+        np.testing.assert_array_equal(members, want)
+        pair = np.linalg.norm(xy[want][:, None] - xy[want][None], axis=-1)
+        np.testing.assert_allclose(hood.d_sets[hood.inverse[i]].numpy(), pair, atol=1e-12)
+    every = _Neighbours(xy[:5], 5).query(xy[:5], np.arange(5))
+    for i in range(5):
+        assert every.nb[i].tolist() == [-1, *[j for j in range(5) if j != i]]
+
+
 def test_small_neighbour_queries_start_no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A map block's query of a few hundred tiles runs on the calling thread (scipy starts a
     thread per core for ``workers=-1``), with the neighbours of a threaded query."""
