@@ -421,15 +421,23 @@ class _Layout:
 
 #: Row counts at which :func:`row_count_groups` cuts a layout's tiles into groups.
 ROW_COUNT_STEPS: tuple[int, ...] = (1, 3, 6, 10, 15)
+#: Fewest tiles a group of :func:`row_count_groups` holds before the next, wider step (a small
+#: group costs more in per-batch overhead than its padding would).
+MIN_GROUP_TILES = 256
 
 
 def row_count_groups(
-    lay: _Layout, index: np.ndarray | None = None, *, steps: Sequence[int] = ROW_COUNT_STEPS
+    lay: _Layout,
+    index: np.ndarray | None = None,
+    *,
+    steps: Sequence[int] = ROW_COUNT_STEPS,
+    min_tiles: int = MIN_GROUP_TILES,
 ) -> list[tuple[np.ndarray, int]]:
     """The tiles at layout positions ``index`` (default: all; repeats allowed) in groups of
-    similar row counts: ``(entries, width)`` per group with at least one tile, ``entries`` the
-    group's places in ``index`` (sorted) and ``width`` its largest count (``steps``, then the
-    layout's width), for ``lay.subset(index[entries], width=width)``.
+    similar row counts: ``(entries, width)`` per group, ``entries`` the group's places in
+    ``index`` (sorted) and ``width`` its largest count (``steps``, then the layout's width),
+    for ``lay.subset(index[entries], width=width)``. A group holds at least ``min_tiles``
+    tiles, the widest excepted: fewer join the next step's.
 
     Padding is inert (no covariance, unit noise), so a group's factors and solves equal the
     padded ones, at a cost of ``sum_g n_g m_g³`` instead of ``n M³`` (most tiles have few rows:
@@ -440,11 +448,12 @@ def row_count_groups(
     edges = [s for s in sorted(set(steps)) if 0 < s < width] + [width]
     groups = []
     low = -1  # a tile without rows goes with the narrowest group
-    for high in edges:
+    for i, high in enumerate(edges):
         inside = (count > low) & (count <= high)
-        if inside.any():
+        taken = int(inside.sum())
+        if taken >= min_tiles or (taken and i == len(edges) - 1):
             groups.append((np.flatnonzero(inside), max(high, 1)))
-        low = high
+            low = high
     return groups
 
 

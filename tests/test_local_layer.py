@@ -30,6 +30,16 @@ from geodbk.tile_effect import TileEffect, TileEffectParameters
 TAU2, RHO, LAM, KAPPA, SIGMA2, RANGE = 0.04, 0.8, 1.5, 1.2, 0.09, 2.5
 
 
+@pytest.fixture(autouse=True)
+def _group_every_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Factor the measured tiles in groups of similar row counts however few they are, so
+    that the dense references here check the grouped factors (a run's default groups only
+    hundreds of tiles)."""
+    import geodbk.tile_effect as te
+
+    monkeypatch.setitem(te.row_count_groups.__kwdefaults__, "min_tiles", 1)
+
+
 def _c(d: np.ndarray) -> np.ndarray:
     return matern32(torch.as_tensor(d), torch.tensor(RANGE)).numpy()
 

@@ -21,6 +21,16 @@ from geodbk.geo.tile_effect_files import (
 from geodbk.tile_effect import TileEffect, TileEffectParameters, urban_groups
 
 
+@pytest.fixture(autouse=True)
+def _group_every_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Factor the measured tiles in groups of similar row counts however few they are, so
+    that the dense references here check the grouped factors (a run's default groups only
+    hundreds of tiles)."""
+    import geodbk.tile_effect as te
+
+    monkeypatch.setitem(te.row_count_groups.__kwdefaults__, "min_tiles", 1)
+
+
 def _rows(rng: np.random.Generator, n_tiles: int, *, tau2: float, rho: float, noise: float):
     """Tiles observed in a random subset of 12 quarters: AR(1) offset plus noise."""
     tiles, times, y = [], [], []
@@ -111,10 +121,17 @@ def test_tiles_grouped_by_row_count_keep_every_row_and_the_same_predictions() ->
     lay = effect._layout()
     count = lay.mask.sum(-1).numpy()
     index = np.array([5, 0, 5, 17, 39, 2])  # repeats allowed
-    groups = te.row_count_groups(lay, index, steps=(1, 3, 6))
+    groups = te.row_count_groups(lay, index, steps=(1, 3, 6), min_tiles=1)
     entries = np.concatenate([e for e, _ in groups])
     assert sorted(entries.tolist()) == list(range(index.size))
     assert len(groups) > 1
+    # too few tiles for a group of their own: they join the next step's, the widest at last
+    merged = te.row_count_groups(lay, index, steps=(1, 3, 6), min_tiles=index.size)
+    assert len(merged) == 1 and merged[0][1] == lay.mask.shape[1]
+    np.testing.assert_array_equal(merged[0][0], np.arange(index.size))
+    two = te.row_count_groups(lay, np.arange(40), steps=(3,), min_tiles=1)
+    small = count <= 3
+    assert [e.size for e, _ in two] == [int(small.sum()), int((~small).sum())]
     for e, width in groups:
         assert (count[index[e]] <= width).all()
         sub = lay.subset(index[e], width=width)
@@ -131,10 +148,11 @@ def test_tiles_grouped_by_row_count_keep_every_row_and_the_same_predictions() ->
         "var_f": rng.uniform(0.0, 0.05, q_tiles.size),
         "components": rng.uniform(0.01, 0.3, (q_tiles.size, 2)),
     }
-    grouped = effect.predict(**kw)
     defaults = te.row_count_groups.__kwdefaults__
     try:
-        te.row_count_groups.__kwdefaults__ = {"steps": ()}
+        te.row_count_groups.__kwdefaults__ = {"steps": te.ROW_COUNT_STEPS, "min_tiles": 1}
+        grouped = effect.predict(**kw)
+        te.row_count_groups.__kwdefaults__ = {"steps": (), "min_tiles": 1}
         padded = effect.predict(**kw)
     finally:
         te.row_count_groups.__kwdefaults__ = defaults
