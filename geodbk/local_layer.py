@@ -59,6 +59,7 @@ from geodbk.tile_effect import (
     offset_covariance,
     row_count_groups,
     row_prediction,
+    rows_of_groups,
     split_unseen_prior,
     tile_offset_variance,
     with_gp_prior,
@@ -877,9 +878,7 @@ def _own_tiles(
     key_group = np.empty(first.size, dtype=np.int64)
     for g, (entries, _) in enumerate(groups):
         key_group[entries] = g
-    row_group = key_group[inverse]
-    order = np.argsort(row_group, kind="stable")  # each group's rows in their order
-    bounds = np.searchsorted(row_group[order], np.arange(len(groups) + 1))
+    group_rows = rows_of_groups(key_group[inverse], len(groups))
     shifts, variances = [], []
     for g, (entries, width) in enumerate(groups):
         sub = lay.subset(tile_of_key[entries], width=width)
@@ -887,7 +886,7 @@ def _own_tiles(
         sub = replace(sub, residual=sub.residual - pull[chosen][:, None])
         constant = s2nb[chosen]
         L, b = _factor(sub, tau2, rho, lam, kappa, constant=constant, mu=mu)
-        rows = order[bounds[g] : bounds[g + 1]]
+        rows = group_rows[g]
         picked = torch.as_tensor(rows)
         sh, v = _predict_tile_with_constant(
             sub,
@@ -903,7 +902,7 @@ def _own_tiles(
         )
         shifts.append(sh)
         variances.append(v)
-    back = torch.as_tensor(np.argsort(order, kind="stable"))
+    back = torch.as_tensor(np.argsort(np.concatenate(group_rows)))
     return torch.cat(shifts)[back], torch.cat(variances)[back]
 
 

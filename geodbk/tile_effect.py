@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -522,6 +523,14 @@ def _tile_covariance(
 ) -> torch.Tensor:
     """``tau² rho^{|t_a - t_b|} + lambda sqrt(v_a v_b)``: offset plus the shared GP error."""
     return offset_covariance(t_a, t_b, tau2=tau2, rho=rho) + lam * torch.sqrt(v_a * v_b)
+
+
+def rows_of_groups(row_group: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """The rows of each group ``0 .. n_groups - 1``, each in row order (``row_group``: each
+    row's group; a row of any other label is in none)."""
+    order = np.argsort(row_group, kind="stable")
+    bounds = np.searchsorted(row_group[order], np.arange(n_groups + 1))
+    return [order[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _factor(
@@ -1179,14 +1188,12 @@ class TileEffect:
         owner = np.full(lay.mask.shape[0] + 1, len(blocks))  # last entry: slot -1
         for i, (block, _) in enumerate(blocks):
             owner[block] = i
-        row_owner = owner[slot]
-        order = np.argsort(row_owner, kind="stable")  # each block's rows in their order
-        bounds = np.searchsorted(row_owner[order], np.arange(len(blocks) + 1))
+        block_rows = rows_of_groups(owner[slot], len(blocks))
         with torch.no_grad():
             for i, (block, width) in enumerate(blocks):
                 sub = lay.subset(block, width=width)
                 L, b = _factor(sub, tau2, rho, lam, kappa, mu=mu)
-                rows = order[bounds[i] : bounds[i + 1]]
+                rows = block_rows[i]
                 local = np.searchsorted(block, slot[rows])
                 for s in range(0, rows.size, chunk_size):
                     part = rows[s : s + chunk_size]
