@@ -412,7 +412,8 @@ class _Neighbours:
             nb=torch.as_tensor(nb),
             d_star=torch.as_tensor(d),
             sets=torch.as_tensor(sets),
-            # by direct differences (no cancellation), faster here than the matrix-product form
+            # by direct differences: no cancellation, whatever k (cdist switches to its
+            # matrix-product form above 25 points)
             d_sets=torch.cdist(p, p, compute_mode="donot_use_mm_for_euclid_dist"),
             inverse=torch.as_tensor(inverse.reshape(-1)),
         )
