@@ -267,9 +267,9 @@ def _kriging_matrix(
         pair = valid[:, :, None] & valid[:, None, :]
         K = torch.where(pair, sigma2 * matern32(d_nb, range_km), torch.zeros((), dtype=_DT))
         return K + torch.diag_embed(diag)
-    h = d_nb * (math.sqrt(3.0) / range_km)
-    decay = h.neg().exp_().mul_(sigma2)
-    K = torch.addcmul(decay, h, decay, out=h)  # sigma² e^{-h} + h sigma² e^{-h}
+    neg_h = d_nb * (-math.sqrt(3.0) / range_km)
+    decay = neg_h.exp().mul_(sigma2)
+    K = torch.addcmul(decay, neg_h, decay, value=-1.0, out=neg_h)  # sigma² e^{-h} (1 + h)
     if not bool(valid.all()):
         K.masked_fill_(~(valid[:, :, None] & valid[:, None, :]), 0.0)
     K.diagonal(dim1=-2, dim2=-1).add_(diag)
@@ -403,9 +403,12 @@ class _Neighbours:
             nb[np.arange(m), drop] = len(self.xy)  # sorts after every slot, then cut
         else:  # every measured tile is a neighbour: the own tile's slot holds -1
             nb[is_own] = -1
-        by_slot = np.argsort(nb, axis=1)[:, : self.k]
-        nb = np.take_along_axis(nb, by_slot, axis=1)
-        d = np.take_along_axis(d, by_slot, axis=1)
+        # sort each row by slot with its column packed in the low bits: one integer sort
+        # (slots are distinct within a row) instead of an argsort and two gathers
+        bits = max(1, (kq - 1).bit_length())
+        packed = np.sort((nb + 1) << bits | np.arange(kq), axis=1)[:, : self.k]
+        d = np.take_along_axis(d, packed & ((1 << bits) - 1), axis=1)
+        nb = (packed >> bits) - 1
         sets, inverse = unique_rows(nb, ordered=False)
         p = torch.as_tensor(self.xy[sets])
         return _Hood(
