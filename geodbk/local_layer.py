@@ -772,17 +772,21 @@ class LocalLayer:
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once
         per distinct tile, so rows of one tile share its neighbours. ``tiles``: strings, or a
-        ``pandas.Categorical`` (distinct tiles found from its integer codes)."""
+        ``pandas.Categorical`` (distinct tiles found from its integer codes; its categories
+        quadkeys or :func:`geodbk.geo.quadkey.tile_keys`, as ``positions`` takes either)."""
         assert self.positions is not None
         if isinstance(tiles, pd.Categorical):
             codes = np.asarray(tiles.codes, dtype=np.int64)
-            first = np.full(len(tiles.categories), -1, dtype=np.int64)
+            categories = np.asarray(tiles.categories)
+            if categories.dtype.kind not in "iu":
+                categories = categories.astype(str)
+            first = np.full(categories.size, -1, dtype=np.int64)
             first[codes] = np.arange(codes.size)  # a row of each tile (which one: any)
             if codes.size and codes.min() >= 0 and first.min() >= 0:  # every tile used
-                distinct, inverse = np.asarray(tiles.categories, dtype=str), codes
+                distinct, inverse = categories, codes
             else:
                 used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-                distinct = np.asarray(tiles.categories[used], dtype=str)  # only the tiles used
+                distinct = categories[used]  # only the tiles used
         else:
             distinct, first, inverse = np.unique(tiles, return_index=True, return_inverse=True)
         hood = self._neighbours.query(self.positions(distinct), own[first])

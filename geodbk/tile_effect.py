@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -403,6 +404,11 @@ class _Layout:
     mask: torch.Tensor  # (T, M) bool
     group: torch.Tensor  # (T,) group code of each tile (that of its latest row)
 
+    @functools.cached_property
+    def sorted_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`sorted_tile_keys` of the tiles (once per layout)."""
+        return sorted_tile_keys(self.tiles)
+
     def subset(self, index: np.ndarray, *, width: int | None = None) -> _Layout:
         """The tiles at positions ``index`` (sorted), as a layout of their own; with ``width``,
         only their last ``width`` slots (a tile's rows fill its last slots, so a width of at
@@ -703,15 +709,51 @@ def split_unseen_prior(
     return replace(pred, tile_var=tile_var, noise_var=pred.noise_var + (whole - tile_var))
 
 
-def _slots(known: np.ndarray, tiles: Any) -> np.ndarray:
+def sorted_tile_keys(quadkeys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`geodbk.geo.quadkey.tile_keys` of ``quadkeys``, sorted, and the position of
+    each in ``quadkeys``."""
+    # imported here: the benchmark stage fits tile effects without the geo stack (shapely)
+    from geodbk.geo.quadkey import quadkey_to_tile, tile_keys
+
+    keys = tile_keys(*quadkey_to_tile(quadkeys)) if len(quadkeys) else np.zeros(0, np.int64)
+    order = np.argsort(keys)
+    return keys[order], order
+
+
+def _slots(known: np.ndarray | _Layout, tiles: Any) -> np.ndarray:
     """Index of each of ``tiles`` (strings, or a ``pandas.Categorical``: looked up once per
-    category) in the sorted ``known`` tile ids, -1 where absent."""
+    category) in the sorted ``known`` tile ids (or a layout's tiles), -1 where absent. A
+    Categorical of integer categories holds :func:`geodbk.geo.quadkey.tile_keys`; they are
+    looked up among a layout's keys."""
     if isinstance(tiles, pd.Categorical):
-        return _slots(known, np.asarray(tiles.categories, dtype=str))[tiles.codes]
+        categories = np.asarray(tiles.categories)
+        if categories.dtype.kind not in "iu":
+            return _slots(known, categories.astype(str))[tiles.codes]
+        keys, order = known.sorted_keys if isinstance(known, _Layout) else sorted_tile_keys(known)
+        if keys.size == 0:
+            return np.full(len(tiles), -1)
+        pos = np.searchsorted(keys, categories).clip(0, keys.size - 1)
+        return np.where(keys[pos] == categories, order[pos], -1)[tiles.codes]
+    if isinstance(known, _Layout):
+        known = known.tiles
     if known.size == 0:
         return np.full(tiles.size, -1)
     pos = np.searchsorted(known, tiles).clip(0, known.size - 1)
     return np.where(known[pos] == tiles, pos, -1)
+
+
+def tile_id_strings(tiles: Any) -> np.ndarray:
+    """Tile ids as quadkey strings; a ``pandas.Categorical`` of integer categories holds
+    :func:`geodbk.geo.quadkey.tile_keys`, which become their quadkeys."""
+    if isinstance(tiles, pd.Categorical):
+        categories = np.asarray(tiles.categories)
+        if categories.dtype.kind in "iu":
+            from geodbk.geo.quadkey import keys_to_tile, tile_to_quadkey  # as sorted_tile_keys
+
+            if (tiles.codes < 0).any():
+                raise DataError("tile ids: missing values")
+            return tile_to_quadkey(*keys_to_tile(categories))[tiles.codes]
+    return np.asarray(tiles).astype(str)
 
 
 def _as_rows(
@@ -732,7 +774,7 @@ def _as_rows(
             raise DataError(f"{what}: missing tile ids")
         tiles_a: Any = tiles
     else:
-        tiles_a = np.asarray(tiles).astype(str)
+        tiles_a = tile_id_strings(tiles)
     n = len(tiles_a)
     times_a = np.asarray(times, dtype=np.float64).reshape(-1)
     var_a = np.maximum(np.asarray(var_f, dtype=np.float64).reshape(-1), 0.0)  # rounding < 0
@@ -790,7 +832,7 @@ def holdout_rows(
     measured tile (on tile and block splits no validation tile has training rows). Tiles with
     one row never give a row.
     """
-    ids = np.asarray(tiles).astype(str).reshape(-1)
+    ids = tile_id_strings(tiles).reshape(-1)
     _, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
     multi = np.flatnonzero(counts >= 2)
     mask = np.zeros(ids.size, dtype=bool)
@@ -815,7 +857,7 @@ def choose_objective(tiles: Any, tiles_val: Any, *, seed: int = 0) -> tuple[str,
     block splits, where no validation tile has training rows. Fewer than
     :data:`MIN_HOLDOUT_ROWS` true rows mean the tile effect cannot be fitted.
     """
-    ids = np.asarray(tiles).astype(str).reshape(-1)
+    ids = tile_id_strings(tiles).reshape(-1)
     ids_val = np.asarray(tiles_val).astype(str).reshape(-1)
     if int(np.isin(ids_val, ids).sum()) >= MIN_OBJECTIVE_ROWS:
         return "validation", np.ones(ids_val.size, dtype=bool)
@@ -886,7 +928,7 @@ class TileEffect:
             )
         labels = _group_labels(groups, len(arrays[0]), what=what)
         code = _group_codes(labels, self.params.groups, what=what)
-        return (*arrays, code, _slots(self._layout().tiles, arrays[0]))
+        return (*arrays, code, _slots(self._layout(), arrays[0]))
 
     def tests_shift(self, components: Any) -> np.ndarray:
         """``sum_k gamma_k (c_k - c0_k)`` of rows with noise ``components`` (n, k)."""
@@ -1327,7 +1369,7 @@ def fit_tile_effect(
     mv, vfv, _, compv = _latent_and_components(model, X_val, noise_val or {})
     r = np.asarray(y, dtype=np.float64) - m
     rv = np.asarray(y_val, dtype=np.float64) - mv
-    tiles_a = np.asarray(tiles).astype(str)
+    tiles_a = tile_id_strings(tiles)
     tiles_v = np.asarray(tiles_val).astype(str)
     times_a = np.asarray(times, dtype=np.float64)
     groups_a = None if groups is None else np.asarray(groups).astype(str)

@@ -80,17 +80,20 @@ MIN_PLACE_TILES = 30
 MIN_PLACE_UNITS = math.ceil(PLACE_COVERAGE / (1.0 - PLACE_COVERAGE) - 1e-9)
 
 
-def tile_positions(quadkeys: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
-    """``(n, 2)`` km positions of the tiles' centres (:func:`geodbk.local_layer.lonlat_to_km`)."""
-    lon, lat = quadkey_centroid(np.asarray(quadkeys).astype(str))
+def tile_positions(tiles: Any, *, lat0: float, lon0: float | None = None) -> np.ndarray:
+    """``(n, 2)`` km positions of the tiles' centres (:func:`geodbk.local_layer.lonlat_to_km`);
+    ``tiles``: quadkeys or :func:`geodbk.geo.quadkey.tile_keys`."""
+    ids = np.asarray(tiles)
+    lon, lat = quadkey_centroid(ids if ids.dtype.kind in "iu" else ids.astype(str))
     return lonlat_to_km(lon, lat, lat0=lat0, lon0=lon0)
 
 
 def _positions_of(lat0: float, lon0: float | None) -> Callable[[np.ndarray], np.ndarray]:
-    """Tile ids (quadkeys) -> km positions on the projection at ``lat0`` (``lon0``)."""
+    """Tile ids (quadkeys or tile keys) -> km positions on the projection at ``lat0``
+    (``lon0``)."""
 
-    def positions(quadkeys: np.ndarray) -> np.ndarray:
-        return tile_positions(quadkeys, lat0=lat0, lon0=lon0)
+    def positions(tiles: np.ndarray) -> np.ndarray:
+        return tile_positions(tiles, lat0=lat0, lon0=lon0)
 
     return positions
 

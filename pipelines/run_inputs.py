@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from geodbk.errors import DataError
-from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, tile_to_quadkey
+from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, tile_keys, tile_to_quadkey
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines.rundir import RunDir
 
@@ -86,18 +86,16 @@ def tile_ids(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
     return tile_to_quadkey(x, y, TILE_ZOOM)
 
 
-def tile_codes(lon: np.ndarray, lat: np.ndarray) -> pd.Categorical:
-    """:func:`tile_ids` as a ``pandas.Categorical``: the quadkeys of the distinct tiles and one
-    integer code per point. The tile effect and the local layer then look tiles up once per
-    distinct tile, not once per point (a map has many cells per tile)."""
+def tile_codes(lon: np.ndarray, lat: np.ndarray) -> pd.Categorical[int]:
+    """The zoom-16 tile of each point as a ``pandas.Categorical``: the distinct tiles'
+    integer keys (:func:`geodbk.geo.quadkey.tile_keys`, sorted) and one code per point. The
+    tile effect and the local layer look tiles up once per distinct tile, not once per point
+    (a map has many cells per tile), and never make quadkey strings for them."""
     x, y = lonlat_to_tile(lon, lat, TILE_ZOOM)
-    key = np.asarray(x, dtype=np.int64) << TILE_ZOOM | np.asarray(y, dtype=np.int64)
-    _, first, codes = np.unique(key, return_index=True, return_inverse=True)
-    names = tile_to_quadkey(np.asarray(x)[first], np.asarray(y)[first], TILE_ZOOM)
-    # object categories: pandas' string dtype costs a conversion each way (the layer and the
-    # tile effect read them back as a numpy array)
-    categories = pd.Index(names, dtype=object)
-    return pd.Categorical.from_codes(codes.reshape(-1), categories=categories, validate=False)
+    keys, codes = np.unique(tile_keys(x, y, TILE_ZOOM), return_inverse=True)
+    return pd.Categorical.from_codes(
+        codes.reshape(-1), categories=pd.Index(keys, dtype=np.int64), validate=False
+    )
 
 
 def pooled_label(observed: list[str]) -> str:

@@ -136,6 +136,44 @@ def tile_to_quadkey(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> npt
     return codes.view(f"S{width}").ravel().astype(f"U{width}")
 
 
+#: Bits of x and of y in a :func:`tile_keys` key (``MAX_ZOOM`` fits).
+_KEY_BITS = 24
+
+
+def tile_keys(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> IntArray:
+    """One int64 key per XYZ tile, ``z << 48 | x << 24 | y``: distinct for distinct tiles at
+    any zoom 1-23, and cheaper to sort, look up and carry than quadkey strings (a map's cells
+    name their tiles this way, :func:`pipelines.run_inputs.tile_codes`)."""
+    xa, ya, za = np.broadcast_arrays(
+        np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64), np.asarray(z, dtype=np.int64)
+    )
+    if xa.size and (za.min() < 1 or za.max() > MAX_ZOOM):
+        raise ValueError(f"zoom must be in 1..{MAX_ZOOM}")
+    if xa.size and ((xa < 0).any() or (ya < 0).any() or (xa >> za).any() or (ya >> za).any()):
+        raise ValueError("tile x/y out of range for their zoom")
+    return (za << 2 * _KEY_BITS | xa << _KEY_BITS | ya).ravel()
+
+
+def keys_to_tile(keys: npt.ArrayLike) -> tuple[IntArray, IntArray, IntArray]:
+    """The ``(x, y, z)`` of :func:`tile_keys` keys (a ValueError names a key that no tile has)."""
+    k = np.asarray(keys).reshape(-1)
+    if k.dtype.kind not in "iu":
+        raise TypeError(f"tile keys must be integers, got dtype {k.dtype}")
+    k = k.astype(np.int64)
+    mask = (1 << _KEY_BITS) - 1
+    x, y, z = k >> _KEY_BITS & mask, k & mask, k >> 2 * _KEY_BITS
+    bad = (z < 1) | (z > MAX_ZOOM) | (k < 0) | ((x | y) >> np.clip(z, 0, MAX_ZOOM) != 0)
+    if bad.any():
+        raise ValueError(f"not tile keys (z << 48 | x << 24 | y): {k[bad][:3].tolist()}")
+    return x, y, z
+
+
+def tile_ids_to_tile(tiles: Sequence[str] | npt.ArrayLike) -> tuple[IntArray, IntArray, IntArray]:
+    """``(x, y, z)`` of tile ids given as quadkey strings or as :func:`tile_keys` integers."""
+    arr = np.asarray(tiles)
+    return keys_to_tile(arr) if arr.dtype.kind in "iu" else quadkey_to_tile(arr)
+
+
 def tile_bounds(
     x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -158,8 +196,9 @@ def quadkey_bounds(
 
 
 def quadkey_centroid(quadkeys: Sequence[str] | npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Return ``(lon, lat)`` of the tiles' centroids (centre of the lon/lat rectangle)."""
-    west, south, east, north = quadkey_bounds(quadkeys)
+    """Return ``(lon, lat)`` of the tiles' centroids (centre of the lon/lat rectangle); the
+    tiles as quadkeys or as :func:`tile_keys`."""
+    west, south, east, north = tile_bounds(*tile_ids_to_tile(quadkeys))
     return (west + east) / 2.0, (south + north) / 2.0
 
 

@@ -93,3 +93,37 @@ def test_bytes_input_and_empty() -> None:
 def test_longitudes_beyond_180_find_the_tile_a_turn_away() -> None:
     x, y = qk.lonlat_to_tile([190.0, -170.0, 179.999], [51.0, 51.0, 51.0], 16)
     assert x[0] == x[1] and y[0] == y[1] and x[2] == 2**16 - 1
+
+
+def test_tile_keys_round_trip_at_every_zoom_and_name_distinct_tiles() -> None:
+    keys = _random_quadkeys(3000, seed=5)
+    x, y, z = qk.quadkey_to_tile(keys)
+    ints = qk.tile_keys(x, y, z)
+    assert ints.dtype == np.int64
+    back = qk.keys_to_tile(ints)
+    for got, want in zip(back, (x, y, z), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # one key per distinct tile, whatever the zoom: "0" (zoom 1) and "00" (zoom 2) differ
+    assert np.unique(ints).size == len(set(keys))
+    assert qk.tile_keys(0, 0, 1) != qk.tile_keys(0, 0, 2)
+    # the centre of a tile is the same from its key as from its quadkey
+    lon_k, lat_k = qk.quadkey_centroid(ints)
+    lon_q, lat_q = qk.quadkey_centroid(keys)
+    np.testing.assert_array_equal(lon_k, lon_q)
+    np.testing.assert_array_equal(lat_k, lat_q)
+    np.testing.assert_array_equal(qk.tile_ids_to_tile(ints)[0], qk.tile_ids_to_tile(keys)[0])
+
+
+def test_tile_keys_refuse_what_no_tile_has() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        qk.tile_keys(2, 0, 1)  # zoom 1 has x 0-1
+    with pytest.raises(ValueError, match="zoom must be"):
+        qk.tile_keys(0, 0, 24)
+    good = int(qk.tile_keys(3, 1, 2)[0])
+    with pytest.raises(ValueError, match="not tile keys"):
+        qk.keys_to_tile([good, 5])  # zoom 0
+    with pytest.raises(ValueError, match="not tile keys"):
+        qk.keys_to_tile([(2 << 48) | (4 << 24)])  # x = 4 at zoom 2
+    with pytest.raises(TypeError, match="integers"):
+        qk.keys_to_tile(np.array([1.5]))
+    assert qk.keys_to_tile(np.zeros(0, np.int64))[0].size == 0

@@ -12,9 +12,12 @@ import xarray as xr
 
 from geodbk import DBKRegressor
 from geodbk.errors import DataError, ModelFileError
+from geodbk.local_layer import LocalLayer, SpatialParameters
+from geodbk.tile_effect import TileEffect, TileEffectParameters, tile_id_strings
 from pipelines.config import TrainConfig, demo_config
 from pipelines.layers import LAYER_FILE, load_local_layer, load_map_layers, tile_positions
 from pipelines.predict import run_predict
+from pipelines.run_inputs import tile_codes, tile_ids
 from pipelines.rundir import RunDir
 from pipelines.train import resolve_local_layer, run_train
 
@@ -36,6 +39,59 @@ def test_tile_positions_are_km_apart() -> None:
     xy = tile_positions(["0223031123101313", "0223031123101312"], lat0=21.3)
     want = 6371.0088 * np.cos(np.radians(21.3)) * np.radians(360 / 2**16)
     assert np.hypot(*(xy[0] - xy[1])) == pytest.approx(want, rel=1e-9)
+
+
+def test_a_maps_tile_keys_predict_as_its_quadkeys() -> None:
+    """A map's cells name their tiles by integer keys (``tile_codes``); the tile effect and the
+    local layer give exactly what the same cells' quadkeys give, measured tiles or not."""
+    rng = np.random.default_rng(11)
+    lon0, lat0 = -157.86, 21.30
+    # measured tiles: rows at random points of a 0.05° square, a few quarters each
+    mlon, mlat = lon0 + rng.uniform(0, 0.05, 60), lat0 + rng.uniform(0, 0.05, 60)
+    measured = tile_ids(np.repeat(mlon, 3), np.repeat(mlat, 3))
+    n = measured.size
+    params = TileEffectParameters(
+        tau2={"all": 0.1}, rho=0.9, noise_scale=(0.5,), components=("noise",), latent_scale=1.0
+    )
+    effect = TileEffect(
+        params,
+        tiles=measured,
+        times=np.tile([4.0, 5.0, 6.0], n // 3),
+        residual=rng.normal(0, 0.3, n),
+        var_f=np.full(n, 1e-3),
+        components=np.full((n, 1), 0.05),
+    )
+    spatial = SpatialParameters(
+        sigma2=0.04, range_km=2.0, tau2={"all": 0.1}, neighbours=8, lat0=lat0, lon0=lon0
+    )
+
+    def positions(tiles: np.ndarray) -> np.ndarray:
+        return tile_positions(tiles, lat0=lat0, lon0=lon0)
+
+    layer = LocalLayer(
+        effect, spatial, tile_xy=positions(effect._layout().tiles), positions=positions
+    )
+    # map cells: some in measured tiles, most not, several cells per tile
+    lon = np.concatenate([mlon[:20], lon0 + rng.uniform(-0.02, 0.07, 400)])
+    lat = np.concatenate([mlat[:20], lat0 + rng.uniform(-0.02, 0.07, 400)])
+    keys, names = tile_codes(lon, lat), tile_ids(lon, lat)
+    assert np.asarray(keys.categories).dtype.kind == "i"
+    np.testing.assert_array_equal(tile_id_strings(keys), names)
+    m = lon.size
+    kw = {"times": np.full(m, 6.0), "var_f": rng.uniform(0.01, 0.03, m)}
+    kw["components"] = np.full((m, 1), 0.05)
+    by_key, by_name = layer.predict(tiles=keys, **kw), layer.predict(tiles=names, **kw)
+    assert 0 < by_name.seen.sum() < m
+    for field in ("shift", "tile_var", "pull", "noise_var", "seen"):
+        np.testing.assert_array_equal(getattr(by_key, field), getattr(by_name, field))
+    half = keys[: m // 2]  # a chunk whose categories are not all used
+    np.testing.assert_array_equal(
+        layer.predict(tiles=half, **{k: a[: m // 2] for k, a in kw.items()}).shift,
+        by_name.shift[: m // 2],
+    )
+    eff_key, eff_name = effect.predict(tiles=keys, **kw), effect.predict(tiles=names, **kw)
+    np.testing.assert_array_equal(eff_key.shift, eff_name.shift)
+    np.testing.assert_array_equal(eff_key.tile_var, eff_name.tile_var)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import shapely
 
 from geodbk.errors import DataError
 from geodbk.geo.quadkey import quadkey_centroid
+from geodbk.tile_effect import tile_id_strings
 from pipelines.run_inputs import (
     observed_quarters,
     pooled_label,
@@ -75,8 +76,11 @@ def test_tile_codes_name_the_same_tiles_as_tile_ids() -> None:
     lat = np.concatenate([rng.uniform(21.3, 21.35, 5000), rng.uniform(-45.0, -44.97, 500)])
     codes = tile_codes(lon, lat)
     names = tile_ids(lon, lat)
-    np.testing.assert_array_equal(np.asarray(codes, dtype=str), names)
+    np.testing.assert_array_equal(tile_id_strings(codes), names)
     assert len(codes.categories) == np.unique(names).size < names.size
+    # the categories are integer tile keys, sorted, one per distinct tile
+    keys = np.asarray(codes.categories)
+    assert keys.dtype == np.int64 and (np.diff(keys) > 0).all()
 
 
 def test_a_pooled_maps_label_names_its_quarters() -> None:
