@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from geodbk.geo import quadkey as qk  # noqa: E402
+from geodbk.geo.frame import tile_polygons  # noqa: E402
 
 LON0, LAT0, HALF_W, HALF_H = -96.0, 38.0, 3.0, 2.0
 
@@ -48,7 +49,7 @@ def build(workdir: Path, *, n: int, unique: int, urban_polygons: int, seed: int 
         pick = np.sort(rng.choice(unique, size=per_q, replace=False))
         x, y = ux[pick], uy[pick]
         keys = qk.tile_to_quadkey(x, y, np.full(per_q, 16))
-        wkt = shapely.to_wkt(qk.tile_polygons(*qk.tile_bounds(x, y, 16)), rounding_precision=-1)
+        wkt = shapely.to_wkt(tile_polygons(*qk.tile_bounds(x, y, 16)), rounding_precision=-1)
         table = pa.table(
             {
                 "quadkey": pa.array(keys.astype(str)),

@@ -49,6 +49,7 @@ import torch
 
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
+from geodbk.geo.quadkey import keys_to_tile, quadkey_to_tile, tile_keys, tile_to_quadkey
 from geodbk.metrics import gaussian_nll
 from geodbk.predictive import Prediction
 
@@ -712,9 +713,6 @@ def split_unseen_prior(
 def sorted_tile_keys(quadkeys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The :func:`geodbk.geo.quadkey.tile_keys` of ``quadkeys``, sorted, and the position of
     each in ``quadkeys``."""
-    # imported here: the benchmark stage fits tile effects without the geo stack (shapely)
-    from geodbk.geo.quadkey import quadkey_to_tile, tile_keys
-
     keys = tile_keys(*quadkey_to_tile(quadkeys)) if len(quadkeys) else np.zeros(0, np.int64)
     order = np.argsort(keys)
     return keys[order], order
@@ -748,8 +746,6 @@ def tile_id_strings(tiles: Any) -> np.ndarray:
     if isinstance(tiles, pd.Categorical):
         categories = np.asarray(tiles.categories)
         if categories.dtype.kind in "iu":
-            from geodbk.geo.quadkey import keys_to_tile, tile_to_quadkey  # as sorted_tile_keys
-
             if (tiles.codes < 0).any():
                 raise DataError("tile ids: missing values")
             return tile_to_quadkey(*keys_to_tile(categories))[tiles.codes]

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import shapely
 
 from geodbk.geo import quadkey as qk
+from geodbk.geo.frame import tile_polygons
 
 
 def make_tiles(
@@ -27,7 +28,7 @@ def make_tiles(
     x = x0[0] + cells % 20
     y = y0[0] + cells // 20
     keys = qk.tile_to_quadkey(x, y, np.full(n, 16))
-    polys = qk.tile_polygons(*qk.tile_bounds(x, y, 16))
+    polys = tile_polygons(*qk.tile_bounds(x, y, 16))
     return pd.DataFrame(
         {
             "quadkey": keys.astype(str),

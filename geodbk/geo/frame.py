@@ -18,6 +18,8 @@ import numpy.typing as npt
 import shapely
 from shapely.geometry.base import BaseGeometry
 
+from geodbk.geo.longitude import native_longitude, wrap_longitude, wrap_near
+
 __all__ = [
     "Scaling",
     "frame_bounds",
@@ -26,36 +28,10 @@ __all__ = [
     "native_box",
     "native_boxes",
     "native_longitude",
+    "tile_polygons",
     "wrap_longitude",
     "wrap_near",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-
-
-def wrap_longitude(lon: npt.ArrayLike, *, west: float) -> FloatArray:
-    """Longitudes moved by whole turns into ``[west, west + 360)``; those already inside are
-    returned unchanged (bit for bit)."""
-    lon_a = np.asarray(lon, dtype=np.float64)
-    outside = (lon_a < west) | (lon_a >= west + 360.0)
-    if not outside.any():
-        return lon_a
-    return np.where(outside, west + np.mod(lon_a - west, 360.0), lon_a)
-
-
-def wrap_near(lon: npt.ArrayLike, *, centre: float) -> FloatArray:
-    """Longitudes moved by whole turns into the half-turn either side of ``centre``,
-    ``[centre - 180, centre + 180)`` (:func:`wrap_longitude`)."""
-    return wrap_longitude(lon, west=float(centre) - 180.0)
-
-
-def native_longitude(lon: npt.ArrayLike) -> FloatArray:
-    """Longitudes outside [-180, 180] moved by whole turns into [-180, 180); 180 stays 180."""
-    lon_a = np.asarray(lon, dtype=np.float64)
-    outside = (lon_a < -180.0) | (lon_a > 180.0)
-    if not outside.any():
-        return lon_a
-    return np.where(outside, wrap_longitude(lon_a, west=-180.0), lon_a)
 
 
 def longitude_arc(lon: npt.ArrayLike) -> tuple[float, float]:
@@ -127,6 +103,13 @@ def native_box(west: float, south: float, east: float, north: float) -> BaseGeom
     """:func:`native_boxes` as one polygon, or a multipolygon of the two halves."""
     boxes = [shapely.box(*b) for b in native_boxes(west, south, east, north)]
     return boxes[0] if len(boxes) == 1 else shapely.MultiPolygon(boxes)
+
+
+def tile_polygons(
+    west: npt.ArrayLike, south: npt.ArrayLike, east: npt.ArrayLike, north: npt.ArrayLike
+) -> npt.NDArray[np.object_]:
+    """Rectangular shapely polygons (counter-clockwise) from bounds arrays."""
+    return np.asarray(shapely.box(west, south, east, north, ccw=True), dtype=object)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from geodbk.errors import DataError
 from geodbk.geo import quadkey as qk
+from geodbk.geo.frame import tile_polygons
 from geodbk.geo.quadkey import TILE_ZOOM
 from geodbk.geo.tile_columns import (
     QUARTER_FORMS,
@@ -587,7 +588,7 @@ def tiles_to_geodataframe(df: pd.DataFrame) -> gpd.GeoDataFrame:
         return gpd.GeoDataFrame(empty, geometry=gpd.GeoSeries([], crs="EPSG:4326"), crs="EPSG:4326")
     codes, uniques = pd.factorize(df["quadkey"], sort=False)
     west, south, east, north = qk.quadkey_bounds(np.asarray(uniques, dtype=str))
-    polys = qk.tile_polygons(west, south, east, north)
+    polys = tile_polygons(west, south, east, north)
     out = df.copy()
     out["lon"] = ((west + east) / 2.0)[codes]
     out["lat"] = ((south + north) / 2.0)[codes]

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-import shapely
 
-from geodbk.geo.frame import native_longitude
+from geodbk.geo.longitude import native_longitude
 
 #: Deepest zoom a quadkey may have here (tile indices fit in int64; Bing maps stop at 23).
 MAX_ZOOM = 23
@@ -200,13 +199,6 @@ def quadkey_centroid(quadkeys: Sequence[str] | npt.ArrayLike) -> tuple[FloatArra
     tiles as quadkeys or as :func:`tile_keys`."""
     west, south, east, north = tile_bounds(*tile_ids_to_tile(quadkeys))
     return (west + east) / 2.0, (south + north) / 2.0
-
-
-def tile_polygons(
-    west: npt.ArrayLike, south: npt.ArrayLike, east: npt.ArrayLike, north: npt.ArrayLike
-) -> npt.NDArray[np.object_]:
-    """Rectangular shapely polygons (counter-clockwise) from bounds arrays."""
-    return np.asarray(shapely.box(west, south, east, north, ccw=True), dtype=object)
 
 
 def lonlat_to_tile(lon: npt.ArrayLike, lat: npt.ArrayLike, zoom: int) -> tuple[IntArray, IntArray]:

@@ -1,4 +1,4 @@
-"""Longitudes across the 180° meridian: wrapping, the shortest arc, frames and the scaling."""
+"""Longitudes across the 180° meridian: the shortest arc, frames, boxes and the scaling."""
 
 from __future__ import annotations
 
@@ -6,30 +6,20 @@ import numpy as np
 import pytest
 import shapely
 
+from geodbk.geo import quadkey as qk
 from geodbk.geo.frame import (
     Scaling,
     frame_bounds,
     geometry_in_frame,
     longitude_arc,
     native_box,
-    native_longitude,
-    wrap_longitude,
+    tile_polygons,
 )
 
 #: Alaska's shape as Census files hold it: split at 180°, the far Aleutians east of it.
 ALASKA = shapely.MultiPolygon(
     [shapely.box(172.4, 51.2, 180.0, 53.0), shapely.box(-180.0, 51.2, -129.9, 71.4)]
 )
-
-
-def test_wrapping_moves_only_longitudes_outside_the_turn() -> None:
-    lon = np.array([-157.3, 0.1, 179.99, -180.0])
-    np.testing.assert_array_equal(wrap_longitude(lon, west=-180.0), lon)  # bit for bit
-    moved = wrap_longitude(np.array([-170.0, 175.0, 190.0]), west=172.0)
-    np.testing.assert_allclose(moved, [190.0, 175.0, 190.0])
-    np.testing.assert_allclose(
-        native_longitude([190.0, -190.0, 180.0, 540.5]), [-170, 170, 180, -179.5]
-    )
 
 
 def test_the_shortest_arc_crosses_the_meridian_only_when_that_is_shorter() -> None:
@@ -73,3 +63,12 @@ def test_the_scaling_is_the_affine_map_and_continuous_across_the_meridian() -> N
     assert x1[0] == pytest.approx(-1.0) and x1[-1] == pytest.approx(1.0)
     assert 0.0 < x1[2] - x1[1] < 1e-4  # neighbours either side of 180° stay neighbours
     assert Scaling.from_dict(alaska.to_dict()) == alaska
+
+
+def test_tile_polygons_are_the_tiles_boxes_counter_clockwise() -> None:
+    west, south, east, north = qk.tile_bounds(np.array([0, 65535]), np.array([0, 40000]), 16)
+    polys = tile_polygons(west, south, east, north)
+    np.testing.assert_allclose(
+        np.array([p.bounds for p in polys]), np.column_stack([west, south, east, north])
+    )
+    assert all(p.exterior.is_ccw for p in polys)

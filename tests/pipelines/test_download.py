@@ -18,6 +18,7 @@ import pytest
 import shapely
 
 from geodbk.geo import quadkey as qk
+from geodbk.geo.frame import tile_polygons
 from pipelines import cli
 from pipelines import download as dl
 
@@ -116,7 +117,7 @@ def _ookla_table(lon0: float, lat0: float, n: int, *, seed: int, with_xy: bool) 
     x, y = x0[0] + cells % 100, y0[0] + cells // 100
     keys = qk.tile_to_quadkey(x, y, np.full(n, 16))
     w, s, e, nn = qk.tile_bounds(x, y, 16)
-    cols = {"quadkey": keys.astype(str), "tile": shapely.to_wkt(qk.tile_polygons(w, s, e, nn))}
+    cols = {"quadkey": keys.astype(str), "tile": shapely.to_wkt(tile_polygons(w, s, e, nn))}
     if with_xy:
         cols["tile_x"] = (w + e) / 2
         cols["tile_y"] = (s + nn) / 2

@@ -19,6 +19,7 @@ import shapely
 import xarray as xr
 
 from geodbk.geo import quadkey as qk
+from geodbk.geo.frame import tile_polygons
 from geodbk.geo.table import read_tile_table
 from pipelines import cli
 
@@ -43,7 +44,7 @@ def _raw_tiles(quarter_seed: int) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "quadkey": qk.tile_to_quadkey(x, y, np.full(x.size, ZOOM)).astype(str),
-            "tile": shapely.to_wkt(qk.tile_polygons(w, s, e, nn)),
+            "tile": shapely.to_wkt(tile_polygons(w, s, e, nn)),
             "avg_d_kbps": np.round(10**log_kbps).astype(np.int64),
             "avg_u_kbps": np.round(10 ** (log_kbps - 0.7)).astype(np.int64),
             "avg_lat_ms": rng.integers(20, 60, x.size),
