@@ -854,7 +854,7 @@ def choose_objective(tiles: Any, tiles_val: Any, *, seed: int = 0) -> tuple[str,
     :data:`MIN_HOLDOUT_ROWS` true rows mean the tile effect cannot be fitted.
     """
     ids = tile_id_strings(tiles).reshape(-1)
-    ids_val = np.asarray(tiles_val).astype(str).reshape(-1)
+    ids_val = tile_id_strings(tiles_val).reshape(-1)
     if int(np.isin(ids_val, ids).sum()) >= MIN_OBJECTIVE_ROWS:
         return "validation", np.ones(ids_val.size, dtype=bool)
     return "training hold-out", holdout_rows(ids, seed=seed)
@@ -1366,7 +1366,7 @@ def fit_tile_effect(
     r = np.asarray(y, dtype=np.float64) - m
     rv = np.asarray(y_val, dtype=np.float64) - mv
     tiles_a = tile_id_strings(tiles)
-    tiles_v = np.asarray(tiles_val).astype(str)
+    tiles_v = tile_id_strings(tiles_val)
     times_a = np.asarray(times, dtype=np.float64)
     groups_a = None if groups is None else np.asarray(groups).astype(str)
     objective, chosen = choose_objective(tiles_a, tiles_v, seed=seed)

@@ -7,18 +7,26 @@ import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from geodbk import likelihoods
 from geodbk.errors import DataError, ModelFileError
+from geodbk.geo.quadkey import quadkey_to_tile, tile_keys
 from geodbk.geo.tile_effect_files import (
     has_tile_effect,
     load_tile_effect,
     save_tile_effect,
     tile_effect_files,
 )
-from geodbk.tile_effect import TileEffect, TileEffectParameters, urban_groups
+from geodbk.tile_effect import (
+    TileEffect,
+    TileEffectParameters,
+    choose_objective,
+    tile_id_strings,
+    urban_groups,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -798,3 +806,22 @@ def test_the_unseen_prior_is_chosen_by_the_rows_of_unseen_tiles(spread: float) -
     assert choose_unseen_prior(effect, residual=residual[:20], **few) is effect
     again = TileEffectParameters.from_dict(json.loads(json.dumps(chosen.params.to_dict())))
     assert again == chosen.params
+
+
+def test_tile_ids_as_integer_keys_choose_the_same_objective_as_their_quadkeys() -> None:
+    """A Categorical of :func:`geodbk.geo.quadkey.tile_keys` stands for its quadkeys wherever
+    tile ids are compared as strings: the objective and its rows are the same."""
+    rng = np.random.default_rng(4)
+    names = np.array(["".join(map(str, rng.integers(0, 4, 16))) for _ in range(40)])
+    train = rng.choice(names, 400)
+    val = np.concatenate([rng.choice(names[:30], 300), rng.choice(names[30:], 50)])
+
+    def as_keys(ids: np.ndarray) -> pd.Categorical:
+        keys = tile_keys(*quadkey_to_tile(ids))
+        return pd.Categorical(keys, categories=np.unique(keys))
+
+    np.testing.assert_array_equal(tile_id_strings(as_keys(val)), val)
+    by_name = choose_objective(train, val, seed=1)
+    by_key = choose_objective(as_keys(train), as_keys(val), seed=1)
+    assert by_key[0] == by_name[0] == "validation"
+    np.testing.assert_array_equal(by_key[1], by_name[1])
