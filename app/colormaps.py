@@ -20,7 +20,7 @@ from html import escape
 import numpy as np
 from numpy.typing import NDArray
 
-from geodbk.geo.frame import native_longitude
+from geodbk.geo.longitude import native_longitude
 
 #: Colour map per kind of layer.
 CMAPS: dict[str, str] = {

@@ -18,7 +18,7 @@ import pandas as pd
 import pydeck as pdk
 from pydeck.bindings.json_tools import default_serialize
 
-from geodbk.geo.frame import wrap_longitude
+from geodbk.geo.longitude import wrap_longitude
 
 #: Layer ids that carry clickable points (their objects have ``lon``/``lat``).
 PICK_LAYER_ID = "click-grid"

@@ -24,7 +24,8 @@ from numpy.typing import NDArray
 from app.quarters import with_time
 from app.runs import RAW_COLUMNS, RAW_TO_NATURAL, TARGETS, to_natural
 from geodbk.geo.contract import Z95
-from geodbk.geo.frame import Scaling, wrap_near
+from geodbk.geo.frame import Scaling
+from geodbk.geo.longitude import wrap_near
 from geodbk.geo.quadkey import quadkey_bounds
 from geodbk.metrics import canonical_keys
 

@@ -41,7 +41,7 @@ from scipy.spatial import cKDTree
 
 from geodbk.bases import stable_cholesky
 from geodbk.errors import DataError
-from geodbk.geo.frame import wrap_near
+from geodbk.geo.longitude import wrap_near
 from geodbk.tile_effect import (
     MIN_OBJECTIVE_ROWS,
     UNSEEN_EFFECT,

@@ -29,7 +29,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geodbk.atomic import atomic_path
-from geodbk.geo.frame import geometry_in_frame, wrap_longitude
+from geodbk.geo.frame import geometry_in_frame
+from geodbk.geo.longitude import wrap_longitude
 from geodbk.metrics import COVERAGE95, NLL
 
 COLORS = {"urban": "#d95f02", "rural": "#1b9e77", "all": "#444444"}

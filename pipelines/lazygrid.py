@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from geodbk.errors import DataError
-from geodbk.geo.frame import native_longitude
 from geodbk.geo.geotiff import write_geotiff
 from geodbk.geo.grids import Grid
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import format_quarter, quarter_index
 from pipelines.predict import predict_block
 from pipelines.rundir import TargetSpec, model_inputs, scale_lonlat, time_scaling_of

@@ -18,7 +18,7 @@ import pandas as pd
 import shapely
 
 from geodbk.errors import DataError
-from geodbk.geo.frame import native_longitude
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import (
     TimeScaling,
     extrapolation_of,

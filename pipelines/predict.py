@@ -40,8 +40,9 @@ from geodbk import __version__
 from geodbk.errors import DataError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import QUANTITY_LABELS, Z95
-from geodbk.geo.frame import frame_bounds, geometry_in_frame, native_longitude, wrap_longitude
+from geodbk.geo.frame import frame_bounds, geometry_in_frame
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, make_grid, region_mask
+from geodbk.geo.longitude import native_longitude, wrap_longitude
 from geodbk.geo.parquet_batches import iter_parquet_batches
 from geodbk.geo.quadkey import MAX_ZOOM
 from geodbk.geo.timeaxis import (

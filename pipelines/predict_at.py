@@ -39,9 +39,9 @@ from geodbk import __version__
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.contract import PLACES_OUTPUT_COLUMNS, PREDICTIONS_KEY, QUANTITY_LABELS, Z95
-from geodbk.geo.frame import native_longitude
 from geodbk.geo.licence import licence_line
 from geodbk.geo.locations import Locations, read_locations
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, describe_quantity
 from pipelines.places import load_place_predictor, places_quarter_status

@@ -36,8 +36,9 @@ from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, sta
 from geodbk.errors import DataError, ModelFileError
 from geodbk.exceedance import exceedance_probability
 from geodbk.geo.contract import TARGETS
-from geodbk.geo.frame import frame_bounds, wrap_longitude
+from geodbk.geo.frame import frame_bounds
 from geodbk.geo.licence import licence_line
+from geodbk.geo.longitude import wrap_longitude
 from geodbk.geo.parquet_batches import (
     count_rows,
     iter_parquet_batches,

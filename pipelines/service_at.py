@@ -24,8 +24,8 @@ import pandas as pd
 import shapely
 
 from geodbk.geo.contract import SERVICE_KEY
-from geodbk.geo.frame import native_longitude
 from geodbk.geo.locations import Locations
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import quarter_text
 from pipelines.predict_at import warn_replacing_other_places, write_places
 from pipelines.run_inputs import read_region

@@ -43,9 +43,9 @@ from geodbk.area_sums import AreaSummary, AreaSums, pairs_of_layers
 from geodbk.atomic import atomic_path, naming_errors
 from geodbk.errors import DataError
 from geodbk.geo.areas import ID_COLUMNS, NAME_COLUMNS, Areas, cell_area_km2, read_areas
-from geodbk.geo.frame import native_longitude
 from geodbk.geo.grids import DEFAULT_MAX_CELLS, Grid, block_rows_for, region_mask
 from geodbk.geo.licence import licence_line
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.table import _to_arrow
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.joint import JointSampler, quantity_draws, standard_normal_weights

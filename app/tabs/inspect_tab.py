@@ -24,7 +24,7 @@ from app.tabs.kernel_tab import choose_time
 from app.tabs.map_tab import POINT_KEY
 from app.ui import MAP_QUANTITY_KEY, MAP_TESTS_KEY, missing, quarter_slider
 from geodbk.geo.contract import QUANTITY_LABELS
-from geodbk.geo.frame import native_longitude, wrap_near
+from geodbk.geo.longitude import native_longitude, wrap_near
 
 SOURCE_KEY = "inspect_source"
 CLICKED = "Clicked point"

@@ -25,8 +25,9 @@ import pandas as pd
 import shapely
 
 from geodbk.errors import DataError
-from geodbk.geo.frame import geometry_in_frame, native_box, native_longitude, wrap_longitude
+from geodbk.geo.frame import geometry_in_frame, native_box
 from geodbk.geo.grids import Grid
+from geodbk.geo.longitude import native_longitude, wrap_longitude
 from geodbk.geo.regions import _source, lonlat_without_crs, polygonal_part
 from geodbk.local_layer import EARTH_RADIUS_KM
 

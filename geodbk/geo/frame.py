@@ -27,10 +27,7 @@ __all__ = [
     "longitude_arc",
     "native_box",
     "native_boxes",
-    "native_longitude",
     "tile_polygons",
-    "wrap_longitude",
-    "wrap_near",
 ]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from geodbk.errors import DataError
-from geodbk.geo.frame import native_longitude
+from geodbk.geo.longitude import native_longitude
 from geodbk.geo.quadkey import TILE_ZOOM, lonlat_to_tile, quadkey_centroid, valid_quadkeys
 from geodbk.geo.tile_columns import padded_number_quadkeys, padded_quadkeys
 

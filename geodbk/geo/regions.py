@@ -16,7 +16,8 @@ from shapely.geometry.base import BaseGeometry
 
 from geodbk.atomic import atomic_write_text
 from geodbk.errors import DataError
-from geodbk.geo.frame import Scaling, frame_bounds, native_box, wrap_longitude
+from geodbk.geo.frame import Scaling, frame_bounds, native_box
+from geodbk.geo.longitude import wrap_longitude
 
 WGS84 = "EPSG:4326"
 

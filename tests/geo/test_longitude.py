@@ -22,10 +22,11 @@ def test_wrapping_moves_only_longitudes_outside_the_turn() -> None:
 
 
 def test_longitudes_and_quadkeys_import_without_shapely() -> None:
-    """The model code (the tile effect) imports quadkeys on machines without the geo stack."""
+    """The model code (the tile effect, the local layer) imports quadkeys and longitudes on
+    machines without the geo stack."""
     code = (
         "import sys; sys.modules['shapely'] = None\n"
-        "import geodbk.geo.quadkey, geodbk.geo.longitude, geodbk.tile_effect\n"
+        "import geodbk.geo.quadkey, geodbk.geo.longitude, geodbk.tile_effect, geodbk.local_layer\n"
         "print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
