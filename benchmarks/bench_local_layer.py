@@ -271,6 +271,37 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def neighbours_table(folder: Path) -> str:
+    """A markdown table of the ``RUN.kK.json`` files of ``folder`` (``--neighbours K`` runs):
+    per run and ``K``, the local layer's validation and test NLL (and the test NLL less that
+    at the run's largest ``K``, the nearest to the dense field), its map coverage and median
+    |error|, and the fitted range."""
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted(folder.glob("*.k*.json")):
+        run, _, k = path.stem.rpartition(".k")
+        if k.isdigit():
+            found.setdefault(run, {})[int(k)] = canonical_keys(json.loads(path.read_text()))
+    lines = [
+        "| run | k | validation NLL | test NLL | − at the largest k | map cov. | "
+        "median \\|err\\| | range (km) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run, by_k in found.items():
+        base = by_k[max(by_k)]
+        for k, d in sorted(by_k.items()):
+            res = d["results"]["local_layer"]
+            nll = res["rows"]["all"][NLL]
+            diff = f"{nll - base['results']['local_layer']['rows']['all'][NLL]:+.4f}"
+            a = res["map"].get("all", {})
+            lines.append(
+                f"| {run} | {k} | {d['local_layer']['val_nll']:.4f} | {nll:.4f} | {diff} | "
+                f"{100 * a.get(COVERAGE95, float('nan')):.1f} | "
+                f"{a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
+                f"{d['local_layer']['range_km']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def place_share_study(folder: Path) -> str:
     """Markdown of how the place share ``c`` moves the map coverage on every ``*.json`` of
     ``folder`` (block splits, one target each): per run, the held-out units holding the
@@ -375,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     from geodbk import DBKRegressor
     from geodbk.geo.blocks import held_out_units
     from geodbk.geo.table import read_table_metadata
-    from geodbk.local_layer import LocalLayer
+    from geodbk.local_layer import NEIGHBOURS, LocalLayer
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (
         PLACE_SHARES,
@@ -396,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--summary"]:
         print(summary(Path(argv[1])))
         return 0
+    if argv[:1] == ["--neighbours-table"]:
+        print(neighbours_table(Path(argv[1])))
+        return 0
     if argv[:1] == ["--place-shares"]:
         print(place_share_study(Path(argv[1])))
         return 0
@@ -405,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-kriging", action="store_true")
+    p.add_argument(
+        "--neighbours",
+        type=int,
+        default=NEIGHBOURS,
+        help="measured tiles that krige the field at a place (default: %(default)s)",
+    )
     p.add_argument(
         "--no-tests-mean",
         action="store_true",
@@ -446,7 +486,9 @@ def main(argv: list[str] | None = None) -> int:
             read_table_metadata(args.run / "tiles.parquet").get("split"),
         ),
     )
-    layer = fit_run_local_layer(model, effect, n_train=int(tr.sum()), val=val)
+    layer = fit_run_local_layer(
+        model, effect, n_train=int(tr.sum()), val=val, neighbours=args.neighbours
+    )
     t_layer = time.perf_counter()
     xy = tile_positions(tiles, lat0=layer.params.lat0, lon0=layer.params.lon0)
     y = y_all[te]

@@ -29,6 +29,7 @@ from geodbk.geo.contract import Z95
 from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import (
+    NEIGHBOURS,
     UNSEEN_EFFECT,
     UNSEEN_GP,
     LocalLayer,
@@ -143,15 +144,23 @@ def _gp_at(model: Any, val: ValidationRows) -> tuple[Any, np.ndarray]:
 
 
 def fit_run_local_layer(
-    model: Any, effect: Any, *, n_train: int, val: ValidationRows
+    model: Any,
+    effect: Any,
+    *,
+    n_train: int,
+    val: ValidationRows,
+    neighbours: int = NEIGHBOURS,
 ) -> LocalLayer:
     """Fit the local layer on top of ``effect`` (conditioned on the training rows, then the
     validation rows: its first ``n_train`` rows are the training rows) and return it
     conditioned on all of ``effect``'s rows. With ``val.tests`` and ``val.urban`` the place
     share of an unmeasured tile's prior is chosen on the validation tiles
-    (:func:`choose_place_share`); without them it stays 1."""
+    (:func:`choose_place_share`); without them it stays 1. ``neighbours``: the measured tiles
+    that krige the field at a place."""
     pred, comp = _gp_at(model, val)
-    return fit_local_layer(effect, n_train=n_train, val=val, pred=pred, components=comp)
+    return fit_local_layer(
+        effect, n_train=n_train, val=val, pred=pred, components=comp, neighbours=neighbours
+    )
 
 
 def fit_local_layer(
@@ -162,6 +171,7 @@ def fit_local_layer(
     pred: Any,
     components: np.ndarray,
     fit_rho: bool = True,
+    neighbours: int = NEIGHBOURS,
 ) -> LocalLayer:
     """:func:`fit_run_local_layer` from the GP's latent prediction ``pred`` (``mean``,
     ``var_f``) and noise ``components`` at the validation rows (``val.X`` and ``val.noise``
@@ -185,6 +195,7 @@ def fit_local_layer(
         lat0=lat0,
         lon0=lon0,
         fit_rho=fit_rho,
+        neighbours=neighbours,
     )
     choice = _share_on(layer, val, pred, components, xy=val_xy)
     gp_nll = gaussian_nll(

@@ -327,6 +327,7 @@ RESUME_FREE_KEYS = (
     "tile_effect",
     "tile_effect_groups",
     "local_layer",
+    "local_layer_neighbours",
 )
 
 
@@ -706,7 +707,13 @@ def run_train(
             n_train = len(parts["train"][1])
             if cfg.local_layer == "on":
                 step = "the local layer"
-                layer = fit_run_local_layer(model, effect, n_train=n_train, val=val)
+                layer = fit_run_local_layer(
+                    model,
+                    effect,
+                    n_train=n_train,
+                    val=val,
+                    neighbours=cfg.local_layer_neighbours,
+                )
             else:
                 step = "the tile effect's place share"
                 effect = with_effect_place_share(model, effect, n_train=n_train, val=val)

@@ -29,7 +29,8 @@ def test_defaults_are_the_seed_ookla_settings() -> None:
 
 #: The YAML keys of ``config.yaml`` (older runs read and compare them on ``--resume``).
 CONFIG_KEYS = (
-    "alpha batch_size beta device epochs expansion hidden kernel_update_every local_layer lr "
+    "alpha batch_size beta device epochs expansion hidden kernel_update_every local_layer "
+    "local_layer_neighbours lr "
     "noise noise_init "
     "noise_power objective patience predict_chunk_size rank seed streaming tile_effect "
     "tile_effect_groups time weight_decay"
@@ -65,6 +66,13 @@ def test_the_yaml_keys_and_their_order_are_those_of_older_runs(tmp_path: Path) -
     assert c.replace(rank=8) is not c and c.rank == 1024
 
 
+def test_the_layers_neighbours_default_is_the_layers_own() -> None:
+    """The config keeps its own copy of the default (it imports no torch): the same number."""
+    from geodbk.local_layer import NEIGHBOURS
+
+    assert TrainConfig().local_layer_neighbours == NEIGHBOURS
+
+
 def test_file_overrides_defaults_and_flags_override_file(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("rank: 64\nepochs: 7\nlr: 1\n")
@@ -89,6 +97,7 @@ def test_roundtrip_of_resolved_config(tmp_path: Path) -> None:
         ("epochs: true\n", "key 'epochs' must be int"),
         ("device: tpu\n", "key 'device' must be one of"),
         ("rank: 0\n", "key 'rank' must be >= 1"),
+        ("local_layer_neighbours: 0\n", "key 'local_layer_neighbours' must be >= 1"),
         ("kernel_update_every: -1\n", "key 'kernel_update_every' must be >= 0"),
         ("kernel_update_every: 2\nexpansion: silu\n", "'kernel_update_every' must be 0 (default)"),
         ("kernel_update_every: 2\nobjective: exact\n", "'kernel_update_every' must be 0 (default)"),

@@ -34,9 +34,12 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 def test_the_tile_effect_is_fitted_on_a_training_holdout(run: Path) -> None:
     """No validation tile has training rows: the tile effect is chosen on held-out training
     rows, the local layer on the validation tiles (predicted from their neighbours), and the
-    report runs."""
+    report runs; the layer kriges with the config's number of neighbours."""
     folder = train_stage.run_train(
-        run, target="download", config=CFG.replace(tile_effect="on"), progress=False
+        run,
+        target="download",
+        config=CFG.replace(tile_effect="on", local_layer_neighbours=5),
+        progress=False,
     )
     md = DBKRegressor.load(folder, device="cpu").metadata_
     assert md["config"]["tile_effect"] == "on" and md["config"]["local_layer"] == "on"
@@ -47,6 +50,7 @@ def test_the_tile_effect_is_fitted_on_a_training_holdout(run: Path) -> None:
     scores = md["local_layer"]["val_nll_unseen"]
     assert set(scores) == {"gp", "tile effect"}
     saved = json.loads((folder / "local_layer.json").read_text())
+    assert saved["neighbours"] == 5
     assert saved["unseen_prior"] == md["local_layer"]["unseen_prior"]
     gp_wins = scores["gp"] < scores["tile effect"] - 1e-3
     assert saved["unseen_prior"] == ("gp" if gp_wins else "tile effect")
@@ -99,9 +103,9 @@ def test_the_place_share_counts_the_split_s_held_out_units(
     seen = {}
     real = train_stage.fit_run_local_layer
 
-    def spy(model: object, effect: object, *, n_train: int, val: object) -> object:
+    def spy(model: object, effect: object, *, n_train: int, val: object, **kw: object) -> object:
         seen["val"] = val
-        return real(model, effect, n_train=n_train, val=val)
+        return real(model, effect, n_train=n_train, val=val, **kw)
 
     monkeypatch.setattr(train_stage, "fit_run_local_layer", spy)
     train_stage.run_train(run, target="download", config=CFG, progress=False)
