@@ -15,7 +15,9 @@ tile effect's ``τ²`` or the GP's);
 chosen share against the rule without the conformal count, pooled per target; docs/quantities.md,
 "Can a block split learn the place share?");
 ``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
-``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``.
+``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``;
+``--neighbours-table DIR`` the local layer at each ``--neighbours K`` from ``RUN.kK.json`` files
+(docs/quantities.md, "How many neighbours").
 
 Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,
 :func:`pipelines.layers.fit_run_local_layer`): the tile effect's ``(tau², rho, lambda,
