@@ -86,6 +86,9 @@ _RHO_MAX = 0.999
 #: a fitted range that grows as k shrinks, at 0.6 times the layer's time of 16
 #: (docs/quantities.md, "How many neighbours").
 NEIGHBOURS = 8
+#: Bounds of the field's fitted Matérn range (km): a range at either bound is not a
+#: short-range field of tile offsets (see :func:`range_at_bound`).
+RANGE_BOUNDS_KM = (0.05, 200.0)
 #: Fewest targets a k-d tree query shares among the machine's cores: scipy starts one thread
 #: per core on each query, and a map's block asks for a few hundred distinct tiles, which one
 #: thread answers faster (benchmarks/bench_neighbour_query.py).
@@ -110,6 +113,16 @@ def matern32(distance: torch.Tensor, range_km: torch.Tensor) -> torch.Tensor:
     """Matérn-3/2 correlation ``(1 + √3 d/ell) exp(-√3 d/ell)``."""
     h = math.sqrt(3.0) * distance / range_km
     return (1.0 + h) * torch.exp(-h)
+
+
+def range_at_bound(range_km: float, *, rtol: float = 1e-6) -> float | None:
+    """The bound of :data:`RANGE_BOUNDS_KM` a fitted range sits at (within ``rtol``), else
+    ``None``: at the upper bound the field is one regional offset shared by every neighbour,
+    at the lower bound white noise per tile."""
+    for bound in RANGE_BOUNDS_KM:
+        if abs(range_km - bound) <= rtol * bound:
+            return bound
+    return None
 
 
 @dataclass(frozen=True)
@@ -568,7 +581,7 @@ class LocalLayer:
         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
             rho = _RHO_MAX * torch.sigmoid(p[-n_g:].clamp(-9.0, 9.0)) if fit_rho else fixed.rho
             q = p[:-n_g] if fit_rho else p
-            rng = torch.exp(q[-1].clamp(math.log(0.05), math.log(200.0)))
+            rng = torch.exp(q[-1].clamp(*(math.log(b) for b in RANGE_BOUNDS_KM)))
             if keep_total:  # sigma² a share of the smallest tau²; each tau² gives it up
                 sigma2 = torch.sigmoid(q[0]).clamp(1e-6, 1.0 - 1e-6) * total.min()
                 return total - sigma2, sigma2, rng, rho

@@ -30,11 +30,13 @@ from geodbk.geo.frame import longitude_arc
 from geodbk.geo.quadkey import quadkey_centroid
 from geodbk.local_layer import (
     NEIGHBOURS,
+    RANGE_BOUNDS_KM,
     UNSEEN_EFFECT,
     UNSEEN_GP,
     LocalLayer,
     SpatialParameters,
     lonlat_to_km,
+    range_at_bound,
 )
 from geodbk.metrics import gaussian_nll
 from geodbk.tile_effect import (
@@ -223,6 +225,18 @@ def fit_local_layer(
         layer.params.val_nll_without,
         gp_nll,
     )
+    bound = range_at_bound(layer.params.range_km)
+    if bound is not None:
+        log.warning(
+            "local layer: the field's range reached its bound of %g km with %d neighbours, so "
+            "it is not a short-range field of tile offsets (%s); check the test NLL against "
+            "the tile effect alone (--no-local-layer) or another local_layer_neighbours",
+            bound,
+            layer.params.neighbours,
+            "one offset shared by every neighbour"
+            if bound == max(RANGE_BOUNDS_KM)
+            else "white noise per tile",
+        )
     return layer.with_effect(
         effect,
         tile_xy=_effect_positions(effect, lat0, lon0),

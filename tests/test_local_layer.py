@@ -16,6 +16,7 @@ import torch
 from geodbk.errors import DataError
 from geodbk.local_layer import (
     PARALLEL_QUERY_TARGETS,
+    RANGE_BOUNDS_KM,
     UNSEEN_EFFECT,
     UNSEEN_GP,
     LocalLayer,
@@ -23,6 +24,7 @@ from geodbk.local_layer import (
     _Neighbours,
     lonlat_to_km,
     matern32,
+    range_at_bound,
     tile_chunks,
 )
 from geodbk.tile_effect import TileEffect, TileEffectParameters
@@ -936,3 +938,22 @@ def test_spatial_parameters_without_an_unseen_prior_read_as_the_tile_effects() -
     assert SpatialParameters.from_dict(raw).unseen_prior == UNSEEN_EFFECT
     with pytest.raises(ValueError, match="unseen_prior"):
         SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}, unseen_prior="kriging")
+
+
+def test_an_offset_shared_by_every_tile_runs_the_range_to_its_bound() -> None:
+    """Tiles 10 km across that share one offset: the field that explains the held-out tiles
+    best is one constant, so the fitted range sits at the upper bound, and
+    :func:`range_at_bound` names it; a field of a few km stays inside the bounds."""
+    rng = np.random.default_rng(0)
+    n = 150
+    xy = rng.uniform(0, 10, (n, 2))
+    held = rng.random(n) < 0.5
+    shared = np.full(n, 0.3) + rng.normal(0, 0.01, n)
+    layer = _fit_leaving_tiles_out(rng, xy, shared, held, noise_var=0.05, tau2=0.1, neighbours=8)
+    assert range_at_bound(layer.params.range_km) == max(RANGE_BOUNDS_KM)
+    d = np.linalg.norm(xy[:, None] - xy[None], axis=-1)
+    local = rng.multivariate_normal(np.zeros(n), 0.1 * _c(d / 1.5) + 1e-9 * np.eye(n))
+    layer = _fit_leaving_tiles_out(rng, xy, local, held, noise_var=0.05, tau2=0.1, neighbours=8)
+    assert range_at_bound(layer.params.range_km) is None
+    assert min(RANGE_BOUNDS_KM) < layer.params.range_km < max(RANGE_BOUNDS_KM)
+    assert range_at_bound(min(RANGE_BOUNDS_KM)) == min(RANGE_BOUNDS_KM)

@@ -176,6 +176,32 @@ def test_no_local_layer_keeps_the_tile_effect_alone(run: Path) -> None:
         assert np.all(ds["tile_pull"].values[inside] == 0)
 
 
+def test_a_range_at_its_bound_is_warned_about(
+    tiny_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fitted range at its upper bound (one offset shared by every neighbour,
+    :func:`geodbk.local_layer.range_at_bound`; forced here) is logged as a warning that says
+    what it means and what to try; the layer is still saved."""
+    import logging
+
+    import pipelines.layers as layers
+
+    r = tmp_path / "run"
+    shutil.copytree(tiny_run, r)
+    monkeypatch.setattr(layers, "range_at_bound", lambda _range: 200.0)
+    cfg = demo_config(quick=True).replace(epochs=2, local_layer_neighbours=6)
+    with caplog.at_level(logging.WARNING, logger="geodbk"):
+        run_train(r, target="upload", config=cfg, progress=False)
+    said = [rec.getMessage() for rec in caplog.records if "reached its bound" in rec.getMessage()]
+    assert len(said) == 1
+    assert "200 km with 6 neighbours" in said[0] and "one offset shared" in said[0]
+    assert "--no-local-layer" in said[0]
+    assert (RunDir(r).model_dir("upload") / LAYER_FILE).exists()
+
+
 def test_the_grid_records_the_layers_place_share(run: Path) -> None:
     """The model's place share (saved with the layer) and what chose it are grid attributes,
     and so are the tau² the layer refitted (what the maps use, not the tile effect's) and the
