@@ -16,8 +16,9 @@ chosen share against the rule without the conformal count, pooled per target; do
 "Can a block split learn the place share?");
 ``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
 ``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``;
-``--neighbours-table DIR`` the local layer at each ``--neighbours K`` from ``RUN.kK.json`` files
-(docs/quantities.md, "How many neighbours").
+``--neighbours-table DIR`` the local layer at each ``--neighbours K`` from ``RUN.kK.json`` files;
+``--spacing RUN`` how close together a run's measured tiles lie (docs/quantities.md, both in
+"How many neighbours").
 
 Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,
 :func:`pipelines.layers.fit_run_local_layer`): the tile effect's ``(tau², rho, lambda,
@@ -304,6 +305,32 @@ def neighbours_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def tile_spacing(run: Path, *, k: int = 8) -> str:
+    """How close together the measured tiles of ``run``'s ``tiles.parquet`` lie (every split):
+    their count and, for urban and rural tiles, the median distance (km, at the tiles' mean
+    latitude) to the nearest other measured tile and to the ``k``-th nearest."""
+    from scipy.spatial import cKDTree
+
+    from geodbk.geo.quadkey import quadkey_centroid
+    from geodbk.local_layer import lonlat_to_km
+
+    urban = (
+        pd.read_parquet(run / "tiles.parquet", columns=["quadkey", "urban"])
+        .groupby("quadkey", observed=True)["urban"]
+        .first()
+    )
+    lon, lat = quadkey_centroid(urban.index.astype(str).to_numpy())
+    xy = lonlat_to_km(lon, lat, lat0=float(np.mean(lat)))
+    d, _ = cKDTree(xy).query(xy, k=k + 1)
+    lines = [f"{len(xy)} measured tiles"]
+    for name, m in (("urban", urban.to_numpy(bool)), ("rural", ~urban.to_numpy(bool))):
+        lines.append(
+            f"{name}: {int(m.sum())} tiles, median km to the nearest {np.median(d[m, 1]):.2f}, "
+            f"to the {k}th {np.median(d[m, k]):.2f}"
+        )
+    return "\n".join(lines)
+
+
 def place_share_study(folder: Path) -> str:
     """Markdown of how the place share ``c`` moves the map coverage on every ``*.json`` of
     ``folder`` (block splits, one target each): per run, the held-out units holding the
@@ -431,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] == ["--neighbours-table"]:
         print(neighbours_table(Path(argv[1])))
+        return 0
+    if argv[:1] == ["--spacing"]:
+        print(tile_spacing(Path(argv[1])))
         return 0
     if argv[:1] == ["--place-shares"]:
         print(place_share_study(Path(argv[1])))
