@@ -70,6 +70,7 @@ from geodbk.metrics import (
     coverage_verdict,
     share_interval,
 )
+from geodbk.tile_effect import UNSEEN_GP
 
 Z95 = 1.959963984540054
 
@@ -580,6 +581,14 @@ def main(argv: list[str] | None = None) -> int:
         "rows": results["local_layer"]["rows"],
         "map": _part_map(frame[te], gp["mean"][te], whole),
     }
+    # test rows of unmeasured tiles whose prior is below lambda v_f: no offset for the place
+    # share to scale (split_unseen_prior keeps their prior at every share)
+    lam = 1.0 if layer.params.unseen_prior == UNSEEN_GP else layer.effect.params.latent_scale
+    unseen_rows = ~np.asarray(whole.seen)
+    below = unseen_rows & (whole.tile_var < lam * gp["var_f"][te])
+    results["local_layer"]["unseen_rows_prior_below_latent"] = (
+        float(below.sum() / unseen_rows.sum()) if unseen_rows.any() else None
+    )
     # the place share's choice: coverage of well-measured tiles' levels at every share, on
     # the validation tiles without training rows (as chosen) and on the test tiles
     val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)

@@ -692,19 +692,23 @@ def split_unseen_prior(
     pred: TileEffectPrediction, *, var_f: np.ndarray, latent_scale: float, place_share: float
 ) -> TileEffectPrediction:
     """Split the variance of a row whose tile has no rows between the place and its testers
-    by the place share ``c``: ``tile_var' = clip(lambda v_f + c P, min(v_f, tile_var),
-    tile_var + noise_var - persistent_var)`` with ``P = tile_var - lambda v_f`` the prior
-    offset variance, and ``noise_var`` takes up the difference, so every row's ``tile_var +
-    noise_var`` (one test's variance) stays as it was and measured tiles' rows are unchanged.
-    Below 1 the rest of ``P`` goes to one test's noise, but a place never measured keeps at
-    least the GP's own ``v_f`` where the whole prior holds it (never narrower than its area
-    quantity because of ``c``); above 1, ``(c - 1) P`` of one test's own noise is the
-    place's, at most all of it (the tile quantity never wider than one test)."""
+    by the place share ``c``: ``tile_var' = clip(min(lambda v_f, tile_var) + c P, min(v_f,
+    tile_var), tile_var + noise_var - persistent_var)`` with ``P = max(tile_var - lambda v_f,
+    0)`` the prior offset variance, and ``noise_var`` takes up the difference, so every row's
+    ``tile_var + noise_var`` (one test's variance) stays as it was and measured tiles' rows
+    are unchanged. Below 1 the rest of ``P`` goes to one test's noise, but a place never
+    measured keeps at least the GP's own ``v_f`` where the whole prior holds it (never
+    narrower than its area quantity because of ``c``); above 1, ``(c - 1) P`` of one test's
+    own noise is the place's, at most all of it (the tile quantity never wider than one
+    test). A row whose prior is below ``lambda v_f`` (a field that explains part of the GP's
+    variance, :func:`gp_unseen_variance`) has ``P = 0`` and keeps its prior at every ``c``,
+    so the split is continuous in ``c`` and equals the prior at ``c = 1``."""
     if place_share == 1.0:
         return pred
     vf = np.asarray(var_f, dtype=np.float64)
     whole = pred.tile_var
-    kept = latent_scale * vf + place_share * np.maximum(whole - latent_scale * vf, 0.0)
+    latent = latent_scale * vf
+    kept = np.minimum(latent, whole) + place_share * np.maximum(whole - latent, 0.0)
     widest = whole + np.maximum(pred.noise_var - pred.persistent_var, 0.0)
     tile_var = np.where(pred.seen, whole, np.clip(kept, np.minimum(vf, whole), widest))
     return replace(pred, tile_var=tile_var, noise_var=pred.noise_var + (whole - tile_var))

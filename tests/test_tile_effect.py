@@ -571,6 +571,30 @@ def test_a_place_share_above_1_takes_an_unseen_tile_s_width_from_one_test_s_nois
     assert np.all(wider.tile_var <= total + 1e-15) and wider.tile_var[3] == pred.tile_var[3]
 
 
+@pytest.mark.parametrize("share", [0.3, 0.999, 1.001, 2.0])
+def test_a_prior_below_the_gps_variance_is_kept_at_every_place_share(share: float) -> None:
+    """An unmeasured tile's prior below ``lambda v_f`` (the GP prior less what a field
+    explains, ``gp_unseen_variance``) holds no offset to split: every place share keeps it,
+    as ``c = 1`` does, so the split is continuous at 1 and a share below 1 never widens a
+    row; a row above ``lambda v_f`` still moves with ``c``."""
+    from geodbk.tile_effect import TileEffectPrediction, split_unseen_prior
+
+    lam = 1.0
+    var_f = np.array([0.10, 0.10])
+    seen = np.array([False, False])
+    pred = TileEffectPrediction(
+        shift=np.zeros(2),
+        tile_var=np.array([0.06, 0.20]),  # below v_f (a field explained 0.04); above it
+        noise_var=np.full(2, 0.5),
+        persistent_var=np.zeros(2),
+        seen=seen,
+    )
+    out = split_unseen_prior(pred, var_f=var_f, latent_scale=lam, place_share=share)
+    assert out.tile_var[0] == pytest.approx(0.06, rel=1e-12)
+    assert out.tile_var[1] == pytest.approx(0.10 + share * 0.10, rel=1e-12)
+    np.testing.assert_allclose(out.tile_var + out.noise_var, pred.tile_var + pred.noise_var)
+
+
 def test_the_place_share_is_bounded() -> None:
     """The tile effect's and the local layer's place share lie in (0, MAX_PLACE_SHARE]; a
     saved 2 loads."""
