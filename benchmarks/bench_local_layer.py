@@ -38,6 +38,11 @@ prior):
   test tiles with at least 30 tests over their test quarters, the quantity (tile, or f for the
   GP alone) against the tile's tests-weighted level: 95% coverage, median |error| (log10) and
   the share off by more than 2x.
+- the local layer's ``unseen_prior_study``: its field under each prior of an unmeasured tile,
+  the validation NLL of rows without training history by urban / rural, the test map at the
+  chosen place share and at 1, and the test tiles its interval misses;
+  ``unseen_rows_prior_below_latent``: the share of unmeasured test rows whose prior is below
+  ``lambda v_f`` (no offset for the place share to scale).
 
 The kriging anchor: each training/validation tile's mean residual at its centre (km), an
 exponential variogram fitted by PyKrige on a random 3,000 tiles, then ordinary kriging with the
@@ -522,6 +527,15 @@ def main(argv: list[str] | None = None) -> int:
     layer = fit_run_local_layer(
         model, effect, n_train=int(tr.sum()), val=val, neighbours=args.neighbours
     )
+    _val_rows = {
+        "residual": y_all[va] - gp["mean"][va],
+        "urban": urban[va],
+        "tiles": tiles[va],
+        "times": gp["times"][va],
+        "var_f": gp["var_f"][va],
+        "components": gp["comp"][va],
+        "groups": groups[va],
+    }
     t_layer = time.perf_counter()
     xy = tile_positions(tiles, lat0=layer.params.lat0, lon0=layer.params.lon0)
     y = y_all[te]
@@ -589,6 +603,17 @@ def main(argv: list[str] | None = None) -> int:
     results["local_layer"]["unseen_rows_prior_below_latent"] = (
         float(below.sum() / unseen_rows.sum()) if unseen_rows.any() else None
     )
+    results["local_layer"]["unseen_prior_study"] = _unseen_prior_study(
+        layer,
+        n_train=int(tr.sum()),
+        val_rows=_val_rows,
+        test=frame[te],
+        gp_mean=gp["mean"][te],
+        xy=xy,
+        va=va,
+        te=te,
+        kw=kw,
+    )
     # the place share's choice: coverage of well-measured tiles' levels at every share, on
     # the validation tiles without training rows (as chosen) and on the test tiles
     val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
@@ -646,6 +671,86 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.get(MEDIAN_ABS_ERROR, float('nan')):.3f} >2x {m.get(OFF_BY_2X, float('nan')):.3f}"
         )
     return 0
+
+
+def _unseen_prior_study(
+    layer: Any,
+    *,
+    n_train: int,
+    val_rows: dict[str, Any],
+    test: pd.DataFrame,
+    gp_mean: np.ndarray,
+    xy: np.ndarray,
+    va: np.ndarray,
+    te: np.ndarray,
+    kw: dict[str, Any],
+) -> dict[str, Any]:
+    """The layer's fitted field under each prior of an unmeasured tile (the tile effect's
+    ``tau²`` and the GP's): the validation NLL of the validation rows without training history
+    (urban, rural, all; the layer conditioned on the training rows, as the choice is made) and
+    the test map at the chosen place share and at 1, plus the test tiles the chosen layer's
+    interval misses (tile, urban, error, sd). The field is not refitted per prior, so the NLLs
+    differ a little from ``val_nll_unseen``."""
+    from geodbk.local_layer import LocalLayer
+    from geodbk.metrics import gaussian_nll
+    from geodbk.tile_effect import UNSEEN_EFFECT
+    from pipelines.layers import _effect_positions
+    from pipelines.map_calibration import tile_level_errors
+
+    lat0, lon0 = layer.params.lat0, layer.params.lon0
+    train_effect = layer.effect.first_rows(n_train)
+    train_xy = _effect_positions(train_effect, lat0, lon0)
+    rows = {k: val_rows[k] for k in ("tiles", "times", "var_f", "components", "groups")}
+    out: dict[str, Any] = {"chosen": layer.params.unseen_prior}
+    for prior in (UNSEEN_EFFECT, UNSEEN_GP):
+        params = replace(layer.params, unseen_prior=prior, place_share=1.0)
+        on_train = LocalLayer(train_effect, params, tile_xy=train_xy, positions=layer.positions)
+        pv = on_train.predict(xy=xy[va], **rows)
+        unseen = ~np.asarray(pv.seen)
+        nll = {}
+        for name, m in (
+            ("urban", unseen & val_rows["urban"]),
+            ("rural", unseen & ~val_rows["urban"]),
+            ("all", unseen),
+        ):
+            nll[name] = (
+                float(
+                    gaussian_nll(
+                        val_rows["residual"][m],
+                        pv.observation_shift[m],
+                        (pv.tile_var + pv.noise_var)[m],
+                    )
+                )
+                if m.any()
+                else None
+            )
+        maps = {}
+        for c in sorted({1.0, float(layer.params.place_share)}):
+            at_c = LocalLayer(
+                layer.effect,
+                replace(params, place_share=c),
+                tile_xy=layer.tile_xy,
+                positions=layer.positions,
+            ).predict(xy=xy[te], **kw)
+            maps[str(c)] = _part_map(test, gp_mean, at_c)
+        out[prior] = {"validation_unseen_nll": nll, "map": maps}
+    chosen = layer.predict(xy=xy[te], **kw)
+    levels = tile_level_errors(
+        tiles=test["quadkey"].to_numpy(),
+        y=test["y"].to_numpy(),
+        tests=test["tests"].to_numpy(),
+        urban=test["urban"].to_numpy(bool),
+        mean=gp_mean + chosen.shift,
+        var=chosen.tile_var,
+        noise=chosen.noise_var,
+        persistent=chosen.persistent_var,
+    )
+    missed = levels[levels["error"].abs() > Z95 * levels["sd"]]
+    out["missed_tiles"] = [
+        {"tile": str(r.tile), "urban": bool(r.urban), "error": float(r.error), "sd": float(r.sd)}
+        for r in missed.itertuples()
+    ]
+    return out
 
 
 def _kriging(
