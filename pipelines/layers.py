@@ -43,7 +43,6 @@ from geodbk.tile_effect import (
     MAX_PLACE_SHARE,
     TileEffect,
     choose_unseen_prior,
-    split_unseen_prior,
 )
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
@@ -472,23 +471,24 @@ def _coverage_of(
     quantity's 95% interval covers each one's level as a function of the place share ``c``
     (:func:`pipelines.map_calibration.tile_level_errors`, as the report's map calibration),
     with ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
-    effect) as it is conditioned; the model is predicted once. Whatever share ``tile_model``
-    holds, its whole prior is split from ``c = 1``."""
+    effect) as it is conditioned, predicted at each share asked for exactly as a map is
+    (whatever share ``tile_model`` holds)."""
     rows: dict[str, Any] = {
         "tiles": tiles,
         "times": times,
         "var_f": var_f,
         "components": components,
         "groups": groups,
-        "place_share": 1.0,
     }
-    if isinstance(tile_model, LocalLayer):
-        part = tile_model.predict(xy=xy, **rows)
-        effect = tile_model.effect
-    else:
-        part = tile_model.predict(**rows)
-        effect = tile_model
-    unseen = ~np.asarray(part.seen)
+
+    @functools.cache
+    def predict_at(c: float) -> Any:
+        at_c = {**rows, "place_share": c}
+        if isinstance(tile_model, LocalLayer):
+            return tile_model.predict(xy=xy, **at_c)
+        return tile_model.predict(**at_c)
+
+    unseen = ~np.asarray(predict_at(1.0).seen)
     tile_ids = np.asarray(tiles).astype(str)[unseen]
     unit_of = (
         pd.Series(tile_ids if units is None else np.asarray(units)[unseen], index=tile_ids)
@@ -498,9 +498,7 @@ def _coverage_of(
 
     @functools.cache
     def covered_at(c: float) -> tuple[np.ndarray, np.ndarray]:
-        p = split_unseen_prior(
-            part, var_f=var_f, latent_scale=effect.params.latent_scale, place_share=c
-        )
+        p = predict_at(c)
         levels = tile_level_errors(
             tiles=tile_ids,
             y=y[unseen],

@@ -227,25 +227,24 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
 
 class _PriorOnlyLayer:
     """A stand-in tile model: every row's tile unmeasured (or measured where ``seen``), shift 0,
-    tile variance ``latent + prior``, noise ``noise``."""
+    tile variance ``latent + prior``, noise ``noise``, split by ``place_share`` as a tile
+    effect with ``lambda`` 1 splits it."""
 
     def __init__(self, *, latent: float, prior: float, noise: float, seen: np.ndarray) -> None:
-        from types import SimpleNamespace
-
-        self.params = SimpleNamespace(latent_scale=1.0)  # read as a tile effect's
         self.latent, self.prior, self.noise, self.seen = latent, prior, noise, seen
 
-    def predict(self, **kw: object) -> object:
-        from geodbk.tile_effect import TileEffectPrediction
+    def predict(self, *, var_f: np.ndarray, place_share: float = 1.0, **kw: object) -> object:
+        from geodbk.tile_effect import TileEffectPrediction, split_unseen_prior
 
         n = self.seen.size
-        return TileEffectPrediction(
+        whole = TileEffectPrediction(
             shift=np.zeros(n),
             tile_var=np.where(self.seen, self.latent, self.latent + self.prior),
             noise_var=np.full(n, self.noise),
             persistent_var=np.zeros(n),
             seen=self.seen,
         )
+        return split_unseen_prior(whole, var_f=var_f, latent_scale=1.0, place_share=place_share)
 
 
 def _place_data(n_tiles: int, *, place_var: float, rows: int = 8, seed: int = 0):
@@ -484,3 +483,57 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
     kw = {"times": np.zeros(1), "var_f": np.full(1, 0.01), "components": np.full((1, 1), 0.05)}
     unseen = with_share.predict(tiles=np.array(["zzz"]), **kw)
     assert unseen.tile_var[0] == pytest.approx(0.01 + share * 0.25)
+
+
+def test_the_share_curve_is_the_coverage_of_the_maps_at_each_share() -> None:
+    """A tile effect whose unmeasured tiles take the GP's prior (which holds all of ``v_f``,
+    whatever the effect's ``lambda``): the coverage the place share is chosen by equals, at
+    every share, the coverage of the tile quantity that the same model predicts at that share,
+    as a map is made."""
+    from geodbk.tile_effect import UNSEEN_GP, TileEffect, TileEffectParameters
+    from pipelines.layers import PLACE_SHARES, place_share_coverage
+    from pipelines.map_calibration import map_calibration
+
+    rng = np.random.default_rng(3)
+    params = TileEffectParameters(
+        tau2=0.25,
+        rho=0.9,
+        noise_scale=(0.5,),
+        components=("meas",),
+        latent_scale=0.2,
+        unseen_prior=UNSEEN_GP,
+    )
+    train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
+    effect = TileEffect(
+        params,
+        tiles=train_tiles,
+        times=np.tile(np.arange(4.0), 40),
+        residual=rng.normal(0.0, 0.6, train_tiles.size),
+        var_f=np.full(train_tiles.size, 0.1),
+        components=np.full((train_tiles.size, 1), 0.05),
+    )
+    tiles, y = _place_data(200, place_var=0.12)
+    n = tiles.size
+    rows = {
+        "tiles": tiles,
+        "times": np.zeros(n),
+        "var_f": np.full(n, 0.1),
+        "components": np.full((n, 1), 0.05),
+        "groups": None,
+    }
+    scored = {"y": y, "mean": np.zeros(n), "tests": np.full(n, 5.0), "urban": np.zeros(n, bool)}
+    curve = place_share_coverage(effect, **rows, **scored)
+    for c in PLACE_SHARES:
+        p = effect.predict(**rows, place_share=c)
+        direct = map_calibration(
+            tiles=tiles,
+            y=y,
+            tests=scored["tests"],
+            urban=scored["urban"],
+            mean=p.shift,
+            var=p.tile_var,
+            noise=p.noise_var,
+            persistent=p.persistent_var,
+        )
+        assert curve["coverage"][float(c)] == pytest.approx(direct["all"]["coverage95"])
+    assert len(set(curve["coverage"].values())) > 2  # the share moves the coverage here
