@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     layer = fit_run_local_layer(
         model, effect, n_train=int(tr.sum()), val=val, neighbours=args.neighbours
     )
-    _val_rows = {
+    val_rows = {
         "residual": y_all[va] - gp["mean"][va],
         "urban": urban[va],
         "tiles": tiles[va],
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     results["local_layer"]["unseen_prior_study"] = _unseen_prior_study(
         layer,
         n_train=int(tr.sum()),
-        val_rows=_val_rows,
+        val_rows=val_rows,
         test=frame[te],
         gp_mean=gp["mean"][te],
         xy=xy,
