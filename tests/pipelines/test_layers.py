@@ -429,28 +429,36 @@ class _LatentGP:
         return ("meas",), np.full((n, 1), 0.05)
 
 
+def _effect_on_training_tiles(
+    params: TileEffectParameters, *, var_f: float, seed: int
+) -> TileEffect:
+    """A tile effect with ``params`` on 40 training tiles of 4 quarters each (residuals
+    N(0, 0.36), GP variance ``var_f``, one noise component 0.05)."""
+    rng = np.random.default_rng(seed)
+    train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
+    return TileEffect(
+        params,
+        tiles=train_tiles,
+        times=np.tile(np.arange(4.0), 40),
+        residual=rng.normal(0.0, 0.6, train_tiles.size),
+        var_f=np.full(train_tiles.size, var_f),
+        components=np.full((train_tiles.size, 1), 0.05),
+    )
+
+
 def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles() -> None:
     """A real tile effect (no local layer): validation tiles without training rows whose
     levels spread by less than tau² keep the tile effect's prior (the GP's noise alone is too
     narrow for them) and choose a share below 1, and
     :func:`pipelines.layers.with_effect_place_share` saves it in the effect's parameters,
     which its predictions then use."""
-    from geodbk.tile_effect import TileEffect, TileEffectParameters
     from pipelines.layers import ValidationRows, choose_place_share, with_effect_place_share
 
-    rng = np.random.default_rng(1)
     params = TileEffectParameters(
         tau2=0.25, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
     )
-    train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
-    effect = TileEffect(
-        params,
-        tiles=train_tiles,
-        times=np.tile(np.arange(4.0), 40),
-        residual=rng.normal(0.0, 0.6, train_tiles.size),
-        var_f=np.full(train_tiles.size, 0.01),
-        components=np.full((train_tiles.size, 1), 0.05),
-    )
+    effect = _effect_on_training_tiles(params, var_f=0.01, seed=1)
+    train_tiles = effect.tiles
     tiles, y = _place_data(200, place_var=0.1)
     n = tiles.size
     val = ValidationRows(
@@ -490,11 +498,10 @@ def test_the_share_curve_is_the_coverage_of_the_maps_at_each_share() -> None:
     whatever the effect's ``lambda``): the coverage the place share is chosen by equals, at
     every share, the coverage of the tile quantity that the same model predicts at that share,
     as a map is made."""
-    from geodbk.tile_effect import UNSEEN_GP, TileEffect, TileEffectParameters
+    from geodbk.tile_effect import UNSEEN_GP
     from pipelines.layers import PLACE_SHARES, place_share_coverage
     from pipelines.map_calibration import map_calibration
 
-    rng = np.random.default_rng(3)
     params = TileEffectParameters(
         tau2=0.25,
         rho=0.9,
@@ -503,15 +510,7 @@ def test_the_share_curve_is_the_coverage_of_the_maps_at_each_share() -> None:
         latent_scale=0.2,
         unseen_prior=UNSEEN_GP,
     )
-    train_tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
-    effect = TileEffect(
-        params,
-        tiles=train_tiles,
-        times=np.tile(np.arange(4.0), 40),
-        residual=rng.normal(0.0, 0.6, train_tiles.size),
-        var_f=np.full(train_tiles.size, 0.1),
-        components=np.full((train_tiles.size, 1), 0.05),
-    )
+    effect = _effect_on_training_tiles(params, var_f=0.1, seed=3)
     tiles, y = _place_data(200, place_var=0.12)
     n = tiles.size
     rows = {
