@@ -456,20 +456,15 @@ def main(argv: list[str] | None = None) -> int:
         import sys
 
         argv = sys.argv[1:]
-    if argv[:1] == ["--table"]:
-        print(table(Path(argv[1])))
-        return 0
-    if argv[:1] == ["--summary"]:
-        print(summary(Path(argv[1])))
-        return 0
-    if argv[:1] == ["--neighbours-table"]:
-        print(neighbours_table(Path(argv[1])))
-        return 0
-    if argv[:1] == ["--spacing"]:
-        print(tile_spacing(Path(argv[1])))
-        return 0
-    if argv[:1] == ["--place-shares"]:
-        print(place_share_study(Path(argv[1])))
+    reports = {
+        "--table": table,
+        "--summary": summary,
+        "--neighbours-table": neighbours_table,
+        "--spacing": tile_spacing,
+        "--place-shares": place_share_study,
+    }
+    if argv[:1] and argv[0] in reports:
+        print(reports[argv[0]](Path(argv[1])))
         return 0
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run", type=Path, required=True)
@@ -597,9 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     # test rows of unmeasured tiles whose prior is below lambda v_f: no offset for the place
     # share to scale (split_unseen_prior keeps their prior at every share)
-    lam = 1.0 if layer.params.unseen_prior == UNSEEN_GP else layer.effect.params.latent_scale
     unseen_rows = ~np.asarray(whole.seen)
-    below = unseen_rows & (whole.tile_var < lam * gp["var_f"][te])
+    below = unseen_rows & (whole.tile_var < layer.unseen_latent_scale * gp["var_f"][te])
     results["local_layer"]["unseen_rows_prior_below_latent"] = (
         float(below.sum() / unseen_rows.sum()) if unseen_rows.any() else None
     )

@@ -476,6 +476,15 @@ class LocalLayer:
         """Whether the underlying tile effect has a ``tau²`` per group."""
         return self.effect.grouped
 
+    @property
+    def unseen_latent_scale(self) -> float:
+        """``lambda`` of an unmeasured tile's prior as
+        :func:`~geodbk.tile_effect.split_unseen_prior` splits it: 1 under :data:`UNSEEN_GP`
+        (the GP's prior holds its whole latent variance), else the tile effect's."""
+        if self.params.unseen_prior == UNSEEN_GP:
+            return 1.0
+        return float(self.effect.params.latent_scale)
+
     def _tensors(self) -> _Theta:
         p, e = self.params, self.effect.params
         return _Theta(
@@ -781,9 +790,9 @@ class LocalLayer:
             tests_shift=self.effect.tests_shift(comp),
         )
         share = self.params.place_share if place_share is None else place_share
-        # the GP's prior holds its whole latent variance; the tile effect's lambda of it
-        lam = 1.0 if gp_prior else float(t.lam)
-        return split_unseen_prior(pred, var_f=vf, latent_scale=lam, place_share=share)
+        return split_unseen_prior(
+            pred, var_f=vf, latent_scale=self.unseen_latent_scale, place_share=share
+        )
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once

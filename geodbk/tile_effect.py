@@ -899,6 +899,13 @@ class TileEffect:
         self._layout_cache: _Layout | None = None
 
     @property
+    def unseen_latent_scale(self) -> float:
+        """``lambda`` of an unmeasured tile's prior as :func:`split_unseen_prior` splits it:
+        1 under :data:`UNSEEN_GP` (the GP's prior holds all of ``v_f``), else the fitted
+        ``latent_scale``."""
+        return 1.0 if self.params.unseen_prior == UNSEEN_GP else float(self.params.latent_scale)
+
+    @property
     def grouped(self) -> bool:
         """Whether the effect has a ``tau²`` per group (then :meth:`predict` needs groups)."""
         return self.params.groups != (ALL,)
@@ -1273,8 +1280,9 @@ class TileEffect:
             tests_shift=self.tests_shift(comp),
         )
         share = self.params.place_share if place_share is None else place_share
-        latent = 1.0 if gp_prior else self.params.latent_scale  # the GP's prior: all of v_f
-        return split_unseen_prior(pred, var_f=vf, latent_scale=latent, place_share=share)
+        return split_unseen_prior(
+            pred, var_f=vf, latent_scale=self.unseen_latent_scale, place_share=share
+        )
 
     def first_rows(self, n: int) -> TileEffect:
         """The same parameters conditioned on the first ``n`` rows only (e.g. the training

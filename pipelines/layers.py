@@ -43,6 +43,7 @@ from geodbk.tile_effect import (
     MAX_PLACE_SHARE,
     TileEffect,
     choose_unseen_prior,
+    split_unseen_prior,
 )
 from pipelines.bundles import load_tile_effect
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
@@ -471,24 +472,22 @@ def _coverage_of(
     quantity's 95% interval covers each one's level as a function of the place share ``c``
     (:func:`pipelines.map_calibration.tile_level_errors`, as the report's map calibration),
     with ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
-    effect) as it is conditioned, predicted at each share asked for exactly as a map is
-    (whatever share ``tile_model`` holds)."""
+    effect) as it is conditioned; the model is predicted once with its whole prior and split
+    at each share as its own prediction splits it (``tile_model.unseen_latent_scale``),
+    whatever share ``tile_model`` holds."""
     rows: dict[str, Any] = {
         "tiles": tiles,
         "times": times,
         "var_f": var_f,
         "components": components,
         "groups": groups,
+        "place_share": 1.0,
     }
-
-    @functools.cache
-    def predict_at(c: float) -> Any:
-        at_c = {**rows, "place_share": c}
-        if isinstance(tile_model, LocalLayer):
-            return tile_model.predict(xy=xy, **at_c)
-        return tile_model.predict(**at_c)
-
-    unseen = ~np.asarray(predict_at(1.0).seen)
+    if isinstance(tile_model, LocalLayer):
+        part = tile_model.predict(xy=xy, **rows)
+    else:
+        part = tile_model.predict(**rows)
+    unseen = ~np.asarray(part.seen)
     tile_ids = np.asarray(tiles).astype(str)[unseen]
     unit_of = (
         pd.Series(tile_ids if units is None else np.asarray(units)[unseen], index=tile_ids)
@@ -498,7 +497,9 @@ def _coverage_of(
 
     @functools.cache
     def covered_at(c: float) -> tuple[np.ndarray, np.ndarray]:
-        p = predict_at(c)
+        p = split_unseen_prior(
+            part, var_f=var_f, latent_scale=tile_model.unseen_latent_scale, place_share=c
+        )
         levels = tile_level_errors(
             tiles=tile_ids,
             y=y[unseen],

@@ -227,24 +227,24 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
 
 class _PriorOnlyLayer:
     """A stand-in tile model: every row's tile unmeasured (or measured where ``seen``), shift 0,
-    tile variance ``latent + prior``, noise ``noise``, split by ``place_share`` as a tile
-    effect with ``lambda`` 1 splits it."""
+    tile variance ``latent + prior``, noise ``noise``; split with ``lambda`` 1."""
+
+    unseen_latent_scale = 1.0
 
     def __init__(self, *, latent: float, prior: float, noise: float, seen: np.ndarray) -> None:
         self.latent, self.prior, self.noise, self.seen = latent, prior, noise, seen
 
-    def predict(self, *, var_f: np.ndarray, place_share: float = 1.0, **kw: object) -> object:
-        from geodbk.tile_effect import TileEffectPrediction, split_unseen_prior
+    def predict(self, **kw: object) -> object:
+        from geodbk.tile_effect import TileEffectPrediction
 
         n = self.seen.size
-        whole = TileEffectPrediction(
+        return TileEffectPrediction(
             shift=np.zeros(n),
             tile_var=np.where(self.seen, self.latent, self.latent + self.prior),
             noise_var=np.full(n, self.noise),
             persistent_var=np.zeros(n),
             seen=self.seen,
         )
-        return split_unseen_prior(whole, var_f=var_f, latent_scale=1.0, place_share=place_share)
 
 
 def _place_data(n_tiles: int, *, place_var: float, rows: int = 8, seed: int = 0):
