@@ -17,6 +17,7 @@ chosen share against the rule without the conformal count, pooled per target; do
 ``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
 ``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``;
 ``--neighbours-table DIR`` the local layer at each ``--neighbours K`` from ``RUN.kK.json`` files;
+``--spread-table DIR`` the ``neighbour_spread_study`` of every JSON in ``DIR``;
 ``--spacing RUN`` how close together a run's measured tiles lie (docs/quantities.md, both in
 "How many neighbours").
 
@@ -42,7 +43,9 @@ prior):
   the validation NLL of rows without training history by urban / rural, the test map at the
   chosen place share and at 1, and the test tiles its interval misses;
   ``unseen_rows_prior_below_latent``: the share of unmeasured test rows whose prior is below
-  ``lambda v_f`` (no offset for the place share to scale).
+  ``lambda v_f`` (no offset for the place share to scale);
+  ``neighbour_spread_study``: whether test tiles without rows err more where their measured
+  neighbours stray more than the layer says (a case for a locally scaled prior).
 
 The kriging anchor: each training/validation tile's mean residual at its centre (km), an
 exponential variogram fitted by PyKrige on a random 3,000 tiles, then ordinary kriging with the
@@ -386,6 +389,25 @@ def place_share_study(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def spread_table(folder: Path) -> str:
+    """Markdown of every ``*.json`` of ``folder`` with a ``neighbour_spread_study``: per run,
+    the unmeasured test tiles, the Spearman correlation of their neighbours' spread with their
+    squared standardised error, and each third of the spread's coverage and mean ``z²``."""
+    lines = [
+        "| run | tiles | Spearman | low third: cov., mean z² | middle | high |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for path in sorted(folder.glob("*.json")):
+        study = json.loads(path.read_text())["results"]["local_layer"].get("neighbour_spread_study")
+        if not study:
+            continue
+        thirds = " | ".join(
+            f"{100 * t['coverage']:.1f}, {t['mean_z2']:.2f}" for t in study["thirds"]
+        )
+        lines.append(f"| {path.stem} | {study['tiles']} | {study['spearman']:+.2f} | {thirds} |")
+    return "\n".join(lines)
+
+
 def summary(folder: Path) -> str:
     """One markdown row per run of ``folder``'s ``RUN.json`` (with the tile effect's tests
     shift) and ``RUN.no_shift.json`` (without it, on the same GP): the GP's best and last
@@ -462,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         "--neighbours-table": neighbours_table,
         "--spacing": tile_spacing,
         "--place-shares": place_share_study,
+        "--spread-table": spread_table,
     }
     if argv[:1] and argv[0] in reports:
         print(reports[argv[0]](Path(argv[1])))
@@ -608,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
         te=te,
         kw=kw,
     )
+    results["local_layer"]["neighbour_spread_study"] = _neighbour_spread_study(
+        layer, test=frame[te], gp_mean=gp["mean"][te], xy_test=xy[te], chosen=lpart
+    )
     # the place share's choice: coverage of well-measured tiles' levels at every share, on
     # the validation tiles without training rows (as chosen) and on the test tiles
     val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
@@ -745,6 +771,65 @@ def _unseen_prior_study(
         for r in missed.itertuples()
     ]
     return out
+
+
+def _neighbour_spread_study(
+    layer: Any, *, test: pd.DataFrame, gp_mean: np.ndarray, xy_test: np.ndarray, chosen: Any
+) -> dict[str, Any] | None:
+    """Would a prior scaled by the place's local spread help? For each well-measured test tile
+    without conditioning rows: ``S``, the mean over its ``k`` nearest measured tiles of the
+    squared standardised level ``b_j² / (sigma² + lambda v_j + w_j)`` (each measured tile's GLS
+    level and the variance the layer gives it, :func:`geodbk.local_layer._summaries`; 1 on
+    average under the model), against ``z²``, the tile's squared standardised error of the
+    tile quantity (``chosen``: the layer's prediction at the test rows). A locally scaled
+    prior pays only where the two rise together: their Spearman correlation, and the coverage
+    and mean ``z²`` of the tiles in each third of ``S``. ``None`` without such tiles (a random
+    split)."""
+    from scipy.stats import spearmanr
+
+    from geodbk.local_layer import _summaries
+    from pipelines.map_calibration import tile_level_errors
+
+    levels = tile_level_errors(
+        tiles=test["quadkey"].to_numpy(),
+        y=test["y"].to_numpy(),
+        tests=test["tests"].to_numpy(),
+        urban=test["urban"].to_numpy(bool),
+        mean=gp_mean + chosen.shift,
+        var=chosen.tile_var,
+        noise=chosen.noise_var,
+        persistent=chosen.persistent_var,
+    )
+    tiles = test["quadkey"].astype(str).to_numpy()
+    _, first = np.unique(tiles, return_index=True)  # sorted, as tile_level_errors' tiles
+    at = np.searchsorted(tiles[first], levels["tile"].to_numpy())
+    rows = first[at]
+    unseen = ~np.asarray(chosen.seen)[rows]
+    if unseen.sum() < 9:
+        return None
+    t = layer._tensors()
+    s = _summaries(layer.effect._layout(), t.tau2, t.rho, t.kappa, t.mu)
+    z2_nb = (s.b**2 / (t.sigma2 + t.lam * s.v + s.w)).numpy()
+    k = layer.params.neighbours
+    _, nb = layer._neighbours.tree.query(xy_test[rows[unseen]], k=k)
+    spread = z2_nb[nb.reshape(-1, k)].mean(axis=1)
+    z2 = (levels["error"] / levels["sd"]).to_numpy()[unseen] ** 2
+    edges = np.quantile(spread, [1 / 3, 2 / 3])
+    third = np.searchsorted(edges, spread, side="left")
+    return {
+        "tiles": int(unseen.sum()),
+        "neighbours": k,
+        "spearman": float(spearmanr(spread, z2).statistic),
+        "thirds": [
+            {
+                "tiles": int((third == i).sum()),
+                "median_spread": float(np.median(spread[third == i])),
+                "coverage": float(np.mean(z2[third == i] <= Z95**2)),
+                "mean_z2": float(np.mean(z2[third == i])),
+            }
+            for i in range(3)
+        ],
+    }
 
 
 def _kriging(
