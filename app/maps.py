@@ -188,6 +188,21 @@ def _share_basis_text(attrs: Mapping[str, Any], prefix: str, share: float) -> st
     return f", chosen on {where}"
 
 
+def _group_shares_text(attrs: Mapping[str, Any], prefix: str) -> str:
+    """``; urban tiles 0.05, rural tiles 1.25, each chosen on its own validation tiles`` from
+    the grid's ``PREFIX_place_share_urban``/``_rural``; empty when no group chose its own."""
+    own = [
+        f"{g} tiles {float(attrs[f'{prefix}_place_share_{g}']):.2f}"
+        for g in ("urban", "rural")
+        if f"{prefix}_place_share_{g}" in attrs
+    ]
+    if not own:
+        return ""
+    return (
+        f"; {', '.join(own)}, {'each ' if len(own) > 1 else ''}chosen on its own validation tiles"
+    )
+
+
 def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     """How a grid's tile quantity was made, from the parameters ``geodbk predict`` records
     (``tile_effect_*``, ``local_layer_*``), each with its unit (:mod:`app.params`): the
@@ -215,7 +230,11 @@ def tile_model_caption(attrs: Mapping[str, Any] | None) -> str | None:
     prefix = "local_layer" if layer else "tile_effect"
     share = a.get(f"{prefix}_place_share")
     if share is not None:
-        parts.append(f"place share {float(share):.2f}" + _share_basis_text(a, prefix, float(share)))
+        parts.append(
+            f"place share {float(share):.2f}"
+            + _share_basis_text(a, prefix, float(share))
+            + _group_shares_text(a, prefix)
+        )
     inner = "; ".join(parts)
     text = "Tile quantity: tile effect" + (f" ({inner})" if inner else "")
     if layer and "local_layer_range_km" in a:

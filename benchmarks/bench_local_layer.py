@@ -342,12 +342,12 @@ def tile_spacing(run: Path, *, k: int = 8) -> str:
 
 def place_share_study(folder: Path) -> str:
     """Markdown of how the place share ``c`` moves the map coverage on every ``*.json`` of
-    ``folder`` (block splits, one target each): per run, the held-out units holding the
+    ``folder`` (block or tile splits, one target each): per run, the held-out units holding the
     well-measured validation tiles, the chosen ``c`` and its test-tile coverage with the 95%
     CI, and what the uncertified rule would choose (the smallest ``c`` whose validation
     coverage averaged over units reaches 0.95, without the ``(K + 1) / K``) and cover; then,
-    per target, the test-tile coverage pooled over the runs at the chosen ``c``, under the
-    uncertified rule and at every ``c``."""
+    per target, the test-tile coverage pooled over the runs at the chosen ``c`` (all, urban and
+    rural tiles), under the uncertified rule and at every ``c``."""
     from pipelines.layers import PLACE_COVERAGE
 
     lines = [
@@ -373,18 +373,31 @@ def place_share_study(folder: Path) -> str:
             f"({100 * low:.1f}–{100 * high:.1f}) of {n} | {uncertified:.2f} → "
             f"{100 * test[uncertified]:.1f} |"
         )
-        target = pooled.setdefault(d["target"], {"n": 0, "chosen": 0, "rule": 0, "at": {}})
+        target = pooled.setdefault(
+            d["target"],
+            {"n": 0, "chosen": 0, "rule": 0, "at": {}, "urban": [0, 0], "rural": [0, 0]},
+        )
         target["n"] += n
         target["chosen"] += round(whole[COVERAGE95] * n)
+        for group in ("urban", "rural"):
+            part = layer["map"].get(group) or {}
+            if part.get("tiles"):
+                target[group][0] += int(part["tiles"])
+                target[group][1] += round(part[COVERAGE95] * part["tiles"])
         target["rule"] += round(test[uncertified] * n)
         for c in shares:
             target["at"][c] = target["at"].get(c, 0) + round(test[c] * n)
     for name, t in pooled.items():
         n = t["n"]
         every = ", ".join(f"{c:.2f}: {100 * k / n:.1f}" for c, k in sorted(t["at"].items())[::2])
+        groups = ", ".join(
+            f"{g} {100 * t[g][1] / t[g][0]:.1f}% of {t[g][0]}"
+            for g in ("urban", "rural")
+            if t[g][0]
+        )
         lines.append(
-            f"\n{name}, pooled over {n} test tiles: chosen {100 * t['chosen'] / n:.1f}%, "
-            f"uncertified rule {100 * t['rule'] / n:.1f}%; at each c: {every}"
+            f"\n{name}, pooled over {n} test tiles: chosen {100 * t['chosen'] / n:.1f}% "
+            f"({groups}), uncertified rule {100 * t['rule'] / n:.1f}%; at each c: {every}"
         )
     return "\n".join(lines)
 
@@ -605,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     # the same layer with the whole prior kept as the place's (c = 1): the same rows
     whole = LocalLayer(
         layer.effect,
-        replace(layer.params, place_share=1.0),
+        replace(layer.params, place_share=1.0, place_share_by_group=None),
         tile_xy=layer.tile_xy,
         positions=layer.positions,
     ).predict(xy=xy[te], **kw)
@@ -641,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in PLACE_SHARES:
         at_c = LocalLayer(
             layer.effect,
-            replace(layer.params, place_share=float(c)),
+            replace(layer.params, place_share=float(c), place_share_by_group=None),
             tile_xy=layer.tile_xy,
             positions=layer.positions,
         ).predict(xy=xy[te], **kw)
@@ -723,7 +736,9 @@ def _unseen_prior_study(
     rows = {k: val_rows[k] for k in ("tiles", "times", "var_f", "components", "groups")}
     out: dict[str, Any] = {"chosen": layer.params.unseen_prior}
     for prior in (UNSEEN_EFFECT, UNSEEN_GP):
-        params = replace(layer.params, unseen_prior=prior, place_share=1.0)
+        params = replace(
+            layer.params, unseen_prior=prior, place_share=1.0, place_share_by_group=None
+        )
         on_train = LocalLayer(train_effect, params, tile_xy=train_xy, positions=layer.positions)
         pv = on_train.predict(xy=xy[va], **rows)
         unseen = ~np.asarray(pv.seen)
@@ -746,9 +761,10 @@ def _unseen_prior_study(
             )
         maps = {}
         for c in sorted({1.0, float(layer.params.place_share)}):
+            chosen_by_group = layer.params.place_share_by_group if c != 1.0 else None
             at_c = LocalLayer(
                 layer.effect,
-                replace(params, place_share=c),
+                replace(params, place_share=c, place_share_by_group=chosen_by_group),
                 tile_xy=layer.tile_xy,
                 positions=layer.positions,
             ).predict(xy=xy[te], **kw)

@@ -52,12 +52,14 @@ from geodbk.tile_effect import (
     _factor,
     _Layout,
     check_place_share,
+    check_place_shares_by_group,
     check_unseen_prior,
     gp_unseen_variance,
     mean_gaussian_nll,
     minimize_lbfgs,
     offset_covariance,
     row_count_groups,
+    row_place_shares,
     row_prediction,
     rows_of_groups,
     split_unseen_prior,
@@ -160,6 +162,9 @@ class SpatialParameters:
         What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
         tiles without training rows and the held-out units (blocks or tiles) they lie in;
         ``None`` when it was not chosen on validation tiles.
+    place_share_by_group
+        The share of each urban / rural group whose own validation tiles chose one; the other
+        groups take ``place_share`` (``None``: ``place_share`` for all).
     rho
         The quarter-to-quarter correlation of the white offset per group, refitted with the
         field (``None``: the tile effect's).
@@ -187,10 +192,14 @@ class SpatialParameters:
     val_nll_gp: float | None = None
     unseen_prior: str = UNSEEN_EFFECT
     val_nll_unseen: dict[str, float] | None = None
+    place_share_by_group: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         check_unseen_prior(self.unseen_prior)
         check_place_share(self.place_share)
+        object.__setattr__(
+            self, "place_share_by_group", check_place_shares_by_group(self.place_share_by_group)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -200,6 +209,8 @@ class SpatialParameters:
             out.pop("place_share_basis")
         if self.val_nll_unseen is None:
             out.pop("val_nll_unseen")
+        if self.place_share_by_group is None:
+            out.pop("place_share_by_group")
         return out
 
     @classmethod
@@ -710,7 +721,7 @@ class LocalLayer:
            ``var = tau² + lambda v_* + sigma²_nb - k'(K_own + E)^{-1} k``; a tile without rows
            gets ``mu`` and ``lambda v_* + c (tau² + sigma²_nb)`` (at least ``v_*`` as far as
            the whole prior holds it), and the rest is added to its ``noise_var`` (``c``:
-           ``place_share``, by default the fitted ``params.place_share``;
+           ``place_share``, by default the fitted ones, each row its group's;
            :func:`geodbk.tile_effect.split_unseen_prior`), so a test's variance ``tile_var +
            noise_var`` does not depend on ``c``.
 
@@ -789,7 +800,16 @@ class LocalLayer:
             pull=pull,
             tests_shift=self.effect.tests_shift(comp),
         )
-        share = self.params.place_share if place_share is None else place_share
+        share = (
+            row_place_shares(
+                self.params.place_share,
+                self.params.place_share_by_group,
+                groups=self.effect.params.groups,
+                code=code,
+            )
+            if place_share is None
+            else place_share
+        )
         return split_unseen_prior(
             pred, var_f=vf, latent_scale=self.unseen_latent_scale, place_share=share
         )

@@ -61,6 +61,7 @@ __all__ = [
     "TileEffectParameters",
     "TileEffectPrediction",
     "check_place_share",
+    "check_place_shares_by_group",
     "check_unseen_prior",
     "choose_unseen_prior",
     "components_like",
@@ -71,6 +72,7 @@ __all__ = [
     "minimize_lbfgs",
     "offset_covariance",
     "predict_with_tile_effect",
+    "row_place_shares",
     "split_unseen_prior",
     "tests_mean_shift",
     "tests_shift_is_plausible",
@@ -175,6 +177,29 @@ def check_place_share(share: float) -> None:
         raise ValueError(f"place_share must be in (0, {MAX_PLACE_SHARE:g}], got {share}")
 
 
+def check_place_shares_by_group(shares: dict[str, float] | None) -> dict[str, float] | None:
+    """``shares`` with string keys and float values, each a valid place share
+    (:func:`check_place_share`); ``None`` stays ``None``."""
+    if shares is None:
+        return None
+    out = {str(g): float(c) for g, c in sorted(shares.items())}
+    for c in out.values():
+        check_place_share(c)
+    return out
+
+
+def row_place_shares(
+    place_share: float, by_group: dict[str, float] | None, *, groups: tuple[str, ...], code: Any
+) -> float | np.ndarray:
+    """The place share of each row: its group's own (``by_group``, the groups whose
+    validation tiles chose one) or the pooled ``place_share``; ``code`` indexes ``groups``.
+    One float when no group has its own."""
+    if not by_group:
+        return float(place_share)
+    per_group = np.array([by_group.get(g, place_share) for g in groups], dtype=np.float64)
+    return per_group[np.asarray(code, dtype=np.int64)]
+
+
 def check_unseen_prior(name: str) -> None:
     """Refuse a name that is neither :data:`UNSEEN_EFFECT` nor :data:`UNSEEN_GP`."""
     if name not in (UNSEEN_EFFECT, UNSEEN_GP):
@@ -231,6 +256,10 @@ class TileEffectParameters:
         What chose ``place_share``: ``{"tiles": n, "units": K}``, the well-measured validation
         tiles without training rows and the held-out units (blocks or tiles) they lie in;
         ``None`` when it was not chosen on validation tiles.
+    place_share_by_group
+        The share of each urban / rural group whose own validation tiles chose one (group
+        name to ``c``); the other groups take ``place_share``. ``None`` (files written before
+        it, or too few tiles in every group): ``place_share`` for all.
     tests_shift, tests_centre
         ``gamma_k`` and ``c0_k``: an observation's mean sits ``sum_k gamma_k (c_k - c0_k)``
         from its tile's with its noise terms ``c_k`` (the log of an average of fewer tests
@@ -265,9 +294,13 @@ class TileEffectParameters:
     tests_shift_dropped: tuple[float, ...] | None = None
     unseen_prior: str = UNSEEN_EFFECT
     val_nll_unseen: dict[str, float] | None = None
+    place_share_by_group: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         check_place_share(self.place_share)
+        object.__setattr__(
+            self, "place_share_by_group", check_place_shares_by_group(self.place_share_by_group)
+        )
         check_unseen_prior(self.unseen_prior)
         tau2 = self.tau2 if isinstance(self.tau2, dict) else {ALL: self.tau2}
         object.__setattr__(self, "tau2", {str(g): float(v) for g, v in sorted(tau2.items())})
@@ -322,6 +355,8 @@ class TileEffectParameters:
             out["tests_shift_dropped"] = list(self.tests_shift_dropped)
         if self.val_nll_unseen is None:
             out.pop("val_nll_unseen")
+        if self.place_share_by_group is None:
+            out.pop("place_share_by_group")
         return out
 
 
@@ -689,7 +724,11 @@ def tests_mean_shift(
 
 
 def split_unseen_prior(
-    pred: TileEffectPrediction, *, var_f: np.ndarray, latent_scale: float, place_share: float
+    pred: TileEffectPrediction,
+    *,
+    var_f: np.ndarray,
+    latent_scale: float,
+    place_share: float | np.ndarray,
 ) -> TileEffectPrediction:
     """Split the variance of a row whose tile has no rows between the place and its testers
     by the place share ``c``: ``tile_var' = clip(min(lambda v_f, tile_var) + c P, min(v_f,
@@ -702,8 +741,9 @@ def split_unseen_prior(
     own noise is the place's, at most all of it (the tile quantity never wider than one
     test). A row whose prior is below ``lambda v_f`` (a field that explains part of the GP's
     variance, :func:`gp_unseen_variance`) has ``P = 0`` and keeps its prior at every ``c``,
-    so the split is continuous in ``c`` and equals the prior at ``c = 1``."""
-    if place_share == 1.0:
+    so the split is continuous in ``c`` and equals the prior at ``c = 1``. ``place_share``:
+    one ``c``, or one per row (:func:`row_place_shares`)."""
+    if np.all(np.asarray(place_share) == 1.0):
         return pred
     vf = np.asarray(var_f, dtype=np.float64)
     whole = pred.tile_var
@@ -1214,7 +1254,8 @@ class TileEffect:
         tile_chunk
             Tiles factored at a time (memory: ``tile_chunk * max_rows²`` floats).
         place_share
-            The place's share ``c`` of an unmeasured tile's prior (default: the fitted one).
+            The place's share ``c`` of an unmeasured tile's prior, one for every row (default:
+            the fitted ones, each row its group's: :func:`row_place_shares`).
         tile_components
             With :data:`UNSEEN_GP` (``params.unseen_prior``): the noise components an
             unmeasured tile's prior is stated at, (n, k) or one row (a map: a typical training
@@ -1279,7 +1320,16 @@ class TileEffect:
             seen=slot >= 0,
             tests_shift=self.tests_shift(comp),
         )
-        share = self.params.place_share if place_share is None else place_share
+        share = (
+            row_place_shares(
+                self.params.place_share,
+                self.params.place_share_by_group,
+                groups=self.params.groups,
+                code=code,
+            )
+            if place_share is None
+            else place_share
+        )
         return split_unseen_prior(
             pred, var_f=vf, latent_scale=self.unseen_latent_scale, place_share=share
         )

@@ -209,6 +209,7 @@ def fit_local_layer(
         layer.params,
         place_share=choice.share,
         place_share_basis=choice.basis,
+        place_share_by_group=choice.by_group,
         val_nll_gp=float(gp_nll),
     )
     log.info(
@@ -326,7 +327,12 @@ def with_effect_place_share(
         return chosen
     choice = _share_on(chosen.first_rows(n_train), val, pred, comp)
     log.info("tile effect: place share %.2f", choice.share)
-    chosen.params = replace(chosen.params, place_share=choice.share, place_share_basis=choice.basis)
+    chosen.params = replace(
+        chosen.params,
+        place_share=choice.share,
+        place_share_basis=choice.basis,
+        place_share_by_group=choice.by_group,
+    )
     return chosen
 
 
@@ -371,6 +377,7 @@ class PlaceShare:
     share: float
     tiles: int
     units: int
+    by_group: dict[str, float] | None = None
 
     @property
     def basis(self) -> dict[str, int] | None:
@@ -386,13 +393,18 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     stray less than the prior says, above 1 where they stray more, and the widest share when
     none covers enough. 1 when fewer than :data:`MIN_PLACE_TILES` such tiles exist (a random
     split: every validation tile is measured) or when they lie in too few units to certify
-    any share (a block split with fewer than 19 validation blocks holding them)."""
+    any share (a block split with fewer than 19 validation blocks holding them).
+
+    With a tile effect grouped by urban / rural (:func:`geodbk.tile_effect.urban_groups`),
+    each group whose own such tiles can certify a share (:func:`certifies_group`) gets its own
+    by the same rule on its tiles alone (``by_group``; Mondrian conformal: the count then
+    holds within the group); the other groups keep the pooled share."""
     scores = _coverage_of(tile_model, **rows)
     if not certifies(scores.tiles, scores.units):
         if scores.tiles < MIN_PLACE_TILES:
             log.info(
-                "place share 1: %d validation tiles without training rows have %d+ tests "
-                "(%d needed)",
+                "place share 1: %d validation tiles without training rows have %d+ "
+                "tests (%d needed)",
                 scores.tiles,
                 MIN_TESTS,
                 MIN_PLACE_TILES,
@@ -407,22 +419,58 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
                 MIN_PLACE_UNITS,
             )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
+    share = _smallest_covering_share(scores, what="validation tiles")
+    by_group: dict[str, float] = {}
+    if _urban_grouped(tile_model):
+        for name, flag in (("urban", True), ("rural", False)):
+            group = scores.of_group(flag)
+            if certifies_group(group.tiles, group.units):
+                by_group[name] = _smallest_covering_share(group, what=f"{name} validation tiles")
+        if by_group:
+            log.info(
+                "place share by group: %s (%.2f for any other)",
+                ", ".join(f"{g} {c:.2f}" for g, c in by_group.items()),
+                share,
+            )
+    return PlaceShare(share, tiles=scores.tiles, units=scores.units, by_group=by_group or None)
+
+
+def certifies_group(tiles: int, units: int) -> bool:
+    """Whether one urban / rural group's ``tiles`` well-measured validation tiles without
+    training rows, in ``units`` held-out units, can choose the group's own place share: the
+    conformal count's own minimum, :data:`MIN_PLACE_UNITS` units (and so tiles)."""
+    return tiles >= MIN_PLACE_UNITS and units >= MIN_PLACE_UNITS
+
+
+def _urban_grouped(tile_model: LocalLayer | TileEffect) -> bool:
+    """Whether the model's tile effect has one ``tau²`` per urban / rural group, so that each
+    row's group is known wherever it is predicted."""
+    effect = tile_model.effect if isinstance(tile_model, LocalLayer) else tile_model
+    params = getattr(effect, "params", None)  # a stand-in model may have none
+    return set(getattr(params, "groups", ())) == {"urban", "rural"}
+
+
+def _smallest_covering_share(scores: _ShareScores, *, what: str) -> float:
+    """The smallest share of :data:`PLACE_SHARES` whose coverage of ``scores``' tiles by unit
+    reaches :func:`required_coverage`, else the widest, with a warning (``what`` names the
+    tiles)."""
     needed = required_coverage(scores.units)
     share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), None)
     if share is None:
         share = PLACE_SHARES[-1]
         log.warning(
-            "place share %.2f: no share covers %.1f%% of the %d validation tiles without "
-            "training rows that have %d+ tests (%.1f%% at %.2f); their levels stray from the "
-            "map more than the model says",
+            "place share %.2f: no share covers %.1f%% of the %d %s without training rows "
+            "that have %d+ tests (%.1f%% at %.2f); their levels stray from the map more than "
+            "the model says",
             share,
             100 * needed,
             scores.tiles,
+            what,
             MIN_TESTS,
             100 * scores.unit_coverage(share),
             share,
         )
-    return PlaceShare(float(share), tiles=scores.tiles, units=scores.units)
+    return float(share)
 
 
 def place_share_coverage(tile_model: LocalLayer | TileEffect, **rows: Any) -> dict[str, Any]:
@@ -444,12 +492,14 @@ def place_share_coverage(tile_model: LocalLayer | TileEffect, **rows: Any) -> di
 @dataclass(frozen=True)
 class _ShareScores:
     """Scored tiles, the held-out units they lie in, and as functions of the place share the
-    share of the tiles covered and the mean over units of the share of their tiles covered."""
+    share of the tiles covered and the mean over units of the share of their tiles covered;
+    ``of_group(urban)``: the same for the urban (``True``) or rural tiles alone."""
 
     tiles: int
     units: int
     coverage: Callable[[float], float]
     unit_coverage: Callable[[float], float]
+    of_group: Callable[[bool], _ShareScores]
 
 
 def _coverage_of(
@@ -496,7 +546,7 @@ def _coverage_of(
     )
 
     @functools.cache
-    def covered_at(c: float) -> tuple[np.ndarray, np.ndarray]:
+    def covered_at(c: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         p = split_unseen_prior(
             part, var_f=var_f, latent_scale=tile_model.unseen_latent_scale, place_share=c
         )
@@ -511,24 +561,42 @@ def _coverage_of(
             persistent=p.persistent_var[unseen],
         )
         covered = np.abs(levels["error"].to_numpy()) <= Z95 * levels["sd"].to_numpy()
-        return unit_of.loc[levels["tile"].to_numpy()].to_numpy(), covered
+        unit = unit_of.loc[levels["tile"].to_numpy()].to_numpy()
+        return unit, covered, levels["urban"].to_numpy(bool)
+
+    return _scores_where(covered_at, urban=None)
+
+
+def _scores_where(
+    covered_at: Callable[[float], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    urban: bool | None,
+) -> _ShareScores:
+    """:class:`_ShareScores` of the scored tiles (``covered_at(c)``: each one's unit, whether
+    it is covered at ``c`` and its urban flag), all of them or those of one group."""
+
+    def at(c: float) -> tuple[np.ndarray, np.ndarray]:
+        unit, covered, flag = covered_at(float(c))
+        keep = slice(None) if urban is None else flag == urban
+        return unit[keep], covered[keep]
 
     def coverage(c: float) -> float:
-        covered = covered_at(float(c))[1]
+        covered = at(c)[1]
         return float(covered.mean()) if covered.size else 1.0
 
     def unit_coverage(c: float) -> float:
-        unit, covered = covered_at(float(c))
+        unit, covered = at(c)
         if not covered.size:
             return 1.0
         return float(pd.Series(covered).groupby(unit).mean().mean())
 
-    scored = covered_at(1.0)[0]
+    scored = at(1.0)[0]
     return _ShareScores(
         tiles=int(scored.size),
         units=int(np.unique(scored).size),
         coverage=coverage,
         unit_coverage=unit_coverage,
+        of_group=lambda flag: _scores_where(covered_at, urban=flag),
     )
 
 

@@ -303,12 +303,19 @@ def _local_layer_attrs(layer: Any) -> dict[str, Any]:
         "local_layer_place_share": float(p.place_share),
         "local_layer_unseen_prior": str(p.unseen_prior),
         **_share_basis_attrs("local_layer", p.place_share_basis),
+        **_group_share_attrs("local_layer", p.place_share_by_group),
     }
     for g, v in p.tau2.items():  # refitted with the field: the tau2 the maps use
         out[f"local_layer_tau2_{g}"] = float(v)
     for g, v in (p.rho or {}).items():  # refitted with the field: the rho the maps use
         out[f"local_layer_rho_{g}"] = float(v)
     return out
+
+
+def _group_share_attrs(prefix: str, by_group: dict[str, float] | None) -> dict[str, float]:
+    """``PREFIX_place_share_GROUP``: the place share of each urban / rural group that chose
+    its own on its validation tiles (the others take ``PREFIX_place_share``)."""
+    return {f"{prefix}_place_share_{g}": float(c) for g, c in (by_group or {}).items()}
 
 
 def _share_basis_attrs(prefix: str, basis: dict[str, int] | None) -> dict[str, int]:
@@ -331,6 +338,7 @@ def _tile_effect_attrs(effect: Any, model: Any) -> dict[str, Any]:
     out["tile_effect_latent_scale"] = float(p.latent_scale)
     out["tile_effect_place_share"] = float(p.place_share)
     out.update(_share_basis_attrs("tile_effect", p.place_share_basis))
+    out.update(_group_share_attrs("tile_effect", p.place_share_by_group))
     one = noise_kwargs(model, 1.0, urban=np.zeros(1, dtype=bool))
     _, comp = model.noise_components(n=1, **one)
     out["test_mean_shift"] = float(effect.tests_shift(np.asarray(comp).reshape(1, -1))[0])

@@ -1112,6 +1112,19 @@ def _local_layer_section(
         + _place_share_text(
             params.get("place_share"), params.get("place_share_basis"), split_kind=split_kind
         )
+        + _group_shares_text(params.get("place_share_by_group"))
+    )
+
+
+def _group_shares_text(by_group: dict[str, float] | None) -> str:
+    """The urban / rural groups whose own validation tiles chose their own place share (the
+    same rule on the group's tiles alone), in a sentence; nothing when none did."""
+    if not by_group:
+        return ""
+    shares = ", ".join(f"{g} {float(c):.2f}" for g, c in sorted(by_group.items()))
+    return (
+        f" Groups whose own well-measured validation tiles ({MIN_PLACE_UNITS} or more) can "
+        f"certify a share take their own, by the same rule on their tiles alone: {shares}."
     )
 
 

@@ -137,6 +137,11 @@ def test_the_tile_model_caption_names_the_recorded_parameters() -> None:
         {**attrs, **wider, "tile_effect_place_share_units": 115, "local_layer": 0}
     )
     assert alone is not None and "place share 1.50: wider than the prior" in alone
+    groups = {"local_layer_place_share_urban": 0.05, "local_layer_place_share_rural": 1.25}
+    by_group = maps.tile_model_caption({**attrs, **groups})
+    assert by_group is not None
+    assert "urban tiles 0.05, rural tiles 1.25, each chosen on its own validation tiles" in by_group
+    assert "tiles 0.05" not in text  # no group of its own: the pooled share alone
 
 
 def test_the_tile_model_caption_writes_tiny_parameters_readably_with_units() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +223,12 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
             if f"local_layer_place_share_{k}" in ds.attrs
         }
         assert recorded == (basis or {})
+        own = {
+            g: ds.attrs[f"local_layer_place_share_{g}"]
+            for g in ("urban", "rural")
+            if f"local_layer_place_share_{g}" in ds.attrs
+        }
+        assert own == (params.get("place_share_by_group") or {})
         for group, value in params["tau2"].items():
             assert ds.attrs[f"local_layer_tau2_{group}"] == value
 
@@ -536,3 +544,126 @@ def test_the_share_curve_is_the_coverage_of_the_maps_at_each_share() -> None:
         )
         assert curve["coverage"][float(c)] == pytest.approx(direct["all"]["coverage95"])
     assert len(set(curve["coverage"].values())) > 2  # the share moves the coverage here
+
+
+def _grouped_place_rows(n_urban: int, n_rural: int) -> dict[str, np.ndarray]:
+    """Validation rows of unmeasured tiles: urban levels spread N(0, 0.05), rural N(0, 0.5),
+    8 rows of 5 tests a tile."""
+    u_tiles, u_y = _place_data(n_urban, place_var=0.05, seed=1)
+    r_tiles, r_y = _place_data(n_rural, place_var=0.5, seed=2)
+    tiles = np.concatenate([np.char.add("u", u_tiles), np.char.add("r", r_tiles)])
+    urban = np.r_[np.ones(u_tiles.size, bool), np.zeros(r_tiles.size, bool)]
+    n = tiles.size
+    return {
+        "tiles": tiles,
+        "times": np.zeros(n),
+        "y": np.r_[u_y, r_y],
+        "mean": np.zeros(n),
+        "var_f": np.full(n, 0.01),
+        "components": np.full((n, 1), 0.5),
+        "groups": np.where(urban, "urban", "rural"),
+        "tests": np.full(n, 5.0),
+        "urban": urban,
+    }
+
+
+def _grouped_effect() -> TileEffect:
+    """A tile effect with one tau² per urban / rural group on 40 training tiles."""
+    params = TileEffectParameters(
+        tau2={"urban": 0.25, "rural": 0.25},
+        rho=0.9,
+        noise_scale=(1.0,),
+        components=("meas",),
+        latent_scale=1.0,
+    )
+    tiles = np.repeat([f"a{j:03d}" for j in range(40)], 4)
+    return TileEffect(
+        params,
+        tiles=tiles,
+        times=np.tile(np.arange(4.0), 40),
+        residual=np.random.default_rng(0).normal(0.0, 0.5, tiles.size),
+        var_f=np.full(tiles.size, 0.01),
+        components=np.full((tiles.size, 1), 0.5),
+        groups=np.where(np.arange(tiles.size) % 8 < 4, "urban", "rural"),
+    )
+
+
+def test_urban_and_rural_tiles_each_get_their_own_place_share() -> None:
+    """Urban validation tiles whose levels spread less than the prior, rural ones more: each
+    group certifies its own share by the same rule on its tiles alone (urban below the pooled
+    share, rural above it and above 1), which the effect's predictions then use row by row;
+    a group with fewer than 19 such tiles takes the pooled share."""
+    from pipelines.layers import MIN_PLACE_UNITS, choose_place_share, place_share_coverage
+
+    effect = _grouped_effect()
+    rows = _grouped_place_rows(100, 100)
+    choice = choose_place_share(effect, **rows)
+    assert choice.by_group is not None
+    assert choice.by_group["urban"] < choice.share < choice.by_group["rural"]
+    assert choice.by_group["rural"] > 1.0
+    # each group's share is the pooled rule on that group's tiles alone
+    for name, flag in (("urban", True), ("rural", False)):
+        only = {
+            k: (v[rows["urban"] == flag] if isinstance(v, np.ndarray) else v)
+            for k, v in rows.items()
+        }
+        assert choose_place_share(effect, **only).share == choice.by_group[name]
+    chosen = copy.copy(effect)
+    chosen.params = replace(
+        effect.params, place_share=choice.share, place_share_by_group=choice.by_group
+    )
+    kw = {"times": np.zeros(2), "var_f": np.full(2, 0.01), "components": np.full((2, 1), 0.5)}
+    where = {"tiles": np.array(["new-u", "new-r"]), "groups": np.array(["urban", "rural"]), **kw}
+    both = chosen.predict(**where)
+    for i, name in enumerate(("urban", "rural")):
+        alone = chosen.predict(**where, place_share=choice.by_group[name])
+        assert both.tile_var[i] == pytest.approx(alone.tile_var[i])
+        assert both.tile_var[i] + both.noise_var[i] == pytest.approx(
+            alone.tile_var[i] + alone.noise_var[i]
+        )
+    assert both.tile_var[0] < both.tile_var[1]
+    # too few rural tiles: only urban chooses its own; a rural row takes the pooled share
+    few = _grouped_place_rows(100, MIN_PLACE_UNITS - 1)
+    few_choice = choose_place_share(effect, **few)
+    assert few_choice.by_group is not None and set(few_choice.by_group) == {"urban"}
+    curve = place_share_coverage(effect, **few)
+    assert curve["tiles"] == 100 + MIN_PLACE_UNITS - 1
+
+
+def test_an_ungrouped_model_has_one_place_share() -> None:
+    """Without one tau² per urban / rural group a row's group is not known where it is
+    predicted, so no group gets its own share."""
+    from pipelines.layers import choose_place_share
+
+    params = TileEffectParameters(
+        tau2=0.25, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
+    )
+    effect = _effect_on_training_tiles(params, var_f=0.01, seed=1)
+    rows = {**_grouped_place_rows(100, 100), "groups": None}
+    assert choose_place_share(effect, **rows).by_group is None
+
+
+def test_group_place_shares_are_saved_and_read_back() -> None:
+    """The tile effect's and the local layer's ``place_share_by_group`` survive their
+    parameter files; files without it read as ``None``; a share out of range is refused."""
+
+    effect = TileEffectParameters(
+        tau2={"urban": 0.2, "rural": 0.3},
+        rho=0.9,
+        noise_scale=(1.0,),
+        components=("meas",),
+        place_share=0.5,
+        place_share_by_group={"rural": 1.5},
+    )
+    again = TileEffectParameters.from_dict(json.loads(json.dumps(effect.to_dict())))
+    assert again.place_share_by_group == {"rural": 1.5}
+    old = effect.to_dict()
+    old.pop("place_share_by_group")
+    assert TileEffectParameters.from_dict(old).place_share_by_group is None
+    assert "place_share_by_group" not in replace(effect, place_share_by_group=None).to_dict()
+    layer = SpatialParameters(
+        sigma2=0.1, range_km=1.0, tau2={"urban": 0.1}, place_share_by_group={"urban": 0.25}
+    )
+    assert SpatialParameters.from_dict(layer.to_dict()).place_share_by_group == {"urban": 0.25}
+    with pytest.raises(ValueError, match="place_share"):
+        replace(effect, place_share_by_group={"urban": 0.0})

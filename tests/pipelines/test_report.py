@@ -346,6 +346,12 @@ def test_the_local_layer_section_states_the_place_share() -> None:
         doc = Doc("r")
         _local_layer_section(doc, {**params, "place_share": share, "place_share_basis": basis})
         assert want in doc.markdown(), (basis, doc.markdown())
+        assert "their tiles alone" not in doc.markdown()  # no group chose its own
+    doc = Doc("r")
+    basis = {"tiles": 115, "units": 115}
+    own = {"place_share_by_group": {"urban": 0.05, "rural": 1.25}}
+    _local_layer_section(doc, {**params, "place_share": 0.1, "place_share_basis": basis, **own})
+    assert "by the same rule on their tiles alone: rural 1.25, urban 0.05." in doc.markdown()
 
 
 def test_the_place_share_sentence_names_the_split_s_unit() -> None:
