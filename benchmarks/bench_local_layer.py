@@ -219,6 +219,15 @@ def coverage_interval_of(group: dict[str, Any]) -> list[float]:
     return list(share_interval(round(group[COVERAGE95] * n), n))
 
 
+def _shares_label(params: dict[str, Any]) -> str:
+    """``0.05`` or, with group shares, ``0.05; urban 0.05, rural 1.25``."""
+    text = f"{float(params.get('place_share', 1.0)):.2f}"
+    own = params.get("place_share_by_group") or {}
+    if own:
+        text += "; " + ", ".join(f"{g} {float(c):.2f}" for g, c in sorted(own.items()))
+    return text
+
+
 def table(folder: Path) -> str:
     """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
     coverage of the rows, and coverage (with its 95% confidence interval over the tiles) /
@@ -232,15 +241,15 @@ def table(folder: Path) -> str:
     consistent: dict[str, dict[str, list[bool]]] = {}
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
-        share = (d.get("local_layer") or {}).get("place_share", 1.0)
+        share = _shares_label(d.get("local_layer") or {})
         prior = (d.get("local_layer") or {}).get("unseen_prior", "tile effect")
         prior = "GP" if prior == "gp" else "τ²"
-        effect_share = (d.get("tile_effect") or {}).get("place_share", 1.0)
+        effect_share = _shares_label(d.get("tile_effect") or {})
         for key, res in d["results"].items():
             r, m = res["rows"]["all"], res["map"]
             name = {
-                "local_layer": f"local_layer (c = {share:.2f}, {prior} prior)",
-                "tile_effect": f"tile_effect (c = {effect_share:.2f})",
+                "local_layer": f"local_layer (c = {share}, {prior} prior)",
+                "tile_effect": f"tile_effect (c = {effect_share})",
             }.get(key, key)
             name = {
                 "local_layer_c1": "local_layer (c = 1)",
@@ -363,13 +372,13 @@ def place_share_study(folder: Path) -> str:
         test = {float(c): v for c, v in curve["test"].items()}
         by_unit = {float(c): v for c, v in curve["validation_by_unit"].items()}
         uncertified = next((c for c in shares if by_unit[c] >= PLACE_COVERAGE - 1e-9), 1.0)
-        chosen = float(d["local_layer"].get("place_share", 1.0))
+        chosen = _shares_label(d["local_layer"])
         whole = layer["map"]["all"]
         n = int(whole["tiles"])
         low, high = coverage_interval_of(whole)
         lines.append(
             f"| {path.stem} | {d['gp'].get('best_epoch')} | {curve['validation_tiles']} "
-            f"({curve['validation_units']}) | {chosen:.2f}: {100 * whole[COVERAGE95]:.1f} "
+            f"({curve['validation_units']}) | {chosen}: {100 * whole[COVERAGE95]:.1f} "
             f"({100 * low:.1f}–{100 * high:.1f}) of {n} | {uncertified:.2f} → "
             f"{100 * test[uncertified]:.1f} |"
         )
