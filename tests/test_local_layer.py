@@ -507,6 +507,48 @@ def test_place_share_moves_an_unmeasured_tiles_prior_to_the_test_noise(share: fl
     np.testing.assert_array_equal(c.noise_var, a.noise_var)
 
 
+def test_a_groups_own_place_share_applies_to_its_rows_only() -> None:
+    """With ``place_share_by_group`` an unmeasured row takes its group's share and a row of a
+    group without one the pooled share: each equals the layer's prediction at that share."""
+    rng = np.random.default_rng(6)
+    tiles, times, _, v, noise, xy = _data(rng)
+    residual = rng.normal(0, 0.3, tiles.size)
+    labels = np.where(np.array([int(t[1:]) % 2 == 0 for t in tiles]), "urban", "rural")
+    tau2 = {"urban": 0.03, "rural": 0.06}
+    params = TileEffectParameters(
+        tau2=tau2, rho=RHO, noise_scale=(KAPPA,), components=("noise",), latent_scale=LAM
+    )
+    effect = TileEffect(
+        params,
+        tiles=tiles,
+        times=times,
+        residual=residual,
+        var_f=v,
+        components=noise,
+        groups=labels,
+    )
+    spatial = SpatialParameters(
+        sigma2=SIGMA2,
+        range_km=RANGE,
+        tau2=tau2,
+        place_share=0.3,
+        place_share_by_group={"rural": 2.0},
+    )
+    layer = LocalLayer(effect, spatial, tile_xy=xy[np.argsort(np.unique(tiles))])
+    kw = {"tiles": ["zz", "yy", "t01"], "times": [3.0, 3.0, 7.0], "var_f": [0.02, 0.02, 0.01]}
+    kw["components"] = np.full((3, 1), 0.3)
+    kw["groups"] = np.array(["urban", "rural", "rural"])
+    at = np.array([[1.0, 1.0], [1.0, 1.0], xy[1]])
+    both = layer.predict(xy=at, **kw)
+    urban = layer.predict(xy=at, place_share=0.3, **kw)
+    rural = layer.predict(xy=at, place_share=2.0, **kw)
+    assert both.tile_var[0] == pytest.approx(urban.tile_var[0])
+    assert both.tile_var[1] == pytest.approx(rural.tile_var[1])
+    assert both.tile_var[1] > both.tile_var[0]  # the same prior but the rural share
+    assert both.tile_var[2] == pytest.approx(urban.tile_var[2])  # a measured tile: no share
+    np.testing.assert_allclose(both.tile_var + both.noise_var, urban.tile_var + urban.noise_var)
+
+
 def test_spatial_parameters_without_a_place_share_read_as_one() -> None:
     """Files written before the place share read as 1 (the whole prior is the place's)."""
     raw = SpatialParameters(sigma2=0.1, range_km=1.0, tau2={"all": 0.2}).to_dict()
