@@ -737,7 +737,6 @@ def _unseen_prior_study(
     from geodbk.metrics import gaussian_nll
     from geodbk.tile_effect import UNSEEN_EFFECT
     from pipelines.layers import _effect_positions
-    from pipelines.map_calibration import tile_level_errors
 
     lat0, lon0 = layer.params.lat0, layer.params.lon0
     train_effect = layer.effect.first_rows(n_train)
@@ -780,22 +779,30 @@ def _unseen_prior_study(
             maps[str(c)] = _part_map(test, gp_mean, at_c)
         out[prior] = {"validation_unseen_nll": nll, "map": maps}
     chosen = layer.predict(xy=xy[te], **kw)
-    levels = tile_level_errors(
-        tiles=test["quadkey"].to_numpy(),
-        y=test["y"].to_numpy(),
-        tests=test["tests"].to_numpy(),
-        urban=test["urban"].to_numpy(bool),
-        mean=gp_mean + chosen.shift,
-        var=chosen.tile_var,
-        noise=chosen.noise_var,
-        persistent=chosen.persistent_var,
-    )
+    levels = _tile_levels(test, gp_mean, chosen)
     missed = levels[levels["error"].abs() > Z95 * levels["sd"]]
     out["missed_tiles"] = [
         {"tile": str(r.tile), "urban": bool(r.urban), "error": float(r.error), "sd": float(r.sd)}
         for r in missed.itertuples()
     ]
     return out
+
+
+def _tile_levels(test: pd.DataFrame, gp_mean: np.ndarray, part: Any) -> pd.DataFrame:
+    """:func:`pipelines.map_calibration.tile_level_errors` of the tile quantity of a tile
+    model's prediction ``part`` at the test rows, on the GP's mean."""
+    from pipelines.map_calibration import tile_level_errors
+
+    return tile_level_errors(
+        tiles=test["quadkey"].to_numpy(),
+        y=test["y"].to_numpy(),
+        tests=test["tests"].to_numpy(),
+        urban=test["urban"].to_numpy(bool),
+        mean=gp_mean + part.shift,
+        var=part.tile_var,
+        noise=part.noise_var,
+        persistent=part.persistent_var,
+    )
 
 
 def _neighbour_spread_study(
@@ -813,18 +820,8 @@ def _neighbour_spread_study(
     from scipy.stats import spearmanr
 
     from geodbk.local_layer import _summaries
-    from pipelines.map_calibration import tile_level_errors
 
-    levels = tile_level_errors(
-        tiles=test["quadkey"].to_numpy(),
-        y=test["y"].to_numpy(),
-        tests=test["tests"].to_numpy(),
-        urban=test["urban"].to_numpy(bool),
-        mean=gp_mean + chosen.shift,
-        var=chosen.tile_var,
-        noise=chosen.noise_var,
-        persistent=chosen.persistent_var,
-    )
+    levels = _tile_levels(test, gp_mean, chosen)
     tiles = test["quadkey"].astype(str).to_numpy()
     _, first = np.unique(tiles, return_index=True)  # sorted, as tile_level_errors' tiles
     at = np.searchsorted(tiles[first], levels["tile"].to_numpy())

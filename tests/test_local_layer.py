@@ -507,14 +507,14 @@ def test_place_share_moves_an_unmeasured_tiles_prior_to_the_test_noise(share: fl
     np.testing.assert_array_equal(c.noise_var, a.noise_var)
 
 
-def test_a_groups_own_place_share_applies_to_its_rows_only() -> None:
-    """With ``place_share_by_group`` an unmeasured row takes its group's share and a row of a
-    group without one the pooled share: each equals the layer's prediction at that share."""
-    rng = np.random.default_rng(6)
-    tiles, times, _, v, noise, xy = _data(rng)
+def _grouped_data(seed: int, tau2: dict[str, float]):
+    """:func:`_data` with GP residuals N(0, 0.3²), its even tiles rural and odd ones urban,
+    and a tile effect with one ``tau2`` per group on them: ``(tiles, times, pos, v, noise, xy,
+    residual, groups, effect)``."""
+    rng = np.random.default_rng(seed)
+    tiles, times, pos, v, noise, xy = _data(rng)
     residual = rng.normal(0, 0.3, tiles.size)
-    labels = np.where(np.array([int(t[1:]) % 2 == 0 for t in tiles]), "urban", "rural")
-    tau2 = {"urban": 0.03, "rural": 0.06}
+    groups = np.where(np.array([int(t[1:]) for t in tiles]) % 2 == 0, "rural", "urban")
     params = TileEffectParameters(
         tau2=tau2, rho=RHO, noise_scale=(KAPPA,), components=("noise",), latent_scale=LAM
     )
@@ -525,8 +525,16 @@ def test_a_groups_own_place_share_applies_to_its_rows_only() -> None:
         residual=residual,
         var_f=v,
         components=noise,
-        groups=labels,
+        groups=groups,
     )
+    return tiles, times, pos, v, noise, xy, residual, groups, effect
+
+
+def test_a_groups_own_place_share_applies_to_its_rows_only() -> None:
+    """With ``place_share_by_group`` an unmeasured row takes its group's share and a row of a
+    group without one the pooled share: each equals the layer's prediction at that share."""
+    tau2 = {"urban": 0.03, "rural": 0.06}
+    tiles, _, _, _, _, xy, _, _, effect = _grouped_data(6, tau2)
     spatial = SpatialParameters(
         sigma2=SIGMA2,
         range_km=RANGE,
@@ -677,25 +685,9 @@ def test_fit_refits_one_rho_per_group() -> None:
 def test_a_rho_per_group_matches_the_dense_joint_gaussian() -> None:
     """Two groups with their own rho (and tau²): each measured tile's offset is AR(1) with
     its group's rho, and the layer's prediction equals the dense joint Gaussian."""
-    rng = np.random.default_rng(4)
-    tiles, times, pos, v, noise, xy = _data(rng)
-    residual = rng.normal(0, 0.3, tiles.size)
-    index = np.array([int(t[1:]) for t in tiles])
-    groups = np.where(index % 2 == 0, "rural", "urban")
     rho = {"rural": 0.5, "urban": 0.9}
     tau2 = {"rural": 0.03, "urban": 0.05}
-    params = TileEffectParameters(
-        tau2=tau2, rho=RHO, noise_scale=(KAPPA,), components=("noise",), latent_scale=LAM
-    )
-    effect = TileEffect(
-        params,
-        tiles=tiles,
-        times=times,
-        residual=residual,
-        var_f=v,
-        components=noise,
-        groups=groups,
-    )
+    tiles, times, pos, v, noise, xy, residual, groups, effect = _grouped_data(4, tau2)
     spatial = SpatialParameters(
         sigma2=SIGMA2, range_km=RANGE, tau2=tau2, neighbours=len(xy), rho=rho
     )
