@@ -730,7 +730,8 @@ def _unseen_prior_study(
     """The layer's fitted field under each prior of an unmeasured tile (the tile effect's
     ``tau²`` and the GP's): the validation NLL of the validation rows without training history
     (urban, rural, all; the layer conditioned on the training rows, as the choice is made) and
-    the test map at the chosen place share and at 1, plus the test tiles the chosen layer's
+    the test map at the chosen place shares (``chosen``: the pooled one and each group's own)
+    and at 1 (``1.0``), plus the test tiles the chosen layer's
     interval misses (tile, urban, error, sd). The field is not refitted per prior, so the NLLs
     differ a little from ``val_nll_unseen``."""
     from geodbk.local_layer import LocalLayer
@@ -767,16 +768,19 @@ def _unseen_prior_study(
                 if m.any()
                 else None
             )
+        shares = {
+            "1.0": (1.0, None),  # the whole prior
+            "chosen": (layer.params.place_share, layer.params.place_share_by_group),
+        }
         maps = {}
-        for c in sorted({1.0, float(layer.params.place_share)}):
-            chosen_by_group = layer.params.place_share_by_group if c != 1.0 else None
+        for key, (c, by_group) in shares.items():
             at_c = LocalLayer(
                 layer.effect,
-                replace(params, place_share=c, place_share_by_group=chosen_by_group),
+                replace(params, place_share=c, place_share_by_group=by_group),
                 tile_xy=layer.tile_xy,
                 positions=layer.positions,
             ).predict(xy=xy[te], **kw)
-            maps[str(c)] = _part_map(test, gp_mean, at_c)
+            maps[key] = _part_map(test, gp_mean, at_c)
         out[prior] = {"validation_unseen_nll": nll, "map": maps}
     chosen = layer.predict(xy=xy[te], **kw)
     levels = _tile_levels(test, gp_mean, chosen)

@@ -403,8 +403,8 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     if not certifies(scores.tiles, scores.units):
         if scores.tiles < MIN_PLACE_TILES:
             log.info(
-                "place share 1: %d validation tiles without training rows have %d+ "
-                "tests (%d needed)",
+                "place share 1: %d validation tiles without training rows have %d+ tests "
+                "(%d needed)",
                 scores.tiles,
                 MIN_TESTS,
                 MIN_PLACE_TILES,
@@ -446,8 +446,7 @@ def _urban_grouped(tile_model: LocalLayer | TileEffect) -> bool:
     """Whether the model's tile effect has one ``tau²`` per urban / rural group, so that each
     row's group is known wherever it is predicted."""
     effect = tile_model.effect if isinstance(tile_model, LocalLayer) else tile_model
-    params = getattr(effect, "params", None)  # a stand-in model may have none
-    return set(getattr(params, "groups", ())) == {"urban", "rural"}
+    return set(effect.params.groups) == {"urban", "rural"}
 
 
 def _smallest_covering_share(scores: _ShareScores, *, what: str) -> float:

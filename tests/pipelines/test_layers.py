@@ -235,9 +235,10 @@ def test_the_grid_records_the_layers_place_share(run: Path) -> None:
 
 class _PriorOnlyLayer:
     """A stand-in tile model: every row's tile unmeasured (or measured where ``seen``), shift 0,
-    tile variance ``latent + prior``, noise ``noise``; split with ``lambda`` 1."""
+    tile variance ``latent + prior``, noise ``noise``; split with ``lambda`` 1; one group."""
 
     unseen_latent_scale = 1.0
+    params = TileEffectParameters(tau2=0.2, rho=0.9, noise_scale=(1.0,), components=("meas",))
 
     def __init__(self, *, latent: float, prior: float, noise: float, seen: np.ndarray) -> None:
         self.latent, self.prior, self.noise, self.seen = latent, prior, noise, seen
