@@ -17,11 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from scipy.special import betaincinv, ndtr, ndtri
+import numpy.typing as npt
+from scipy.special import betaincinv, ndtr, ndtri, stdtrit
 
 __all__ = [
     "COVERAGE95",
     "COVERAGE95_INTERVAL",
+    "COVERAGE95_INTERVAL_BY_PLACE",
     "CRPS",
     "DEFAULT_LEVELS",
     "LEGACY_KEYS",
@@ -29,6 +31,7 @@ __all__ = [
     "MEDIAN_ABS_ERROR",
     "NLL",
     "OFF_BY_2X",
+    "PLACES",
     "RMSE",
     "STD_SUFFIX",
     "SUMMARY_KEYS",
@@ -46,6 +49,7 @@ __all__ = [
     "reliability_curve",
     "rmse",
     "share_interval",
+    "share_interval_by_place",
     "summary",
 ]
 
@@ -62,6 +66,11 @@ COVERAGE95 = "coverage95"
 #: The 95% confidence interval ``[low, high]`` of a ``coverage95`` measured on few items
 #: (:func:`share_interval`).
 COVERAGE95_INTERVAL = "coverage95_interval"
+#: The same interval with the items of one place counted together, as one cluster
+#: (:func:`share_interval_by_place`).
+COVERAGE95_INTERVAL_BY_PLACE = "coverage95_interval_by_place"
+#: How many places (clusters of items) a ``coverage95`` was measured in.
+PLACES = "places"
 #: Mean width of the central 95% predictive interval.
 WIDTH95 = "width95"
 #: Standard deviation of the per-point 95% interval widths.
@@ -159,6 +168,51 @@ def share_interval(hits: int, n: int, *, confidence: float = 0.95) -> tuple[floa
     return low, high
 
 
+def share_interval_by_place(
+    hits: npt.ArrayLike, places: npt.ArrayLike, *, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """Confidence interval of the share of true ``hits`` (n,) when items of one place (labels
+    ``places``, n) share their outcome's chance: Clopper-Pearson at the Korn-Graubard
+    effective size.
+
+    With ``p`` the share, ``h_g`` and ``n_g`` the hits and items of place ``g`` and ``C`` the
+    places, the share's cluster variance is ``V = C / (C - 1) sum_g (h_g - p n_g)² / n²``,
+    the effective size ``n* = min(n, p (1 - p) / V (t_{n-1} / t_{C-1})²)`` (``t_d`` the
+    ``(1 + confidence) / 2`` quantile of Student's t with ``d`` degrees of freedom; the factor
+    accounts for the few places the variance was estimated from), and the interval
+    ``[B^{-1}(a/2; p n*, (1 - p) n* + 1), B^{-1}(1 - a/2; p n* + 1, (1 - p) n*)]``. Where the
+    places agree (``V = 0``, every ``p`` of 0 or 1 included) ``n* = n``: the exact binomial
+    interval of :func:`share_interval`. ``None`` with fewer than two places, whose spread
+    cannot be measured.
+    """
+    h = np.asarray(hits, dtype=bool).reshape(-1)
+    labels = np.asarray(places).reshape(-1)
+    if h.size != labels.size:
+        raise ValueError(f"hits and places differ in length: {h.size} and {labels.size}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    n = h.size
+    _, code = np.unique(labels, return_inverse=True)
+    n_places = int(code.max()) + 1 if n else 0
+    if n_places < 2:
+        return None
+    share = float(h.mean())
+    per_place_n = np.bincount(code, minlength=n_places).astype(np.float64)
+    per_place_hits = np.bincount(code, weights=h.astype(np.float64), minlength=n_places)
+    spread = float(np.sum((per_place_hits - share * per_place_n) ** 2))
+    variance = n_places / (n_places - 1) * spread / n**2
+    if variance <= 0.0 or share in (0.0, 1.0):
+        return share_interval(int(h.sum()), n, confidence=confidence)
+    q = 0.5 * (1.0 + confidence)
+    dof = (stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2 if n > 1 else 1.0
+    size = min(float(n), share * (1.0 - share) / variance * float(dof))
+    tail = 0.5 * (1.0 - confidence)
+    k = share * size
+    low = float(betaincinv(k, size - k + 1.0, tail))
+    high = float(betaincinv(k + 1.0, size - k, 1.0 - tail))
+    return low, high
+
+
 def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str:
     """``"consistent"`` when ``nominal`` lies inside the measured coverage's confidence
     ``interval``; ``"too narrow"`` when the whole interval is below it (the predictive
@@ -180,8 +234,8 @@ def clustered_checks_caveat(tiles: int | None, blocks: int | None) -> str:
     return (
         f" These {tiles} tiles lie in {blocks} held-out block{'' if blocks == 1 else 's'}, and "
         "tiles of one block share their errors: the check is nearer "
-        f"{blocks} independent place{'' if blocks == 1 else 's'} than {tiles}, so its "
-        "interval is too narrow."
+        f"{blocks} independent place{'' if blocks == 1 else 's'} than {tiles}, so an "
+        "interval counted by tile is too narrow."
     )
 
 

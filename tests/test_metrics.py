@@ -116,3 +116,78 @@ def test_the_clustered_checks_caveat_names_the_blocks_only_when_fewer() -> None:
     assert "82 tiles lie in 15 held-out blocks" in text and "too narrow" in text
     assert clustered_checks_caveat(82, 82) == clustered_checks_caveat(82, None) == ""
     assert clustered_checks_caveat(None, 15) == ""
+
+
+def _by_place_reference(hits: np.ndarray, places: np.ndarray) -> tuple[float, float]:
+    """The Korn-Graubard interval written out place by place (float64 loops)."""
+    from scipy.stats import beta, t
+
+    n, labels = hits.size, sorted(set(places.tolist()))
+    p = hits.mean()
+    spread = 0.0
+    for g in labels:
+        inside = places == g
+        spread += (hits[inside].sum() - p * inside.sum()) ** 2
+    c = len(labels)
+    var = c / (c - 1) * spread / n**2
+    size = min(n, p * (1 - p) / var * (t.ppf(0.975, n - 1) / t.ppf(0.975, c - 1)) ** 2)
+    return beta.ppf(0.025, p * size, (1 - p) * size + 1), beta.ppf(
+        0.975, p * size + 1, (1 - p) * size
+    )
+
+
+def test_the_interval_by_place_is_korn_graubards_effective_size_interval() -> None:
+    from geodbk.metrics import share_interval_by_place
+
+    rng = np.random.default_rng(3)
+    places = rng.integers(0, 25, size=90)
+    hits = rng.random(90) < np.where(places < 5, 0.4, 0.97)  # five places miss often
+    low, high = share_interval_by_place(hits, places)
+    ref = _by_place_reference(hits, places)
+    assert low == pytest.approx(ref[0], abs=1e-9) and high == pytest.approx(ref[1], abs=1e-9)
+    by_tile = share_interval(int(hits.sum()), hits.size)
+    assert low < by_tile[0] and high > by_tile[1]  # places that share misses: fewer checks
+    # places whose items all agree, eight items each: about as few checks as places
+    agree = np.repeat(rng.random(30) < 0.8, 8)
+    low, high = share_interval_by_place(agree, np.repeat(np.arange(30), 8))
+    k = int(agree.sum() // 8)
+    per_place = share_interval(k, 30)
+    assert abs(low - per_place[0]) < 0.05 and abs(high - per_place[1]) < 0.05
+    assert high - low > 2 * (
+        share_interval(int(agree.sum()), 240)[1] - share_interval(int(agree.sum()), 240)[0]
+    )
+
+
+def test_the_interval_by_place_is_the_binomial_one_when_places_do_not_share() -> None:
+    from geodbk.metrics import share_interval_by_place
+
+    rng = np.random.default_rng(4)
+    hits = rng.random(116) < 0.93
+    one_each = share_interval_by_place(hits, np.arange(116))
+    exact = share_interval(int(hits.sum()), 116)
+    assert one_each == pytest.approx(exact, abs=0.005)  # n* = n - 1 here
+    every = np.ones(40, dtype=bool)  # all covered: no spread to measure, the exact interval
+    assert share_interval_by_place(every, np.arange(40) // 4) == share_interval(40, 40)
+    assert share_interval_by_place(hits[:10], np.zeros(10)) is None  # one place
+    with pytest.raises(ValueError, match="length"):
+        share_interval_by_place(hits, np.arange(5))
+
+
+def test_the_interval_by_place_covers_a_clustered_rate_where_the_tiles_one_does_not() -> None:
+    """Items of a place share a random rate (mean 0.9): over many draws the interval by place
+    holds the mean rate about 95% of the time, the interval over the items much less often."""
+    from geodbk.metrics import share_interval_by_place
+
+    rng = np.random.default_rng(5)
+    places = np.repeat(np.arange(40), 4)
+    held = {"place": 0, "tile": 0}
+    draws = 400
+    for _ in range(draws):
+        rate = rng.beta(1.8, 0.2, size=40)[places]  # mean 0.9, strongly shared in a place
+        hits = rng.random(places.size) < rate
+        low, high = share_interval_by_place(hits, places) or (0.0, 1.0)
+        held["place"] += low <= 0.9 <= high
+        low, high = share_interval(int(hits.sum()), hits.size)
+        held["tile"] += low <= 0.9 <= high
+    assert 0.92 < held["place"] / draws < 0.99  # 95.2% in these draws
+    assert held["tile"] / draws < 0.9  # 85.5%
