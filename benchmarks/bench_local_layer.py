@@ -10,7 +10,8 @@ fitted here on the same residuals, so every variant shares one GP)::
 
 ``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md; the
 local layer's row names its place share and the prior of an unmeasured tile it chose, the
-tile effect's ``τ²`` or the GP's);
+tile effect's ``τ²`` or the GP's; under it, per model, the runs whose coverage interval holds
+95%, by tile and by place);
 ``--place-shares DIR`` how the place share moves the map coverage on block-split runs (the
 chosen share against the rule without the conformal count, pooled per target; docs/quantities.md,
 "Can a block split learn the place share?");
@@ -37,8 +38,9 @@ prior):
 - row level: NLL (nats), 95% coverage and interval width, overall, urban and rural;
 - map level (``map``, :mod:`pipelines.map_calibration`, as the report's ``map_calibration``):
   test tiles with at least 30 tests over their test quarters, the quantity (tile, or f for the
-  GP alone) against the tile's tests-weighted level: 95% coverage, median |error| (log10) and
-  the share off by more than 2x.
+  GP alone) against the tile's tests-weighted level: 95% coverage with its interval over the
+  tiles and counted by place (:func:`geodbk.geo.blocks.calibration_places`), median |error|
+  (log10) and the share off by more than 2x.
 - the local layer's ``unseen_prior_study``: its field under each prior of an unmeasured tile,
   the validation NLL of rows without training history by urban / rural, the test map at the
   chosen place share and at 1, and the test tiles its interval misses;
@@ -67,12 +69,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from geodbk.geo.blocks import calibration_places, held_out_units
+from geodbk.geo.table import read_table_metadata
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
     MEDIAN_ABS_ERROR,
     NLL,
     OFF_BY_2X,
+    PLACES,
     WIDTH95,
     canonical_keys,
     coverage_verdict,
@@ -87,7 +93,14 @@ def _rows(run: Path, target: str) -> pd.DataFrame:
     cols = ["quadkey", "quarter", "lon", "lat", "x1", "x2", "tests", "devices", "urban", "split"]
     frame = pd.read_parquet(run / "tiles.parquet", columns=[*cols, f"log10_{target}"])
     frame = frame.rename(columns={f"log10_{target}": "y"})
-    return frame[np.isfinite(frame["y"])].reset_index(drop=True)
+    frame = frame[np.isfinite(frame["y"])].reset_index(drop=True)
+    frame["place"] = calibration_places(
+        frame["quadkey"].to_numpy(),
+        lon=frame["lon"].to_numpy(),
+        lat=frame["lat"].to_numpy(),
+        split=read_table_metadata(run / "tiles.parquet").get("split"),
+    )
+    return frame
 
 
 def _gp_parts(model: Any, frame: pd.DataFrame) -> dict[str, Any]:
@@ -199,6 +212,7 @@ def _map_scores(
         var=var,
         noise=noise,
         persistent=persistent,
+        places=test["place"].to_numpy(),
     )
 
 
@@ -219,6 +233,14 @@ def coverage_interval_of(group: dict[str, Any]) -> list[float]:
     return list(share_interval(round(group[COVERAGE95] * n), n))
 
 
+def place_interval_of(group: dict[str, Any]) -> list[float]:
+    """A map group's ``coverage95_interval_by_place``; its interval by tile
+    (:func:`coverage_interval_of`) for files written before it or with fewer than two
+    places."""
+    interval = group.get(COVERAGE95_INTERVAL_BY_PLACE)
+    return list(interval) if interval else coverage_interval_of(group)
+
+
 def _shares_label(params: dict[str, Any]) -> str:
     """``0.05`` or, with group shares, ``0.05; urban 0.05, rural 1.25``."""
     text = f"{float(params.get('place_share', 1.0)):.2f}"
@@ -232,13 +254,15 @@ def table(folder: Path) -> str:
     """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
     coverage of the rows, and coverage (with its 95% confidence interval over the tiles) /
     median |error| of well-measured tiles' levels; then, per model, the runs whose coverage
-    interval holds 95% (all tiles, urban, rural)."""
+    interval holds 95% (all tiles, urban, rural), counted by tile and by place."""
     lines = [
         "| run | model | test NLL | row cov. | tests-bucket cells in 95 ± 2 | map tiles "
-        "| map cov. (urban / rural) | its 95% CI | median \\|err\\| | off > 2x |",
-        "|---|---|---:|---:|---:|---:|---|---|---:|---:|",
+        "| map cov. (urban / rural) | its 95% CI | by place (places) | median \\|err\\| "
+        "| off > 2x |",
+        "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|",
     ]
     consistent: dict[str, dict[str, list[bool]]] = {}
+    by_place: dict[str, dict[str, list[bool]]] = {}
     for path in sorted(folder.glob("*.json")):
         d = canonical_keys(json.loads(path.read_text()))
         share = _shares_label(d.get("local_layer") or {})
@@ -263,10 +287,16 @@ def table(folder: Path) -> str:
                 if g in m:
                     verdict = coverage_verdict(coverage_interval_of(m[g]))
                     consistent.setdefault(key, {}).setdefault(g, []).append(verdict == "consistent")
-            ci = "–"
+                    place_verdict = coverage_verdict(place_interval_of(m[g]))
+                    by_place.setdefault(key, {}).setdefault(g, []).append(
+                        place_verdict == "consistent"
+                    )
+            ci = place_ci = "–"
             if a:
                 low, high = coverage_interval_of(a)
                 ci = f"{100 * low:.1f}–{100 * high:.1f}"
+                low, high = place_interval_of(a)
+                place_ci = f"{100 * low:.1f}–{100 * high:.1f} ({a.get(PLACES, '?')})"
             cells = [
                 b[g][COVERAGE95]
                 for b in (res["rows"].get("by_tests") or {}).values()
@@ -278,17 +308,24 @@ def table(folder: Path) -> str:
                 f"| {path.stem} | {name} | {r[NLL]:.3f} | {100 * r[COVERAGE95]:.1f} | "
                 f"{inside}/{len(cells)} | "
                 f"{m.get('tiles', 0)} | {100 * a.get(COVERAGE95, float('nan')):.1f} ({cov}) | "
-                f"{ci} | {a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
+                f"{ci} | {place_ci} | {a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
                 f"{100 * a.get(OFF_BY_2X, float('nan')):.1f} |"
             )
-    lines += ["", "| model | runs whose map coverage's 95% CI holds 95%: all / urban / rural |"]
-    lines.append("|---|---|")
-    for key, groups in consistent.items():
-        counts = " / ".join(
+    lines += [
+        "",
+        "| model | runs whose map coverage's 95% CI holds 95%, all / urban / rural: by tile "
+        "| by place |",
+        "|---|---|---|",
+    ]
+
+    def counts(groups: dict[str, list[bool]]) -> str:
+        return " / ".join(
             f"{sum(groups.get(g, []))} of {len(groups.get(g, []))}"
             for g in ("all", "urban", "rural")
         )
-        lines.append(f"| {key} | {counts} |")
+
+    for key, groups in consistent.items():
+        lines.append(f"| {key} | {counts(groups)} | {counts(by_place.get(key, {}))} |")
     return "\n".join(lines)
 
 
@@ -483,8 +520,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
-    from geodbk.geo.blocks import held_out_units
-    from geodbk.geo.table import read_table_metadata
     from geodbk.local_layer import NEIGHBOURS, LocalLayer
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (

@@ -13,7 +13,10 @@ tiles whose level lies inside the 95% interval, the median |error| (log10) and t
 more than a factor 2 (|error| > log10 2). With the coverage comes its 95% confidence interval
 over the group's tiles (exact binomial, :func:`geodbk.metrics.share_interval`): a hundred tiles
 measure a coverage to about ±4 points. Neighbouring tiles share errors, so the tiles are fewer
-independent checks than their count, and the interval is, if anything, too narrow.
+independent checks than their count, and that interval is, if anything, too narrow. So each
+group also has the interval counted by place (:func:`geodbk.metrics.share_interval_by_place`:
+a tile's place is its held-out block on a block split, its zoom-12 parent tile otherwise,
+:func:`geodbk.geo.blocks.calibration_places`), with the number of places.
 """
 
 from __future__ import annotations
@@ -24,15 +27,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from geodbk.geo.blocks import held_out_units
+from geodbk.geo.blocks import calibration_places, held_out_units
 from geodbk.geo.contract import Z95
 from geodbk.geo.timeaxis import quarter_indices
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
     MEDIAN_ABS_ERROR,
     OFF_BY_2X,
+    PLACES,
     share_interval,
+    share_interval_by_place,
 )
 from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
@@ -55,6 +61,7 @@ def tile_level_errors(
     var: Any,
     noise: Any,
     persistent: Any = None,
+    places: Any = None,
     min_tests: int = MIN_TESTS,
 ) -> pd.DataFrame:
     """Each scored tile's prediction error of its level and the error's sd (module docstring).
@@ -70,6 +77,8 @@ def tile_level_errors(
         included.
     persistent
         The part of ``noise`` shared by a tile's rows (its testers'); default none.
+    places
+        Each row's place (:func:`geodbk.geo.blocks.calibration_places`); default its tile.
     min_tests
         Tests a tile needs over its rows to be scored.
 
@@ -77,7 +86,7 @@ def tile_level_errors(
     -------
     pandas.DataFrame
         One row per tile with ``min_tests`` or more tests, sorted by tile: ``tile``,
-        ``error`` (prediction minus level, log10), ``sd`` and ``urban``.
+        ``error`` (prediction minus level, log10), ``sd``, ``urban`` and ``place``.
     """
     frame = pd.DataFrame(
         {
@@ -93,6 +102,7 @@ def tile_level_errors(
     shared = np.zeros(w.shape) if persistent is None else np.asarray(persistent, dtype=np.float64)
     frame["w2n"] = w**2 * (np.asarray(noise, dtype=np.float64) - shared)
     frame["wp"] = w * np.sqrt(np.maximum(shared, 0.0))
+    frame["place"] = frame["tile"] if places is None else np.asarray(places)
     g = frame.groupby("tile", sort=True)
     sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n", "wp")}
     keep = sums["w"] >= min_tests
@@ -108,6 +118,7 @@ def tile_level_errors(
             "error": (sums["wm"][keep] - sums["wy"][keep]) / total,
             "sd": sd,
             "urban": g["urban"].last().to_numpy()[keep],
+            "place": g["place"].first().to_numpy()[keep],
         }
     )
 
@@ -120,9 +131,11 @@ def map_calibration(*, min_tests: int = MIN_TESTS, **rows: Any) -> dict[str, Any
     -------
     dict
         ``{"tiles", "min_tests", "all", "urban", "rural"}``, each group ``{"tiles",
-        "coverage95", "coverage95_interval", "median_abs_error", "off_by_2x"}``
-        (:mod:`geodbk.metrics` names; the interval is the coverage's 95% Clopper-Pearson
-        interval over the group's tiles); a group without tiles is left out.
+        "coverage95", "coverage95_interval", "places", "coverage95_interval_by_place",
+        "median_abs_error", "off_by_2x"}`` (:mod:`geodbk.metrics` names; the intervals are
+        the coverage's 95% Clopper-Pearson interval over the group's tiles, and the same at
+        the effective size of its places; the latter ``None`` in fewer than two places); a
+        group without tiles is left out.
     """
     levels = tile_level_errors(min_tests=min_tests, **rows)
     err, sd = levels["error"].to_numpy(), levels["sd"].to_numpy()
@@ -132,10 +145,14 @@ def map_calibration(*, min_tests: int = MIN_TESTS, **rows: Any) -> dict[str, Any
         if not m.any():
             continue
         covered = np.abs(err[m]) <= Z95 * sd[m]
+        places = levels["place"].to_numpy()[m]
+        by_place = share_interval_by_place(covered, places)
         out[name] = {
             "tiles": int(m.sum()),
             COVERAGE95: float(covered.mean()),
             COVERAGE95_INTERVAL: list(share_interval(int(covered.sum()), int(m.sum()))),
+            PLACES: int(pd.unique(places).size),
+            COVERAGE95_INTERVAL_BY_PLACE: None if by_place is None else list(by_place),
             MEDIAN_ABS_ERROR: float(np.median(np.abs(err[m]))),
             OFF_BY_2X: float((np.abs(err[m]) > LOG10_2).mean()),
         }
@@ -176,10 +193,17 @@ def map_calibration_of_run(
         return result
     tests = counts_or_one(test["tests"].to_numpy())
     split = (metadata.get("tiles_metadata") or {}).get("split")
+    has_lonlat = {"lon", "lat"} <= set(test.columns)
     units = (
         held_out_units(test["lon"].to_numpy(), test["lat"].to_numpy(), split)
-        if {"lon", "lat"} <= set(test.columns)
+        if has_lonlat
         else None
+    )
+    places = calibration_places(
+        test["quadkey"].to_numpy(),
+        lon=test["lon"].to_numpy() if has_lonlat else None,
+        lat=test["lat"].to_numpy() if has_lonlat else None,
+        split=split,
     )
     if units is not None:
         per_tile = pd.DataFrame({"tile": test["quadkey"], "tests": tests, "unit": units})
@@ -207,6 +231,7 @@ def map_calibration_of_run(
         "y": test[spec.log_column].to_numpy(np.float64),
         "tests": tests,
         "urban": common["urban"],
+        "places": places,
         "min_tests": min_tests,
     }
     for quantity in ("tile", "area"):

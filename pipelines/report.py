@@ -35,6 +35,7 @@ from geodbk import __version__
 from geodbk.atomic import atomic_path, atomic_write_json, atomic_write_text, staged_folder
 from geodbk.errors import DataError, ModelFileError
 from geodbk.exceedance import exceedance_probability
+from geodbk.geo.blocks import PLACE_TEXT
 from geodbk.geo.contract import TARGETS
 from geodbk.geo.frame import frame_bounds
 from geodbk.geo.licence import licence_line
@@ -51,11 +52,13 @@ from geodbk.geo.timeaxis import format_quarter, quarter_index, quarter_indices, 
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
     CRPS,
     MAE,
     MEDIAN_ABS_ERROR,
     NLL,
     OFF_BY_2X,
+    PLACES,
     WIDTH95,
     clustered_checks_caveat,
     coverage_verdict,
@@ -1227,7 +1230,9 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
         "95% interval of the map's quantity against the tile's tests-weighted level (its "
         "own test noise added). tile: what the map shows by default; area: the smooth f(x) "
         "alone. The coverage's own 95% confidence interval (exact binomial over the tiles) "
-        "says how far the count of tiles lets it be read: a calibrated map has 95% inside it."
+        "says how far the count of tiles lets it be read: a calibrated map has 95% inside it. "
+        "Tiles near each other share their errors, so the same interval is also counted by "
+        f"place ({PLACE_TEXT}; Korn-Graubard's effective size), the one to read."
     )
     rows = []
     for quantity in ("tile", "area"):
@@ -1241,6 +1246,8 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
                         str(r["tiles"]),
                         _fmt(r[COVERAGE95], True),
                         _interval_text(r.get(COVERAGE95_INTERVAL)),
+                        str(r.get(PLACES, "–")),
+                        _interval_text(r.get(COVERAGE95_INTERVAL_BY_PLACE)),
                         _fmt(r[MEDIAN_ABS_ERROR]),
                         _fmt(r[OFF_BY_2X], True),
                     ]
@@ -1252,6 +1259,8 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
             "tiles",
             "95% coverage",
             "its 95% CI",
+            "places",
+            "95% CI by place",
             "median |error| (log10)",
             "off by > 2×",
         ],
@@ -1259,21 +1268,44 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     )
     tile = cal["tile"]["all"]
     interval = tile.get(COVERAGE95_INTERVAL)
-    caveat = clustered_checks_caveat(tile["tiles"], cal.get("held_out_blocks"))
-    if interval is not None:
-        verdict = coverage_verdict(interval)
+    by_place = tile.get(COVERAGE95_INTERVAL_BY_PLACE)
+    if interval is None:
+        return
+    covers = f"the tile quantity covers {_fmt(tile[COVERAGE95], True)}"
+    if not by_place:
         doc.para(
-            f"On these {tile['tiles']} tiles the tile quantity covers "
-            f"{_fmt(tile[COVERAGE95], True)}; its confidence interval, "
+            f"On these {tile['tiles']} tiles {covers}; its confidence interval, "
             f"{_interval_text(interval)}, "
-            + (
-                "holds 95%: the map's intervals are as wide as they should be, as far as these "
-                "tiles can tell."
-                if verdict == "consistent"
-                else f"leaves out 95%: the map's intervals are {verdict}."
-            )
-            + caveat
+            + _coverage_reading(interval, "tiles")
+            + clustered_checks_caveat(tile["tiles"], cal.get("held_out_blocks"))
         )
+        return
+    where = f"On these {tile['tiles']} tiles in {tile.get(PLACES)} places {covers}"
+    tile_verdict = coverage_verdict(interval)
+    if tile_verdict == coverage_verdict(by_place):
+        doc.para(
+            f"{where}; its confidence interval, {_interval_text(interval)} over the tiles and "
+            f"{_interval_text(by_place)} counted by place, " + _coverage_reading(by_place, "places")
+        )
+        return
+    doc.para(
+        f"{where}. Its confidence interval over the tiles, {_interval_text(interval)}, "
+        + ("holds 95%" if tile_verdict == "consistent" else f"leaves out 95% ({tile_verdict})")
+        + f", but tiles near each other share their errors: counted by place it is "
+        f"{_interval_text(by_place)}, which " + _coverage_reading(by_place, "places")
+    )
+
+
+def _coverage_reading(interval: Any, items: str) -> str:
+    """``holds 95%: …`` or ``leaves out 95%: … too narrow / too wide`` for a coverage's
+    confidence interval over ``items``."""
+    verdict = coverage_verdict(interval)
+    if verdict == "consistent":
+        return (
+            "holds 95%: the map's intervals are as wide as they should be, as far as these "
+            f"{items} can tell."
+        )
+    return f"leaves out 95%: the map's intervals are {verdict}."
 
 
 def _interval_text(interval: Any) -> str:

@@ -19,16 +19,19 @@ from app.context import RunContext
 from app.quarters import quarter_key
 from app.runs import TARGETS
 from app.ui import lazy_reader, missing
+from geodbk.geo.blocks import PLACE_TEXT
 from geodbk.geo.splits import split_sentence
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.metrics import (
     COVERAGE95,
     COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
     CRPS,
     MAE,
     MEDIAN_ABS_ERROR,
     NLL,
     OFF_BY_2X,
+    PLACES,
     STD_SUFFIX,
     WIDTH95,
     clustered_checks_caveat,
@@ -356,6 +359,10 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
             if isinstance(r, dict):
                 interval = r.get(COVERAGE95_INTERVAL)
                 low, high = interval if isinstance(interval, list) else (None, None)
+                by_place = r.get(COVERAGE95_INTERVAL_BY_PLACE)
+                place_low, place_high = by_place if isinstance(by_place, list) else (None, None)
+                # the reading counts places where the file has them, else tiles
+                judged = by_place if isinstance(by_place, list) else interval
                 rows.append(
                     {
                         "quantity": quantity,
@@ -364,9 +371,10 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
                         "95% coverage": _num(r.get(COVERAGE95)),
                         "CI low": _num(low),
                         "CI high": _num(high),
-                        "reads as": coverage_verdict(interval)
-                        if isinstance(interval, list)
-                        else "",
+                        "places": r.get(PLACES),
+                        "CI low by place": _num(place_low),
+                        "CI high by place": _num(place_high),
+                        "reads as": coverage_verdict(judged) if isinstance(judged, list) else "",
                         "median |error| (log10)": _num(r.get(MEDIAN_ABS_ERROR)),
                         "off by > 2×": _num(r.get(OFF_BY_2X)),
                     }
@@ -389,7 +397,14 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
         return
     _table(
         table,
-        percent=("95% coverage", "CI low", "CI high", "off by > 2×"),
+        percent=(
+            "95% coverage",
+            "CI low",
+            "CI high",
+            "CI low by place",
+            "CI high by place",
+            "off by > 2×",
+        ),
         fixed=("median |error| (log10)",),
     )
     st.caption(
@@ -397,8 +412,9 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
         "against each tile's tests-weighted level. tile = what the maps show by default (each "
         "tile's own offset); area = the smooth f(x) alone. A calibrated map covers about 95%: "
         "CI low–high is the coverage's own 95% confidence interval over the tiles (exact "
-        "binomial), and 'reads as' says whether 95% lies inside it (consistent) or the map's "
-        "intervals are too narrow or too wide." + _blocks_caveat(cal)
+        "binomial). Tiles near each other share their errors, so the same interval counted by "
+        f"place ({PLACE_TEXT}) is the one to read; 'reads as' says whether 95% lies inside it "
+        "(consistent) or the map's intervals are too narrow or too wide." + _blocks_caveat(cal)
     )
 
 

@@ -209,6 +209,25 @@ def test_map_calibration_table_reads_files_without_the_interval() -> None:
     )
     assert new is not None
     assert new["CI low"][0] == 0.76 and new["reads as"][0] == "consistent"
+    assert math.isnan(new["CI low by place"][0])
+    # with places, the reading counts them: too narrow by tile, consistent by place
+    placed = map_calibration_table(
+        {
+            "map_calibration": {
+                "tile": {
+                    "all": group
+                    | {
+                        "coverage95_interval": [0.76, 0.94],
+                        "places": 12,
+                        "coverage95_interval_by_place": [0.6, 0.98],
+                    }
+                }
+            }
+        }
+    )
+    assert placed is not None
+    assert placed["places"][0] == 12 and placed["CI low by place"][0] == 0.6
+    assert placed["reads as"][0] == "consistent"
 
 
 def test_the_map_check_caption_names_its_held_out_blocks() -> None:

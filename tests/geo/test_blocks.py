@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from geodbk.geo.blocks import block_keys, held_out_units
+from geodbk.geo.blocks import PLACE_ZOOM, block_keys, calibration_places, held_out_units
+from geodbk.geo.quadkey import keys_to_tile, lonlat_to_tile, tile_to_quadkey
 from geodbk.geo.table import block_split
 
 
@@ -34,3 +35,23 @@ def test_other_splits_hold_out_tiles_or_rows() -> None:
     assert held_out_units(lon, lat, {"kind": "tile", "unit": "tile"}) is None
     assert held_out_units(lon, lat, {"kind": "random"}) is None
     assert held_out_units(lon, lat, None) is None
+
+
+def test_a_tiles_place_is_its_parent_tile_or_its_held_out_block() -> None:
+    # zoom-16 tiles: two in one zoom-12 parent, one in the next parent east
+    lon, lat = np.array([-157.8, -157.801, -157.7]), np.array([21.3, 21.3, 21.3])
+    x, y = lonlat_to_tile(lon, lat, 16)
+    quadkeys = tile_to_quadkey(x, y, np.full(3, 16))
+    by_key = calibration_places(quadkeys)
+    assert by_key[0] == by_key[1] != by_key[2]
+    assert list(by_key) == [q[:PLACE_ZOOM] for q in quadkeys]  # the parents' quadkeys
+    by_position = calibration_places(quadkeys, lon=lon, lat=lat, split={"kind": "tile"})
+    px, py, pz = keys_to_tile(by_position)
+    assert (pz == PLACE_ZOOM).all() and (px == x >> 4).all() and (py == y >> 4).all()
+    # ids that are no quadkeys are their own places
+    assert list(calibration_places(np.array(["a7", "a7", "b9"]))) == ["a7", "a7", "b9"]
+    # on a block split the place is the block the tile was held out in
+    lon, lat = np.array([-157.81, -157.89, -157.79]), np.array([21.31, 21.39, 21.31])
+    split = {"kind": "block", "block_size_deg": 0.1}
+    on_blocks = calibration_places(quadkeys, lon=lon, lat=lat, split=split)
+    assert np.array_equal(on_blocks, block_keys(lon, lat, block_size=0.1))

@@ -89,6 +89,12 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     assert low <= cal["tile"]["all"]["coverage95"] <= high
     assert "its confidence interval" in text
     assert "tile quantity" in text
+    # counted by place too: the demo run's tiles lie in fewer zoom-12 parents than tiles
+    places = cal["tile"]["all"]["places"]
+    assert 2 <= places < cal["tile"]["all"]["tiles"]
+    low, high = cal["tile"]["all"]["coverage95_interval_by_place"]
+    assert low <= cal["tile"]["all"]["coverage95"] <= high
+    assert f"tiles in {places} places the tile quantity covers" in text
     # the demo region is geodbk's synthetic data: no third-party licence, and it says so
     assert "## Data and licence" in text and "no third-party licence" in text
     summary = json.loads((run / "report" / "download" / "summary.json").read_text())
@@ -117,3 +123,71 @@ def test_the_report_says_how_many_blocks_the_check_rests_on() -> None:
         text = doc.markdown()
         assert ("lie in 15 held-out blocks" in text) == want
         assert ("nearer 15 independent places than 82" in text) == want
+
+
+def _clustered_levels(places: list[str] | None) -> dict:
+    """Twelve tiles of 40 tests each, in four places of three: the first place's tiles all
+    missed (error 0.5 against an sd of 0.1), the others' covered."""
+    tiles = [f"t{i}" for i in range(12)]
+    return map_calibration(
+        tiles=tiles,
+        y=[0.0] * 12,
+        tests=[40] * 12,
+        urban=[True] * 12,
+        mean=[0.5] * 3 + [0.05] * 9,
+        var=[0.01] * 12,
+        noise=[0.0] * 12,
+        places=places,
+    )
+
+
+def test_tiles_of_one_place_count_together_in_the_interval_by_place() -> None:
+    from geodbk.metrics import share_interval, share_interval_by_place
+
+    apart = _clustered_levels(None)["all"]  # each tile its own place
+    together = _clustered_levels([p for p in "aaabbbcccddd"])["all"]
+    assert apart["coverage95"] == together["coverage95"] == 0.75
+    assert apart["places"] == 12 and together["places"] == 4
+    assert together["coverage95_interval"] == apart["coverage95_interval"]
+    assert together["coverage95_interval"] == pytest.approx(list(share_interval(9, 12)))
+    hits = np.array([False] * 3 + [True] * 9)
+    assert together["coverage95_interval_by_place"] == pytest.approx(
+        list(share_interval_by_place(hits, np.repeat(np.arange(4), 3)))
+    )
+    low, high = together["coverage95_interval_by_place"]
+    assert (
+        low < apart["coverage95_interval_by_place"][0]
+        and high >= apart["coverage95_interval"][1] - 1e-9
+    )
+    # one place only: no spread to count, no interval by place
+    alone = _clustered_levels(["a"] * 12)["all"]
+    assert alone["places"] == 1 and alone["coverage95_interval_by_place"] is None
+
+
+def test_the_report_reads_the_check_by_place_where_it_has_places() -> None:
+    from pipelines.report import _map_calibration_section
+    from pipelines.report_doc import Doc
+
+    group = {
+        "tiles": 40,
+        "coverage95": 0.85,
+        "coverage95_interval": [0.702, 0.943],
+        "places": 21,
+        "coverage95_interval_by_place": [0.55, 0.97],
+        "median_abs_error": 0.15,
+        "off_by_2x": 0.3,
+    }
+    doc = Doc("r")
+    _map_calibration_section(doc, {"min_tests": 30, "tile": {"all": group}})
+    text = doc.markdown()
+    assert "On these 40 tiles in 21 places the tile quantity covers 85.0%." in text
+    assert "over the tiles, 70.2–94.3%, leaves out 95% (too narrow)" in text
+    assert "counted by place it is 55.0–97.0%, which holds 95%" in text
+    assert "| 21 | 55.0–97.0% |" in text
+    # where both read the same, one sentence says so
+    agree = group | {"coverage95": 0.95, "coverage95_interval": [0.83, 0.99]}
+    doc = Doc("r")
+    _map_calibration_section(doc, {"min_tests": 30, "tile": {"all": agree}})
+    text = doc.markdown()
+    assert "its confidence interval, 83.0–99.0% over the tiles and 55.0–97.0% counted by " in text
+    assert "as far as these places can tell" in text
