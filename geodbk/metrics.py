@@ -204,8 +204,8 @@ def share_interval_by_place(
     if variance <= 0.0 or share in (0.0, 1.0):
         return share_interval(int(h.sum()), n, confidence=confidence)
     q = 0.5 * (1.0 + confidence)
-    dof = (stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2 if n > 1 else 1.0
-    size = min(float(n), share * (1.0 - share) / variance * float(dof))
+    dof = float(stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2  # n >= places >= 2
+    size = min(float(n), share * (1.0 - share) / variance * dof)
     tail = 0.5 * (1.0 - confidence)
     k = share * size
     low = float(betaincinv(k, size - k + 1.0, tail))
