@@ -1280,7 +1280,9 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
             + clustered_checks_caveat(tile["tiles"], cal.get("held_out_blocks"))
         )
         return
-    where = f"On these {tile['tiles']} tiles in {tile.get(PLACES)} places {covers}"
+    # a block split's places are its held-out blocks
+    places = "held-out blocks" if cal.get("held_out_blocks") else "places"
+    where = f"On these {tile['tiles']} tiles in {tile.get(PLACES)} {places} {covers}"
     tile_verdict = coverage_verdict(interval)
     if tile_verdict == coverage_verdict(by_place):
         doc.para(

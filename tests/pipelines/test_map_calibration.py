@@ -191,3 +191,7 @@ def test_the_report_reads_the_check_by_place_where_it_has_places() -> None:
     text = doc.markdown()
     assert "its confidence interval, 83.0–99.0% over the tiles and 55.0–97.0% counted by " in text
     assert "as far as these places can tell" in text
+    # on a block split the places are its held-out blocks, and the report names them so
+    doc = Doc("r")
+    _map_calibration_section(doc, {"min_tests": 30, "held_out_blocks": 21, "tile": {"all": agree}})
+    assert "On these 40 tiles in 21 held-out blocks the tile quantity covers" in doc.markdown()
