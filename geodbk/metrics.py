@@ -201,7 +201,7 @@ def share_interval_by_place(
     per_place_hits = np.bincount(code, weights=h.astype(np.float64), minlength=n_places)
     spread = float(np.sum((per_place_hits - share * per_place_n) ** 2))
     variance = n_places / (n_places - 1) * spread / n**2
-    if variance <= 0.0 or share in (0.0, 1.0):
+    if variance <= 0.0:  # every place agrees (a share of 0 or 1 among them)
         return share_interval(int(h.sum()), n, confidence=confidence)
     q = 0.5 * (1.0 + confidence)
     dof = float(stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2  # n >= places >= 2

@@ -193,18 +193,10 @@ def map_calibration_of_run(
         return result
     tests = counts_or_one(test["tests"].to_numpy())
     split = (metadata.get("tiles_metadata") or {}).get("split")
-    has_lonlat = {"lon", "lat"} <= set(test.columns)
-    units = (
-        held_out_units(test["lon"].to_numpy(), test["lat"].to_numpy(), split)
-        if has_lonlat
-        else None
-    )
-    places = calibration_places(
-        test["quadkey"].to_numpy(),
-        lon=test["lon"].to_numpy() if has_lonlat else None,
-        lat=test["lat"].to_numpy() if has_lonlat else None,
-        split=split,
-    )
+    lon, lat = (test[c].to_numpy() if c in test else None for c in ("lon", "lat"))
+    units = held_out_units(lon, lat, split) if lon is not None and lat is not None else None
+    # a block split's places are its held-out blocks, found once
+    places = units if units is not None else calibration_places(test["quadkey"], lon=lon, lat=lat)
     if units is not None:
         per_tile = pd.DataFrame({"tile": test["quadkey"], "tests": tests, "unit": units})
         per_tile = per_tile.groupby("tile").agg(tests=("tests", "sum"), unit=("unit", "first"))
