@@ -45,7 +45,7 @@ from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, describe_quantity
 from pipelines.places import load_place_predictor, places_quarter_status
-from pipelines.run_inputs import read_region, tile_ids
+from pipelines.run_inputs import read_region, region_kind, tile_ids
 from pipelines.rundir import (
     licence_schema_metadata,
     locked_stage,
@@ -191,6 +191,7 @@ def run_predict_at(
         licence=licence,
         metadata={PREDICTIONS_KEY: json.dumps(record, sort_keys=True).encode("utf-8")},
         name=str(record["at"]),
+        region_kind=region_kind(rd),
         description=(
             f"geodbk predict --at {record['at']}: {target}, "
             f"{_quantity_label(predictor.model, quantity, tests, devices)}, "
@@ -275,6 +276,7 @@ def write_places(
     metadata: dict[bytes, bytes] | None = None,
     description: str = "",
     name: str = "",
+    region_kind: str | None = None,
 ) -> Path:
     """Write the parquet of a file's places (``predict --at``, ``service --at``) to ``path``,
     and the same rows to a CSV beside it (``path`` with ``.csv``, for spreadsheets: the
@@ -287,7 +289,8 @@ def write_places(
     the ``licence`` (file attributes) and ``metadata``. An input column named like an output
     column is renamed ``input_<name>``, prefixed again while that name is taken
     (:func:`_renamed_inputs`). ``name``: the places file's, for the messages (default: how the
-    places were found, ``lon/lat``)."""
+    places were found, ``lon/lat``); ``region_kind``: how the run's region was drawn, for the
+    fix the outside-region warning names."""
     located = places.located
     quadkey = np.full(located.size, None, dtype=object)
     if located.any():
@@ -316,7 +319,12 @@ def write_places(
         with naming_errors(csv), open(tmp_csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(_csv_header(description, licence, _text_columns(frame)))
             write_csv_rows(handle, frame, table=table)
-    _warn_outside(int((located & ~inside).sum()), int(located.sum()), name or places.source)
+    _warn_outside(
+        int((located & ~inside).sum()),
+        int(located.sum()),
+        name or places.source,
+        region_kind=region_kind,
+    )
     log.info(
         "wrote %s (%d places from %s, %d outside the region, %d without a place; %s quantity, %s)",
         path,
@@ -359,20 +367,35 @@ def _csv_header(description: str, licence: dict[str, str], text: list[str]) -> s
     return "".join(f"# {line}\n" for line in lines if line)
 
 
-def _warn_outside(outside: int, located: int, source: str) -> None:
+def _warn_outside(outside: int, located: int, source: str, *, region_kind: str | None) -> None:
     """Warn that ``outside`` of the ``located`` places of ``source`` (the file) lie outside the run's
-    region and have no values, naming the usual cause on a coast and its fix."""
-    if outside:
-        log.warning(
-            "%d of %d places in %s lie outside the run's region (RUN/region.geojson) and have no "
-            "values (outside_region = true). Places on a coast can fall just outside a "
-            "boundary clipped to the shoreline (the Census cartographic files, such as "
-            "cb_2018_us_state_500k): to map them, ingest again with --region FILE, a boundary "
-            "that reaches into coastal water (the Census TIGER/Line state file does).",
-            outside,
-            located,
-            source,
+    region and have no values, with the fix for how the region was drawn (``region_kind``,
+    :func:`pipelines.run_inputs.region_kind`): a rectangle is drawn again to hold them; a state
+    or polygon boundary, whose coast cuts off shore places, is replaced by one that reaches into
+    coastal water."""
+    if not outside:
+        return
+    if region_kind in ("bbox", "tiles"):
+        drawn = "a bounding box (--bbox)" if region_kind == "bbox" else "the tiles' extent"
+        fix = (
+            f"The region is {drawn}: to map them, ingest again with a --bbox, --state or "
+            "--region that holds them."
         )
+    else:
+        fix = (
+            "Places on a coast can fall just outside a boundary clipped to the shoreline (the "
+            "Census cartographic files, such as cb_2018_us_state_500k): to map them, ingest "
+            "again with --region FILE, a boundary that reaches into coastal water (the Census "
+            "TIGER/Line state file does)."
+        )
+    log.warning(
+        "%d of %d places in %s lie outside the run's region (RUN/region.geojson) and have no "
+        "values (outside_region = true). %s",
+        outside,
+        located,
+        source,
+        fix,
+    )
 
 
 def _renamed_inputs(inputs: list[str], outputs: Iterable[str]) -> dict[str, str]:

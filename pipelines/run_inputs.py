@@ -63,14 +63,21 @@ def read_polygons(path: Path, *, what: str) -> Any:
     return gdf.geometry.union_all()
 
 
-def region_area_caveat(rd: RunDir) -> str | None:
-    """A sentence to put beside area shares when the run's region is a rectangle (``--bbox``,
-    or the tiles' extent when ingest got no region): its area counts water and land without
-    people. ``None`` for a state or polygon region, or when ``region.geojson`` says nothing."""
+def region_kind(rd: RunDir) -> str | None:
+    """How ingest found the run's region (``region.geojson``'s ``kind``: ``bbox``, ``tiles``
+    for the tiles' extent, or a state or polygon file's kind); ``None`` when it says nothing."""
     try:
         kind = json.loads(rd.region.read_text())["features"][0]["properties"].get("kind")
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
+    return kind if isinstance(kind, str) else None
+
+
+def region_area_caveat(rd: RunDir) -> str | None:
+    """A sentence to put beside area shares when the run's region is a rectangle (``--bbox``,
+    or the tiles' extent when ingest got no region): its area counts water and land without
+    people. ``None`` for a state or polygon region, or when ``region.geojson`` says nothing."""
+    kind = region_kind(rd)
     if kind not in ("bbox", "tiles"):
         return None
     what = "a bounding box (--bbox)" if kind == "bbox" else "the tiles' extent (no region given)"

@@ -28,7 +28,7 @@ from geodbk.geo.locations import Locations
 from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import quarter_text
 from pipelines.predict_at import warn_replacing_other_places, write_places
-from pipelines.run_inputs import read_region
+from pipelines.run_inputs import read_region, region_kind
 from pipelines.rundir import RunDir, run_licence_attrs
 from pipelines.service_classes import SERVICE_QUANTITY_LABEL, Service
 
@@ -102,6 +102,7 @@ def write_classes_at(
         licence=run_licence_attrs(rd),
         metadata={SERVICE_KEY: json.dumps(meta_service, sort_keys=True).encode()},
         name=str(meta_service.get("at", stem)),
+        region_kind=region_kind(rd),
         description=(
             f"geodbk service --at {meta_service.get('at', stem)}: service classes (tiers "
             f"{service.tier_labels} Mbps, latency <= {service.latency_ms:g} ms) of the "

@@ -118,6 +118,24 @@ def test_lon_lat_with_a_place_outside_the_region(
     assert (got["quantity"] == "test").all()
 
 
+def test_a_place_outside_a_bounding_box_region_is_told_to_redraw_the_box(
+    run: Path, measured: pd.DataFrame, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    boxed = tmp_path / "boxed"
+    shutil.copytree(run, boxed)
+    region = json.loads((boxed / "region.geojson").read_text())
+    region["features"][0]["properties"]["kind"] = "bbox"  # as `ingest --bbox` writes it
+    (boxed / "region.geojson").write_text(json.dumps(region))
+    src = tmp_path / "points.csv"
+    lon, lat = [*measured["lon"].head(2), 10.0], [*measured["lat"].head(2), 50.0]
+    pd.DataFrame({"lon": lon, "lat": lat}).to_csv(src, index=False)
+    with caplog.at_level("WARNING", logger="geodbk"):
+        run_predict_at(boxed, src, target="download")
+    # a rectangle has no coast to blame: the fix is a box that holds the places
+    assert "1 of 3 places in points.csv lie outside" in caplog.text
+    assert "a bounding box (--bbox)" in caplog.text and "coastal water" not in caplog.text
+
+
 def test_rows_without_a_place_are_kept_without_values(
     run: Path, measured: pd.DataFrame, caplog: pytest.LogCaptureFixture
 ) -> None:
