@@ -8,18 +8,18 @@ fitted here on the same residuals, so every variant shares one GP)::
     OMP_NUM_THREADS=1 python benchmarks/bench_local_layer.py --run runs/ll/random-download-pooled \\
         --target download --out docs/benchmarks/local_layer/random-download-pooled.json
 
-``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/quantities.md; the
+``--table DIR`` prints the markdown table of every JSON in ``DIR`` (docs/decisions/local_layer.md; the
 local layer's row names its place share and the prior of an unmeasured tile it chose, the
 tile effect's ``τ²`` or the GP's; under it, per model, the runs whose coverage interval holds
 95%, by tile and by place);
 ``--place-shares DIR`` how the place share moves the map coverage on block-split runs (the
-chosen share against the rule without the conformal count, pooled per target; docs/quantities.md,
+chosen share against the rule without the conformal count, pooled per target; docs/decisions/local_layer.md,
 "Can a block split learn the place share?");
-``--summary DIR`` the one-line-per-run table of docs/quantities.md's seed-size section from the
+``--summary DIR`` the one-line-per-run table of docs/decisions/local_layer.md's seed-size section from the
 ``RUN.json`` / ``RUN.no_shift.json`` pairs (and ``history_RUN.csv``) of ``gpu_tile_maps.sh``;
 ``--neighbours-table DIR`` the local layer at each ``--neighbours K`` from ``RUN.kK.json`` files;
 ``--spread-table DIR`` the ``neighbour_spread_study`` of every JSON in ``DIR``;
-``--spacing RUN`` how close together a run's measured tiles lie (docs/quantities.md, both in
+``--spacing RUN`` how close together a run's measured tiles lie (docs/decisions/local_layer.md, both in
 "How many neighbours").
 
 Fitting is what ``geodbk train`` does (:func:`geodbk.tile_effect.fit_tile_effect`,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed-size GPU benchmarks of docs/quantities.md and docs/benchmarks/scaling.md in one call
+# The seed-size GPU benchmarks of docs/decisions/local_layer.md and docs/benchmarks/scaling.md in one call
 # (a lent GPU comes with minutes, not hours, and each start costs one or two of them):
 #  1. all at once on the one GPU: benchmarks/gpu_tile_maps.sh SPLITS (the twelve seed-size GPs,
 #     then their tile effects, local layers and kriging anchors on the host's CPUs), and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local-layer comparison of docs/quantities.md at the seed's size, for a lent GPU, in one call:
+# The local-layer comparison of docs/decisions/local_layer.md at the seed's size, for a lent GPU, in one call:
 #  1. `geodbk train --no-tile-effect` at r=1024, h=256, batch 1024, up to 400 epochs (patience 25),
 #     one process per (split, target, pooled|time), all at once on the one GPU;
 #  2. benchmarks/bench_local_layer.py on each trained run (the tile effect, the local layer and
@@ -11,7 +11,7 @@
 # `geodbk ingest --split ...` each). The GPU machine has no geopandas, shapely, pyproj, isal or pykrige:
 # carry their wheels and put them on PYTHONPATH first (/work/.library/device/README.md).
 # BATCH and EXTRA_CFG (YAML lines, e.g. 'kernel_update_every: 1') change the GPs' config. The
-# r = 256 table of docs/quantities.md on the CPU (its GPs trained under kernel_update_every 1):
+# r = 256 table of docs/decisions/local_layer.md on the CPU (its GPs trained under kernel_update_every 1):
 #   PYTHON=.venv/bin/python DEVICE=cpu RANK=256 HIDDEN=64 BATCH=512 EPOCHS=150 PATIENCE=20 \
 #     EXTRA_CFG='kernel_update_every: 1' TRAIN_CAP_S=7200 BENCH_CAP_S=1800 \
 #     benchmarks/gpu_tile_maps.sh SPLITS OUT

@@ -22,7 +22,7 @@ A tile without rows has one of two priors, chosen by the validation NLL of unmea
 ``W - min(sigma², W) (1 - sigma²_nb / sigma²)``, ``W = v_f + sum_k max(1 - kappa_k, 0) c_k``
 (:func:`gp_unseen_variance`).
 ``sigma² = 0`` gives the tile effect alone. Distances: km on a local equirectangular projection
-(:func:`lonlat_to_km`); memory ``chunk * k²``. Decision: docs/quantities.md; why the steps are
+(:func:`lonlat_to_km`); memory ``chunk * k²``. Decision: docs/decisions/local_layer.md; why the steps are
 exact: docs/decisions/tile_effect.md.
 """
 
@@ -86,7 +86,7 @@ _RHO_MAX = 0.999
 #: Default number of neighbouring tiles that krige the spatial field: on seven Hawaii runs
 #: (random, tile and block splits) the test NLL at 8 is within 0.003 of that at 16 to 48, with
 #: a fitted range that grows as k shrinks, at 0.6 times the layer's time of 16
-#: (docs/quantities.md, "How many neighbours").
+#: (docs/decisions/local_layer.md, "How many neighbours").
 NEIGHBOURS = 8
 #: Bounds of the field's fitted Matérn range (km): a range at either bound is not a
 #: short-range field of tile offsets (see :func:`range_at_bound`).

@@ -1042,7 +1042,7 @@ class TileEffect:
             L-BFGS iterations.
         persistent
             Also fit ``mu``, the testers' persistent share of the ``meas``/``dev`` noise
-            components (off by default: docs/quantities.md, "Busy tiles").
+            components (off by default: docs/decisions/local_layer.md, "Busy tiles").
         tests_mean
             Also fit ``gamma``, the move of a row's mean with its ``meas``/``dev`` noise
             components around their training mean ``c0`` (:class:`TileEffectParameters`).

@@ -130,11 +130,11 @@ class TrainConfig(DBKHyperparameters):
         tree, ``local_layer_neighbours`` nearest tiles), with the field's share of the offset
         variance and its range chosen by validation NLL. ``auto`` (default) = ``on`` whenever
         the tile effect is; ``off`` keeps the tile effect alone (measured on Hawaii:
-        docs/quantities.md).
+        docs/decisions/local_layer.md).
     local_layer_neighbours
         The measured tiles that krige the field at a place (default 8, at least 1): on seven
         Hawaii runs the test NLL at 8 is within 0.003 of that at 16 to 48, and a tile map's
-        layer takes 0.6 times the time of 16 (docs/quantities.md, "How many neighbours").
+        layer takes 0.6 times the time of 16 (docs/decisions/local_layer.md, "How many neighbours").
         Saved in the layer's ``local_layer.json``; maps use the number the layer was fitted
         with.
     """
