@@ -529,9 +529,13 @@ def _var_attrs(
     *,
     tile_label: str,
     test_label: str,
+    tile_effect: bool = True,
+    local_layer: bool = True,
 ) -> dict[str, dict[str, str]]:
     """Per-variable attributes; ``quantity`` labels the variables of the grid's quantity,
-    ``tile_label``/``test_label`` the tile and one-test parts."""
+    ``tile_label``/``test_label`` the tile and one-test parts. Without a ``tile_effect`` (or
+    a ``local_layer``) the parts it would fill are 0 in every cell, and their names say so:
+    a measured tile's history is then not used, not absent."""
     lg = f"log10 {spec.column}"
     attrs = {
         "mean": {"long_name": f"predictive mean of log10 {spec.name}", "units": lg},
@@ -577,6 +581,11 @@ def _var_attrs(
             },
         }
     )
+    unused = ["tile_offset", "tile_pull", "tile_history"] if not tile_effect else []
+    unused += ["tile_pull"] if tile_effect and not local_layer else []
+    for name in unused:
+        what = "tile effect" if name != "tile_pull" or not tile_effect else "local layer"
+        attrs[name]["long_name"] += f"; 0 everywhere: the model has no {what}"
     fixed = {
         "std_f": AREA_LABEL,
         "area_mean": AREA_LABEL,
@@ -916,7 +925,15 @@ def run_predict(
     noise_params = (
         model.noise_parameters() if hasattr(model, "noise_parameters") else {"noise": "constant"}
     )
-    var_attrs = _var_attrs(spec, thr, label, tile_label=tile_label, test_label=test_label)
+    var_attrs = _var_attrs(
+        spec,
+        thr,
+        label,
+        tile_label=tile_label,
+        test_label=test_label,
+        tile_effect=effect is not None,
+        local_layer=layer is not None,
+    )
     grid_vars: dict[str, tuple[Any, dict[str, Any]]] = {
         n: (np.float32, var_attrs.get(n, {})) for n in names
     }

@@ -158,6 +158,29 @@ def test_an_area_map_does_not_read_the_tile_effect(runs: dict[str, Path], tmp_pa
         run_predict(run, target="download", quantity="tile", resolution=0.05)
 
 
+def test_a_map_without_a_tile_effect_says_its_tile_parts_are_unused(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "plain"
+    shutil.copytree(runs["plain"], run)
+    grid = run_predict(run, target="download", resolution=0.05)
+    with xr.open_dataset(grid) as ds:
+        assert ds.attrs["tile_effect"] == 0
+        # the measured tiles' history is not used, so no cell is flagged as having it ...
+        assert float(ds["tile_history"].max()) == 0.0 and float(ds["tile_offset"].max()) == 0.0
+        # ... and the variables say why, rather than that no tile was measured
+        for name in ("tile_offset", "tile_pull", "tile_history"):
+            assert (
+                ds[name].attrs["long_name"].endswith("0 everywhere: the model has no tile effect")
+            )
+    shutil.copytree(runs["tiled"], tmp_path / "tiled")
+    tiled = run_predict(tmp_path / "tiled", target="download", resolution=0.05, force=True)
+    with xr.open_dataset(tiled) as ds:
+        assert float(ds["tile_history"].max()) == 1.0
+        assert "0 everywhere" not in ds["tile_history"].attrs["long_name"]
+        assert "0 everywhere" not in ds["tile_pull"].attrs["long_name"]  # the layer is on
+
+
 def test_a_model_trained_before_the_persistent_share_still_loads(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
