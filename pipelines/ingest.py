@@ -409,9 +409,9 @@ def urban_checks(n_urban: int, n: int) -> dict[str, Any]:
     if n and (n_urban == 0 or n_urban == n or max(share, 1 - share) > ONE_CLASS_SHARE):
         side = "urban" if share > 0.5 else "rural"
         out["warning"] = (
-            f"{max(share, 1 - share):.1%} of the rows are {side}: check the census input "
-            "(the right state's file, intact geometries, and a rural-tract list or RUCC table "
-            "that covers the state)"
+            f"{max(share, 1 - share):.1%} of the rows are {side}: unless the region is "
+            f"wholly {side}, check the census input (the right state's file, intact "
+            "geometries, and a rural-tract list or RUCC table that covers the state)"
         )
         log.warning("ingest: %s", out["warning"])
     return out
