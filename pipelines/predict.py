@@ -247,6 +247,8 @@ PART_VARS = (
 )
 #: The parts an area map of a model with a tile effect leaves out (they need the effect).
 TILE_PART_VARS = PART_VARS[1:]
+#: The parts that only a tile effect fills (0 in every cell of a model without one).
+TILE_HISTORY_VARS = ("tile_offset", "tile_pull", "tile_history")
 
 
 def _pooled_tile_time(observed: Sequence[str]) -> float:
@@ -581,11 +583,11 @@ def _var_attrs(
             },
         }
     )
-    unused = ["tile_offset", "tile_pull", "tile_history"] if not tile_effect else []
-    unused += ["tile_pull"] if tile_effect and not local_layer else []
-    for name in unused:
-        what = "tile effect" if name != "tile_pull" or not tile_effect else "local layer"
-        attrs[name]["long_name"] += f"; 0 everywhere: the model has no {what}"
+    unused = {} if tile_effect else dict.fromkeys(TILE_HISTORY_VARS, "tile effect")
+    if tile_effect and not local_layer:
+        unused["tile_pull"] = "local layer"
+    for name, missing in unused.items():
+        attrs[name]["long_name"] += f"; 0 everywhere: the model has no {missing}"
     fixed = {
         "std_f": AREA_LABEL,
         "area_mean": AREA_LABEL,
