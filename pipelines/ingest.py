@@ -151,7 +151,13 @@ def run_ingest(
         region=region,
         bbox=tuple(bbox) if bbox is not None else None,  # type: ignore[arg-type]
     )
-    read = read_tiles(tiles, type=type, quarters=quarters, exclude=[run_dir])
+    read = read_tiles(
+        tiles,
+        type=type,
+        quarters=quarters,
+        exclude=[run_dir],
+        within=None if the_region is None else _prefilter_box(the_region),
+    )
     frame = read.frame
     dropped = dict(read.dropped)
     if len(frame) and the_region is not None:
@@ -285,6 +291,21 @@ def run_ingest(
     )
     log.info("ingest: split %s", _split_summary(split_info))
     return report
+
+
+#: Degrees the region's bounding box is widened by before it drops rows as each tile file is
+#: read: more than a zoom-16 tile, so a tile overlapping the region with its centre outside
+#: still reaches the exact region test (and its edge warning).
+PREFILTER_MARGIN_DEG = 0.05
+
+
+def _prefilter_box(region: Region) -> tuple[float, float, float, float]:
+    """The region's bounding box (every longitude across the 180° meridian) widened by
+    :data:`PREFILTER_MARGIN_DEG`: a superset of the region, tested on each file's rows as it is
+    read; the exact test on the region's boundary follows on what is left."""
+    w, s, e, n = region.bounds
+    m = PREFILTER_MARGIN_DEG
+    return (max(w - m, -180.0), max(s - m, -90.0), min(e + m, 180.0), min(n + m, 90.0))
 
 
 #: Files one ingest writes together, in the order they are moved into place

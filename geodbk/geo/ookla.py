@@ -463,6 +463,7 @@ def read_tiles(
     type: str | None = None,
     quarters: str | Sequence[str] | None = None,
     exclude: Iterable[str | Path] = (),
+    within: tuple[float, float, float, float] | None = None,
 ) -> TileRead:
     """Read Ookla tiles from files and folders into one normalised GeoDataFrame.
 
@@ -478,6 +479,11 @@ def read_tiles(
         counted as ``outside_quarters``.
     exclude
         Folders left out of the folder scans (:func:`discover_tile_files`).
+    within
+        ``(west, south, east, north)`` in degrees: rows whose tile centre lies outside this
+        box are dropped as each file is read, counted as ``outside_region`` (a region's
+        bounding box, so that a national or global file costs the memory of the region's
+        rows, not of the file's).
 
     Returns
     -------
@@ -533,6 +539,10 @@ def read_tiles(
             inside = clean["quarter"].isin(wanted).to_numpy()
             _count(dropped, "outside_quarters", int((~inside).sum()))
             clean = clean.loc[inside].reset_index(drop=True)
+        if within is not None and len(clean):
+            inside = _centres_within(clean["quadkey"], within)
+            _count(dropped, "outside_region", int((~inside).sum()))
+            clean = clean.loc[inside].reset_index(drop=True)
         frames.append(clean)
         file_dropped = {
             k: v - before.get(k, 0) for k, v in dropped.items() if v != before.get(k, 0)
@@ -572,6 +582,17 @@ def read_tiles(
     return TileRead(
         frame=tiles_to_geodataframe(df), read=total, dropped=dropped, sources=sources, type=type
     )
+
+
+def _centres_within(quadkeys: pd.Series, box: tuple[float, float, float, float]) -> np.ndarray:
+    """Which rows' tile centres lie inside ``box`` ``(west, south, east, north)``, each
+    distinct tile tested once."""
+    codes, uniques = pd.factorize(quadkeys, sort=False)
+    west, south, east, north = qk.quadkey_bounds(np.asarray(uniques, dtype=str))
+    lon, lat = (west + east) / 2.0, (south + north) / 2.0
+    w, s, e, n = box
+    inside = (lon >= w) & (lon <= e) & (lat >= s) & (lat <= n)
+    return np.asarray(inside[codes], dtype=bool)
 
 
 def tiles_to_geodataframe(df: pd.DataFrame) -> gpd.GeoDataFrame:

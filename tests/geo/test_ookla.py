@@ -51,6 +51,22 @@ def test_hive_many_quarters_and_type_filter(tmp_path: Path) -> None:
     assert len(fixed.frame) == 20 and fixed.type == "fixed"
 
 
+def test_rows_outside_a_box_are_dropped_as_each_file_is_read(tmp_path: Path) -> None:
+    root = tmp_path / "parquet"
+    for q in (1, 2):  # each quarter's file: tiles near Honolulu and near Hilo
+        both = pd.concat([make_tiles(30, seed=q), make_tiles(20, seed=q, lon=-155.1, lat=19.7)])
+        write_hive(root, both, kind="mobile", year=2022, q=q)
+    whole = ookla.read_tiles([root])
+    box = (-158.5, 21.0, -157.5, 21.8)  # Honolulu's
+    cut = ookla.read_tiles([root], within=box)
+    inside = whole.frame["lon"].between(box[0], box[2]) & whole.frame["lat"].between(box[1], box[3])
+    # the same rows as the whole read cut afterwards; the rest counted, none lost unseen
+    assert cut.frame["quadkey"].tolist() == whole.frame.loc[inside, "quadkey"].tolist()
+    assert len(cut.frame) == 60 and cut.read == whole.read == 100
+    assert cut.dropped == {"outside_region": 40}
+    assert [src["dropped"] for src in cut.sources] == [{"outside_region": 20}] * 2
+
+
 def test_geometry_and_centroid_from_quadkey(tmp_path: Path, tiles_df: pd.DataFrame) -> None:
     path = tmp_path / "2023-10-01_performance_mobile_tiles.parquet"
     tiles_df.to_parquet(path)
