@@ -162,9 +162,15 @@ def share_interval(hits: int, n: int, *, confidence: float = 0.95) -> tuple[floa
         raise ValueError(f"need 0 <= hits <= n and n >= 1, got hits={k}, n={n}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    return _clopper_pearson(k, n, confidence)
+
+
+def _clopper_pearson(k: float, n: float, confidence: float) -> tuple[float, float]:
+    """``[B^{-1}(a/2; k, n-k+1), B^{-1}(1-a/2; k+1, n-k)]``, 0 and 1 at ``k = 0`` and ``k = n``
+    (``k``, ``n`` may be fractional: an effective size)."""
     tail = 0.5 * (1.0 - confidence)
-    low = float(betaincinv(k, n - k + 1, tail)) if k > 0 else 0.0
-    high = float(betaincinv(k + 1, n - k, 1.0 - tail)) if k < n else 1.0
+    low = float(betaincinv(k, n - k + 1.0, tail)) if k > 0 else 0.0
+    high = float(betaincinv(k + 1.0, n - k, 1.0 - tail)) if k < n else 1.0
     return low, high
 
 
@@ -204,13 +210,9 @@ def share_interval_by_place(
     if variance <= 0.0:  # every place agrees (a share of 0 or 1 among them)
         return share_interval(int(h.sum()), n, confidence=confidence)
     q = 0.5 * (1.0 + confidence)
-    dof = float(stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2  # n >= places >= 2
-    size = min(float(n), share * (1.0 - share) / variance * dof)
-    tail = 0.5 * (1.0 - confidence)
-    k = share * size
-    low = float(betaincinv(k, size - k + 1.0, tail))
-    high = float(betaincinv(k + 1.0, size - k, 1.0 - tail))
-    return low, high
+    t_ratio2 = float(stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2  # n >= places >= 2
+    size = min(float(n), share * (1.0 - share) / variance * t_ratio2)
+    return _clopper_pearson(share * size, size, confidence)
 
 
 def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str:
