@@ -397,8 +397,8 @@ def place_share_study(folder: Path) -> str:
     from pipelines.layers import PLACE_COVERAGE
 
     lines = [
-        "| run | GP best epoch | validation tiles (blocks) | chosen c: test cov. (95% CI) | uncertified rule: c → test cov. |",
-        "|---|---:|---:|---|---|",
+        "| run | GP best epoch | validation tiles (blocks) | chosen c: test cov. (95% CI) | uncertified rule: c → test cov. | one share counting tiles → places: c (places), test cov. |",
+        "|---|---:|---:|---|---|---|",
     ]
     pooled: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.json")):
@@ -409,6 +409,25 @@ def place_share_study(folder: Path) -> str:
         test = {float(c): v for c, v in curve["test"].items()}
         by_unit = {float(c): v for c, v in curve["validation_by_unit"].items()}
         uncertified = next((c for c in shares if by_unit[c] >= PLACE_COVERAGE - 1e-9), 1.0)
+        by_tile_rule = _conformal_share(
+            by_unit, curve["validation_tiles"], curve["validation_units"]
+        )
+        places = curve.get("validation_places")
+        by_place_rule = (
+            _conformal_share(
+                {float(c): v for c, v in curve["validation_by_place"].items()},
+                curve["validation_tiles"],
+                places,
+            )
+            if places
+            else None
+        )
+        place_cell = (
+            f"{by_tile_rule:.2f} → {by_place_rule:.2f} ({places}), "
+            f"{100 * test[by_tile_rule]:.1f} → {100 * test[by_place_rule]:.1f}"
+            if by_place_rule is not None
+            else "–"
+        )
         chosen = _shares_label(d["local_layer"])
         whole = layer["map"]["all"]
         n = int(whole["tiles"])
@@ -417,7 +436,7 @@ def place_share_study(folder: Path) -> str:
             f"| {path.stem} | {d['gp'].get('best_epoch')} | {curve['validation_tiles']} "
             f"({curve['validation_units']}) | {chosen}: {100 * whole[COVERAGE95]:.1f} "
             f"({100 * low:.1f}–{100 * high:.1f}) of {n} | {uncertified:.2f} → "
-            f"{100 * test[uncertified]:.1f} |"
+            f"{100 * test[uncertified]:.1f} | {place_cell} |"
         )
         target = pooled.setdefault(
             d["target"],
@@ -431,6 +450,10 @@ def place_share_study(folder: Path) -> str:
                 target[group][0] += int(part["tiles"])
                 target[group][1] += round(part[COVERAGE95] * part["tiles"])
         target["rule"] += round(test[uncertified] * n)
+        if by_place_rule is not None:
+            target["by_tile"] = target.get("by_tile", 0) + round(test[by_tile_rule] * n)
+            target["by_place"] = target.get("by_place", 0) + round(test[by_place_rule] * n)
+            target["n_place"] = target.get("n_place", 0) + n
         for c in shares:
             target["at"][c] = target["at"].get(c, 0) + round(test[c] * n)
     for name, t in pooled.items():
@@ -445,7 +468,29 @@ def place_share_study(folder: Path) -> str:
             f"\n{name}, pooled over {n} test tiles: chosen {100 * t['chosen'] / n:.1f}% "
             f"({groups}), uncertified rule {100 * t['rule'] / n:.1f}%; at each c: {every}"
         )
+        if t.get("n_place"):
+            m = t["n_place"]
+            lines.append(
+                f"one share counting tiles: {100 * t['by_tile'] / m:.1f}%, counting places: "
+                f"{100 * t['by_place'] / m:.1f}% of {m} test tiles"
+            )
     return "\n".join(lines)
+
+
+def _conformal_share(unit_coverage: dict[float, float], tiles: int, units: int) -> float:
+    """The pooled place share :func:`pipelines.layers.choose_place_share` takes from a
+    validation curve (coverage averaged over ``units`` held-out units of ``tiles`` tiles):
+    1 when they cannot certify one, else the smallest share reaching the conformal count,
+    else the widest."""
+    from pipelines.layers import PLACE_SHARES, certifies, required_coverage
+
+    if not certifies(tiles, units):
+        return 1.0
+    needed = required_coverage(units)
+    return next(
+        (c for c in sorted(unit_coverage) if unit_coverage[c] >= needed - 1e-9),
+        float(PLACE_SHARES[-1]),
+    )
 
 
 def spread_table(folder: Path) -> str:
@@ -694,6 +739,14 @@ def main(argv: list[str] | None = None) -> int:
     # the place share's choice: coverage of well-measured tiles' levels at every share, on
     # the validation tiles without training rows (as chosen) and on the test tiles
     val_curve = validation_share_coverage(model, layer, n_train=int(tr.sum()), val=val)
+    # the same tiles counted by place (zoom-12 parents; a block split's places are its
+    # blocks, the units already counted): what a rule counting places would choose
+    by_place = validation_share_coverage(
+        model,
+        layer,
+        n_train=int(tr.sum()),
+        val=replace(val, units=frame["place"].to_numpy()[va]),
+    )
     test_curve = {}
     for c in PLACE_SHARES:
         at_c = LocalLayer(
@@ -710,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
         "validation_units": val_curve["units"],
         "validation": val_curve["coverage"],
         "validation_by_unit": val_curve["unit_coverage"],
+        "validation_places": by_place["units"],
+        "validation_by_place": by_place["unit_coverage"],
         "test": test_curve,
     }
     t_krige = None
