@@ -420,6 +420,17 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
             )
         return PlaceShare(1.0, tiles=scores.tiles, units=scores.units)
     share = _smallest_covering_share(scores, what="validation tiles")
+    log.info(
+        "place share %.2f: the smallest whose intervals cover %.1f%% of the %d validation "
+        "tiles without training rows that have %d+ tests, %s",
+        share,
+        100 * required_coverage(scores.units),
+        scores.tiles,
+        MIN_TESTS,
+        "each tile counted once"
+        if scores.units == scores.tiles
+        else f"averaged over the {scores.units} held-out blocks they lie in",
+    )
     by_group: dict[str, float] = {}
     if _urban_grouped(tile_model):
         for name, flag in (("urban", True), ("rural", False)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -280,7 +281,9 @@ def test_the_place_share_needs_the_hierarchical_conformal_coverage() -> None:
     assert all(required_coverage(k) >= 0.95 for k in range(19, 400))
 
 
-def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles() -> None:
+def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Validation tiles whose levels spread by half the prior: the chosen share is the
     smallest on the grid whose intervals cover the split-conformal count of their levels
     (``ceil(0.95 (n + 1))``; the next smaller one covers fewer); measured tiles' rows do not
@@ -305,10 +308,15 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
         "tests": np.full(tiles.size, 5.0),
         "urban": np.zeros(tiles.size, dtype=bool),
     }
-    choice = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="geodbk"):
+        choice = choose_place_share(layer, tiles=tiles, y=y, **kw)  # type: ignore[arg-type]
     share = choice.share
     assert 0.2 <= share < 1.0
     assert (choice.tiles, choice.units) == (198, 198)  # the two measured tiles left out
+    # the log names what chose it: the tiles and the count they had to reach
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"place share {share:.2f}" in said and "198 validation tiles" in said
+    assert f"{100 * required_coverage(198):.1f}%" in said and "each tile counted once" in said
 
     def covered(c: float) -> int:
         var = 0.01 + c * 0.2
