@@ -742,10 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     # the same tiles counted by place (zoom-12 parents; a block split's places are its
     # blocks, the units already counted): what a rule counting places would choose
     by_place = validation_share_coverage(
-        model,
-        layer,
-        n_train=int(tr.sum()),
-        val=replace(val, units=frame["place"].to_numpy()[va]),
+        model, layer, n_train=int(tr.sum()), val=val, counted_by=frame["place"].to_numpy()[va]
     )
     test_curve = {}
     for c in PLACE_SHARES:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -405,12 +405,15 @@ class _Neighbours:
         self.k = int(min(max(k, 0), len(self.xy)))
         self.tree = cKDTree(self.xy) if len(self.xy) else None
 
-    def query(self, xy: np.ndarray, own: np.ndarray) -> _Hood:
+    def query(self, xy: np.ndarray, own: np.ndarray, *, exclude: np.ndarray | None = None) -> _Hood:
         """The k nearest measured tiles of each target as a :class:`_Hood`; ``own``: each
         target's own tile slot (-1: none), left out of its neighbours (its slot then holds
-        -1). Each row is sorted by slot, so that targets with the same neighbours share one
-        set."""
+        -1); ``exclude``: slots left out of every target's neighbours (the k nearest of the
+        others are kept; -1 fills a row that has fewer). Each row is sorted by slot, so that
+        targets with the same neighbours share one set."""
         m = xy.shape[0]
+        if self.tree is not None and self.k > 0 and exclude is not None and exclude.size:
+            return self._query_excluding(xy, own, np.unique(exclude))
         if self.tree is None or self.k == 0:
             empty = torch.zeros((m, 0), dtype=torch.int64)
             return _Hood(
@@ -436,6 +439,29 @@ class _Neighbours:
         packed = np.sort((nb + 1) << bits | np.arange(kq), axis=1)[:, : self.k]
         d = np.take_along_axis(d, packed & ((1 << bits) - 1), axis=1)
         nb = (packed >> bits) - 1
+        return self._hood(nb, d)
+
+    def _query_excluding(self, xy: np.ndarray, own: np.ndarray, exclude: np.ndarray) -> _Hood:
+        """:meth:`query` with the slots ``exclude`` (distinct) left out of every target's
+        neighbours, its own tile too: the ``k + 1 + len(exclude)`` nearest are searched, the
+        left-out ones dropped and the k nearest of the rest kept."""
+        m = xy.shape[0]
+        kq = min(self.k + 1 + exclude.size, len(self.xy))
+        assert self.tree is not None
+        d, nb = self.tree.query(xy, k=kq)
+        d, nb = d.reshape(m, kq), nb.reshape(m, kq)
+        dropped = np.isin(nb, exclude) | (nb == np.asarray(own)[:, None])
+        keep = ~dropped & (np.cumsum(~dropped, axis=1) <= self.k)
+        nb = np.where(keep, nb, -1)
+        # -1 sorts first; each row keeps at most k slots, so its last k columns hold them
+        order = np.argsort(nb, axis=1, kind="stable")[:, kq - self.k :]
+        return self._hood(
+            np.take_along_axis(nb, order, axis=1), np.take_along_axis(d, order, axis=1)
+        )
+
+    def _hood(self, nb: np.ndarray, d: np.ndarray) -> _Hood:
+        """The :class:`_Hood` of neighbour slots ``nb`` (m, k; sorted within each row) at
+        distances ``d``: their distinct sets and the distances within each."""
         sets, inverse = unique_rows(nb, ordered=False)
         p = torch.as_tensor(self.xy[sets])
         return _Hood(
@@ -703,6 +729,7 @@ class LocalLayer:
         chunk_size: int = 16384,
         place_share: float | None = None,
         tile_components: Any = None,
+        leave_out: Any = None,
     ) -> TileEffectPrediction:
         """The tile's posterior at rows (tile, time, km position ``xy``; default: each row at
         its tile's centre, ``positions`` of the tile id, with the neighbours found once per
@@ -733,6 +760,11 @@ class LocalLayer:
         Targets are solved in chunks of ``chunk_size`` (memory ``chunk * k²``): rows with
         ``xy``; without it, the rows of up to ``chunk_size`` distinct tiles, so that a map's
         many cells per tile go in few chunks (:func:`tile_chunks`).
+
+        ``leave_out`` (one label per row) predicts each row as if the rows of the tiles of
+        its label's rows had not conditioned the layer: its own tile unmeasured and none of
+        those tiles among its neighbours (a leave-one-unit-out prediction: the rows of a
+        held-out block, or of one tile, scored from all the other conditioning rows).
         """
         tiles_a, times_a, _, vf, comp, code, own = self.effect._rows(
             tiles, times, None, var_f, components, groups=groups, what="prediction rows"
@@ -753,17 +785,30 @@ class LocalLayer:
             if self._summary_cache is None:
                 self._summary_cache = _summaries(lay, t.tau2, t.rho, t.kappa, t.mu)
             summ = self._summary_cache
-            parts = (
+            chunks: list[slice | np.ndarray] = (
                 [slice(s, s + chunk_size) for s in range(0, n, chunk_size)]
                 if xy_a is not None
                 else tile_chunks(tiles_a, chunk_size)
             )
-            for part in parts:
-                hood = (
-                    self._neighbours.query(xy_a[part], own[part])
-                    if xy_a is not None
-                    else self._tile_hood(tiles_a[part], own[part])
-                )
+            own_nb = own  # the tile each row's neighbours leave out
+            parts: list[tuple[slice | np.ndarray, np.ndarray | None]]
+            if leave_out is not None:
+                parts = self._left_out_parts(leave_out, own, chunks)
+                own = np.full(n, -1, np.int64)  # no row conditions on its own tile
+            else:
+                parts = [(part, None) for part in chunks]
+            for part, exclude in parts:
+                if exclude is not None:
+                    if xy_a is not None:
+                        at = xy_a[part]
+                    else:
+                        assert self.positions is not None
+                        at = self.positions(tiles_a[part])
+                    hood = self._neighbours.query(at, own_nb[part], exclude=exclude)
+                elif xy_a is not None:
+                    hood = self._neighbours.query(xy_a[part], own_nb[part])
+                else:
+                    hood = self._tile_hood(tiles_a[part], own_nb[part])
                 m, v, pulled, nb = _predict_rows(
                     lay,
                     hood,
@@ -813,6 +858,30 @@ class LocalLayer:
         return split_unseen_prior(
             pred, var_f=vf, latent_scale=self.unseen_latent_scale, place_share=share
         )
+
+    @staticmethod
+    def _left_out_parts(
+        leave_out: Any, own: np.ndarray, chunks: Sequence[slice | np.ndarray]
+    ) -> list[tuple[slice | np.ndarray, np.ndarray | None]]:
+        """The parts to predict with ``leave_out`` and the measured tiles' slots each leaves
+        out of its rows' neighbours: the rows of each label with the slots (``own``) they
+        hold; or, where each label's rows share one tile (a label per tile), ``chunks`` as
+        they are, each row leaving out its own tile."""
+        labels = np.asarray(leave_out)
+        if labels.shape != own.shape:
+            raise ValueError(f"leave_out: one label per row is needed ({own.size} rows)")
+        _, unit = np.unique(labels, return_inverse=True)
+        unit = unit.reshape(-1)
+        pairs = np.unique(np.stack([unit, own], axis=1), axis=0)
+        if pairs.shape[0] == np.unique(unit).size:  # one tile (or none) per label
+            return [(part, None) for part in chunks]
+        order = np.argsort(unit, kind="stable")
+        cuts = np.flatnonzero(np.diff(unit[order])) + 1
+        out: list[tuple[slice | np.ndarray, np.ndarray | None]] = []
+        for rows in np.split(order, cuts):
+            slots = own[rows]
+            out.append((rows, np.unique(slots[slots >= 0])))
+        return out
 
     def _tile_hood(self, tiles: Any, own: np.ndarray) -> _Hood:
         """The neighbours of rows placed at their tiles' centres (``positions``): queried once

@@ -199,7 +199,8 @@ def fit_local_layer(
         fit_rho=fit_rho,
         neighbours=neighbours,
     )
-    choice = _share_on(layer, val, pred, components, xy=val_xy)
+    full, fresh = _left_out_scoring(layer, effect, n_train=n_train, val=val)
+    choice = _share_on(full, val, pred, components, fresh=fresh)
     gp_nll = gaussian_nll(
         np.asarray(val.y, dtype=np.float64),
         np.asarray(pred.mean, dtype=np.float64),
@@ -257,24 +258,58 @@ def _unseen_scores(scores: dict[str, float] | None) -> str:
 
 
 def validation_share_coverage(
-    model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows
+    model: Any,
+    layer: LocalLayer,
+    *,
+    n_train: int,
+    val: ValidationRows,
+    counted_by: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """:func:`place_share_coverage` of the validation tiles without training rows, with
-    ``layer`` conditioned on its tile effect's first ``n_train`` rows (the training rows), as
-    :func:`fit_run_local_layer` chooses the place share. Needs ``val.tests`` and ``val.urban``."""
+    """:func:`place_share_coverage` of the validation tiles without training rows, each
+    scored from ``layer``'s other conditioning rows (:func:`_left_out_scoring`; its tile
+    effect's first ``n_train`` rows are the training rows), as :func:`fit_run_local_layer`
+    chooses the place share. ``counted_by``: a unit per validation row to count the tiles by
+    instead of their held-out units (e.g. places). Needs ``val.tests`` and ``val.urban``."""
     if val.tests is None or val.urban is None:
         raise ValueError("the validation rows need tests and urban flags")
     pred, comp = _gp_at(model, val)
+    full, fresh = _left_out_scoring(layer, layer.effect, n_train=n_train, val=val)
+    rows = _fresh_share_rows(full, fresh, val, pred, comp)
+    if counted_by is not None:
+        rows["units"] = np.asarray(counted_by)[fresh]
+    return place_share_coverage(full, **rows)
+
+
+def _left_out_scoring(
+    layer: LocalLayer, effect: TileEffect, *, n_train: int, val: ValidationRows
+) -> tuple[LocalLayer, np.ndarray]:
+    """``layer`` conditioned on all of ``effect``'s rows (its first ``n_train`` the training
+    rows, then the validation rows) and which validation rows belong to tiles without
+    training rows: the tiles the place share is chosen on. Each is scored leaving out its
+    held-out unit (its block, else its own tile; :func:`_fresh_share_rows`), from every other
+    conditioning row, as a test tile is predicted from the training and validation rows."""
     lat0, lon0 = layer.params.lat0, layer.params.lon0
-    train_effect = layer.effect.first_rows(n_train)
-    train_layer = layer.with_effect(
-        train_effect, tile_xy=_effect_positions(train_effect, lat0, lon0)
-    )
-    return place_share_coverage(
-        train_layer,
-        xy=tile_positions(val.tiles, lat0=lat0, lon0=lon0),
-        **_share_rows(val, pred, comp),
-    )
+    full = layer.with_effect(effect, tile_xy=_effect_positions(effect, lat0, lon0))
+    trained = np.asarray(effect.first_rows(n_train).tiles).astype(str)
+    return full, ~np.isin(np.asarray(val.tiles).astype(str), trained)
+
+
+def _fresh_share_rows(
+    layer: LocalLayer,
+    fresh: np.ndarray,
+    val: ValidationRows,
+    pred: Any,
+    components: np.ndarray,
+) -> dict[str, Any]:
+    """:func:`_share_rows` of the validation rows ``fresh`` (of tiles without training
+    rows), with their km positions for ``layer`` and ``leave_out``, their held-out unit."""
+    rows = {
+        k: None if v is None else np.asarray(v)[fresh]
+        for k, v in _share_rows(val, pred, components).items()
+    }
+    rows["leave_out"] = rows["units"] if rows["units"] is not None else rows["tiles"]
+    rows["xy"] = tile_positions(rows["tiles"], lat0=layer.params.lat0, lon0=layer.params.lon0)
+    return rows
 
 
 def _share_rows(val: ValidationRows, pred: Any, components: np.ndarray) -> dict[str, Any]:
@@ -342,13 +377,20 @@ def _share_on(
     pred: Any,
     components: np.ndarray,
     *,
-    xy: np.ndarray | None = None,
+    fresh: np.ndarray | None = None,
 ) -> PlaceShare:
     """:func:`choose_place_share` of ``tile_model`` on the validation rows and the GP's latent
-    prediction ``pred`` there; 1 without the rows' tests and urban flags."""
+    prediction ``pred`` there; 1 without the rows' tests and urban flags. A local layer (its
+    validation rows conditioning it) scores the rows ``fresh`` (:func:`_left_out_scoring`)."""
     if val.tests is None or val.urban is None:
         return PlaceShare(1.0, tiles=0, units=0)
-    return choose_place_share(tile_model, xy=xy, **_share_rows(val, pred, components))
+    if isinstance(tile_model, LocalLayer):
+        if fresh is None:
+            raise ValueError("a local layer's place share needs the rows it scores (fresh=)")
+        return choose_place_share(
+            tile_model, **_fresh_share_rows(tile_model, fresh, val, pred, components)
+        )
+    return choose_place_share(tile_model, **_share_rows(val, pred, components))
 
 
 def required_coverage(n_units: int) -> float:
@@ -526,13 +568,16 @@ def _coverage_of(
     urban: np.ndarray,
     units: np.ndarray | None = None,
     xy: np.ndarray | None = None,
+    leave_out: np.ndarray | None = None,
 ) -> _ShareScores:
     """The tiles without conditioning rows that have ``MIN_TESTS`` tests or more, their
     held-out units (``units`` per row; each tile its own without it) and whether the tile
     quantity's 95% interval covers each one's level as a function of the place share ``c``
     (:func:`pipelines.map_calibration.tile_level_errors`, as the report's map calibration),
     with ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
-    effect) as it is conditioned; the model is predicted once with its whole prior and split
+    effect) as it is conditioned (a local layer's rows each leaving out the conditioning rows
+    of the tiles of its ``leave_out`` label, :meth:`LocalLayer.predict`, when given); the
+    model is predicted once with its whole prior and split
     at each share as its own prediction splits it (``tile_model.unseen_latent_scale``),
     whatever share ``tile_model`` holds."""
     rows: dict[str, Any] = {
@@ -544,7 +589,7 @@ def _coverage_of(
         "place_share": 1.0,
     }
     if isinstance(tile_model, LocalLayer):
-        part = tile_model.predict(xy=xy, **rows)
+        part = tile_model.predict(xy=xy, leave_out=leave_out, **rows)
     else:
         part = tile_model.predict(**rows)
     unseen = ~np.asarray(part.seen)

@@ -765,6 +765,103 @@ def test_neighbour_query_matches_brute_force() -> None:
         assert every.nb[i].tolist() == [-1, *[j for j in range(5) if j != i]]
 
 
+def test_neighbour_query_leaves_out_excluded_slots_as_brute_force() -> None:
+    """With slots excluded, each target's k nearest measured tiles among the others (its own
+    left out too), sorted by slot; a row with fewer than k others is filled with -1."""
+    rng = np.random.default_rng(12)
+    xy = rng.uniform(0.0, 20.0, (40, 2))
+    targets = np.vstack([xy[:6] + 1e-3, rng.uniform(0.0, 20.0, (10, 2))])
+    own = np.concatenate([np.arange(6), np.full(10, -1)])
+    exclude = np.array([0, 1, 2, 17, 30, 31, 32, 33])
+    hood = _Neighbours(xy, 5).query(targets, own, exclude=exclude)
+    full = np.linalg.norm(targets[:, None, :] - xy[None, :, :], axis=-1)
+    for i in range(targets.shape[0]):
+        d = full[i].copy()
+        d[exclude] = np.inf
+        if own[i] >= 0:
+            d[own[i]] = np.inf
+        want = np.sort(np.argsort(d, kind="stable")[:5])
+        np.testing.assert_array_equal(hood.nb[i].numpy(), want)
+        np.testing.assert_allclose(hood.d_star[i].numpy(), full[i, want], rtol=1e-12)
+        np.testing.assert_array_equal(hood.sets[hood.inverse[i]].numpy(), want)
+    few = _Neighbours(xy[:6], 5).query(xy[:2], np.arange(2), exclude=np.array([2, 3]))
+    for i in range(2):
+        assert few.nb[i].tolist() == [-1, -1, *[j for j in (0, 1, 4, 5) if j != i]]
+
+
+def test_leave_out_predicts_as_a_layer_conditioned_without_those_tiles() -> None:
+    """Rows predicted with ``leave_out`` equal the same layer conditioned on every row but
+    those of the tiles sharing their label (and the dense joint Gaussian of those rows): a
+    held-out block's tiles, or one tile, scored from all the other conditioning rows."""
+    rng = np.random.default_rng(3)
+    tiles, times, pos, v, noise, xy = _data(rng, n_tiles=16)
+    residual = rng.normal(0, 0.3, tiles.size)
+    layer = _layer(tiles, times, v, noise, residual, xy, neighbours=6)
+    ids = np.unique(tiles)
+    block = np.array(["b0", "b0", "b1", "b2", "b2", "b2"])  # the units of t00 … t05
+    rows = np.isin(tiles, ids[:6])
+    row_block = block[np.searchsorted(ids, tiles[rows])]
+    kw = {
+        "tiles": tiles[rows],
+        "times": times[rows] + 1.0,
+        "xy": pos[rows],
+        "var_f": v[rows],
+        "components": noise[rows],
+    }
+    left = layer.predict(leave_out=row_block, **kw)
+    assert not left.seen.any()
+    for label in np.unique(block):
+        out = np.isin(tiles, ids[:6][block == label])
+        keep_ids = np.unique(tiles[~out])
+        without = _layer(
+            tiles[~out],
+            times[~out],
+            v[~out],
+            noise[~out],
+            residual[~out],
+            xy[np.searchsorted(ids, keep_ids)],
+            neighbours=6,
+        )
+        mine = row_block == label
+        alone = without.predict(**{k: val[mine] for k, val in kw.items()})
+        np.testing.assert_allclose(left.shift[mine], alone.shift, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(left.tile_var[mine], alone.tile_var, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(left.noise_var[mine], alone.noise_var, rtol=1e-10)
+    # a label per tile: each row leaves out its own tile only, in one batch
+    per_tile = layer.predict(leave_out=kw["tiles"], **kw)
+    for tile in ids[:6]:
+        out = tiles == tile
+        keep_ids = np.unique(tiles[~out])
+        without = _layer(
+            tiles[~out],
+            times[~out],
+            v[~out],
+            noise[~out],
+            residual[~out],
+            xy[np.searchsorted(ids, keep_ids)],
+            neighbours=6,
+        )
+        mine = kw["tiles"] == tile
+        alone = without.predict(**{k: val[mine] for k, val in kw.items()})
+        np.testing.assert_allclose(per_tile.shift[mine], alone.shift, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(per_tile.tile_var[mine], alone.tile_var, rtol=1e-10)
+    # with every other tile a neighbour, the dense Gaussian of the rows left in
+    dense_layer = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
+    one = dense_layer.predict(
+        leave_out=np.array(["a"] * int((tiles == "t04").sum())),
+        **{k: val[tiles[rows] == "t04"] for k, val in kw.items()},
+    )
+    out = tiles == "t04"
+    target = ("t04", float(kw["times"][tiles[rows] == "t04"][0]), xy[4], v[out][0])
+    mean, var = _dense(
+        tiles[~out], times[~out], pos[~out], v[~out], noise[~out], residual[~out], target
+    )
+    assert one.shift[0] == pytest.approx(mean, rel=1e-8, abs=1e-10)
+    assert one.tile_var[0] == pytest.approx(var, rel=1e-8, abs=1e-10)
+    with pytest.raises(ValueError, match="one label per row"):
+        layer.predict(leave_out=row_block[:-1], **kw)
+
+
 def test_small_neighbour_queries_start_no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A map block's query of a few hundred tiles runs on the calling thread (scipy starts a
     thread per core for ``workers=-1``), with the neighbours of a threaded query."""

@@ -676,3 +676,66 @@ def test_group_place_shares_are_saved_and_read_back() -> None:
     assert SpatialParameters.from_dict(layer.to_dict()).place_share_by_group == {"urban": 0.25}
     with pytest.raises(ValueError, match="place_share"):
         replace(effect, place_share_by_group={"urban": 0.0})
+
+
+def test_validation_tiles_are_scored_from_every_other_conditioning_row() -> None:
+    """The place share's coverage scores each validation tile without training rows from
+    the training rows and the other validation tiles, as a test tile is predicted from both,
+    leaving out its held-out unit: pairs of adjacent validation tiles far above the training
+    tiles are covered when each tile is its own unit (its neighbour pulls it up), and not
+    when the pair is one held-out block (both left out; the training tiles pull to 0)."""
+    from geodbk.geo.quadkey import lonlat_to_tile, tile_to_quadkey
+    from geodbk.local_layer import LocalLayer, SpatialParameters
+    from pipelines.layers import ValidationRows, validation_share_coverage
+
+    def quadkeys(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        x, y = lonlat_to_tile(lon, lat, 16)
+        return tile_to_quadkey(x, y, np.full_like(x, 16))
+
+    rng = np.random.default_rng(5)
+    # 30 pairs of adjacent tiles (about 0.6 km apart), each pair 5 km from the next, with
+    # training tiles at 0 between them
+    pair_lon = -157.0 + 0.05 * np.arange(30)
+    val_lon = np.r_[pair_lon, pair_lon + 0.006]
+    val_qk = quadkeys(val_lon, np.full(60, 21.0))
+    train_qk = quadkeys(pair_lon + 0.025, np.full(30, 21.0))
+    rows = 8
+    params = TileEffectParameters(
+        tau2=0.01, rho=1.0, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
+    )
+    level = 1.0 + rng.normal(0.0, 0.02, 30)
+    val_y = np.repeat(np.r_[level, level], rows) + rng.normal(0.0, 0.05, 60 * rows)
+    tiles = np.r_[np.repeat(train_qk, rows), np.repeat(val_qk, rows)]
+    n_train = 30 * rows
+    effect = TileEffect(
+        params,
+        tiles=tiles,
+        times=np.tile(np.arange(float(rows)), 90),
+        residual=np.r_[rng.normal(0.0, 0.05, n_train), val_y],
+        var_f=np.full(tiles.size, 0.01),
+        components=np.full((tiles.size, 1), 0.0025),
+    )
+    spatial = SpatialParameters(
+        sigma2=0.5, range_km=2.0, tau2={"all": 0.01}, neighbours=4, lat0=21.0, lon0=-156.3
+    )
+    xy = tile_positions(np.unique(tiles), lat0=21.0, lon0=-156.3)
+    layer = LocalLayer(effect, spatial, tile_xy=xy)
+    n = 60 * rows
+    val = ValidationRows(
+        X=np.zeros((n, 2)),
+        y=val_y,
+        tiles=np.repeat(val_qk, rows),
+        times=np.tile(np.arange(float(rows)), 60),
+        noise={},
+        tests=np.full(n, 5.0),
+        urban=np.zeros(n, dtype=bool),
+    )
+    by_tile = validation_share_coverage(_LatentGP(), layer, n_train=n_train, val=val)
+    pair = np.tile(np.repeat(np.arange(30), rows), 2)
+    by_block = validation_share_coverage(
+        _LatentGP(), layer, n_train=n_train, val=replace(val, units=pair)
+    )
+    assert by_tile["tiles"] == by_block["tiles"] == 60
+    assert by_block["units"] == 30
+    assert by_tile["coverage"][0.05] > 0.9
+    assert by_block["coverage"][0.05] < 0.5
