@@ -808,43 +808,31 @@ def test_leave_out_predicts_as_a_layer_conditioned_without_those_tiles() -> None
         "var_f": v[rows],
         "components": noise[rows],
     }
+
+    def check(pred: Any, labels: np.ndarray) -> None:
+        """``pred`` at each label's rows equals the layer conditioned without its tiles."""
+        for label in np.unique(labels):
+            mine = labels == label
+            out = np.isin(tiles, kw["tiles"][mine])
+            keep_ids = np.unique(tiles[~out])
+            alone = _layer(
+                tiles[~out],
+                times[~out],
+                v[~out],
+                noise[~out],
+                residual[~out],
+                xy[np.searchsorted(ids, keep_ids)],
+                neighbours=6,
+            ).predict(**{k: val[mine] for k, val in kw.items()})
+            np.testing.assert_allclose(pred.shift[mine], alone.shift, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(pred.tile_var[mine], alone.tile_var, rtol=1e-10)
+            np.testing.assert_allclose(pred.noise_var[mine], alone.noise_var, rtol=1e-10)
+
     left = layer.predict(leave_out=row_block, **kw)
     assert not left.seen.any()
-    for label in np.unique(block):
-        out = np.isin(tiles, ids[:6][block == label])
-        keep_ids = np.unique(tiles[~out])
-        without = _layer(
-            tiles[~out],
-            times[~out],
-            v[~out],
-            noise[~out],
-            residual[~out],
-            xy[np.searchsorted(ids, keep_ids)],
-            neighbours=6,
-        )
-        mine = row_block == label
-        alone = without.predict(**{k: val[mine] for k, val in kw.items()})
-        np.testing.assert_allclose(left.shift[mine], alone.shift, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(left.tile_var[mine], alone.tile_var, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(left.noise_var[mine], alone.noise_var, rtol=1e-10)
+    check(left, row_block)
     # a label per tile: each row leaves out its own tile only, in one batch
-    per_tile = layer.predict(leave_out=kw["tiles"], **kw)
-    for tile in ids[:6]:
-        out = tiles == tile
-        keep_ids = np.unique(tiles[~out])
-        without = _layer(
-            tiles[~out],
-            times[~out],
-            v[~out],
-            noise[~out],
-            residual[~out],
-            xy[np.searchsorted(ids, keep_ids)],
-            neighbours=6,
-        )
-        mine = kw["tiles"] == tile
-        alone = without.predict(**{k: val[mine] for k, val in kw.items()})
-        np.testing.assert_allclose(per_tile.shift[mine], alone.shift, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(per_tile.tile_var[mine], alone.tile_var, rtol=1e-10)
+    check(layer.predict(leave_out=kw["tiles"], **kw), kw["tiles"])
     # with every other tile a neighbour, the dense Gaussian of the rows left in
     dense_layer = _layer(tiles, times, v, noise, residual, xy, neighbours=len(xy))
     one = dense_layer.predict(
