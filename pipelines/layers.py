@@ -577,9 +577,9 @@ def _coverage_of(
     with ``tile_model`` (a local layer, whose rows need their km positions ``xy``, or a tile
     effect) as it is conditioned (a local layer's rows each leaving out the conditioning rows
     of the tiles of its ``leave_out`` label, :meth:`LocalLayer.predict`, when given); the
-    model is predicted once with its whole prior and split
-    at each share as its own prediction splits it (``tile_model.unseen_latent_scale``),
-    whatever share ``tile_model`` holds."""
+    model is predicted once with its whole prior and split at each share as its own
+    prediction splits it (``tile_model.unseen_latent_scale``), whatever share ``tile_model``
+    holds."""
     rows: dict[str, Any] = {
         "tiles": tiles,
         "times": times,
