@@ -391,7 +391,8 @@ def place_share_study(folder: Path) -> str:
     ``folder`` (block or tile splits, one target each): per run, the held-out units holding the
     well-measured validation tiles, the chosen ``c`` and its test-tile coverage with the 95%
     CI, and what the uncertified rule would choose (the smallest ``c`` whose validation
-    coverage averaged over units reaches 0.95, without the ``(K + 1) / K``) and cover; then,
+    coverage averaged over units reaches 0.95, without the ``(K + 1) / K``) and cover, and
+    the one share for every tile the rule takes counting tiles and counting places; then,
     per target, the test-tile coverage pooled over the runs at the chosen ``c`` (all, urban and
     rural tiles), under the uncertified rule and at every ``c``."""
     from pipelines.layers import PLACE_COVERAGE
