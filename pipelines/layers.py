@@ -76,6 +76,9 @@ PLACE_SHARES = (*_NARROWER, 1.25, 1.5, 1.75, 2.0, 2.5, MAX_PLACE_SHARE)
 #: in ``K`` held-out units it must cover ``PLACE_COVERAGE (K + 1) / K`` of a unit's tiles on
 #: average over the units (:func:`required_coverage`).
 PLACE_COVERAGE = 0.95
+#: Held-out units below which the conformal count asks a share to cover all of them, or all
+#: but part of one unit's tiles (``ceil(0.95 (K + 1)) = K``): the chosen share errs wide.
+FEW_PLACE_UNITS = 39
 #: Validation tiles without training rows and with MIN_TESTS+ tests needed to choose it.
 MIN_PLACE_TILES = 30
 #: Held-out units those tiles must lie in for a share other than 1: the fewest ``K`` with
@@ -464,7 +467,7 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     share = _smallest_covering_share(scores, what="validation tiles")
     log.info(
         "place share %.2f: the smallest whose intervals cover %.1f%% of the %d validation "
-        "tiles without training rows that have %d+ tests, %s",
+        "tiles without training rows that have %d+ tests, %s%s",
         share,
         100 * required_coverage(scores.units),
         scores.tiles,
@@ -472,6 +475,10 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
         "each tile counted once"
         if scores.units == scores.tiles
         else f"averaged over the {scores.units} held-out blocks they lie in",
+        f" (with fewer than {FEW_PLACE_UNITS} units the count asks nearly all of them, so "
+        "the map's intervals err wide)"
+        if scores.units < FEW_PLACE_UNITS
+        else "",
     )
     by_group: dict[str, float] = {}
     if _urban_grouped(tile_model):

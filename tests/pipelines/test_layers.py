@@ -317,6 +317,14 @@ def test_the_place_share_is_the_smallest_that_covers_95_percent_of_unseen_tiles(
     said = " ".join(r.getMessage() for r in caplog.records)
     assert f"place share {share:.2f}" in said and "198 validation tiles" in said
     assert f"{100 * required_coverage(198):.1f}%" in said and "each tile counted once" in said
+    assert "err wide" not in said
+    # 60 tiles in 25 held-out blocks: the count asks nearly all of them, and the log says so
+    caplog.clear()
+    blocks = np.repeat(np.arange(tiles.size // 8) % 25, 8)
+    with caplog.at_level(logging.INFO, logger="geodbk"):
+        choose_place_share(layer, tiles=tiles, y=y, units=blocks, **kw)  # type: ignore[arg-type]
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "25 held-out blocks" in said and "err wide" in said
 
     def covered(c: float) -> int:
         var = 0.01 + c * 0.2
