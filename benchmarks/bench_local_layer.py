@@ -574,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         fit_run_local_layer,
         tile_positions,
         validation_share_coverage,
+        validation_tile_levels,
         with_effect_place_share,
     )
 
@@ -765,6 +766,23 @@ def main(argv: list[str] | None = None) -> int:
         "validation_by_place": by_place["unit_coverage"],
         "test": test_curve,
     }
+    # how wide the validation tiles' intervals are, and those a share leaves uncovered
+    if val_curve["tiles"]:
+        spread = {}
+        for c in (1.0, float(PLACE_SHARES[-1])):
+            levels = validation_tile_levels(
+                model, layer, n_train=int(tr.sum()), val=val, place_share=c
+            )
+            z = (levels["error"] / levels["sd"]).abs()
+            missed = levels[z > Z95]
+            spread[str(c)] = {
+                "median_sd": float(levels["sd"].median()),
+                "missed": [
+                    {"error": float(e), "sd": float(d), "urban": bool(u)}
+                    for e, d, u in zip(missed["error"], missed["sd"], missed["urban"], strict=True)
+                ],
+            }
+        results["local_layer"]["validation_spread"] = spread
     t_krige = None
     if not args.no_kriging:
         t1 = time.perf_counter()

@@ -64,6 +64,7 @@ __all__ = [
     "save_local_layer",
     "tile_positions",
     "validation_share_coverage",
+    "validation_tile_levels",
     "with_effect_place_share",
 ]
 
@@ -606,27 +607,73 @@ def _coverage_of(
         .groupby(level=0)
         .first()
     )
+    scored = {"tiles": tiles, "y": y, "tests": tests, "urban": urban, "mean": mean}
 
     @functools.cache
     def covered_at(c: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        p = split_unseen_prior(
-            part, var_f=var_f, latent_scale=tile_model.unseen_latent_scale, place_share=c
-        )
-        levels = tile_level_errors(
-            tiles=tile_ids,
-            y=y[unseen],
-            tests=np.asarray(tests)[unseen],
-            urban=np.asarray(urban)[unseen],
-            mean=(mean + p.shift)[unseen],
-            var=p.tile_var[unseen],
-            noise=p.noise_var[unseen],
-            persistent=p.persistent_var[unseen],
-        )
+        levels = _unseen_tile_levels(tile_model, part, c, var_f=var_f, **scored)
         covered = np.abs(levels["error"].to_numpy()) <= Z95 * levels["sd"].to_numpy()
         unit = unit_of.loc[levels["tile"].to_numpy()].to_numpy()
         return unit, covered, levels["urban"].to_numpy(bool)
 
     return _scores_where(covered_at, urban=None)
+
+
+def _unseen_tile_levels(
+    tile_model: LocalLayer | TileEffect,
+    part: Any,
+    c: float,
+    *,
+    tiles: np.ndarray,
+    y: np.ndarray,
+    tests: np.ndarray,
+    urban: np.ndarray,
+    mean: np.ndarray,
+    var_f: np.ndarray,
+) -> pd.DataFrame:
+    """:func:`pipelines.map_calibration.tile_level_errors` of the rows of tiles without
+    conditioning rows, from ``tile_model``'s prediction ``part`` there (made with the whole
+    prior) split at the place share ``c``."""
+    unseen = ~np.asarray(part.seen)
+    p = split_unseen_prior(
+        part, var_f=var_f, latent_scale=tile_model.unseen_latent_scale, place_share=c
+    )
+    return tile_level_errors(
+        tiles=np.asarray(tiles).astype(str)[unseen],
+        y=np.asarray(y)[unseen],
+        tests=np.asarray(tests)[unseen],
+        urban=np.asarray(urban)[unseen],
+        mean=(mean + p.shift)[unseen],
+        var=p.tile_var[unseen],
+        noise=p.noise_var[unseen],
+        persistent=p.persistent_var[unseen],
+    )
+
+
+def validation_tile_levels(
+    model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows, place_share: float
+) -> pd.DataFrame:
+    """Each well-measured validation tile without training rows, scored as the place share
+    is chosen (:func:`validation_share_coverage`) at ``place_share``: its level's error and
+    the error's sd (:func:`pipelines.map_calibration.tile_level_errors`), to see which tiles
+    a share leaves uncovered and how wide their intervals are."""
+    if val.tests is None or val.urban is None:
+        raise ValueError("the validation rows need tests and urban flags")
+    pred, comp = _gp_at(model, val)
+    full, fresh = _left_out_scoring(layer, layer.effect, n_train=n_train, val=val)
+    rows = _fresh_share_rows(full, fresh, val, pred, comp)
+    part = full.predict(
+        tiles=rows["tiles"],
+        times=rows["times"],
+        var_f=rows["var_f"],
+        components=rows["components"],
+        groups=rows["groups"],
+        xy=rows["xy"],
+        leave_out=rows["leave_out"],
+        place_share=1.0,
+    )
+    scored = {k: rows[k] for k in ("tiles", "y", "tests", "urban", "mean", "var_f")}
+    return _unseen_tile_levels(full, part, place_share, **scored)
 
 
 def _scores_where(

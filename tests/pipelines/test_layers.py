@@ -747,3 +747,13 @@ def test_validation_tiles_are_scored_from_every_other_conditioning_row() -> None
     assert by_block["units"] == 30
     assert by_tile["coverage"][0.05] > 0.9
     assert by_block["coverage"][0.05] < 0.5
+    # the same scoring tile by tile: its coverage is the curve's
+    from pipelines.layers import validation_tile_levels
+
+    for c in (0.05, 1.0, 3.0):
+        levels = validation_tile_levels(
+            _LatentGP(), layer, n_train=n_train, val=replace(val, units=pair), place_share=c
+        )
+        covered = np.abs(levels["error"]) <= 1.959963984540054 * levels["sd"]
+        assert len(levels) == 60
+        assert covered.mean() == pytest.approx(by_block["coverage"][c])
