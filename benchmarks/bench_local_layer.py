@@ -706,6 +706,10 @@ def main(argv: list[str] | None = None) -> int:
         "map": _part_map(frame[te], gp["mean"][te], lpart),
         "mean_abs_pull": float(np.abs(pull).mean()),
     }
+    # the map as drawn: an unmeasured tile stated at a typical training row's tests (the
+    # report scores it at the test rows' own; the two differ under the GP's prior only)
+    drawn = layer.predict(xy=xy[te], tile_components=layer.effect.params.tests_centre, **kw)
+    results["local_layer"]["map_as_drawn"] = _part_map(frame[te], gp["mean"][te], drawn)
     # the same layer with the whole prior kept as the place's (c = 1): the same rows
     whole = LocalLayer(
         layer.effect,
@@ -746,6 +750,13 @@ def main(argv: list[str] | None = None) -> int:
     by_place = validation_share_coverage(
         model, layer, n_train=int(tr.sum()), val=val, counted_by=frame["place"].to_numpy()[va]
     )
+    # the same, with every unmeasured tile stated as the map draws it (a typical training
+    # row's tests) on both sides
+    centre = layer.effect.params.tests_centre
+    drawn_curve = validation_share_coverage(
+        model, layer, n_train=int(tr.sum()), val=val, tile_components=centre
+    )
+    test_drawn = {}
     test_curve = {}
     for c in PLACE_SHARES:
         at_c = LocalLayer(
@@ -757,6 +768,15 @@ def main(argv: list[str] | None = None) -> int:
         test_curve[float(c)] = (
             _part_map(frame[te], gp["mean"][te], at_c).get("all", {}).get(COVERAGE95)
         )
+        at_c_drawn = LocalLayer(
+            layer.effect,
+            replace(layer.params, place_share=float(c), place_share_by_group=None),
+            tile_xy=layer.tile_xy,
+            positions=layer.positions,
+        ).predict(xy=xy[te], tile_components=centre, **kw)
+        test_drawn[float(c)] = (
+            _part_map(frame[te], gp["mean"][te], at_c_drawn).get("all", {}).get(COVERAGE95)
+        )
     results["local_layer"]["place_share_curve"] = {
         "validation_tiles": val_curve["tiles"],
         "validation_units": val_curve["units"],
@@ -765,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
         "validation_places": by_place["units"],
         "validation_by_place": by_place["unit_coverage"],
         "test": test_curve,
+        "validation_by_unit_as_drawn": drawn_curve["unit_coverage"],
+        "test_as_drawn": test_drawn,
     }
     # how wide the validation tiles' intervals are, and those a share leaves uncovered
     if val_curve["tiles"]:

@@ -268,12 +268,15 @@ def validation_share_coverage(
     n_train: int,
     val: ValidationRows,
     counted_by: np.ndarray | None = None,
+    tile_components: Any = None,
 ) -> dict[str, Any]:
     """:func:`place_share_coverage` of the validation tiles without training rows, each
     scored from ``layer``'s other conditioning rows (:func:`_left_out_scoring`; its tile
     effect's first ``n_train`` rows are the training rows), as :func:`fit_run_local_layer`
     chooses the place share. ``counted_by``: a unit per validation row to count the tiles by
-    instead of their held-out units (e.g. places). Needs ``val.tests`` and ``val.urban``."""
+    instead of their held-out units (e.g. places); ``tile_components``: the noise components
+    an unmeasured tile is stated at (e.g. a typical training row's, as a map states it;
+    default the rows' own). Needs ``val.tests`` and ``val.urban``."""
     if val.tests is None or val.urban is None:
         raise ValueError("the validation rows need tests and urban flags")
     pred, comp = _gp_at(model, val)
@@ -281,7 +284,7 @@ def validation_share_coverage(
     rows = _fresh_share_rows(full, fresh, val, pred, comp)
     if counted_by is not None:
         rows["units"] = np.asarray(counted_by)[fresh]
-    return place_share_coverage(full, **rows)
+    return place_share_coverage(full, tile_components=tile_components, **rows)
 
 
 def _left_out_scoring(
@@ -577,6 +580,7 @@ def _coverage_of(
     units: np.ndarray | None = None,
     xy: np.ndarray | None = None,
     leave_out: np.ndarray | None = None,
+    tile_components: Any = None,
 ) -> _ShareScores:
     """The tiles without conditioning rows that have ``MIN_TESTS`` tests or more, their
     held-out units (``units`` per row; each tile its own without it) and whether the tile
@@ -595,6 +599,7 @@ def _coverage_of(
         "components": components,
         "groups": groups,
         "place_share": 1.0,
+        "tile_components": tile_components,
     }
     if isinstance(tile_model, LocalLayer):
         part = tile_model.predict(xy=xy, leave_out=leave_out, **rows)
