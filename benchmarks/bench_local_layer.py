@@ -680,13 +680,16 @@ def main(argv: list[str] | None = None) -> int:
     # the tile effect alone, as `geodbk train --no-local-layer` saves it: with its own place
     # share chosen on the validation tiles (the layer keeps its own)
     effect = with_effect_place_share(model, effect, n_train=int(tr.sum()), val=val)
+    # maps are scored as the report scores them: an unmeasured tile stated as the map draws
+    # it, at a typical training row's tests (rows: at their own)
+    centre = effect.params.tests_centre
     part = effect.predict(**kw)
-    whole_effect = effect.predict(**kw, place_share=1.0)
+    whole_effect = effect.predict(**kw, place_share=1.0, tile_components=centre)
     results["tile_effect"] = {
         "rows": _scores(
             y, gp["mean"][te] + part.observation_shift, part.tile_var + part.noise_var, u, tests
         ),
-        "map": _part_map(frame[te], gp["mean"][te], part),
+        "map": _part_map(frame[te], gp["mean"][te], effect.predict(**kw, tile_components=centre)),
         "test_rows_with_history": float(part.seen.mean()),
     }
     results["tile_effect_c1"] = {
@@ -703,20 +706,22 @@ def main(argv: list[str] | None = None) -> int:
             u,
             tests,
         ),
-        "map": _part_map(frame[te], gp["mean"][te], lpart),
+        "map": _part_map(
+            frame[te],
+            gp["mean"][te],
+            layer.predict(xy=xy[te], tile_components=centre, **kw),
+        ),
+        # each unmeasured tile at its own rows' tests, as the report scored it before
+        "map_own_testers": _part_map(frame[te], gp["mean"][te], lpart),
         "mean_abs_pull": float(np.abs(pull).mean()),
     }
-    # the map as drawn: an unmeasured tile stated at a typical training row's tests (the
-    # report scores it at the test rows' own; the two differ under the GP's prior only)
-    drawn = layer.predict(xy=xy[te], tile_components=layer.effect.params.tests_centre, **kw)
-    results["local_layer"]["map_as_drawn"] = _part_map(frame[te], gp["mean"][te], drawn)
     # the same layer with the whole prior kept as the place's (c = 1): the same rows
     whole = LocalLayer(
         layer.effect,
         replace(layer.params, place_share=1.0, place_share_by_group=None),
         tile_xy=layer.tile_xy,
         positions=layer.positions,
-    ).predict(xy=xy[te], **kw)
+    ).predict(xy=xy[te], tile_components=centre, **kw)
     results["local_layer_c1"] = {
         "rows": results["local_layer"]["rows"],
         "map": _part_map(frame[te], gp["mean"][te], whole),
@@ -750,13 +755,11 @@ def main(argv: list[str] | None = None) -> int:
     by_place = validation_share_coverage(
         model, layer, n_train=int(tr.sum()), val=val, counted_by=frame["place"].to_numpy()[va]
     )
-    # the same, with every unmeasured tile stated as the map draws it (a typical training
-    # row's tests) on both sides
-    centre = layer.effect.params.tests_centre
-    drawn_curve = validation_share_coverage(
-        model, layer, n_train=int(tr.sum()), val=val, tile_components=centre
+    # the same with every unmeasured tile at its own rows' tests, on both sides
+    own_curve = validation_share_coverage(
+        model, layer, n_train=int(tr.sum()), val=val, own_testers=True
     )
-    test_drawn = {}
+    test_own = {}
     test_curve = {}
     for c in PLACE_SHARES:
         at_c = LocalLayer(
@@ -764,19 +767,15 @@ def main(argv: list[str] | None = None) -> int:
             replace(layer.params, place_share=float(c), place_share_by_group=None),
             tile_xy=layer.tile_xy,
             positions=layer.positions,
-        ).predict(xy=xy[te], **kw)
-        test_curve[float(c)] = (
-            _part_map(frame[te], gp["mean"][te], at_c).get("all", {}).get(COVERAGE95)
         )
-        at_c_drawn = LocalLayer(
-            layer.effect,
-            replace(layer.params, place_share=float(c), place_share_by_group=None),
-            tile_xy=layer.tile_xy,
-            positions=layer.positions,
-        ).predict(xy=xy[te], tile_components=centre, **kw)
-        test_drawn[float(c)] = (
-            _part_map(frame[te], gp["mean"][te], at_c_drawn).get("all", {}).get(COVERAGE95)
-        )
+        for curve, at in ((test_curve, centre), (test_own, None)):
+            curve[float(c)] = (
+                _part_map(
+                    frame[te], gp["mean"][te], at_c.predict(xy=xy[te], tile_components=at, **kw)
+                )
+                .get("all", {})
+                .get(COVERAGE95)
+            )
     results["local_layer"]["place_share_curve"] = {
         "validation_tiles": val_curve["tiles"],
         "validation_units": val_curve["units"],
@@ -785,8 +784,8 @@ def main(argv: list[str] | None = None) -> int:
         "validation_places": by_place["units"],
         "validation_by_place": by_place["unit_coverage"],
         "test": test_curve,
-        "validation_by_unit_as_drawn": drawn_curve["unit_coverage"],
-        "test_as_drawn": test_drawn,
+        "validation_by_unit_own_testers": own_curve["unit_coverage"],
+        "test_own_testers": test_own,
     }
     # how wide the validation tiles' intervals are, and those a share leaves uncovered
     if val_curve["tiles"]:

@@ -268,15 +268,15 @@ def validation_share_coverage(
     n_train: int,
     val: ValidationRows,
     counted_by: np.ndarray | None = None,
-    tile_components: Any = None,
+    own_testers: bool = False,
 ) -> dict[str, Any]:
     """:func:`place_share_coverage` of the validation tiles without training rows, each
     scored from ``layer``'s other conditioning rows (:func:`_left_out_scoring`; its tile
     effect's first ``n_train`` rows are the training rows), as :func:`fit_run_local_layer`
     chooses the place share. ``counted_by``: a unit per validation row to count the tiles by
-    instead of their held-out units (e.g. places); ``tile_components``: the noise components
-    an unmeasured tile is stated at (e.g. a typical training row's, as a map states it;
-    default the rows' own). Needs ``val.tests`` and ``val.urban``."""
+    instead of their held-out units (e.g. places). Each unmeasured tile is stated as a map
+    states it and the share is chosen, at a typical training row's tests; ``own_testers``: at
+    its rows' own. Needs ``val.tests`` and ``val.urban``."""
     if val.tests is None or val.urban is None:
         raise ValueError("the validation rows need tests and urban flags")
     pred, comp = _gp_at(model, val)
@@ -284,7 +284,8 @@ def validation_share_coverage(
     rows = _fresh_share_rows(full, fresh, val, pred, comp)
     if counted_by is not None:
         rows["units"] = np.asarray(counted_by)[fresh]
-    return place_share_coverage(full, tile_components=tile_components, **rows)
+    at = None if own_testers else _map_testers(full)
+    return place_share_coverage(full, tile_components=at, **rows)
 
 
 def _left_out_scoring(
@@ -391,13 +392,22 @@ def _share_on(
     validation rows conditioning it) scores the rows ``fresh`` (:func:`_left_out_scoring`)."""
     if val.tests is None or val.urban is None:
         return PlaceShare(1.0, tiles=0, units=0)
+    drawn = {"tile_components": _map_testers(tile_model)}
     if isinstance(tile_model, LocalLayer):
         if fresh is None:
             raise ValueError("a local layer's place share needs the rows it scores (fresh=)")
         return choose_place_share(
-            tile_model, **_fresh_share_rows(tile_model, fresh, val, pred, components)
+            tile_model, **_fresh_share_rows(tile_model, fresh, val, pred, components), **drawn
         )
-    return choose_place_share(tile_model, **_share_rows(val, pred, components))
+    return choose_place_share(tile_model, **_share_rows(val, pred, components), **drawn)
+
+
+def _map_testers(tile_model: LocalLayer | TileEffect) -> Any:
+    """The noise components a map states an unmeasured tile at (a typical training row's,
+    ``tests_centre``; ``None``, the rows' own, for a model saved without them): the place
+    share is chosen on the tile quantity as the map draws it."""
+    effect = tile_model.effect if isinstance(tile_model, LocalLayer) else tile_model
+    return effect.params.tests_centre
 
 
 def required_coverage(n_units: int) -> float:
@@ -659,9 +669,9 @@ def validation_tile_levels(
     model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows, place_share: float
 ) -> pd.DataFrame:
     """Each well-measured validation tile without training rows, scored as the place share
-    is chosen (:func:`validation_share_coverage`) at ``place_share``: its level's error and
-    the error's sd (:func:`pipelines.map_calibration.tile_level_errors`), to see which tiles
-    a share leaves uncovered and how wide their intervals are."""
+    is chosen (:func:`validation_share_coverage`, as the map draws it) at ``place_share``:
+    its level's error and the error's sd (:func:`pipelines.map_calibration.tile_level_errors`),
+    to see which tiles a share leaves uncovered and how wide their intervals are."""
     if val.tests is None or val.urban is None:
         raise ValueError("the validation rows need tests and urban flags")
     pred, comp = _gp_at(model, val)
@@ -676,6 +686,7 @@ def validation_tile_levels(
         xy=rows["xy"],
         leave_out=rows["leave_out"],
         place_share=1.0,
+        tile_components=_map_testers(full),
     )
     scored = {k: rows[k] for k in ("tiles", "y", "tests", "urban", "mean", "var_f")}
     return _unseen_tile_levels(full, part, place_share, **scored)

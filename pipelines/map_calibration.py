@@ -8,7 +8,8 @@ correlated, the widest case), and the level's own noise ``sum w² n / (sum w)²`
 row's observation noise under the same model) is added to its variance, with the part its
 testers carry across quarters (``p``, at tiles without history) taken fully correlated:
 ``(sum w sqrt(p) / sum w)²``. Reported per quantity
-(``tile``: what maps show; ``area``: the smooth f(x)), overall, urban and rural: the share of
+(``tile``: what maps show, an unmeasured tile stated as a map states it, at a typical
+training row's tests; ``area``: the smooth f(x)), overall, urban and rural: the share of
 tiles whose level lies inside the 95% interval, the median |error| (log10) and the share off by
 more than a factor 2 (|error| > log10 2). With the coverage comes its 95% confidence interval
 over the group's tiles (exact binomial, :func:`geodbk.metrics.share_interval`): a hundred tiles
@@ -216,7 +217,9 @@ def map_calibration_of_run(
         "tests": tests,
         "devices": devices,
         "chunk_size": chunk,
-        "own_testers": True,
+        # the map as drawn: an unmeasured tile at a typical training row's tests, as every
+        # map states it (its level's own noise stays its rows')
+        "own_testers": False,
     }
     rows = {
         "tiles": common["tiles"],

@@ -18,7 +18,13 @@ from geodbk.errors import DataError, ModelFileError
 from geodbk.local_layer import LocalLayer, SpatialParameters
 from geodbk.tile_effect import TileEffect, TileEffectParameters, tile_id_strings
 from pipelines.config import TrainConfig, demo_config
-from pipelines.layers import LAYER_FILE, load_local_layer, load_map_layers, tile_positions
+from pipelines.layers import (
+    LAYER_FILE,
+    ValidationRows,
+    load_local_layer,
+    load_map_layers,
+    tile_positions,
+)
 from pipelines.predict import run_predict
 from pipelines.run_inputs import tile_codes, tile_ids
 from pipelines.rundir import RunDir
@@ -454,6 +460,22 @@ class _LatentGP:
         return ("meas",), np.full((n, 1), 0.05)
 
 
+def _unmeasured_validation_rows() -> ValidationRows:
+    """Validation rows of 200 tiles without training rows (:func:`_place_data`, levels
+    N(0, 0.1)), 5 tests a row, rural, at quarter 0."""
+    tiles, y = _place_data(200, place_var=0.1)
+    n = tiles.size
+    return ValidationRows(
+        X=np.zeros((n, 2)),
+        y=y,
+        tiles=tiles,
+        times=np.zeros(n),
+        noise={},
+        tests=np.full(n, 5.0),
+        urban=np.zeros(n, dtype=bool),
+    )
+
+
 def _effect_on_training_tiles(
     params: TileEffectParameters, *, var_f: float, seed: int
 ) -> TileEffect:
@@ -477,24 +499,15 @@ def test_the_tile_effect_alone_gets_a_place_share_from_unseen_validation_tiles()
     narrow for them) and choose a share below 1, and
     :func:`pipelines.layers.with_effect_place_share` saves it in the effect's parameters,
     which its predictions then use."""
-    from pipelines.layers import ValidationRows, choose_place_share, with_effect_place_share
+    from pipelines.layers import choose_place_share, with_effect_place_share
 
     params = TileEffectParameters(
         tau2=0.25, rho=0.9, noise_scale=(1.0,), components=("meas",), latent_scale=1.0
     )
     effect = _effect_on_training_tiles(params, var_f=0.01, seed=1)
     train_tiles = effect.tiles
-    tiles, y = _place_data(200, place_var=0.1)
-    n = tiles.size
-    val = ValidationRows(
-        X=np.zeros((n, 2)),
-        y=y,
-        tiles=tiles,
-        times=np.zeros(n),
-        noise={},
-        tests=np.full(n, 5.0),
-        urban=np.zeros(n, dtype=bool),
-    )
+    val = _unmeasured_validation_rows()
+    tiles, y, n = val.tiles, val.y, val.tiles.size
     choice = choose_place_share(
         effect,
         tiles=tiles,
@@ -757,3 +770,43 @@ def test_validation_tiles_are_scored_from_every_other_conditioning_row() -> None
         covered = np.abs(levels["error"]) <= 1.959963984540054 * levels["sd"]
         assert len(levels) == 60
         assert covered.mean() == pytest.approx(by_block["coverage"][c])
+
+
+def test_the_place_share_is_chosen_on_the_map_as_drawn() -> None:
+    """Under the GP's prior an unmeasured tile's variance follows its testers' noise. A map
+    states it at a typical training row's (``tests_centre``), and the place share is chosen
+    on that statement, not on the validation rows' own: busy validation tiles (small noise
+    components of their own) whose levels spread by 0.1 need a share above 1 at their own
+    testers and one below 1 as the map draws them."""
+    from geodbk.tile_effect import UNSEEN_GP
+    from pipelines.layers import choose_place_share, with_effect_place_share
+
+    params = TileEffectParameters(
+        tau2=5.0,  # the tile effect's own prior far too wide: the validation rows take the GP's
+        rho=0.9,
+        noise_scale=(0.2,),
+        components=("meas",),
+        latent_scale=0.2,
+        unseen_prior=UNSEEN_GP,
+        tests_centre=(0.5,),
+    )
+    effect = _effect_on_training_tiles(params, var_f=0.01, seed=2)
+    val = _unmeasured_validation_rows()
+    tiles, y, n = val.tiles, val.y, val.tiles.size
+    rows = {
+        "tiles": tiles,
+        "times": val.times,
+        "y": y,
+        "mean": np.zeros(n),
+        "var_f": np.full(n, 0.01),
+        "components": np.full((n, 1), 0.05),
+        "groups": None,
+        "tests": val.tests,
+        "urban": val.urban,
+    }
+    own = choose_place_share(effect, **rows).share  # type: ignore[arg-type]
+    drawn = choose_place_share(effect, tile_components=(0.5,), **rows).share  # type: ignore[arg-type]
+    assert drawn < 1.0 < own
+    chosen = with_effect_place_share(_LatentGP(), effect, n_train=effect.tiles.size, val=val)
+    assert chosen.params.unseen_prior == UNSEEN_GP
+    assert chosen.params.place_share == drawn
