@@ -483,15 +483,12 @@ def _conformal_share(unit_coverage: dict[float, float], tiles: int, units: int) 
     validation curve (coverage averaged over ``units`` held-out units of ``tiles`` tiles):
     1 when they cannot certify one, else the smallest share reaching the conformal count,
     else the widest."""
-    from pipelines.layers import PLACE_SHARES, certifies, required_coverage
+    from pipelines.layers import PLACE_SHARES, certifies, first_covering_share
 
     if not certifies(tiles, units):
         return 1.0
-    needed = required_coverage(units)
-    return next(
-        (c for c in sorted(unit_coverage) if unit_coverage[c] >= needed - 1e-9),
-        float(PLACE_SHARES[-1]),
-    )
+    share = first_covering_share(lambda c: unit_coverage[float(c)], units=units)
+    return float(PLACE_SHARES[-1]) if share is None else float(share)
 
 
 def spread_table(folder: Path) -> str:

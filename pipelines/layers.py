@@ -56,6 +56,7 @@ __all__ = [
     "ValidationRows",
     "certifies",
     "choose_place_share",
+    "first_covering_share",
     "fit_local_layer",
     "fit_run_local_layer",
     "load_local_layer",
@@ -277,15 +278,27 @@ def validation_share_coverage(
     instead of their held-out units (e.g. places). Each unmeasured tile is stated as a map
     states it and the share is chosen, at a typical training row's tests; ``own_testers``: at
     its rows' own. Needs ``val.tests`` and ``val.urban``."""
+    full, fresh, rows = _validation_scoring(model, layer, n_train=n_train, val=val)
+    if counted_by is not None:
+        rows["units"] = np.asarray(counted_by)[fresh]
+    if own_testers:
+        rows["tile_components"] = None
+    return place_share_coverage(full, **rows)
+
+
+def _validation_scoring(
+    model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows
+) -> tuple[LocalLayer, np.ndarray, dict[str, Any]]:
+    """The layer, the validation rows of tiles without training rows and their rows for
+    :func:`place_share_coverage`, scored as :func:`fit_run_local_layer` chooses the place
+    share: each left out with its held-out unit, stated as the map draws it."""
     if val.tests is None or val.urban is None:
         raise ValueError("the validation rows need tests and urban flags")
     pred, comp = _gp_at(model, val)
     full, fresh = _left_out_scoring(layer, layer.effect, n_train=n_train, val=val)
     rows = _fresh_share_rows(full, fresh, val, pred, comp)
-    if counted_by is not None:
-        rows["units"] = np.asarray(counted_by)[fresh]
-    at = None if own_testers else _map_testers(full)
-    return place_share_coverage(full, tile_components=at, **rows)
+    rows["tile_components"] = _map_testers(full)
+    return full, fresh, rows
 
 
 def _left_out_scoring(
@@ -509,6 +522,13 @@ def choose_place_share(tile_model: LocalLayer | TileEffect, **rows: Any) -> Plac
     return PlaceShare(share, tiles=scores.tiles, units=scores.units, by_group=by_group or None)
 
 
+def first_covering_share(unit_coverage: Callable[[float], float], *, units: int) -> float | None:
+    """The smallest of :data:`PLACE_SHARES` whose coverage averaged over ``units`` held-out
+    units (``unit_coverage(c)``) reaches :func:`required_coverage`; ``None`` when none does."""
+    needed = required_coverage(units)
+    return next((c for c in PLACE_SHARES if unit_coverage(c) >= needed - 1e-9), None)
+
+
 def certifies_group(tiles: int, units: int) -> bool:
     """Whether one urban / rural group's ``tiles`` well-measured validation tiles without
     training rows, in ``units`` held-out units, can choose the group's own place share: the
@@ -528,7 +548,7 @@ def _smallest_covering_share(scores: _ShareScores, *, what: str) -> float:
     reaches :func:`required_coverage`, else the widest, with a warning (``what`` names the
     tiles)."""
     needed = required_coverage(scores.units)
-    share = next((c for c in PLACE_SHARES if scores.unit_coverage(c) >= needed - 1e-9), None)
+    share = first_covering_share(scores.unit_coverage, units=scores.units)
     if share is None:
         share = PLACE_SHARES[-1]
         log.warning(
@@ -602,19 +622,17 @@ def _coverage_of(
     model is predicted once with its whole prior and split at each share as its own
     prediction splits it (``tile_model.unseen_latent_scale``), whatever share ``tile_model``
     holds."""
-    rows: dict[str, Any] = {
-        "tiles": tiles,
-        "times": times,
-        "var_f": var_f,
-        "components": components,
-        "groups": groups,
-        "place_share": 1.0,
-        "tile_components": tile_components,
-    }
-    if isinstance(tile_model, LocalLayer):
-        part = tile_model.predict(xy=xy, leave_out=leave_out, **rows)
-    else:
-        part = tile_model.predict(**rows)
+    part = _whole_prior_prediction(
+        tile_model,
+        tiles=tiles,
+        times=times,
+        var_f=var_f,
+        components=components,
+        groups=groups,
+        xy=xy,
+        leave_out=leave_out,
+        tile_components=tile_components,
+    )
     unseen = ~np.asarray(part.seen)
     tile_ids = np.asarray(tiles).astype(str)[unseen]
     unit_of = (
@@ -632,6 +650,37 @@ def _coverage_of(
         return unit, covered, levels["urban"].to_numpy(bool)
 
     return _scores_where(covered_at, urban=None)
+
+
+def _whole_prior_prediction(
+    tile_model: LocalLayer | TileEffect,
+    *,
+    tiles: np.ndarray,
+    times: np.ndarray,
+    var_f: np.ndarray,
+    components: np.ndarray,
+    groups: np.ndarray | None,
+    xy: np.ndarray | None = None,
+    leave_out: np.ndarray | None = None,
+    tile_components: Any = None,
+    **_: Any,
+) -> Any:
+    """``tile_model``'s prediction at the rows with an unmeasured tile's whole prior in its
+    tile quantity (place share 1), for :func:`_unseen_tile_levels` to split at any share; a
+    local layer's rows at ``xy``, each leaving out its ``leave_out`` label's tiles. Other
+    keys of a rows dict are ignored."""
+    rows: dict[str, Any] = {
+        "tiles": tiles,
+        "times": times,
+        "var_f": var_f,
+        "components": components,
+        "groups": groups,
+        "place_share": 1.0,
+        "tile_components": tile_components,
+    }
+    if isinstance(tile_model, LocalLayer):
+        return tile_model.predict(xy=xy, leave_out=leave_out, **rows)
+    return tile_model.predict(**rows)
 
 
 def _unseen_tile_levels(
@@ -672,22 +721,8 @@ def validation_tile_levels(
     is chosen (:func:`validation_share_coverage`, as the map draws it) at ``place_share``:
     its level's error and the error's sd (:func:`pipelines.map_calibration.tile_level_errors`),
     to see which tiles a share leaves uncovered and how wide their intervals are."""
-    if val.tests is None or val.urban is None:
-        raise ValueError("the validation rows need tests and urban flags")
-    pred, comp = _gp_at(model, val)
-    full, fresh = _left_out_scoring(layer, layer.effect, n_train=n_train, val=val)
-    rows = _fresh_share_rows(full, fresh, val, pred, comp)
-    part = full.predict(
-        tiles=rows["tiles"],
-        times=rows["times"],
-        var_f=rows["var_f"],
-        components=rows["components"],
-        groups=rows["groups"],
-        xy=rows["xy"],
-        leave_out=rows["leave_out"],
-        place_share=1.0,
-        tile_components=_map_testers(full),
-    )
+    full, _, rows = _validation_scoring(model, layer, n_train=n_train, val=val)
+    part = _whole_prior_prediction(full, **rows)
     scored = {k: rows[k] for k in ("tiles", "y", "tests", "urban", "mean", "var_f")}
     return _unseen_tile_levels(full, part, place_share, **scored)
 

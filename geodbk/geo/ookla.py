@@ -588,8 +588,7 @@ def _centres_within(quadkeys: pd.Series, box: tuple[float, float, float, float])
     """Which rows' tile centres lie inside ``box`` ``(west, south, east, north)``, each
     distinct tile tested once."""
     codes, uniques = pd.factorize(quadkeys, sort=False)
-    west, south, east, north = qk.quadkey_bounds(np.asarray(uniques, dtype=str))
-    lon, lat = (west + east) / 2.0, (south + north) / 2.0
+    lon, lat = qk.quadkey_centroid(np.asarray(uniques, dtype=str))
     w, s, e, n = box
     inside = (lon >= w) & (lon <= e) & (lat >= s) & (lat <= n)
     return np.asarray(inside[codes], dtype=bool)
