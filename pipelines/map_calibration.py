@@ -11,7 +11,10 @@ testers carry across quarters (``p``, at tiles without history) taken fully corr
 (``tile``: what maps show, an unmeasured tile stated as a map states it, at a typical
 training row's tests; ``area``: the smooth f(x)), overall, urban and rural: the share of
 tiles whose level lies inside the 95% interval, the median |error| (log10) and the share off by
-more than a factor 2 (|error| > log10 2). With the coverage comes its 95% confidence interval
+more than a factor 2 (|error| > log10 2). The tile quantity is also scored on the less measured
+test tiles, with ``LESS_MEASURED_TESTS`` to ``min_tests - 1`` tests (``tile_less_measured``):
+their levels carry more of their own noise, which each score holds, and they are more like the
+map's typical tile, whose offset is larger than a busy tile's. With the coverage comes its 95% confidence interval
 over the group's tiles (exact binomial, :func:`geodbk.metrics.share_interval`): a hundred tiles
 measure a coverage to about ±4 points. Neighbouring tiles share errors, so the tiles are fewer
 independent checks than their count, and that interval is, if anything, too narrow. So each
@@ -45,10 +48,18 @@ from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
 from pipelines.rundir import model_inputs
 
-__all__ = ["MIN_TESTS", "map_calibration", "map_calibration_of_run", "tile_level_errors"]
+__all__ = [
+    "LESS_MEASURED_TESTS",
+    "MIN_TESTS",
+    "map_calibration",
+    "map_calibration_of_run",
+    "tile_level_errors",
+]
 
 #: Tests a held-out tile needs over its test rows to be scored.
 MIN_TESTS = 30
+#: Tests from which a held-out tile with fewer than ``MIN_TESTS`` is scored as less measured.
+LESS_MEASURED_TESTS = 5
 LOG10_2 = math.log10(2.0)
 
 
@@ -64,6 +75,7 @@ def tile_level_errors(
     persistent: Any = None,
     places: Any = None,
     min_tests: int = MIN_TESTS,
+    max_tests: float = math.inf,
 ) -> pd.DataFrame:
     """Each scored tile's prediction error of its level and the error's sd (module docstring).
 
@@ -80,13 +92,14 @@ def tile_level_errors(
         The part of ``noise`` shared by a tile's rows (its testers'); default none.
     places
         Each row's place (:func:`geodbk.geo.blocks.calibration_places`); default its tile.
-    min_tests
-        Tests a tile needs over its rows to be scored.
+    min_tests, max_tests
+        Tests a tile needs over its rows to be scored, and the count it must stay below.
 
     Returns
     -------
     pandas.DataFrame
-        One row per tile with ``min_tests`` or more tests, sorted by tile: ``tile``,
+        One row per tile with ``min_tests`` or more tests (fewer than ``max_tests``), sorted by
+        tile: ``tile``,
         ``error`` (prediction minus level, log10), ``sd``, ``urban`` and ``place``.
     """
     frame = pd.DataFrame(
@@ -106,7 +119,7 @@ def tile_level_errors(
     frame["place"] = frame["tile"] if places is None else np.asarray(places)
     g = frame.groupby("tile", sort=True)
     sums = {c: g[c].sum().to_numpy() for c in ("w", "wy", "wm", "ws", "w2n", "wp")}
-    keep = sums["w"] >= min_tests
+    keep = (sums["w"] >= min_tests) & (sums["w"] < max_tests)
     total = sums["w"][keep]
     sd = np.sqrt(
         (sums["ws"][keep] / total) ** 2
@@ -124,24 +137,31 @@ def tile_level_errors(
     )
 
 
-def map_calibration(*, min_tests: int = MIN_TESTS, **rows: Any) -> dict[str, Any]:
+def map_calibration(
+    *, min_tests: int = MIN_TESTS, max_tests: int | None = None, **rows: Any
+) -> dict[str, Any]:
     """Coverage, median |error| and share off by > 2x of the tiles' levels (module docstring;
-    ``rows`` as for :func:`tile_level_errors`).
+    ``rows`` as for :func:`tile_level_errors`), of the tiles with ``min_tests`` or more tests
+    (and fewer than ``max_tests``, when given).
 
     Returns
     -------
     dict
-        ``{"tiles", "min_tests", "all", "urban", "rural"}``, each group ``{"tiles",
+        ``{"tiles", "min_tests", "all", "urban", "rural"}`` (and ``"max_tests"`` when given),
+        each group ``{"tiles",
         "coverage95", "coverage95_interval", "places", "coverage95_interval_by_place",
         "median_abs_error", "off_by_2x"}`` (:mod:`geodbk.metrics` names; the intervals are
         the coverage's 95% Clopper-Pearson interval over the group's tiles, and the same at
         the effective size of its places; the latter ``None`` in fewer than two places); a
         group without tiles is left out.
     """
-    levels = tile_level_errors(min_tests=min_tests, **rows)
+    below = math.inf if max_tests is None else max_tests
+    levels = tile_level_errors(min_tests=min_tests, max_tests=below, **rows)
     err, sd = levels["error"].to_numpy(), levels["sd"].to_numpy()
     is_urban = levels["urban"].to_numpy(bool)
     out: dict[str, Any] = {"tiles": len(levels), "min_tests": int(min_tests)}
+    if max_tests is not None:
+        out["max_tests"] = int(max_tests)
     for name, m in (("all", np.ones_like(is_urban)), ("urban", is_urban), ("rural", ~is_urban)):
         if not m.any():
             continue
@@ -170,7 +190,9 @@ def map_calibration_of_run(
     chunk: int,
     min_tests: int = MIN_TESTS,
 ) -> dict[str, Any]:
-    """:func:`map_calibration` of a run's test split for the ``tile`` and ``area`` quantities.
+    """:func:`map_calibration` of a run's test split for the ``tile`` and ``area`` quantities,
+    and of its less measured test tiles for the ``tile`` quantity (``tile_less_measured``:
+    :data:`LESS_MEASURED_TESTS` to ``min_tests - 1`` tests).
 
     ``tile_model`` is the model's tile effect or local layer (``None``: the tile quantity is
     f(x) plus the noise floor). The test rows are read from ``tiles.parquet`` (a few columns;
@@ -236,7 +258,9 @@ def map_calibration_of_run(
         # all of the GP's noise)
         t = predict_quantity(model, X, quantity="test", effect=effect, **common)
         noise = t.var - q.var
-        result[quantity] = map_calibration(
-            mean=q.mean, var=q.var, noise=noise, persistent=t.persistent_var, **rows
-        )
+        scored = {"mean": q.mean, "var": q.var, "noise": noise, "persistent": t.persistent_var}
+        result[quantity] = map_calibration(**scored, **rows)
+        if quantity == "tile" and min_tests > LESS_MEASURED_TESTS:
+            fewer = {**rows, "min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
+            result["tile_less_measured"] = map_calibration(**scored, **fewer)
     return result

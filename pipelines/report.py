@@ -1235,9 +1235,13 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
         f"place ({PLACE_TEXT}; Korn-Graubard's effective size), the one to read."
     )
     rows = []
-    for quantity in ("tile", "area"):
+    less = cal.get("tile_less_measured") or {}
+    blocks = [("tile", cal.get("tile", {})), ("area", cal.get("area", {}))]
+    if less.get("all"):
+        blocks.append((f"tile, {_tests_range(less)} tests", less))
+    for quantity, block in blocks:
         for group in ("all", "urban", "rural"):
-            r = cal.get(quantity, {}).get(group)
+            r = block.get(group)
             if r:
                 rows.append(
                     [
@@ -1266,6 +1270,39 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
         ],
         rows,
     )
+    _tile_reading(doc, cal)
+    _less_measured_reading(doc, less)
+
+
+def _tests_range(block: dict[str, Any]) -> str:
+    """``5–29`` for a calibration block of tiles with 5 to 29 tests."""
+    return f"{block['min_tests']}–{block['max_tests'] - 1}"
+
+
+def _less_measured_reading(doc: Doc, less: dict[str, Any]) -> None:
+    """What the tile quantity's coverage of the less measured test tiles says, by place."""
+    tile = less.get("all")
+    if not tile:
+        return
+    by_place = tile.get(COVERAGE95_INTERVAL_BY_PLACE)
+    interval = by_place or tile.get(COVERAGE95_INTERVAL)
+    if interval is None:
+        return
+    doc.para(
+        f"The {tile['tiles']} test tiles with {_tests_range(less)} tests are less well "
+        "measured, and more like the map's typical tile, which few people test. Their levels "
+        "carry more of their own test noise, which each tile's interval holds, so they test "
+        "the map's width less sharply. The tile quantity covers "
+        f"{_fmt(tile[COVERAGE95], True)} of them; its confidence interval, "
+        f"{_interval_text(interval)}"
+        + (" counted by place, " if by_place else ", ")
+        + _coverage_reading(interval, "places" if by_place else "tiles")
+    )
+
+
+def _tile_reading(doc: Doc, cal: dict[str, Any]) -> None:
+    """What the tile quantity's coverage of the well-measured test tiles says, by tile and by
+    place."""
     tile = cal["tile"]["all"]
     interval = tile.get(COVERAGE95_INTERVAL)
     by_place = tile.get(COVERAGE95_INTERVAL_BY_PLACE)

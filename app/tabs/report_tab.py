@@ -348,14 +348,20 @@ def service_table(summary: dict[str, Any] | None) -> pd.DataFrame | None:
 
 
 def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
-    """``metrics["map_calibration"]`` as one row per quantity and group (``None`` without)."""
+    """``metrics["map_calibration"]`` as one row per quantity and group, then the tile
+    quantity's rows on the less measured test tiles (``tile, 5–29 tests``; ``None`` without
+    any)."""
     cal = metrics.get("map_calibration")
     if not isinstance(cal, dict):
         return None
     rows = []
-    for quantity in ("tile", "area"):
+    blocks = [(q, cal.get(q)) for q in ("tile", "area")]
+    less = cal.get("tile_less_measured")
+    if isinstance(less, dict) and "max_tests" in less:
+        blocks.append((f"tile, {less['min_tests']}–{less['max_tests'] - 1} tests", less))
+    for quantity, block in blocks:
         for group in ("all", "urban", "rural"):
-            r = (cal.get(quantity) or {}).get(group)
+            r = (block or {}).get(group)
             if isinstance(r, dict):
                 interval = r.get(COVERAGE95_INTERVAL)
                 low, high = interval if isinstance(interval, list) else (None, None)
@@ -380,6 +386,18 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
                     }
                 )
     return pd.DataFrame(rows) if rows else None
+
+
+def _less_measured_caveat(cal: dict[str, Any]) -> str:
+    """The caption's sentence on the ``tile, 5–29 tests`` rows (nothing without them)."""
+    less = cal.get("tile_less_measured")
+    if not isinstance(less, dict) or "max_tests" not in less or not less.get("all"):
+        return ""
+    return (
+        f" The rows 'tile, {less['min_tests']}–{less['max_tests'] - 1} tests' score the less "
+        "measured tiles, more like the map's typical tile: their levels carry more of their "
+        "own noise (held in each interval), so they test the width less sharply."
+    )
 
 
 def _render_map_calibration(metrics: dict[str, Any]) -> None:
@@ -414,7 +432,9 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
         "CI low–high is the coverage's own 95% confidence interval over the tiles (exact "
         "binomial). Tiles near each other share their errors, so the same interval counted by "
         f"place ({PLACE_TEXT}) is the one to read; 'reads as' says whether 95% lies inside it "
-        "(consistent) or the map's intervals are too narrow or too wide." + _blocks_caveat(cal)
+        "(consistent) or the map's intervals are too narrow or too wide."
+        + _less_measured_caveat(cal)
+        + _blocks_caveat(cal)
     )
 
 

@@ -230,6 +230,24 @@ def test_map_calibration_table_reads_files_without_the_interval() -> None:
     assert placed["reads as"][0] == "consistent"
 
 
+def test_map_calibration_table_adds_the_less_measured_tiles() -> None:
+    from app.tabs.report_tab import _less_measured_caveat, map_calibration_table
+
+    group = {"tiles": 40, "coverage95": 0.9, "median_abs_error": 0.2, "off_by_2x": 0.3}
+    less = {"min_tests": 5, "max_tests": 30, "tiles": 70, "all": group | {"tiles": 70}}
+    cal = {"tile": {"all": group}, "area": {"all": group}, "tile_less_measured": less}
+    table = map_calibration_table({"map_calibration": cal})
+    assert table is not None
+    assert list(table["quantity"]) == ["tile", "area", "tile, 5–29 tests"]
+    assert table["tiles"].iloc[-1] == 70
+    assert "'tile, 5–29 tests'" in _less_measured_caveat(cal)
+    # files written before it: the same two rows, no sentence
+    del cal["tile_less_measured"]
+    old = map_calibration_table({"map_calibration": cal})
+    assert old is not None and list(old["quantity"]) == ["tile", "area"]
+    assert _less_measured_caveat(cal) == ""
+
+
 def test_the_map_check_caption_names_its_held_out_blocks() -> None:
     from app.tabs.report_tab import _blocks_caveat
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipelines.map_calibration import map_calibration
@@ -59,6 +60,33 @@ def test_the_testers_persistent_part_is_shared_by_a_tiles_rows() -> None:
     assert shared["all"]["coverage95"] == 1.0
 
 
+def test_less_measured_tiles_are_those_below_the_cut() -> None:
+    """``max_tests`` keeps the tiles with ``min_tests`` to ``max_tests - 1`` tests: a (40)
+    and d (3) are left out, b (20) and c (29, one row of 9 and one of 20) are scored."""
+    cal = map_calibration(
+        tiles=["a", "b", "c", "c", "d"],
+        y=[0.0, 0.0, 0.0, 0.0, 0.0],
+        tests=[40, 20, 9, 20, 3],
+        urban=[True, True, False, False, True],
+        mean=[0.0, 0.1, 2.0, 2.0, 0.0],
+        var=[0.01] * 5,
+        noise=[0.0] * 5,
+        min_tests=5,
+        max_tests=30,
+    )
+    assert cal["tiles"] == 2 and cal["min_tests"] == 5 and cal["max_tests"] == 30
+    assert cal["urban"]["tiles"] == 1 and cal["urban"]["coverage95"] == 1.0  # b: 0.1 < 0.196
+    assert cal["rural"]["tiles"] == 1 and cal["rural"]["coverage95"] == 0.0  # c: off by 2
+    assert "max_tests" not in map_calibration(**{**_ONE_TILE, "min_tests": 5})
+
+
+_ONE_TILE = {"tiles": ["a"], "y": [1.0], "tests": [10], "urban": [True]} | {
+    "mean": [1.0],
+    "var": [0.1],
+    "noise": [0.0],
+}
+
+
 def test_no_eligible_tile_gives_no_groups() -> None:
     cal = map_calibration(
         tiles=["a"], y=[1.0], tests=[3], urban=[True], mean=[1.0], var=[0.1], noise=[0.0]
@@ -95,6 +123,15 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     low, high = cal["tile"]["all"]["coverage95_interval_by_place"]
     assert low <= cal["tile"]["all"]["coverage95"] <= high
     assert f"tiles in {places} places the tile quantity covers" in text
+    # the less measured test tiles (5-29 tests): exactly those of the test split, in the
+    # table and read in their own paragraph
+    less = cal["tile_less_measured"]
+    assert (less["min_tests"], less["max_tests"]) == (5, 30)
+    tiles = pd.read_parquet(run / "tiles.parquet", columns=["quadkey", "split", "tests"])
+    per_tile = tiles[tiles["split"] == "test"].groupby("quadkey")["tests"].sum()
+    assert less["tiles"] == int(((per_tile >= 5) & (per_tile < 30)).sum()) > 0
+    assert f"| tile, 5–29 tests | all | {less['tiles']} |" in text
+    assert f"The {less['tiles']} test tiles with 5–29 tests are less well measured" in text
     # the demo region is geodbk's synthetic data: no third-party licence, and it says so
     assert "## Data and licence" in text and "no third-party licence" in text
     summary = json.loads((run / "report" / "download" / "summary.json").read_text())
