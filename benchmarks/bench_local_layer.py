@@ -172,6 +172,32 @@ def fit_run_tile_effect(
     )
 
 
+def validation_rows(run: Path, frame: pd.DataFrame, gp: dict[str, Any]) -> Any:
+    """The run's validation rows as ``geodbk train``'s post-fit steps read them
+    (:class:`pipelines.layers.ValidationRows`; ``frame`` from :func:`_rows`, ``gp`` from
+    :func:`_gp_parts`), each row's held-out unit from the split's metadata."""
+    from geodbk.tile_effect import urban_groups
+    from pipelines.layers import ValidationRows
+
+    va = frame["split"].to_numpy() == "val"
+    urban = frame["urban"].to_numpy(bool)
+    return ValidationRows(
+        X=gp["X"][va],
+        y=frame["y"].to_numpy()[va],
+        tiles=frame["quadkey"].astype(str).to_numpy()[va],
+        times=gp["times"][va],
+        noise={k: np.asarray(v)[va] for k, v in gp["noise"].items()},
+        groups=urban_groups(urban)[va],
+        tests=frame["tests"].to_numpy(np.float64)[va],
+        urban=urban[va],
+        units=held_out_units(
+            frame["lon"].to_numpy()[va],
+            frame["lat"].to_numpy()[va],
+            read_table_metadata(run / "tiles.parquet").get("split"),
+        ),
+    )
+
+
 def _scores(
     y: np.ndarray, mean: np.ndarray, var: np.ndarray, urban: np.ndarray, tests: np.ndarray
 ) -> dict:
@@ -567,7 +593,6 @@ def main(argv: list[str] | None = None) -> int:
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (
         PLACE_SHARES,
-        ValidationRows,
         fit_run_local_layer,
         tile_positions,
         validation_share_coverage,
@@ -620,29 +645,12 @@ def main(argv: list[str] | None = None) -> int:
     tiles = frame["quadkey"].astype(str).to_numpy()
     tr, va, te = (split == s for s in ("train", "val", "test"))
 
-    def noise(m: np.ndarray) -> dict[str, Any]:
-        return {k: np.asarray(v)[m] for k, v in gp["noise"].items()}
-
     y_all = frame["y"].to_numpy()
     effect = fit_run_tile_effect(
         model, frame, gp, seed=args.seed, tests_mean=not args.no_tests_mean
     )
     t_effect = time.perf_counter()
-    val = ValidationRows(
-        X=gp["X"][va],
-        y=y_all[va],
-        tiles=tiles[va],
-        times=gp["times"][va],
-        noise=noise(va),
-        groups=groups[va],
-        tests=frame["tests"].to_numpy(np.float64)[va],
-        urban=urban[va],
-        units=held_out_units(
-            frame["lon"].to_numpy()[va],
-            frame["lat"].to_numpy()[va],
-            read_table_metadata(args.run / "tiles.parquet").get("split"),
-        ),
-    )
+    val = validation_rows(args.run, frame, gp)
     layer = fit_run_local_layer(
         model, effect, n_train=int(tr.sum()), val=val, neighbours=args.neighbours
     )

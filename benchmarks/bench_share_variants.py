@@ -54,19 +54,16 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
-from bench_local_layer import _gp_parts, _rows, fit_run_tile_effect
+from bench_local_layer import _gp_parts, _rows, fit_run_tile_effect, validation_rows
 
 import geodbk.local_layer as local_layer
 import geodbk.tile_effect as tile_effect
 import pipelines.layers as layers
-from geodbk.geo.blocks import held_out_units
 from geodbk.geo.contract import Z95
-from geodbk.geo.table import read_table_metadata
 from geodbk.local_layer import LocalLayer
 from geodbk.tile_effect import TileEffectPrediction, urban_groups
 from pipelines.layers import (
     PLACE_SHARES,
-    ValidationRows,
     fit_run_local_layer,
     tile_positions,
     validation_tile_levels,
@@ -201,24 +198,9 @@ def measure(run: Path, target: str, *, choosing_tests: int = CHOOSING_TESTS) -> 
     urban = frame["urban"].to_numpy(bool)
     groups = urban_groups(urban)
     tiles = frame["quadkey"].astype(str).to_numpy()
-    tr, va, te = (split == s for s in ("train", "val", "test"))
-    y = frame["y"].to_numpy()
+    tr, te = split == "train", split == "test"
     effect = fit_run_tile_effect(model, frame, gp)
-    val = ValidationRows(
-        X=gp["X"][va],
-        y=y[va],
-        tiles=tiles[va],
-        times=gp["times"][va],
-        noise={k: np.asarray(v)[va] for k, v in gp["noise"].items()},
-        groups=groups[va],
-        tests=frame["tests"].to_numpy(np.float64)[va],
-        urban=urban[va],
-        units=held_out_units(
-            frame["lon"].to_numpy()[va],
-            frame["lat"].to_numpy()[va],
-            read_table_metadata(run / "tiles.parquet").get("split"),
-        ),
-    )
+    val = validation_rows(run, frame, gp)
     test = frame[te]
     rows = {
         "tiles": tiles[te],
