@@ -405,7 +405,7 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
     cal = metrics.get("map_calibration")
     if not isinstance(cal, dict):
         return
-    st.markdown("#### Map calibration: what well-measured held-out tiles get")
+    st.markdown("#### Map calibration: what held-out tiles get")
     table = map_calibration_table(metrics)
     if table is None:
         st.info(
