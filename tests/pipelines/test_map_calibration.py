@@ -162,6 +162,27 @@ def test_the_report_says_how_many_blocks_the_check_rests_on() -> None:
         assert ("nearer 15 independent places than 82" in text) == want
 
 
+def test_the_report_reads_the_less_measured_tiles_only_when_there_are_some() -> None:
+    """A run whose test split has no tile with 5-29 tests (or a file written before them)
+    gets no such rows or paragraph; one with them gets both, read by place."""
+    from pipelines.report import _map_calibration_section
+    from pipelines.report_doc import Doc
+
+    group = {"tiles": 82, "coverage95": 0.976, "coverage95_interval": [0.915, 0.997]}
+    group |= {"median_abs_error": 0.23, "off_by_2x": 0.4}
+    cal = {"min_tests": 30, "tile": {"all": group}, "area": {"all": group}}
+    none = {"tiles": 0, "min_tests": 5, "max_tests": 30}
+    some = none | {"tiles": 60, "all": group | {"tiles": 60, "coverage95": 0.9}}
+    some["all"] |= {"places": 20, "coverage95_interval_by_place": [0.78, 0.97]}
+    for less, want in ((None, False), (none, False), (some, True)):
+        doc = Doc("r")
+        _map_calibration_section(doc, cal if less is None else {**cal, "tile_less_measured": less})
+        text = doc.markdown()
+        assert ("| tile, 5–29 tests | all | 60 |" in text) == want
+        assert ("The 60 test tiles with 5–29 tests" in text) == want
+        assert ("78.0–97.0% counted by place, holds 95%" in text) == want
+
+
 def _clustered_levels(places: list[str] | None) -> dict:
     """Twelve tiles of 40 tests each, in four places of three: the first place's tiles all
     missed (error 0.5 against an sd of 0.1), the others' covered."""
