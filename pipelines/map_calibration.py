@@ -14,9 +14,10 @@ tiles whose level lies inside the 95% interval, the median |error| (log10) and t
 more than a factor 2 (|error| > log10 2). The tile quantity is also scored on the less measured
 test tiles, with ``LESS_MEASURED_TESTS`` to ``min_tests - 1`` tests (``tile_less_measured``):
 their levels carry more of their own noise, which each score holds, and they are more like the
-map's typical tile, whose offset is larger than a busy tile's. With the coverage comes its 95% confidence interval
-over the group's tiles (exact binomial, :func:`geodbk.metrics.share_interval`): a hundred tiles
-measure a coverage to about ±4 points. Neighbouring tiles share errors, so the tiles are fewer
+map's typical tile (on Hawaii a busy tile's level strays less from its neighbourhood's than a
+typical tile's). With the coverage comes its 95% confidence interval over the group's tiles
+(exact binomial, :func:`geodbk.metrics.share_interval`): a hundred tiles measure a coverage to
+about ±4 points. Neighbouring tiles share errors, so the tiles are fewer
 independent checks than their count, and that interval is, if anything, too narrow. So each
 group also has the interval counted by place (:func:`geodbk.metrics.share_interval_by_place`:
 a tile's place is its held-out block on a block split, its zoom-12 parent tile otherwise,
