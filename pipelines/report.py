@@ -139,8 +139,9 @@ Writes RUN/report/TARGET/: predictions.parquet (every test tile's prediction), m
 of speed tests and by quarter, and the map calibration of the tile and area quantities at
 well-measured test tiles, 30+ tests, and of the tile quantity at less measured ones, 5-29),
 summary.json (the constant-mean baseline, reliability curves and the service-coverage table,
-each naming the quantity that judged it), report.md, report.html and figures/. Test tiles are scored with their own number of tests and their tile's history,
-as the model was trained. Details: docs/cli.md, "geodbk report".
+each naming the quantity that judged it), report.md, report.html and figures/. Test tiles
+are scored with their own number of tests and their tile's history, as the model was trained.
+Details: docs/cli.md, "geodbk report".
 """
 
 EPILOG = """\
