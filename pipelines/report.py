@@ -895,6 +895,8 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         "units": {"log10": label, "natural": spec.unit},
         "run": rd.root.resolve().name,
         "model": rd.relative(rd.model_dir(target)),
+        # the training the report scored, as grids record it (their ``model_created``)
+        "model_created": str(md.get("created", "")),
         "config_hash": md.get("config_hash"),
         "best_epoch": md.get("best_epoch"),
         "y_train_mean": mean_train,

@@ -29,7 +29,8 @@ from app.colormaps import (
     value_cmap,
 )
 from app.context import RunContext
-from app.loaders import Grid, stamp
+from app.held_out_check import held_out_check_caption
+from app.loaders import Grid, LoadError, load_metrics, stamp
 from app.points import point_from_selection
 from app.quarters import QuarterGrid, TrendFile, describe_quarter, model_quarters
 from app.runs import UNITS
@@ -134,10 +135,30 @@ def render(ctx: RunContext) -> None:
     made = maps.tile_model_caption(grid.attrs)
     if made and spec.quantity != "latent":
         st.caption(made)
+    checked = _held_out_check(ctx, grid)
+    if checked:
+        st.caption(checked)
     licence = maps.licence_caption(grid.attrs)
     if licence:
         st.caption(licence)
     _clicked_summary(ctx, grid, spec)
+
+
+def _held_out_check(ctx: RunContext, grid: Grid) -> str | None:
+    """The report's check of a tile map against held-out tiles, when the run has a report
+    of the same training (:func:`app.held_out_check.held_out_check_caption`)."""
+    if not ctx.files.has_report:
+        return None
+    rdir = ctx.files.report_dir
+    read = {}
+    for name in ("metrics.json", "summary.json"):
+        path = rdir / name
+        try:
+            read[name] = load_metrics(str(path), stamp(path)) if path.is_file() else None
+        except LoadError:
+            read[name] = None
+    metrics, summary = (v if isinstance(v, dict) else None for v in read.values())
+    return held_out_check_caption(metrics, summary, grid.attrs)
 
 
 def refine_delay() -> float:

@@ -138,6 +138,9 @@ def test_report_writes_map_calibration(tiny_run: Path, tmp_path: Path) -> None:
     assert summary["data_licence"]["license"].startswith("no third-party licence")
     row = summary["service_coverage"][0]
     assert row["quantity"] == "tile" and row["area_quantity"] == "tile"
+    # the training it scored, as a grid names it (the dashboard pairs the two by it)
+    model = json.loads((run / "models" / "download" / "model.json").read_text())
+    assert summary["model_created"] == model["metadata"]["created"] != ""
 
 
 def test_the_report_says_how_many_blocks_the_check_rests_on() -> None:

@@ -1,0 +1,72 @@
+"""The Map tab's line on how the tile quantity fared on held-out tiles (the report's check).
+
+Reads what ``geodbk report`` wrote (``metrics.json`` ``map_calibration``, ``summary.json``
+``model_created``); computes nothing about the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from geodbk.metrics import (
+    COVERAGE95,
+    COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
+    coverage_verdict,
+)
+
+__all__ = ["held_out_check_caption"]
+
+
+def held_out_check_caption(
+    metrics: Mapping[str, Any] | None,
+    summary: Mapping[str, Any] | None,
+    grid_attrs: Mapping[str, Any] | None,
+) -> str | None:
+    """``Held-out check (geodbk report): ...``: the share of well-measured (and of less
+    measured) test tiles whose level the tile quantity's 95% interval held, and whether 95%
+    lies inside the coverage's confidence interval (counted by place where the file has it).
+    ``None`` for a grid of another quantity, without the report's check, or when the report
+    and the grid come from different trainings (``model_created`` differs)."""
+    attrs = grid_attrs or {}
+    if attrs.get("quantity") != "tile" or not metrics:
+        return None
+    made = (summary or {}).get("model_created")
+    if made and attrs.get("model_created") and made != attrs["model_created"]:
+        return None
+    cal = metrics.get("map_calibration")
+    if not isinstance(cal, Mapping):
+        return None
+    busy = (cal.get("tile") or {}).get("all")
+    if not isinstance(busy, Mapping) or COVERAGE95 not in busy:
+        return None
+    text = (
+        "Held-out check (geodbk report): the tile quantity's 95% interval held the level of "
+        f"{_share(busy)} of {busy.get('tiles')} well-measured test tiles "
+        f"({cal.get('min_tests', 30)}+ tests{_reading(busy)})"
+    )
+    less = cal.get("tile_less_measured") or {}
+    fewer = less.get("all") if isinstance(less, Mapping) else None
+    if isinstance(fewer, Mapping) and COVERAGE95 in fewer and "max_tests" in less:
+        text += (
+            f" and of {_share(fewer)} of {fewer.get('tiles')} less measured ones "
+            f"({less['min_tests']}–{less['max_tests'] - 1} tests{_reading(fewer)})"
+        )
+    return text + ". The Coverage report tab has the table."
+
+
+def _share(group: Mapping[str, Any]) -> str:
+    return f"{100 * float(group[COVERAGE95]):.1f}%"
+
+
+def _reading(group: Mapping[str, Any]) -> str:
+    """``; by place: consistent`` (or ``too wide``, ``too narrow``; by tile without places)."""
+    by_place = group.get(COVERAGE95_INTERVAL_BY_PLACE)
+    interval = by_place or group.get(COVERAGE95_INTERVAL)
+    if not isinstance(interval, list | tuple):
+        return ""
+    verdict = coverage_verdict(list(interval))
+    how = "by place" if by_place else "by tile"
+    said = "95% inside its interval" if verdict == "consistent" else f"the intervals {verdict}"
+    return f"; {how}: {said}"
