@@ -220,7 +220,6 @@ def run_demo(
                     trend=f"{quarters[0]}:{quarters[-1]}",
                     max_cells=cells,
                 )
-    timed("export", run_export, run, fmt=fmt)
     if set(targets) >= set(TARGETS):
         timed(
             "service",
@@ -248,6 +247,8 @@ def run_demo(
         timed("service_at", run_service, run, at=places, progress=progress)
     for target in targets:
         timed(f"report_{target}", run_report, run, target=target)
+    # after the reports: each tile map's export carries its report's held-out check
+    timed("export", run_export, run, fmt=fmt)
     timings["total"] = round(time.perf_counter() - t_all, 2)
     atomic_write_json(
         run / "demo_timings.json", {"config": cfg.to_dict(), "quick": quick, "seconds": timings}

@@ -38,6 +38,7 @@ from geodbk.geo.geotiff import DEFAULT_NODATA, band_tags, write_geotiff
 from geodbk.geo.timeaxis import format_quarter, quarter_index, resolve_quarters
 from pipelines.cli import stage_parser
 from pipelines.gridfile import grid_attrs, open_grid, sweep_spools
+from pipelines.held_out_check import held_out_check, held_out_tags
 from pipelines.rundir import (
     LICENCE_KEYS,
     RunDir,
@@ -539,6 +540,13 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
             "quantity": ds.attrs.get("quantity"),
             "band_descriptions": band_descriptions(ds, bands),
             "nodata": DEFAULT_NODATA,
+            # how often the tile quantity's interval held held-out tiles' levels (the report)
+            "held_out_check": held_out_check(
+                rd,
+                target,
+                quantity=ds.attrs.get("quantity"),
+                model_created=ds.attrs.get("model_created"),
+            ),
             "format": fmt,
             "crs": "EPSG:4326",
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -558,7 +566,16 @@ def _write_tif(job: ExportJob, *, fmt: str) -> Path:
                 for k in ("quantity", "quantity_description")
                 if k in ds.attrs
             },
+            **held_out_tags(provenance["held_out_check"]),
         }
+        if provenance["quantity"] == "tile" and provenance["held_out_check"] is None:
+            log.info(
+                "%s: no held-out check of this training's map to record (run `geodbk report "
+                "--run %s --target %s`, then export again, to carry it in the tags and sidecar)",
+                tif,
+                rd.root,
+                target,
+            )
         _warn_replacing_quantity(
             rd, target, sidecar, tif, quantity=provenance["quantity"], quarter=quarter
         )

@@ -287,3 +287,37 @@ def test_a_quarters_stack_of_other_quarters_is_replaced_with_a_warning(
     assert "replaced by that of 2023Q4 (tile quantity" in warned[0]
     with xr.open_dataset(run / "exports" / "download_quarters.nc") as ds:
         assert list(ds["quarter"].values) == ["2023Q4"]
+
+
+def test_a_tile_map_carries_the_held_out_check_of_its_own_training(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    """The demo exports after its reports: the tile map's sidecar and tags say how often its
+    interval held held-out tiles' levels, as the report measured; a report of another
+    training is not carried."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    metrics = json.loads((run / "report" / "download" / "metrics.json").read_text())
+    sidecar = json.loads((run / "exports" / "download.json").read_text())
+    check = sidecar["held_out_check"]
+    well = metrics["map_calibration"]["tile"]["all"]
+    assert check["well_measured"]["coverage95"] == well["coverage95"]
+    assert check["well_measured"]["tiles"] == well["tiles"]
+    assert check["less_measured"]["min_tests"] == 5
+    with rasterio.open(run / "exports" / "download.tif") as src:
+        tags = src.tags()
+    assert (
+        f"{100 * well['coverage95']:.1f}% of {well['tiles']} test tiles with 30+ tests"
+        in (tags["geodbk_held_out_check"])
+    )
+    assert float(tags["geodbk_held_out_well_measured_coverage95"]) == pytest.approx(
+        well["coverage95"], abs=1e-4
+    )
+    # the report of another training: nothing carried
+    summary_path = run / "report" / "download" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps({**summary, "model_created": "another training"}))
+    run_export(run, target="download")
+    assert json.loads((run / "exports" / "download.json").read_text())["held_out_check"] is None
+    with rasterio.open(run / "exports" / "download.tif") as src:
+        assert not any(k.startswith("geodbk_held_out") for k in src.tags())
