@@ -1,5 +1,6 @@
-"""Should an unmeasured tile's variance floor be the GP's ``v_f`` or ``lambda v_f``, and which
-validation tiles should choose the place share?
+"""The place share against three alternatives: an unmeasured tile's variance floor at
+``lambda v_f`` instead of the GP's ``v_f``, the share chosen on validation tiles with 5+ tests
+instead of 30+, and other rules than the conformal count.
 
 Below a place share of 1, :func:`geodbk.tile_effect.split_unseen_prior` keeps an unmeasured
 tile's variance at least ``v_f``, its area quantity's, and the share is chosen on validation
@@ -27,8 +28,8 @@ tile at a typical training row's tests):
 - ``busy``: test tiles with 30+ tests, the report's map calibration;
 - ``quiet``: test tiles with 5–29 tests, whose level carries more of its own noise (counted
   in each tile's score) and which are more like the map's typical tile;
-- ``validation_at_floor``: the validation tiles the share is chosen on (30+ tests, no
-  training rows) covered at a share of 0, by the floor alone
+- ``validation_at_floor``: the validation tiles the share is chosen on (no training rows;
+  30+ tests, 5+ for ``chosen on 5+``) covered at a share of 0, by the floor alone
   (:func:`pipelines.layers.validation_tile_levels`).
 
 Needs a run with a trained GP (``geodbk train``); one JSON line per run::
@@ -37,7 +38,8 @@ Needs a run with a trained GP (``geodbk train``); one JSON line per run::
         --target download --out OUT/t0-download.json
     python benchmarks/bench_share_variants.py --table OUT
 
-(docs/decisions/local_layer.md, "Decision: an unmeasured tile keeps the GP's v_f as its floor").
+(docs/decisions/local_layer.md, "Decision: the place share stays as it is"). Under
+``--table`` the variants' pooled coverage and the runs' spread about 95%, and each rule's.
 """
 
 from __future__ import annotations
