@@ -16,7 +16,9 @@ than extrapolated. Input columns whose names clash with these are renamed
 ``input_<name>`` (``input_input_<name>`` when the input has ``input_<name>`` too, as an
 earlier output read back does). The parquet metadata ``geodbk_predictions`` (JSON) says what
 the file holds: the places file's name and SHA-256, target, quantity, quarter, model and
-units; replacing the predictions at another file of the same stem is warned about.
+units, and for the tile quantity the report's held-out check of the same training
+(:func:`pipelines.held_out_check.held_out_check`); replacing the predictions at another file
+of the same stem is warned about.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from geodbk.geo.locations import Locations, read_locations
 from geodbk.geo.longitude import native_longitude
 from geodbk.geo.timeaxis import quarter_text
 from geodbk.quantities import DEFAULT_MAP_QUANTITY, check_quantity, describe_quantity
+from pipelines.held_out_check import held_out_check
 from pipelines.places import load_place_predictor, places_quarter_status
 from pipelines.run_inputs import read_region, region_kind, tile_ids
 from pipelines.rundir import (
@@ -176,6 +179,13 @@ def run_predict_at(
         "units": f"mean, sd, lower, upper: log10 {spec.column}; median, lower_natural, "
         f"upper_natural: {spec.unit} (10**log10 / {spec.divisor:g})",
         "interval": "95% prediction interval: mean -+ 1.96 sd",
+        # how often the tile quantity's interval held held-out tiles' levels (the report)
+        "held_out_check": held_out_check(
+            rd,
+            target,
+            quantity=quantity,
+            model_created=(getattr(predictor.model, "metadata_", None) or {}).get("created"),
+        ),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
     }

@@ -349,6 +349,10 @@ def test_predictions_record_their_file_and_warn_before_replacing_another(
     assert meta["quantity"] == "tile" and meta["model_path"] == "models/download"
     assert "mean, sd, lower, upper: log10 avg_d_kbps" in meta["units"] and "Mbps" in meta["units"]
     assert len(meta["at_sha256"]) == 64
+    # the report of the same training: its held-out check travels with the predictions
+    cal = json.loads((run / "report" / "download" / "metrics.json").read_text())
+    well = meta["held_out_check"]["well_measured"]
+    assert well["coverage95"] == cal["map_calibration"]["tile"]["all"]["coverage95"]
     with caplog.at_level("WARNING", logger="geodbk"):
         run_predict_at(run, first, target="download")  # the same list again: no warning
     assert "replac" not in caplog.text
