@@ -1,4 +1,4 @@
-"""``geodbk demo``: ingest -> train -> predict -> export -> service -> summarize -> places -> report.
+"""``geodbk demo``: ingest -> train -> predict -> service -> summarize -> report -> export -> places.
 
 Builds a complete run directory from the embedded synthetic Ookla-style region in ``data/``
 (the ingest call is :data:`pipelines.ingest.DEMO_INGEST`), training all three targets with
@@ -50,8 +50,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: What ``geodbk demo --help`` says, for users (the module docstring is for developers).
 DESCRIPTION = """\
-Run every stage on the embedded synthetic region: ingest, train, predict, export, report,
-service classes, county summaries and predictions at a list of places.
+Run every stage on the embedded synthetic region: ingest, train, predict, service classes,
+county summaries, report, export and predictions at a list of places.
 
 Builds a complete run directory (default runs/demo) from the synthetic Ookla-style region in
 data/, training download, upload and latency with small but real settings (DBK-RBF, rank 256,
@@ -240,15 +240,16 @@ def run_demo(
             samples=200 if quick else 1000,
             max_cells=cells,
         )
+    for target in targets:
+        timed(f"report_{target}", run_report, run, target=target)
+    # after the reports: each tile map's export and predictions at places carry its report's
+    # held-out check
+    timed("export", run_export, run, fmt=fmt)
     places = write_demo_places(run, count=40 if quick else 300)
     for target in targets:
         timed(f"predict_at_{target}", run_predict_at, run, places, target=target)
     if set(targets) >= set(TARGETS):
         timed("service_at", run_service, run, at=places, progress=progress)
-    for target in targets:
-        timed(f"report_{target}", run_report, run, target=target)
-    # after the reports: each tile map's export carries its report's held-out check
-    timed("export", run_export, run, fmt=fmt)
     timings["total"] = round(time.perf_counter() - t_all, 2)
     atomic_write_json(
         run / "demo_timings.json", {"config": cfg.to_dict(), "quick": quick, "seconds": timings}
