@@ -40,7 +40,8 @@ prior):
   test tiles with at least 30 tests over their test quarters, the quantity (tile, or f for the
   GP alone) against the tile's tests-weighted level: 95% coverage with its interval over the
   tiles and counted by place (:func:`geodbk.geo.blocks.calibration_places`), median |error|
-  (log10) and the share off by more than 2x.
+  (log10) and the share off by more than 2x; ``less_measured``, the same on test tiles with
+  5–29 tests (the report's ``tile_less_measured``; the last column of ``--table``).
 - the local layer's ``unseen_prior_study``: its field under each prior of an unmeasured tile,
   the validation NLL of rows without training history by urban / rural, the test map at the
   chosen place share and at 1, and the test tiles its interval misses;
@@ -226,20 +227,24 @@ def _scores(
 def _map_scores(
     test: pd.DataFrame, mean: Any, var: Any, noise: Any, persistent: Any = None
 ) -> dict:
-    """:func:`pipelines.map_calibration.map_calibration` of the test rows."""
-    from pipelines.map_calibration import map_calibration
+    """:func:`pipelines.map_calibration.map_calibration` of the test rows, with the same of
+    the less measured test tiles under ``less_measured`` (as the report's
+    ``tile_less_measured``)."""
+    from pipelines.map_calibration import LESS_MEASURED_TESTS, MIN_TESTS, map_calibration
 
-    return map_calibration(
-        tiles=test["quadkey"].to_numpy(),
-        y=test["y"].to_numpy(),
-        tests=test["tests"].to_numpy(),
-        urban=test["urban"].to_numpy(bool),
-        mean=mean,
-        var=var,
-        noise=noise,
-        persistent=persistent,
-        places=test["place"].to_numpy(),
-    )
+    rows = {
+        "tiles": test["quadkey"].to_numpy(),
+        "y": test["y"].to_numpy(),
+        "tests": test["tests"].to_numpy(),
+        "urban": test["urban"].to_numpy(bool),
+        "mean": mean,
+        "var": var,
+        "noise": noise,
+        "persistent": persistent,
+        "places": test["place"].to_numpy(),
+    }
+    less = map_calibration(min_tests=LESS_MEASURED_TESTS, max_tests=MIN_TESTS, **rows)
+    return {**map_calibration(**rows), "less_measured": less}
 
 
 def _part_map(test: pd.DataFrame, gp_mean: np.ndarray, part: Any) -> dict:
@@ -276,6 +281,13 @@ def _shares_label(params: dict[str, Any]) -> str:
     return text
 
 
+def _less_measured_cell(m: dict[str, Any]) -> str:
+    """``95.2 (166)``: a map's coverage of the less measured test tiles; ``–`` in files
+    written before it or without such tiles."""
+    less = (m.get("less_measured") or {}).get("all")
+    return f"{100 * less[COVERAGE95]:.1f} ({less['tiles']})" if less else "–"
+
+
 def table(folder: Path) -> str:
     """A markdown table of every ``*.json`` this script wrote in ``folder``: test NLL and 95%
     coverage of the rows, and coverage (with its 95% confidence interval over the tiles) /
@@ -284,8 +296,8 @@ def table(folder: Path) -> str:
     lines = [
         "| run | model | test NLL | row cov. | tests-bucket cells in 95 ± 2 | map tiles "
         "| map cov. (urban / rural) | its 95% CI | by place (places) | median \\|err\\| "
-        "| off > 2x |",
-        "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|",
+        "| off > 2x | 5–29 tests: cov. (tiles) |",
+        "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|---:|",
     ]
     consistent: dict[str, dict[str, list[bool]]] = {}
     by_place: dict[str, dict[str, list[bool]]] = {}
@@ -335,7 +347,7 @@ def table(folder: Path) -> str:
                 f"{inside}/{len(cells)} | "
                 f"{m.get('tiles', 0)} | {100 * a.get(COVERAGE95, float('nan')):.1f} ({cov}) | "
                 f"{ci} | {place_ci} | {a.get(MEDIAN_ABS_ERROR, float('nan')):.3f} | "
-                f"{100 * a.get(OFF_BY_2X, float('nan')):.1f} |"
+                f"{100 * a.get(OFF_BY_2X, float('nan')):.1f} | {_less_measured_cell(m)} |"
             )
     lines += [
         "",
