@@ -14,6 +14,7 @@ from geodbk.metrics import (
     COVERAGE95_INTERVAL,
     COVERAGE95_INTERVAL_BY_PLACE,
     coverage_verdict,
+    tests_range,
 )
 
 __all__ = ["held_out_check_caption"]
@@ -44,14 +45,14 @@ def held_out_check_caption(
     text = (
         "Held-out check (geodbk report): the tile quantity's 95% interval held the level of "
         f"{_share(busy)} of {busy.get('tiles')} well-measured test tiles "
-        f"({cal.get('min_tests', 30)}+ tests{_reading(busy)})"
+        f"({tests_range(cal)} tests{_reading(busy)})"
     )
     less = cal.get("tile_less_measured") or {}
     fewer = less.get("all") if isinstance(less, Mapping) else None
     if isinstance(fewer, Mapping) and COVERAGE95 in fewer and "max_tests" in less:
         text += (
             f" and of {_share(fewer)} of {fewer.get('tiles')} less measured ones "
-            f"({less['min_tests']}–{less['max_tests'] - 1} tests{_reading(fewer)})"
+            f"({tests_range(less)} tests{_reading(fewer)})"
         )
     return text + ". The Coverage report tab has the table."
 

@@ -173,6 +173,19 @@ def fit_run_tile_effect(
     )
 
 
+def layer_at_share(layer: Any, c: float) -> Any:
+    """``layer`` (a :class:`geodbk.local_layer.LocalLayer`) with one place share ``c`` for
+    every tile."""
+    from geodbk.local_layer import LocalLayer
+
+    return LocalLayer(
+        layer.effect,
+        replace(layer.params, place_share=float(c), place_share_by_group=None),
+        tile_xy=layer.tile_xy,
+        positions=layer.positions,
+    )
+
+
 def validation_rows(run: Path, frame: pd.DataFrame, gp: dict[str, Any]) -> Any:
     """The run's validation rows as ``geodbk train``'s post-fit steps read them
     (:class:`pipelines.layers.ValidationRows`; ``frame`` from :func:`_rows`, ``gp`` from
@@ -601,14 +614,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from geodbk import DBKRegressor
-    from geodbk.local_layer import NEIGHBOURS, LocalLayer
+    from geodbk.local_layer import NEIGHBOURS
     from geodbk.tile_effect import urban_groups
     from pipelines.layers import (
         PLACE_SHARES,
         fit_run_local_layer,
         tile_positions,
         validation_share_coverage,
-        validation_tile_levels,
+        validation_tile_levels_at,
         with_effect_place_share,
     )
 
@@ -733,12 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_abs_pull": float(np.abs(pull).mean()),
     }
     # the same layer with the whole prior kept as the place's (c = 1): the same rows
-    whole = LocalLayer(
-        layer.effect,
-        replace(layer.params, place_share=1.0, place_share_by_group=None),
-        tile_xy=layer.tile_xy,
-        positions=layer.positions,
-    ).predict(xy=xy[te], tile_components=centre, **kw)
+    whole = layer_at_share(layer, 1.0).predict(xy=xy[te], tile_components=centre, **kw)
     results["local_layer_c1"] = {
         "rows": results["local_layer"]["rows"],
         "map": _part_map(frame[te], gp["mean"][te], whole),
@@ -779,12 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     test_own = {}
     test_curve = {}
     for c in PLACE_SHARES:
-        at_c = LocalLayer(
-            layer.effect,
-            replace(layer.params, place_share=float(c), place_share_by_group=None),
-            tile_xy=layer.tile_xy,
-            positions=layer.positions,
-        )
+        at_c = layer_at_share(layer, c)
         for curve, at in ((test_curve, centre), (test_own, None)):
             curve[float(c)] = (
                 _part_map(
@@ -807,10 +810,9 @@ def main(argv: list[str] | None = None) -> int:
     # how wide the validation tiles' intervals are, and those a share leaves uncovered
     if val_curve["tiles"]:
         spread = {}
+        levels_at = validation_tile_levels_at(model, layer, n_train=int(tr.sum()), val=val)
         for c in (1.0, float(PLACE_SHARES[-1])):
-            levels = validation_tile_levels(
-                model, layer, n_train=int(tr.sum()), val=val, place_share=c
-            )
+            levels = levels_at(c)
             z = (levels["error"] / levels["sd"]).abs()
             missed = levels[z > Z95]
             spread[str(c)] = {

@@ -56,7 +56,13 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
-from bench_local_layer import _gp_parts, _rows, fit_run_tile_effect, validation_rows
+from bench_local_layer import (
+    _gp_parts,
+    _rows,
+    fit_run_tile_effect,
+    layer_at_share,
+    validation_rows,
+)
 
 import geodbk.local_layer as local_layer
 import geodbk.tile_effect as tile_effect
@@ -68,7 +74,7 @@ from pipelines.layers import (
     PLACE_SHARES,
     fit_run_local_layer,
     tile_positions,
-    validation_tile_levels,
+    validation_tile_levels_at,
 )
 from pipelines.map_calibration import MIN_TESTS, tile_level_errors
 
@@ -122,16 +128,6 @@ def variant(name: str) -> Iterator[None]:
             scored_from = functools.partial(tile_level_errors, min_tests=tests)
             stack.enter_context(mock.patch.object(layers, "tile_level_errors", scored_from))
         yield
-
-
-def at_share(layer: LocalLayer, c: float) -> LocalLayer:
-    """``layer`` with one place share ``c`` for every tile."""
-    return LocalLayer(
-        layer.effect,
-        replace(layer.params, place_share=float(c), place_share_by_group=None),
-        tile_xy=layer.tile_xy,
-        positions=layer.positions,
-    )
 
 
 def _coverage(levels: pd.DataFrame) -> dict[str, Any]:
@@ -236,9 +232,8 @@ def measure(run: Path, target: str, *, choosing_tests: int = CHOOSING_TESTS) -> 
             layer = fit_run_local_layer(model, effect, n_train=int(tr.sum()), val=val)
             xy = tile_positions(tiles[te], lat0=layer.params.lat0, lon0=layer.params.lon0)
             levels = test_levels(layer, xy, min_tests=QUIET_TESTS)
-            at_floor = validation_tile_levels(
-                model, layer, n_train=int(tr.sum()), val=val, place_share=0.0
-            )
+            validation_at = validation_tile_levels_at(model, layer, n_train=int(tr.sum()), val=val)
+            at_floor = validation_at(0.0)
         busy = tile_tests.reindex(levels["tile"].to_numpy()).to_numpy() >= MIN_TESTS
         result[name] = {
             "place_share": layer.params.place_share,
@@ -251,10 +246,8 @@ def measure(run: Path, target: str, *, choosing_tests: int = CHOOSING_TESTS) -> 
         if name == names[0]:
             result["rules"] = _rules(
                 layer,
-                lambda c, layer=layer: validation_tile_levels(
-                    model, layer, n_train=int(tr.sum()), val=val, place_share=c
-                ),
-                lambda c, layer=layer, xy=xy: test_levels(at_share(layer, c), xy),
+                validation_at,
+                lambda c, layer=layer, xy=xy: test_levels(layer_at_share(layer, c), xy),
             )
     return result
 

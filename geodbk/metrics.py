@@ -51,6 +51,7 @@ __all__ = [
     "share_interval",
     "share_interval_by_place",
     "summary",
+    "tests_range",
 ]
 
 #: Mean absolute error of the predictive mean.
@@ -213,6 +214,13 @@ def share_interval_by_place(
     t_ratio2 = float(stdtrit(n - 1, q) / stdtrit(n_places - 1, q)) ** 2  # n >= places >= 2
     size = min(float(n), share * (1.0 - share) / variance * t_ratio2)
     return _clopper_pearson(share * size, size, confidence)
+
+
+def tests_range(block: Mapping[str, Any], *, dash: str = "–") -> str:
+    """The tests a map calibration block scored its tiles from: ``30+``, or ``5–29`` for a
+    block with ``max_tests`` 30 (``dash`` between the two)."""
+    low, high = block.get("min_tests"), block.get("max_tests")
+    return f"{low}+" if high is None else f"{low}{dash}{int(high) - 1}"
 
 
 def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str:

@@ -12,7 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from geodbk.metrics import COVERAGE95, COVERAGE95_INTERVAL, COVERAGE95_INTERVAL_BY_PLACE
+from geodbk.metrics import (
+    COVERAGE95,
+    COVERAGE95_INTERVAL,
+    COVERAGE95_INTERVAL_BY_PLACE,
+    tests_range,
+)
 from pipelines.rundir import RunDir
 
 __all__ = ["held_out_check", "held_out_tags"]
@@ -65,7 +70,7 @@ def held_out_tags(check: dict | None) -> dict[str, str]:
             continue
         interval = part.get(COVERAGE95_INTERVAL_BY_PLACE) or part.get(COVERAGE95_INTERVAL)
         how = "by place" if part.get(COVERAGE95_INTERVAL_BY_PLACE) else "by tile"
-        tests = _tests_text(part)
+        tests = tests_range(part, dash="-")
         tags[f"geodbk_held_out_{name}_coverage95"] = f"{part[COVERAGE95]:.4f}"
         tags[f"geodbk_held_out_{name}_tiles"] = str(part["tiles"])
         if interval:
@@ -86,13 +91,6 @@ def _part(block: Any, *, min_tests: Any, max_tests: Any) -> dict | None:
     if not isinstance(group, dict) or COVERAGE95 not in group:
         return None
     return {"min_tests": min_tests, "max_tests": max_tests} | {k: group.get(k) for k in _KEPT}
-
-
-def _tests_text(part: dict) -> str:
-    """``30+`` or ``5-29``."""
-    if part.get("max_tests") is None:
-        return f"{part.get('min_tests')}+"
-    return f"{part.get('min_tests')}-{int(part['max_tests']) - 1}"
 
 
 def _pct(interval: Any) -> str:

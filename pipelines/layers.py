@@ -721,10 +721,22 @@ def validation_tile_levels(
     is chosen (:func:`validation_share_coverage`, as the map draws it) at ``place_share``:
     its level's error and the error's sd (:func:`pipelines.map_calibration.tile_level_errors`),
     to see which tiles a share leaves uncovered and how wide their intervals are."""
+    return validation_tile_levels_at(model, layer, n_train=n_train, val=val)(place_share)
+
+
+def validation_tile_levels_at(
+    model: Any, layer: LocalLayer, *, n_train: int, val: ValidationRows
+) -> Callable[[float], pd.DataFrame]:
+    """:func:`validation_tile_levels` as a function of the place share, the validation rows
+    predicted once (with the whole prior) and split at each share asked for."""
     full, _, rows = _validation_scoring(model, layer, n_train=n_train, val=val)
     part = _whole_prior_prediction(full, **rows)
     scored = {k: rows[k] for k in ("tiles", "y", "tests", "urban", "mean", "var_f")}
-    return _unseen_tile_levels(full, part, place_share, **scored)
+
+    def at(place_share: float) -> pd.DataFrame:
+        return _unseen_tile_levels(full, part, place_share, **scored)
+
+    return at
 
 
 def _scores_where(

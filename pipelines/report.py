@@ -62,6 +62,7 @@ from geodbk.metrics import (
     WIDTH95,
     clustered_checks_caveat,
     coverage_verdict,
+    tests_range,
 )
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
@@ -1241,7 +1242,7 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     less = cal.get("tile_less_measured") or {}
     blocks = [("tile", cal.get("tile", {})), ("area", cal.get("area", {}))]
     if less.get("all"):
-        blocks.append((f"tile, {_tests_range(less)} tests", less))
+        blocks.append((f"tile, {tests_range(less)} tests", less))
     for quantity, block in blocks:
         for group in ("all", "urban", "rural"):
             r = block.get(group)
@@ -1277,11 +1278,6 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     _less_measured_reading(doc, less)
 
 
-def _tests_range(block: dict[str, Any]) -> str:
-    """``5–29`` for a calibration block of tiles with 5 to 29 tests."""
-    return f"{block['min_tests']}–{block['max_tests'] - 1}"
-
-
 def _less_measured_reading(doc: Doc, less: dict[str, Any]) -> None:
     """What the tile quantity's coverage of the less measured test tiles says, by place."""
     tile = less.get("all")
@@ -1292,7 +1288,7 @@ def _less_measured_reading(doc: Doc, less: dict[str, Any]) -> None:
     if interval is None:
         return
     doc.para(
-        f"The {tile['tiles']} test tiles with {_tests_range(less)} tests are less well "
+        f"The {tile['tiles']} test tiles with {tests_range(less)} tests are less well "
         "measured, and more like the map's typical tile, which few people test. Their levels "
         "carry more of their own test noise, which each tile's interval holds, so they test "
         "the map's width less sharply. The tile quantity covers "

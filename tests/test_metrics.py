@@ -191,3 +191,11 @@ def test_the_interval_by_place_covers_a_clustered_rate_where_the_tiles_one_does_
         held["tile"] += low <= 0.9 <= high
     assert 0.92 < held["place"] / draws < 0.99  # 95.2% in these draws
     assert held["tile"] / draws < 0.9  # 85.5%
+
+
+def test_tests_range_names_a_calibration_blocks_tests() -> None:
+    from geodbk.metrics import tests_range
+
+    assert tests_range({"min_tests": 30}) == "30+"
+    assert tests_range({"min_tests": 5, "max_tests": 30}) == "5–29"
+    assert tests_range({"min_tests": 5, "max_tests": 30}, dash="-") == "5-29"

@@ -149,16 +149,18 @@ def _held_out_check(ctx: RunContext, grid: Grid) -> str | None:
     of the same training (:func:`app.held_out_check.held_out_check_caption`)."""
     if not ctx.files.has_report:
         return None
-    rdir = ctx.files.report_dir
-    read = {}
-    for name in ("metrics.json", "summary.json"):
-        path = rdir / name
-        try:
-            read[name] = load_metrics(str(path), stamp(path)) if path.is_file() else None
-        except LoadError:
-            read[name] = None
-    metrics, summary = (v if isinstance(v, dict) else None for v in read.values())
+    metrics, summary = (_report_json(ctx, name) for name in ("metrics.json", "summary.json"))
     return held_out_check_caption(metrics, summary, grid.attrs)
+
+
+def _report_json(ctx: RunContext, name: str) -> dict | None:
+    """The target's report file ``name`` as a dict; ``None`` when absent or unreadable."""
+    path = ctx.files.report_dir / name
+    try:
+        data = load_metrics(str(path), stamp(path)) if path.is_file() else None
+    except LoadError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def refine_delay() -> float:

@@ -36,6 +36,7 @@ from geodbk.metrics import (
     WIDTH95,
     clustered_checks_caveat,
     coverage_verdict,
+    tests_range,
 )
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -358,7 +359,7 @@ def map_calibration_table(metrics: dict[str, Any]) -> pd.DataFrame | None:
     blocks = [(q, cal.get(q)) for q in ("tile", "area")]
     less = cal.get("tile_less_measured")
     if isinstance(less, dict) and "max_tests" in less:
-        blocks.append((f"tile, {less['min_tests']}–{less['max_tests'] - 1} tests", less))
+        blocks.append((f"tile, {tests_range(less)} tests", less))
     for quantity, block in blocks:
         for group in ("all", "urban", "rural"):
             r = (block or {}).get(group)
@@ -394,7 +395,7 @@ def _less_measured_caveat(cal: dict[str, Any]) -> str:
     if not isinstance(less, dict) or "max_tests" not in less or not less.get("all"):
         return ""
     return (
-        f" The rows 'tile, {less['min_tests']}–{less['max_tests'] - 1} tests' score the less "
+        f" The rows 'tile, {tests_range(less)} tests' score the less "
         "measured tiles, more like the map's typical tile: their levels carry more of their "
         "own noise (held in each interval), so they test the width less sharply."
     )
