@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -39,6 +40,7 @@ from scipy.stats import rankdata
 __all__ = [
     "BEAD_TIERS",
     "DEFAULT_LATENCY_MS",
+    "HELD_OUT_CLASS_HEADER",
     "MIN_COPULA_ROWS",
     "Tier",
     "bivariate_normal_cdf",
@@ -49,6 +51,8 @@ __all__ = [
     "class_names",
     "class_probabilities",
     "gaussian_copula_correlation",
+    "held_out_class_rows",
+    "level_classes",
     "most_probable_class",
     "orthant_probability",
     "parse_tiers",
@@ -445,6 +449,57 @@ def class_probabilities(tier_p: np.ndarray) -> np.ndarray:
 def most_probable_class(class_p: np.ndarray) -> np.ndarray:
     """Index of each row's most probable class (the lower class on a tie), int8."""
     return np.argmax(np.asarray(class_p), axis=1).astype(np.int8)
+
+
+def level_classes(levels: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """The class of known (n, 3) log10 levels of download, upload and latency: the number of
+    leading tiers met, tier ``j`` met when ``L_D >= t_j1``, ``L_U >= t_j2`` and
+    ``L_L <= t_j3`` (``thresholds`` (k, 3) as for :func:`tier_probabilities`), int8."""
+    L = np.asarray(levels, dtype=np.float64)
+    thr = np.atleast_2d(np.asarray(thresholds, dtype=np.float64))
+    if L.ndim != 2 or L.shape[1] != 3 or thr.shape[1] != 3:
+        raise ValueError(f"levels must be (n, 3) and thresholds (k, 3), got {L.shape}, {thr.shape}")
+    met = (
+        (L[:, None, 0] >= thr[None, :, 0])
+        & (L[:, None, 1] >= thr[None, :, 1])
+        & (L[:, None, 2] <= thr[None, :, 2])
+    )
+    return np.cumprod(met, axis=1).sum(axis=1).astype(np.int8)
+
+
+#: Columns of :func:`held_out_class_rows`.
+HELD_OUT_CLASS_HEADER = (
+    "class",
+    "expected share",
+    "observed share (95% CI by place)",
+    "map gives it to",
+    "of which in it",
+)
+
+
+def held_out_class_rows(group: Mapping[str, Any], classes: Sequence[str]) -> list[list[str]]:
+    """Table rows of one group of a service classes' held-out check
+    (``pipelines.service_check``): per class, the expected and the observed share of the
+    held-out tiles (the latter with its interval, marked ``(outside)`` when the expected share
+    lies outside it), the tiles whose most probable class it is and the share of those in it,
+    lowest class first (``classes``: the check's class names, lowest first)."""
+    rows = []
+    for name in classes:
+        c = group["classes"][name]
+        low, high = c["observed_interval"]
+        called = group["map_class"][name]
+        same = called["observed_same"]
+        rows.append(
+            [
+                name,
+                f"{100 * c['expected_share']:.1f}%",
+                f"{100 * c['observed_share']:.1f}% ({100 * low:.1f}–{100 * high:.1f}%)"
+                + ("" if c["consistent"] else " (outside)"),
+                str(called["tiles"]),
+                "–" if same is None else f"{100 * same:.1f}%",
+            ]
+        )
+    return rows
 
 
 #: Colours of the lowest (unserved), middle and highest (served) classes; the classes between

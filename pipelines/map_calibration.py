@@ -27,6 +27,7 @@ a tile's place is its held-out block on a block split, its zoom-12 parent tile o
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,9 @@ from pipelines.rundir import model_inputs
 __all__ = [
     "LESS_MEASURED_TESTS",
     "MIN_TESTS",
+    "HeldOutRows",
+    "held_out_levels",
+    "held_out_rows",
     "map_calibration",
     "map_calibration_of_run",
     "tile_level_errors",
@@ -100,8 +104,8 @@ def tile_level_errors(
     -------
     pandas.DataFrame
         One row per tile with ``min_tests`` or more tests (fewer than ``max_tests``), sorted by
-        tile: ``tile``,
-        ``error`` (prediction minus level, log10), ``sd``, ``urban`` and ``place``.
+        tile: ``tile``, ``level`` (log10), ``error`` (prediction minus level, log10), ``sd``,
+        ``tests``, ``urban`` and ``place``.
     """
     frame = pd.DataFrame(
         {
@@ -130,8 +134,10 @@ def tile_level_errors(
     return pd.DataFrame(
         {
             "tile": np.asarray(g["w"].sum().index)[keep],
+            "level": sums["wy"][keep] / total,
             "error": (sums["wm"][keep] - sums["wy"][keep]) / total,
             "sd": sd,
+            "tests": total,
             "urban": g["urban"].last().to_numpy()[keep],
             "place": g["place"].first().to_numpy()[keep],
         }
@@ -196,11 +202,89 @@ def map_calibration_of_run(
     :data:`LESS_MEASURED_TESTS` to ``min_tests - 1`` tests).
 
     ``tile_model`` is the model's tile effect or local layer (``None``: the tile quantity is
-    f(x) plus the noise floor). The test rows are read from ``tiles.parquet`` (a few columns;
-    the test split is a tenth of the table). On a block split, ``held_out_blocks`` counts the
-    blocks the scored tiles lie in: tiles of one block share their errors, so the check is
-    nearer that many independent places than its tile count.
+    f(x) plus the noise floor). On a block split, ``held_out_blocks`` counts the blocks the
+    scored tiles lie in: tiles of one block share their errors, so the check is nearer that
+    many independent places than its tile count.
     """
+    result: dict[str, Any] = {"min_tests": min_tests, "quantity": "tile"}
+    held = held_out_rows(rd, spec, metadata=metadata, chunk=chunk, min_tests=min_tests)
+    if held is None:
+        return result
+    if held.blocks is not None:
+        result["held_out_blocks"] = held.blocks
+    for quantity in ("tile", "area"):
+        scored = held.scored(model, tile_model if quantity == "tile" else None, quantity)
+        result[quantity] = map_calibration(**scored, **held.rows)
+        if quantity == "tile" and min_tests > LESS_MEASURED_TESTS:
+            fewer = {**held.rows, "min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
+            result["tile_less_measured"] = map_calibration(**scored, **fewer)
+    return result
+
+
+def held_out_levels(
+    rd: Any,
+    spec: Any,
+    model: Any,
+    tile_model: Any,
+    *,
+    quantity: str,
+    metadata: dict[str, Any],
+    chunk: int,
+    min_tests: int = MIN_TESTS,
+    max_tests: float = math.inf,
+) -> pd.DataFrame | None:
+    """:func:`tile_level_errors` of ``quantity`` at the run's test tiles with ``min_tests``
+    or more tests (fewer than ``max_tests``), scored as :func:`map_calibration_of_run` scores
+    them (``tile_model``: the tile effect or local layer, used by the ``tile`` quantity);
+    ``None`` without test rows or their ``tests`` column."""
+    held = held_out_rows(rd, spec, metadata=metadata, chunk=chunk, min_tests=min_tests)
+    if held is None:
+        return None
+    scored = held.scored(model, tile_model if quantity == "tile" else None, quantity)
+    return tile_level_errors(**scored, **held.rows | {"max_tests": max_tests})
+
+
+@dataclass(frozen=True)
+class HeldOutRows:
+    """A run's test rows as the map calibration scores them.
+
+    Attributes
+    ----------
+    X
+        The rows' model inputs.
+    common
+        The keyword arguments of :func:`geodbk.quantities.predict_quantity` at the rows.
+    rows
+        The keyword arguments of :func:`tile_level_errors` other than the predictions.
+    blocks
+        On a block split, the held-out blocks the tiles with ``min_tests`` or more tests lie
+        in; else ``None``.
+    """
+
+    X: np.ndarray
+    common: dict[str, Any]
+    rows: dict[str, Any]
+    blocks: int | None
+
+    def scored(self, model: Any, effect: Any, quantity: str) -> dict[str, Any]:
+        """``mean``, ``var``, ``noise`` and ``persistent`` of ``quantity`` at the rows, with
+        the rows' own noise under the same model: var(test) - var(quantity) (for f alone, all
+        of the GP's noise)."""
+        q = predict_quantity(model, self.X, quantity=quantity, effect=effect, **self.common)
+        t = predict_quantity(model, self.X, quantity="test", effect=effect, **self.common)
+        return {
+            "mean": q.mean,
+            "var": q.var,
+            "noise": t.var - q.var,
+            "persistent": t.persistent_var,
+        }
+
+
+def held_out_rows(
+    rd: Any, spec: Any, *, metadata: dict[str, Any], chunk: int, min_tests: int = MIN_TESTS
+) -> HeldOutRows | None:
+    """Read the test rows of ``spec``'s target from ``tiles.parquet`` (a few columns; the
+    test split is a tenth of the table); ``None`` without test rows or their ``tests``."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -212,21 +296,19 @@ def map_calibration_of_run(
         columns=cols,
         filters=(pc.field("split") == "test") & pc.is_finite(pc.field(spec.log_column)),
     ).to_pandas()
-    result: dict[str, Any] = {"min_tests": min_tests, "quantity": "tile"}
     if test.empty or "tests" not in test:
-        return result
+        return None
     tests = counts_or_one(test["tests"].to_numpy())
     split = (metadata.get("tiles_metadata") or {}).get("split")
     lon, lat = (test[c].to_numpy() if c in test else None for c in ("lon", "lat"))
     units = held_out_units(lon, lat, split) if lon is not None and lat is not None else None
     # a block split's places are its held-out blocks, found once
     places = units if units is not None else calibration_places(test["quadkey"], lon=lon, lat=lat)
+    blocks = None
     if units is not None:
         per_tile = pd.DataFrame({"tile": test["quadkey"], "tests": tests, "unit": units})
         per_tile = per_tile.groupby("tile").agg(tests=("tests", "sum"), unit=("unit", "first"))
-        result["held_out_blocks"] = int(
-            per_tile.loc[per_tile["tests"] >= min_tests, "unit"].nunique()
-        )
+        blocks = int(per_tile.loc[per_tile["tests"] >= min_tests, "unit"].nunique())
     devices = counts_or_one(test["devices"].to_numpy()) if "devices" in test else None
     quarters = test["quarter"].astype(str).to_numpy()
     time_aware = bool(metadata.get("time_scaling"))
@@ -252,16 +334,4 @@ def map_calibration_of_run(
         "places": places,
         "min_tests": min_tests,
     }
-    for quantity in ("tile", "area"):
-        effect = tile_model if quantity == "tile" else None
-        q = predict_quantity(model, X, quantity=quantity, effect=effect, **common)
-        # the rows' own noise under the same model: var(test) - var(quantity) (for f alone,
-        # all of the GP's noise)
-        t = predict_quantity(model, X, quantity="test", effect=effect, **common)
-        noise = t.var - q.var
-        scored = {"mean": q.mean, "var": q.var, "noise": noise, "persistent": t.persistent_var}
-        result[quantity] = map_calibration(**scored, **rows)
-        if quantity == "tile" and min_tests > LESS_MEASURED_TESTS:
-            fewer = {**rows, "min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
-            result["tile_less_measured"] = map_calibration(**scored, **fewer)
-    return result
+    return HeldOutRows(X=X, common=common, rows=rows, blocks=blocks)

@@ -18,6 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from geodbk.geo.timeaxis import quarter_text
+from geodbk.metrics import tests_range
+from geodbk.service import HELD_OUT_CLASS_HEADER, held_out_class_rows
 from pipelines.report_doc import Doc
 from pipelines.run_inputs import region_area_caveat
 from pipelines.rundir import RunDir, TargetSpec
@@ -175,3 +177,39 @@ def _headline_section(doc: Doc, rd: RunDir, path: Path, *, named: bool) -> None:
             for c in classes
         ],
     )
+    _held_out_section(doc, headline.get("held_out_check"))
+
+
+def _held_out_section(doc: Doc, check: Any) -> None:
+    """The classes' held-out check (:mod:`pipelines.service_check`): a paragraph and a table
+    of the whole region per group of tiles; nothing for a headline without one."""
+    if not isinstance(check, dict):
+        return
+    parts = [p for p in (check.get("well_measured"), check.get("less_measured")) if p]
+    if not parts:
+        return
+    doc.para(
+        "Held-out check of the classes, on the test tiles with all three targets measured. A "
+        "tile's class is that of its tests-weighted download, upload and latency levels; the "
+        "expected share is the mean of the map's probability of the class at those tiles "
+        "(each model's prediction of the tile's level, with the level's own noise, joined by "
+        "the copula). An observed share whose 95% interval (counted by place) leaves out the "
+        "expected one is marked: there the map's class probabilities are off for those tiles. "
+        "Tiles with fewer tests are more like the map's typical tile; on real data a busy "
+        "tile tends to do better than its neighbourhood."
+    )
+    for part in parts:
+        whole = part["all"]
+        groups = "; ".join(
+            f"{name} {part[name]['tiles']} tiles, {100 * part[name]['most_probable_agrees']:.1f}%"
+            for name in ("urban", "rural")
+            if isinstance(part.get(name), dict)
+        )
+        doc.para(
+            f"{whole['tiles']} test tiles with {tests_range(part)} tests of each target, in "
+            f"{whole['places']} places: the map's most probable class was the tile's own at "
+            f"{100 * whole['most_probable_agrees']:.1f}% of them ({groups}); the mean "
+            f"probability it gave a tile's own class {whole['p_observed_class']:.2f}, the "
+            f"Brier score {whole['brier']:.3f}."
+        )
+        doc.table(list(HELD_OUT_CLASS_HEADER), held_out_class_rows(whole, check["classes"]))

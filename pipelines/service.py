@@ -75,6 +75,7 @@ from pipelines.rundir import (
     target_lock,
 )
 from pipelines.service_at import write_classes_at
+from pipelines.service_check import held_out_check_sentence, with_held_out_check
 from pipelines.service_classes import (
     SERVICE_QUANTITY_LABEL,
     Service,
@@ -253,6 +254,11 @@ def _common_attrs(rd: RunDir, service: Service) -> dict[str, Any]:
         "title": f"geodbk service classes ({service.tier_labels} Mbps, {service.quarter})",
         "product": "service_classes",
         **service.attributes(rd),
+        **(
+            {"held_out_check": said}
+            if (said := held_out_check_sentence(service.held_out_check))
+            else {}
+        ),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "geodbk_version": __version__,
         **run_licence_attrs(rd),
@@ -301,6 +307,7 @@ def _raster_tags(rd: RunDir, grid_attrs: dict[str, Any]) -> dict[str, str]:
         "quarter_status",
         "copula_targets",
         "copula_rows",
+        "held_out_check",
         "created",
     )
     tags = {f"geodbk_{k}": str(grid_attrs[k]) for k in keys if k in grid_attrs}
@@ -547,6 +554,7 @@ def run_service(
         service = load_service(
             rd, tiers=tiers, latency_ms=latency_ms, quantity=quantity, quarter=quarter
         )
+        service = with_held_out_check(service, rd)
         if places is not None and at is not None:
             out = write_classes_at(  # the copula in its metadata; copula.json is the grid's
                 rd,

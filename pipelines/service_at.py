@@ -87,6 +87,7 @@ def write_classes_at(
     meta_service = {
         **(source or {}),
         **{k: _json_value(v) for k, v in service.attributes(rd).items()},
+        "held_out_check": service.held_out_check,
     }
     path = rd.classes_at(stem, quarter=quarter, quantity=service.quantity)
     if source:

@@ -111,6 +111,9 @@ class Service:
     quarter_status
         What the quarter is to the models, as ``geodbk predict`` writes it into a grid
         (``observed``, ``extrapolation beyond 2023Q4``, ...; per target when they differ).
+    held_out_check
+        The classes scored on held-out tiles
+        (:func:`pipelines.service_check.service_held_out_check`), ``None`` when not scored.
     """
 
     tiers: tuple[Tier, ...]
@@ -119,6 +122,7 @@ class Service:
     predictors: dict[str, PlacePredictor]
     copula: Copula
     quarter_status: str = ""
+    held_out_check: dict[str, Any] | None = None
 
     @property
     def classes(self) -> tuple[str, ...]:

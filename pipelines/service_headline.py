@@ -238,6 +238,7 @@ def write_headline(
             f"map; shares on a uniform random subsample of at most {HEADLINE_PLACES} places"
         ),
         "data_licence": run_licence(rd),
+        "held_out_check": service.held_out_check,
     }
     tile_lon, tile_lat = observed_tiles(rd)
     at_tiles = service.predict(tile_lon, tile_lat)

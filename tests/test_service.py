@@ -11,6 +11,7 @@ from scipy.stats import multivariate_normal
 from geodbk.service import (
     BEAD_TIERS,
     DEFAULT_LATENCY_MS,
+    HELD_OUT_CLASS_HEADER,
     Tier,
     bivariate_normal_cdf,
     check_correlation,
@@ -19,6 +20,8 @@ from geodbk.service import (
     class_names,
     class_probabilities,
     gaussian_copula_correlation,
+    held_out_class_rows,
+    level_classes,
     most_probable_class,
     orthant_probability,
     parse_tiers,
@@ -248,3 +251,48 @@ def test_each_class_is_defined_by_its_tiers_and_the_latency() -> None:
     )
     one = class_definitions([Tier(25.0, 3.0)], 50.0)
     assert len(one) == len(class_names(1)) == 2
+
+
+def test_level_classes_count_the_leading_tiers_met() -> None:
+    thr = np.log10([[25e3, 3e3, 100.0], [100e3, 20e3, 100.0]])  # kbps, kbps, ms
+    levels = np.log10(
+        [
+            [25e3, 3e3, 100.0],  # exactly at tier 1 and the latency limit: meets tier 1
+            [24.9e3, 50e3, 20.0],  # download short of tier 1: unserved, whatever the rest
+            [200e3, 50e3, 101.0],  # latency above the limit: no tier
+            [200e3, 19e3, 30.0],  # upload short of tier 2 only
+            [100e3, 20e3, 30.0],  # tier 2 exactly
+        ]
+    )
+    np.testing.assert_array_equal(level_classes(levels, thr), [1, 0, 0, 1, 2])
+    assert level_classes(levels, thr).dtype == np.int8
+    with pytest.raises(ValueError, match=r"\(n, 3\)"):
+        level_classes(levels[:, :2], thr)
+
+
+def test_held_out_class_rows_follow_the_classes_and_mark_misses() -> None:
+    group = {
+        "classes": {
+            "served": {
+                "expected_share": 0.1,
+                "observed_share": 0.3,
+                "observed_interval": [0.2, 0.4],
+                "consistent": False,
+            },
+            "unserved": {
+                "expected_share": 0.9,
+                "observed_share": 0.7,
+                "observed_interval": [0.6, 0.95],
+                "consistent": True,
+            },
+        },
+        "map_class": {
+            "served": {"tiles": 0, "observed_same": None},
+            "unserved": {"tiles": 10, "observed_same": 0.7},
+        },
+    }
+    rows = held_out_class_rows(group, ["unserved", "served"])
+    assert [r[0] for r in rows] == ["unserved", "served"]
+    assert rows[0][1:] == ["90.0%", "70.0% (60.0–95.0%)", "10", "70.0%"]
+    assert rows[1][2].endswith("(outside)") and rows[1][4] == "–"
+    assert len(rows[0]) == len(HELD_OUT_CLASS_HEADER)

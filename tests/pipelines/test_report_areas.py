@@ -67,7 +67,10 @@ def test_each_headline_of_the_run_has_its_section(tiny_run: Path, tmp_path: Path
         f"{headline['quarter']})"
         for q in ("tile", "area")
     ]
-    assert len(_tables(doc)) == 2
+    tables = [header for header, _ in _tables(doc)]
+    assert sum("share of area" in h for h in tables) == 2
+    # each headline's held-out check: a table per group of tiles
+    assert sum("observed share (95% CI by place)" in h for h in tables) == 4
 
 
 def test_report_md_holds_both_sections(tiny_run: Path) -> None:
