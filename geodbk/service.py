@@ -472,8 +472,8 @@ HELD_OUT_CLASS_HEADER = (
     "class",
     "expected share",
     "observed share (95% CI by place)",
-    "map gives it to",
-    "of which in it",
+    "tiles where it is most probable",
+    "of those, in it",
 )
 
 

@@ -21,7 +21,9 @@ Writes into ``RUN/service/``:
   category names in ``service_class.tif.aux.xml``, which QGIS shows as the legend) and
   ``p_unserved.tif`` (float32, units 1, -9999 outside), GeoTIFF or COG, with the licence and
   quantity in their tags;
-- ``headline.json``: the area and tile shares of each class with joint intervals;
+- ``headline.json``: the area and tile shares of each class with joint intervals, and the
+  classes' check on held-out tiles (:mod:`pipelines.service_check`; a sentence of it in the
+  grid's attributes and the rasters' tags too);
 - ``classes_<file stem>.parquet`` with ``--at FILE`` instead of the grid;
 - ``copula.json``: the grid set's copula: its correlation, the rows it came from and how
   (``--at``: in the file's metadata instead).
@@ -112,6 +114,9 @@ p_underserved, p_served, p_tier_1, p_tier_2, service_class, in_region), service_
 p_unserved.tif and headline.json, or with --at RUN/service/classes_<file stem>.parquet. Another
 quarter than the latest and another quantity than tile add _QUARTER and _QUANTITY to each name
 (classes_2022Q4_area.nc, classes_<file stem>_area.parquet): no map replaces another's.
+Each output also says how the classes fared on the run's test tiles: the class of each
+tile's tests-weighted levels against the map's expected share of each class (headline.json
+held_out_check, a sentence in the grid's attributes and the GeoTIFF tags, the report).
 exit codes: 0 ok, 2 usage, 3 bad option or data (--tiers, --latency-ms, --at file), 4 damaged
 model, 5 missing run directory or model (the message gives the train command).
 """

@@ -222,10 +222,12 @@ def held_out_check_sentence(check: dict[str, Any] | None) -> str:
         )
     if not said:
         return ""
+    starred = any("*" in part for part in said)
     return (
         "Held-out check: "
         + "; ".join(said)
-        + " (* outside the observed share's 95% confidence interval by place)."
+        + (" (* outside the observed share's 95% confidence interval by place)" if starred else "")
+        + "."
     )
 
 

@@ -20,7 +20,14 @@ from app.context import RunContext
 from app.loaders import LoadError, Stamp, grid_engine, load_grid_attrs, stamp
 from app.ui import missing
 from geodbk.geo.contract import QUANTITY_LABELS, service_headline
-from geodbk.service import class_colours, class_definitions, parse_tiers
+from geodbk.metrics import tests_range
+from geodbk.service import (
+    HELD_OUT_CLASS_HEADER,
+    class_colours,
+    class_definitions,
+    held_out_class_rows,
+    parse_tiers,
+)
 
 MAP_HEIGHT = 520
 
@@ -148,6 +155,51 @@ def area_shares(data: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def held_out_tables(headline: dict[str, Any] | None) -> list[tuple[str, list[list[str]]]]:
+    """The classes' held-out check of a headline (``held_out_check``, written by
+    ``geodbk service``) as one (caption, table rows) per group of test tiles: well measured,
+    then less measured; empty without one."""
+    check = (headline or {}).get("held_out_check")
+    if not isinstance(check, dict):
+        return []
+    out = []
+    for part in (check.get("well_measured"), check.get("less_measured")):
+        if not isinstance(part, dict) or not isinstance(part.get("all"), dict):
+            continue
+        whole = part["all"]
+        caption = (
+            f"{whole['tiles']} test tiles with {tests_range(part)} tests of each target, in "
+            f"{whole['places']} places: the map's most probable class was the tile's own at "
+            f"{100 * whole['most_probable_agrees']:.1f}% of them."
+        )
+        out.append((caption, held_out_class_rows(whole, check["classes"])))
+    return out
+
+
+def _render_held_out_check(headline: dict[str, Any] | None) -> None:
+    """The held-out check's tables under the map, or a line saying why there is none."""
+    if not headline:
+        return
+    st.markdown("**Held-out check: the classes of test tiles**")
+    tables = held_out_tables(headline)
+    if not tables:
+        st.caption(
+            "No held-out check: the classes were not scored on test tiles (a headline written "
+            "before the check, the test quantity, or no test tiles with tests of all three "
+            "targets); run `geodbk service` again on a run with a test split."
+        )
+        return
+    st.caption(
+        "Each test tile's class is that of its tests-weighted download, upload and latency "
+        "levels; the expected share is the mean of the map's probability of the class at those "
+        "tiles. An observed share whose 95% interval (counted by place) leaves out the expected "
+        "one is marked (outside). Tiles with fewer tests are more like the map's typical tile."
+    )
+    for caption, rows in tables:
+        st.caption(caption)
+        st.table({h: [r[i] for r in rows] for i, h in enumerate(HELD_OUT_CLASS_HEADER)})
+
+
 def render(ctx: RunContext) -> None:
     """Render the service tab."""
     grids = classes_grids(ctx)
@@ -230,6 +282,7 @@ def render(ctx: RunContext) -> None:
             else "; run `geodbk service` again for their intervals."
         )
     )
+    _render_held_out_check(headline)
     licence = maps.licence_caption(attrs)
     if licence:
         st.caption(licence)

@@ -135,3 +135,34 @@ def test_a_grid_s_label_and_headline_follow_its_file_name() -> None:
     assert grid_label(Path("classes_2022Q4_area.nc"), "2022Q4") == "area, 2022Q4"
     assert service_headline("classes_2022Q4_area.nc") == "headline_2022Q4_area.json"
     assert service_headline("classes.nc") == "headline.json"
+
+
+def test_the_tab_shows_the_classes_held_out_check(make_app: AppFactory, policy_root: Path) -> None:
+    at = make_app(policy_root, "policy")
+    at.run()
+    tab = open_tab(at, "Service")
+    headline = json.loads((policy_root / "policy" / "service" / "headline.json").read_text())
+    check = headline["held_out_check"]
+    assert any(m == "**Held-out check: the classes of test tiles**" for m in texts(tab, "markdown"))
+    captions = texts(tab, "caption")
+    for part in ("well_measured", "less_measured"):
+        tiles = check[part]["all"]["tiles"]
+        assert sum(c.startswith(f"{tiles} test tiles with ") for c in captions) == 1, part
+    tables = tab.table
+    assert len(tables) == 2
+    first = tables[0].value
+    assert list(first["class"]) == ["unserved", "underserved", "served"]
+    served = check["well_measured"]["all"]["classes"]["served"]
+    assert (
+        first["observed share (95% CI by place)"]
+        .iloc[2]
+        .startswith(f"{100 * served['observed_share']:.1f}%")
+    )
+
+
+def test_a_headline_without_the_check_has_no_tables() -> None:
+    from app.tabs.service_tab import held_out_tables
+
+    assert held_out_tables({"area": {}}) == []
+    assert held_out_tables({"area": {}, "held_out_check": None}) == []
+    assert held_out_tables(None) == []
