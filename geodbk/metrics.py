@@ -35,6 +35,7 @@ __all__ = [
     "RMSE",
     "STD_SUFFIX",
     "SUMMARY_KEYS",
+    "THRESHOLD_CHECK_HEADER",
     "WIDTH95",
     "WIDTH_IQR",
     "WIDTH_SD",
@@ -52,6 +53,7 @@ __all__ = [
     "share_interval_by_place",
     "summary",
     "tests_range",
+    "threshold_check_rows",
 ]
 
 #: Mean absolute error of the predictive mean.
@@ -221,6 +223,56 @@ def tests_range(block: Mapping[str, Any], *, dash: str = "–") -> str:
     block with ``max_tests`` 30 (``dash`` between the two)."""
     low, high = block.get("min_tests"), block.get("max_tests")
     return f"{low}+" if high is None else f"{low}{dash}{int(high) - 1}"
+
+
+#: Columns of :func:`threshold_check_rows`.
+THRESHOLD_CHECK_HEADER = (
+    "served at",
+    "tests",
+    "tiles",
+    "expected share served",
+    "observed share (95% CI by place)",
+    "sure served: tiles, right",
+    "sure not served: tiles, right",
+)
+
+
+def threshold_check_rows(block: Mapping[str, Any]) -> list[list[str]]:
+    """Table rows of a report's threshold check (``metrics.json``
+    ``map_calibration.thresholds``, ``pipelines.threshold_check``): per threshold and group of
+    test tiles (well, then less measured), the expected and observed share served (the
+    latter marked ``(outside)`` when its interval leaves out the expected one) and, for the
+    tiles the map is sure of, how many and the share it was right about (``–`` for none)."""
+    rows = []
+    for row in block.get("rows", []):
+        for part in ("well_measured", "less_measured"):
+            c = row.get(part)
+            if not c:
+                continue
+            low, high = c["observed_interval"]
+            well = {"min_tests": block.get("min_tests")}
+            less = {"min_tests": block.get("less_min_tests"), "max_tests": block.get("min_tests")}
+            tests = tests_range(well if part == "well_measured" else less)
+            rows.append(
+                [
+                    str(row["label"]),
+                    tests,
+                    str(c["tiles"]),
+                    f"{100 * c['expected_share']:.1f}%",
+                    f"{100 * c['observed_share']:.1f}% ({100 * low:.1f}–{100 * high:.1f}%)"
+                    + ("" if c["consistent"] else " (outside)"),
+                    _sure_text(c["sure_served"]),
+                    _sure_text(c["sure_not_served"]),
+                ]
+            )
+    return rows
+
+
+def _sure_text(part: Mapping[str, Any]) -> str:
+    """``15, 100.0%`` (tiles the map was sure of, the share it was right about) or ``0``."""
+    if not part.get("tiles"):
+        return "0"
+    return f"{part['tiles']}, {100 * part['held']:.1f}%"
 
 
 def coverage_verdict(interval: Sequence[float], *, nominal: float = 0.95) -> str:

@@ -27,6 +27,7 @@ a tile's place is its held-out block on a block split, its zoom-12 parent tile o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ from geodbk.metrics import (
 from geodbk.quantities import predict_quantity
 from geodbk.validation import counts_or_one
 from pipelines.rundir import model_inputs
+from pipelines.threshold_check import SURE_PROB, threshold_check
 
 __all__ = [
     "LESS_MEASURED_TESTS",
@@ -196,10 +198,16 @@ def map_calibration_of_run(
     metadata: dict[str, Any],
     chunk: int,
     min_tests: int = MIN_TESTS,
+    thresholds: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
     """:func:`map_calibration` of a run's test split for the ``tile`` and ``area`` quantities,
     and of its less measured test tiles for the ``tile`` quantity (``tile_less_measured``:
     :data:`LESS_MEASURED_TESTS` to ``min_tests - 1`` tests).
+
+    ``thresholds`` (label, natural units), when given, add ``thresholds``: the tile
+    quantity's :func:`pipelines.threshold_check.threshold_check` at each, on the well and the
+    less measured tiles (``{"sure", "min_tests", "less_min_tests", "rows": [{"label",
+    "threshold", "well_measured", "less_measured"}]}``).
 
     ``tile_model`` is the model's tile effect or local layer (``None``: the tile quantity is
     f(x) plus the noise floor). On a block split, ``held_out_blocks`` counts the blocks the
@@ -218,7 +226,42 @@ def map_calibration_of_run(
         if quantity == "tile" and min_tests > LESS_MEASURED_TESTS:
             fewer = {**held.rows, "min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
             result["tile_less_measured"] = map_calibration(**scored, **fewer)
+        if quantity == "tile" and thresholds:
+            result["thresholds"] = _threshold_rows(spec, scored, held.rows, thresholds, min_tests)
     return result
+
+
+def _threshold_rows(
+    spec: Any,
+    scored: dict[str, Any],
+    rows: dict[str, Any],
+    thresholds: Sequence[tuple[str, float]],
+    min_tests: int,
+) -> dict[str, Any]:
+    """:func:`pipelines.threshold_check.threshold_check` of the tile quantity at each
+    threshold, on the well-measured and the less measured test tiles."""
+    well = tile_level_errors(**scored, **rows)
+    less = tile_level_errors(
+        **scored, **rows | {"min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
+    )
+    out = []
+    for label, value in thresholds:
+        t = spec.natural_to_log10(value)
+        above = spec.higher_is_better
+        out.append(
+            {
+                "label": label,
+                "threshold": float(value),
+                "well_measured": threshold_check(well, threshold=t, above=above),
+                "less_measured": threshold_check(less, threshold=t, above=above),
+            }
+        )
+    return {
+        "sure": SURE_PROB,
+        "min_tests": int(min_tests),
+        "less_min_tests": LESS_MEASURED_TESTS,
+        "rows": out,
+    }
 
 
 def held_out_levels(

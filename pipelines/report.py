@@ -59,10 +59,12 @@ from geodbk.metrics import (
     NLL,
     OFF_BY_2X,
     PLACES,
+    THRESHOLD_CHECK_HEADER,
     WIDTH95,
     clustered_checks_caveat,
     coverage_verdict,
     tests_range,
+    threshold_check_rows,
 )
 from geodbk.predictive import noise_kwargs
 from geodbk.quantities import predict_quantity
@@ -105,6 +107,7 @@ from pipelines.scoring import (
     reliability,
     urban_rural_scores,
 )
+from pipelines.threshold_check import SURE_PROB
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,7 +115,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("geodbk")
 
 #: Probability required to call a tile served.
-SERVED_PROB = 0.9
+SERVED_PROB = SURE_PROB
 
 #: Rows per record batch of the streaming passes (the row-group size of a tile table).
 BATCH_ROWS = 65536
@@ -235,6 +238,11 @@ def _predict_tiles(
         chunk_size=chunk,
     )
     return q.mean, q.sd
+
+
+def threshold_label(spec: TargetSpec, thr: float) -> str:
+    """``≥ 25 Mbps`` (a speed) or ``≤ 100 ms`` (latency): the good side of ``thr``."""
+    return f"{'≥' if spec.higher_is_better else '≤'} {thr:g} {spec.unit}"
 
 
 def _served_prob(spec: TargetSpec, mean: np.ndarray, std: np.ndarray, thr: float) -> np.ndarray:
@@ -476,7 +484,6 @@ def service_coverage(
             served = _served_prob(spec, mean, std, t) >= SERVED_PROB
             counts[j] += (int(served.sum()), int(served[u].sum()), int(served[~u].sum()))
     rows = []
-    rel = "≥" if spec.higher_is_better else "≤"
     grid_attrs = _grid_attrs(rd, spec)
     area_quantity = str(grid_attrs.get("quantity", "")) or None
     ts = time_scaling_of(md)
@@ -491,7 +498,7 @@ def service_coverage(
         rows.append(
             {
                 "threshold": float(t),
-                "label": f"{rel} {t:g} {spec.unit}",
+                "label": threshold_label(spec, t),
                 "quantity": "tile",
                 "area_quantity": area_quantity,
                 "quarter": judged,
@@ -816,7 +823,13 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
     if layer is not None:
         metrics_doc["local_layer"] = layer.params.to_dict()
     metrics_doc["map_calibration"] = map_calibration_of_run(
-        rd, spec, model, tile_model, metadata=md, chunk=chunk
+        rd,
+        spec,
+        model,
+        tile_model,
+        metadata=md,
+        chunk=chunk,
+        thresholds=[(threshold_label(spec, t), t) for t in thr],
     )
     atomic_write_json(out_dir / "metrics.json", clean_json(metrics_doc))
 
@@ -956,6 +969,7 @@ def _write_report(rd: RunDir, *, target: str, thr: tuple[float, ...], out_dir: P
         kind = (split_info or {}).get("kind")
         _local_layer_section(doc, layer.params.to_dict(), split_kind=kind)
     _map_calibration_section(doc, metrics_doc["map_calibration"])
+    _threshold_check_section(doc, metrics_doc["map_calibration"].get("thresholds"))
     _by_quarter_section(doc, by_quarter, time_info)
     area_summaries_section(doc, rd, spec)
     service_headline_section(doc, rd)
@@ -1276,6 +1290,25 @@ def _map_calibration_section(doc: Doc, cal: dict[str, Any]) -> None:
     )
     _tile_reading(doc, cal)
     _less_measured_reading(doc, less)
+
+
+def _threshold_check_section(doc: Doc, block: dict[str, Any] | None) -> None:
+    """The map's service thresholds on held-out tiles (:mod:`pipelines.threshold_check`)."""
+    rows = threshold_check_rows(block or {})
+    if not rows or block is None:
+        return
+    sure = float(block.get("sure", SURE_PROB))
+    doc.heading("Thresholds on held-out tiles")
+    doc.para(
+        "The same test tiles at each service threshold: the expected share served (the mean "
+        "of the tile quantity's probability that the tile's level is on the good side) "
+        "against the share whose level is, with that share's 95% interval counted by place. "
+        f"Then the tiles the map is sure of (probability at least {sure:.0%} served, or at "
+        f"most {1 - sure:.0%}) and the share it was right about: a calibrated map is right "
+        f"about at least {sure:.0%} of them. A map that is sure of few tiles says that it "
+        "cannot tell them apart from the threshold."
+    )
+    doc.table(list(THRESHOLD_CHECK_HEADER), rows)
 
 
 def _less_measured_reading(doc: Doc, less: dict[str, Any]) -> None:

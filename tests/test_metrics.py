@@ -199,3 +199,30 @@ def test_tests_range_names_a_calibration_blocks_tests() -> None:
     assert tests_range({"min_tests": 30}) == "30+"
     assert tests_range({"min_tests": 5, "max_tests": 30}) == "5–29"
     assert tests_range({"min_tests": 5, "max_tests": 30}, dash="-") == "5-29"
+
+
+def test_threshold_check_rows_name_each_group_and_mark_misses() -> None:
+    from geodbk.metrics import THRESHOLD_CHECK_HEADER, threshold_check_rows
+
+    part = {
+        "tiles": 40,
+        "expected_share": 0.7,
+        "observed_share": 0.85,
+        "observed_interval": [0.75, 0.92],
+        "consistent": False,
+        "sure_served": {"tiles": 15, "stated": 0.95, "held": 1.0},
+        "sure_not_served": {"tiles": 0, "stated": None, "held": None},
+    }
+    block = {
+        "min_tests": 30,
+        "less_min_tests": 5,
+        "rows": [{"label": "≥ 25 Mbps", "well_measured": part, "less_measured": None}],
+    }
+    (row,) = threshold_check_rows(block)
+    assert len(row) == len(THRESHOLD_CHECK_HEADER)
+    assert row[:4] == ["≥ 25 Mbps", "30+", "40", "70.0%"]
+    assert row[4] == "85.0% (75.0–92.0%) (outside)"
+    assert row[5:] == ["15, 100.0%", "0"]
+    less = {**block, "rows": [{"label": "≥ 25 Mbps", "less_measured": part}]}
+    assert threshold_check_rows(less)[0][1] == "5–29"
+    assert threshold_check_rows({}) == []

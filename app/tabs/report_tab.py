@@ -33,10 +33,12 @@ from geodbk.metrics import (
     OFF_BY_2X,
     PLACES,
     STD_SUFFIX,
+    THRESHOLD_CHECK_HEADER,
     WIDTH95,
     clustered_checks_caveat,
     coverage_verdict,
     tests_range,
+    threshold_check_rows,
 )
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -436,6 +438,34 @@ def _render_map_calibration(metrics: dict[str, Any]) -> None:
         "(consistent) or the map's intervals are too narrow or too wide."
         + _less_measured_caveat(cal)
         + _blocks_caveat(cal)
+    )
+    _render_threshold_check(cal.get("thresholds"))
+
+
+def threshold_check_table(block: dict[str, Any] | None) -> pd.DataFrame | None:
+    """The report's threshold check (``map_calibration.thresholds``) as a table, one row per
+    threshold and group of test tiles; None without one."""
+    rows = threshold_check_rows(block) if isinstance(block, dict) else []
+    if not rows:
+        return None
+    return pd.DataFrame(rows, columns=list(THRESHOLD_CHECK_HEADER))
+
+
+def _render_threshold_check(block: dict[str, Any] | None) -> None:
+    """The map's service thresholds on the same held-out tiles."""
+    table = threshold_check_table(block)
+    if table is None or block is None:
+        return
+    sure = float(block.get("sure", 0.9))
+    st.markdown("#### Thresholds on held-out tiles")
+    st.table(table)
+    st.caption(
+        "At each service threshold: the expected share of these test tiles served (the mean "
+        "of the tile quantity's probability) against the share whose level is, with its 95% "
+        "interval counted by place, marked (outside) when the expected share is not in it. "
+        f"Sure: the tiles the map gives at least {sure:.0%} (served) or at most "
+        f"{1 - sure:.0%} (not served), and the share of them it was right about; a "
+        f"calibrated map is right about at least {sure:.0%}."
     )
 
 

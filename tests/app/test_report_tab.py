@@ -46,6 +46,12 @@ def test_demo_coverage_report_and_model_tabs(
     assert (cal["CI low"] <= cal["95% coverage"]).all()
     assert (cal["95% coverage"] <= cal["CI high"]).all()
     assert set(cal["reads as"]) <= {"consistent", "too narrow", "too wide"}
+    # and at each service threshold, the same tiles' shares and the map's sure calls
+    (thresholds,) = [t.value for t in report.table]
+    rows = metrics["map_calibration"]["thresholds"]["rows"]
+    assert list(thresholds["served at"].unique()) == [r["label"] for r in rows]
+    assert set(thresholds["tests"]) == {"30+", "5–29"}
+    assert "#### Thresholds on held-out tiles" in texts(report, "markdown")
     svc = next(f for f in frames if "served when" in f.columns)
     assert "tiles (%), tile" in svc.columns and "area (%), tile" in svc.columns
     summary = json.loads((root / name / "report" / "download" / "summary.json").read_text())
