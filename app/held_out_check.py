@@ -6,6 +6,7 @@ Reads what ``geodbk report`` wrote (``metrics.json`` ``map_calibration``, ``summ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from geodbk.metrics import (
     tests_range,
 )
 
-__all__ = ["held_out_check_caption"]
+__all__ = ["held_out_check_caption", "threshold_check_caption"]
 
 
 def held_out_check_caption(
@@ -71,3 +72,47 @@ def _reading(group: Mapping[str, Any]) -> str:
     how = "by place" if by_place else "by tile"
     said = "95% inside its interval" if verdict == "consistent" else f"the intervals {verdict}"
     return f"; {how}: {said}"
+
+
+def threshold_check_caption(
+    metrics: Mapping[str, Any] | None,
+    summary: Mapping[str, Any] | None,
+    grid_attrs: Mapping[str, Any] | None,
+    threshold: float,
+) -> str | None:
+    """``Held-out check at ≥ 25 Mbps (geodbk report): ...``: for the report's threshold
+    ``threshold`` (natural units), how many well-measured test tiles the tile quantity was at
+    least 90% sure were served (or were not) and the share of them it was right about, and the
+    expected against the observed share served. ``None`` when the report did not check that
+    threshold, under :func:`held_out_check_caption`'s conditions (another quantity, another
+    training, no check)."""
+    if held_out_check_caption(metrics, summary, grid_attrs) is None or not metrics:
+        return None
+    block = (metrics.get("map_calibration") or {}).get("thresholds")
+    if not isinstance(block, Mapping):
+        return None
+    row = next(
+        (
+            r
+            for r in block.get("rows", [])
+            if math.isclose(float(r.get("threshold", math.nan)), float(threshold), rel_tol=1e-9)
+        ),
+        None,
+    )
+    if row is None or not isinstance(row.get("well_measured"), Mapping):
+        return None
+    well = row["well_measured"]
+    sure = float(block.get("sure", 0.9))
+    calls = []
+    for key, what in (("sure_served", "served"), ("sure_not_served", "not served")):
+        part = well.get(key) or {}
+        if part.get("tiles"):
+            calls.append(
+                f"sure {part['tiles']} were {what} and right about {100 * part['held']:.1f}%"
+            )
+    said = "; ".join(calls) if calls else f"sure ({sure:.0%}) of none of them"
+    return (
+        f"Held-out check at {row['label']} (geodbk report), on {well['tiles']} well-measured "
+        f"test tiles: the map was {said}. It expected {100 * well['expected_share']:.1f}% of "
+        f"them served; {100 * well['observed_share']:.1f}% were."
+    )

@@ -29,7 +29,7 @@ from app.colormaps import (
     value_cmap,
 )
 from app.context import RunContext
-from app.held_out_check import held_out_check_caption
+from app.held_out_check import held_out_check_caption, threshold_check_caption
 from app.loaders import Grid, LoadError, load_metrics, stamp
 from app.points import point_from_selection
 from app.quarters import QuarterGrid, TrendFile, describe_quarter, model_quarters
@@ -138,6 +138,9 @@ def render(ctx: RunContext) -> None:
     checked = _held_out_check(ctx, grid)
     if checked:
         st.caption(checked)
+    at_threshold = _threshold_check(ctx, grid, spec) if checked else None
+    if at_threshold:
+        st.caption(at_threshold)
     licence = maps.licence_caption(grid.attrs)
     if licence:
         st.caption(licence)
@@ -151,6 +154,15 @@ def _held_out_check(ctx: RunContext, grid: Grid) -> str | None:
         return None
     metrics, summary = (_report_json(ctx, name) for name in ("metrics.json", "summary.json"))
     return held_out_check_caption(metrics, summary, grid.attrs)
+
+
+def _threshold_check(ctx: RunContext, grid: Grid, spec: maps.LayerSpec) -> str | None:
+    """The report's check at the threshold of a tile map's probability layer
+    (:func:`app.held_out_check.threshold_check_caption`)."""
+    if spec.kind != "prob" or spec.quantity != "tile":
+        return None
+    metrics, summary = (_report_json(ctx, name) for name in ("metrics.json", "summary.json"))
+    return threshold_check_caption(metrics, summary, grid.attrs, spec.threshold)
 
 
 def _report_json(ctx: RunContext, name: str) -> dict | None:

@@ -42,3 +42,31 @@ def test_no_caption_for_another_quantity_training_or_a_report_without_the_check(
     # stamp): the well-measured check alone
     text = held_out_check_caption(_metrics(), {}, attrs)
     assert text is not None and "less measured" not in text
+
+
+def _at_thresholds() -> dict[str, Any]:
+    well = {
+        "tiles": 116,
+        "expected_share": 0.144,
+        "observed_share": 0.147,
+        "sure_served": {"tiles": 0, "stated": None, "held": None},
+        "sure_not_served": {"tiles": 55, "stated": 0.947, "held": 0.982},
+    }
+    rows = [{"label": "≥ 100 Mbps", "threshold": 100.0, "well_measured": well}]
+    return _metrics(thresholds={"sure": 0.9, "rows": rows})
+
+
+def test_the_threshold_caption_reads_the_report_row_of_that_threshold() -> None:
+    from app.held_out_check import threshold_check_caption
+
+    attrs = {"quantity": "tile", "model_created": "a"}
+    summary = {"model_created": "a"}
+    text = threshold_check_caption(_at_thresholds(), summary, attrs, 100.0)
+    assert text is not None and text.startswith("Held-out check at ≥ 100 Mbps (geodbk report)")
+    assert "sure 55 were not served and right about 98.2%" in text
+    assert "were served and" not in text  # no tile it was sure was served
+    assert "expected 14.4% of them served; 14.7% were" in text
+    # another threshold, another training or a report before the threshold check: none
+    assert threshold_check_caption(_at_thresholds(), summary, attrs, 25.0) is None
+    assert threshold_check_caption(_at_thresholds(), {"model_created": "b"}, attrs, 100.0) is None
+    assert threshold_check_caption(_metrics(), summary, attrs, 100.0) is None

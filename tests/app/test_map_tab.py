@@ -45,6 +45,12 @@ def test_demo_map_every_layer_target_and_overlay(
     at.radio(key="direction_download").set_value("below").run()
     assert_clean(at)
     assert "P(download ≤ 50 Mbps)" in legend_titles(tab(at, "Map"))[0]
+    # at a threshold the report checked, the map says how its sure calls fared on held-out tiles
+    captions = texts(tab(at, "Map"), "caption")
+    assert not any(c.startswith("Held-out check at ") for c in captions)  # 50: not checked
+    at.number_input(key="threshold_download").set_value(25.0).run()
+    captions = texts(tab(at, "Map"), "caption")
+    assert any(c.startswith("Held-out check at ≥ 25 Mbps (geodbk report)") for c in captions)
     # Observed tiles of each quarter.
     at.selectbox(key="layer").set_value("tiles").run()
     quarters = at.selectbox(key="tiles_quarter").options
