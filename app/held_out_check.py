@@ -108,9 +108,14 @@ def threshold_check_caption(
         part = well.get(key) or {}
         if part.get("tiles"):
             calls.append(
-                f"sure {part['tiles']} were {what} and right about {100 * part['held']:.1f}%"
+                f"that {part['tiles']} were {what}, and right about "
+                f"{100 * part['held']:.1f}% of them"
             )
-    said = "; ".join(calls) if calls else f"sure ({sure:.0%}) of none of them"
+    said = (
+        f"at least {sure:.0%} sure " + "; and ".join(calls)
+        if calls
+        else f"at least {sure:.0%} sure of none of them"
+    )
     return (
         f"Held-out check at {row['label']} (geodbk report), on {well['tiles']} well-measured "
         f"test tiles: the map was {said}. It expected {100 * well['expected_share']:.1f}% of "

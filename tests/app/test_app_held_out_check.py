@@ -63,7 +63,7 @@ def test_the_threshold_caption_reads_the_report_row_of_that_threshold() -> None:
     summary = {"model_created": "a"}
     text = threshold_check_caption(_at_thresholds(), summary, attrs, 100.0)
     assert text is not None and text.startswith("Held-out check at ≥ 100 Mbps (geodbk report)")
-    assert "sure 55 were not served and right about 98.2%" in text
+    assert "at least 90% sure that 55 were not served, and right about 98.2% of them" in text
     assert "were served and" not in text  # no tile it was sure was served
     assert "expected 14.4% of them served; 14.7% were" in text
     # another threshold, another training or a report before the threshold check: none
