@@ -31,8 +31,9 @@ def held_out_check(rd: RunDir, target: str, *, quantity: Any, model_created: Any
     the grid's): ``{"report", "model_created", "well_measured", "less_measured"}``, each part
     ``{"min_tests", "max_tests", "tiles", "coverage95", "coverage95_interval",
     "coverage95_interval_by_place"}`` (``less_measured`` ``None`` in reports written before
-    it). ``None`` for another quantity, without a report or its check, or for a report of
-    another training."""
+    it), and ``thresholds``, the report's threshold check (``map_calibration.thresholds``,
+    :mod:`pipelines.threshold_check`; ``None`` in reports written before it). ``None`` for
+    another quantity, without a report or its check, or for a report of another training."""
     if quantity != "tile" or not model_created:
         return None
     folder = rd.report_dir(target)
@@ -46,6 +47,7 @@ def held_out_check(rd: RunDir, target: str, *, quantity: Any, model_created: Any
     if well is None:
         return None
     less = cal.get("tile_less_measured") or {}
+    thresholds = cal.get("thresholds")
     return {
         "report": rd.relative(folder),
         "model_created": str(model_created),
@@ -53,13 +55,15 @@ def held_out_check(rd: RunDir, target: str, *, quantity: Any, model_created: Any
         "less_measured": _part(
             less, min_tests=less.get("min_tests"), max_tests=less.get("max_tests")
         ),
+        "thresholds": thresholds if isinstance(thresholds, dict) else None,
     }
 
 
 def held_out_tags(check: dict | None) -> dict[str, str]:
-    """GeoTIFF tags of a :func:`held_out_check`: ``geodbk_held_out_check`` (one sentence)
-    and, per part, its coverage, tiles and the coverage's 95% confidence interval counted by
-    place (else by tile)."""
+    """GeoTIFF tags of a :func:`held_out_check`: ``geodbk_held_out_check`` (one sentence),
+    per part its coverage, tiles and the coverage's 95% confidence interval counted by place
+    (else by tile), and ``geodbk_held_out_thresholds`` (the sure calls at each threshold,
+    one sentence) when the report checked its thresholds."""
     if not check:
         return {}
     parts = [("well_measured", check["well_measured"]), ("less_measured", check["less_measured"])]
@@ -82,7 +86,38 @@ def held_out_tags(check: dict | None) -> dict[str, str]:
     tags["geodbk_held_out_check"] = (
         "geodbk report: the tile quantity's 95% interval held the level of " + " and ".join(said)
     )
+    if calls := _threshold_sentence(check.get("thresholds")):
+        tags["geodbk_held_out_thresholds"] = calls
     return tags
+
+
+def _threshold_sentence(block: Any) -> str:
+    """The report's threshold check on the well-measured test tiles in one sentence: per
+    threshold, the tiles the map was sure were served (or not) and the share it was right
+    about; ``""`` without one."""
+    if not isinstance(block, dict):
+        return ""
+    sure = float(block.get("sure", 0.9))
+    parts = []
+    for row in block.get("rows", []):
+        well = row.get("well_measured")
+        if not well:
+            continue
+        calls = [
+            f"sure {c['tiles']} {what}, right about {100 * c['held']:.1f}%"
+            if c.get("tiles")
+            else f"sure of none {what}"
+            for c, what in (
+                (well["sure_served"], "served"),
+                (well["sure_not_served"], "not served"),
+            )
+        ]
+        parts.append(f"at {row['label']} of {well['tiles']} tiles: " + ", ".join(calls))
+    if not parts:
+        return ""
+    return f"geodbk report, well-measured test tiles, calls at least {sure:.0%} sure: " + "; ".join(
+        parts
+    )
 
 
 def _part(block: Any, *, min_tests: Any, max_tests: Any) -> dict | None:

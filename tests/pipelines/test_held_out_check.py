@@ -42,3 +42,33 @@ def test_no_check_for_another_quantity_training_or_without_a_report(tmp_path: Pa
     assert held_out_check(rd, "upload", quantity="tile", model_created="t0") is None
     both = held_out_check(rd, "download", quantity="tile", model_created="t0")
     assert both is not None and both["less_measured"]["max_tests"] == 30
+
+
+def test_the_threshold_check_goes_with_the_export(tmp_path: Path) -> None:
+    rd = _report(tmp_path / "run", model_created="t0", less=True)
+    path = rd.report_dir("download") / "metrics.json"
+    metrics = json.loads(path.read_text())
+    well = {
+        "tiles": 80,
+        "sure_served": {"tiles": 12, "stated": 0.95, "held": 1.0},
+        "sure_not_served": {"tiles": 0, "stated": None, "held": None},
+    }
+    rows = [{"label": "≥ 25 Mbps", "threshold": 25.0, "well_measured": well}]
+    metrics["map_calibration"]["thresholds"] = {"sure": 0.9, "rows": rows}
+    path.write_text(json.dumps(metrics))
+    check = held_out_check(rd, "download", quantity="tile", model_created="t0")
+    assert check is not None and check["thresholds"]["rows"] == rows
+    tags = held_out_tags(check)
+    assert tags["geodbk_held_out_thresholds"] == (
+        "geodbk report, well-measured test tiles, calls at least 90% sure: at ≥ 25 Mbps of 80 "
+        "tiles: sure 12 served, right about 100.0%, sure of none not served"
+    )
+    # a report written before the threshold check: no such tag
+    before = held_out_check(
+        _report(tmp_path / "old", model_created="t0", less=True),
+        "download",
+        quantity="tile",
+        model_created="t0",
+    )
+    assert before is not None and before["thresholds"] is None
+    assert "geodbk_held_out_thresholds" not in held_out_tags(before)
