@@ -31,18 +31,10 @@ def held_out_check_caption(
     lies inside the coverage's confidence interval (counted by place where the file has it).
     ``None`` for a grid of another quantity, without the report's check, or when the report
     and the grid come from different trainings (``model_created`` differs)."""
-    attrs = grid_attrs or {}
-    if attrs.get("quantity") != "tile" or not metrics:
+    cal = _calibration_of_map(metrics, summary, grid_attrs)
+    if cal is None:
         return None
-    made = (summary or {}).get("model_created")
-    if made and attrs.get("model_created") and made != attrs["model_created"]:
-        return None
-    cal = metrics.get("map_calibration")
-    if not isinstance(cal, Mapping):
-        return None
-    busy = (cal.get("tile") or {}).get("all")
-    if not isinstance(busy, Mapping) or COVERAGE95 not in busy:
-        return None
+    busy = cal["tile"]["all"]
     text = (
         "Held-out check (geodbk report): the tile quantity's 95% interval held the level of "
         f"{_share(busy)} of {busy.get('tiles')} well-measured test tiles "
@@ -56,6 +48,28 @@ def held_out_check_caption(
             f"({tests_range(less)} tests{_reading(fewer)})"
         )
     return text + ". The Coverage report tab has the table."
+
+
+def _calibration_of_map(
+    metrics: Mapping[str, Any] | None,
+    summary: Mapping[str, Any] | None,
+    grid_attrs: Mapping[str, Any] | None,
+) -> Mapping[str, Any] | None:
+    """The report's ``map_calibration`` when it checked this grid: a tile map of the
+    training the report scored, with a well-measured check; else ``None``."""
+    attrs = grid_attrs or {}
+    if attrs.get("quantity") != "tile" or not metrics:
+        return None
+    made = (summary or {}).get("model_created")
+    if made and attrs.get("model_created") and made != attrs["model_created"]:
+        return None
+    cal = metrics.get("map_calibration")
+    if not isinstance(cal, Mapping):
+        return None
+    busy = (cal.get("tile") or {}).get("all")
+    if not isinstance(busy, Mapping) or COVERAGE95 not in busy:
+        return None
+    return cal
 
 
 def _share(group: Mapping[str, Any]) -> str:
@@ -86,9 +100,8 @@ def threshold_check_caption(
     expected against the observed share served. ``None`` when the report did not check that
     threshold, under :func:`held_out_check_caption`'s conditions (another quantity, another
     training, no check)."""
-    if held_out_check_caption(metrics, summary, grid_attrs) is None or not metrics:
-        return None
-    block = (metrics.get("map_calibration") or {}).get("thresholds")
+    cal = _calibration_of_map(metrics, summary, grid_attrs)
+    block = cal.get("thresholds") if cal is not None else None
     if not isinstance(block, Mapping):
         return None
     row = next(

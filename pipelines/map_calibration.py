@@ -56,6 +56,7 @@ __all__ = [
     "LESS_MEASURED_TESTS",
     "MIN_TESTS",
     "HeldOutRows",
+    "calibration_of_levels",
     "held_out_levels",
     "held_out_rows",
     "map_calibration",
@@ -166,6 +167,14 @@ def map_calibration(
     """
     below = math.inf if max_tests is None else max_tests
     levels = tile_level_errors(min_tests=min_tests, max_tests=below, **rows)
+    return calibration_of_levels(levels, min_tests=min_tests, max_tests=max_tests)
+
+
+def calibration_of_levels(
+    levels: pd.DataFrame, *, min_tests: int, max_tests: int | None = None
+) -> dict[str, Any]:
+    """:func:`map_calibration` of tiles already scored by :func:`tile_level_errors` (with
+    ``min_tests`` and ``max_tests``, recorded in the result)."""
     err, sd = levels["error"].to_numpy(), levels["sd"].to_numpy()
     is_urban = levels["urban"].to_numpy(bool)
     out: dict[str, Any] = {"tiles": len(levels), "min_tests": int(min_tests)}
@@ -220,30 +229,33 @@ def map_calibration_of_run(
         return result
     if held.blocks is not None:
         result["held_out_blocks"] = held.blocks
-    for quantity in ("tile", "area"):
-        scored = held.scored(model, tile_model if quantity == "tile" else None, quantity)
-        result[quantity] = map_calibration(**scored, **held.rows)
-        if quantity == "tile" and min_tests > LESS_MEASURED_TESTS:
-            fewer = {**held.rows, "min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
-            result["tile_less_measured"] = map_calibration(**scored, **fewer)
-        if quantity == "tile" and thresholds:
-            result["thresholds"] = _threshold_rows(spec, scored, held.rows, thresholds, min_tests)
+    area = held.scored(model, None, "area")
+    result["area"] = map_calibration(**area, **held.rows)
+    tile = held.scored(model, tile_model, "tile")
+    well = tile_level_errors(**tile, **held.rows)
+    result["tile"] = calibration_of_levels(well, min_tests=min_tests)
+    less = tile_level_errors(
+        **tile, **held.rows | {"min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
+    )
+    if min_tests > LESS_MEASURED_TESTS:
+        result["tile_less_measured"] = calibration_of_levels(
+            less, min_tests=LESS_MEASURED_TESTS, max_tests=min_tests
+        )
+    if thresholds:
+        result["thresholds"] = _threshold_rows(spec, well, less, thresholds, min_tests)
     return result
 
 
 def _threshold_rows(
     spec: Any,
-    scored: dict[str, Any],
-    rows: dict[str, Any],
+    well: pd.DataFrame,
+    less: pd.DataFrame,
     thresholds: Sequence[tuple[str, float]],
     min_tests: int,
 ) -> dict[str, Any]:
     """:func:`pipelines.threshold_check.threshold_check` of the tile quantity at each
-    threshold, on the well-measured and the less measured test tiles."""
-    well = tile_level_errors(**scored, **rows)
-    less = tile_level_errors(
-        **scored, **rows | {"min_tests": LESS_MEASURED_TESTS, "max_tests": min_tests}
-    )
+    threshold, on the well-measured and the less measured test tiles (``well``, ``less``:
+    their :func:`tile_level_errors`)."""
     out = []
     for label, value in thresholds:
         t = spec.natural_to_log10(value)

@@ -18,8 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from geodbk.geo.timeaxis import quarter_text
-from geodbk.metrics import tests_range
-from geodbk.service import HELD_OUT_CLASS_HEADER, held_out_class_rows
+from geodbk.service import HELD_OUT_CLASS_HEADER, held_out_class_rows, held_out_group_text
 from pipelines.report_doc import Doc
 from pipelines.run_inputs import region_area_caveat
 from pipelines.rundir import RunDir, TargetSpec
@@ -206,10 +205,7 @@ def _held_out_section(doc: Doc, check: Any) -> None:
             if isinstance(part.get(name), dict)
         )
         doc.para(
-            f"{whole['tiles']} test tiles with {tests_range(part)} tests of each target, in "
-            f"{whole['places']} places: the map's most probable class was the tile's own at "
-            f"{100 * whole['most_probable_agrees']:.1f}% of them ({groups}); the mean "
-            f"probability it gave a tile's own class {whole['p_observed_class']:.2f}, the "
-            f"Brier score {whole['brier']:.3f}."
+            f"{held_out_group_text(part)} ({groups}); the mean probability it gave a tile's "
+            f"own class {whole['p_observed_class']:.2f}, the Brier score {whole['brier']:.3f}."
         )
         doc.table(list(HELD_OUT_CLASS_HEADER), held_out_class_rows(whole, check["classes"]))

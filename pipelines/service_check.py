@@ -169,7 +169,7 @@ def service_held_out_check(
         ("less_measured", LESS_MEASURED_TESTS, min_tests),
     ):
         m = (tests >= low) & (tests < (math.inf if high is None else high))
-        if low >= (high or math.inf) or not m.any():
+        if not m.any():
             parts[part] = None
             continue
         parts[part] = {

@@ -135,34 +135,26 @@ def render(ctx: RunContext) -> None:
     made = maps.tile_model_caption(grid.attrs)
     if made and spec.quantity != "latent":
         st.caption(made)
-    checked = _held_out_check(ctx, grid)
-    if checked:
+    for checked in _held_out_checks(ctx, grid, spec):
         st.caption(checked)
-    at_threshold = _threshold_check(ctx, grid, spec) if checked else None
-    if at_threshold:
-        st.caption(at_threshold)
     licence = maps.licence_caption(grid.attrs)
     if licence:
         st.caption(licence)
     _clicked_summary(ctx, grid, spec)
 
 
-def _held_out_check(ctx: RunContext, grid: Grid) -> str | None:
-    """The report's check of a tile map against held-out tiles, when the run has a report
-    of the same training (:func:`app.held_out_check.held_out_check_caption`)."""
-    if not ctx.files.has_report:
-        return None
-    metrics, summary = (_report_json(ctx, name) for name in ("metrics.json", "summary.json"))
-    return held_out_check_caption(metrics, summary, grid.attrs)
-
-
-def _threshold_check(ctx: RunContext, grid: Grid, spec: maps.LayerSpec) -> str | None:
-    """The report's check at the threshold of a tile map's probability layer
+def _held_out_checks(ctx: RunContext, grid: Grid, spec: maps.LayerSpec) -> list[str]:
+    """The report's checks of a tile map against held-out tiles, when the run has a report of
+    the same training: the map's coverage (:func:`app.held_out_check.held_out_check_caption`)
+    and, on the tile quantity's probability layer, its threshold's
     (:func:`app.held_out_check.threshold_check_caption`)."""
-    if spec.kind != "prob" or spec.quantity != "tile":
-        return None
+    if not ctx.files.has_report:
+        return []
     metrics, summary = (_report_json(ctx, name) for name in ("metrics.json", "summary.json"))
-    return threshold_check_caption(metrics, summary, grid.attrs, spec.threshold)
+    captions = [held_out_check_caption(metrics, summary, grid.attrs)]
+    if spec.kind == "prob" and spec.quantity == "tile":
+        captions.append(threshold_check_caption(metrics, summary, grid.attrs, spec.threshold))
+    return [c for c in captions if c]
 
 
 def _report_json(ctx: RunContext, name: str) -> dict | None:

@@ -20,12 +20,12 @@ from app.context import RunContext
 from app.loaders import LoadError, Stamp, grid_engine, load_grid_attrs, stamp
 from app.ui import missing
 from geodbk.geo.contract import QUANTITY_LABELS, service_headline
-from geodbk.metrics import tests_range
 from geodbk.service import (
     HELD_OUT_CLASS_HEADER,
     class_colours,
     class_definitions,
     held_out_class_rows,
+    held_out_group_text,
     parse_tiers,
 )
 
@@ -167,12 +167,7 @@ def held_out_tables(headline: dict[str, Any] | None) -> list[tuple[str, list[lis
         if not isinstance(part, dict) or not isinstance(part.get("all"), dict):
             continue
         whole = part["all"]
-        caption = (
-            f"{whole['tiles']} test tiles with {tests_range(part)} tests of each target, in "
-            f"{whole['places']} places: the map's most probable class was the tile's own at "
-            f"{100 * whole['most_probable_agrees']:.1f}% of them."
-        )
-        out.append((caption, held_out_class_rows(whole, check["classes"])))
+        out.append((f"{held_out_group_text(part)}.", held_out_class_rows(whole, check["classes"])))
     return out
 
 
